@@ -1,0 +1,1 @@
+//! Criterion benchmarks of sode; see `benches/`.

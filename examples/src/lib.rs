@@ -1,0 +1,1 @@
+//! Examples of sode; see `examples/`.

@@ -1,0 +1,215 @@
+//! The scheduling algorithms and the one entry point that runs them.
+
+mod exact;
+mod greedy;
+mod packing;
+mod round_robin;
+
+use crate::error::{Result, SchedError};
+use crate::instance::Instance;
+use crate::pattern::Pattern;
+use crate::plan::{assemble, timed_by_simulation, Constraints, Plan};
+use packing::{bottom_left, length_then_direction, Rules};
+use std::fmt;
+use std::str::FromStr;
+
+pub use exact::MAX_REQUESTS as EXACT_MAX_REQUESTS;
+
+/// Patterns larger than this skip the simulator-guided candidates in `auto`
+/// (their cost grows with the square of the pattern).
+pub const AUTO_SIMULATED_CANDIDATES_MAX: usize = 64;
+
+/// A scheduling algorithm, by its command-line name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// `round-robin:K`: request i on engine i mod K, input order (the paper's RoundRobin(K)).
+    RoundRobin(usize),
+    /// `bl:K`: the paper's BLbased(K): bottom-left packing, length descending
+    /// then direction, no two commands on one link at once, at most K
+    /// diagonal commands in flight.
+    BottomLeft(usize),
+    /// `bl-overhead`: rectangles include the per-command overhead, and puts
+    /// shorter than that overhead fill the least-loaded engines regardless of
+    /// links (the paper's section 5 proposal, made concrete).
+    BottomLeftOverhead,
+    /// `bl-share`: bottom-left packing that lets c puts share a link when c
+    /// engines are needed to fill it (c = ceil(link / engine bandwidth)).
+    BottomLeftShare,
+    /// `greedy`: longest first, each put on the engine where the simulated
+    /// exchange ends soonest.
+    Greedy,
+    /// `split`: like `greedy`, and a put may be cut into equal pieces over
+    /// several engines when that ends the exchange sooner.
+    Split,
+    /// `exact`: branch and bound over the simulator's semantics, puts whole;
+    /// for patterns of at most [`EXACT_MAX_REQUESTS`] puts.
+    Exact,
+    /// `auto`: the best of every heuristic by simulated makespan; never worse
+    /// than any of the paper's algorithms.
+    Auto,
+}
+
+impl Algorithm {
+    /// The paper's six algorithms (for a machine with at least 4 engines).
+    pub const PAPER: [Algorithm; 6] = [
+        Algorithm::RoundRobin(1),
+        Algorithm::RoundRobin(2),
+        Algorithm::RoundRobin(4),
+        Algorithm::BottomLeft(1),
+        Algorithm::BottomLeft(2),
+        Algorithm::BottomLeft(4),
+    ];
+
+    /// The paper's algorithms that fit a machine with `engines` engines, and
+    /// the same two families at the full engine count.
+    pub fn paper_for(engines: usize) -> Vec<Algorithm> {
+        let mut ks: Vec<usize> = [1, 2, 4].into_iter().filter(|&k| k <= engines).collect();
+        if !ks.contains(&engines) {
+            ks.push(engines);
+        }
+        let mut out: Vec<Algorithm> = ks.iter().map(|&k| Algorithm::RoundRobin(k)).collect();
+        out.extend(ks.iter().map(|&k| Algorithm::BottomLeft(k)));
+        out
+    }
+
+    /// Every heuristic `auto` chooses from for a pattern of `requests` puts.
+    pub fn auto_candidates(engines: usize, requests: usize) -> Vec<Algorithm> {
+        let mut out = Self::paper_for(engines);
+        out.extend([Algorithm::BottomLeftOverhead, Algorithm::BottomLeftShare]);
+        if requests <= AUTO_SIMULATED_CANDIDATES_MAX {
+            out.extend([Algorithm::Greedy, Algorithm::Split]);
+        }
+        out
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Algorithm::RoundRobin(k) => write!(f, "round-robin:{k}"),
+            Algorithm::BottomLeft(k) => write!(f, "bl:{k}"),
+            Algorithm::BottomLeftOverhead => f.write_str("bl-overhead"),
+            Algorithm::BottomLeftShare => f.write_str("bl-share"),
+            Algorithm::Greedy => f.write_str("greedy"),
+            Algorithm::Split => f.write_str("split"),
+            Algorithm::Exact => f.write_str("exact"),
+            Algorithm::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+impl FromStr for Algorithm {
+    type Err = SchedError;
+    fn from_str(s: &str) -> Result<Self> {
+        let unknown = || SchedError::UnknownAlgorithm(s.to_string());
+        let lower = s.trim().to_ascii_lowercase();
+        if let Some((family, k)) = lower.split_once(':') {
+            let k: usize = k.parse().map_err(|_| unknown())?;
+            if k == 0 {
+                return Err(unknown());
+            }
+            return match family {
+                "round-robin" | "rr" => Ok(Algorithm::RoundRobin(k)),
+                "bl" | "blbased" => Ok(Algorithm::BottomLeft(k)),
+                _ => Err(unknown()),
+            };
+        }
+        match lower.as_str() {
+            "bl-overhead" => Ok(Algorithm::BottomLeftOverhead),
+            "bl-share" => Ok(Algorithm::BottomLeftShare),
+            "greedy" => Ok(Algorithm::Greedy),
+            "split" => Ok(Algorithm::Split),
+            "exact" => Ok(Algorithm::Exact),
+            "auto" => Ok(Algorithm::Auto),
+            _ => Err(unknown()),
+        }
+    }
+}
+
+/// Plans `pattern` with `algorithm`: a pure function of both.
+pub fn plan(pattern: &Pattern, algorithm: Algorithm) -> Result<Plan> {
+    let instance = Instance::new(pattern)?;
+    plan_instance(&instance, algorithm)
+}
+
+fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
+    let engines = instance.machine.engines;
+    let name = algorithm.to_string();
+    let too_many = |k: usize| SchedError::TooManyEngines { algorithm: name.clone(), wanted: k, available: engines };
+    let packed = |rules: Rules, constraints: Constraints| {
+        let order = length_then_direction(instance);
+        assemble(instance, &name, bottom_left(instance, &order, &rules), constraints)
+    };
+    let plan = match algorithm {
+        Algorithm::RoundRobin(k) => {
+            if k > engines {
+                return Err(too_many(k));
+            }
+            assemble(instance, &name, round_robin::round_robin(instance, k), Constraints::default())
+        }
+        Algorithm::BottomLeft(k) => {
+            if k > engines {
+                return Err(too_many(k));
+            }
+            let rules = Rules {
+                engines,
+                link_share: 1,
+                diagonal_limit: k,
+                with_overhead: false,
+                assumed_sharing: 1,
+                small_puts_fill: false,
+            };
+            packed(rules, Constraints { link_share: Some(1), diagonal_in_flight: Some(k) })
+        }
+        Algorithm::BottomLeftOverhead => {
+            let rules = Rules {
+                engines,
+                link_share: 1,
+                diagonal_limit: engines,
+                with_overhead: true,
+                assumed_sharing: 1,
+                small_puts_fill: true,
+            };
+            packed(rules, Constraints::default())
+        }
+        Algorithm::BottomLeftShare => {
+            let c = instance.machine.link_fill_count();
+            let rules = Rules {
+                engines,
+                link_share: c,
+                diagonal_limit: engines,
+                with_overhead: true,
+                assumed_sharing: c,
+                small_puts_fill: false,
+            };
+            packed(rules, Constraints { link_share: Some(c), diagonal_in_flight: None })
+        }
+        Algorithm::Greedy | Algorithm::Split => {
+            let lists = greedy::greedy(instance, &greedy::longest_first(instance), algorithm == Algorithm::Split);
+            assemble(instance, &name, timed_by_simulation(instance, &lists), Constraints::default())
+        }
+        Algorithm::Exact => {
+            let n = instance.puts.len();
+            if n > EXACT_MAX_REQUESTS {
+                return Err(SchedError::TooLargeForExact { requests: n, limit: EXACT_MAX_REQUESTS });
+            }
+            let incumbent = greedy::greedy(instance, &greedy::longest_first(instance), false);
+            let lists = exact::exact(instance, &incumbent)?;
+            assemble(instance, &name, timed_by_simulation(instance, &lists), Constraints::default())
+        }
+        Algorithm::Auto => {
+            let mut best: Option<Plan> = None;
+            for candidate in Algorithm::auto_candidates(engines, instance.puts.len()) {
+                let p = plan_instance(instance, candidate)?;
+                if best.as_ref().is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9) {
+                    best = Some(p);
+                }
+            }
+            let mut p = best.expect("auto has candidates");
+            p.algorithm = format!("auto={}", p.algorithm);
+            p
+        }
+    };
+    Ok(plan)
+}

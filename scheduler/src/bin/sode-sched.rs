@@ -1,0 +1,217 @@
+//! `sode-sched`: make, plan, simulate and draw halo-exchange patterns.
+
+use clap::{Parser, Subcommand};
+use sode_scheduler::patterns::{halo, random, scale_les3, DirectionSet, HaloShape};
+use sode_scheduler::{gantt_svg, plan, simulate, table, Algorithm, Machine, Pattern, Plan, SchedError};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "sode-sched", version, about = "RDMA command scheduling for halo exchanges (RSched and beyond)")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Print a pattern as JSON.
+    Pattern {
+        #[command(subcommand)]
+        kind: PatternKind,
+    },
+    /// Plan a pattern and print the plan as JSON.
+    Plan {
+        /// round-robin:K, bl:K, bl-overhead, bl-share, greedy, split, exact or auto.
+        #[arg(long, default_value = "auto")]
+        algorithm: String,
+        /// The pattern's JSON file (`-` for standard input).
+        pattern: PathBuf,
+    },
+    /// Simulate a plan of a pattern and print the makespan.
+    Simulate {
+        /// The pattern's JSON file.
+        pattern: PathBuf,
+        /// The plan's JSON file.
+        plan: PathBuf,
+    },
+    /// Every Table 1 row x direction set x algorithm, simulated (Markdown).
+    Table {
+        /// Machine preset: k or tofud.
+        #[arg(long, default_value = "k")]
+        machine: String,
+    },
+    /// Draw a plan as SVG: engines across, time down, colour = direction.
+    Gantt {
+        /// The pattern's JSON file.
+        pattern: PathBuf,
+        /// A plan's JSON file; without it the pattern is planned with --algorithm.
+        plan: Option<PathBuf>,
+        /// Algorithm used when no plan file is given.
+        #[arg(long, default_value = "auto")]
+        algorithm: String,
+        /// Where to write the SVG.
+        #[arg(long)]
+        svg: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PatternKind {
+    /// The RSched paper's SCALE-LES3 benchmark (Table 1).
+    ScaleLes3 {
+        /// Vertical grid size.
+        #[arg(long)]
+        k: u64,
+        /// ew, ns, ewns, diag or all8.
+        #[arg(long, default_value = "all8")]
+        directions: String,
+        /// Machine preset: k or tofud.
+        #[arg(long, default_value = "k")]
+        machine: String,
+    },
+    /// A 2-D halo: 4 or 8 neighbours.
+    Halo2d {
+        #[arg(long)]
+        nx: u64,
+        #[arg(long)]
+        ny: u64,
+        #[arg(long, default_value_t = 1)]
+        halo: u64,
+        /// Bytes per point (element size x fields).
+        #[arg(long, default_value_t = 8)]
+        element_bytes: u64,
+        #[arg(long, default_value_t = 8)]
+        neighbours: usize,
+        #[arg(long, default_value = "k")]
+        machine: String,
+    },
+    /// A 3-D halo: 6, 18 or 26 neighbours.
+    Halo3d {
+        #[arg(long)]
+        nx: u64,
+        #[arg(long)]
+        ny: u64,
+        #[arg(long)]
+        nz: u64,
+        #[arg(long, default_value_t = 1)]
+        halo: u64,
+        #[arg(long, default_value_t = 8)]
+        element_bytes: u64,
+        #[arg(long, default_value_t = 26)]
+        neighbours: usize,
+        #[arg(long, default_value = "k")]
+        machine: String,
+    },
+    /// A random pattern (deterministic in its seed).
+    Random {
+        #[arg(long)]
+        n: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value = "k")]
+        machine: String,
+    },
+}
+
+/// Errors of the command-line tool: the library's, and file access.
+#[derive(Debug)]
+enum CliError {
+    Sched(SchedError),
+    Read(PathBuf, std::io::Error),
+    Write(PathBuf, std::io::Error),
+    UnknownMachine(String),
+}
+
+impl std::fmt::Display for CliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CliError::Sched(e) => write!(f, "{e}"),
+            CliError::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
+            CliError::Write(p, e) => write!(f, "cannot write {}: {e}", p.display()),
+            CliError::UnknownMachine(m) => write!(f, "unknown machine `{m}`: use k or tofud"),
+        }
+    }
+}
+
+impl From<SchedError> for CliError {
+    fn from(e: SchedError) -> Self {
+        CliError::Sched(e)
+    }
+}
+
+fn machine(name: &str) -> Result<Machine, CliError> {
+    Machine::preset(name).ok_or_else(|| CliError::UnknownMachine(name.to_string()))
+}
+
+fn read(path: &Path) -> Result<String, CliError> {
+    if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| CliError::Read(path.into(), e))?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(path).map_err(|e| CliError::Read(path.into(), e))
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
+    match cli.command {
+        Command::Pattern { kind } => {
+            let pattern = match kind {
+                PatternKind::ScaleLes3 { k, directions, machine: m } => {
+                    scale_les3(k, directions.parse::<DirectionSet>()?, machine(&m)?)?
+                }
+                PatternKind::Halo2d { nx, ny, halo: h, element_bytes, neighbours, machine: m } => halo(
+                    &HaloShape { size: vec![nx, ny], halo: h, element_bytes, neighbours },
+                    machine(&m)?,
+                )?,
+                PatternKind::Halo3d { nx, ny, nz, halo: h, element_bytes, neighbours, machine: m } => halo(
+                    &HaloShape { size: vec![nx, ny, nz], halo: h, element_bytes, neighbours },
+                    machine(&m)?,
+                )?,
+                PatternKind::Random { n, seed, machine: m } => random(n, seed, machine(&m)?)?,
+            };
+            println!("{}", pattern.to_json());
+        }
+        Command::Plan { algorithm, pattern } => {
+            let pattern = Pattern::from_json(&read(&pattern)?)?;
+            let plan = plan(&pattern, algorithm.parse::<Algorithm>()?)?;
+            println!("{}", plan.to_json());
+        }
+        Command::Simulate { pattern, plan } => {
+            let pattern = Pattern::from_json(&read(&pattern)?)?;
+            let plan = Plan::from_json(&read(&plan)?)?;
+            let sim = simulate(&pattern, &plan)?;
+            println!("{:.3}", sim.makespan_us);
+        }
+        Command::Table { machine: m } => {
+            let machine = machine(&m)?;
+            let t = table(machine)?;
+            println!(
+                "Simulated time per exchange (us) on machine `{m}` ({} engines, engine {} GB/s, link {} GB/s, node {} GB/s, {} us per command, {} us fixed); * = fastest (auto excluded); last column: auto / best of the paper's algorithms.\n",
+                machine.engines, machine.engine_gbps, machine.link_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
+            );
+            print!("{}", t.to_markdown());
+        }
+        Command::Gantt { pattern, plan: plan_path, algorithm, svg } => {
+            let pattern = Pattern::from_json(&read(&pattern)?)?;
+            let plan = match plan_path {
+                Some(p) => Plan::from_json(&read(&p)?)?,
+                None => plan(&pattern, algorithm.parse::<Algorithm>()?)?,
+            };
+            let picture = gantt_svg(&pattern, &plan)?;
+            std::fs::write(&svg, picture).map_err(|e| CliError::Write(svg.clone(), e))?;
+            eprintln!("wrote {}", svg.display());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sode-sched: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
