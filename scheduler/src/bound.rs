@@ -1,8 +1,8 @@
 //! Lower bounds on the makespan of any plan for a pattern.
 
+use crate::error::Result;
 use crate::instance::Instance;
 use crate::pattern::Pattern;
-use crate::error::Result;
 
 /// The parts of the lower bound, each a time no plan can beat (microseconds,
 /// without the fixed overhead).
@@ -27,7 +27,8 @@ impl LowerBound {
     }
     /// The bound for plans that keep every put whole.
     pub fn without_splitting(&self) -> f64 {
-        self.with_splitting().max(self.fixed_us + self.longest_put_us)
+        self.with_splitting()
+            .max(self.fixed_us + self.longest_put_us)
     }
 }
 

@@ -18,7 +18,9 @@ fn colour(direction: &str) -> &'static str {
         "SE" => "#9467bd",
         "SW" => "#c5b0d5",
         _ => {
-            const MORE: [&str; 6] = ["#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e"];
+            const MORE: [&str; 6] = [
+                "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#ff7f0e",
+            ];
             MORE[direction.bytes().map(usize::from).sum::<usize>() % MORE.len()]
         }
     }
@@ -30,7 +32,12 @@ pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
     plan.validate_coverage(&instance)?;
     let pieces = plan.pieces(&instance)?;
     let engines = instance.machine.engines;
-    let end = plan.engines.iter().flatten().map(|c| c.end_us).fold(1e-9, f64::max);
+    let end = plan
+        .engines
+        .iter()
+        .flatten()
+        .map(|c| c.end_us)
+        .fold(1e-9, f64::max);
     let (column, height, left, top) = (90.0, 480.0, 60.0, 50.0);
     let scale = height / end;
     let width = left + column * engines as f64 + 20.0;
@@ -47,8 +54,16 @@ pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
     );
     for e in 0..engines {
         let x = left + column * e as f64;
-        let _ = writeln!(svg, r#"<text x="{}" y="{}">engine {e}</text>"#, x + 20.0, top - 8.0);
-        let _ = writeln!(svg, r##"<rect x="{x}" y="{top}" width="{column}" height="{height}" fill="none" stroke="#ccc"/>"##);
+        let _ = writeln!(
+            svg,
+            r#"<text x="{}" y="{}">engine {e}</text>"#,
+            x + 20.0,
+            top - 8.0
+        );
+        let _ = writeln!(
+            svg,
+            r##"<rect x="{x}" y="{top}" width="{column}" height="{height}" fill="none" stroke="#ccc"/>"##
+        );
     }
     for tick in 0..=4 {
         let t = end * tick as f64 / 4.0;
@@ -70,7 +85,14 @@ pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
             piece.bytes
         );
         if h > 12.0 {
-            let _ = writeln!(svg, r#"<text x="{:.1}" y="{:.1}">{} #{}</text>"#, x + 4.0, y + 12.0, put.direction, put.id);
+            let _ = writeln!(
+                svg,
+                r#"<text x="{:.1}" y="{:.1}">{} #{}</text>"#,
+                x + 4.0,
+                y + 12.0,
+                put.direction,
+                put.id
+            );
         }
     }
     svg.push_str("</svg>\n");

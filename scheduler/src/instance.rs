@@ -98,6 +98,11 @@ impl Instance {
     }
     /// Time of a piece alone on an idle machine, overhead included.
     pub fn alone_us(&self, bytes: u64) -> f64 {
-        self.machine.command_overhead_us + bytes as f64 / self.engine_rate().min(self.link_rate()).min(self.node_rate())
+        self.machine.command_overhead_us
+            + bytes as f64
+                / self
+                    .engine_rate()
+                    .min(self.link_rate())
+                    .min(self.node_rate())
     }
 }

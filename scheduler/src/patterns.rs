@@ -58,7 +58,11 @@ pub const SCALE_LES3_K: [u64; 11] = [60, 70, 80, 109, 218, 327, 436, 545, 654, 7
 pub fn scale_les3_bytes(k: u64) -> (u64, u64, u64) {
     let (i, j, halo, value) = (16, 16, 2, 8);
     let column = halo + k + halo;
-    (column * halo * i * value, column * j * value, column * halo * value)
+    (
+        column * halo * i * value,
+        column * j * value,
+        column * halo * value,
+    )
 }
 
 /// The SCALE-LES3 pattern of the paper for vertical size `k`.
@@ -85,10 +89,21 @@ pub fn scale_les3(k: u64, set: DirectionSet, machine: Machine) -> Result<Pattern
     };
     let mut puts: Vec<(&str, (i64, i64), u64, usize)> = Vec::new();
     let with_diag = matches!(set, DirectionSet::Diag | DirectionSet::All8);
-    let with_ew = matches!(set, DirectionSet::Ew | DirectionSet::Ewns | DirectionSet::All8);
-    let with_ns = matches!(set, DirectionSet::Ns | DirectionSet::Ewns | DirectionSet::All8);
+    let with_ew = matches!(
+        set,
+        DirectionSet::Ew | DirectionSet::Ewns | DirectionSet::All8
+    );
+    let with_ns = matches!(
+        set,
+        DirectionSet::Ns | DirectionSet::Ewns | DirectionSet::All8
+    );
     if with_diag {
-        for (d, off) in [("NE", (1, 1)), ("NW", (-1, 1)), ("SE", (1, -1)), ("SW", (-1, -1))] {
+        for (d, off) in [
+            ("NE", (1, 1)),
+            ("NW", (-1, 1)),
+            ("SE", (1, -1)),
+            ("SW", (-1, -1)),
+        ] {
             puts.push((d, off, diag, 2));
         }
     }
@@ -154,7 +169,10 @@ pub fn halo(shape: &HaloShape, machine: Machine) -> Result<Pattern> {
     if !allowed.contains(&shape.neighbours) {
         return Err(SchedError::InvalidPatternParameter {
             field: "neighbours",
-            reason: format!("{} neighbours in {dims}-D: use one of {allowed:?}", shape.neighbours),
+            reason: format!(
+                "{} neighbours in {dims}-D: use one of {allowed:?}",
+                shape.neighbours
+            ),
         });
     }
     if shape.size.contains(&0) || shape.halo == 0 || shape.element_bytes == 0 {

@@ -91,8 +91,15 @@ impl Plan {
         for (e, list) in self.engines.iter().enumerate() {
             let mut previous_end = 0.0f64;
             for c in list {
-                if !(c.start_us.is_finite() && c.end_us.is_finite() && c.start_us >= -EPS && c.end_us >= c.start_us) {
-                    return bad(format!("engine {e}, request {}: times {}..{} are not a valid interval", c.id, c.start_us, c.end_us));
+                if !(c.start_us.is_finite()
+                    && c.end_us.is_finite()
+                    && c.start_us >= -EPS
+                    && c.end_us >= c.start_us)
+                {
+                    return bad(format!(
+                        "engine {e}, request {}: times {}..{} are not a valid interval",
+                        c.id, c.start_us, c.end_us
+                    ));
                 }
                 if c.start_us + EPS < previous_end {
                     return bad(format!(
@@ -103,7 +110,8 @@ impl Plan {
                 previous_end = c.end_us;
             }
         }
-        let overlap = |a: &Command, b: &Command| a.start_us + EPS < b.end_us && b.start_us + EPS < a.end_us;
+        let overlap =
+            |a: &Command, b: &Command| a.start_us + EPS < b.end_us && b.start_us + EPS < a.end_us;
         let flat: Vec<(usize, &Command, Piece)> = pieces
             .iter()
             .map(|(e, p, i)| (*e, &self.engines[*e][*i], *p))
@@ -123,7 +131,9 @@ impl Plan {
             let at = a.start_us;
             let active: Vec<&(usize, &Command, Piece)> = flat
                 .iter()
-                .filter(|(_, b, _)| b.start_us <= at + EPS && at + EPS < b.end_us && b.end_us > b.start_us + EPS)
+                .filter(|(_, b, _)| {
+                    b.start_us <= at + EPS && at + EPS < b.end_us && b.end_us > b.start_us + EPS
+                })
                 .collect();
             if let Some(limit) = self.constraints.link_share {
                 let links = instance.puts[pa.put].links;
@@ -131,7 +141,10 @@ impl Plan {
                     if links & (1 << l) == 0 {
                         continue;
                     }
-                    let n = active.iter().filter(|(_, _, p)| instance.puts[p.put].links & (1 << l) != 0).count();
+                    let n = active
+                        .iter()
+                        .filter(|(_, _, p)| instance.puts[p.put].links & (1 << l) != 0)
+                        .count();
                     if n > limit {
                         return bad(format!(
                             "{n} commands share a link at {at:.3} us (request {} among them); the algorithm allows {limit}",
@@ -141,7 +154,10 @@ impl Plan {
                 }
             }
             if let Some(limit) = self.constraints.diagonal_in_flight {
-                let n = active.iter().filter(|(_, _, p)| instance.puts[p.put].diagonal).count();
+                let n = active
+                    .iter()
+                    .filter(|(_, _, p)| instance.puts[p.put].diagonal)
+                    .count();
                 if instance.puts[pa.put].diagonal && n > limit {
                     return bad(format!(
                         "{n} diagonal commands in flight at {at:.3} us; the algorithm allows {limit}"
@@ -172,7 +188,11 @@ impl Plan {
                         put.id,
                         next.min(offset),
                         next.max(offset),
-                        if offset > next { "never written" } else { "written twice" }
+                        if offset > next {
+                            "never written"
+                        } else {
+                            "written twice"
+                        }
                     ));
                 }
                 next = offset + bytes;
@@ -200,7 +220,10 @@ impl Plan {
         for (e, list) in self.engines.iter().enumerate() {
             for (i, c) in list.iter().enumerate() {
                 let Some(put) = instance.puts.iter().position(|p| p.id == c.id) else {
-                    return Err(SchedError::InvalidPlan(format!("engine {e} names request {}, which the pattern does not have", c.id)));
+                    return Err(SchedError::InvalidPlan(format!(
+                        "engine {e} names request {}, which the pattern does not have",
+                        c.id
+                    )));
                 };
                 if c.recv_engine >= engines {
                     return Err(SchedError::InvalidPlan(format!(
@@ -217,7 +240,16 @@ impl Plan {
                         c.id
                     )));
                 }
-                out.push((e, Piece { put, offset, bytes, recv_engine: c.recv_engine }, i));
+                out.push((
+                    e,
+                    Piece {
+                        put,
+                        offset,
+                        bytes,
+                        recv_engine: c.recv_engine,
+                    },
+                    i,
+                ));
             }
         }
         Ok(out)
@@ -238,10 +270,21 @@ pub(crate) type Timed = (Piece, f64, f64);
 
 /// Builds a plan from per-engine timed pieces; fills in the simulated
 /// makespan and the lower bound.
-pub(crate) fn assemble(instance: &Instance, algorithm: &str, timed: Vec<Vec<Timed>>, constraints: Constraints) -> Plan {
-    let lists: Vec<Vec<Piece>> = timed.iter().map(|l| l.iter().map(|t| t.0).collect()).collect();
+pub(crate) fn assemble(
+    instance: &Instance,
+    algorithm: &str,
+    timed: Vec<Vec<Timed>>,
+    constraints: Constraints,
+) -> Plan {
+    let lists: Vec<Vec<Piece>> = timed
+        .iter()
+        .map(|l| l.iter().map(|t| t.0).collect())
+        .collect();
     let (_, simulated) = crate::simulate::run_lists(instance, &lists);
-    let split = timed.iter().flatten().any(|(p, _, _)| p.bytes != instance.puts[p.put].bytes);
+    let split = timed
+        .iter()
+        .flatten()
+        .any(|(p, _, _)| p.bytes != instance.puts[p.put].bytes);
     let bound = lower_bound_of(instance);
     let last = timed.iter().flatten().map(|t| t.2).fold(0.0, f64::max);
     let mut engines: Vec<Vec<Command>> = timed
@@ -268,7 +311,11 @@ pub(crate) fn assemble(instance: &Instance, algorithm: &str, timed: Vec<Vec<Time
     Plan {
         algorithm: algorithm.to_string(),
         makespan_us: last + instance.machine.fixed_overhead_us,
-        lower_bound_us: if split { bound.with_splitting() } else { bound.without_splitting() },
+        lower_bound_us: if split {
+            bound.with_splitting()
+        } else {
+            bound.without_splitting()
+        },
         simulated_us: simulated,
         constraints,
         engines,
@@ -280,6 +327,10 @@ pub(crate) fn assemble(instance: &Instance, algorithm: &str, timed: Vec<Vec<Time
 pub(crate) fn timed_by_simulation(instance: &Instance, lists: &[Vec<Piece>]) -> Vec<Vec<Timed>> {
     let (ran, _) = crate::simulate::run_lists(instance, lists);
     ran.into_iter()
-        .map(|l| l.into_iter().map(|r| (r.piece, r.start_us, r.end_us)).collect())
+        .map(|l| {
+            l.into_iter()
+                .map(|r| (r.piece, r.start_us, r.end_us))
+                .collect()
+        })
         .collect()
 }

@@ -109,20 +109,27 @@ impl<'a> SimState<'a> {
             rate: 0.0,
             links: self.instance.puts[piece.put].links,
         });
-        self.phases[engine] = Phase::Flowing { flow: self.flows.len() - 1 };
+        self.phases[engine] = Phase::Flowing {
+            flow: self.flows.len() - 1,
+        };
         self.rates_stale = true;
     }
 
     /// Work still under way: (engine, piece, bytes left, overhead left).
     pub fn in_progress(&self) -> impl Iterator<Item = (usize, Piece, f64, f64)> + '_ {
-        self.phases.iter().enumerate().filter_map(move |(e, p)| match *p {
-            Phase::Overhead { until, piece } => Some((e, piece, piece.bytes as f64, until - self.now)),
-            Phase::Flowing { flow } => {
-                let f = &self.flows[flow];
-                Some((e, f.piece, f.remaining, 0.0))
-            }
-            _ => None,
-        })
+        self.phases
+            .iter()
+            .enumerate()
+            .filter_map(move |(e, p)| match *p {
+                Phase::Overhead { until, piece } => {
+                    Some((e, piece, piece.bytes as f64, until - self.now))
+                }
+                Phase::Flowing { flow } => {
+                    let f = &self.flows[flow];
+                    Some((e, f.piece, f.remaining, 0.0))
+                }
+                _ => None,
+            })
     }
 
     /// Max-min fair rates by progressive filling.
@@ -167,16 +174,22 @@ impl<'a> SimState<'a> {
                 .enumerate()
                 .filter(|(_, &u)| u > 0)
                 .map(|(r, &u)| (r, capacity[r].max(0.0) / u as f64))
-                .fold((usize::MAX, f64::INFINITY), |best, x| if x.1 < best.1 { x } else { best });
-            for i in 0..n {
-                if frozen[i] {
+                .fold((usize::MAX, f64::INFINITY), |best, x| {
+                    if x.1 < best.1 {
+                        x
+                    } else {
+                        best
+                    }
+                });
+            for (flow, is_frozen) in self.flows.iter_mut().zip(frozen.iter_mut()) {
+                if *is_frozen {
                     continue;
                 }
-                resources(&self.flows[i], &mut scratch);
+                resources(flow, &mut scratch);
                 if scratch.contains(&bottleneck) {
-                    frozen[i] = true;
+                    *is_frozen = true;
                     left -= 1;
-                    self.flows[i].rate = share;
+                    flow.rate = share;
                     for &r in &scratch {
                         capacity[r] -= share;
                     }
@@ -192,7 +205,12 @@ impl<'a> SimState<'a> {
     pub fn advance(&mut self) -> bool {
         debug_assert!(self.idle_engine().is_none());
         loop {
-            if self.flows.is_empty() && !self.phases.iter().any(|p| matches!(p, Phase::Overhead { .. })) {
+            if self.flows.is_empty()
+                && !self
+                    .phases
+                    .iter()
+                    .any(|p| matches!(p, Phase::Overhead { .. }))
+            {
                 return false;
             }
             if self.rates_stale {
@@ -298,6 +316,9 @@ pub fn simulate(pattern: &crate::Pattern, plan: &crate::Plan) -> crate::Result<S
     let (ran, makespan_us) = run_lists(&instance, &lists);
     Ok(Simulation {
         makespan_us,
-        times_us: ran.into_iter().map(|l| l.into_iter().map(|r| (r.start_us, r.end_us)).collect()).collect(),
+        times_us: ran
+            .into_iter()
+            .map(|l| l.into_iter().map(|r| (r.start_us, r.end_us)).collect())
+            .collect(),
     })
 }

@@ -61,7 +61,12 @@ pub fn table(machine: Machine) -> Result<Table> {
                 .iter()
                 .map(|&a| plan(&pattern, a).map(|p| p.simulated_us))
                 .collect::<Result<Vec<_>>>()?;
-            rows.push(Row { k, set, simulated_us, lower_bound_us: lower_bound(&pattern)?.with_splitting() });
+            rows.push(Row {
+                k,
+                set,
+                simulated_us,
+                lower_bound_us: lower_bound(&pattern)?.with_splitting(),
+            });
         }
     }
     Ok(Table { algorithms, rows })
@@ -84,7 +89,12 @@ impl Table {
         let _ = writeln!(out, "---:|---:|");
         let auto = self.algorithms.iter().position(|a| *a == Algorithm::Auto);
         let paper: Vec<usize> = (0..self.algorithms.len())
-            .filter(|&i| matches!(self.algorithms[i], Algorithm::RoundRobin(_) | Algorithm::BottomLeft(_)))
+            .filter(|&i| {
+                matches!(
+                    self.algorithms[i],
+                    Algorithm::RoundRobin(_) | Algorithm::BottomLeft(_)
+                )
+            })
             .collect();
         for row in &self.rows {
             let mut without_auto = row.clone();
@@ -97,8 +107,13 @@ impl Table {
                 let mark = if i == winner { "*" } else { "" };
                 let _ = write!(out, " {t:.1}{mark} |");
             }
-            let best_paper = paper.iter().map(|&i| row.simulated_us[i]).fold(f64::INFINITY, f64::min);
-            let ratio = auto.map(|a| row.simulated_us[a] / best_paper).unwrap_or(f64::NAN);
+            let best_paper = paper
+                .iter()
+                .map(|&i| row.simulated_us[i])
+                .fold(f64::INFINITY, f64::min);
+            let ratio = auto
+                .map(|a| row.simulated_us[a] / best_paper)
+                .unwrap_or(f64::NAN);
             let _ = writeln!(out, " {:.1} | {ratio:.3} |", row.lower_bound_us);
         }
         out

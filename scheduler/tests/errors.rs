@@ -7,64 +7,151 @@ use std::process::Command;
 fn one_put(machine: Machine) -> Pattern {
     Pattern {
         machine,
-        requests: vec![sode_scheduler::Request { id: 0, dest: 1, direction: "E".into(), links: vec!["E".into()], bytes: 10 }],
+        requests: vec![sode_scheduler::Request {
+            id: 0,
+            dest: 1,
+            direction: "E".into(),
+            links: vec!["E".into()],
+            bytes: 10,
+        }],
     }
 }
 
 #[test]
 fn bad_machines_are_named() {
     for (field, m) in [
-        ("engine_gbps", Machine { engine_gbps: 0.0, ..Machine::K_COMPUTER }),
-        ("link_gbps", Machine { link_gbps: -5.0, ..Machine::K_COMPUTER }),
-        ("node_gbps", Machine { node_gbps: f64::NAN, ..Machine::K_COMPUTER }),
-        ("engines", Machine { engines: 0, ..Machine::K_COMPUTER }),
-        ("command_overhead_us", Machine { command_overhead_us: -1.0, ..Machine::K_COMPUTER }),
+        (
+            "engine_gbps",
+            Machine {
+                engine_gbps: 0.0,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "link_gbps",
+            Machine {
+                link_gbps: -5.0,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "node_gbps",
+            Machine {
+                node_gbps: f64::NAN,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "engines",
+            Machine {
+                engines: 0,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "command_overhead_us",
+            Machine {
+                command_overhead_us: -1.0,
+                ..Machine::K_COMPUTER
+            },
+        ),
     ] {
         let err = plan(&one_put(m), Algorithm::Auto).unwrap_err();
-        assert!(matches!(err, SchedError::InvalidMachine { field: f, .. } if f == field), "{err}");
+        assert!(
+            matches!(err, SchedError::InvalidMachine { field: f, .. } if f == field),
+            "{err}"
+        );
         assert!(err.to_string().contains(field));
     }
 }
 
 #[test]
 fn bad_patterns_are_named() {
-    let empty = Pattern { machine: Machine::K_COMPUTER, requests: vec![] };
-    assert_eq!(plan(&empty, Algorithm::Auto).unwrap_err(), SchedError::EmptyPattern);
+    let empty = Pattern {
+        machine: Machine::K_COMPUTER,
+        requests: vec![],
+    };
+    assert_eq!(
+        plan(&empty, Algorithm::Auto).unwrap_err(),
+        SchedError::EmptyPattern
+    );
     let mut p = one_put(Machine::K_COMPUTER);
     p.requests[0].direction = "UP".into();
-    assert!(matches!(plan(&p, Algorithm::Auto).unwrap_err(), SchedError::UnknownDirection(d) if d == "UP"));
+    assert!(
+        matches!(plan(&p, Algorithm::Auto).unwrap_err(), SchedError::UnknownDirection(d) if d == "UP")
+    );
     let mut p = one_put(Machine::K_COMPUTER);
     p.requests[0].bytes = 0;
-    assert!(plan(&p, Algorithm::Auto).unwrap_err().to_string().contains("bytes is 0"));
+    assert!(plan(&p, Algorithm::Auto)
+        .unwrap_err()
+        .to_string()
+        .contains("bytes is 0"));
     let mut p = one_put(Machine::K_COMPUTER);
     p.requests.push(p.requests[0].clone());
-    assert!(plan(&p, Algorithm::Auto).unwrap_err().to_string().contains("used twice"));
+    assert!(plan(&p, Algorithm::Auto)
+        .unwrap_err()
+        .to_string()
+        .contains("used twice"));
     let mut p = one_put(Machine::K_COMPUTER);
     p.requests[0].links.clear();
-    assert!(plan(&p, Algorithm::Auto).unwrap_err().to_string().contains("no links"));
+    assert!(plan(&p, Algorithm::Auto)
+        .unwrap_err()
+        .to_string()
+        .contains("no links"));
 }
 
 #[test]
 fn too_many_engines_and_unknown_algorithms() {
     let p = scale_les3(60, DirectionSet::All8, Machine::K_COMPUTER).unwrap();
     let err = plan(&p, Algorithm::RoundRobin(8)).unwrap_err();
-    assert!(matches!(err, SchedError::TooManyEngines { wanted: 8, available: 4, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            SchedError::TooManyEngines {
+                wanted: 8,
+                available: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert!(plan(&p, Algorithm::BottomLeft(5)).is_err());
     for bad in ["bl:0", "bl:x", "fastest", "round-robin:"] {
-        assert!(matches!(bad.parse::<Algorithm>(), Err(SchedError::UnknownAlgorithm(_))), "{bad}");
+        assert!(
+            matches!(
+                bad.parse::<Algorithm>(),
+                Err(SchedError::UnknownAlgorithm(_))
+            ),
+            "{bad}"
+        );
     }
     let err = plan(&p, Algorithm::Exact).unwrap_err();
-    assert!(matches!(err, SchedError::TooLargeForExact { requests: 14, .. }), "{err}");
+    assert!(
+        matches!(err, SchedError::TooLargeForExact { requests: 14, .. }),
+        "{err}"
+    );
 }
 
 #[test]
 fn malformed_json_names_the_document() {
     let err = Pattern::from_json("{\"machine\": ").unwrap_err();
-    assert!(matches!(err, SchedError::Json { what: "pattern", .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            SchedError::Json {
+                what: "pattern",
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = Pattern::from_json("{\"machine\": {}, \"requests\": []}").unwrap_err();
     assert!(err.to_string().contains("missing field"), "{err}");
     let err = Plan::from_json("[1, 2]").unwrap_err();
-    assert!(matches!(err, SchedError::Json { what: "plan", .. }), "{err}");
+    assert!(
+        matches!(err, SchedError::Json { what: "plan", .. }),
+        "{err}"
+    );
 }
 
 #[test]
@@ -73,22 +160,42 @@ fn plans_that_do_not_fit_their_pattern_are_rejected() {
     let good = plan(&p, Algorithm::BottomLeft(4)).unwrap();
     let mut lost = good.clone();
     lost.engines[1].clear();
-    assert!(lost.validate(&p).unwrap_err().to_string().contains("writes 0 of"));
+    assert!(lost
+        .validate(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("writes 0 of"));
     let mut twice = good.clone();
     let extra = twice.engines[0][0].clone();
     twice.engines[1].push(extra);
-    assert!(twice.validate(&p).unwrap_err().to_string().contains("written twice"));
+    assert!(twice
+        .validate(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("written twice"));
     let mut unknown = good.clone();
     unknown.engines[0][0].id = 99;
-    assert!(unknown.validate(&p).unwrap_err().to_string().contains("does not have"));
+    assert!(unknown
+        .validate(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("does not have"));
     let mut recv = good.clone();
     recv.engines[0][0].recv_engine = 1;
-    assert!(recv.validate(&p).unwrap_err().to_string().contains("receive engine 1"));
+    assert!(recv
+        .validate(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("receive engine 1"));
     let mut shared = good;
     let w = shared.engines[1].remove(0);
     shared.engines[0].push(w);
     shared.engines[0][1].start_us = 0.0; // overlaps the first command
-    assert!(shared.validate(&p).unwrap_err().to_string().contains("before the previous command ends"));
+    assert!(shared
+        .validate(&p)
+        .unwrap_err()
+        .to_string()
+        .contains("before the previous command ends"));
 }
 
 #[test]
@@ -96,16 +203,38 @@ fn bad_generator_parameters() {
     let m = Machine::K_COMPUTER;
     assert!(scale_les3(0, DirectionSet::Ew, m).is_err());
     assert!("nsew".parse::<DirectionSet>().is_err());
-    let shape = HaloShape { size: vec![8, 8], halo: 1, element_bytes: 8, neighbours: 6 };
-    assert!(halo(&shape, m).unwrap_err().to_string().contains("use one of [4, 8]"));
-    let shape = HaloShape { size: vec![8], halo: 1, element_bytes: 8, neighbours: 2 };
+    let shape = HaloShape {
+        size: vec![8, 8],
+        halo: 1,
+        element_bytes: 8,
+        neighbours: 6,
+    };
+    assert!(halo(&shape, m)
+        .unwrap_err()
+        .to_string()
+        .contains("use one of [4, 8]"));
+    let shape = HaloShape {
+        size: vec![8],
+        halo: 1,
+        element_bytes: 8,
+        neighbours: 2,
+    };
     assert!(halo(&shape, m).is_err());
 }
 
 #[test]
 fn halo_patterns_have_the_right_sizes() {
     let m = Machine::K_COMPUTER;
-    let h2 = halo(&HaloShape { size: vec![10, 20], halo: 2, element_bytes: 8, neighbours: 8 }, m).unwrap();
+    let h2 = halo(
+        &HaloShape {
+            size: vec![10, 20],
+            halo: 2,
+            element_bytes: 8,
+            neighbours: 8,
+        },
+        m,
+    )
+    .unwrap();
     assert_eq!(h2.requests.len(), 8);
     let east = h2.requests.iter().find(|r| r.direction == "x+").unwrap();
     assert_eq!(east.bytes, 2 * 20 * 8);
@@ -114,9 +243,22 @@ fn halo_patterns_have_the_right_sizes() {
     let corner = h2.requests.iter().find(|r| r.direction == "x+y-").unwrap();
     assert_eq!((corner.bytes, corner.links.len()), (2 * 2 * 8, 2));
     for (n, faces, edges, corners) in [(6, 6, 0, 0), (18, 6, 12, 0), (26, 6, 12, 8)] {
-        let h3 = halo(&HaloShape { size: vec![4, 5, 6], halo: 1, element_bytes: 4, neighbours: n }, m).unwrap();
+        let h3 = halo(
+            &HaloShape {
+                size: vec![4, 5, 6],
+                halo: 1,
+                element_bytes: 4,
+                neighbours: n,
+            },
+            m,
+        )
+        .unwrap();
         let by_links = |k: usize| h3.requests.iter().filter(|r| r.links.len() == k).count();
-        assert_eq!((by_links(1), by_links(2), by_links(3)), (faces, edges, corners), "{n} neighbours");
+        assert_eq!(
+            (by_links(1), by_links(2), by_links(3)),
+            (faces, edges, corners),
+            "{n} neighbours"
+        );
         let x_face = h3.requests.iter().find(|r| r.direction == "x-").unwrap();
         assert_eq!(x_face.bytes, 5 * 6 * 4);
         for r in &h3.requests {
@@ -127,15 +269,29 @@ fn halo_patterns_have_the_right_sizes() {
 }
 
 fn cli(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sode-sched")).args(args).output().expect("run sode-sched");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into(), String::from_utf8_lossy(&out.stderr).into())
+    let out = Command::new(env!("CARGO_BIN_EXE_sode-sched"))
+        .args(args)
+        .output()
+        .expect("run sode-sched");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
 }
 
 #[test]
 fn command_line_round_trip_and_errors() {
     let dir = std::env::temp_dir().join(format!("sode-sched-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (ok, pattern, _) = cli(&["pattern", "scale-les3", "--k", "872", "--directions", "all8"]);
+    let (ok, pattern, _) = cli(&[
+        "pattern",
+        "scale-les3",
+        "--k",
+        "872",
+        "--directions",
+        "all8",
+    ]);
     assert!(ok);
     let pattern_path = dir.join("p.json");
     std::fs::write(&pattern_path, &pattern).unwrap();
@@ -147,7 +303,10 @@ fn command_line_round_trip_and_errors() {
         assert!(parsed.get(field).is_some(), "plan JSON lacks {field}");
     }
     for field in ["id", "recv_engine", "start_us", "end_us"] {
-        assert!(parsed["engines"][0][0].get(field).is_some(), "command JSON lacks {field}");
+        assert!(
+            parsed["engines"][0][0].get(field).is_some(),
+            "command JSON lacks {field}"
+        );
     }
     let plan_path = dir.join("plan.json");
     std::fs::write(&plan_path, &plan_json).unwrap();
@@ -156,7 +315,14 @@ fn command_line_round_trip_and_errors() {
     let sim: f64 = sim.trim().parse().unwrap();
     assert!((sim - parsed["simulated_us"].as_f64().unwrap()).abs() < 1e-3);
     let svg = dir.join("g.svg");
-    let (ok, _, err) = cli(&["gantt", pp, "--algorithm", "bl:4", "--svg", svg.to_str().unwrap()]);
+    let (ok, _, err) = cli(&[
+        "gantt",
+        pp,
+        "--algorithm",
+        "bl:4",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
     assert!(ok, "{err}");
     let picture = std::fs::read_to_string(&svg).unwrap();
     assert!(picture.starts_with("<svg") && picture.matches("<rect").count() >= 14 + 4);

@@ -35,17 +35,37 @@ fn table_1_transfer_sizes() {
         (763, 196_352, 98_176, 12_272),
         (872, 224_256, 112_128, 14_016),
     ];
-    assert_eq!(SCALE_LES3_K.to_vec(), table.iter().map(|r| r.0).collect::<Vec<_>>());
+    assert_eq!(
+        SCALE_LES3_K.to_vec(),
+        table.iter().map(|r| r.0).collect::<Vec<_>>()
+    );
     for (k, ew, ns, diag) in table {
         assert_eq!(scale_les3_bytes(k), (ew, ns, diag), "k = {k}");
         let all8 = pattern(k, DirectionSet::All8);
         assert_eq!(all8.requests.len(), 14);
-        let count = |d: &str, bytes: u64| all8.requests.iter().filter(|r| r.direction == d && r.bytes == bytes).count();
-        for (d, bytes, n) in [("E", ew, 1), ("W", ew, 1), ("N", ns, 2), ("S", ns, 2), ("NE", diag, 2), ("NW", diag, 2), ("SE", diag, 2), ("SW", diag, 2)] {
+        let count = |d: &str, bytes: u64| {
+            all8.requests
+                .iter()
+                .filter(|r| r.direction == d && r.bytes == bytes)
+                .count()
+        };
+        for (d, bytes, n) in [
+            ("E", ew, 1),
+            ("W", ew, 1),
+            ("N", ns, 2),
+            ("S", ns, 2),
+            ("NE", diag, 2),
+            ("NW", diag, 2),
+            ("SE", diag, 2),
+            ("SW", diag, 2),
+        ] {
             assert_eq!(count(d, bytes), n, "k = {k}, direction {d}");
         }
     }
-    let sizes: Vec<usize> = DirectionSet::ALL.iter().map(|&s| pattern(60, s).requests.len()).collect();
+    let sizes: Vec<usize> = DirectionSet::ALL
+        .iter()
+        .map(|&s| pattern(60, s).requests.len())
+        .collect();
     assert_eq!(sizes, vec![2, 4, 6, 8, 14]);
 }
 
@@ -53,15 +73,24 @@ fn table_1_transfer_sizes() {
 fn east_west_all_equal_but_rr1() {
     let p = pattern(872, DirectionSet::Ew);
     let rr1 = simulated(&p, Algorithm::RoundRobin(1));
-    let others: Vec<f64> = Algorithm::PAPER[1..].iter().map(|&a| simulated(&p, a)).collect();
+    let others: Vec<f64> = Algorithm::PAPER[1..]
+        .iter()
+        .map(|&a| simulated(&p, a))
+        .collect();
     for t in &others {
         assert!((t - others[0]).abs() < 1e-6, "E/W times differ: {others:?}");
-        assert!(within_10_percent(*t, 72.0), "E/W {t} us vs the paper's 72 us");
+        assert!(
+            within_10_percent(*t, 72.0),
+            "E/W {t} us vs the paper's 72 us"
+        );
     }
     // RR(1) serialises the two puts: about twice the net transfer time.
     let net = others[0] - K.fixed_overhead_us;
     let net_rr1 = rr1 - K.fixed_overhead_us;
-    assert!((net_rr1 / net - 2.0).abs() < 0.05, "RR(1) net {net_rr1} vs {net}");
+    assert!(
+        (net_rr1 / net - 2.0).abs() < 0.05,
+        "RR(1) net {net_rr1} vs {net}"
+    );
 }
 
 #[test]
@@ -102,7 +131,10 @@ fn blbased_never_overlaps_a_direction() {
                 for (i, a) in spans.iter().enumerate() {
                     for b in &spans[i + 1..] {
                         if a.0 == b.0 {
-                            assert!(a.2 <= b.1 + 1e-9 || b.2 <= a.1 + 1e-9, "{set:?} k={k} bl:{kk}: {a:?} overlaps {b:?}");
+                            assert!(
+                                a.2 <= b.1 + 1e-9 || b.2 <= a.1 + 1e-9,
+                                "{set:?} k={k} bl:{kk}: {a:?} overlaps {b:?}"
+                            );
                         }
                     }
                 }
@@ -115,7 +147,10 @@ fn blbased_never_overlaps_a_direction() {
 fn ewns_blbased4_matches_the_paper() {
     let p = pattern(872, DirectionSet::Ewns);
     let bl4 = simulated(&p, Algorithm::BottomLeft(4));
-    assert!(within_10_percent(bl4, 86.0), "BLbased(4) E/W/N/S {bl4} us vs 86 us");
+    assert!(
+        within_10_percent(bl4, 86.0),
+        "BLbased(4) E/W/N/S {bl4} us vs 86 us"
+    );
     // Still better than RR(2) on N/S alone, as the paper notes.
     assert!(bl4 < simulated(&pattern(872, DirectionSet::Ns), Algorithm::RoundRobin(2)));
 }
@@ -144,7 +179,10 @@ fn auto_beats_the_paper_where_the_paper_left_room() {
             let auto = plan(&p, Algorithm::Auto).expect("auto");
             auto.validate(&p).expect("valid");
             for a in Algorithm::PAPER {
-                assert!(auto.simulated_us <= simulated(&p, a) + 1e-9, "{set:?} k={k}: {a} beats auto");
+                assert!(
+                    auto.simulated_us <= simulated(&p, a) + 1e-9,
+                    "{set:?} k={k}: {a} beats auto"
+                );
             }
             assert!(auto.simulated_us >= auto.lower_bound_us - 1e-9);
         }
@@ -154,7 +192,9 @@ fn auto_beats_the_paper_where_the_paper_left_room() {
     assert!(split.splits_puts(), "the E/W win comes from splitting");
     assert!(split.simulated_us < 0.9 * simulated(&ew, Algorithm::BottomLeft(4)));
     let ns = pattern(872, DirectionSet::Ns);
-    assert!(simulated(&ns, Algorithm::BottomLeftShare) < 0.9 * simulated(&ns, Algorithm::BottomLeft(4)));
+    assert!(
+        simulated(&ns, Algorithm::BottomLeftShare) < 0.9 * simulated(&ns, Algorithm::BottomLeft(4))
+    );
     let all8 = pattern(872, DirectionSet::All8);
     assert!(simulated(&all8, Algorithm::Auto) < simulated(&all8, Algorithm::BottomLeft(4)));
 }

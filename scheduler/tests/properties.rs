@@ -7,20 +7,40 @@ const DIRECTIONS: [&str; 10] = ["E", "W", "N", "S", "NE", "NW", "SE", "SW", "x+y
 const LINKS: [&str; 6] = ["E", "W", "N", "S", "up", "down"];
 
 fn machine() -> impl Strategy<Value = Machine> {
-    (1usize..=6, 1.0f64..10.0, 1.0f64..10.0, 2.0f64..40.0, 0.0f64..2.0, 0.0f64..20.0).prop_map(
-        |(engines, engine_gbps, link_gbps, node_gbps, command_overhead_us, fixed_overhead_us)| Machine {
-            engines,
-            engine_gbps,
-            link_gbps,
-            node_gbps,
-            command_overhead_us,
-            fixed_overhead_us,
-        },
+    (
+        1usize..=6,
+        1.0f64..10.0,
+        1.0f64..10.0,
+        2.0f64..40.0,
+        0.0f64..2.0,
+        0.0f64..20.0,
     )
+        .prop_map(
+            |(
+                engines,
+                engine_gbps,
+                link_gbps,
+                node_gbps,
+                command_overhead_us,
+                fixed_overhead_us,
+            )| Machine {
+                engines,
+                engine_gbps,
+                link_gbps,
+                node_gbps,
+                command_overhead_us,
+                fixed_overhead_us,
+            },
+        )
 }
 
 fn pattern(max_puts: usize) -> impl Strategy<Value = Pattern> {
-    let request = (0usize..DIRECTIONS.len(), 1u64..63, 1u64..300_000, any::<bool>());
+    let request = (
+        0usize..DIRECTIONS.len(),
+        1u64..63,
+        1u64..300_000,
+        any::<bool>(),
+    );
     (machine(), prop::collection::vec(request, 1..=max_puts)).prop_map(|(machine, reqs)| Pattern {
         machine,
         requests: reqs
@@ -30,7 +50,12 @@ fn pattern(max_puts: usize) -> impl Strategy<Value = Pattern> {
                 id: i as u32 * 3 + 1,
                 dest: d as u32,
                 direction: DIRECTIONS[d].to_string(),
-                links: LINKS.iter().enumerate().filter(|(l, _)| link_mask & (1 << l) != 0).map(|(_, n)| n.to_string()).collect(),
+                links: LINKS
+                    .iter()
+                    .enumerate()
+                    .filter(|(l, _)| link_mask & (1 << l) != 0)
+                    .map(|(_, n)| n.to_string())
+                    .collect(),
                 bytes: if small { bytes % 4096 + 1 } else { bytes },
             })
             .collect(),
@@ -44,13 +69,27 @@ fn heuristics(engines: usize) -> Vec<Algorithm> {
 }
 
 fn check_plan(p: &Pattern, plan: &Plan) -> Result<(), TestCaseError> {
-    plan.validate(p).map_err(|e| TestCaseError::fail(format!("{}: {e}", plan.algorithm)))?;
+    plan.validate(p)
+        .map_err(|e| TestCaseError::fail(format!("{}: {e}", plan.algorithm)))?;
     let bound = lower_bound(p).expect("bound");
-    let floor = if plan.splits_puts() { bound.with_splitting() } else { bound.without_splitting() };
+    let floor = if plan.splits_puts() {
+        bound.with_splitting()
+    } else {
+        bound.without_splitting()
+    };
     prop_assert!((plan.lower_bound_us - floor).abs() < 1e-9);
-    prop_assert!(plan.simulated_us >= floor - 1e-6, "{}: simulated {} below bound {}", plan.algorithm, plan.simulated_us, floor);
+    prop_assert!(
+        plan.simulated_us >= floor - 1e-6,
+        "{}: simulated {} below bound {}",
+        plan.algorithm,
+        plan.simulated_us,
+        floor
+    );
     let again = simulate(p, plan).expect("simulate");
-    prop_assert!((again.makespan_us - plan.simulated_us).abs() < 1e-9, "the simulator is deterministic");
+    prop_assert!(
+        (again.makespan_us - plan.simulated_us).abs() < 1e-9,
+        "the simulator is deterministic"
+    );
     let json = Plan::from_json(&plan.to_json()).expect("plan JSON round trip");
     prop_assert_eq!(&json.engines.len(), &plan.engines.len());
     json.validate(p).expect("round-tripped plan stays valid");
@@ -58,7 +97,11 @@ fn check_plan(p: &Pattern, plan: &Plan) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    // PROPTEST_CASES raises the count for a deeper run by hand.
+    #![proptest_config(ProptestConfig {
+        cases: std::env::var("PROPTEST_CASES").ok().and_then(|v| v.parse().ok()).unwrap_or(96),
+        ..ProptestConfig::default()
+    })]
 
     /// Every byte scheduled once, constraints hold, simulation >= bound,
     /// auto never worse than any of the paper's algorithms.

@@ -42,7 +42,10 @@ impl<'a> Search<'a> {
         let mut node_left = 0.0;
         let mut engine_work = 0.0;
         let mut single = 0.0f64;
-        let alone_rate = inst.engine_rate().min(inst.link_rate()).min(inst.node_rate());
+        let alone_rate = inst
+            .engine_rate()
+            .min(inst.link_rate())
+            .min(inst.node_rate());
         let mut add_links = |links: u64, bytes: f64| {
             for (l, left) in link_left.iter_mut().enumerate() {
                 if links & (1 << l) != 0 {
@@ -63,15 +66,26 @@ impl<'a> Search<'a> {
             let total = (class.bytes * count as u64) as f64;
             add_links(class.links, total);
             node_left += total;
-            engine_work += count as f64 * (m.command_overhead_us + class.bytes as f64 / inst.engine_rate());
+            engine_work +=
+                count as f64 * (m.command_overhead_us + class.bytes as f64 / inst.engine_rate());
             single = single.max(inst.alone_us(class.bytes));
         }
         let link = link_left.iter().copied().fold(0.0, f64::max) / inst.link_rate();
         let open = state.open_engines().max(1) as f64;
-        state.now + link.max(node_left / inst.node_rate()).max(engine_work / open).max(single) + m.fixed_overhead_us
+        state.now
+            + link
+                .max(node_left / inst.node_rate())
+                .max(engine_work / open)
+                .max(single)
+            + m.fixed_overhead_us
     }
 
-    fn dfs(&mut self, mut state: SimState<'a>, remaining: Vec<usize>, mut first: Vec<usize>) -> Result<()> {
+    fn dfs(
+        &mut self,
+        mut state: SimState<'a>,
+        remaining: Vec<usize>,
+        mut first: Vec<usize>,
+    ) -> Result<()> {
         loop {
             if let Some(e) = state.idle_engine() {
                 if remaining.iter().all(|&r| r == 0) {
@@ -136,13 +150,24 @@ impl<'a> Search<'a> {
 pub(crate) fn exact(instance: &Instance, incumbent: &[Vec<Piece>]) -> Result<Vec<Vec<Piece>>> {
     let n = instance.puts.len();
     if n > MAX_REQUESTS {
-        return Err(SchedError::TooLargeForExact { requests: n, limit: MAX_REQUESTS });
+        return Err(SchedError::TooLargeForExact {
+            requests: n,
+            limit: MAX_REQUESTS,
+        });
     }
     let mut classes: Vec<Class> = Vec::new();
     for (i, p) in instance.puts.iter().enumerate() {
-        match classes.iter_mut().find(|c| c.bytes == p.bytes && c.links == p.links && instance.puts[c.puts[0]].diagonal == p.diagonal) {
+        match classes.iter_mut().find(|c| {
+            c.bytes == p.bytes
+                && c.links == p.links
+                && instance.puts[c.puts[0]].diagonal == p.diagonal
+        }) {
             Some(c) => c.puts.push(i),
-            None => classes.push(Class { puts: vec![i], bytes: p.bytes, links: p.links }),
+            None => classes.push(Class {
+                puts: vec![i],
+                bytes: p.bytes,
+                links: p.links,
+            }),
         }
     }
     // Large classes first: good plans are found early and prune the rest.
@@ -158,7 +183,10 @@ pub(crate) fn exact(instance: &Instance, incumbent: &[Vec<Piece>]) -> Result<Vec
     let remaining = search.classes.iter().map(|c| c.puts.len()).collect();
     search.dfs(SimState::new(instance), remaining, Vec::new())?;
     Ok(match search.best_ran {
-        Some(ran) => ran.into_iter().map(|l| l.into_iter().map(|r| r.piece).collect()).collect(),
+        Some(ran) => ran
+            .into_iter()
+            .map(|l| l.into_iter().map(|r| r.piece).collect())
+            .collect(),
         None => incumbent.to_vec(),
     })
 }

@@ -138,17 +138,31 @@ pub fn plan(pattern: &Pattern, algorithm: Algorithm) -> Result<Plan> {
 fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
     let engines = instance.machine.engines;
     let name = algorithm.to_string();
-    let too_many = |k: usize| SchedError::TooManyEngines { algorithm: name.clone(), wanted: k, available: engines };
+    let too_many = |k: usize| SchedError::TooManyEngines {
+        algorithm: name.clone(),
+        wanted: k,
+        available: engines,
+    };
     let packed = |rules: Rules, constraints: Constraints| {
         let order = length_then_direction(instance);
-        assemble(instance, &name, bottom_left(instance, &order, &rules), constraints)
+        assemble(
+            instance,
+            &name,
+            bottom_left(instance, &order, &rules),
+            constraints,
+        )
     };
     let plan = match algorithm {
         Algorithm::RoundRobin(k) => {
             if k > engines {
                 return Err(too_many(k));
             }
-            assemble(instance, &name, round_robin::round_robin(instance, k), Constraints::default())
+            assemble(
+                instance,
+                &name,
+                round_robin::round_robin(instance, k),
+                Constraints::default(),
+            )
         }
         Algorithm::BottomLeft(k) => {
             if k > engines {
@@ -162,7 +176,13 @@ fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
                 assumed_sharing: 1,
                 small_puts_fill: false,
             };
-            packed(rules, Constraints { link_share: Some(1), diagonal_in_flight: Some(k) })
+            packed(
+                rules,
+                Constraints {
+                    link_share: Some(1),
+                    diagonal_in_flight: Some(k),
+                },
+            )
         }
         Algorithm::BottomLeftOverhead => {
             let rules = Rules {
@@ -185,38 +205,71 @@ fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
                 assumed_sharing: c,
                 small_puts_fill: false,
             };
-            packed(rules, Constraints { link_share: Some(c), diagonal_in_flight: None })
+            packed(
+                rules,
+                Constraints {
+                    link_share: Some(c),
+                    diagonal_in_flight: None,
+                },
+            )
         }
         Algorithm::Greedy => {
             let lists = greedy::greedy(instance, &greedy::longest_first(instance));
-            assemble(instance, &name, timed_by_simulation(instance, &lists), Constraints::default())
+            assemble(
+                instance,
+                &name,
+                timed_by_simulation(instance, &lists),
+                Constraints::default(),
+            )
         }
         Algorithm::Split => {
             let mut start: Option<Plan> = None;
-            for candidate in Algorithm::auto_candidates(engines, 0).into_iter().filter(|a| *a != Algorithm::Split) {
+            for candidate in Algorithm::auto_candidates(engines, 0)
+                .into_iter()
+                .filter(|a| *a != Algorithm::Split)
+            {
                 let p = plan_instance(instance, candidate)?;
-                if start.as_ref().is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9) {
+                if start
+                    .as_ref()
+                    .is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9)
+                {
                     start = Some(p);
                 }
             }
             let start = start.expect("split has starting points");
             let lists = refine::refine(instance, start.lists(instance)?, true);
-            assemble(instance, &name, timed_by_simulation(instance, &lists), Constraints::default())
+            assemble(
+                instance,
+                &name,
+                timed_by_simulation(instance, &lists),
+                Constraints::default(),
+            )
         }
         Algorithm::Exact => {
             let n = instance.puts.len();
             if n > EXACT_MAX_REQUESTS {
-                return Err(SchedError::TooLargeForExact { requests: n, limit: EXACT_MAX_REQUESTS });
+                return Err(SchedError::TooLargeForExact {
+                    requests: n,
+                    limit: EXACT_MAX_REQUESTS,
+                });
             }
             let incumbent = greedy::greedy(instance, &greedy::longest_first(instance));
             let lists = exact::exact(instance, &incumbent)?;
-            assemble(instance, &name, timed_by_simulation(instance, &lists), Constraints::default())
+            assemble(
+                instance,
+                &name,
+                timed_by_simulation(instance, &lists),
+                Constraints::default(),
+            )
         }
         Algorithm::Auto => {
             let mut best: Option<Plan> = None;
             for candidate in Algorithm::auto_candidates(engines, instance.puts.len()) {
                 let p = plan_instance(instance, candidate)?;
-                if best.as_ref().is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9) {
+                if best
+                    .as_ref()
+                    .is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9)
+                {
                     best = Some(p);
                 }
             }

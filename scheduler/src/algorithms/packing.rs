@@ -42,7 +42,11 @@ pub(crate) fn height(instance: &Instance, bytes: u64, rules: &Rules) -> f64 {
     let rate = instance
         .engine_rate()
         .min(instance.link_rate() / rules.assumed_sharing as f64);
-    let overhead = if rules.with_overhead { instance.machine.command_overhead_us } else { 0.0 };
+    let overhead = if rules.with_overhead {
+        instance.machine.command_overhead_us
+    } else {
+        0.0
+    };
     overhead + bytes as f64 / rate
 }
 
@@ -74,7 +78,8 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
     for &i in order {
         let put = &instance.puts[i];
         let d = height(instance, put.bytes, rules);
-        let small = rules.small_puts_fill && put.bytes as f64 / instance.engine_rate() < instance.machine.command_overhead_us;
+        let small = rules.small_puts_fill
+            && put.bytes as f64 / instance.engine_rate() < instance.machine.command_overhead_us;
         let mut best: Option<(f64, usize)> = None;
         for (e, &column_top) in top.iter().enumerate() {
             let fits = |t: f64| {
@@ -82,7 +87,8 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
                     return true;
                 }
                 let links_ok = peak(&placed, |p| p.links & put.links != 0, t, d) < rules.link_share;
-                let diagonal_ok = !put.diagonal || peak(&placed, |p| p.diagonal, t, d) < rules.diagonal_limit;
+                let diagonal_ok =
+                    !put.diagonal || peak(&placed, |p| p.diagonal, t, d) < rules.diagonal_limit;
                 links_ok && diagonal_ok
             };
             // The lowest feasible start is the column top or the end of a
@@ -92,7 +98,10 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
                 candidates.extend(
                     placed
                         .iter()
-                        .filter(|p| (p.links & put.links != 0 || (put.diagonal && p.diagonal)) && p.end > column_top)
+                        .filter(|p| {
+                            (p.links & put.links != 0 || (put.diagonal && p.diagonal))
+                                && p.end > column_top
+                        })
                         .map(|p| p.end),
                 );
             }
@@ -108,7 +117,12 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
             let end = placed.iter().map(|p| p.end).fold(0.0, f64::max);
             (end.max(top[0]), 0)
         });
-        placed.push(Placed { start: t, end: t + d, links: put.links, diagonal: put.diagonal });
+        placed.push(Placed {
+            start: t,
+            end: t + d,
+            links: put.links,
+            diagonal: put.diagonal,
+        });
         top[e] = t + d;
         columns[e].push((Piece::whole(instance, i, e), t, t + d));
     }
@@ -120,7 +134,9 @@ pub(crate) fn length_then_direction(instance: &Instance) -> Vec<usize> {
     let mut order: Vec<usize> = (0..instance.puts.len()).collect();
     order.sort_by(|&a, &b| {
         let (pa, pb) = (&instance.puts[a], &instance.puts[b]);
-        pb.bytes.cmp(&pa.bytes).then_with(|| pa.direction.cmp(&pb.direction))
+        pb.bytes
+            .cmp(&pa.bytes)
+            .then_with(|| pa.direction.cmp(&pb.direction))
     });
     order
 }

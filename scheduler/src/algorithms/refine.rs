@@ -29,17 +29,25 @@ impl Score {
         for r in ran.iter().flatten() {
             done[r.piece.put] = done[r.piece.put].max(r.end_us);
         }
-        Score { makespan, completion_sum: done.iter().sum() }
+        Score {
+            makespan,
+            completion_sum: done.iter().sum(),
+        }
     }
 
     fn beats(&self, other: &Score) -> bool {
         self.makespan < other.makespan - MIN_GAIN_US
-            || (self.makespan <= other.makespan + MIN_GAIN_US && self.completion_sum < other.completion_sum - MIN_GAIN_US)
+            || (self.makespan <= other.makespan + MIN_GAIN_US
+                && self.completion_sum < other.completion_sum - MIN_GAIN_US)
     }
 }
 
 /// Improves `lists` by relocations and (with `allow_split`) halvings.
-pub(crate) fn refine(instance: &Instance, mut lists: Vec<Vec<Piece>>, allow_split: bool) -> Vec<Vec<Piece>> {
+pub(crate) fn refine(
+    instance: &Instance,
+    mut lists: Vec<Vec<Piece>>,
+    allow_split: bool,
+) -> Vec<Vec<Piece>> {
     let engines = instance.machine.engines;
     lists.resize(engines, Vec::new());
     let mut current = Score::of(instance, &lists);
@@ -64,7 +72,13 @@ pub(crate) fn refine(instance: &Instance, mut lists: Vec<Vec<Piece>>, allow_spli
                             continue;
                         }
                         let mut candidate = without.clone();
-                        candidate[f].insert(j, Piece { recv_engine: f, ..piece });
+                        candidate[f].insert(
+                            j,
+                            Piece {
+                                recv_engine: f,
+                                ..piece
+                            },
+                        );
                         consider(candidate);
                     }
                     // Halve: keep the first half here, the second on engine f.
@@ -72,7 +86,12 @@ pub(crate) fn refine(instance: &Instance, mut lists: Vec<Vec<Piece>>, allow_spli
                         let first = (piece.bytes / 2).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
                         let mut base = lists.clone();
                         base[e][i].bytes = first;
-                        let second = Piece { offset: piece.offset + first, bytes: piece.bytes - first, recv_engine: f, ..piece };
+                        let second = Piece {
+                            offset: piece.offset + first,
+                            bytes: piece.bytes - first,
+                            recv_engine: f,
+                            ..piece
+                        };
                         for j in 0..=base[f].len() {
                             let mut candidate = base.clone();
                             candidate[f].insert(j, second);

@@ -2,12 +2,18 @@
 
 use clap::{Parser, Subcommand};
 use sode_scheduler::patterns::{halo, random, scale_les3, DirectionSet, HaloShape};
-use sode_scheduler::{gantt_svg, plan, simulate, table, Algorithm, Machine, Pattern, Plan, SchedError};
+use sode_scheduler::{
+    gantt_svg, plan, simulate, table, Algorithm, Machine, Pattern, Plan, SchedError,
+};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "sode-sched", version, about = "RDMA command scheduling for halo exchanges (RSched and beyond)")]
+#[command(
+    name = "sode-sched",
+    version,
+    about = "RDMA command scheduling for halo exchanges (RSched and beyond)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -147,7 +153,8 @@ fn machine(name: &str) -> Result<Machine, CliError> {
 fn read(path: &Path) -> Result<String, CliError> {
     if path == Path::new("-") {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| CliError::Read(path.into(), e))?;
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+            .map_err(|e| CliError::Read(path.into(), e))?;
         return Ok(text);
     }
     std::fs::read_to_string(path).map_err(|e| CliError::Read(path.into(), e))
@@ -157,18 +164,49 @@ fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Pattern { kind } => {
             let pattern = match kind {
-                PatternKind::ScaleLes3 { k, directions, machine: m } => {
-                    scale_les3(k, directions.parse::<DirectionSet>()?, machine(&m)?)?
-                }
-                PatternKind::Halo2d { nx, ny, halo: h, element_bytes, neighbours, machine: m } => halo(
-                    &HaloShape { size: vec![nx, ny], halo: h, element_bytes, neighbours },
+                PatternKind::ScaleLes3 {
+                    k,
+                    directions,
+                    machine: m,
+                } => scale_les3(k, directions.parse::<DirectionSet>()?, machine(&m)?)?,
+                PatternKind::Halo2d {
+                    nx,
+                    ny,
+                    halo: h,
+                    element_bytes,
+                    neighbours,
+                    machine: m,
+                } => halo(
+                    &HaloShape {
+                        size: vec![nx, ny],
+                        halo: h,
+                        element_bytes,
+                        neighbours,
+                    },
                     machine(&m)?,
                 )?,
-                PatternKind::Halo3d { nx, ny, nz, halo: h, element_bytes, neighbours, machine: m } => halo(
-                    &HaloShape { size: vec![nx, ny, nz], halo: h, element_bytes, neighbours },
+                PatternKind::Halo3d {
+                    nx,
+                    ny,
+                    nz,
+                    halo: h,
+                    element_bytes,
+                    neighbours,
+                    machine: m,
+                } => halo(
+                    &HaloShape {
+                        size: vec![nx, ny, nz],
+                        halo: h,
+                        element_bytes,
+                        neighbours,
+                    },
                     machine(&m)?,
                 )?,
-                PatternKind::Random { n, seed, machine: m } => random(n, seed, machine(&m)?)?,
+                PatternKind::Random {
+                    n,
+                    seed,
+                    machine: m,
+                } => random(n, seed, machine(&m)?)?,
             };
             println!("{}", pattern.to_json());
         }
@@ -192,7 +230,12 @@ fn run(cli: Cli) -> Result<(), CliError> {
             );
             print!("{}", t.to_markdown());
         }
-        Command::Gantt { pattern, plan: plan_path, algorithm, svg } => {
+        Command::Gantt {
+            pattern,
+            plan: plan_path,
+            algorithm,
+            svg,
+        } => {
             let pattern = Pattern::from_json(&read(&pattern)?)?;
             let plan = match plan_path {
                 Some(p) => Plan::from_json(&read(&p)?)?,

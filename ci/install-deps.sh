@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what building and testing sode needs on a fresh Debian 12 machine
+# with a Rust toolchain (rustup). Safe to run again: it only installs what is
+# missing.
+set -euo pipefail
+
+# Debian packages the workspace needs to build (C compiler for -sys crates).
+apt_packages=(gcc pkg-config)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "error: cargo not found. Install Rust with rustup (https://rustup.rs) and run this again." >&2
+  exit 1
+fi
+for component in rustfmt clippy; do
+  if ! cargo "${component/rustfmt/fmt}" --version >/dev/null 2>&1; then
+    echo "installing the Rust component $component"
+    rustup component add "$component"
+  fi
+done

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The README's test command: installs what the tests need, then checks
+# formatting, lints with warnings as errors, and runs every test of the
+# workspace (unit, integration, property and doc tests) and the benchmarks
+# in test mode. Idempotent; runs the same by hand and in CI.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash ci/install-deps.sh
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --release --locked
+echo "== benchmarks, once each (criterion test mode)"
+cargo bench --workspace --locked -- --test
