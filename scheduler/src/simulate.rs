@@ -57,6 +57,16 @@ pub(crate) struct SimState<'a> {
     /// What ran, per engine, in order.
     pub ran: Vec<Vec<Ran>>,
     rates_stale: bool,
+    /// Scratch space of the rate computation, kept to avoid allocating per event.
+    scratch: RateScratch,
+}
+
+#[derive(Debug, Clone, Default)]
+struct RateScratch {
+    capacity: Vec<f64>,
+    users: Vec<usize>,
+    frozen: Vec<bool>,
+    resources: Vec<usize>,
 }
 
 impl<'a> SimState<'a> {
@@ -70,6 +80,7 @@ impl<'a> SimState<'a> {
             flows: Vec::with_capacity(e),
             ran: vec![Vec::new(); e],
             rates_stale: false,
+            scratch: RateScratch::default(),
         }
     }
 
@@ -139,12 +150,22 @@ impl<'a> SimState<'a> {
         let l = inst.link_count;
         // Resources: send engines [0, e), receive engines [e, 2e), links [2e, 2e+l), node.
         let node = 2 * e + l;
-        let mut capacity = vec![0.0f64; node + 1];
+        let RateScratch {
+            capacity,
+            users,
+            frozen,
+            resources: scratch,
+        } = &mut self.scratch;
+        capacity.clear();
+        capacity.resize(node + 1, 0.0);
         capacity[..2 * e].fill(inst.engine_rate());
         capacity[2 * e..node].fill(inst.link_rate());
         capacity[node] = inst.node_rate();
         let n = self.flows.len();
-        let mut frozen = vec![false; n];
+        frozen.clear();
+        frozen.resize(n, false);
+        users.clear();
+        users.resize(node + 1, 0);
         let resources = |f: &Flow, out: &mut Vec<usize>| {
             out.clear();
             out.push(f.engine);
@@ -156,17 +177,13 @@ impl<'a> SimState<'a> {
             }
             out.push(node);
         };
-        let mut scratch = Vec::with_capacity(8);
-        let mut users = vec![0usize; node + 1];
         let mut left = n;
         while left > 0 {
             users.fill(0);
-            for (i, f) in self.flows.iter().enumerate() {
-                if !frozen[i] {
-                    resources(f, &mut scratch);
-                    for &r in &scratch {
-                        users[r] += 1;
-                    }
+            for (f, _) in self.flows.iter().zip(frozen.iter()).filter(|(_, fr)| !**fr) {
+                resources(f, scratch);
+                for &r in scratch.iter() {
+                    users[r] += 1;
                 }
             }
             let (bottleneck, share) = users
@@ -185,12 +202,12 @@ impl<'a> SimState<'a> {
                 if *is_frozen {
                     continue;
                 }
-                resources(flow, &mut scratch);
+                resources(flow, scratch);
                 if scratch.contains(&bottleneck) {
                     *is_frozen = true;
                     left -= 1;
                     flow.rate = share;
-                    for &r in &scratch {
+                    for &r in scratch.iter() {
                         capacity[r] -= share;
                     }
                 }

@@ -75,12 +75,14 @@ impl Algorithm {
         out
     }
 
-    /// Every heuristic `auto` chooses from for a pattern of `requests` puts.
+    /// The heuristics `auto` runs for a pattern of `requests` puts before it
+    /// refines the best of them with `split` (up to
+    /// [`AUTO_SIMULATED_CANDIDATES_MAX`] puts).
     pub fn auto_candidates(engines: usize, requests: usize) -> Vec<Algorithm> {
         let mut out = Self::paper_for(engines);
         out.extend([Algorithm::BottomLeftOverhead, Algorithm::BottomLeftShare]);
         if requests <= AUTO_SIMULATED_CANDIDATES_MAX {
-            out.extend([Algorithm::Greedy, Algorithm::Split]);
+            out.push(Algorithm::Greedy);
         }
         out
     }
@@ -223,27 +225,8 @@ fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
             )
         }
         Algorithm::Split => {
-            let mut start: Option<Plan> = None;
-            for candidate in Algorithm::auto_candidates(engines, 0)
-                .into_iter()
-                .filter(|a| *a != Algorithm::Split)
-            {
-                let p = plan_instance(instance, candidate)?;
-                if start
-                    .as_ref()
-                    .is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9)
-                {
-                    start = Some(p);
-                }
-            }
-            let start = start.expect("split has starting points");
-            let lists = refine::refine(instance, start.lists(instance)?, true);
-            assemble(
-                instance,
-                &name,
-                timed_by_simulation(instance, &lists),
-                Constraints::default(),
-            )
+            let start = best_of(instance, &Algorithm::auto_candidates(engines, 0))?;
+            refined(instance, &name, &start)?
         }
         Algorithm::Exact => {
             let n = instance.puts.len();
@@ -263,20 +246,43 @@ fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
             )
         }
         Algorithm::Auto => {
-            let mut best: Option<Plan> = None;
-            for candidate in Algorithm::auto_candidates(engines, instance.puts.len()) {
-                let p = plan_instance(instance, candidate)?;
-                if best
-                    .as_ref()
-                    .is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9)
-                {
-                    best = Some(p);
+            let n = instance.puts.len();
+            let mut best = best_of(instance, &Algorithm::auto_candidates(engines, n))?;
+            if n <= AUTO_SIMULATED_CANDIDATES_MAX {
+                let split = refined(instance, "split", &best)?;
+                if split.simulated_us < best.simulated_us - 1e-9 {
+                    best = split;
                 }
             }
-            let mut p = best.expect("auto has candidates");
-            p.algorithm = format!("auto={}", p.algorithm);
-            p
+            best.algorithm = format!("auto={}", best.algorithm);
+            best
         }
     };
     Ok(plan)
+}
+
+/// The plan of `candidates` that the simulator finds fastest (the first on ties).
+fn best_of(instance: &Instance, candidates: &[Algorithm]) -> Result<Plan> {
+    let mut best: Option<Plan> = None;
+    for &candidate in candidates {
+        let p = plan_instance(instance, candidate)?;
+        if best
+            .as_ref()
+            .is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9)
+        {
+            best = Some(p);
+        }
+    }
+    Ok(best.expect("at least one candidate"))
+}
+
+/// `start` improved by local search with splitting.
+fn refined(instance: &Instance, name: &str, start: &Plan) -> Result<Plan> {
+    let lists = refine::refine(instance, start.lists(instance)?, true);
+    Ok(assemble(
+        instance,
+        name,
+        timed_by_simulation(instance, &lists),
+        Constraints::default(),
+    ))
 }

@@ -8,8 +8,8 @@ use crate::simulate::run_lists;
 /// Pieces are cut at multiples of this many bytes (a cache line), so a cut
 /// never tears an element.
 const SPLIT_ALIGN: u64 = 64;
-/// Improvement rounds at most (each takes the best move of a full scan).
-const MAX_ROUNDS: usize = 16;
+/// Improvement rounds at most (each applies one improving move).
+const MAX_ROUNDS: usize = 32;
 /// A move must gain at least this much (microseconds) to count.
 const MIN_GAIN_US: f64 = 1e-6;
 
@@ -42,7 +42,9 @@ impl Score {
     }
 }
 
-/// Improves `lists` by relocations and (with `allow_split`) halvings.
+/// Improves `lists` by relocations and (with `allow_split`) halvings of the
+/// pieces on the engines that finish last, taking the first move that
+/// improves the score, until none does.
 pub(crate) fn refine(
     instance: &Instance,
     mut lists: Vec<Vec<Piece>>,
@@ -52,62 +54,100 @@ pub(crate) fn refine(
     lists.resize(engines, Vec::new());
     let mut current = Score::of(instance, &lists);
     for _ in 0..MAX_ROUNDS {
-        let mut best: Option<(Score, Vec<Vec<Piece>>)> = None;
-        let mut consider = |candidate: Vec<Vec<Piece>>| {
-            let score = Score::of(instance, &candidate);
-            let bar = best.as_ref().map_or(current, |b| b.0);
-            if score.beats(&bar) {
-                best = Some((score, candidate));
-            }
-        };
-        for e in 0..engines {
-            for i in 0..lists[e].len() {
-                let piece = lists[e][i];
-                for f in 0..engines {
-                    // Relocate: take it out, insert it anywhere on engine f.
-                    let mut without = lists.clone();
-                    without[e].remove(i);
-                    for j in 0..=without[f].len() {
-                        if f == e && j == i {
-                            continue;
-                        }
-                        let mut candidate = without.clone();
-                        candidate[f].insert(
-                            j,
-                            Piece {
-                                recv_engine: f,
-                                ..piece
-                            },
-                        );
-                        consider(candidate);
-                    }
-                    // Halve: keep the first half here, the second on engine f.
-                    if allow_split && f != e && piece.bytes >= 2 * SPLIT_ALIGN {
-                        let first = (piece.bytes / 2).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
-                        let mut base = lists.clone();
-                        base[e][i].bytes = first;
-                        let second = Piece {
-                            offset: piece.offset + first,
-                            bytes: piece.bytes - first,
-                            recv_engine: f,
-                            ..piece
-                        };
-                        for j in 0..=base[f].len() {
-                            let mut candidate = base.clone();
-                            candidate[f].insert(j, second);
-                            consider(candidate);
-                        }
-                    }
-                }
-            }
-        }
-        match best {
-            Some((score, candidate)) => {
+        let (ran, _) = run_lists(instance, &lists);
+        let finish: Vec<f64> = ran
+            .iter()
+            .map(|r| r.last().map_or(0.0, |c| c.end_us))
+            .collect();
+        let latest = finish.iter().copied().fold(0.0, f64::max);
+        let mut targets: Vec<usize> = (0..engines).collect();
+        targets.sort_by(|&a, &b| finish[a].total_cmp(&finish[b]).then(a.cmp(&b)));
+        let critical: Vec<usize> = (0..engines)
+            .filter(|&e| finish[e] >= latest - MIN_GAIN_US)
+            .collect();
+        match first_improvement(instance, &lists, &current, &critical, &targets, allow_split) {
+            Some((score, better)) => {
                 current = score;
-                lists = candidate;
+                lists = better;
             }
             None => break,
         }
     }
     lists
+}
+
+/// The first move of a piece on a `critical` engine that beats `current`.
+fn first_improvement(
+    instance: &Instance,
+    lists: &[Vec<Piece>],
+    current: &Score,
+    critical: &[usize],
+    targets: &[usize],
+    allow_split: bool,
+) -> Option<(Score, Vec<Vec<Piece>>)> {
+    let better = |candidate: Vec<Vec<Piece>>| {
+        let score = Score::of(instance, &candidate);
+        score.beats(current).then_some((score, candidate))
+    };
+    for &e in critical {
+        for i in (0..lists[e].len()).rev() {
+            let piece = lists[e][i];
+            for &f in targets {
+                // Relocate: take it out, insert it anywhere on engine f.
+                let mut without = lists.to_vec();
+                without[e].remove(i);
+                for j in positions(without[f].len()) {
+                    if f == e && j == i {
+                        continue;
+                    }
+                    let mut candidate = without.clone();
+                    candidate[f].insert(
+                        j,
+                        Piece {
+                            recv_engine: f,
+                            ..piece
+                        },
+                    );
+                    if let Some(found) = better(candidate) {
+                        return Some(found);
+                    }
+                }
+                // Halve: keep the first half here, the second on engine f.
+                if allow_split && f != e && worth_halving(instance, piece.bytes) {
+                    let first = (piece.bytes / 2).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+                    let mut base = lists.to_vec();
+                    base[e][i].bytes = first;
+                    let second = Piece {
+                        offset: piece.offset + first,
+                        bytes: piece.bytes - first,
+                        recv_engine: f,
+                        ..piece
+                    };
+                    for j in positions(base[f].len()) {
+                        let mut candidate = base.clone();
+                        candidate[f].insert(j, second);
+                        if let Some(found) = better(candidate) {
+                            return Some(found);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Where a moved piece may go in a list of `len`: last, or first. (Every
+/// position finds little more on the paper's patterns and costs a
+/// simulation each.)
+fn positions(len: usize) -> impl Iterator<Item = usize> {
+    std::iter::once(len).chain((len > 0).then_some(0))
+}
+
+/// Halving pays a second command overhead; only a piece whose transfer
+/// takes longer than two overheads can gain from it.
+fn worth_halving(instance: &Instance, bytes: u64) -> bool {
+    bytes >= 2 * SPLIT_ALIGN
+        && bytes as f64 / instance.engine_rate().min(instance.link_rate())
+            > 2.0 * instance.machine.command_overhead_us
 }
