@@ -81,7 +81,7 @@ impl Table {
         for a in &self.algorithms {
             let _ = write!(out, " {a} |");
         }
-        let _ = writeln!(out, " bound | auto/bl:best |");
+        let _ = writeln!(out, " bound | auto / best paper |");
         let _ = write!(out, "|---|---:|");
         for _ in &self.algorithms {
             let _ = write!(out, "---:|");
