@@ -16,7 +16,10 @@ fn algorithms() -> Vec<Algorithm> {
 
 fn ratios(p: &Pattern) -> Vec<f64> {
     let exact = plan(p, Algorithm::Exact).expect("exact").simulated_us;
-    algorithms().iter().map(|&a| plan(p, a).expect("plan").simulated_us / exact).collect()
+    algorithms()
+        .iter()
+        .map(|&a| plan(p, a).expect("plan").simulated_us / exact)
+        .collect()
 }
 
 fn row(label: &str, r: &[f64]) {
@@ -34,7 +37,12 @@ fn main() {
     }
     println!();
     println!("|---|{}", "---:|".repeat(algorithms().len()));
-    for set in [DirectionSet::Ew, DirectionSet::Ns, DirectionSet::Ewns, DirectionSet::Diag] {
+    for set in [
+        DirectionSet::Ew,
+        DirectionSet::Ns,
+        DirectionSet::Ewns,
+        DirectionSet::Diag,
+    ] {
         let mut worst = vec![0.0f64; algorithms().len()];
         for k in SCALE_LES3_K {
             let r = ratios(&scale_les3(k, set, Machine::K_COMPUTER).expect("pattern"));
