@@ -12,7 +12,12 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo test"
-cargo test --workspace --release --locked
 echo "== benchmarks, once each (criterion test mode)"
-cargo bench --workspace --locked -- --test
+cargo bench -p sode-benches --bench planning --locked -- --test
+
+echo "== cargo test"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --release --locked 2>&1 | tee "$log"
+# One closing line for the whole run: the sum over every test binary.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
