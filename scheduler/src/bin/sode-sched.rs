@@ -76,23 +76,16 @@ enum PatternKind {
         #[arg(long, default_value = "k")]
         machine: String,
     },
-    /// A 2-D halo: 4 or 8 neighbours.
+    /// A 2-D halo: 4 or 8 neighbours (default 8).
     Halo2d {
         #[arg(long)]
         nx: u64,
         #[arg(long)]
         ny: u64,
-        #[arg(long, default_value_t = 1)]
-        halo: u64,
-        /// Bytes per point (element size x fields).
-        #[arg(long, default_value_t = 8)]
-        element_bytes: u64,
-        #[arg(long, default_value_t = 8)]
-        neighbours: usize,
-        #[arg(long, default_value = "k")]
-        machine: String,
+        #[command(flatten)]
+        halo: HaloArgs,
     },
-    /// A 3-D halo: 6, 18 or 26 neighbours.
+    /// A 3-D halo: 6, 18 or 26 neighbours (default 26).
     Halo3d {
         #[arg(long)]
         nx: u64,
@@ -100,14 +93,8 @@ enum PatternKind {
         ny: u64,
         #[arg(long)]
         nz: u64,
-        #[arg(long, default_value_t = 1)]
-        halo: u64,
-        #[arg(long, default_value_t = 8)]
-        element_bytes: u64,
-        #[arg(long, default_value_t = 26)]
-        neighbours: usize,
-        #[arg(long, default_value = "k")]
-        machine: String,
+        #[command(flatten)]
+        halo: HaloArgs,
     },
     /// A random pattern (deterministic in its seed).
     Random {
@@ -118,6 +105,38 @@ enum PatternKind {
         #[arg(long, default_value = "k")]
         machine: String,
     },
+}
+
+/// What 2-D and 3-D halos share.
+#[derive(clap::Args, Debug)]
+struct HaloArgs {
+    /// Halo width in points.
+    #[arg(long, default_value_t = 1)]
+    halo: u64,
+    /// Bytes per point (element size x fields).
+    #[arg(long, default_value_t = 8)]
+    element_bytes: u64,
+    /// Neighbour count (2-D: 4 or 8; 3-D: 6, 18 or 26).
+    #[arg(long)]
+    neighbours: Option<usize>,
+    /// Machine preset: k or tofud.
+    #[arg(long, default_value = "k")]
+    machine: String,
+}
+
+impl HaloArgs {
+    fn pattern(&self, size: Vec<u64>) -> Result<Pattern, CliError> {
+        let neighbours = self
+            .neighbours
+            .unwrap_or(if size.len() == 2 { 8 } else { 26 });
+        let shape = HaloShape {
+            size,
+            halo: self.halo,
+            element_bytes: self.element_bytes,
+            neighbours,
+        };
+        Ok(halo(&shape, machine(&self.machine)?)?)
+    }
 }
 
 /// Errors of the command-line tool: the library's, and file access.
@@ -169,39 +188,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     directions,
                     machine: m,
                 } => scale_les3(k, directions.parse::<DirectionSet>()?, machine(&m)?)?,
-                PatternKind::Halo2d {
-                    nx,
-                    ny,
-                    halo: h,
-                    element_bytes,
-                    neighbours,
-                    machine: m,
-                } => halo(
-                    &HaloShape {
-                        size: vec![nx, ny],
-                        halo: h,
-                        element_bytes,
-                        neighbours,
-                    },
-                    machine(&m)?,
-                )?,
-                PatternKind::Halo3d {
-                    nx,
-                    ny,
-                    nz,
-                    halo: h,
-                    element_bytes,
-                    neighbours,
-                    machine: m,
-                } => halo(
-                    &HaloShape {
-                        size: vec![nx, ny, nz],
-                        halo: h,
-                        element_bytes,
-                        neighbours,
-                    },
-                    machine(&m)?,
-                )?,
+                PatternKind::Halo2d { nx, ny, halo } => halo.pattern(vec![nx, ny])?,
+                PatternKind::Halo3d { nx, ny, nz, halo } => halo.pattern(vec![nx, ny, nz])?,
                 PatternKind::Random {
                     n,
                     seed,
