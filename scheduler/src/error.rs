@@ -69,6 +69,9 @@ pub enum SchedError {
         /// The parser's message, with line and column.
         detail: String,
     },
+    /// A topology or all-to-all schedule was given parameters it cannot take.
+    #[error("invalid topology: {0}")]
+    InvalidTopology(String),
     /// A pattern generator was given out-of-range parameters.
     #[error("invalid pattern parameter `{field}`: {reason}")]
     InvalidPatternParameter {

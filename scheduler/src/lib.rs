@@ -40,6 +40,7 @@ pub mod patterns;
 mod plan;
 mod simulate;
 mod table;
+pub mod topology;
 
 pub use algorithms::{plan, Algorithm, AUTO_SIMULATED_CANDIDATES_MAX, EXACT_MAX_REQUESTS};
 pub use bound::{lower_bound, LowerBound};
