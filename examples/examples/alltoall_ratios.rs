@@ -5,10 +5,13 @@
 
 use sode_scheduler::topology::{PartialRule, Schedule};
 
+/// Grid columns k and servers per leaf m of a partial all-to-all.
+type KM = Option<(usize, usize)>;
+
 fn main() -> Result<(), sode_scheduler::SchedError> {
     println!("| config | topology | servers used | shift | proposed |");
     println!("|---|---|---:|---:|---:|");
-    let small: [(&str, usize, Option<(usize, usize)>); 3] = [
+    let small: [(&str, usize, KM); 3] = [
         ("S1", 2, None),
         ("S2", 2, Some((2, 2))),
         ("S3", 3, Some((3, 3))),
@@ -23,7 +26,7 @@ fn main() -> Result<(), sode_scheduler::SchedError> {
             shift.throughput_ratio()
         );
     }
-    let large: [(&str, usize, [Option<(usize, usize)>; 3]); 6] = [
+    let large: [(&str, usize, [KM; 3]); 6] = [
         ("L1", 3, [None, Some((3, 3)), Some((2, 2))]),
         ("L2", 5, [None, Some((5, 4)), Some((3, 3))]),
         ("L3", 7, [Some((7, 7)), Some((6, 6)), Some((4, 4))]),
