@@ -337,3 +337,61 @@ fn command_line_round_trip_and_errors() {
     assert!(ok && table.lines().filter(|l| l.starts_with("| ")).count() == 1 + 55);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn command_line_alltoall() {
+    let (ok, out, err) = cli(&[
+        "alltoall",
+        "latin-square",
+        "--n",
+        "3",
+        "--k",
+        "2",
+        "--m",
+        "2",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["n"].as_u64(), v["k"].as_u64(), v["m"].as_u64()),
+        (Some(3), Some(2), Some(2))
+    );
+    let phases = v["phases"].as_array().unwrap();
+    assert_eq!(phases.len(), 12);
+    assert_eq!(phases[0].as_array().unwrap().len(), 12);
+    assert_eq!(phases[0][0]["src"]["leaf"], serde_json::json!([0, 0]));
+    let (ok, out, _) = cli(&["alltoall", "latin-square", "--n", "2"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["phases"].as_array().unwrap().len(), 21);
+    assert_eq!(v["phases"][0][0]["src"]["leaf"], serde_json::json!([]));
+    let (ok, out, _) = cli(&["alltoall", "ratio", "--n", "5", "--schedule", "shift"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["throughput_ratio"].as_f64().unwrap() < 0.5);
+    let (ok, out, _) = cli(&["alltoall", "ratio", "--n", "5", "--k", "3", "--m", "3"]);
+    assert!(ok);
+    assert!(out.contains("\"throughput_ratio\": 1"), "{out}");
+    let (ok, _, err) = cli(&["alltoall", "ratio", "--n", "9"]);
+    assert!(!ok && err.contains("not prime"), "{err}");
+    let (ok, _, err) = cli(&[
+        "alltoall",
+        "ratio",
+        "--topology",
+        "fat-tree",
+        "--schedule",
+        "shift",
+    ]);
+    assert!(!ok && err.contains("--degree"), "{err}");
+    let (ok, _, err) = cli(&[
+        "alltoall",
+        "latin-square",
+        "--n",
+        "3",
+        "--k",
+        "4",
+        "--m",
+        "2",
+    ]);
+    assert!(!ok && err.contains("m <= k <= n"), "{err}");
+}

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use sode_scheduler::patterns::{halo, random, scale_les3, DirectionSet, HaloShape};
+use sode_scheduler::topology::{PartialRule, Schedule, ScheduleKind};
 use sode_scheduler::{
     gantt_svg, plan, simulate, table, Algorithm, Machine, Pattern, Plan, SchedError,
 };
@@ -46,6 +47,11 @@ enum Command {
         /// Machine preset: k or tofud.
         #[arg(long, default_value = "k")]
         machine: String,
+    },
+    /// All-to-all schedules on the Latin-square fat-tree and their contention.
+    Alltoall {
+        #[command(subcommand)]
+        kind: AlltoallKind,
     },
     /// Draw a plan as SVG: engines across, time down, colour = direction.
     Gantt {
@@ -107,6 +113,111 @@ enum PatternKind {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum AlltoallKind {
+    /// Print the contention-free schedule: the whole machine of order n, or
+    /// with --k and --m the n k m servers of an n x k grid rectangle.
+    LatinSquare {
+        #[command(flatten)]
+        size: LatinArgs,
+    },
+    /// Print the throughput ratio (1.0 = no link shared) of a schedule.
+    Ratio {
+        /// latin-square or fat-tree.
+        #[arg(long, default_value = "latin-square")]
+        topology: String,
+        /// shift or proposed (proposed: Latin square only).
+        #[arg(long, default_value = "proposed")]
+        schedule: String,
+        #[command(flatten)]
+        size: LatinArgs,
+        /// Fat-tree switch degree.
+        #[arg(long)]
+        degree: Option<usize>,
+        /// Fat-tree servers used (whole leaves first); all by default.
+        #[arg(long)]
+        servers: Option<usize>,
+    },
+}
+
+/// The size of a Latin-square all-to-all.
+#[derive(clap::Args, Debug)]
+struct LatinArgs {
+    /// Prime order of the projective plane (switch degree n + 1).
+    #[arg(long)]
+    n: Option<usize>,
+    /// Grid columns used (partial all-to-all).
+    #[arg(long, requires = "m")]
+    k: Option<usize>,
+    /// Servers used per leaf (partial all-to-all).
+    #[arg(long, requires = "k")]
+    m: Option<usize>,
+    /// Move rule of the partial schedule: geometric (the paper's definition,
+    /// contention-free) or tabulated (the rule of the paper's Table 3).
+    #[arg(long, default_value = "geometric")]
+    rule: String,
+}
+
+impl LatinArgs {
+    fn n(&self) -> Result<usize, CliError> {
+        self.n.ok_or(CliError::Usage(
+            "--n (the prime order) is required for a Latin-square fat-tree",
+        ))
+    }
+    fn proposed(&self) -> Result<Schedule, CliError> {
+        let n = self.n()?;
+        let rule = match self.rule.as_str() {
+            "geometric" => PartialRule::Geometric,
+            "tabulated" => PartialRule::Tabulated,
+            _ => return Err(CliError::Usage("--rule takes geometric or tabulated")),
+        };
+        Ok(match (self.k, self.m) {
+            (Some(k), Some(m)) => Schedule::partial(n, k, m, rule)?,
+            _ => Schedule::whole(n)?,
+        })
+    }
+    fn shift(&self) -> Result<Schedule, CliError> {
+        Ok(Schedule::shift_latin_square(self.n()?, self.k.zip(self.m))?)
+    }
+}
+
+/// Streams a schedule as JSON (the whole n = 17 machine has 30 million flows).
+fn print_schedule(schedule: &Schedule, size: &LatinArgs) -> std::io::Result<()> {
+    use std::io::Write;
+    let topology = schedule.latin_square().expect("a Latin-square schedule");
+    let out = std::io::stdout();
+    let mut w = std::io::BufWriter::new(out.lock());
+    let server = |index: u32| {
+        let s = topology.server(index as usize);
+        let leaf: Vec<String> = s.leaf.coordinates().iter().map(|c| c.to_string()).collect();
+        format!("{{\"leaf\": [{}], \"id\": {}}}", leaf.join(", "), s.id)
+    };
+    let (k, m) = match schedule.kind() {
+        ScheduleKind::Partial { k, m, .. } => (k.to_string(), m.to_string()),
+        _ => ("null".into(), "null".into()),
+    };
+    writeln!(
+        w,
+        "{{\"n\": {}, \"k\": {k}, \"m\": {m}, \"phases\": [",
+        size.n.unwrap_or(0)
+    )?;
+    for t in 0..schedule.phase_count() {
+        let flows: Vec<String> = schedule
+            .phase(t)
+            .iter()
+            .map(|r| format!("{{\"src\": {}, \"dst\": {}}}", server(r.src), server(r.dst)))
+            .collect();
+        let comma = if t + 1 < schedule.phase_count() {
+            ","
+        } else {
+            ""
+        };
+        writeln!(w, "  [{}]{comma}", flows.join(", "))?;
+    }
+    writeln!(w, "]}}")?;
+    w.flush()
+}
+
 /// What 2-D and 3-D halos share.
 #[derive(clap::Args, Debug)]
 struct HaloArgs {
@@ -146,6 +257,8 @@ enum CliError {
     Read(PathBuf, std::io::Error),
     Write(PathBuf, std::io::Error),
     UnknownMachine(String),
+    Usage(&'static str),
+    Output(std::io::Error),
 }
 
 impl std::fmt::Display for CliError {
@@ -155,6 +268,8 @@ impl std::fmt::Display for CliError {
             CliError::Read(p, e) => write!(f, "cannot read {}: {e}", p.display()),
             CliError::Write(p, e) => write!(f, "cannot write {}: {e}", p.display()),
             CliError::UnknownMachine(m) => write!(f, "unknown machine `{m}`: use k or tofud"),
+            CliError::Usage(m) => f.write_str(m),
+            CliError::Output(e) => write!(f, "cannot write the output: {e}"),
         }
     }
 }
@@ -217,6 +332,38 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 machine.engines, machine.engine_gbps, machine.link_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
             );
             print!("{}", t.to_markdown());
+        }
+        Command::Alltoall { kind } => {
+            match kind {
+                AlltoallKind::LatinSquare { size } => {
+                    let schedule = size.proposed()?;
+                    print_schedule(&schedule, &size).map_err(CliError::Output)?;
+                }
+                AlltoallKind::Ratio {
+                    topology,
+                    schedule,
+                    size,
+                    degree,
+                    servers,
+                } => {
+                    let s = match (topology.as_str(), schedule.as_str()) {
+                    ("latin-square", "proposed") => size.proposed()?,
+                    ("latin-square", "shift") => size.shift()?,
+                    ("fat-tree", "shift") => {
+                        let degree = degree.ok_or(CliError::Usage("--degree is required for a fat-tree"))?;
+                        Schedule::shift_fat_tree(degree, servers)?
+                    }
+                    ("fat-tree", _) => return Err(CliError::Usage("a conventional fat-tree runs --schedule shift")),
+                    _ => return Err(CliError::Usage("--topology takes latin-square or fat-tree; --schedule shift or proposed")),
+                };
+                    println!(
+                        "{{\"servers\": {}, \"phases\": {}, \"throughput_ratio\": {}}}",
+                        s.servers().len(),
+                        s.phase_count(),
+                        s.throughput_ratio()
+                    );
+                }
+            }
         }
         Command::Gantt {
             pattern,
