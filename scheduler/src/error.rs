@@ -72,6 +72,9 @@ pub enum SchedError {
     /// A topology or all-to-all schedule was given parameters it cannot take.
     #[error("invalid topology: {0}")]
     InvalidTopology(String),
+    /// A traffic or distance matrix is malformed.
+    #[error("invalid matrix: {0}")]
+    InvalidMatrix(String),
     /// A pattern generator was given out-of-range parameters.
     #[error("invalid pattern parameter `{field}`: {reason}")]
     InvalidPatternParameter {

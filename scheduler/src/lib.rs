@@ -37,6 +37,7 @@ mod instance;
 mod machine;
 mod pattern;
 pub mod patterns;
+pub mod placement;
 mod plan;
 mod simulate;
 mod table;

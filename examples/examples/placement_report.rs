@@ -1,0 +1,140 @@
+//! MC-MPI's algorithms, measured: latency estimation for several alpha, the
+//! bounding graph's connections per process and connectivity, QAP gaps on
+//! QAPLIB, and stencil placement against identity and hostname order.
+//!
+//! Run: `cargo run --release -p sode-examples --example placement_report`
+//! (QAPLIB rows need `../shared/data/qaplib/`, or set SODE_QAPLIB=DIR.)
+
+use sode_scheduler::placement::{
+    bounding_graph, estimate_latencies, hostname_placement, multi_cluster_latencies, parse_qaplib,
+    stencil_traffic, topology_distance, Locality, Matrix, Qap, SolverOptions,
+};
+use std::path::PathBuf;
+use std::time::Instant;
+
+fn four_clusters(per_cluster: usize) -> Matrix {
+    // RTTs in microseconds: four sites, cheap inside, 2-20 ms between.
+    let inter = vec![
+        vec![0.0, 2_000.0, 8_000.0, 20_000.0],
+        vec![2_000.0, 0.0, 9_000.0, 18_000.0],
+        vec![8_000.0, 9_000.0, 0.0, 12_000.0],
+        vec![20_000.0, 18_000.0, 12_000.0, 0.0],
+    ];
+    multi_cluster_latencies(
+        &[per_cluster; 4],
+        &[60.0, 80.0, 100.0, 50.0],
+        &inter,
+        0.2,
+        7,
+    )
+    .expect("latencies")
+}
+
+fn main() {
+    println!("### Latency estimation (4 clusters x 64 processes)\n");
+    println!("| alpha | measurements | of all pairs | worst relative error |");
+    println!("|---:|---:|---:|---:|");
+    let truth = four_clusters(64);
+    for alpha in [1.5, 2.0, 3.0, 5.0, 10.0] {
+        let e = estimate_latencies(&truth, alpha, 1).expect("estimate");
+        println!(
+            "| {alpha} | {} | {:.1}% | {:.1}% |",
+            e.measurements,
+            100.0 * e.measurements as f64 / e.all_pairs as f64,
+            100.0 * e.worst_relative_error
+        );
+    }
+
+    println!("\n### Bounding graph (4 clusters; cluster 3 accepts no inbound connection)\n");
+    println!("| processes | beta | connections per process | share of all pairs | connected |");
+    println!("|---:|---:|---:|---:|---|");
+    for per_cluster in [16, 32, 64, 128] {
+        let latency = four_clusters(per_cluster);
+        let n = latency.len();
+        let traffic = vec![vec![1.0; n]; n];
+        let firewalled = move |p: usize, q: usize| !(q / per_cluster == 3 && p / per_cluster != 3);
+        for beta in [1, 2, 4] {
+            let g = bounding_graph(&latency, &traffic, &firewalled, beta, 3).expect("graph");
+            println!(
+                "| {n} | {beta} | {:.1} | {:.1}% | {} |",
+                g.connections_per_process(),
+                100.0 * g.connections_per_process() / (n - 1) as f64,
+                g.connected
+            );
+        }
+    }
+
+    println!("\n### Stencil placement (16 x 16 ranks, 5-point and 9-point halo; 8 nodes x 2 NUMA x 16 cores; network = 10)\n");
+    println!(
+        "| stencil | identity (launch order) | hostname-sorted | QAP (GRASP + tabu) | QAP time |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    let locality = Locality {
+        nodes: 8,
+        numa_per_node: 2,
+        cores_per_numa: 16,
+    };
+    let distance = topology_distance(&locality, 10.0);
+    for (name, corners) in [("5-point", None), ("9-point", Some(0.1))] {
+        let traffic = stencil_traffic(16, 16, true, 1.0, corners).expect("traffic");
+        let qap = Qap::new(traffic, distance.clone()).expect("qap");
+        let identity: Vec<usize> = (0..qap.size()).collect();
+        let start = Instant::now();
+        let hostname = hostname_placement(&locality);
+        let options = SolverOptions {
+            restarts: 2,
+            tabu_iterations: 1_000,
+            seed: 1,
+        };
+        let best = qap
+            .solve_from(&[identity.clone(), hostname.clone()], &options)
+            .expect("placement");
+        println!(
+            "| {name} | {:.0} | {:.0} | {:.0} | {:.2} s |",
+            qap.cost(&identity),
+            qap.cost(&hostname),
+            best.cost,
+            start.elapsed().as_secs_f64()
+        );
+    }
+
+    let dir = std::env::var_os("SODE_QAPLIB")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("../shared/data/qaplib"));
+    println!("\n### QAPLIB ({})\n", dir.display());
+    if !dir.is_dir() {
+        println!("skipped: no QAPLIB folder");
+        return;
+    }
+    println!("| instance | n | optimum | found | gap | time |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for name in [
+        "nug12", "had12", "tai12a", "chr20a", "had20", "nug20", "tai20a", "nug30", "tai30a",
+    ] {
+        let (Ok(dat), Ok(sln)) = (
+            std::fs::read_to_string(dir.join(format!("{name}.dat"))),
+            std::fs::read_to_string(dir.join(format!("{name}.sln"))),
+        ) else {
+            continue;
+        };
+        let qap = parse_qaplib(&dat).expect("QAPLIB instance");
+        let optimum: f64 = sln
+            .split_whitespace()
+            .nth(1)
+            .and_then(|w| w.parse().ok())
+            .expect("optimum");
+        let start = Instant::now();
+        let best = qap.solve(&SolverOptions {
+            restarts: 10,
+            tabu_iterations: 200 * qap.size(),
+            seed: 1,
+        });
+        println!(
+            "| {name} | {} | {optimum} | {} | {:.2}% | {:.2} s |",
+            qap.size(),
+            best.cost,
+            100.0 * (best.cost - optimum) / optimum,
+            start.elapsed().as_secs_f64()
+        );
+    }
+}

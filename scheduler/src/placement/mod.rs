@@ -1,0 +1,13 @@
+//! Rank placement and connection management from MC-MPI: latency-matrix
+//! estimation, the bounding graph with its routes and spanning tree, and
+//! rank placement as a Quadratic Assignment Problem.
+
+mod bounding;
+mod latency;
+mod qap;
+mod stencil;
+
+pub use bounding::{bounding_graph, BoundingGraph};
+pub use latency::{estimate_latencies, multi_cluster_latencies, Estimate};
+pub use qap::{parse_qaplib, Matrix, Placement, Qap, SolverOptions};
+pub use stencil::{hostname_placement, stencil_traffic, topology_distance, Locality};
