@@ -4,6 +4,9 @@
 //! firewall forbids fail. Routes over it by distance vector (RTT metric), and
 //! the spanning tree that carries connection requests.
 
+// Matrix code: indices read more clearly than iterator chains here.
+#![allow(clippy::needless_range_loop)]
+
 use super::qap::Matrix;
 use crate::error::{Result, SchedError};
 use crate::patterns::SplitMix64;

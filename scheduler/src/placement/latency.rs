@@ -1,6 +1,9 @@
 //! Latency (RTT) matrices: a multi-cluster model, and MC-MPI's estimation
 //! algorithm (its Fig. 1), run against the true matrix as an oracle.
 
+// Matrix code: indices read more clearly than iterator chains here.
+#![allow(clippy::needless_range_loop)]
+
 use super::qap::Matrix;
 use crate::error::{Result, SchedError};
 use crate::patterns::SplitMix64;

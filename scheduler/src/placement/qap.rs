@@ -4,6 +4,9 @@
 //! budget lasts. Deterministic in its seed; no clocks: the caller sets an
 //! iteration budget (the CLI turns `--seconds` into repeated calls).
 
+// Matrix code: indices read more clearly than iterator chains here.
+#![allow(clippy::needless_range_loop)]
+
 use crate::error::{Result, SchedError};
 use crate::patterns::SplitMix64;
 

@@ -1,5 +1,8 @@
 //! Traffic and distance matrices for placing a stencil code on a cluster.
 
+// Matrix code: indices read more clearly than iterator chains here.
+#![allow(clippy::needless_range_loop)]
+
 use super::qap::Matrix;
 use crate::error::{Result, SchedError};
 
