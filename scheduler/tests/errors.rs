@@ -395,3 +395,57 @@ fn command_line_alltoall() {
     ]);
     assert!(!ok && err.contains("m <= k <= n"), "{err}");
 }
+
+#[test]
+fn command_line_place() {
+    let dir = std::env::temp_dir().join(format!("sode-place-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Two pairs of heavy talkers; slots 0-1 and 2-3 are close.
+    let t = dir.join("t.json");
+    let d = dir.join("d.json");
+    std::fs::write(&t, "[[0,0,9,0],[0,0,0,9],[9,0,0,0],[0,9,0,0]]").unwrap();
+    std::fs::write(&d, "[[0,1,5,5],[1,0,5,5],[5,5,0,1],[5,5,1,0]]").unwrap();
+    let (ok, out, err) = cli(&[
+        "place",
+        "--traffic",
+        t.to_str().unwrap(),
+        "--distance",
+        d.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p: Vec<usize> = v["permutation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(v["cost"].as_f64(), Some(36.0), "{out}");
+    assert_eq!(
+        p[0] / 2,
+        p[2] / 2,
+        "ranks 0 and 2 share a close pair of slots: {p:?}"
+    );
+    std::fs::write(&d, "[[0,1],[1,0]]").unwrap();
+    let (ok, _, err) = cli(&[
+        "place",
+        "--traffic",
+        t.to_str().unwrap(),
+        "--distance",
+        d.to_str().unwrap(),
+    ]);
+    assert!(
+        !ok && err.contains("distance matrix has 2 rows, expected 4"),
+        "{err}"
+    );
+    std::fs::write(&d, "[[0,1],[1]]").unwrap();
+    let (ok, _, err) = cli(&[
+        "place",
+        "--traffic",
+        d.to_str().unwrap(),
+        "--distance",
+        d.to_str().unwrap(),
+    ]);
+    assert!(!ok && err.contains("must be square"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use sode_scheduler::patterns::{halo, random, scale_les3, DirectionSet, HaloShape};
+use sode_scheduler::placement::{Matrix, Qap, SolverOptions};
 use sode_scheduler::topology::{PartialRule, Schedule, ScheduleKind};
 use sode_scheduler::{
     gantt_svg, plan, simulate, table, Algorithm, Machine, Pattern, Plan, SchedError,
@@ -47,6 +48,21 @@ enum Command {
         /// Machine preset: k or tofud.
         #[arg(long, default_value = "k")]
         machine: String,
+    },
+    /// Place ranks on slots: minimise sum T[i][j] * D[p(i)][p(j)] (QAP, GRASP + tabu search).
+    Place {
+        /// Traffic between ranks: a JSON array of arrays.
+        #[arg(long)]
+        traffic: PathBuf,
+        /// Distance between slots: a JSON array of arrays.
+        #[arg(long)]
+        distance: PathBuf,
+        /// Search this long (restarts until then); without it, a fixed effort.
+        #[arg(long)]
+        seconds: Option<f64>,
+        /// Random seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// All-to-all schedules on the Latin-square fat-tree and their contention.
     Alltoall {
@@ -332,6 +348,53 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 machine.engines, machine.engine_gbps, machine.link_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
             );
             print!("{}", t.to_markdown());
+        }
+        Command::Place {
+            traffic,
+            distance,
+            seconds,
+            seed,
+        } => {
+            let matrix = |path: &Path| -> Result<Matrix, CliError> {
+                serde_json::from_str(&read(path)?).map_err(|e| {
+                    CliError::Sched(SchedError::InvalidMatrix(format!(
+                        "{}: {e}: give a JSON array of arrays of numbers",
+                        path.display()
+                    )))
+                })
+            };
+            let qap = Qap::new(matrix(&traffic)?, matrix(&distance)?)?;
+            let identity: Vec<usize> = (0..qap.size()).collect();
+            let mut best = qap.solve_from(
+                &[identity],
+                &SolverOptions {
+                    seed,
+                    ..SolverOptions::default()
+                },
+            )?;
+            if let Some(limit) = seconds {
+                if !(limit.is_finite() && limit >= 0.0) {
+                    return Err(CliError::Usage("--seconds takes a non-negative number"));
+                }
+                let deadline =
+                    std::time::Instant::now() + std::time::Duration::from_secs_f64(limit);
+                let mut round = 1;
+                while std::time::Instant::now() < deadline {
+                    let found = qap.solve(&SolverOptions {
+                        restarts: 1,
+                        seed: seed.wrapping_add(round),
+                        ..SolverOptions::default()
+                    });
+                    if found.cost < best.cost {
+                        best = found;
+                    }
+                    round += 1;
+                }
+            }
+            println!(
+                "{}",
+                serde_json::json!({ "permutation": best.permutation, "cost": best.cost })
+            );
         }
         Command::Alltoall { kind } => {
             match kind {
