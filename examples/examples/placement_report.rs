@@ -6,8 +6,9 @@
 //! (QAPLIB rows need `../shared/data/qaplib/`, or set SODE_QAPLIB=DIR.)
 
 use sode_scheduler::placement::{
-    bounding_graph, estimate_latencies, hostname_placement, multi_cluster_latencies, parse_qaplib,
-    stencil_traffic, topology_distance, Locality, Matrix, Qap, SolverOptions,
+    bounding_graph, estimate_latencies, hostname_placement, is_connected, multi_cluster_latencies,
+    parse_qaplib, select_connections, stencil_traffic, topology_distance, Locality, Matrix, Qap,
+    SolverOptions,
 };
 use std::path::PathBuf;
 use std::time::Instant;
@@ -62,6 +63,30 @@ fn main() {
                 g.connected
             );
         }
+    }
+
+    println!("\n### How often the bounding graph is disconnected (the paper's 3FW: clusters 1-3 refuse inbound connections)\n");
+    println!("| processes | beta = 1 | beta = 2 | beta = 4 |");
+    println!("|---:|---:|---:|---:|");
+    let trials = 2_000;
+    for per_cluster in [2, 4, 8, 16, 32, 64] {
+        let latency = four_clusters(per_cluster);
+        let n = latency.len();
+        let traffic = vec![vec![1.0; n]; n];
+        let three_firewalls =
+            move |p: usize, q: usize| q / per_cluster == 0 || q / per_cluster == p / per_cluster;
+        let mut row = format!("| {n} |");
+        for beta in [1, 2, 4] {
+            let disconnected = (0..trials)
+                .filter(|&t| {
+                    let (c, _) = select_connections(&latency, &traffic, &three_firewalls, beta, t)
+                        .expect("graph");
+                    !is_connected(n, &c)
+                })
+                .count();
+            row += &format!(" {:.2}% |", 100.0 * disconnected as f64 / trials as f64);
+        }
+        println!("{row}");
     }
 
     println!("\n### Stencil placement (16 x 16 ranks, 5-point and 9-point halo; 8 nodes x 2 NUMA x 16 cores; network = 10)\n");

@@ -236,3 +236,38 @@ fn qaplib_gaps() {
         assert!(gap >= 0.0 && gap <= max_gap, "{name}: gap {gap}");
     }
 }
+
+/// The paper's Fig. 6 trend under 3FW (three clusters refuse inbound
+/// connections): disconnection gets rarer with more processes and with a
+/// larger beta, and never happens at beta = 4.
+#[test]
+fn disconnection_becomes_rare_as_in_the_paper() {
+    use sode_scheduler::placement::{is_connected, select_connections};
+    let rate = |per_cluster: usize, beta: usize| {
+        let latency = clusters(per_cluster, 11);
+        let n = latency.len();
+        let traffic = vec![vec![1.0; n]; n];
+        let three_firewalls =
+            move |p: usize, q: usize| q / per_cluster == 0 || q / per_cluster == p / per_cluster;
+        (0..300u64)
+            .filter(|&t| {
+                !is_connected(
+                    n,
+                    &select_connections(&latency, &traffic, &three_firewalls, beta, t)
+                        .unwrap()
+                        .0,
+                )
+            })
+            .count()
+    };
+    let (small, large) = (rate(2, 1), rate(32, 1));
+    assert!(
+        small > 0 && large < small,
+        "beta 1: {small} vs {large} disconnected of 300"
+    );
+    assert!(rate(2, 2) < small);
+    for per_cluster in [2, 8, 32] {
+        assert_eq!(rate(per_cluster, 4), 0);
+    }
+    assert!(!is_connected(3, &[(0, 1)]) && is_connected(3, &[(0, 1), (2, 1)]));
+}

@@ -35,15 +35,16 @@ impl BoundingGraph {
     }
 }
 
-/// Builds the bounding graph. `allowed(p, q)` says whether p may open a
-/// connection to q (firewalls).
-pub fn bounding_graph(
+/// The connections of the bounding graph that succeed, as (initiator,
+/// acceptor), and how many were attempted. `allowed(p, q)` says whether p may
+/// open a connection to q (firewalls).
+pub fn select_connections(
     latency: &Matrix,
     traffic: &Matrix,
     allowed: &dyn Fn(usize, usize) -> bool,
     beta: usize,
     seed: u64,
-) -> Result<BoundingGraph> {
+) -> Result<(Vec<(usize, usize)>, usize)> {
     let n = latency.len();
     if n == 0 || latency.iter().chain(traffic.iter()).any(|r| r.len() != n) || traffic.len() != n {
         return Err(SchedError::InvalidMatrix(
@@ -86,6 +87,24 @@ pub fn bounding_graph(
                 connections.push((p, q));
             }
         }
+    }
+    Ok((connections, attempted))
+}
+
+/// Builds the bounding graph, its routes and its spanning tree.
+pub fn bounding_graph(
+    latency: &Matrix,
+    traffic: &Matrix,
+    allowed: &dyn Fn(usize, usize) -> bool,
+    beta: usize,
+    seed: u64,
+) -> Result<BoundingGraph> {
+    let (connections, attempted) = select_connections(latency, traffic, allowed, beta, seed)?;
+    let n = latency.len();
+    let mut adjacent = vec![vec![false; n]; n];
+    for &(p, q) in &connections {
+        adjacent[p][q] = true;
+        adjacent[q][p] = true;
     }
     // Distance-vector routing converges to the shortest paths: Floyd-Warshall.
     let mut dist = vec![vec![f64::INFINITY; n]; n];
@@ -155,4 +174,26 @@ fn draw_by_traffic(
         out.push(left.swap_remove(index).0);
     }
     out
+}
+
+/// True when `connections` join all `n` processes (union-find; cheap enough
+/// to estimate how often a bounding graph is disconnected).
+pub fn is_connected(n: usize, connections: &[(usize, usize)]) -> bool {
+    fn root(parent: &mut [usize], mut x: usize) -> usize {
+        while parent[x] != x {
+            parent[x] = parent[parent[x]];
+            x = parent[x];
+        }
+        x
+    }
+    let mut parent: Vec<usize> = (0..n).collect();
+    let mut groups = n;
+    for &(p, q) in connections {
+        let (a, b) = (root(&mut parent, p), root(&mut parent, q));
+        if a != b {
+            parent[a] = b;
+            groups -= 1;
+        }
+    }
+    groups <= 1
 }
