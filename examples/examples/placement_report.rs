@@ -6,29 +6,15 @@
 //! (QAPLIB rows need `../shared/data/qaplib/`, or set SODE_QAPLIB=DIR.)
 
 use sode_scheduler::placement::{
-    bounding_graph, estimate_latencies, hostname_placement, is_connected, multi_cluster_latencies,
-    parse_qaplib, select_connections, stencil_traffic, topology_distance, Locality, Matrix, Qap,
-    SolverOptions,
+    bounding_graph, estimate_latencies, four_sites, hostname_placement, is_connected, parse_qaplib,
+    select_connections, stencil_traffic, topology_distance, Locality, Matrix, Qap, SolverOptions,
 };
 use std::path::PathBuf;
 use std::time::Instant;
 
 fn four_clusters(per_cluster: usize) -> Matrix {
-    // RTTs in microseconds: four sites, cheap inside, 2-20 ms between.
-    let inter = vec![
-        vec![0.0, 2_000.0, 8_000.0, 20_000.0],
-        vec![2_000.0, 0.0, 9_000.0, 18_000.0],
-        vec![8_000.0, 9_000.0, 0.0, 12_000.0],
-        vec![20_000.0, 18_000.0, 12_000.0, 0.0],
-    ];
-    multi_cluster_latencies(
-        &[per_cluster; 4],
-        &[60.0, 80.0, 100.0, 50.0],
-        &inter,
-        0.2,
-        7,
-    )
-    .expect("latencies")
+    // RTTs in microseconds: four sites, 50-100 us inside, 2-20 ms between.
+    four_sites(per_cluster, 0.2, 7).expect("latencies")
 }
 
 fn main() {

@@ -63,6 +63,24 @@ pub fn multi_cluster_latencies(
     Ok(m)
 }
 
+/// Four sites in the spirit of MC-MPI's testbed: `per_cluster` processes
+/// each, 50-100 us inside a site, 2-20 ms between sites.
+pub fn four_sites(per_cluster: usize, jitter: f64, seed: u64) -> Result<Matrix> {
+    let inter = vec![
+        vec![0.0, 2_000.0, 8_000.0, 20_000.0],
+        vec![2_000.0, 0.0, 9_000.0, 18_000.0],
+        vec![8_000.0, 9_000.0, 0.0, 12_000.0],
+        vec![20_000.0, 18_000.0, 12_000.0, 0.0],
+    ];
+    multi_cluster_latencies(
+        &[per_cluster; 4],
+        &[60.0, 80.0, 100.0, 50.0],
+        &inter,
+        jitter,
+        seed,
+    )
+}
+
 /// What the estimation produced and what it cost.
 #[derive(Debug, Clone)]
 pub struct Estimate {

@@ -8,6 +8,6 @@ mod qap;
 mod stencil;
 
 pub use bounding::{bounding_graph, is_connected, select_connections, BoundingGraph};
-pub use latency::{estimate_latencies, multi_cluster_latencies, Estimate};
+pub use latency::{estimate_latencies, four_sites, multi_cluster_latencies, Estimate};
 pub use qap::{parse_qaplib, Matrix, Placement, Qap, SolverOptions};
 pub use stencil::{hostname_placement, stencil_traffic, topology_distance, Locality};
