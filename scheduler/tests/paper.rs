@@ -198,3 +198,39 @@ fn auto_beats_the_paper_where_the_paper_left_room() {
     let all8 = pattern(872, DirectionSet::All8);
     assert!(simulated(&all8, Algorithm::Auto) < simulated(&all8, Algorithm::BottomLeft(4)));
 }
+
+/// Overhead-aware packing, measured: on 3-D halos with 26 neighbours (many
+/// small edge and corner puts) it beats BLbased(4) clearly and the best of
+/// the paper's six on the large subdomain.
+#[test]
+fn overhead_aware_packing_wins_on_many_small_puts() {
+    use sode_scheduler::patterns::{halo, HaloShape};
+    for (size, h) in [(8, 1), (16, 2), (64, 2)] {
+        let p = halo(
+            &HaloShape {
+                size: vec![size; 3],
+                halo: h,
+                element_bytes: 8,
+                neighbours: 26,
+            },
+            K,
+        )
+        .unwrap();
+        let overhead = simulated(&p, Algorithm::BottomLeftOverhead);
+        assert!(
+            overhead < 0.9 * simulated(&p, Algorithm::BottomLeft(4)),
+            "{size}^3"
+        );
+        let best_paper = Algorithm::PAPER
+            .iter()
+            .map(|&a| simulated(&p, a))
+            .fold(f64::INFINITY, f64::min);
+        assert!(
+            overhead <= best_paper + 1e-9,
+            "{size}^3: {overhead} vs {best_paper}"
+        );
+        if size == 64 {
+            assert!(overhead < 0.95 * best_paper);
+        }
+    }
+}
