@@ -1,7 +1,66 @@
 //! # sode-shm
 //!
-//! The intra-node channel of sode: a one-copy path between processes of one
-//! node (the receiver reads the sender's memory with cross-memory attach),
-//! direct puts into peer-mapped halo buffers, and an eager path for small
-//! messages. Not built yet: this crate holds its place in the workspace.
+//! The intra-node channel of sode. Processes of one node exchange halos
+//! through a per-process shared segment (a 0600 file under `/dev/shm`,
+//! unlinked as soon as every peer has mapped it) over three data paths,
+//! chosen per message by the receiver:
+//!
+//! - **eager**: copied through a lock-free single-producer single-consumer
+//!   ring in the receiver's segment (two copies, no handshake; large
+//!   messages are pipelined in fragments);
+//! - **get**: the sender posts a receive_request with its buffer's address,
+//!   the receiver copies straight out of the sender's memory with
+//!   `process_vm_readv` in chunks and answers receive_done (one copy; the
+//!   MPICH-PM/CLUMP get protocol);
+//! - **window**: the receive buffer lives in the receiver's segment and the
+//!   sender copies into it once the receiver has granted a credit (one copy,
+//!   no system call).
+//!
+//! The crossover sizes are measured at start-up ([`Thresholds`]), the
+//! machine's capabilities probed with reasons ([`Capabilities`]), and a peer
+//! that dies is reported by [`Exchange::wait`] within its deadline.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sode_shm::{Context, Neighbour};
+//!
+//! # fn main() -> Result<(), sode_shm::ShmError> {
+//! // SODE_JOB_ID and SODE_RANK come from the launcher.
+//! let mut ctx = Context::from_env()?;
+//! let right = (ctx.rank() + 1) % 2;
+//! let mut halo = ctx
+//!     .exchange()
+//!     .neighbour(Neighbour::new(right).send(4096, 0).recv(4096, 0))
+//!     .build()?; // collective with rank `right`
+//! for _ in 0..100 {
+//!     halo.send_buf_mut(0)?.fill(7);
+//!     halo.start()?;
+//!     halo.wait_for(Duration::from_secs(10))?;
+//!     assert!(halo.recv_buf(0)?.iter().all(|&b| b == 7));
+//! }
+//! # Ok(()) }
+//! ```
 #![deny(missing_docs)]
+
+mod buffer;
+mod caps;
+mod context;
+mod error;
+mod exchange;
+mod layout;
+mod ring;
+mod segment;
+pub mod sys;
+mod thresholds;
+#[cfg(feature = "hwloc")]
+pub mod topology;
+
+pub use caps::{Availability, Capabilities};
+pub use context::Context;
+pub use error::{Result, ShmError};
+pub use exchange::{
+    Exchange, ExchangeBuilder, ExchangeReport, MessageReport, Neighbour, Path, PathPolicy,
+};
+pub use thresholds::Thresholds;

@@ -1,0 +1,44 @@
+//! Process-private message buffers: page-aligned anonymous memory, with the
+//! message starting `misalign` bytes in (tests use it to check unaligned
+//! copies).
+
+use crate::sys::shared::SharedMap;
+
+/// A private buffer holding one message.
+#[derive(Debug)]
+pub(crate) struct PrivateBuf {
+    map: SharedMap,
+    offset: u64,
+    len: usize,
+}
+
+impl PrivateBuf {
+    pub(crate) fn new(len: usize, misalign: usize) -> std::io::Result<PrivateBuf> {
+        let mut buf = PrivateBuf {
+            map: SharedMap::anonymous(len + misalign)?,
+            offset: misalign as u64,
+            len,
+        };
+        // Touch every page now so first use does not pay page faults and the
+        // pages land on this process's NUMA node.
+        buf.as_mut().fill(0);
+        Ok(buf)
+    }
+
+    pub(crate) fn as_ref(&self) -> &[u8] {
+        self.map
+            .bytes(self.offset, self.len)
+            .expect("buffer range is inside its own mapping")
+    }
+
+    pub(crate) fn as_mut(&mut self) -> &mut [u8] {
+        self.map
+            .bytes_mut(self.offset, self.len)
+            .expect("buffer range is inside its own mapping")
+    }
+
+    /// The address a peer reads with cross-memory attach.
+    pub(crate) fn address(&self) -> u64 {
+        self.as_ref().as_ptr() as u64
+    }
+}

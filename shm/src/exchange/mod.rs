@@ -1,0 +1,239 @@
+//! The persistent exchange: built once from (peer, send, receive) triples,
+//! then `start()` / `wait(deadline)` every iteration.
+
+mod build;
+mod run;
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::buffer::PrivateBuf;
+use crate::ring::{Record, RingRx, RingTx};
+use crate::segment::OwnSegment;
+use crate::sys::pidfd::PidFd;
+use crate::sys::shared::SharedMap;
+use crate::thresholds::Thresholds;
+
+pub use build::ExchangeBuilder;
+
+/// How a message travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Copied into the control ring by the sender and out by the receiver
+    /// (two copies, no handshake before sending; pipelined in fragments for
+    /// large messages).
+    Eager,
+    /// The sender posts a receive_request with its buffer's address; the
+    /// receiver copies straight out of the sender's memory with
+    /// `process_vm_readv` and answers receive_done (one copy).
+    Get,
+    /// The receiver's buffer lives in its segment, mapped by the sender,
+    /// which copies its data straight in once the receiver has granted a
+    /// credit (one copy, no system call).
+    Window,
+}
+
+impl Path {
+    /// Lower-case name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Path::Eager => "eager",
+            Path::Get => "get",
+            Path::Window => "window",
+        }
+    }
+
+    pub(crate) fn code(&self) -> u64 {
+        match self {
+            Path::Eager => 1,
+            Path::Get => 2,
+            Path::Window => 3,
+        }
+    }
+
+    pub(crate) fn from_code(c: u64) -> Option<Path> {
+        Some(match c {
+            1 => Path::Eager,
+            2 => Path::Get,
+            3 => Path::Window,
+            _ => return None,
+        })
+    }
+}
+
+impl std::str::FromStr for Path {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Path, String> {
+        match s {
+            "eager" => Ok(Path::Eager),
+            "get" => Ok(Path::Get),
+            "window" => Ok(Path::Window),
+            other => Err(format!("unknown path {other:?} (eager, get, window)")),
+        }
+    }
+}
+
+/// How the receiver picks a message's path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PathPolicy {
+    /// By size against the measured [`Thresholds`]: eager up to `eager_max`,
+    /// then window puts; with private receive buffers, eager below `get_min`
+    /// and get from there.
+    #[default]
+    Auto,
+    /// Always this path (get falls back to eager when cross-memory attach is
+    /// denied).
+    Force(Path),
+}
+
+/// One neighbour of an exchange: a peer rank, what we send it, and what we
+/// receive from it. A message sent with tag `t` lands in the peer's receive
+/// with tag `t` from us.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    pub(crate) peer: usize,
+    pub(crate) send: Option<(usize, u32)>,
+    pub(crate) recv: Option<(usize, u32)>,
+    pub(crate) misalign: usize,
+}
+
+impl Neighbour {
+    /// A neighbour with nothing to send or receive yet.
+    pub fn new(peer: usize) -> Neighbour {
+        Neighbour {
+            peer,
+            send: None,
+            recv: None,
+            misalign: 0,
+        }
+    }
+
+    /// Sends `len` bytes with `tag` every iteration.
+    pub fn send(mut self, len: usize, tag: u32) -> Neighbour {
+        self.send = Some((len, tag));
+        self
+    }
+
+    /// Receives `len` bytes with `tag` every iteration.
+    pub fn recv(mut self, len: usize, tag: u32) -> Neighbour {
+        self.recv = Some((len, tag));
+        self
+    }
+
+    /// Starts both buffers `bytes` (< 64) past a cache-line boundary.
+    pub fn misaligned(mut self, bytes: usize) -> Neighbour {
+        self.misalign = bytes;
+        self
+    }
+}
+
+/// One message as built.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageReport {
+    /// Index of the neighbour in the builder's list.
+    pub neighbour: usize,
+    /// The peer's rank.
+    pub peer: usize,
+    /// The tag.
+    pub tag: u32,
+    /// Bytes per iteration.
+    pub len: usize,
+    /// The path chosen (by the receiver).
+    pub path: Path,
+}
+
+/// What `build` decided, for logs and tests.
+#[derive(Debug, Clone)]
+pub struct ExchangeReport {
+    /// The exchange's name (also in its segment names).
+    pub name: String,
+    /// Messages this process sends.
+    pub sends: Vec<MessageReport>,
+    /// Messages this process receives.
+    pub recvs: Vec<MessageReport>,
+    /// The thresholds used.
+    pub thresholds: Thresholds,
+    /// Bytes of this process's segment.
+    pub segment_bytes: u64,
+    /// Whether the segment is pinned in memory.
+    pub pinned: bool,
+    /// Fallbacks and other decisions worth knowing (also printed once).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OpState {
+    Idle,
+    Active,
+    AwaitingDone,
+    Done,
+}
+
+#[derive(Debug)]
+struct PeerLink {
+    rank: usize,
+    pid: i32,
+    pidfd: PidFd,
+    map: SharedMap,
+    tx: RingTx,
+    rx: RingRx,
+    outbox: VecDeque<Record>,
+}
+
+#[derive(Debug)]
+struct SendOp {
+    peer: usize,
+    tag: u32,
+    buf: PrivateBuf,
+    path: Path,
+    /// Window data offset and receive-entry offset in the peer's segment.
+    window: Option<(u64, u64)>,
+    state: OpState,
+    sent: usize,
+    pushed_any: bool,
+}
+
+#[derive(Debug)]
+enum Storage {
+    Private(PrivateBuf),
+    Window(u64),
+}
+
+#[derive(Debug)]
+struct RecvOp {
+    peer: usize,
+    tag: u32,
+    len: usize,
+    path: Path,
+    storage: Storage,
+    entry: u64,
+    state: OpState,
+    received: usize,
+    get_from: Option<u64>,
+}
+
+/// A persistent halo exchange with intra-node neighbours.
+///
+/// Every iteration: fill the send buffers ([`Exchange::send_buf_mut`]), call
+/// [`Exchange::start`], overlap computation, call [`Exchange::wait`], read
+/// the receive buffers ([`Exchange::recv_buf`]). A receive buffer stays
+/// valid until the next `start`, which hands it back to the sender.
+#[derive(Debug)]
+pub struct Exchange {
+    name: String,
+    own: OwnSegment,
+    peers: Vec<PeerLink>,
+    sends: Vec<SendOp>,
+    recvs: Vec<RecvOp>,
+    send_of: Vec<Option<usize>>,
+    recv_of: Vec<Option<usize>>,
+    recv_index: HashMap<(usize, u32), usize>,
+    send_index: HashMap<(usize, u32), usize>,
+    iteration: u64,
+    in_flight: bool,
+    failed: Option<String>,
+    get_chunk: usize,
+    max_fragment: usize,
+    report: ExchangeReport,
+    // Read by peers with cross-memory attach during setup.
+    _probe: Box<u64>,
+}

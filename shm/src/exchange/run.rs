@@ -1,0 +1,607 @@
+//! Running an exchange: `start`, `wait`, and the progress engine.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Exchange, ExchangeReport, OpState, Path, Storage};
+use crate::caps::cma_read;
+use crate::error::{Result, ShmError};
+use crate::layout;
+use crate::ring::{Kind, Record};
+use crate::sys::pidfd;
+
+impl Exchange {
+    /// The exchange's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What `build` decided.
+    pub fn report(&self) -> &ExchangeReport {
+        &self.report
+    }
+
+    /// Completed iterations plus the one in flight.
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
+    fn state_error(&self, why: &'static str) -> ShmError {
+        ShmError::State {
+            exchange: self.name.clone(),
+            why,
+        }
+    }
+
+    /// The send buffer of neighbour `index`, to fill before `start`.
+    pub fn send_buf_mut(&mut self, index: usize) -> Result<&mut [u8]> {
+        if self.in_flight {
+            return Err(self.state_error(
+                "send buffers cannot change while an exchange is in flight: call wait first",
+            ));
+        }
+        let count = self.send_of.len();
+        let op = self
+            .send_of
+            .get(index)
+            .copied()
+            .flatten()
+            .ok_or(ShmError::NoSuchBuffer {
+                what: "send",
+                index,
+                count,
+            })?;
+        Ok(self.sends[op].buf.as_mut())
+    }
+
+    /// The receive buffer of neighbour `index`, valid after `wait` until the
+    /// next `start`.
+    pub fn recv_buf(&self, index: usize) -> Result<&[u8]> {
+        if self.in_flight {
+            return Err(self.state_error(
+                "receive buffers are being written while an exchange is in flight: call wait first",
+            ));
+        }
+        let count = self.recv_of.len();
+        let op = self
+            .recv_of
+            .get(index)
+            .copied()
+            .flatten()
+            .ok_or(ShmError::NoSuchBuffer {
+                what: "receive",
+                index,
+                count,
+            })?;
+        let r = &self.recvs[op];
+        match &r.storage {
+            Storage::Private(b) => Ok(b.as_ref()),
+            Storage::Window(off) => {
+                self.own
+                    .map
+                    .bytes(*off, r.len)
+                    .map_err(|e| ShmError::Protocol {
+                        peer: self.peers[r.peer].rank,
+                        what: e.to_string(),
+                    })
+            }
+        }
+    }
+
+    /// Starts an iteration: hands the receive buffers back to their senders
+    /// (credits) and begins sending. Never blocks.
+    pub fn start(&mut self) -> Result<()> {
+        if let Some(cause) = &self.failed {
+            return Err(ShmError::Failed {
+                exchange: self.name.clone(),
+                cause: cause.clone(),
+            });
+        }
+        if self.in_flight {
+            return Err(self.state_error("start called twice without wait"));
+        }
+        self.iteration += 1;
+        let n = self.iteration;
+        for r in &mut self.recvs {
+            r.state = OpState::Active;
+            r.received = 0;
+            r.get_from = None;
+            if r.path == Path::Window {
+                let credit = self
+                    .own
+                    .map
+                    .atomic(r.entry + layout::R_FREE_FOR)
+                    .map_err(|e| ShmError::Protocol {
+                        peer: self.peers[r.peer].rank,
+                        what: e.to_string(),
+                    })?;
+                credit.store(n, Ordering::Release);
+            }
+        }
+        for s in &mut self.sends {
+            s.state = OpState::Active;
+            s.sent = 0;
+            s.pushed_any = false;
+        }
+        self.in_flight = true;
+        if let Err(e) = self.progress_sends() {
+            return Err(self.fail(e));
+        }
+        Ok(())
+    }
+
+    /// Waits until this iteration's messages have arrived and our send
+    /// buffers are free again, or `deadline` passes ([`ShmError::Timeout`],
+    /// after which `wait` may be called again). A peer that dies is reported
+    /// as [`ShmError::PeerDied`] as soon as it is noticed.
+    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+        if let Some(cause) = &self.failed {
+            return Err(ShmError::Failed {
+                exchange: self.name.clone(),
+                cause: cause.clone(),
+            });
+        }
+        if !self.in_flight {
+            return Err(self.state_error("wait called without start"));
+        }
+        match self.wait_inner(deadline) {
+            Ok(()) => {
+                self.in_flight = false;
+                Ok(())
+            }
+            Err(e @ ShmError::Timeout { .. }) => Err(e),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
+    /// `wait` with a deadline `timeout` from now.
+    pub fn wait_for(&mut self, timeout: Duration) -> Result<()> {
+        self.wait(Instant::now() + timeout)
+    }
+
+    fn fail(&mut self, e: ShmError) -> ShmError {
+        self.failed.get_or_insert_with(|| e.to_string());
+        self.in_flight = false;
+        e
+    }
+
+    fn complete(&self) -> bool {
+        self.sends.iter().all(|s| s.state == OpState::Done)
+            && self.recvs.iter().all(|r| r.state == OpState::Done)
+            && self.peers.iter().all(|p| p.outbox.is_empty())
+    }
+
+    fn peer_pending(&self, p: usize) -> bool {
+        self.sends
+            .iter()
+            .any(|s| s.peer == p && s.state != OpState::Done)
+            || self
+                .recvs
+                .iter()
+                .any(|r| r.peer == p && r.state != OpState::Done)
+            || !self.peers[p].outbox.is_empty()
+    }
+
+    fn wait_inner(&mut self, deadline: Instant) -> Result<()> {
+        let mut idle: u32 = 0;
+        let mut dead_seen = false;
+        loop {
+            let mut progress = self.flush_outboxes()?;
+            progress |= self.progress_sends()?;
+            progress |= self.drain_rings()?;
+            progress |= self.progress_gets()?;
+            progress |= self.check_windows()?;
+            if self.complete() {
+                return Ok(());
+            }
+            if progress {
+                idle = 0;
+                continue;
+            }
+            idle = idle.wrapping_add(1);
+            if dead_seen || idle % 64 == 0 {
+                let fds: Vec<_> = self.peers.iter().map(|p| &p.pidfd).collect();
+                let exited = pidfd::exited(&fds).map_err(|e| ShmError::Io {
+                    what: "polling peer processes".into(),
+                    source: e,
+                })?;
+                let dead: Vec<usize> = exited
+                    .into_iter()
+                    .filter(|&p| self.peer_pending(p))
+                    .collect();
+                if let Some(&p) = dead.first() {
+                    if dead_seen {
+                        return Err(ShmError::PeerDied {
+                            peer: self.peers[p].rank,
+                            pid: self.peers[p].pid,
+                            during: format!(
+                                "during iteration {} of exchange {} (outstanding: {})",
+                                self.iteration,
+                                self.name,
+                                self.pending_description()
+                            ),
+                        });
+                    }
+                    // One more full pass first: it may have finished its part
+                    // just before exiting.
+                    dead_seen = true;
+                    continue;
+                }
+                if Instant::now() >= deadline {
+                    return Err(ShmError::Timeout {
+                        exchange: self.name.clone(),
+                        iteration: self.iteration,
+                        pending: self.pending_description(),
+                    });
+                }
+            }
+            if idle > 200 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    fn pending_description(&self) -> String {
+        let mut out = Vec::new();
+        for s in &self.sends {
+            if s.state != OpState::Done {
+                let what = match (s.path, s.state) {
+                    (Path::Window, _) => "waiting for the receiver's credit",
+                    (Path::Get, OpState::AwaitingDone) => "waiting for receive_done",
+                    _ => "waiting for ring space",
+                };
+                out.push(format!(
+                    "send tag {} to rank {} ({}, {what})",
+                    s.tag,
+                    self.peers[s.peer].rank,
+                    s.path.name()
+                ));
+            }
+        }
+        for r in &self.recvs {
+            if r.state != OpState::Done {
+                out.push(format!(
+                    "receive tag {} from rank {} ({}, {}/{} bytes)",
+                    r.tag,
+                    self.peers[r.peer].rank,
+                    r.path.name(),
+                    r.received,
+                    r.len
+                ));
+            }
+        }
+        for p in &self.peers {
+            if !p.outbox.is_empty() {
+                out.push(format!(
+                    "{} control records to rank {}",
+                    p.outbox.len(),
+                    p.rank
+                ));
+            }
+        }
+        out.join("; ")
+    }
+
+    fn flush_outboxes(&mut self) -> Result<bool> {
+        let mut progress = false;
+        for p in &mut self.peers {
+            while let Some(rec) = p.outbox.front() {
+                let ok =
+                    p.tx.try_push(&p.map, rec, &[])
+                        .map_err(|e| ShmError::Protocol {
+                            peer: p.rank,
+                            what: e.0,
+                        })?;
+                if !ok {
+                    break;
+                }
+                p.outbox.pop_front();
+                progress = true;
+            }
+        }
+        Ok(progress)
+    }
+
+    fn progress_sends(&mut self) -> Result<bool> {
+        let n = self.iteration;
+        let mut progress = false;
+        for s in &mut self.sends {
+            if s.state != OpState::Active {
+                continue;
+            }
+            let link = &mut self.peers[s.peer];
+            let protocol = |what: String| ShmError::Protocol {
+                peer: link.rank,
+                what,
+            };
+            match s.path {
+                Path::Eager => {
+                    let data = s.buf.as_ref();
+                    while !s.pushed_any || s.sent < data.len() {
+                        let len = (data.len() - s.sent).min(self.max_fragment);
+                        let rec = Record {
+                            kind: Kind::Eager,
+                            tag: s.tag,
+                            seq: n,
+                            a: s.sent as u64,
+                            b: len as u64,
+                        };
+                        let ok = link
+                            .tx
+                            .try_push(&link.map, &rec, &data[s.sent..s.sent + len])
+                            .map_err(|e| protocol(e.0))?;
+                        if !ok {
+                            break;
+                        }
+                        progress = true;
+                        s.pushed_any = true;
+                        s.sent += len;
+                    }
+                    if s.pushed_any && s.sent == data.len() {
+                        s.state = OpState::Done;
+                    }
+                }
+                Path::Get => {
+                    let rec = Record {
+                        kind: Kind::ReceiveRequest,
+                        tag: s.tag,
+                        seq: n,
+                        a: s.buf.address(),
+                        b: s.buf.as_ref().len() as u64,
+                    };
+                    if link
+                        .tx
+                        .try_push(&link.map, &rec, &[])
+                        .map_err(|e| protocol(e.0))?
+                    {
+                        s.state = OpState::AwaitingDone;
+                        progress = true;
+                    }
+                }
+                Path::Window => {
+                    let (window, entry) =
+                        s.window.ok_or_else(|| protocol("window missing".into()))?;
+                    let free = link
+                        .map
+                        .atomic(entry + layout::R_FREE_FOR)
+                        .map_err(|e| protocol(e.to_string()))?
+                        .load(Ordering::Acquire);
+                    if free > n {
+                        return Err(protocol(format!(
+                            "credit for iteration {free} while we are at {n}"
+                        )));
+                    }
+                    if free == n {
+                        link.map
+                            .write(window, s.buf.as_ref())
+                            .map_err(|e| protocol(e.to_string()))?;
+                        link.map
+                            .atomic(entry + layout::R_ARRIVED)
+                            .map_err(|e| protocol(e.to_string()))?
+                            .store(n, Ordering::Release);
+                        s.state = OpState::Done;
+                        progress = true;
+                    }
+                }
+            }
+        }
+        Ok(progress)
+    }
+
+    fn drain_rings(&mut self) -> Result<bool> {
+        let n = self.iteration;
+        let mut progress = false;
+        for pi in 0..self.peers.len() {
+            loop {
+                let rank = self.peers[pi].rank;
+                let protocol = |what: String| ShmError::Protocol { peer: rank, what };
+                let peeked = {
+                    let link = &mut self.peers[pi];
+                    link.rx.peek(&self.own.map).map_err(|e| protocol(e.0))?
+                };
+                let Some(p) = peeked else { break };
+                let rec = p.record;
+                if rec.seq == n + 1 && rec.kind != Kind::ReceiveDone {
+                    // The peer is already one iteration ahead; this waits
+                    // for our next start.
+                    break;
+                }
+                if rec.seq != n {
+                    return Err(protocol(format!(
+                        "{:?} record for iteration {} while we are at {n}",
+                        rec.kind, rec.seq
+                    )));
+                }
+                match rec.kind {
+                    Kind::Eager => {
+                        let k = *self.recv_index.get(&(pi, rec.tag)).ok_or_else(|| {
+                            protocol(format!("eager data for unknown tag {}", rec.tag))
+                        })?;
+                        let r = &mut self.recvs[k];
+                        let (off, len) = (rec.a, rec.b);
+                        if r.path != Path::Eager || r.state != OpState::Active {
+                            return Err(protocol(format!(
+                                "eager data for tag {} which is {} and {:?}",
+                                rec.tag,
+                                r.path.name(),
+                                r.state
+                            )));
+                        }
+                        let end = off.checked_add(len).filter(|&e| e <= r.len as u64);
+                        let Some(end) = end else {
+                            return Err(protocol(format!(
+                                "eager fragment {off}+{len} outside the {}-byte message of tag {}",
+                                r.len, rec.tag
+                            )));
+                        };
+                        if r.received as u64 + len > r.len as u64 {
+                            return Err(protocol(format!(
+                                "more eager bytes than the message holds (tag {})",
+                                rec.tag
+                            )));
+                        }
+                        let Storage::Private(buf) = &mut r.storage else {
+                            return Err(protocol("eager receive without a private buffer".into()));
+                        };
+                        self.own
+                            .map
+                            .read(p.payload_at, &mut buf.as_mut()[off as usize..end as usize])
+                            .map_err(|e| protocol(e.to_string()))?;
+                        r.received += len as usize;
+                        if r.received == r.len {
+                            r.state = OpState::Done;
+                        }
+                    }
+                    Kind::ReceiveRequest => {
+                        let k = *self.recv_index.get(&(pi, rec.tag)).ok_or_else(|| {
+                            protocol(format!("receive_request for unknown tag {}", rec.tag))
+                        })?;
+                        let r = &mut self.recvs[k];
+                        if r.path != Path::Get || r.state != OpState::Active || r.get_from.is_some()
+                        {
+                            return Err(protocol(format!(
+                                "unexpected receive_request for tag {}",
+                                rec.tag
+                            )));
+                        }
+                        if rec.b != r.len as u64 {
+                            return Err(ShmError::Mismatch {
+                                peer: rank,
+                                tag: rec.tag,
+                                why: format!(
+                                    "receive_request of {} bytes, we expect {}",
+                                    rec.b, r.len
+                                ),
+                            });
+                        }
+                        r.get_from = Some(rec.a);
+                    }
+                    Kind::ReceiveDone => {
+                        let k = *self.send_index.get(&(pi, rec.tag)).ok_or_else(|| {
+                            protocol(format!("receive_done for unknown tag {}", rec.tag))
+                        })?;
+                        let s = &mut self.sends[k];
+                        if s.path != Path::Get || s.state != OpState::AwaitingDone {
+                            return Err(protocol(format!(
+                                "unexpected receive_done for tag {}",
+                                rec.tag
+                            )));
+                        }
+                        s.state = OpState::Done;
+                    }
+                    Kind::Wrap => return Err(protocol("stray wrap record".into())),
+                }
+                let link = &mut self.peers[pi];
+                link.rx
+                    .consume(&self.own.map, &p)
+                    .map_err(|e| protocol(e.0))?;
+                progress = true;
+            }
+        }
+        Ok(progress)
+    }
+
+    fn progress_gets(&mut self) -> Result<bool> {
+        let n = self.iteration;
+        let mut progress = false;
+        for r in &mut self.recvs {
+            let Some(addr) = r.get_from else { continue };
+            if r.state != OpState::Active {
+                continue;
+            }
+            let link = &mut self.peers[r.peer];
+            if r.received < r.len {
+                let chunk = (r.len - r.received).min(self.get_chunk);
+                let Storage::Private(buf) = &mut r.storage else {
+                    return Err(ShmError::Protocol {
+                        peer: link.rank,
+                        what: "get receive without a private buffer".into(),
+                    });
+                };
+                let dst = &mut buf.as_mut()[r.received..r.received + chunk];
+                match cma_read(link.pid, addr + r.received as u64, dst) {
+                    Ok(0) => {
+                        return Err(ShmError::Protocol {
+                            peer: link.rank,
+                            what: format!("tag {}: its buffer at {addr:#x} ended early", r.tag),
+                        })
+                    }
+                    Ok(k) => r.received += k,
+                    Err(nix::Error::ESRCH) => {
+                        return Err(ShmError::PeerDied {
+                            peer: link.rank,
+                            pid: link.pid,
+                            during: format!("while we read tag {} from it", r.tag),
+                        })
+                    }
+                    Err(nix::Error::EFAULT) => {
+                        return Err(ShmError::Protocol {
+                            peer: link.rank,
+                            what: format!(
+                                "tag {}: receive_request names {} bytes at {addr:#x} that it cannot read",
+                                r.tag, r.len
+                            ),
+                        })
+                    }
+                    Err(e) => {
+                        return Err(ShmError::CrossMemoryAttach {
+                            peer: link.rank,
+                            pid: link.pid,
+                            tag: r.tag,
+                            source: e.into(),
+                        })
+                    }
+                }
+                progress = true;
+            }
+            if r.received == r.len {
+                r.state = OpState::Done;
+                link.outbox.push_back(Record {
+                    kind: Kind::ReceiveDone,
+                    tag: r.tag,
+                    seq: n,
+                    a: 0,
+                    b: 0,
+                });
+                progress = true;
+            }
+        }
+        Ok(progress)
+    }
+
+    fn check_windows(&mut self) -> Result<bool> {
+        let n = self.iteration;
+        let mut progress = false;
+        for r in &mut self.recvs {
+            if r.path != Path::Window || r.state != OpState::Active {
+                continue;
+            }
+            let rank = self.peers[r.peer].rank;
+            let arrived = self
+                .own
+                .map
+                .atomic(r.entry + layout::R_ARRIVED)
+                .map_err(|e| ShmError::Protocol {
+                    peer: rank,
+                    what: e.to_string(),
+                })?
+                .load(Ordering::Acquire);
+            if arrived > n {
+                return Err(ShmError::Protocol {
+                    peer: rank,
+                    what: format!(
+                        "window of tag {} marked for iteration {arrived} while we are at {n}",
+                        r.tag
+                    ),
+                });
+            }
+            if arrived == n {
+                r.state = OpState::Done;
+                progress = true;
+            }
+        }
+        Ok(progress)
+    }
+}

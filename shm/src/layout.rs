@@ -1,0 +1,259 @@
+//! The layout of a process's segment: a header, a peer table (one inbound
+//! ring per peer), a receive table (one control block per message this
+//! process receives), a send table (what it sends, for validation), the
+//! rings, and the receive windows.
+//!
+//! The owner writes the tables before publishing the segment; peers read
+//! them through [`SharedMap`]'s bounds checks and validate every offset.
+
+use crate::ring::RingLayout;
+use crate::sys::shared::SharedMap;
+
+pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
+pub(crate) const VERSION: u64 = 1;
+
+pub(crate) const H_MAGIC: u64 = 0;
+pub(crate) const H_VERSION: u64 = 8;
+pub(crate) const H_STATE: u64 = 16;
+pub(crate) const H_PID: u64 = 24;
+pub(crate) const H_RANK: u64 = 32;
+pub(crate) const H_MAPPED: u64 = 40;
+pub(crate) const H_PROBE_ADDR: u64 = 48;
+pub(crate) const H_PROBE_VALUE: u64 = 56;
+pub(crate) const H_TOTAL: u64 = 64;
+pub(crate) const H_N_PEERS: u64 = 72;
+pub(crate) const H_PEERS: u64 = 80;
+pub(crate) const H_N_RECV: u64 = 88;
+pub(crate) const H_RECV: u64 = 96;
+pub(crate) const H_N_SEND: u64 = 104;
+pub(crate) const H_SEND: u64 = 112;
+pub(crate) const HEADER_LEN: u64 = 256;
+
+/// Segment states, in order.
+pub(crate) const STATE_LAYOUT: u64 = 1;
+pub(crate) const STATE_PATHS: u64 = 2;
+
+pub(crate) const PEER_ENTRY: u64 = 32;
+pub(crate) const RECV_ENTRY: u64 = 192;
+pub(crate) const SEND_ENTRY: u64 = 32;
+
+/// Offsets inside a receive entry.
+pub(crate) const R_FROM: u64 = 0;
+pub(crate) const R_TAG: u64 = 8;
+pub(crate) const R_LEN: u64 = 16;
+pub(crate) const R_PATH: u64 = 24;
+pub(crate) const R_WINDOW: u64 = 32;
+/// The owner's credit: the iteration the window may be written for.
+pub(crate) const R_FREE_FOR: u64 = 64;
+/// The writer's notice: the iteration whose data is in the window.
+pub(crate) const R_ARRIVED: u64 = 128;
+
+fn align(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+/// One message this process receives.
+#[derive(Debug, Clone)]
+pub(crate) struct RecvSlot {
+    pub(crate) from: usize,
+    pub(crate) tag: u32,
+    pub(crate) len: u64,
+    pub(crate) window: Option<u64>,
+    pub(crate) entry: u64,
+}
+
+/// Offsets of everything in a segment about to be created.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentLayout {
+    pub(crate) total: u64,
+    pub(crate) peers: Vec<(usize, RingLayout)>,
+    pub(crate) recvs: Vec<RecvSlot>,
+    pub(crate) sends: Vec<(usize, u32, u64)>,
+    peers_off: u64,
+    recv_off: u64,
+    send_off: u64,
+}
+
+impl SegmentLayout {
+    /// `recvs`: (from, tag, len, needs a window, misalignment).
+    pub(crate) fn plan(
+        peers: &[usize],
+        ring_capacity: u64,
+        recvs: &[(usize, u32, u64, bool, u64)],
+        sends: &[(usize, u32, u64)],
+    ) -> SegmentLayout {
+        let peers_off = HEADER_LEN;
+        let recv_off = align(peers_off + PEER_ENTRY * peers.len() as u64, 64);
+        let send_off = recv_off + RECV_ENTRY * recvs.len() as u64;
+        let mut at = align(send_off + SEND_ENTRY * sends.len() as u64, 4096);
+        let mut rings = Vec::new();
+        for &p in peers {
+            rings.push((
+                p,
+                RingLayout {
+                    base: at,
+                    capacity: ring_capacity,
+                },
+            ));
+            at = align(at + RingLayout::footprint(ring_capacity), 4096);
+        }
+        let mut slots = Vec::new();
+        for (i, &(from, tag, len, window, misalign)) in recvs.iter().enumerate() {
+            let window = if window {
+                let w = at + misalign;
+                at = align(w + len.max(1), 64);
+                Some(w)
+            } else {
+                None
+            };
+            slots.push(RecvSlot {
+                from,
+                tag,
+                len,
+                window,
+                entry: recv_off + RECV_ENTRY * i as u64,
+            });
+        }
+        SegmentLayout {
+            total: align(at, 4096),
+            peers: rings,
+            recvs: slots,
+            sends: sends.to_vec(),
+            peers_off,
+            recv_off,
+            send_off,
+        }
+    }
+
+    /// Writes header and tables (state stays 0 until published).
+    pub(crate) fn write(
+        &self,
+        map: &SharedMap,
+        rank: usize,
+        probe: (u64, u64),
+    ) -> Result<(), crate::sys::shared::OutOfBounds> {
+        let w = |off: u64, v: u64| map.write_u64(off, v);
+        w(H_MAGIC, MAGIC)?;
+        w(H_VERSION, VERSION)?;
+        w(H_PID, std::process::id() as u64)?;
+        w(H_RANK, rank as u64)?;
+        w(H_PROBE_ADDR, probe.0)?;
+        w(H_PROBE_VALUE, probe.1)?;
+        w(H_TOTAL, self.total)?;
+        w(H_N_PEERS, self.peers.len() as u64)?;
+        w(H_PEERS, self.peers_off)?;
+        w(H_N_RECV, self.recvs.len() as u64)?;
+        w(H_RECV, self.recv_off)?;
+        w(H_N_SEND, self.sends.len() as u64)?;
+        w(H_SEND, self.send_off)?;
+        for (i, (peer, ring)) in self.peers.iter().enumerate() {
+            let e = self.peers_off + PEER_ENTRY * i as u64;
+            w(e, *peer as u64)?;
+            w(e + 8, ring.base)?;
+            w(e + 16, ring.capacity)?;
+        }
+        for r in &self.recvs {
+            w(r.entry + R_FROM, r.from as u64)?;
+            w(r.entry + R_TAG, r.tag as u64)?;
+            w(r.entry + R_LEN, r.len)?;
+            w(r.entry + R_PATH, 0)?;
+            w(r.entry + R_WINDOW, r.window.unwrap_or(u64::MAX))?;
+        }
+        for (i, &(to, tag, len)) in self.sends.iter().enumerate() {
+            let e = self.send_off + SEND_ENTRY * i as u64;
+            w(e, to as u64)?;
+            w(e + 8, tag as u64)?;
+            w(e + 16, len)?;
+        }
+        Ok(())
+    }
+}
+
+/// What a peer's segment says, read and validated.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerView {
+    pub(crate) pid: i32,
+    pub(crate) probe: (u64, u64),
+    /// The ring in the peer's segment that carries our records to it.
+    pub(crate) ring_to_peer: RingLayout,
+    /// The peer's receive entries for messages from us: (tag, len, entry, window).
+    pub(crate) recvs_from_us: Vec<(u32, u64, u64, Option<u64>)>,
+    /// The peer's sends to us: (tag, len).
+    pub(crate) sends_to_us: Vec<(u32, u64)>,
+}
+
+/// Reads a peer's segment, checking every offset against the mapping.
+pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerView, String> {
+    let r = |off: u64| map.read_u64(off).map_err(|e| e.to_string());
+    if r(H_MAGIC)? != MAGIC || r(H_VERSION)? != VERSION {
+        return Err("not a sode-shm segment of this version".into());
+    }
+    if r(H_RANK)? != peer as u64 {
+        return Err(format!("segment claims rank {}", r(H_RANK)?));
+    }
+    let pid = i32::try_from(r(H_PID)?).map_err(|_| "pid out of range".to_string())?;
+    let table = |n_at: u64, off_at: u64, entry: u64| -> Result<(u64, u64), String> {
+        let n = r(n_at)?;
+        let off = r(off_at)?;
+        let bytes = n
+            .checked_mul(entry)
+            .and_then(|b| b.checked_add(off))
+            .ok_or("table size overflows")?;
+        map.check(off, bytes - off).map_err(|e| e.to_string())?;
+        Ok((n, off))
+    };
+    let (n_peers, peers_off) = table(H_N_PEERS, H_PEERS, PEER_ENTRY)?;
+    let mut ring = None;
+    for i in 0..n_peers {
+        let e = peers_off + PEER_ENTRY * i;
+        if r(e)? == me as u64 {
+            let layout = RingLayout {
+                base: r(e + 8)?,
+                capacity: r(e + 16)?,
+            };
+            if layout.capacity < 4096 || layout.capacity % 64 != 0 || layout.base % 64 != 0 {
+                return Err(format!("ring capacity {} is not valid", layout.capacity));
+            }
+            map.check(layout.base, RingLayout::footprint(layout.capacity))
+                .map_err(|e| format!("ring: {e}"))?;
+            ring = Some(layout);
+        }
+    }
+    let ring_to_peer =
+        ring.ok_or("its segment has no ring for us: are we in its neighbour list?")?;
+    let (n_recv, recv_off) = table(H_N_RECV, H_RECV, RECV_ENTRY)?;
+    let mut recvs_from_us = Vec::new();
+    for i in 0..n_recv {
+        let e = recv_off + RECV_ENTRY * i;
+        if r(e + R_FROM)? != me as u64 {
+            continue;
+        }
+        let tag = u32::try_from(r(e + R_TAG)?).map_err(|_| "tag out of range".to_string())?;
+        let len = r(e + R_LEN)?;
+        let window = match r(e + R_WINDOW)? {
+            u64::MAX => None,
+            w => {
+                map.check(w, len)
+                    .map_err(|e| format!("window of tag {tag}: {e}"))?;
+                Some(w)
+            }
+        };
+        recvs_from_us.push((tag, len, e, window));
+    }
+    let (n_send, send_off) = table(H_N_SEND, H_SEND, SEND_ENTRY)?;
+    let mut sends_to_us = Vec::new();
+    for i in 0..n_send {
+        let e = send_off + SEND_ENTRY * i;
+        if r(e)? == me as u64 {
+            let tag = u32::try_from(r(e + 8)?).map_err(|_| "tag out of range".to_string())?;
+            sends_to_us.push((tag, r(e + 16)?));
+        }
+    }
+    Ok(PeerView {
+        pid,
+        probe: (r(H_PROBE_ADDR)?, r(H_PROBE_VALUE)?),
+        ring_to_peer,
+        recvs_from_us,
+        sends_to_us,
+    })
+}

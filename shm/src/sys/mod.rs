@@ -1,0 +1,10 @@
+//! Every `unsafe` block of sode-shm lives under this module: the shared
+//! mapping and its bounds-checked accessors, pidfd handles, the memory
+//! policy system call, and the seccomp filter used to force the
+//! cross-memory-attach fallback in tests.
+
+pub(crate) mod mempolicy;
+pub(crate) mod pidfd;
+pub(crate) mod ptrace_permit;
+pub mod seccomp;
+pub(crate) mod shared;
