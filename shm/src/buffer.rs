@@ -4,6 +4,9 @@
 
 use crate::sys::shared::SharedMap;
 
+const HUGE: usize = 2 << 20;
+const HUGE_FROM: usize = 1 << 20;
+
 /// A private buffer holding one message.
 #[derive(Debug)]
 pub(crate) struct PrivateBuf {
@@ -14,9 +17,22 @@ pub(crate) struct PrivateBuf {
 
 impl PrivateBuf {
     pub(crate) fn new(len: usize, misalign: usize) -> std::io::Result<PrivateBuf> {
+        // Large buffers start on a 2 MiB boundary and ask for transparent
+        // huge pages: cross-memory attach pins 512x fewer pages and copies
+        // miss the TLB less.
+        let huge = len >= HUGE_FROM;
+        let extra = if huge { HUGE } else { 0 };
+        let map = SharedMap::anonymous(len + misalign + extra)?;
+        let start = if huge {
+            let base = map.address();
+            map.advise_huge_pages();
+            ((HUGE - base % HUGE) % HUGE) as u64
+        } else {
+            0
+        };
         let mut buf = PrivateBuf {
-            map: SharedMap::anonymous(len + misalign)?,
-            offset: misalign as u64,
+            map,
+            offset: start + misalign as u64,
             len,
         };
         // Touch every page now so first use does not pay page faults and the

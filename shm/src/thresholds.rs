@@ -1,11 +1,18 @@
 //! The message sizes at which the data paths cross over, measured at start-up
-//! on this machine (in this process, with the channel's own ring and copy
-//! code), overridable by the environment or the builder.
+//! on this machine, overridable by the environment or the builder.
+//!
+//! The measurement runs the channel's own ring and copy code between two
+//! threads (so data and flags cross cores as they do between processes):
+//! for each size, the round-trip time of an eager transfer (fragments pushed
+//! through a ring and copied out, then an acknowledgement), a window put
+//! (credit, one copy, arrival flag) and a get (receive_request, a
+//! cross-memory-attach read, receive_done). It takes a few milliseconds.
 
-use std::hint::black_box;
-use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use crate::buffer::PrivateBuf;
 use crate::caps::cma_read;
 use crate::error::{Result, ShmError};
 use crate::ring::{Kind, Record, RingLayout, RingRx, RingTx};
@@ -24,148 +31,302 @@ pub struct Thresholds {
     pub measured: bool,
 }
 
-const SIZES: [usize; 12] = [
-    64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072,
-];
+// Up to 256 KiB: beyond that, a get between two threads of one process
+// (one address space, one mmap lock) is far slower than between processes
+// and would no longer predict the real crossover.
+const SIZES: [usize; 10] = [8, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144];
+const CAP: u64 = 64 * 1024;
 
-/// Best-of-`trials` time per operation in nanoseconds.
-fn time_ns(trials: usize, reps: usize, mut op: impl FnMut()) -> f64 {
-    let mut best = f64::INFINITY;
-    for _ in 0..trials {
-        let t = Instant::now();
-        for _ in 0..reps {
-            op();
-        }
-        best = best.min(t.elapsed().as_nanos() as f64 / reps as f64);
-    }
-    best
+#[derive(Clone, Copy, PartialEq)]
+enum Probe {
+    Eager,
+    Window,
+    Get,
 }
 
-fn reps_for(size: usize) -> usize {
-    (2_000_000 / (size + 256)).clamp(4, 2000)
+/// Shared state of the two measuring threads.
+struct Bench {
+    ring: SharedMap,
+    back: SharedMap,
+    window: SharedMap,
+    /// Commands to the responder: (probe, size, reps) encoded; 0 = stop.
+    cmd: AtomicU64,
+    /// Rounds completed by the responder.
+    done: AtomicU64,
+    src: PrivateBuf,
+}
+
+fn layout() -> RingLayout {
+    RingLayout {
+        base: 0,
+        capacity: CAP,
+    }
+}
+
+fn control(kind: Kind, a: u64, b: u64) -> Record {
+    Record {
+        kind,
+        tag: 0,
+        seq: 0,
+        a,
+        b,
+    }
+}
+
+fn spin_until(deadline: Instant, mut f: impl FnMut() -> bool) -> bool {
+    let mut n = 0u32;
+    while !f() {
+        n = n.wrapping_add(1);
+        if n % 1024 == 0 && Instant::now() > deadline {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+    true
+}
+
+/// The receiving side: waits for each round's data and acknowledges it.
+fn responder(b: &Bench) {
+    let mut rx = RingRx::new(layout());
+    let mut back = RingTx::new(layout());
+    let mut dst = vec![0u8; *SIZES.last().unwrap_or(&0)];
+    let pid = std::process::id() as i32;
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut cmd = 0;
+        if !spin_until(give_up, || {
+            cmd = b.cmd.load(Ordering::Acquire);
+            cmd != 0
+        }) {
+            return;
+        }
+        if cmd == u64::MAX {
+            return;
+        }
+        let (probe, size, reps) = (cmd >> 60, ((cmd >> 24) & 0xF_FFFF_FFFF) as usize, cmd & 0xFF_FFFF);
+        b.cmd.store(0, Ordering::Release);
+        let w_arrived = b.window.atomic(0).ok();
+        let w_credit = b.window.atomic(64).ok();
+        for round in 1..=reps {
+            match probe {
+                0 => {
+                    let mut got = 0;
+                    while got < size || got == 0 && size == 0 {
+                        let mut p = None;
+                        if !spin_until(give_up, || {
+                            p = rx.peek(&b.ring).ok().flatten();
+                            p.is_some()
+                        }) {
+                            return;
+                        }
+                        let Some(p) = p else { return };
+                        let n = p.record.b as usize;
+                        let _ = b.ring.read(p.payload_at, &mut dst[got..got + n]);
+                        let _ = rx.consume(&b.ring, &p);
+                        got += n;
+                        if size == 0 {
+                            break;
+                        }
+                    }
+                    b.done.store(round, Ordering::Release);
+                }
+                1 => {
+                    let (Some(arrived), Some(credit)) = (w_arrived, w_credit) else { return };
+                    if !spin_until(give_up, || arrived.load(Ordering::Acquire) == round) {
+                        return;
+                    }
+                    credit.store(round, Ordering::Release);
+                }
+                _ => {
+                    let mut p = None;
+                    if !spin_until(give_up, || {
+                        p = rx.peek(&b.ring).ok().flatten();
+                        p.is_some()
+                    }) {
+                        return;
+                    }
+                    let Some(p) = p else { return };
+                    let (addr, len) = (p.record.a, p.record.b as usize);
+                    let _ = rx.consume(&b.ring, &p);
+                    let _ = cma_read(pid, addr, &mut dst[..len]);
+                    let _ = back.try_push(&b.back, &control(Kind::ReceiveDone, 0, 0), &[]);
+                }
+            }
+        }
+        b.done.store(u64::MAX, Ordering::Release);
+    }
+}
+
+/// Time per round of `probe` at `size`, in nanoseconds (best of three).
+fn measure_one(b: &Bench, tx: &mut RingTx, back_rx: &mut RingRx, probe: Probe, size: usize) -> Option<f64> {
+    let reps: u64 = (400_000 / (size as u64 + 512)).clamp(8, 400);
+    let mut best = f64::INFINITY;
+    let max_frag = layout().max_payload() as usize;
+    let give_up = Instant::now() + Duration::from_secs(5);
+    for _ in 0..3 {
+        let code = match probe {
+            Probe::Eager => 0u64,
+            Probe::Window => 1,
+            Probe::Get => 2,
+        };
+        b.done.store(0, Ordering::Release);
+        if let Ok(w) = b.window.atomic(0) {
+            w.store(0, Ordering::Release);
+        }
+        if let Ok(w) = b.window.atomic(64) {
+            w.store(0, Ordering::Release);
+        }
+        b.cmd.store((code << 60) | ((size as u64) << 24) | reps, Ordering::Release);
+        if !spin_until(give_up, || b.cmd.load(Ordering::Acquire) == 0) {
+            return None;
+        }
+        let t = Instant::now();
+        for round in 1..=reps {
+            match probe {
+                Probe::Eager => {
+                    let mut off = 0;
+                    loop {
+                        let n = (size - off).min(max_frag);
+                        let rec = control(Kind::Eager, off as u64, n as u64);
+                        if !spin_until(give_up, || {
+                            matches!(tx.try_push(&b.ring, &rec, &b.src.as_ref()[off..off + n]), Ok(true))
+                        }) {
+                            return None;
+                        }
+                        off += n;
+                        if off >= size {
+                            break;
+                        }
+                    }
+                    if !spin_until(give_up, || b.done.load(Ordering::Acquire) >= round) {
+                        return None;
+                    }
+                }
+                Probe::Window => {
+                    let (Ok(arrived), Ok(credit)) = (b.window.atomic(0), b.window.atomic(64)) else {
+                        return None;
+                    };
+                    if !spin_until(give_up, || credit.load(Ordering::Acquire) == round - 1) {
+                        return None;
+                    }
+                    let _ = b.window.write(128, &b.src.as_ref()[..size]);
+                    arrived.store(round, Ordering::Release);
+                }
+                Probe::Get => {
+                    let rec = control(Kind::ReceiveRequest, b.src.address(), size as u64);
+                    if !spin_until(give_up, || matches!(tx.try_push(&b.ring, &rec, &[]), Ok(true))) {
+                        return None;
+                    }
+                    let mut seen = false;
+                    if !spin_until(give_up, || {
+                        if let Ok(Some(p)) = back_rx.peek(&b.back) {
+                            let _ = back_rx.consume(&b.back, &p);
+                            seen = true;
+                        }
+                        seen
+                    }) {
+                        return None;
+                    }
+                }
+            }
+        }
+        if probe == Probe::Window {
+            let credit = b.window.atomic(64).ok()?;
+            spin_until(give_up, || credit.load(Ordering::Acquire) == reps);
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / reps as f64);
+        spin_until(give_up, || b.done.load(Ordering::Acquire) == u64::MAX);
+    }
+    Some(best)
 }
 
 impl Thresholds {
-    /// Measures the crossovers in this process: an eager transfer (push
-    /// through a ring in fragments, then copy out), a window put (one copy
-    /// plus the credit and arrival flags), and a get (cross-memory-attach
-    /// read plus the request and done records). Takes a few milliseconds.
+    /// Measures the crossovers between two threads of this process (see the
+    /// module documentation). Falls back to fixed values, marked as not
+    /// measured, if a thread cannot be started or the probe stalls.
     pub fn measure() -> Thresholds {
-        let cap = 64 * 1024u64;
-        let layout = RingLayout {
-            base: 0,
-            capacity: cap,
-        };
-        let max_frag = layout.max_payload() as usize;
-        let largest = *SIZES.last().unwrap_or(&65536);
-        let (Ok(ring_map), Ok(window)) = (
-            SharedMap::anonymous(RingLayout::footprint(cap) as usize),
-            SharedMap::anonymous(largest + 256),
-        ) else {
-            return Thresholds::fallback();
-        };
-        let src: Vec<u8> = (0..largest).map(|i| i as u8).collect();
-        let mut dst = vec![0u8; largest];
-        let mut tx = RingTx::new(layout);
-        let mut rx = RingRx::new(layout);
+        Thresholds::try_measure().unwrap_or(Thresholds {
+            eager_max: 64,
+            get_min: 32 * 1024,
+            measured: false,
+        })
+    }
+
+    fn try_measure() -> Option<Thresholds> {
+        let largest = *SIZES.last()?;
+        let bench = Arc::new(Bench {
+            ring: SharedMap::anonymous(RingLayout::footprint(CAP) as usize).ok()?,
+            back: SharedMap::anonymous(RingLayout::footprint(CAP) as usize).ok()?,
+            window: SharedMap::anonymous(largest + 4096).ok()?,
+            cmd: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            src: {
+                let mut b = PrivateBuf::new(largest, 0).ok()?;
+                b.as_mut().iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
+                b
+            },
+        });
+        let peer = Arc::clone(&bench);
+        let thread = std::thread::Builder::new()
+            .name("sode-shm-thresholds".into())
+            .spawn(move || responder(&peer))
+            .ok()?;
+        let mut tx = RingTx::new(layout());
+        let mut back_rx = RingRx::new(layout());
         let pid = std::process::id() as i32;
-        let cma_ok = cma_read(pid, src.as_ptr() as u64, &mut dst[..8]).is_ok();
-        let mut eager_ns = Vec::new();
-        let mut window_ns = Vec::new();
-        let mut get_ns = Vec::new();
+        let mut probe_word = [0u8; 8];
+        let cma_ok = cma_read(pid, bench.src.address(), &mut probe_word).is_ok();
+        let mut rows = Vec::new();
+        let mut ok = true;
         for &size in &SIZES {
-            let reps = reps_for(size);
-            let eager = time_ns(3, reps, || {
-                let mut off = 0;
-                while off < size {
-                    let n = (size - off).min(max_frag);
-                    let rec = Record {
-                        kind: Kind::Eager,
-                        tag: 0,
-                        seq: 0,
-                        a: off as u64,
-                        b: n as u64,
-                    };
-                    let pushed = tx.try_push(&ring_map, &rec, &src[off..off + n]);
-                    if let Ok(Some(p)) = rx.peek(&ring_map) {
-                        let _ = ring_map.read(p.payload_at, &mut dst[off..off + n]);
-                        let _ = rx.consume(&ring_map, &p);
-                    }
-                    if !matches!(pushed, Ok(true)) {
-                        break;
-                    }
-                    off += n;
-                }
-                black_box(&dst);
-            });
-            let flags = window.atomic(largest as u64 + 128);
-            let window_t = time_ns(3, reps, || {
-                if let Ok(f) = &flags {
-                    black_box(f.load(Ordering::Acquire));
-                    let _ = window.write(0, &src[..size]);
-                    f.store(1, Ordering::Release);
-                    black_box(f.load(Ordering::Acquire));
-                }
-            });
-            let control = Record {
-                kind: Kind::ReceiveDone,
-                tag: 0,
-                seq: 0,
-                a: 0,
-                b: 0,
-            };
-            let get = if cma_ok {
-                time_ns(3, reps, || {
-                    for _ in 0..2 {
-                        let _ = tx.try_push(&ring_map, &control, &[]);
-                        if let Ok(Some(p)) = rx.peek(&ring_map) {
-                            let _ = rx.consume(&ring_map, &p);
-                        }
-                    }
-                    let _ = cma_read(pid, src.as_ptr() as u64, &mut dst[..size]);
-                    black_box(&dst);
-                })
+            let e = measure_one(&bench, &mut tx, &mut back_rx, Probe::Eager, size);
+            let w = measure_one(&bench, &mut tx, &mut back_rx, Probe::Window, size);
+            let g = if cma_ok {
+                measure_one(&bench, &mut tx, &mut back_rx, Probe::Get, size)
             } else {
-                f64::INFINITY
+                Some(f64::INFINITY)
             };
-            eager_ns.push(eager);
-            window_ns.push(window_t);
-            get_ns.push(get);
+            match (e, w, g) {
+                (Some(e), Some(w), Some(g)) => rows.push((size, e, w, g)),
+                _ => {
+                    ok = false;
+                    break;
+                }
+            }
         }
-        // The largest size up to which eager is no slower than a window put
-        // (0 if never), and the smallest from which get beats eager for good.
+        bench.cmd.store(u64::MAX, Ordering::Release);
+        let _ = thread.join();
+        if !ok {
+            return None;
+        }
+        if std::env::var_os("SODE_SHM_SHOW_PROBE").is_some() {
+            for &(s, e, w, g) in &rows {
+                eprintln!("threshold probe: {s:>7} B  eager {e:>9.0} ns  window {w:>9.0} ns  get {g:>9.0} ns");
+            }
+        }
+        // Eager up to the last size where it is no slower than a window put;
+        // get from the first size after which it stays faster than eager.
         let mut eager_max = 0;
-        for (i, &s) in SIZES.iter().enumerate() {
-            if eager_ns[i] <= window_ns[i] {
+        for &(s, e, w, _) in &rows {
+            if e <= w {
                 eager_max = s;
             } else {
                 break;
             }
         }
-        let mut get_min = usize::MAX;
-        for i in (0..SIZES.len()).rev() {
-            if get_ns[i] < eager_ns[i] {
-                get_min = SIZES[i];
+        let mut get_min = largest * 2;
+        for &(s, e, _, g) in rows.iter().rev() {
+            if g < e {
+                get_min = s;
             } else {
                 break;
             }
         }
-        if get_min == usize::MAX {
-            get_min = largest * 2;
-        }
-        Thresholds {
+        Some(Thresholds {
             eager_max,
             get_min,
             measured: true,
-        }
-    }
-
-    fn fallback() -> Thresholds {
-        Thresholds {
-            eager_max: 256,
-            get_min: 32 * 1024,
-            measured: false,
-        }
+        })
     }
 
     /// Measured thresholds with `SODE_SHM_EAGER_MAX` / `SODE_SHM_GET_MIN`
@@ -173,15 +334,11 @@ impl Thresholds {
     pub fn from_env_or_measure() -> Result<Thresholds> {
         let parse = |name: &str| -> Result<Option<usize>> {
             match std::env::var(name) {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map(Some)
-                    .map_err(|_| ShmError::InvalidSetting {
-                        name: name.into(),
-                        value: v,
-                        why: "expected a size in bytes".into(),
-                    }),
+                Ok(v) => v.trim().parse().map(Some).map_err(|_| ShmError::InvalidSetting {
+                    name: name.into(),
+                    value: v,
+                    why: "expected a size in bytes".into(),
+                }),
                 Err(_) => Ok(None),
             }
         };

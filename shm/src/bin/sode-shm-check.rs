@@ -125,6 +125,13 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
         );
     }
     let mut ctx = Context::new(job, rank).map_err(|e| usage(e.to_string()))?;
+    if let Some(t) = get("thresholds") {
+        let v = parse_list(t).map_err(usage)?;
+        let [eager_max, get_min] = v[..] else {
+            return Err(usage("thresholds= takes EAGER_MAX,GET_MIN".into()));
+        };
+        ctx.set_thresholds(Thresholds { eager_max, get_min, measured: false });
+    }
     let mut builder = ctx
         .exchange()
         .path_policy(policy)

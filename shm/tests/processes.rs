@@ -1,0 +1,242 @@
+//! Real processes exchanging over the intra-node channel: every test spawns
+//! `sode-shm-check` ranks, which verify every byte they receive.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const CHECK: &str = env!("CARGO_BIN_EXE_sode-shm-check");
+const SIZES: &str = "0,1,7,4095,65539,1048576,16777216";
+
+fn job(name: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!("t{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn spawn(job: &str, rank: usize, peers: &str, extra: &[&str]) -> Child {
+    Command::new(CHECK)
+        .arg("run")
+        .arg(format!("job={job}"))
+        .arg(format!("rank={rank}"))
+        .arg(format!("peers={peers}"))
+        .args(extra)
+        .env("SODE_QUIET", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sode-shm-check")
+}
+
+fn finish(child: Child) -> (Output, String) {
+    let out = child.wait_with_output().expect("wait for rank");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out, text)
+}
+
+/// Runs ranks 0..n (each listing `peers[r]`) and asserts that all verified.
+fn run_all(name: &str, peers: &[&str], extra: &[&[&str]]) -> Vec<String> {
+    let j = job(name);
+    let children: Vec<Child> = peers
+        .iter()
+        .enumerate()
+        .map(|(r, p)| spawn(&j, r, p, extra[r.min(extra.len() - 1)]))
+        .collect();
+    let mut texts = Vec::new();
+    for (r, c) in children.into_iter().enumerate() {
+        let (out, text) = finish(c);
+        assert!(out.status.success(), "rank {r} failed:\n{text}");
+        assert!(text.contains(&format!("ok rank {r}:")), "rank {r}:\n{text}");
+        texts.push(text);
+    }
+    assert_no_segments(&j);
+    texts
+}
+
+fn assert_no_segments(job: &str) {
+    let dir = std::env::var("SODE_SHM_DIR").unwrap_or_else(|_| "/dev/shm".into());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains(job))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "segments left behind: {left:?}");
+}
+
+fn paths_seen(text: &str, path: &str) -> usize {
+    text.lines()
+        .filter(|l| l.contains("receive tag") && l.ends_with(&format!("over {path}")))
+        .count()
+}
+
+#[test]
+fn every_size_arrives_intact_on_the_eager_path() {
+    let t = run_all(
+        "eager",
+        &["1", "0"],
+        &[&["path=eager", "iters=3", &format!("sizes={SIZES}")]],
+    );
+    assert_eq!(paths_seen(&t[0], "eager"), 7);
+}
+
+#[test]
+fn every_size_arrives_intact_on_the_get_path() {
+    let t = run_all(
+        "get",
+        &["1", "0"],
+        &[&["path=get", "iters=3", &format!("sizes={SIZES}")]],
+    );
+    assert_eq!(paths_seen(&t[0], "get"), 7);
+    assert_eq!(paths_seen(&t[1], "get"), 7);
+}
+
+#[test]
+fn every_size_arrives_intact_on_the_window_path() {
+    let t = run_all(
+        "window",
+        &["1", "0"],
+        &[&["path=window", "iters=3", &format!("sizes={SIZES}")]],
+    );
+    assert_eq!(paths_seen(&t[0], "window"), 7);
+}
+
+#[test]
+fn misaligned_buffers_on_every_path() {
+    for path in ["eager", "get", "window"] {
+        let p = format!("path={path}");
+        run_all(
+            "misaligned",
+            &["1", "0"],
+            &[
+                &[&p, "iters=2", "misalign=3", "sizes=1,7,4095,65539,1048579"],
+                &[&p, "iters=2", "misalign=61", "sizes=1,7,4095,65539,1048579"],
+            ],
+        );
+    }
+}
+
+#[test]
+fn automatic_paths_with_three_ranks_in_a_ring() {
+    // Private receive buffers on rank 2 so its large messages take the get
+    // path while the others use windows.
+    // Thresholds fixed so the expected paths do not depend on this
+    // machine's measurement.
+    let sizes = "sizes=8,3000,200000";
+    let th = "thresholds=512,100000";
+    let t = run_all(
+        "ring3",
+        &["1,2", "2,0", "0,1"],
+        &[
+            &["iters=50", sizes, th],
+            &["iters=50", sizes, th],
+            &["iters=50", sizes, th, "private=1"],
+        ],
+    );
+    assert_eq!(paths_seen(&t[2], "get"), 2, "{}", t[2]);
+    assert_eq!(paths_seen(&t[2], "eager"), 4, "{}", t[2]);
+    assert_eq!(paths_seen(&t[0], "window"), 4, "{}", t[0]);
+    assert_eq!(paths_seen(&t[0], "eager"), 2, "{}", t[0]);
+}
+
+#[test]
+fn ten_thousand_back_to_back_exchanges_on_all_paths() {
+    // Three messages per direction, each verified byte for byte every
+    // iteration: a small eager one, a window put and a get.
+    let mk = |path: &'static str| -> Vec<String> {
+        vec![
+            format!("path={path}"),
+            "iters=10000".into(),
+            "sizes=8,1000,65539".into(),
+        ]
+    };
+    for path in ["eager", "window", "get"] {
+        let args = mk(path);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let t = run_all("ten_thousand", &["1", "0"], &[&args]);
+        assert!(t[0].contains("10000 exchanges"), "{}", t[0]);
+    }
+}
+
+#[test]
+fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
+    let j = job("killed");
+    let args = ["sizes=64,100000", "iters=1000", "deadline-ms=20000"];
+    let mut victim = spawn(&j, 1, "0", &[&args[..], &["stall-after=5"]].concat());
+    let survivor = spawn(&j, 0, "1", &args);
+    // Wait until the victim is stuck mid-exchange, then kill it.
+    let stdout = victim.stdout.take().expect("piped");
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = lines.next().expect("victim output").expect("utf-8");
+        if line.contains("stalled") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "victim never stalled");
+    }
+    victim.kill().expect("kill");
+    let killed_at = Instant::now();
+    let (out, text) = finish(survivor);
+    let took = killed_at.elapsed();
+    let _ = victim.wait();
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("peer rank 1") && text.contains("died"), "{text}");
+    assert!(took < Duration::from_secs(5), "noticed after {took:?}");
+    assert_no_segments(&j);
+}
+
+#[test]
+fn a_stalled_peer_times_out_naming_what_is_outstanding() {
+    let j = job("stalled");
+    let mut victim = spawn(&j, 1, "0", &["sizes=64", "iters=100", "stall-after=3"]);
+    let started = Instant::now();
+    let (out, text) = finish(spawn(&j, 0, "1", &["sizes=64", "iters=100", "deadline-ms=700"]));
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("not complete at its deadline"), "{text}");
+    assert!(text.contains("from rank 1"), "{text}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn cross_memory_attach_denied_by_seccomp_falls_back_to_eager() {
+    let sizes = "sizes=7,65539,1048576";
+    let t = run_all(
+        "deny",
+        &["1", "0"],
+        &[&["path=get", "iters=3", sizes, "deny-cma=1"], &["path=get", "iters=3", sizes]],
+    );
+    // Rank 0 cannot read rank 1's memory: it says why and receives eager.
+    assert!(t[0].contains("seccomp"), "{}", t[0]);
+    assert_eq!(paths_seen(&t[0], "eager"), 3, "{}", t[0]);
+    // Rank 1 still gets from rank 0 (reading is denied to rank 0 only).
+    assert_eq!(paths_seen(&t[1], "get"), 3, "{}", t[1]);
+}
+
+#[test]
+fn mismatched_sizes_and_a_missing_peer_are_named() {
+    let j = job("mismatch");
+    let a = spawn(&j, 0, "1", &["sizes=64"]);
+    let b = spawn(&j, 1, "0", &["sizes=65"]);
+    let (oa, ta) = finish(a);
+    let (ob, tb) = finish(b);
+    assert_eq!(oa.status.code(), Some(3));
+    assert_eq!(ob.status.code(), Some(3));
+    assert!(ta.contains("we send 64 bytes, it expects 65"), "{ta}");
+    assert!(tb.contains("we send 65 bytes, it expects 64"), "{tb}");
+    assert_no_segments(&j);
+
+    let j = job("alone");
+    let (o, t) = finish(spawn(&j, 0, "1", &["sizes=64", "deadline-ms=300"]));
+    assert_eq!(o.status.code(), Some(3));
+    assert!(t.contains("peer rank 1 did not create its segment"), "{t}");
+    assert_no_segments(&j);
+}
