@@ -9,6 +9,15 @@ use std::time::{Duration, Instant};
 const CHECK: &str = env!("CARGO_BIN_EXE_sode-shm-check");
 const SIZES: &str = "0,1,7,4095,65539,1048576,16777216";
 
+/// The tests spin up 2-3 busy-polling processes each; on a small machine
+/// they run one at a time so deadlines measure the channel, not the
+/// scheduler.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 fn job(name: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
     format!("t{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
@@ -78,6 +87,7 @@ fn paths_seen(text: &str, path: &str) -> usize {
 
 #[test]
 fn every_size_arrives_intact_on_the_eager_path() {
+    let _serial = serial();
     let t = run_all(
         "eager",
         &["1", "0"],
@@ -88,6 +98,7 @@ fn every_size_arrives_intact_on_the_eager_path() {
 
 #[test]
 fn every_size_arrives_intact_on_the_get_path() {
+    let _serial = serial();
     let t = run_all(
         "get",
         &["1", "0"],
@@ -99,6 +110,7 @@ fn every_size_arrives_intact_on_the_get_path() {
 
 #[test]
 fn every_size_arrives_intact_on_the_window_path() {
+    let _serial = serial();
     let t = run_all(
         "window",
         &["1", "0"],
@@ -109,6 +121,7 @@ fn every_size_arrives_intact_on_the_window_path() {
 
 #[test]
 fn misaligned_buffers_on_every_path() {
+    let _serial = serial();
     for path in ["eager", "get", "window"] {
         let p = format!("path={path}");
         run_all(
@@ -124,6 +137,7 @@ fn misaligned_buffers_on_every_path() {
 
 #[test]
 fn automatic_paths_with_three_ranks_in_a_ring() {
+    let _serial = serial();
     // Private receive buffers on rank 2 so its large messages take the get
     // path while the others use windows.
     // Thresholds fixed so the expected paths do not depend on this
@@ -147,6 +161,7 @@ fn automatic_paths_with_three_ranks_in_a_ring() {
 
 #[test]
 fn ten_thousand_back_to_back_exchanges_on_all_paths() {
+    let _serial = serial();
     // Three messages per direction, each verified byte for byte every
     // iteration: a small eager one, a window put and a get.
     let mk = |path: &'static str| -> Vec<String> {
@@ -166,6 +181,7 @@ fn ten_thousand_back_to_back_exchanges_on_all_paths() {
 
 #[test]
 fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
+    let _serial = serial();
     let j = job("killed");
     let args = ["sizes=64,100000", "iters=1000", "deadline-ms=20000"];
     let mut victim = spawn(&j, 1, "0", &[&args[..], &["stall-after=5"]].concat());
@@ -194,6 +210,7 @@ fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
 
 #[test]
 fn a_stalled_peer_times_out_naming_what_is_outstanding() {
+    let _serial = serial();
     let j = job("stalled");
     let mut victim = spawn(&j, 1, "0", &["sizes=64", "iters=100", "stall-after=3"]);
     let started = Instant::now();
@@ -208,6 +225,7 @@ fn a_stalled_peer_times_out_naming_what_is_outstanding() {
 
 #[test]
 fn cross_memory_attach_denied_by_seccomp_falls_back_to_eager() {
+    let _serial = serial();
     let sizes = "sizes=7,65539,1048576";
     let t = run_all(
         "deny",
@@ -223,6 +241,7 @@ fn cross_memory_attach_denied_by_seccomp_falls_back_to_eager() {
 
 #[test]
 fn mismatched_sizes_and_a_missing_peer_are_named() {
+    let _serial = serial();
     let j = job("mismatch");
     let a = spawn(&j, 0, "1", &["sizes=64"]);
     let b = spawn(&j, 1, "0", &["sizes=65"]);
@@ -235,7 +254,7 @@ fn mismatched_sizes_and_a_missing_peer_are_named() {
     assert_no_segments(&j);
 
     let j = job("alone");
-    let (o, t) = finish(spawn(&j, 0, "1", &["sizes=64", "deadline-ms=300"]));
+    let (o, t) = finish(spawn(&j, 0, "1", &["sizes=64", "setup-ms=300"]));
     assert_eq!(o.status.code(), Some(3));
     assert!(t.contains("peer rank 1 did not create its segment"), "{t}");
     assert_no_segments(&j);

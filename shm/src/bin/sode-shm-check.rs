@@ -4,7 +4,7 @@
 //! sode-shm-check probe
 //! sode-shm-check run job=J rank=R peers=1,2 sizes=0,7,4096 [path=auto|eager|get|window]
 //!     [private=1] [iters=N] [misalign=K] [deny-cma=1] [stall-after=K]
-//!     [deadline-ms=MS] [bind=1] [ring=BYTES]
+//!     [deadline-ms=MS] [setup-ms=MS] [bind=1] [ring=BYTES]
 //! ```
 //!
 //! `run` builds one exchange with every peer (one message per size each way,
@@ -136,7 +136,7 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
         .exchange()
         .path_policy(policy)
         .private_receive(get("private") == Some("1"))
-        .setup_timeout(deadline);
+        .setup_timeout(Duration::from_millis(num("setup-ms", 30_000)?));
     if let Some(r) = get("ring") {
         builder = builder.ring_capacity(
             r.parse()

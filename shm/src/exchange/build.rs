@@ -236,9 +236,15 @@ impl<'a> ExchangeBuilder<'a> {
                 why: "use ASCII letters, digits and '_'".into(),
             });
         }
-        let thresholds = match self.thresholds {
-            Some(t) => t,
-            None => self.ctx.thresholds()?,
+        let thresholds = match (self.thresholds, self.policy) {
+            (Some(t), _) => t,
+            // Forced paths do not need the (start-up) measurement.
+            (None, PathPolicy::Force(_)) => Thresholds {
+                eager_max: 0,
+                get_min: 0,
+                measured: false,
+            },
+            (None, PathPolicy::Auto) => self.ctx.thresholds()?,
         };
         let rank = self.ctx.rank;
         let mut notes = Vec::new();

@@ -235,7 +235,11 @@ impl Exchange {
                     });
                 }
             }
-            if idle > 200 {
+            if idle > 20_000 {
+                // Long waits (a late or oversubscribed peer) stop burning the
+                // core the peer may need.
+                std::thread::sleep(Duration::from_micros(10));
+            } else if idle > 200 {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
