@@ -5,7 +5,8 @@
 set -euo pipefail
 
 # Debian packages the workspace needs to build (C compiler for -sys crates).
-apt_packages=(gcc pkg-config)
+# libhwloc-dev: sode-shm reports the topology and binds ranks through hwloc.
+apt_packages=(gcc pkg-config libhwloc-dev)
 
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -14,6 +14,7 @@ echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== benchmarks, once each (criterion test mode)"
 cargo bench -p sode-benches --bench planning --locked -- --test
+cargo bench -p sode-benches --bench shm_paths --locked -- --test
 
 echo "== cargo test"
 log=$(mktemp)

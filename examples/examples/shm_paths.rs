@@ -77,7 +77,14 @@ fn latency_iters(quick: bool) -> usize {
     }
 }
 
-fn build(ctx: &mut Context, name: &str, peer: usize, size: usize, send: bool, mode: Mode) -> Exchange {
+fn build(
+    ctx: &mut Context,
+    name: &str,
+    peer: usize,
+    size: usize,
+    send: bool,
+    mode: Mode,
+) -> Exchange {
     let n = if send {
         Neighbour::new(peer).send(size, 0)
     } else {
@@ -93,7 +100,8 @@ fn build(ctx: &mut Context, name: &str, peer: usize, size: usize, send: bool, mo
 
 fn step(ex: &mut Exchange) {
     ex.start().expect("start");
-    ex.wait(Instant::now() + Duration::from_secs(60)).expect("wait");
+    ex.wait(Instant::now() + Duration::from_secs(60))
+        .expect("wait");
 }
 
 /// The two-copy baseline's second copy, out of shared memory into the
@@ -142,9 +150,27 @@ fn run(rank: usize, quick: bool, mut report: impl FnMut(String)) {
             }
             // Ping-pong.
             let name = format!("lat_{}_{size}", mode.name());
-            let mut ping = build(&mut ctx, &format!("{name}_ping"), peer, size, rank == 0, mode);
-            let mut pong = build(&mut ctx, &format!("{name}_pong"), peer, size, rank == 1, mode);
-            let iters = if size <= 64 << 10 { latency_iters(quick) } else { 50 };
+            let mut ping = build(
+                &mut ctx,
+                &format!("{name}_ping"),
+                peer,
+                size,
+                rank == 0,
+                mode,
+            );
+            let mut pong = build(
+                &mut ctx,
+                &format!("{name}_pong"),
+                peer,
+                size,
+                rank == 1,
+                mode,
+            );
+            let iters = if size <= 64 << 10 {
+                latency_iters(quick)
+            } else {
+                50
+            };
             let mut t0 = Instant::now();
             for i in 0..=iters {
                 if i == 1 {

@@ -3,7 +3,7 @@
 //! peer has mapped them (after that the kernel frees the memory when the last
 //! process unmaps it, including when processes die).
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -96,7 +96,7 @@ impl OwnSegment {
     /// Makes the segment visible under its final name. A leftover file of a
     /// dead process is replaced; one of a live process is a collision.
     pub(crate) fn publish(&mut self) -> Result<()> {
-        if let Ok(file) = File::open(&self.path) {
+        if let Ok(file) = OpenOptions::new().read(true).write(true).open(&self.path) {
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
             if len >= layout::HEADER_LEN {
                 if let Ok(old) = SharedMap::map_file(&file, layout::HEADER_LEN as usize) {
@@ -167,4 +167,79 @@ pub(crate) fn open_peer(path: &Path, peer: usize) -> Result<Option<SharedMap>> {
     SharedMap::map_file(&file, len as usize)
         .map(Some)
         .map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn dir() -> PathBuf {
+        std::env::temp_dir()
+    }
+
+    #[test]
+    fn segments_are_private_to_the_user_and_unlinked() {
+        let path = segment_path(&dir(), &format!("unit{}", std::process::id()), "m", 0);
+        let mut seg = OwnSegment::create(path.clone(), 8192).unwrap();
+        seg.map
+            .write_u64(layout::H_PID, std::process::id() as u64)
+            .unwrap();
+        seg.publish().unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        seg.unlink();
+        assert!(!path.exists());
+        // The mapping outlives the name.
+        assert_eq!(
+            seg.map.read_u64(layout::H_PID).unwrap(),
+            std::process::id() as u64
+        );
+    }
+
+    #[test]
+    fn a_live_owner_is_a_collision_and_a_dead_one_is_replaced() {
+        let path = segment_path(&dir(), &format!("unit{}", std::process::id()), "c", 1);
+        let write_owner = |pid: u64| {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&path)
+                .unwrap();
+            f.set_len(4096).unwrap();
+            SharedMap::map_file(&f, 4096)
+                .unwrap()
+                .write_u64(layout::H_PID, pid)
+                .unwrap();
+        };
+        // pid 1 is always alive.
+        write_owner(1);
+        let mut seg = OwnSegment::create(path.clone(), 4096).unwrap();
+        assert!(matches!(
+            seg.publish(),
+            Err(ShmError::SegmentCollision { pid: 1, .. })
+        ));
+        drop(seg);
+        // A pid that cannot exist.
+        write_owner(i32::MAX as u64);
+        let mut seg = OwnSegment::create(path.clone(), 4096).unwrap();
+        seg.publish().unwrap();
+        drop(seg);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn zombie_and_missing_processes_are_not_alive() {
+        assert!(process_alive(std::process::id() as i32));
+        assert!(!process_alive(i32::MAX));
+        assert!(!process_alive(0));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        assert!(!process_alive(pid), "an exited, unreaped child is a zombie");
+        child.wait().unwrap();
+    }
 }

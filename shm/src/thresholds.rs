@@ -107,7 +107,11 @@ fn responder(b: &Bench) {
         if cmd == u64::MAX {
             return;
         }
-        let (probe, size, reps) = (cmd >> 60, ((cmd >> 24) & 0xF_FFFF_FFFF) as usize, cmd & 0xFF_FFFF);
+        let (probe, size, reps) = (
+            cmd >> 60,
+            ((cmd >> 24) & 0xF_FFFF_FFFF) as usize,
+            cmd & 0xFF_FFFF,
+        );
         b.cmd.store(0, Ordering::Release);
         let w_arrived = b.window.atomic(0).ok();
         let w_credit = b.window.atomic(64).ok();
@@ -135,7 +139,9 @@ fn responder(b: &Bench) {
                     b.done.store(round, Ordering::Release);
                 }
                 1 => {
-                    let (Some(arrived), Some(credit)) = (w_arrived, w_credit) else { return };
+                    let (Some(arrived), Some(credit)) = (w_arrived, w_credit) else {
+                        return;
+                    };
                     if !spin_until(give_up, || arrived.load(Ordering::Acquire) == round) {
                         return;
                     }
@@ -186,7 +192,10 @@ fn measure_one(
         if let Ok(w) = b.window.atomic(64) {
             w.store(0, Ordering::Release);
         }
-        b.cmd.store((code << 60) | ((size as u64) << 24) | reps, Ordering::Release);
+        b.cmd.store(
+            (code << 60) | ((size as u64) << 24) | reps,
+            Ordering::Release,
+        );
         if !spin_until(give_up, || b.cmd.load(Ordering::Acquire) == 0) {
             return None;
         }
@@ -199,7 +208,10 @@ fn measure_one(
                         let n = (size - off).min(max_frag);
                         let rec = control(Kind::Eager, off as u64, n as u64);
                         if !spin_until(give_up, || {
-                            matches!(tx.try_push(&b.ring, &rec, &b.src.as_ref()[off..off + n]), Ok(true))
+                            matches!(
+                                tx.try_push(&b.ring, &rec, &b.src.as_ref()[off..off + n]),
+                                Ok(true)
+                            )
                         }) {
                             return None;
                         }
@@ -213,7 +225,8 @@ fn measure_one(
                     }
                 }
                 Probe::Window => {
-                    let (Ok(arrived), Ok(credit)) = (b.window.atomic(0), b.window.atomic(64)) else {
+                    let (Ok(arrived), Ok(credit)) = (b.window.atomic(0), b.window.atomic(64))
+                    else {
                         return None;
                     };
                     if !spin_until(give_up, || credit.load(Ordering::Acquire) == round - 1) {
@@ -224,7 +237,9 @@ fn measure_one(
                 }
                 Probe::Get => {
                     let rec = control(Kind::ReceiveRequest, b.src.address(), size as u64);
-                    if !spin_until(give_up, || matches!(tx.try_push(&b.ring, &rec, &[]), Ok(true))) {
+                    if !spin_until(give_up, || {
+                        matches!(tx.try_push(&b.ring, &rec, &[]), Ok(true))
+                    }) {
                         return None;
                     }
                     let mut seen = false;
@@ -272,7 +287,10 @@ impl Thresholds {
             done: AtomicU64::new(0),
             src: {
                 let mut b = PrivateBuf::new(largest, 0).ok()?;
-                b.as_mut().iter_mut().enumerate().for_each(|(i, x)| *x = i as u8);
+                b.as_mut()
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, x)| *x = i as u8);
                 b
             },
         });
@@ -347,11 +365,15 @@ impl Thresholds {
     pub fn from_env_or_measure() -> Result<Thresholds> {
         let parse = |name: &str| -> Result<Option<usize>> {
             match std::env::var(name) {
-                Ok(v) => v.trim().parse().map(Some).map_err(|_| ShmError::InvalidSetting {
-                    name: name.into(),
-                    value: v,
-                    why: "expected a size in bytes".into(),
-                }),
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map(Some)
+                    .map_err(|_| ShmError::InvalidSetting {
+                        name: name.into(),
+                        value: v,
+                        why: "expected a size in bytes".into(),
+                    }),
                 Err(_) => Ok(None),
             }
         };

@@ -20,7 +20,11 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 fn job(name: &str) -> String {
     static N: AtomicU32 = AtomicU32::new(0);
-    format!("t{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "t{}-{name}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 fn spawn(job: &str, rank: usize, peers: &str, extra: &[&str]) -> Child {
@@ -203,7 +207,10 @@ fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
     let took = killed_at.elapsed();
     let _ = victim.wait();
     assert_eq!(out.status.code(), Some(3), "{text}");
-    assert!(text.contains("peer rank 1") && text.contains("died"), "{text}");
+    assert!(
+        text.contains("peer rank 1") && text.contains("died"),
+        "{text}"
+    );
     assert!(took < Duration::from_secs(5), "noticed after {took:?}");
     assert_no_segments(&j);
 }
@@ -214,7 +221,12 @@ fn a_stalled_peer_times_out_naming_what_is_outstanding() {
     let j = job("stalled");
     let mut victim = spawn(&j, 1, "0", &["sizes=64", "iters=100", "stall-after=3"]);
     let started = Instant::now();
-    let (out, text) = finish(spawn(&j, 0, "1", &["sizes=64", "iters=100", "deadline-ms=700"]));
+    let (out, text) = finish(spawn(
+        &j,
+        0,
+        "1",
+        &["sizes=64", "iters=100", "deadline-ms=700"],
+    ));
     let _ = victim.kill();
     let _ = victim.wait();
     assert_eq!(out.status.code(), Some(3), "{text}");
@@ -230,7 +242,10 @@ fn cross_memory_attach_denied_by_seccomp_falls_back_to_eager() {
     let t = run_all(
         "deny",
         &["1", "0"],
-        &[&["path=get", "iters=3", sizes, "deny-cma=1"], &["path=get", "iters=3", sizes]],
+        &[
+            &["path=get", "iters=3", sizes, "deny-cma=1"],
+            &["path=get", "iters=3", sizes],
+        ],
     );
     // Rank 0 cannot read rank 1's memory: it says why and receives eager.
     assert!(t[0].contains("seccomp"), "{}", t[0]);

@@ -130,7 +130,11 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
         let [eager_max, get_min] = v[..] else {
             return Err(usage("thresholds= takes EAGER_MAX,GET_MIN".into()));
         };
-        ctx.set_thresholds(Thresholds { eager_max, get_min, measured: false });
+        ctx.set_thresholds(Thresholds {
+            eager_max,
+            get_min,
+            measured: false,
+        });
     }
     let mut builder = ctx
         .exchange()

@@ -1,0 +1,110 @@
+//! Bad input to the public API gets a named error, not a panic or a hang.
+
+use std::time::Duration;
+
+use sode_shm::{Context, Neighbour, ShmError};
+
+fn ctx(rank: usize) -> Context {
+    Context::new(&format!("err{}", std::process::id()), rank).expect("context")
+}
+
+#[test]
+fn job_ids_that_could_escape_the_directory_are_refused() {
+    for bad in ["", "../x", "a/b", "sp ace", &"x".repeat(65)] {
+        assert!(matches!(
+            Context::new(bad, 0),
+            Err(ShmError::InvalidSetting { .. })
+        ));
+    }
+}
+
+#[test]
+fn invalid_neighbour_lists_are_named() {
+    let mut c = ctx(0);
+    let self_peer = c.exchange().neighbour(Neighbour::new(0).send(8, 0)).build();
+    assert!(
+        matches!(self_peer, Err(ShmError::InvalidNeighbours { why }) if why.contains("this process"))
+    );
+    let dup = c
+        .exchange()
+        .neighbour(Neighbour::new(1).send(8, 3))
+        .neighbour(Neighbour::new(1).send(8, 3))
+        .build();
+    assert!(
+        matches!(dup, Err(ShmError::InvalidNeighbours { why }) if why.contains("both send tag 3"))
+    );
+    let empty = c.exchange().neighbour(Neighbour::new(1)).build();
+    assert!(matches!(empty, Err(ShmError::InvalidNeighbours { .. })));
+    let ring = c
+        .exchange()
+        .ring_capacity(5000)
+        .neighbour(Neighbour::new(1).send(8, 0))
+        .build();
+    assert!(matches!(ring, Err(ShmError::InvalidSetting { .. })));
+    let misaligned = c
+        .exchange()
+        .neighbour(Neighbour::new(1).send(8, 0).misaligned(64))
+        .build();
+    assert!(matches!(
+        misaligned,
+        Err(ShmError::InvalidNeighbours { .. })
+    ));
+}
+
+#[test]
+fn an_absent_peer_times_out_and_start_wait_order_is_checked() {
+    let mut c = ctx(5);
+    let t = std::time::Instant::now();
+    let r = c
+        .exchange()
+        .name("absent")
+        .setup_timeout(Duration::from_millis(200))
+        .neighbour(Neighbour::new(6).send(8, 0))
+        .build();
+    assert!(
+        matches!(r, Err(ShmError::SetupTimeout { peer: 6, .. })),
+        "{r:?}"
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn two_threads_exchange_and_misuse_is_refused() {
+    // Two contexts in one process are enough to check call-order errors.
+    let job = format!("order{}", std::process::id());
+    let j2 = job.clone();
+    let peer = std::thread::spawn(move || {
+        let mut c = Context::new(&j2, 1).unwrap();
+        let mut ex = c
+            .exchange()
+            .neighbour(Neighbour::new(0).send(16, 0).recv(16, 0))
+            .build()
+            .unwrap();
+        ex.send_buf_mut(0).unwrap().fill(1);
+        ex.start().unwrap();
+        ex.wait_for(Duration::from_secs(10)).unwrap();
+        ex.recv_buf(0).unwrap().to_vec()
+    });
+    let mut c = Context::new(&job, 0).unwrap();
+    let mut ex = c
+        .exchange()
+        .neighbour(Neighbour::new(1).send(16, 0).recv(16, 0))
+        .build()
+        .unwrap();
+    assert!(matches!(
+        ex.wait_for(Duration::from_millis(1)),
+        Err(ShmError::State { .. })
+    ));
+    ex.send_buf_mut(0).unwrap().fill(2);
+    ex.start().unwrap();
+    assert!(matches!(ex.start(), Err(ShmError::State { .. })));
+    assert!(matches!(ex.send_buf_mut(0), Err(ShmError::State { .. })));
+    assert!(matches!(ex.recv_buf(0), Err(ShmError::State { .. })));
+    ex.wait_for(Duration::from_secs(10)).unwrap();
+    assert_eq!(ex.recv_buf(0).unwrap(), &[1u8; 16]);
+    assert!(matches!(
+        ex.recv_buf(7),
+        Err(ShmError::NoSuchBuffer { index: 7, .. })
+    ));
+    assert_eq!(peer.join().unwrap(), vec![2u8; 16]);
+}
