@@ -274,3 +274,16 @@ fn mismatched_sizes_and_a_missing_peer_are_named() {
     assert!(t.contains("peer rank 1 did not create its segment"), "{t}");
     assert_no_segments(&j);
 }
+
+#[test]
+fn ranks_bound_to_their_own_cores_still_exchange() {
+    let _serial = serial();
+    let t = run_all(
+        "bound",
+        &["1", "0"],
+        &[&["iters=200", "sizes=4096,300000", "bind=1"]],
+    );
+    for (r, text) in t.iter().enumerate() {
+        assert!(text.contains(&format!("rank {r}: bound to core")), "{text}");
+    }
+}
