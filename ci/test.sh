@@ -16,6 +16,9 @@ echo "== benchmarks, once each (criterion test mode)"
 cargo bench -p sode-benches --bench planning --locked -- --test
 cargo bench -p sode-benches --bench shm_paths --locked -- --test
 
+echo "== SoftRoCE: ib_write_bw over rxe0 in a VM (Debian kernel, software emulation)"
+bash ci/softroce/run.sh bash ci/softroce/smoke.sh
+
 echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs inside the SoftRoCE guest: loads rdma_rxe, creates rxe0 over a veth
+# pair with IPv4 addresses (RoCE v2 GIDs), then runs the given command and
+# writes its exit status to $SODE_VM_OUT/status.
+set -uo pipefail
+out=${SODE_VM_OUT:?}
+{
+  set -e
+  modprobe rdma_rxe
+  ip link add veth0 type veth peer name veth1
+  ip addr add 10.77.0.1/24 dev veth0
+  ip addr add 10.77.0.2/24 dev veth1
+  ip link set lo up
+  ip link set veth0 up
+  ip link set veth1 up
+  rdma link add rxe0 type rxe netdev veth0
+  # Memory registration needs more than the default 8 MiB of locked memory.
+  ulimit -l unlimited
+} || { echo 90 > "$out/status"; exit 90; }
+ulimit -l unlimited
+"$@"
+echo $? > "$out/status"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Boots Debian's stock kernel under software emulation with virtme-ng (the
+# host's root filesystem shared), sets up SoftRoCE (rxe0) in the guest, runs
+# the given command there and exits with its status.
+#
+#   bash ci/softroce/run.sh ib_write_bw ...     # any command, paths as on the host
+#
+# Build on the host first: emulated code is 10-50x slower.
+set -euo pipefail
+# pip puts console scripts (vng) here; pyenv shims may not know them yet.
+PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+export PATH
+here=$(cd "$(dirname "$0")" && pwd)
+kernel=$(bash "$here/install.sh" | tail -n 1)
+out=$(mktemp -d /tmp/sode-vm.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+cmd=$(printf '%q ' "$@")
+start=$(date +%s)
+# KVM here cannot boot this kernel: software emulation (--disable-kvm).
+timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 2G \
+  --rwdir "$out" --cwd "$PWD" \
+  --exec "SODE_VM_OUT=$out bash $here/guest.sh $cmd" || true
+status=$(cat "$out/status" 2>/dev/null || echo 99)
+echo "softroce: guest finished in $(( $(date +%s) - start )) s with status $status" >&2
+[ "$status" = 90 ] && echo "softroce: setting up rxe0 in the guest failed" >&2
+[ "$status" = 99 ] && echo "softroce: the guest did not report a status (boot failure or timeout)" >&2
+exit "$status"
