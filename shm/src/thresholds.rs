@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::buffer::PrivateBuf;
 use crate::caps::cma_read;
 use crate::error::{Result, ShmError};
-use crate::ring::{Kind, Record, RingLayout, RingRx, RingTx};
+use crate::ring::{Kind, Peeked, Record, RingLayout, RingRx, RingTx};
 use crate::sys::shared::SharedMap;
 
 /// Crossover sizes used by the automatic path choice.
@@ -89,6 +89,16 @@ fn spin_until(deadline: Instant, mut f: impl FnMut() -> bool) -> bool {
     true
 }
 
+/// Waits for the next record of `rx` (None if the probe gives up).
+fn next_record(rx: &mut RingRx, map: &SharedMap, give_up: Instant) -> Option<Peeked> {
+    let mut p = None;
+    spin_until(give_up, || {
+        p = rx.peek(map).ok().flatten();
+        p.is_some()
+    });
+    p
+}
+
 /// The receiving side: waits for each round's data and acknowledges it.
 fn responder(b: &Bench) {
     let mut rx = RingRx::new(layout());
@@ -120,14 +130,9 @@ fn responder(b: &Bench) {
                 0 => {
                     let mut got = 0;
                     while got < size || got == 0 && size == 0 {
-                        let mut p = None;
-                        if !spin_until(give_up, || {
-                            p = rx.peek(&b.ring).ok().flatten();
-                            p.is_some()
-                        }) {
+                        let Some(p) = next_record(&mut rx, &b.ring, give_up) else {
                             return;
-                        }
-                        let Some(p) = p else { return };
+                        };
                         let n = p.record.b as usize;
                         let _ = b.ring.read(p.payload_at, &mut dst[got..got + n]);
                         let _ = rx.consume(&b.ring, &p);
@@ -148,14 +153,9 @@ fn responder(b: &Bench) {
                     credit.store(round, Ordering::Release);
                 }
                 _ => {
-                    let mut p = None;
-                    if !spin_until(give_up, || {
-                        p = rx.peek(&b.ring).ok().flatten();
-                        p.is_some()
-                    }) {
+                    let Some(p) = next_record(&mut rx, &b.ring, give_up) else {
                         return;
-                    }
-                    let Some(p) = p else { return };
+                    };
                     let (addr, len) = (p.record.a, p.record.b as usize);
                     let _ = rx.consume(&b.ring, &p);
                     let _ = cma_read(pid, addr, &mut dst[..len]);
