@@ -114,6 +114,11 @@ impl RingTx {
         RingTx { layout, tail: 0 }
     }
 
+    /// Largest eager payload this ring (sized by its consumer) takes.
+    pub(crate) fn max_payload(&self) -> usize {
+        self.layout.max_payload() as usize
+    }
+
     /// Appends a record; `Ok(false)` when the ring has no room now.
     pub(crate) fn try_push(
         &mut self,

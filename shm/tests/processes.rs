@@ -287,3 +287,18 @@ fn ranks_bound_to_their_own_cores_still_exchange() {
         assert!(text.contains(&format!("rank {r}: bound to core")), "{text}");
     }
 }
+
+#[test]
+fn eager_fragments_fit_the_receivers_ring_not_the_senders() {
+    let _serial = serial();
+    // Each side sizes its own inbound ring; a sender must cut fragments to
+    // the peer's ring.
+    run_all(
+        "rings",
+        &["1", "0"],
+        &[
+            &["path=eager", "iters=5", "sizes=7,1048579", "ring=4096"],
+            &["path=eager", "iters=5", "sizes=7,1048579", "ring=262144"],
+        ],
+    );
+}

@@ -13,7 +13,7 @@ use crate::caps::{cma_denied_reason, cma_read, warn_once, Availability};
 use crate::context::Context;
 use crate::error::{Result, ShmError};
 use crate::layout::{self, PeerView, SegmentLayout};
-use crate::ring::{RingLayout, RingRx, RingTx};
+use crate::ring::{RingRx, RingTx};
 use crate::segment::{open_peer, segment_path, OwnSegment};
 use crate::sys::pidfd::{self, PidFd};
 use crate::sys::shared::SharedMap;
@@ -540,6 +540,7 @@ impl<'a> ExchangeBuilder<'a> {
         // Operations.
         let mut peers = Vec::new();
         let mut peer_index = HashMap::new();
+        let mut windows_of = HashMap::new();
         for (peer, map, view, fd) in maps {
             let inbound = layout
                 .peers
@@ -557,8 +558,9 @@ impl<'a> ExchangeBuilder<'a> {
                 outbox: VecDeque::new(),
                 map,
             });
-            // Keep the view's recv entries for the sends below.
-            let _ = &view;
+            // The table read at mapping time; only the path codes in it were
+            // written since, and are read below.
+            windows_of.insert(peer, view.recvs_from_us);
         }
         let io = |what: &str, e: std::io::Error| ShmError::Io {
             what: what.into(),
@@ -575,10 +577,7 @@ impl<'a> ExchangeBuilder<'a> {
             let pi = peer_index[&n.peer];
             if let Some((len, tag)) = n.send {
                 let link = &peers[pi];
-                let view =
-                    layout::read_peer(&link.map, n.peer, rank).map_err(|w| protocol(n.peer, w))?;
-                let &(_, _, entry, window) = view
-                    .recvs_from_us
+                let &(_, _, entry, window) = windows_of[&n.peer]
                     .iter()
                     .find(|r| r.0 == tag)
                     .expect("checked above");
@@ -661,11 +660,6 @@ impl<'a> ExchangeBuilder<'a> {
             .enumerate()
             .map(|(k, s)| ((s.peer, s.tag), k))
             .collect();
-        let max_fragment = RingLayout {
-            base: 0,
-            capacity: self.ring_capacity as u64,
-        }
-        .max_payload() as usize;
         let report = ExchangeReport {
             name: name.into(),
             sends: report_sends,
@@ -689,7 +683,6 @@ impl<'a> ExchangeBuilder<'a> {
             in_flight: false,
             failed: None,
             get_chunk: 1 << 20,
-            max_fragment,
             report,
             _probe: probe,
         })

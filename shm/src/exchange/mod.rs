@@ -232,7 +232,6 @@ pub struct Exchange {
     in_flight: bool,
     failed: Option<String>,
     get_chunk: usize,
-    max_fragment: usize,
     report: ExchangeReport,
     // Read by peers with cross-memory attach during setup.
     _probe: Box<u64>,

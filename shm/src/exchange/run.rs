@@ -10,6 +10,19 @@ use crate::layout;
 use crate::ring::{Kind, Record};
 use crate::sys::pidfd;
 
+/// The operation behind neighbour `index`, or which buffer does not exist.
+fn op_of(table: &[Option<usize>], index: usize, what: &'static str) -> Result<usize> {
+    table
+        .get(index)
+        .copied()
+        .flatten()
+        .ok_or(ShmError::NoSuchBuffer {
+            what,
+            index,
+            count: table.len(),
+        })
+}
+
 impl Exchange {
     /// The exchange's name.
     pub fn name(&self) -> &str {
@@ -40,17 +53,7 @@ impl Exchange {
                 "send buffers cannot change while an exchange is in flight: call wait first",
             ));
         }
-        let count = self.send_of.len();
-        let op = self
-            .send_of
-            .get(index)
-            .copied()
-            .flatten()
-            .ok_or(ShmError::NoSuchBuffer {
-                what: "send",
-                index,
-                count,
-            })?;
+        let op = op_of(&self.send_of, index, "send")?;
         Ok(self.sends[op].buf.as_mut())
     }
 
@@ -62,18 +65,7 @@ impl Exchange {
                 "receive buffers are being written while an exchange is in flight: call wait first",
             ));
         }
-        let count = self.recv_of.len();
-        let op = self
-            .recv_of
-            .get(index)
-            .copied()
-            .flatten()
-            .ok_or(ShmError::NoSuchBuffer {
-                what: "receive",
-                index,
-                count,
-            })?;
-        let r = &self.recvs[op];
+        let r = &self.recvs[op_of(&self.recv_of, index, "receive")?];
         match &r.storage {
             Storage::Private(b) => Ok(b.as_ref()),
             Storage::Window(off) => {
@@ -324,7 +316,7 @@ impl Exchange {
                 Path::Eager => {
                     let data = s.buf.as_ref();
                     while !s.pushed_any || s.sent < data.len() {
-                        let len = (data.len() - s.sent).min(self.max_fragment);
+                        let len = (data.len() - s.sent).min(link.tx.max_payload());
                         let rec = Record {
                             kind: Kind::Eager,
                             tag: s.tag,
