@@ -6,7 +6,10 @@ set -euo pipefail
 
 # Debian packages the workspace needs to build (C compiler for -sys crates).
 # libhwloc-dev: sode-shm reports the topology and binds ranks through hwloc.
-apt_packages=(gcc pkg-config libhwloc-dev)
+# cmake, clang, libclang-dev: sode-transport's verbs crate (rdma-mummy-sys)
+# builds its libibverbs loader with cmake and its bindings with bindgen.
+# libibverbs1: loaded at run time (without it the transport says so).
+apt_packages=(gcc pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1)
 
 missing=()
 for p in "${apt_packages[@]}"; do

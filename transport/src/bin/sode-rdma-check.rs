@@ -1,0 +1,484 @@
+//! `sode-rdma-check`: probes the RDMA device, runs verified persistent
+//! exchanges between the ranks `sode-run` starts, injects failures, and
+//! measures. The transport's integration tests and benchmarks drive it.
+//!
+//! ```text
+//! sode-rdma-check probe
+//! sode-run -n 3 sode-rdma-check exchange --engines 2 --sizes 1,4096,1M --iters 1000
+//! sode-run -n 2 sode-rdma-check bench
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sode_transport::{
+    CqLayout, Device, DeviceSelector, ExchangeBuilder, PersistentWrites, PostMode, SendId,
+    TransportError, WindowId, World, Write,
+};
+
+#[derive(Parser)]
+#[command(about = "Probe, verify and measure sode's RDMA transport")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Open the device the environment selects and print its capabilities.
+    Probe,
+    /// Every rank writes to every other rank each iteration; every byte that
+    /// arrives is checked.
+    Exchange(ExchangeArgs),
+    /// Bandwidth, latency, posting cost and CQ layouts (2 ranks).
+    Bench(BenchArgs),
+}
+
+#[derive(Parser, Clone)]
+struct ExchangeArgs {
+    /// Queue pairs per peer.
+    #[arg(long, default_value_t = 1)]
+    engines: usize,
+    /// Sizes of the writes to each peer (a chain per engine), e.g. 1,64,4K,1M.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "1,4096")]
+    sizes: Vec<usize>,
+    /// Exchanges to run.
+    #[arg(long, default_value_t = 10)]
+    iters: u64,
+    /// Largest inline write (0: none).
+    #[arg(long)]
+    inline_max: Option<u32>,
+    #[arg(long, value_enum, default_value_t = Cq::Shared)]
+    cq: Cq,
+    #[arg(long, value_enum, default_value_t = Post::Chain)]
+    post: Post,
+    /// Deadline of each wait, in milliseconds.
+    #[arg(long, default_value_t = 20_000)]
+    deadline_ms: u64,
+    /// This rank kills itself (SIGKILL) right after starting iteration --die-at.
+    #[arg(long)]
+    die_rank: Option<usize>,
+    #[arg(long, default_value_t = 0)]
+    die_at: u64,
+    /// Rank 0 writes its first command with an rkey rank 1 never issued.
+    #[arg(long)]
+    wrong_rkey: bool,
+    /// Succeed only if an error is reported within the deadline.
+    #[arg(long)]
+    expect_failure: bool,
+}
+
+#[derive(Parser, Clone)]
+struct BenchArgs {
+    /// Engine counts to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    engines: Vec<usize>,
+    /// Write sizes for the bandwidth rows.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "4K,64K,1M")]
+    sizes: Vec<usize>,
+    /// Bytes per exchange in the bandwidth rows (split into writes of each size).
+    #[arg(long, value_parser = parse_size, default_value = "4M")]
+    total: usize,
+    /// Exchanges per bandwidth row.
+    #[arg(long, default_value_t = 10)]
+    iters: u64,
+    /// Exchanges for the latency row.
+    #[arg(long, default_value_t = 200)]
+    lat_iters: u64,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Cq {
+    Shared,
+    PerEngine,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Post {
+    Chain,
+    Each,
+}
+
+fn parse_size(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>()
+        .map(|n| n * mult)
+        .map_err(|_| format!("{s:?} is not a size (e.g. 64, 4K, 1M)"))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Probe => probe(),
+        Cmd::Exchange(a) => exchange(&a),
+        Cmd::Bench(a) => bench(&a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sode-rdma-check: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn probe() -> Result<(), TransportError> {
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    println!("{}", dev.caps());
+    Ok(())
+}
+
+/// The byte `src` sends `dst` at `offset` of message `msg` in iteration `it`.
+fn pattern(src: usize, dst: usize, msg: usize, it: u64, offset: usize) -> u8 {
+    (src * 131 + dst * 31 + msg * 17 + it as usize * 7 + offset * 13 + offset / 251) as u8
+}
+
+/// Window `id` at rank `owner` receives from `writer`: one window per writer,
+/// in rank order.
+fn window_of(owner: usize, writer: usize) -> usize {
+    if writer < owner {
+        writer
+    } else {
+        writer - 1
+    }
+}
+
+struct Layout {
+    sends: Vec<(usize, SendId)>,
+    windows: Vec<(usize, WindowId)>,
+    offsets: Vec<usize>,
+    total: usize,
+}
+
+fn build_all_to_all(
+    world: &mut World,
+    dev: &Device,
+    a: &ExchangeArgs,
+) -> Result<(PersistentWrites, Layout), TransportError> {
+    let me = world.rank();
+    let peers: Vec<usize> = (0..world.size()).filter(|&p| p != me).collect();
+    let mut b = ExchangeBuilder::new(dev)
+        .engines(a.engines)
+        .cq_layout(match a.cq {
+            Cq::Shared => CqLayout::Shared,
+            Cq::PerEngine => CqLayout::PerEngine,
+        });
+    b = b.post_mode(match a.post {
+        Post::Chain => PostMode::Chain,
+        Post::Each => PostMode::PerRequest,
+    });
+    if let Some(m) = a.inline_max {
+        b = b.inline_max(m);
+    }
+    if a.wrong_rkey && me == 0 {
+        b = b.inject_wrong_rkey(0);
+    }
+    let mut offsets = Vec::new();
+    let mut total = 0;
+    for &s in &a.sizes {
+        offsets.push(total);
+        // Writes start 8-byte aligned, odd sizes leave odd gaps.
+        total += s.div_ceil(8) * 8;
+    }
+    let mut sends = Vec::new();
+    let mut windows = Vec::new();
+    for &p in &peers {
+        sends.push((p, b.send_buffer(total)?));
+    }
+    for &p in &peers {
+        windows.push((p, b.window(total, &[p])?));
+    }
+    for &(p, src) in &sends {
+        for (k, &len) in a.sizes.iter().enumerate() {
+            b.write(Write {
+                peer: p,
+                engine: k % a.engines,
+                src,
+                src_offset: offsets[k],
+                window: WindowId(window_of(p, me)),
+                dst_offset: offsets[k],
+                len,
+            });
+        }
+    }
+    let x = b.build(world, Duration::from_secs(60))?;
+    Ok((
+        x,
+        Layout {
+            sends,
+            windows,
+            offsets,
+            total,
+        },
+    ))
+}
+
+fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
+    let mut world = World::init(Duration::from_secs(60))?;
+    let me = world.rank();
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    let (mut x, layout) = build_all_to_all(&mut world, &dev, a)?;
+    let deadline = Duration::from_millis(a.deadline_ms);
+    let mut verified: u64 = 0;
+    let mut checksum: u64 = 0;
+    let began = Instant::now();
+    for it in 0..a.iters {
+        for &(p, src) in &layout.sends {
+            let buf = x.send_buf_mut(src)?;
+            for (k, &len) in a.sizes.iter().enumerate() {
+                let off = layout.offsets[k];
+                for (o, byte) in buf[off..off + len].iter_mut().enumerate() {
+                    *byte = pattern(me, p, k, it, o);
+                }
+            }
+        }
+        let t0 = Instant::now();
+        let step = x.start().and_then(|()| {
+            if a.die_rank == Some(me) && it == a.die_at {
+                // Mid-exchange: chains and credits are posted, nothing reaped.
+                let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            }
+            x.wait_for(deadline)
+        });
+        if let Err(e) = step {
+            if a.expect_failure {
+                let took = t0.elapsed();
+                println!(
+                    "rank {me}: failure reported after {} ms in iteration {it}: {e}",
+                    took.as_millis()
+                );
+                if took > deadline + Duration::from_secs(1) {
+                    eprintln!("rank {me}: reported later than the deadline ({deadline:?})");
+                    std::process::exit(3);
+                }
+                // A failed object refuses to run again.
+                match x.start() {
+                    Err(TransportError::Failed { .. }) => return Ok(()),
+                    other => {
+                        eprintln!(
+                            "rank {me}: start after a failure returned {other:?}, expected Failed"
+                        );
+                        std::process::exit(4);
+                    }
+                }
+            }
+            return Err(e);
+        }
+        for &(p, win) in &layout.windows {
+            let w = x.window(win)?;
+            for (k, &len) in a.sizes.iter().enumerate() {
+                let off = layout.offsets[k];
+                for (o, &byte) in w[off..off + len].iter().enumerate() {
+                    let want = pattern(p, me, k, it, o);
+                    if byte != want {
+                        eprintln!(
+                            "rank {me}: iteration {it}: byte {o} of message {k} ({len} bytes) from rank {p} is {byte:#04x}, expected {want:#04x}"
+                        );
+                        std::process::exit(5);
+                    }
+                    checksum = checksum.wrapping_mul(31).wrapping_add(u64::from(byte));
+                }
+                verified += len as u64;
+            }
+            // Bytes between messages are never written.
+            if w[layout.total..].iter().any(|&b| b != 0) {
+                eprintln!(
+                    "rank {me}: bytes past the last message of rank {p}'s window were written"
+                );
+                std::process::exit(5);
+            }
+        }
+    }
+    if a.expect_failure {
+        eprintln!(
+            "rank {me}: expected a failure, but all {} exchanges succeeded",
+            a.iters
+        );
+        std::process::exit(6);
+    }
+    let st = x.stats();
+    println!(
+        "rank {me}: {} exchanges with {} peers, {} engines, {} commands: {verified} bytes verified, checksum {checksum:016x}, {:.1} us per exchange, {} posts for {} requests",
+        a.iters,
+        x.peers().len(),
+        a.engines,
+        x.commands(),
+        began.elapsed().as_secs_f64() * 1e6 / a.iters.max(1) as f64,
+        st.post_calls,
+        st.posted_requests,
+    );
+    Ok(())
+}
+
+/// One direction: rank 0 writes `total` bytes as writes of `size`, spread
+/// round-robin over `engines`; rank 1 only grants credits.
+struct OneWay {
+    engines: usize,
+    size: usize,
+    total: usize,
+    cq: CqLayout,
+    post: PostMode,
+    inline_max: u32,
+}
+
+impl OneWay {
+    fn build(&self, world: &mut World, dev: &Device) -> Result<PersistentWrites, TransportError> {
+        let me = world.rank();
+        let mut b = ExchangeBuilder::new(dev)
+            .engines(self.engines)
+            .cq_layout(self.cq)
+            .post_mode(self.post)
+            .inline_max(self.inline_max);
+        if me == 0 {
+            let src = b.send_buffer(self.total)?;
+            for (k, off) in (0..self.total).step_by(self.size).enumerate() {
+                b.write(Write {
+                    peer: 1,
+                    engine: k % self.engines,
+                    src,
+                    src_offset: off,
+                    window: WindowId(0),
+                    dst_offset: off,
+                    len: self.size.min(self.total - off),
+                });
+            }
+        } else {
+            b.window(self.total, &[0])?;
+        }
+        b.build(world, Duration::from_secs(60))
+    }
+}
+
+fn time_exchanges(x: &mut PersistentWrites, iters: u64) -> Result<Vec<f64>, TransportError> {
+    for _ in 0..2 {
+        x.start()?;
+        x.wait_for(Duration::from_secs(60))?;
+    }
+    let mut times = Vec::with_capacity(iters as usize);
+    for _ in 0..iters {
+        let t0 = Instant::now();
+        x.start()?;
+        x.wait_for(Duration::from_secs(60))?;
+        times.push(t0.elapsed().as_secs_f64() * 1e6);
+    }
+    Ok(times)
+}
+
+fn bench(a: &BenchArgs) -> Result<(), TransportError> {
+    let mut world = World::init(Duration::from_secs(60))?;
+    if world.size() != 2 {
+        return Err(TransportError::Launch {
+            why: "bench needs exactly 2 ranks (sode-run -n 2)".into(),
+        });
+    }
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    let me = world.rank();
+    let say = |line: String| {
+        if me == 0 {
+            println!("{line}");
+        }
+    };
+    say(format!(
+        "# device {} mtu {} inline {}",
+        dev.name(),
+        dev.caps().active_mtu,
+        dev.caps().max_inline
+    ));
+    // Bandwidth: rows of `bw engines size cq MB/s`.
+    for &e in &a.engines {
+        for &s in &a.sizes {
+            let mut x = OneWay {
+                engines: e,
+                size: s,
+                total: a.total,
+                cq: CqLayout::Shared,
+                post: PostMode::Chain,
+                inline_max: 0,
+            }
+            .build(&mut world, &dev)?;
+            let t = time_exchanges(&mut x, a.iters)?;
+            let secs: f64 = t.iter().sum::<f64>() / 1e6;
+            say(format!(
+                "bw engines={e} size={s} cq=shared MBps={:.2}",
+                (a.total as f64 * a.iters as f64) / secs / 1e6
+            ));
+        }
+    }
+    // Send CQ layouts at the most engines.
+    let e = *a.engines.iter().max().unwrap_or(&1);
+    let s = 65536.min(a.total);
+    for (name, cq) in [
+        ("shared", CqLayout::Shared),
+        ("per-engine", CqLayout::PerEngine),
+    ] {
+        let mut x = OneWay {
+            engines: e,
+            size: s,
+            total: a.total,
+            cq,
+            post: PostMode::Chain,
+            inline_max: 0,
+        }
+        .build(&mut world, &dev)?;
+        let t = time_exchanges(&mut x, a.iters)?;
+        let secs: f64 = t.iter().sum::<f64>() / 1e6;
+        say(format!(
+            "cq engines={e} size={s} cq={name} MBps={:.2}",
+            (a.total as f64 * a.iters as f64) / secs / 1e6
+        ));
+    }
+    // Posting cost: a chain of 64 writes of 64 bytes, one post per chain vs
+    // one per request.
+    for (name, post) in [("chain", PostMode::Chain), ("each", PostMode::PerRequest)] {
+        let mut x = OneWay {
+            engines: 1,
+            size: 64,
+            total: 64 * 64,
+            cq: CqLayout::Shared,
+            post,
+            inline_max: 64,
+        }
+        .build(&mut world, &dev)?;
+        time_exchanges(&mut x, a.iters.max(20))?;
+        let st = x.stats();
+        if me == 0 {
+            say(format!(
+                "post mode={name} requests={} calls={} ns_per_request={:.0}",
+                st.posted_requests,
+                st.post_calls,
+                st.post_nanos as f64 / st.posted_requests.max(1) as f64
+            ));
+        }
+    }
+    // Latency: both ranks write 8 bytes to each other per exchange.
+    let mut b = ExchangeBuilder::new(&dev).engines(1);
+    let src = b.send_buffer(8)?;
+    b.window(8, &[1 - me])?;
+    b.write(Write {
+        peer: 1 - me,
+        engine: 0,
+        src,
+        src_offset: 0,
+        window: WindowId(0),
+        dst_offset: 0,
+        len: 8,
+    });
+    let mut x = b.build(&mut world, Duration::from_secs(60))?;
+    let mut t = time_exchanges(&mut x, a.lat_iters)?;
+    t.sort_by(f64::total_cmp);
+    let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
+    say(format!(
+        "lat size=8 exchange_us_median={:.1} min={:.1} mean={mean:.1}",
+        t[t.len() / 2],
+        t[0]
+    ));
+    world.barrier(Duration::from_secs(60))?;
+    Ok(())
+}

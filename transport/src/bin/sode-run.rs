@@ -1,0 +1,187 @@
+//! `sode-run -n N [--timeout SECS] PROGRAM ARGS...`: starts N ranks of
+//! PROGRAM on this machine with the bootstrap environment set (`SODE_RANK`,
+//! `SODE_SIZE`, `SODE_ROOT`, `SODE_JOB_ID`), forwards their output line by
+//! line with a `[rank]` prefix, and fails as a whole when one rank fails:
+//! the others are stopped and sode-run exits with the failing rank's status.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+const USAGE: &str = "usage: sode-run -n N [--timeout SECS] PROGRAM [ARGS...]\n\
+  Starts N ranks of PROGRAM here with SODE_RANK, SODE_SIZE, SODE_ROOT and SODE_JOB_ID set.\n\
+  Output lines are prefixed with [rank]. If one rank fails, the others are stopped\n\
+  and sode-run exits with its status; --timeout stops the whole job after SECS.";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(code) => code,
+        Err(msg) => {
+            eprintln!("sode-run: {msg}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<ExitCode, String> {
+    let mut args = std::env::args().skip(1);
+    let mut n: Option<usize> = None;
+    let mut timeout: Option<Duration> = None;
+    let mut program = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-n" | "--np" => {
+                let v = args.next().ok_or(format!("-n needs a number\n{USAGE}"))?;
+                n = Some(
+                    v.parse()
+                        .map_err(|_| format!("-n {v:?}: expected a positive number of ranks"))?,
+                );
+            }
+            "--timeout" => {
+                let v = args
+                    .next()
+                    .ok_or(format!("--timeout needs seconds\n{USAGE}"))?;
+                let s: f64 = v
+                    .parse()
+                    .map_err(|_| format!("--timeout {v:?}: expected seconds"))?;
+                timeout = Some(Duration::from_secs_f64(s));
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(ExitCode::SUCCESS);
+            }
+            _ => {
+                program = Some(a);
+                break;
+            }
+        }
+    }
+    let n = n.filter(|&n| n > 0).ok_or(format!(
+        "the number of ranks (-n N, N >= 1) is missing\n{USAGE}"
+    ))?;
+    let program = program.ok_or(format!("no program given\n{USAGE}"))?;
+    let rest: Vec<String> = args.collect();
+
+    // A free port for rank 0 to listen on. It is released before rank 0
+    // binds it; another process taking it in between makes rank 0 fail
+    // with a clear bind error, and the job with it.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| format!("cannot find a free port for SODE_ROOT: {e}"))?
+        .port();
+    let job = format!("run{}-{}", std::process::id(), port);
+    let mut children: Vec<Child> = Vec::with_capacity(n);
+    let mut forwarders = Vec::new();
+    for rank in 0..n {
+        let mut child = Command::new(&program)
+            .args(&rest)
+            .env("SODE_RANK", rank.to_string())
+            .env("SODE_SIZE", n.to_string())
+            .env("SODE_ROOT", format!("127.0.0.1:{port}"))
+            .env("SODE_JOB_ID", &job)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| {
+                for c in &mut children {
+                    let _ = c.kill();
+                }
+                format!("cannot start {program:?}: {e}")
+            })?;
+        let out = child.stdout.take().expect("piped");
+        let err = child.stderr.take().expect("piped");
+        forwarders.push(std::thread::spawn(move || forward(out, rank, false)));
+        forwarders.push(std::thread::spawn(move || forward(err, rank, true)));
+        children.push(child);
+    }
+
+    let started = Instant::now();
+    let mut status: Vec<Option<i32>> = vec![None; n];
+    let mut failure: Option<(usize, i32)> = None;
+    while status.iter().any(Option::is_none) {
+        for (rank, c) in children.iter_mut().enumerate() {
+            if status[rank].is_some() {
+                continue;
+            }
+            if let Ok(Some(st)) = c.try_wait() {
+                use std::os::unix::process::ExitStatusExt;
+                let code = st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0));
+                status[rank] = Some(code);
+                if code != 0 && failure.is_none() {
+                    let how = match st.signal() {
+                        Some(sig) => format!("was killed by signal {sig}"),
+                        None => format!("exited with status {code}"),
+                    };
+                    eprintln!("sode-run: rank {rank} {how}; stopping the other ranks");
+                    failure = Some((rank, code));
+                }
+            }
+        }
+        if failure.is_none() {
+            if let Some(t) = timeout.filter(|&t| started.elapsed() > t) {
+                eprintln!("sode-run: the job did not finish within {t:?}; stopping it");
+                failure = Some((usize::MAX, 124));
+            }
+        }
+        if failure.is_some() {
+            stop_all(&mut children, &mut status);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    for f in forwarders {
+        let _ = f.join();
+    }
+    Ok(match failure {
+        None => ExitCode::SUCCESS,
+        Some((_, code)) => ExitCode::from(code.clamp(1, 255) as u8),
+    })
+}
+
+/// SIGTERM, then SIGKILL after two seconds, to every rank still running.
+fn stop_all(children: &mut [Child], status: &mut [Option<i32>]) {
+    for (rank, c) in children.iter().enumerate() {
+        if status[rank].is_none() {
+            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+        }
+    }
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until && status.iter().any(Option::is_none) {
+        for (rank, c) in children.iter_mut().enumerate() {
+            if status[rank].is_none() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    status[rank] = Some(st.code().unwrap_or(1));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    for (rank, c) in children.iter_mut().enumerate() {
+        if status[rank].is_none() {
+            let _ = c.kill();
+            let _ = c.wait();
+            status[rank] = Some(137);
+        }
+    }
+}
+
+fn forward(stream: impl std::io::Read, rank: usize, to_stderr: bool) {
+    let reader = BufReader::new(stream);
+    for line in reader.split(b'\n') {
+        let Ok(line) = line else { break };
+        let text = String::from_utf8_lossy(&line);
+        let result = if to_stderr {
+            writeln!(std::io::stderr().lock(), "[{rank}] {text}")
+        } else {
+            writeln!(std::io::stdout().lock(), "[{rank}] {text}")
+        };
+        if result.is_err() {
+            break;
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! Persistent sets of RDMA writes: described once, built once (collective),
+//! run every iteration with `start` / `wait`.
+
+mod connect;
+mod run;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+use sideway::ibverbs::AccessFlags;
+
+use crate::bootstrap::{PeerLink, World};
+use crate::device::Device;
+use crate::error::{Result, TransportError};
+use crate::verbs::{ChainEntry, CompletionPoller, RecvRing, Region, WriteChain};
+use connect::{ConnInfo, QpSizes, WindowDesc};
+pub use run::ExchangeStats;
+
+/// A send buffer of a [`PersistentWrites`] (index in creation order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SendId(pub usize);
+
+/// A receive window (index in creation order; peers name it by this index).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WindowId(pub usize);
+
+/// One RDMA write of the plan: `len` bytes from `src` at `src_offset` into
+/// window `window` of rank `peer` at `dst_offset`, on queue pair `engine`
+/// towards that peer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Write {
+    /// Destination rank.
+    pub peer: usize,
+    /// Engine (queue pair index towards `peer`), `0..engines`.
+    pub engine: usize,
+    /// Local source buffer.
+    pub src: SendId,
+    /// Offset in the source buffer.
+    pub src_offset: usize,
+    /// The peer's window, by the peer's own numbering.
+    pub window: WindowId,
+    /// Offset in that window.
+    pub dst_offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// Where send completions are reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqLayout {
+    /// One send completion queue for every engine.
+    Shared,
+    /// One send completion queue per engine index.
+    PerEngine,
+}
+
+/// How `start` hands each engine's chain to the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PostMode {
+    /// The whole chain in one `ibv_post_send` (the default).
+    Chain,
+    /// One `ibv_post_send` per request (for comparison).
+    PerRequest,
+}
+
+/// Collects buffers, windows and writes, then builds a [`PersistentWrites`].
+#[derive(Debug)]
+pub struct ExchangeBuilder<'d> {
+    dev: &'d Device,
+    engines: usize,
+    cq_layout: CqLayout,
+    post_mode: PostMode,
+    inline_max: u32,
+    sends: Vec<Region>,
+    windows: Vec<(Region, BTreeSet<usize>)>,
+    writes: Vec<Write>,
+    registered: u64,
+    wrong_rkey: Option<usize>,
+}
+
+/// Most bytes one RDMA write may carry (RC messages are at most 2^31 bytes).
+pub const MAX_WRITE: usize = 1 << 31;
+
+impl<'d> ExchangeBuilder<'d> {
+    /// A builder on `dev` with one engine per peer, a shared send CQ, chained
+    /// posts and writes of up to 64 bytes (or the device's limit) inline.
+    pub fn new(dev: &'d Device) -> Self {
+        ExchangeBuilder {
+            dev,
+            engines: 1,
+            cq_layout: CqLayout::Shared,
+            post_mode: PostMode::Chain,
+            inline_max: dev.caps().max_inline.min(64),
+            sends: Vec::new(),
+            windows: Vec::new(),
+            writes: Vec::new(),
+            registered: 0,
+            wrong_rkey: None,
+        }
+    }
+
+    /// Queue pairs per peer (the machine model's engines per node).
+    pub fn engines(mut self, engines: usize) -> Self {
+        self.engines = engines;
+        self
+    }
+
+    /// One send CQ for all engines, or one per engine.
+    pub fn cq_layout(mut self, layout: CqLayout) -> Self {
+        self.cq_layout = layout;
+        self
+    }
+
+    /// One post per chain (default) or per request.
+    pub fn post_mode(mut self, mode: PostMode) -> Self {
+        self.post_mode = mode;
+        self
+    }
+
+    /// Writes of at most `bytes` are sent inline (0 disables inline).
+    pub fn inline_max(mut self, bytes: u32) -> Self {
+        self.inline_max = bytes;
+        self
+    }
+
+    /// Fault injection for tests: write `command` with an rkey the peer never
+    /// issued, so the peer's device refuses it.
+    #[doc(hidden)]
+    pub fn inject_wrong_rkey(mut self, command: usize) -> Self {
+        self.wrong_rkey = Some(command);
+        self
+    }
+
+    fn region(&mut self, len: usize, access: AccessFlags) -> Result<Region> {
+        let total = self.registered + len.max(1) as u64;
+        self.dev.check_memlock(total)?;
+        let region = Region::new(&self.dev.pd, len, access).map_err(|e| match e {
+            crate::verbs::RegionError::Map(source) => TransportError::Allocate { len, source },
+            crate::verbs::RegionError::Register(source) => {
+                let caps = self.dev.caps();
+                let memlock = matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN)
+                );
+                match caps.memlock_limit {
+                    Some(l) if memlock => TransportError::MemlockTooLow {
+                        needed: total,
+                        limit: format!("{l} bytes"),
+                    },
+                    _ => TransportError::Verbs {
+                        op: format!("ibv_reg_mr({len} bytes)"),
+                        device: caps.device.clone(),
+                        source,
+                    },
+                }
+            }
+        })?;
+        self.registered = total;
+        Ok(region)
+    }
+
+    /// A registered send buffer of `len` zeroed bytes (local access only).
+    pub fn send_buffer(&mut self, len: usize) -> Result<SendId> {
+        // Local read access is implicit; sources need no remote rights.
+        let r = self.region(len, AccessFlags::LocalWrite)?;
+        self.sends.push(r);
+        Ok(SendId(self.sends.len() - 1))
+    }
+
+    /// A receive window of `len` zeroed bytes that the ranks in `writers`
+    /// (and only they) may write into: its rkey is sent to them alone.
+    pub fn window(&mut self, len: usize, writers: &[usize]) -> Result<WindowId> {
+        let r = self.region(len, AccessFlags::LocalWrite | AccessFlags::RemoteWrite)?;
+        self.windows.push((r, writers.iter().copied().collect()));
+        Ok(WindowId(self.windows.len() - 1))
+    }
+
+    /// Adds a write to the plan (checked at build against the peer's window).
+    pub fn write(&mut self, w: Write) -> &mut Self {
+        self.writes.push(w);
+        self
+    }
+
+    /// Connects to every peer this rank writes to and every peer named as a
+    /// writer of one of its windows, exchanges queue-pair numbers and keys
+    /// (each window's rkey only to its writers), checks each write against
+    /// the window it targets, and pre-builds the chains. Collective among
+    /// those peers.
+    pub fn build(self, world: &mut World, timeout: Duration) -> Result<PersistentWrites> {
+        let deadline = Instant::now() + timeout;
+        let me = world.rank();
+        let e_count = self.engines;
+        let caps = self.dev.caps().clone();
+        if e_count == 0 {
+            return Err(TransportError::InvalidSetting {
+                name: "engines".into(),
+                value: "0".into(),
+                why: "at least one queue pair per peer".into(),
+            });
+        }
+        // Local checks of every write first: they need no peer.
+        for (i, w) in self.writes.iter().enumerate() {
+            let bad = |why: String| Err(TransportError::InvalidCommand { command: i, why });
+            if w.peer >= world.size() || w.peer == me {
+                return Err(TransportError::UnknownPeer {
+                    peer: w.peer,
+                    why: format!(
+                        "write #{i}: the job has ranks 0..{} and this is rank {me}",
+                        world.size()
+                    ),
+                });
+            }
+            if w.engine >= e_count {
+                return bad(format!(
+                    "engine {} but there are {e_count} engines per peer",
+                    w.engine
+                ));
+            }
+            let Some(src) = self.sends.get(w.src.0) else {
+                return bad(format!(
+                    "send buffer {} does not exist ({} created)",
+                    w.src.0,
+                    self.sends.len()
+                ));
+            };
+            if w.len > MAX_WRITE {
+                return bad(format!(
+                    "{} bytes is more than one RDMA write carries ({MAX_WRITE}); split it",
+                    w.len
+                ));
+            }
+            if w.src_offset
+                .checked_add(w.len)
+                .is_none_or(|end| end > src.len())
+            {
+                return bad(format!(
+                    "source range {}..{}+{} is outside send buffer {} of {} bytes",
+                    w.src_offset,
+                    w.src_offset,
+                    w.len,
+                    w.src.0,
+                    src.len()
+                ));
+            }
+        }
+        let mut writers_here: BTreeSet<usize> = BTreeSet::new();
+        for (_, ws) in &self.windows {
+            for &w in ws {
+                if w >= world.size() || w == me {
+                    return Err(TransportError::UnknownPeer {
+                        peer: w,
+                        why: format!(
+                            "named as writer of a window of rank {me}, in a job of {} ranks",
+                            world.size()
+                        ),
+                    });
+                }
+                writers_here.insert(w);
+            }
+        }
+        let targets: BTreeSet<usize> = self.writes.iter().map(|w| w.peer).collect();
+        let peers: BTreeSet<usize> = targets.union(&writers_here).copied().collect();
+
+        // Queues. Each chain ends with one signalled request; credits are
+        // signalled too. Depths follow from the plan.
+        let mut chain_len: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+        for w in &self.writes {
+            *chain_len.entry((w.peer, w.engine)).or_default() += 1;
+        }
+        let max_chain = chain_len.values().copied().max().unwrap_or(0);
+        // A credit may be posted while the chain of the same iteration is in
+        // flight, and one of the next iteration before this one's reaped.
+        let send_wr = (max_chain + 2).max(4) as u32;
+        let recv_wr = RECV_DEPTH as u32;
+        let inline = if self
+            .writes
+            .iter()
+            .any(|w| w.len as u64 <= u64::from(self.inline_max) && w.len > 0)
+        {
+            self.inline_max
+        } else {
+            0
+        };
+        let n_send_cqs = match self.cq_layout {
+            CqLayout::Shared => 1,
+            CqLayout::PerEngine => e_count,
+        };
+        let qps_per_cq = peers.len() * e_count / n_send_cqs;
+        let send_cq_depth = ((send_wr as usize) * qps_per_cq.max(1)).max(16) as u32;
+        let recv_cq_depth = (RECV_DEPTH * peers.len() * e_count).max(16) as u32;
+        let recv_cq = self.dev.create_cq(recv_cq_depth)?;
+        let send_cqs: Vec<Arc<BasicCompletionQueue>> = (0..n_send_cqs)
+            .map(|_| self.dev.create_cq(send_cq_depth))
+            .collect::<Result<_>>()?;
+        let sizes = QpSizes {
+            send_wr,
+            recv_wr,
+            inline,
+        };
+        let peer_list: Vec<usize> = peers.iter().copied().collect();
+        let mut qps: Vec<BasicQueuePair> = Vec::with_capacity(peer_list.len() * e_count);
+        let mut psns = Vec::with_capacity(qps.capacity());
+        for &p in &peer_list {
+            for e in 0..e_count {
+                let cq = &send_cqs[match self.cq_layout {
+                    CqLayout::Shared => 0,
+                    CqLayout::PerEngine => e,
+                }];
+                qps.push(connect::create_qp(self.dev, cq, &recv_cq, &sizes)?);
+                psns.push(connect::initial_psn(me, p, e));
+            }
+        }
+        // Receives go up before the peer can send (still in INIT).
+        let mut recv_rings: Vec<RecvRing> = (0..qps.len())
+            .map(|slot| RecvRing::new(RECV_DEPTH, slot as u64))
+            .collect();
+        for (slot, qp) in qps.iter().enumerate() {
+            recv_rings[slot]
+                .post(qp, RECV_DEPTH)
+                .map_err(|e| TransportError::Verbs {
+                    op: "ibv_post_recv".into(),
+                    device: caps.device.clone(),
+                    source: e,
+                })?;
+        }
+
+        // Keys and queue-pair numbers, pairwise.
+        let mut links =
+            world.connect_peers(&peers, deadline.saturating_duration_since(Instant::now()))?;
+        let mut remote: BTreeMap<usize, ConnInfo> = BTreeMap::new();
+        for (pi, &p) in peer_list.iter().enumerate() {
+            let engines_used: Vec<usize> = (0..e_count)
+                .filter(|e| chain_len.contains_key(&(p, *e)))
+                .collect();
+            let windows = self
+                .windows
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, ws))| ws.contains(&p))
+                .map(|(id, (r, _))| WindowDesc {
+                    id,
+                    addr: r.addr(),
+                    len: r.len() as u64,
+                    rkey: r.rkey(),
+                })
+                .collect();
+            let info = ConnInfo {
+                qpns: qps[pi * e_count..(pi + 1) * e_count]
+                    .iter()
+                    .map(|q| q.qp_number())
+                    .collect(),
+                psns: psns[pi * e_count..(pi + 1) * e_count].to_vec(),
+                gid: caps.gid,
+                lid: caps.lid,
+                mtu: caps.active_mtu,
+                windows,
+                engines_used,
+            };
+            links.get_mut(&p).expect("connected").send(&info)?;
+        }
+        for &p in &peer_list {
+            let info: ConnInfo = links.get_mut(&p).expect("connected").recv(deadline)?;
+            if info.qpns.len() != e_count || info.psns.len() != e_count {
+                return Err(TransportError::Protocol {
+                    whom: format!("rank {p}"),
+                    why: format!("it opened {} engines towards rank {me}, which opened {e_count}: every rank must use the same number of engines", info.qpns.len()),
+                });
+            }
+            if info.engines_used.iter().any(|&e| e >= e_count) {
+                return Err(TransportError::Protocol {
+                    whom: format!("rank {p}"),
+                    why: "it names an engine out of range".into(),
+                });
+            }
+            remote.insert(p, info);
+        }
+
+        // Every write against the window it targets, as its owner described it.
+        let mut commands = Vec::with_capacity(self.writes.len());
+        for (i, w) in self.writes.iter().enumerate() {
+            let info = &remote[&w.peer];
+            let Some(win) = info.windows.iter().find(|d| d.id == w.window.0) else {
+                return Err(TransportError::InvalidCommand {
+                    command: i,
+                    why: format!(
+                        "rank {} has no window {} that rank {me} may write into (it offers {:?}); the window must list this rank among its writers",
+                        w.peer,
+                        w.window.0,
+                        info.windows.iter().map(|d| d.id).collect::<Vec<_>>()
+                    ),
+                });
+            };
+            if (w.dst_offset as u64)
+                .checked_add(w.len as u64)
+                .is_none_or(|end| end > win.len)
+            {
+                return Err(TransportError::InvalidCommand {
+                    command: i,
+                    why: format!(
+                        "destination range {}..{} is outside window {} of rank {} ({} bytes)",
+                        w.dst_offset,
+                        w.dst_offset + w.len,
+                        w.window.0,
+                        w.peer,
+                        win.len
+                    ),
+                });
+            }
+            let src = &self.sends[w.src.0];
+            let rkey = if self.wrong_rkey == Some(i) {
+                win.rkey ^ 0x5a5a_0000
+            } else {
+                win.rkey
+            };
+            commands.push(run::Command {
+                write: *w,
+                entry: ChainEntry {
+                    wr_id: i as u64,
+                    local_addr: src.addr() + w.src_offset as u64,
+                    lkey: src.lkey(),
+                    len: w.len as u32,
+                    remote: Some((win.addr + w.dst_offset as u64, rkey)),
+                    inline: w.len > 0 && w.len as u64 <= u64::from(inline),
+                    with_imm: false,
+                    signaled: false,
+                },
+            });
+        }
+
+        for (pi, &p) in peer_list.iter().enumerate() {
+            for e in 0..e_count {
+                let slot = pi * e_count + e;
+                connect::connect_qp(self.dev, &mut qps[slot], psns[slot], &remote[&p], e)?;
+            }
+        }
+        // Nobody sends before both ends of every pair are ready to receive.
+        for &p in &peer_list {
+            links.get_mut(&p).expect("connected").send(&"ready")?;
+        }
+        for &p in &peer_list {
+            let _: String = links.get_mut(&p).expect("connected").recv(deadline)?;
+        }
+
+        let chains = run::build_chains(&commands, &peer_list, e_count);
+        let expected_imms: Vec<usize> = peer_list
+            .iter()
+            .map(|p| remote[p].engines_used.len())
+            .collect();
+        let credit_chains: Vec<Option<WriteChain>> = peer_list
+            .iter()
+            .map(|p| {
+                writers_here.contains(p).then(|| {
+                    WriteChain::new(&[ChainEntry {
+                        wr_id: run::CREDIT_TAG | *p as u64,
+                        local_addr: 0,
+                        lkey: 0,
+                        len: 0,
+                        remote: None,
+                        inline: false,
+                        with_imm: true,
+                        signaled: true,
+                    }])
+                })
+            })
+            .collect();
+        Ok(PersistentWrites {
+            state: run::State::new(
+                me,
+                peer_list,
+                e_count,
+                commands,
+                chains,
+                credit_chains,
+                expected_imms,
+                links.into_values().collect::<Vec<PeerLink>>(),
+                self.post_mode,
+            ),
+            recv_rings,
+            pollers: (CompletionPoller::new(64), CompletionPoller::new(64)),
+            qps,
+            send_cqs,
+            recv_cq,
+            sends: self.sends,
+            windows: self.windows.into_iter().map(|(r, _)| r).collect(),
+            device: caps.device,
+        })
+    }
+}
+
+/// Receives kept posted per queue pair (credits and arrivals of at most two
+/// iterations are ever outstanding).
+const RECV_DEPTH: usize = 16;
+
+/// A persistent set of RDMA writes, built once, run with [`start`] and
+/// [`wait`] every iteration.
+///
+/// The receiver grants each writer a credit at `start` (its windows are free
+/// again); a writer posts its chains to a peer once that peer's credit for
+/// the iteration arrived, so no global barrier is needed. The last write of
+/// each chain carries an immediate: `wait` returns when every chain of this
+/// rank has completed and an immediate has arrived from every engine of
+/// every writer.
+///
+/// [`start`]: PersistentWrites::start
+/// [`wait`]: PersistentWrites::wait
+// Field order is drop order: queue pairs before their completion queues,
+// registrations (in the state's chains) before the memory they name.
+pub struct PersistentWrites {
+    state: run::State,
+    recv_rings: Vec<RecvRing>,
+    pollers: (CompletionPoller, CompletionPoller),
+    qps: Vec<BasicQueuePair>,
+    send_cqs: Vec<Arc<BasicCompletionQueue>>,
+    recv_cq: Arc<BasicCompletionQueue>,
+    sends: Vec<Region>,
+    windows: Vec<Region>,
+    device: String,
+}
+
+impl std::fmt::Debug for PersistentWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistentWrites")
+            .field("device", &self.device)
+            .field("queue_pairs", &self.qps.len())
+            .field("sends", &self.sends.len())
+            .field("windows", &self.windows.len())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,167 @@
+//! Work-request chains built once and posted with one call.
+
+use std::io;
+use std::ptr::null_mut;
+
+use rdma_mummy_sys::{ibv_post_send, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr_opcode};
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+
+/// One request of a chain.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChainEntry {
+    /// Returned in the completion; the caller's command index.
+    pub wr_id: u64,
+    /// Local source address and its key (unused for inline requests).
+    pub local_addr: u64,
+    pub lkey: u32,
+    pub len: u32,
+    /// `Some((remote_addr, rkey))`: an RDMA write; `None`: a zero-length send
+    /// (only with an immediate).
+    pub remote: Option<(u64, u32)>,
+    /// Copy the payload into the request at post time.
+    pub inline: bool,
+    /// Carries the chain's immediate (set per post with [`WriteChain::set_imm`]).
+    pub with_imm: bool,
+    /// Asks for a completion on success.
+    pub signaled: bool,
+}
+
+/// A chain of send requests whose requests, gather entries and links are
+/// built once. The arrays live on the heap and are never resized, so the
+/// links stay valid when the chain itself moves.
+pub(crate) struct WriteChain {
+    wrs: Box<[ibv_send_wr]>,
+    sges: Box<[ibv_sge]>,
+}
+
+// SAFETY: the raw pointers inside the requests point into this chain's own
+// heap arrays (links, gather lists) or at registered memory whose owner keeps
+// it alive; nothing is shared with another thread through them.
+unsafe impl Send for WriteChain {}
+
+impl WriteChain {
+    pub(crate) fn new(entries: &[ChainEntry]) -> Self {
+        let mut sges: Box<[ibv_sge]> = entries
+            .iter()
+            .map(|e| ibv_sge {
+                addr: e.local_addr,
+                length: e.len,
+                lkey: e.lkey,
+            })
+            .collect();
+        let mut wrs: Box<[ibv_send_wr]> = entries
+            .iter()
+            .map(|e| {
+                // SAFETY: ibv_send_wr is plain data (integers, raw pointers,
+                // unions of those); all-zero is a valid value of each field.
+                let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
+                wr.wr_id = e.wr_id;
+                let mut flags = 0;
+                if e.inline {
+                    flags |= ibv_send_flags::IBV_SEND_INLINE.0;
+                }
+                if e.signaled {
+                    flags |= ibv_send_flags::IBV_SEND_SIGNALED.0;
+                }
+                wr.send_flags = flags;
+                wr.opcode = match (e.remote, e.with_imm) {
+                    (Some(_), false) => ibv_wr_opcode::IBV_WR_RDMA_WRITE,
+                    (Some(_), true) => ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM,
+                    (None, _) => ibv_wr_opcode::IBV_WR_SEND_WITH_IMM,
+                };
+                if let Some((remote_addr, rkey)) = e.remote {
+                    wr.wr.rdma = rdma_mummy_sys::rdma_t { remote_addr, rkey };
+                }
+                wr
+            })
+            .collect();
+        let n = wrs.len();
+        let wr_base = wrs.as_mut_ptr();
+        for (i, (wr, sge)) in wrs.iter_mut().zip(sges.iter_mut()).enumerate() {
+            if sge.length > 0 {
+                wr.sg_list = sge;
+                wr.num_sge = 1;
+            }
+            // SAFETY: i + 1 < n, so the pointer stays inside the array.
+            wr.next = if i + 1 < n {
+                unsafe { wr_base.add(i + 1) }
+            } else {
+                null_mut()
+            };
+        }
+        WriteChain { wrs, sges }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.wrs.len()
+    }
+
+    /// Sets the immediate (host order; sent in network order) of every
+    /// request that carries one.
+    pub(crate) fn set_imm(&mut self, imm: u32, entries_with_imm: &[usize]) {
+        for &i in entries_with_imm {
+            self.wrs[i].imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+        }
+    }
+
+    /// Posts the whole chain with one `ibv_post_send`. On failure, returns
+    /// the error and the index of the first request not posted.
+    ///
+    /// # Safety
+    ///
+    /// Every non-inline request's local memory (address, length, lkey) and
+    /// remote target must stay registered until its completion (or the
+    /// queue pair's flush) has been reaped, and the send queue must have room
+    /// for the whole chain.
+    pub(crate) unsafe fn post(&mut self, qp: &BasicQueuePair) -> Result<(), (io::Error, usize)> {
+        debug_assert_eq!(self.sges.len(), self.wrs.len());
+        let mut bad: *mut ibv_send_wr = null_mut();
+        // SAFETY: the chain is well formed (built in `new`, links into its own
+        // array); the QP pointer is live for the borrow of `qp`; the memory
+        // contract is the caller's.
+        let rc = unsafe { ibv_post_send(qp.qp().as_ptr(), self.wrs.as_mut_ptr(), &mut bad) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let index = if bad.is_null() {
+            0
+        } else {
+            // SAFETY: the provider returns a pointer into the list it was given.
+            (unsafe { bad.offset_from(self.wrs.as_ptr()) }).max(0) as usize
+        };
+        Err((io::Error::from_raw_os_error(rc), index))
+    }
+
+    /// Posts the chain one request per `ibv_post_send` call (the baseline the
+    /// benchmarks compare one post per chain against).
+    ///
+    /// # Safety
+    ///
+    /// As for [`WriteChain::post`].
+    pub(crate) unsafe fn post_each(
+        &mut self,
+        qp: &BasicQueuePair,
+    ) -> Result<(), (io::Error, usize)> {
+        let n = self.wrs.len();
+        for i in 0..n {
+            let next = self.wrs[i].next;
+            self.wrs[i].next = null_mut();
+            let mut bad: *mut ibv_send_wr = null_mut();
+            // SAFETY: as in `post`, with a one-request list.
+            let rc = unsafe { ibv_post_send(qp.qp().as_ptr(), &mut self.wrs[i], &mut bad) };
+            self.wrs[i].next = next;
+            if rc != 0 {
+                return Err((io::Error::from_raw_os_error(rc), i));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for WriteChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteChain")
+            .field("len", &self.wrs.len())
+            .finish()
+    }
+}
