@@ -33,6 +33,11 @@ enum Cmd {
     Exchange(ExchangeArgs),
     /// Bandwidth, latency, posting cost and CQ layouts (2 ranks).
     Bench(BenchArgs),
+    /// Register a receive window of --bytes (checks the locked-memory limit).
+    Register {
+        #[arg(long, value_parser = parse_size)]
+        bytes: usize,
+    },
 }
 
 #[derive(Parser, Clone)]
@@ -119,6 +124,7 @@ fn main() -> ExitCode {
         Cmd::Probe => probe(),
         Cmd::Exchange(a) => exchange(&a),
         Cmd::Bench(a) => bench(&a),
+        Cmd::Register { bytes } => register(bytes),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -132,6 +138,14 @@ fn main() -> ExitCode {
 fn probe() -> Result<(), TransportError> {
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     println!("{}", dev.caps());
+    Ok(())
+}
+
+fn register(bytes: usize) -> Result<(), TransportError> {
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    let mut b = ExchangeBuilder::new(&dev);
+    b.window(bytes, &[])?;
+    println!("registered {bytes} bytes on {}", dev.name());
     Ok(())
 }
 

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# In the SoftRoCE guest: runs the given test executables (built on the host)
+# against rxe0. SODE_REQUIRE_RDMA makes a missing device a failure rather
+# than a skip.
+set -euo pipefail
+export SODE_REQUIRE_RDMA=1
+status=0
+for exe in "$@"; do
+  echo "== $(basename "$exe") (on rxe0)"
+  "$exe" --test-threads=1 || status=1
+done
+exit $status
