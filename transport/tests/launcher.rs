@@ -68,6 +68,31 @@ fn the_timeout_stops_a_hung_job() {
 }
 
 #[test]
+fn an_interrupted_launcher_stops_its_ranks() {
+    let child = Command::new(SODE_RUN)
+        .args(["-n", "2", "sh", "-c", "echo up; sleep 60"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{out:?}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(10),
+        "ranks kept running: {:?}",
+        t0.elapsed()
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+}
+
+#[test]
 fn usage_errors_are_named() {
     let out = Command::new(SODE_RUN)
         .args(["sleep", "1"])

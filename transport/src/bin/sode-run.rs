@@ -6,7 +6,10 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
@@ -86,6 +89,8 @@ fn run() -> Result<ExitCode, String> {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group, so stopping a rank stops what it started.
+            .process_group(0)
             .spawn()
             .map_err(|e| {
                 for c in &mut children {
@@ -100,6 +105,17 @@ fn run() -> Result<ExitCode, String> {
         children.push(child);
     }
 
+    // Ranks run in their own process groups, so a Ctrl-C at the terminal
+    // reaches only sode-run: pass it on by stopping the job.
+    let interrupted = Arc::new(AtomicBool::new(false));
+    for sig in [
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(&interrupted))
+            .map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+    }
     let started = Instant::now();
     let mut status: Vec<Option<i32>> = vec![None; n];
     let mut failure: Option<(usize, i32)> = None;
@@ -122,6 +138,10 @@ fn run() -> Result<ExitCode, String> {
                 }
             }
         }
+        if failure.is_none() && interrupted.load(Ordering::Relaxed) {
+            eprintln!("sode-run: interrupted; stopping the ranks");
+            failure = Some((usize::MAX, 130));
+        }
         if failure.is_none() {
             if let Some(t) = timeout.filter(|&t| started.elapsed() > t) {
                 eprintln!("sode-run: the job did not finish within {t:?}; stopping it");
@@ -133,6 +153,11 @@ fn run() -> Result<ExitCode, String> {
             break;
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+    // Whatever the ranks left behind in their groups ends with the job (it
+    // would otherwise hold their output open).
+    for c in &children {
+        let _ = kill(group_of(c), Signal::SIGKILL);
     }
     for f in forwarders {
         let _ = f.join();
@@ -147,7 +172,7 @@ fn run() -> Result<ExitCode, String> {
 fn stop_all(children: &mut [Child], status: &mut [Option<i32>]) {
     for (rank, c) in children.iter().enumerate() {
         if status[rank].is_none() {
-            let _ = kill(Pid::from_raw(c.id() as i32), Signal::SIGTERM);
+            let _ = kill(group_of(c), Signal::SIGTERM);
         }
     }
     let until = Instant::now() + Duration::from_secs(2);
@@ -163,11 +188,16 @@ fn stop_all(children: &mut [Child], status: &mut [Option<i32>]) {
     }
     for (rank, c) in children.iter_mut().enumerate() {
         if status[rank].is_none() {
-            let _ = c.kill();
+            let _ = kill(group_of(c), Signal::SIGKILL);
             let _ = c.wait();
             status[rank] = Some(137);
         }
     }
+}
+
+/// The process group of rank `c` (negative pid: signal the whole group).
+fn group_of(c: &Child) -> Pid {
+    Pid::from_raw(-(c.id() as i32))
 }
 
 fn forward(stream: impl std::io::Read, rank: usize, to_stderr: bool) {
