@@ -122,6 +122,20 @@ pub enum TransportError {
         /// Why it cannot be used.
         why: String,
     },
+    /// A scheduler plan does not match the exchange's puts.
+    #[error("invalid plan: {why}")]
+    InvalidPlan {
+        /// What does not match.
+        why: String,
+    },
+    /// A window cannot be made as asked.
+    #[error("invalid window #{window}: {why}")]
+    InvalidWindow {
+        /// The index it would have had.
+        window: usize,
+        /// What is wrong.
+        why: String,
+    },
     /// A plan command is invalid.
     #[error("invalid write command #{command}: {why}")]
     InvalidCommand {

@@ -32,7 +32,7 @@
 //! let dev = Device::open(&DeviceSelector::from_env()?)?;
 //! let peer = 1 - world.rank();
 //! let mut b = ExchangeBuilder::new(&dev).engines(2);
-//! let src = b.send_buffer(1 << 20)?;
+//! let src = b.buffer(1 << 20)?;
 //! let win = b.window(1 << 20, &[peer])?; // only `peer` gets its rkey
 //! for half in 0..2 {
 //!     let len = 1 << 19;
@@ -40,7 +40,7 @@
 //! }
 //! let mut x = b.build(&mut world, Duration::from_secs(30))?; // collective
 //! for i in 0..100u8 {
-//!     x.send_buf_mut(src)?.fill(i);
+//!     x.buffer_mut(src)?.fill(i);
 //!     x.start()?;
 //!     x.wait_for(Duration::from_secs(10))?;
 //!     assert!(x.window(win)?.iter().all(|&b| b == i));
@@ -59,6 +59,6 @@ pub use bootstrap::{LaunchInfo, NodeId, PeerLink, World};
 pub use device::{Capabilities, Device, DeviceSelector};
 pub use error::{Result, TransportError};
 pub use exchange::{
-    CqLayout, ExchangeBuilder, ExchangeStats, PersistentWrites, PostMode, SendId, WindowId, Write,
-    MAX_WRITE,
+    writes_from_plan, BufferId, CqLayout, ExchangeBuilder, ExchangeStats, PersistentWrites,
+    PostMode, WindowId, Write, MAX_WRITE,
 };

@@ -181,6 +181,45 @@ fn one_post_per_request_delivers_the_same_bytes() {
 }
 
 #[test]
+fn scheduler_plans_drive_the_engines() {
+    if !rdma_available() {
+        return;
+    }
+    // SCALE-LES3 sizes (k = 872: E/W, N/S, diagonal puts) to two peers,
+    // placed by BLbased(4); then sizes for which `split` cuts puts across
+    // engines, so pieces of one message arrive over several queue pairs and
+    // must still add up.
+    for (alg, sizes, cut) in [
+        ("bl:4", "224256,112128,112128,14016,14016", false),
+        ("split", "224256,224256,14016", true),
+    ] {
+        let t = exchange(
+            3,
+            &[
+                "--engines",
+                "4",
+                "--sizes",
+                sizes,
+                "--iters",
+                "3",
+                "--schedule",
+                alg,
+            ],
+        );
+        let line = t
+            .lines()
+            .find(|l| l.contains("plan, simulated"))
+            .unwrap_or_else(|| panic!("{t}"));
+        let n: Vec<usize> = line
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let (puts, pieces) = (n[n.len() - 2], n[n.len() - 1]);
+        assert_eq!(pieces > puts, cut, "{alg}: {line}");
+    }
+}
+
+#[test]
 fn a_thousand_back_to_back_exchanges_with_checksums() {
     if !rdma_available() {
         return;

@@ -12,9 +12,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand, ValueEnum};
+use sode_scheduler::{Algorithm, Machine, Pattern, Request};
 use sode_transport::{
-    CqLayout, Device, DeviceSelector, ExchangeBuilder, PersistentWrites, PostMode, SendId,
-    TransportError, WindowId, World, Write,
+    writes_from_plan, BufferId, CqLayout, Device, DeviceSelector, ExchangeBuilder,
+    PersistentWrites, PostMode, TransportError, WindowId, World, Write,
 };
 
 #[derive(Parser)]
@@ -72,6 +73,11 @@ struct ExchangeArgs {
     /// Succeed only if an error is reported within the deadline.
     #[arg(long)]
     expect_failure: bool,
+    /// Place the writes with a sode-scheduler algorithm (bl:4, split,
+    /// auto, ...; K-computer machine model with --engines engines) instead
+    /// of round-robin by message.
+    #[arg(long)]
+    schedule: Option<String>,
 }
 
 #[derive(Parser, Clone)]
@@ -164,11 +170,15 @@ fn window_of(owner: usize, writer: usize) -> usize {
     }
 }
 
+/// One buffer per rank, like a field with its halo: a block of messages
+/// for each peer (the sources), then a window block for each writer.
 struct Layout {
-    sends: Vec<(usize, SendId)>,
-    windows: Vec<(usize, WindowId)>,
+    field: BufferId,
+    peers: Vec<usize>,
+    windows: Vec<WindowId>,
     offsets: Vec<usize>,
-    total: usize,
+    /// A block: the messages and 64 bytes nobody writes.
+    block: usize,
 }
 
 fn build_all_to_all(
@@ -201,35 +211,87 @@ fn build_all_to_all(
         // Writes start 8-byte aligned, odd sizes leave odd gaps.
         total += s.div_ceil(8) * 8;
     }
-    let mut sends = Vec::new();
+    let block = total + 64;
+    let field = b.buffer(2 * peers.len() * block)?;
     let mut windows = Vec::new();
-    for &p in &peers {
-        sends.push((p, b.send_buffer(total)?));
+    for (j, &p) in peers.iter().enumerate() {
+        let offset = (peers.len() + j) * block;
+        let w = b.window_in(field, offset, block, &[p])?;
+        // Naming the same range again must not register it again.
+        let again = b.window_in(field, offset, block, &[p])?;
+        debug_assert_eq!(again.0, w.0 + 1);
+        windows.push(again);
     }
-    for &p in &peers {
-        windows.push((p, b.window(total, &[p])?));
-    }
-    for &(p, src) in &sends {
-        for (k, &len) in a.sizes.iter().enumerate() {
-            b.write(Write {
-                peer: p,
-                engine: k % a.engines,
-                src,
-                src_offset: offsets[k],
-                window: WindowId(window_of(p, me)),
-                dst_offset: offsets[k],
-                len,
-            });
+    let k_count = a.sizes.len();
+    let whole = |id: u32| {
+        let (j, k) = (id as usize / k_count, id as usize % k_count);
+        let (&p, &len) = (peers.get(j)?, a.sizes.get(k)?);
+        Some(Write {
+            peer: p,
+            engine: k % a.engines,
+            src: field,
+            src_offset: j * block + offsets[k],
+            // Each window is declared twice; writers use the second.
+            window: WindowId(2 * window_of(p, me) + 1),
+            dst_offset: offsets[k],
+            len,
+        })
+    };
+    let writes = match &a.schedule {
+        None => (0..(peers.len() * k_count) as u32)
+            .filter_map(whole)
+            .collect(),
+        Some(alg) => {
+            let algorithm: Algorithm = alg.parse().map_err(|e| TransportError::InvalidSetting {
+                name: "--schedule".into(),
+                value: alg.clone(),
+                why: format!("{e}"),
+            })?;
+            let pattern = Pattern {
+                machine: Machine {
+                    engines: a.engines,
+                    ..Machine::K_COMPUTER
+                },
+                requests: (0..(peers.len() * k_count) as u32)
+                    .filter_map(|id| {
+                        let w = whole(id)?;
+                        // Each peer on a link of its own; zero-byte puts do not exist for the scheduler.
+                        (w.len > 0).then(|| Request {
+                            id,
+                            dest: w.peer as u32,
+                            direction: "E".into(),
+                            links: vec![format!("to-{}", w.peer)],
+                            bytes: w.len as u64,
+                        })
+                    })
+                    .collect(),
+            };
+            let plan = sode_scheduler::plan(&pattern, algorithm)
+                .map_err(|e| TransportError::InvalidPlan { why: e.to_string() })?;
+            if me == 0 {
+                println!(
+                    "rank 0: {} plan, simulated {:.1} us, {} puts in {} pieces",
+                    plan.algorithm,
+                    plan.simulated_us,
+                    pattern.requests.len(),
+                    plan.engines.iter().map(Vec::len).sum::<usize>()
+                );
+            }
+            writes_from_plan(&plan, whole)?
         }
+    };
+    for w in writes {
+        b.write(w);
     }
     let x = b.build(world, Duration::from_secs(60))?;
     Ok((
         x,
         Layout {
-            sends,
+            field,
+            peers,
             windows,
             offsets,
-            total,
+            block,
         },
     ))
 }
@@ -244,11 +306,11 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
     let mut checksum: u64 = 0;
     let began = Instant::now();
     for it in 0..a.iters {
-        for &(p, src) in &layout.sends {
-            let buf = x.send_buf_mut(src)?;
+        let field = x.buffer_mut(layout.field)?;
+        for (j, &p) in layout.peers.iter().enumerate() {
             for (k, &len) in a.sizes.iter().enumerate() {
-                let off = layout.offsets[k];
-                for (o, byte) in buf[off..off + len].iter_mut().enumerate() {
+                let off = j * layout.block + layout.offsets[k];
+                for (o, byte) in field[off..off + len].iter_mut().enumerate() {
                     *byte = pattern(me, p, k, it, o);
                 }
             }
@@ -285,8 +347,9 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
             }
             return Err(e);
         }
-        for &(p, win) in &layout.windows {
-            let w = x.window(win)?;
+        for (j, &p) in layout.peers.iter().enumerate() {
+            let w = x.window(layout.windows[j])?;
+            let mut written = vec![false; w.len()];
             for (k, &len) in a.sizes.iter().enumerate() {
                 let off = layout.offsets[k];
                 for (o, &byte) in w[off..off + len].iter().enumerate() {
@@ -299,13 +362,13 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
                     }
                     checksum = checksum.wrapping_mul(31).wrapping_add(u64::from(byte));
                 }
+                written[off..off + len].iter_mut().for_each(|b| *b = true);
                 verified += len as u64;
             }
-            // Bytes between messages are never written.
-            if w[layout.total..].iter().any(|&b| b != 0) {
-                eprintln!(
-                    "rank {me}: bytes past the last message of rank {p}'s window were written"
-                );
+            // The gaps between messages and the 64 bytes after them are
+            // never written.
+            if let Some(i) = (0..w.len()).find(|&i| !written[i] && w[i] != 0) {
+                eprintln!("rank {me}: iteration {it}: byte {i} of rank {p}'s window, outside every message, was written");
                 std::process::exit(5);
             }
         }
@@ -319,7 +382,7 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
     }
     let st = x.stats();
     println!(
-        "rank {me}: {} exchanges with {} peers, {} engines, {} commands: {verified} bytes verified, checksum {checksum:016x}, {:.1} us per exchange, {} posts for {} requests",
+        "rank {me}: {} exchanges with {} peers, {} engines, {} commands: {verified} bytes verified, checksum {checksum:016x}, {:.1} us per exchange, {} posts for {} requests, {} registrations",
         a.iters,
         x.peers().len(),
         a.engines,
@@ -327,6 +390,7 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
         began.elapsed().as_secs_f64() * 1e6 / a.iters.max(1) as f64,
         st.post_calls,
         st.posted_requests,
+        x.registrations(),
     );
     Ok(())
 }
@@ -351,7 +415,7 @@ impl OneWay {
             .post_mode(self.post)
             .inline_max(self.inline_max);
         if me == 0 {
-            let src = b.send_buffer(self.total)?;
+            let src = b.buffer(self.total)?;
             for (k, off) in (0..self.total).step_by(self.size).enumerate() {
                 b.write(Write {
                     peer: 1,
@@ -473,7 +537,7 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
     }
     // Latency: both ranks write 8 bytes to each other per exchange.
     let mut b = ExchangeBuilder::new(&dev).engines(1);
-    let src = b.send_buffer(8)?;
+    let src = b.buffer(8)?;
     b.window(8, &[1 - me])?;
     b.write(Write {
         peer: 1 - me,

@@ -2,6 +2,7 @@
 //! run every iteration with `start` / `wait`.
 
 mod connect;
+mod plan;
 mod run;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -10,22 +11,33 @@ use std::time::{Duration, Instant};
 
 use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
-use sideway::ibverbs::AccessFlags;
 
 use crate::bootstrap::{PeerLink, World};
 use crate::device::Device;
 use crate::error::{Result, TransportError};
-use crate::verbs::{ChainEntry, CompletionPoller, RecvRing, Region, WriteChain};
+use crate::verbs::{ChainEntry, CompletionPoller, Keys, RecvRing, RegisteredBuffer, WriteChain};
 use connect::{ConnInfo, QpSizes, WindowDesc};
+pub use plan::writes_from_plan;
 pub use run::ExchangeStats;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-/// A send buffer of a [`PersistentWrites`] (index in creation order).
+/// A buffer of a [`PersistentWrites`] (index in creation order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SendId(pub usize);
+pub struct BufferId(pub usize);
 
 /// A receive window (index in creation order; peers name it by this index).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WindowId(pub usize);
+
+/// A window: a range of one buffer, its writers and its keys.
+#[derive(Debug, Clone)]
+pub(crate) struct WindowSpec {
+    pub buffer: BufferId,
+    pub offset: usize,
+    pub len: usize,
+    pub writers: BTreeSet<usize>,
+    pub keys: Keys,
+}
 
 /// One RDMA write of the plan: `len` bytes from `src` at `src_offset` into
 /// window `window` of rank `peer` at `dst_offset`, on queue pair `engine`
@@ -37,7 +49,7 @@ pub struct Write {
     /// Engine (queue pair index towards `peer`), `0..engines`.
     pub engine: usize,
     /// Local source buffer.
-    pub src: SendId,
+    pub src: BufferId,
     /// Offset in the source buffer.
     pub src_offset: usize,
     /// The peer's window, by the peer's own numbering.
@@ -74,8 +86,8 @@ pub struct ExchangeBuilder<'d> {
     cq_layout: CqLayout,
     post_mode: PostMode,
     inline_max: u32,
-    sends: Vec<Region>,
-    windows: Vec<(Region, BTreeSet<usize>)>,
+    buffers: Vec<RegisteredBuffer>,
+    windows: Vec<WindowSpec>,
     writes: Vec<Write>,
     registered: u64,
     wrong_rkey: Option<usize>,
@@ -94,7 +106,7 @@ impl<'d> ExchangeBuilder<'d> {
             cq_layout: CqLayout::Shared,
             post_mode: PostMode::Chain,
             inline_max: dev.caps().max_inline.min(64),
-            sends: Vec::new(),
+            buffers: Vec::new(),
             windows: Vec::new(),
             writes: Vec::new(),
             registered: 0,
@@ -134,48 +146,103 @@ impl<'d> ExchangeBuilder<'d> {
         self
     }
 
-    fn region(&mut self, len: usize, access: AccessFlags) -> Result<Region> {
+    /// Registers through `f` (which consults the buffer's cache), counting
+    /// `len` more locked bytes when it registers, and names the memlock limit
+    /// when that is what failed.
+    fn register(
+        &mut self,
+        buffer: BufferId,
+        len: usize,
+        f: impl FnOnce(&mut RegisteredBuffer, &Arc<ProtectionDomain>) -> std::io::Result<Keys>,
+    ) -> Result<Keys> {
         let total = self.registered + len.max(1) as u64;
-        self.dev.check_memlock(total)?;
-        let region = Region::new(&self.dev.pd, len, access).map_err(|e| match e {
-            crate::verbs::RegionError::Map(source) => TransportError::Allocate { len, source },
-            crate::verbs::RegionError::Register(source) => {
-                let caps = self.dev.caps();
-                let memlock = matches!(
-                    source.raw_os_error(),
-                    Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN)
-                );
-                match caps.memlock_limit {
-                    Some(l) if memlock => TransportError::MemlockTooLow {
-                        needed: total,
-                        limit: format!("{l} bytes"),
-                    },
-                    _ => TransportError::Verbs {
-                        op: format!("ibv_reg_mr({len} bytes)"),
-                        device: caps.device.clone(),
-                        source,
-                    },
-                }
+        let dev = self.dev;
+        let buf = &mut self.buffers[buffer.0];
+        let before = buf.registrations();
+        let keys = f(buf, &dev.pd).map_err(|source| {
+            let caps = dev.caps();
+            let memlock = matches!(
+                source.raw_os_error(),
+                Some(libc::ENOMEM) | Some(libc::EPERM) | Some(libc::EAGAIN)
+            );
+            match caps.memlock_limit {
+                Some(l) if memlock => TransportError::MemlockTooLow {
+                    needed: total,
+                    limit: format!("{l} bytes"),
+                },
+                _ => TransportError::Verbs {
+                    op: format!("ibv_reg_mr({len} bytes)"),
+                    device: caps.device.clone(),
+                    source,
+                },
             }
         })?;
-        self.registered = total;
-        Ok(region)
+        if self.buffers[buffer.0].registrations() > before {
+            self.registered = total;
+        }
+        Ok(keys)
     }
 
-    /// A registered send buffer of `len` zeroed bytes (local access only).
-    pub fn send_buffer(&mut self, len: usize) -> Result<SendId> {
-        // Local read access is implicit; sources need no remote rights.
-        let r = self.region(len, AccessFlags::LocalWrite)?;
-        self.sends.push(r);
-        Ok(SendId(self.sends.len() - 1))
+    /// A buffer of `len` zeroed, page-aligned bytes, owned by the exchange:
+    /// a source of writes, a home for windows, or both (a field with its
+    /// halo). It is registered when first used, once per use.
+    pub fn buffer(&mut self, len: usize) -> Result<BufferId> {
+        let b = RegisteredBuffer::new(len)
+            .map_err(|source| TransportError::Allocate { len, source })?;
+        self.buffers.push(b);
+        Ok(BufferId(self.buffers.len() - 1))
     }
 
-    /// A receive window of `len` zeroed bytes that the ranks in `writers`
-    /// (and only they) may write into: its rkey is sent to them alone.
+    /// A buffer that is only a window of `len` bytes that the ranks in
+    /// `writers` (and only they) may write into.
     pub fn window(&mut self, len: usize, writers: &[usize]) -> Result<WindowId> {
-        let r = self.region(len, AccessFlags::LocalWrite | AccessFlags::RemoteWrite)?;
-        self.windows.push((r, writers.iter().copied().collect()));
-        Ok(WindowId(self.windows.len() - 1))
+        let b = self.buffer(len)?;
+        self.window_in(b, 0, len, writers)
+    }
+
+    /// Bytes `offset..offset + len` of `buffer` as a window that the ranks in
+    /// `writers` (and only they) may write into: that range alone is
+    /// registered for remote writes, and its rkey is sent to those ranks
+    /// alone. The same range named twice is registered once.
+    pub fn window_in(
+        &mut self,
+        buffer: BufferId,
+        offset: usize,
+        len: usize,
+        writers: &[usize],
+    ) -> Result<WindowId> {
+        let id = self.windows.len();
+        let Some(buf) = self.buffers.get(buffer.0) else {
+            return Err(TransportError::InvalidWindow {
+                window: id,
+                why: format!(
+                    "buffer {} does not exist ({} made)",
+                    buffer.0,
+                    self.buffers.len()
+                ),
+            });
+        };
+        if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
+            return Err(TransportError::InvalidWindow {
+                window: id,
+                why: format!(
+                    "range {offset}..{offset}+{len} is outside buffer {} of {} bytes",
+                    buffer.0,
+                    buf.len()
+                ),
+            });
+        }
+        self.dev
+            .check_memlock(self.registered + len.max(1) as u64)?;
+        let keys = self.register(buffer, len, |b, pd| b.window(pd, offset, len))?;
+        self.windows.push(WindowSpec {
+            buffer,
+            offset,
+            len,
+            writers: writers.iter().copied().collect(),
+            keys,
+        });
+        Ok(WindowId(id))
     }
 
     /// Adds a write to the plan (checked at build against the peer's window).
@@ -189,7 +256,7 @@ impl<'d> ExchangeBuilder<'d> {
     /// (each window's rkey only to its writers), checks each write against
     /// the window it targets, and pre-builds the chains. Collective among
     /// those peers.
-    pub fn build(self, world: &mut World, timeout: Duration) -> Result<PersistentWrites> {
+    pub fn build(mut self, world: &mut World, timeout: Duration) -> Result<PersistentWrites> {
         let deadline = Instant::now() + timeout;
         let me = world.rank();
         let e_count = self.engines;
@@ -219,11 +286,11 @@ impl<'d> ExchangeBuilder<'d> {
                     w.engine
                 ));
             }
-            let Some(src) = self.sends.get(w.src.0) else {
+            let Some(src) = self.buffers.get(w.src.0) else {
                 return bad(format!(
-                    "send buffer {} does not exist ({} created)",
+                    "buffer {} does not exist ({} made)",
                     w.src.0,
-                    self.sends.len()
+                    self.buffers.len()
                 ));
             };
             if w.len > MAX_WRITE {
@@ -237,7 +304,7 @@ impl<'d> ExchangeBuilder<'d> {
                 .is_none_or(|end| end > src.len())
             {
                 return bad(format!(
-                    "source range {}..{}+{} is outside send buffer {} of {} bytes",
+                    "source range {}..{}+{} is outside buffer {} of {} bytes",
                     w.src_offset,
                     w.src_offset,
                     w.len,
@@ -246,9 +313,19 @@ impl<'d> ExchangeBuilder<'d> {
                 ));
             }
         }
+        // Each source buffer is registered once for local reads, however many
+        // writes read from it.
+        let mut src_keys: BTreeMap<usize, Keys> = BTreeMap::new();
+        for w in &self.writes.clone() {
+            if let std::collections::btree_map::Entry::Vacant(v) = src_keys.entry(w.src.0) {
+                let len = self.buffers[w.src.0].len();
+                self.dev.check_memlock(self.registered + len as u64)?;
+                v.insert(self.register(w.src, len, |b, pd| b.local(pd))?);
+            }
+        }
         let mut writers_here: BTreeSet<usize> = BTreeSet::new();
-        for (_, ws) in &self.windows {
-            for &w in ws {
+        for win in &self.windows {
+            for &w in &win.writers {
                 if w >= world.size() || w == me {
                     return Err(TransportError::UnknownPeer {
                         peer: w,
@@ -339,12 +416,12 @@ impl<'d> ExchangeBuilder<'d> {
                 .windows
                 .iter()
                 .enumerate()
-                .filter(|(_, (_, ws))| ws.contains(&p))
-                .map(|(id, (r, _))| WindowDesc {
+                .filter(|(_, w)| w.writers.contains(&p))
+                .map(|(id, w)| WindowDesc {
                     id,
-                    addr: r.addr(),
-                    len: r.len() as u64,
-                    rkey: r.rkey(),
+                    addr: w.keys.addr,
+                    len: w.len as u64,
+                    rkey: w.keys.rkey,
                 })
                 .collect();
             let info = ConnInfo {
@@ -409,7 +486,7 @@ impl<'d> ExchangeBuilder<'d> {
                     ),
                 });
             }
-            let src = &self.sends[w.src.0];
+            let src = src_keys[&w.src.0];
             let rkey = if self.wrong_rkey == Some(i) {
                 win.rkey ^ 0x5a5a_0000
             } else {
@@ -419,8 +496,8 @@ impl<'d> ExchangeBuilder<'d> {
                 write: *w,
                 entry: ChainEntry {
                     wr_id: i as u64,
-                    local_addr: src.addr() + w.src_offset as u64,
-                    lkey: src.lkey(),
+                    local_addr: src.addr + w.src_offset as u64,
+                    lkey: src.lkey,
                     len: w.len as u32,
                     remote: Some((win.addr + w.dst_offset as u64, rkey)),
                     inline: w.len > 0 && w.len as u64 <= u64::from(inline),
@@ -483,8 +560,8 @@ impl<'d> ExchangeBuilder<'d> {
             qps,
             send_cqs,
             recv_cq,
-            sends: self.sends,
-            windows: self.windows.into_iter().map(|(r, _)| r).collect(),
+            buffers: self.buffers,
+            windows: self.windows,
             device: caps.device,
         })
     }
@@ -515,8 +592,8 @@ pub struct PersistentWrites {
     qps: Vec<BasicQueuePair>,
     send_cqs: Vec<Arc<BasicCompletionQueue>>,
     recv_cq: Arc<BasicCompletionQueue>,
-    sends: Vec<Region>,
-    windows: Vec<Region>,
+    buffers: Vec<RegisteredBuffer>,
+    windows: Vec<WindowSpec>,
     device: String,
 }
 
@@ -525,7 +602,7 @@ impl std::fmt::Debug for PersistentWrites {
         f.debug_struct("PersistentWrites")
             .field("device", &self.device)
             .field("queue_pairs", &self.qps.len())
-            .field("sends", &self.sends.len())
+            .field("buffers", &self.buffers.len())
             .field("windows", &self.windows.len())
             .finish_non_exhaustive()
     }

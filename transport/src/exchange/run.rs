@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use sideway::ibverbs::queue_pair::{QueuePair, QueuePairAttribute, QueuePairState};
 
-use super::{PersistentWrites, PostMode, SendId, WindowId, Write, RECV_DEPTH};
+use super::{BufferId, PersistentWrites, PostMode, WindowId, Write, RECV_DEPTH};
 use crate::bootstrap::PeerLink;
 use crate::error::{Result, TransportError};
 use crate::verbs::{self, ChainEntry, Completion, WriteChain};
@@ -214,9 +214,9 @@ impl PersistentWrites {
             c.chain.set_imm(s.epoch, &[c.chain.len() - 1]);
             let qp = &self.qps[pi * s.engines + c.engine];
             let t0 = Instant::now();
-            // SAFETY: every request's source lies in a send Region of this
+            // SAFETY: every request's source lies in a RegisteredBuffer of this
             // object and its target in a window the peer registered for us;
-            // both outlive the chain (the Regions are dropped after the
+            // both outlive the chain (the buffers are dropped after the
             // queue pairs, and `wait` reaps the chain before the next start);
             // the send queue was sized for the longest chain plus credits.
             let posted = match s.post_mode {
@@ -599,45 +599,70 @@ impl PersistentWrites {
         Ok(())
     }
 
-    /// A send buffer, to fill before `start`.
-    pub fn send_buf_mut(&mut self, id: SendId) -> Result<&mut [u8]> {
-        self.idle("send_buf_mut")?;
-        let n = self.sends.len();
-        self.sends
+    /// A buffer, to fill (or read) between exchanges.
+    pub fn buffer_mut(&mut self, id: BufferId) -> Result<&mut [u8]> {
+        self.idle("buffer_mut")?;
+        let n = self.buffers.len();
+        self.buffers
             .get_mut(id.0)
-            .map(|r| r.as_mut_slice())
+            .map(|b| b.as_mut_slice())
             .ok_or_else(|| TransportError::State {
-                op: "send_buf_mut",
-                why: format!("send buffer {} does not exist ({n} created)", id.0),
+                op: "buffer_mut",
+                why: format!("buffer {} does not exist ({n} made)", id.0),
             })
     }
 
-    /// A receive window, to read after `wait`.
-    pub fn window(&self, id: WindowId) -> Result<&[u8]> {
-        self.idle("window")?;
-        self.windows
+    /// A buffer, between exchanges.
+    pub fn buffer(&self, id: BufferId) -> Result<&[u8]> {
+        self.idle("buffer")?;
+        self.buffers
             .get(id.0)
-            .map(|r| r.as_slice())
+            .map(|b| b.as_slice())
             .ok_or_else(|| TransportError::State {
-                op: "window",
+                op: "buffer",
                 why: format!(
-                    "window {} does not exist ({} created)",
+                    "buffer {} does not exist ({} made)",
                     id.0,
-                    self.windows.len()
+                    self.buffers.len()
                 ),
             })
     }
 
+    fn window_range(
+        &self,
+        op: &'static str,
+        id: WindowId,
+    ) -> Result<(usize, std::ops::Range<usize>)> {
+        self.idle(op)?;
+        let w = self
+            .windows
+            .get(id.0)
+            .ok_or_else(|| TransportError::State {
+                op,
+                why: format!(
+                    "window {} does not exist ({} made)",
+                    id.0,
+                    self.windows.len()
+                ),
+            })?;
+        Ok((w.buffer.0, w.offset..w.offset + w.len))
+    }
+
+    /// A receive window (its range of its buffer), to read after `wait`.
+    pub fn window(&self, id: WindowId) -> Result<&[u8]> {
+        let (b, range) = self.window_range("window", id)?;
+        Ok(&self.buffers[b].as_slice()[range])
+    }
+
     /// A receive window, writable (e.g. to clear it) between exchanges.
     pub fn window_mut(&mut self, id: WindowId) -> Result<&mut [u8]> {
-        self.idle("window_mut")?;
-        let n = self.windows.len();
-        self.windows
-            .get_mut(id.0)
-            .map(|r| r.as_mut_slice())
-            .ok_or_else(|| TransportError::State {
-                op: "window_mut",
-                why: format!("window {} does not exist ({n} created)", id.0),
-            })
+        let (b, range) = self.window_range("window_mut", id)?;
+        Ok(&mut self.buffers[b].as_mut_slice()[range])
+    }
+
+    /// Memory registrations made for this exchange: one per source buffer
+    /// and one per distinct window range.
+    pub fn registrations(&self) -> usize {
+        self.buffers.iter().map(|b| b.registrations()).sum()
     }
 }

@@ -5,8 +5,9 @@
 //! it does not offer, and the data path needs, is here, on its raw
 //! `rdma-mummy-sys` handles:
 //!
-//! - [`Region`]: an owned, page-aligned mapping registered as one memory
-//!   region, whose registration is always dropped before its memory;
+//! - [`RegisteredBuffer`]: an owned, page-aligned mapping with the
+//!   registrations made over it (cached: one per range and access), always
+//!   dropped before its memory;
 //! - [`WriteChain`]: a work-request chain built once (requests, gather
 //!   entries, links) and posted with one `ibv_post_send` per exchange, where
 //!   sideway's guards rebuild and reallocate the list on every post;
@@ -23,7 +24,7 @@ mod region;
 pub(crate) use chain::{ChainEntry, WriteChain};
 pub(crate) use poll::{status_str, Completion, CompletionPoller};
 pub(crate) use recv::RecvRing;
-pub(crate) use region::{Region, RegionError};
+pub(crate) use region::{Keys, RegisteredBuffer};
 
 /// `ibv_wc_status` of a successful completion.
 pub(crate) const WC_SUCCESS: u32 = rdma_mummy_sys::ibv_wc_status::IBV_WC_SUCCESS;

@@ -1,4 +1,4 @@
-//! An owned mapping registered as one memory region.
+//! Owned mappings and the registrations made over them, cached.
 
 use std::io;
 use std::sync::Arc;
@@ -8,54 +8,126 @@ use sideway::ibverbs::memory_region::{MemoryRegion, RegisterMemoryRegionErrorKin
 use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::AccessFlags;
 
-/// Page-aligned anonymous memory and its registration. Field order matters:
-/// the registration is dropped (deregistered) before the memory is unmapped,
-/// so the device never holds a key to freed memory.
-#[derive(Debug)]
-pub(crate) struct Region {
+/// The keys of one registration, and the address of the range asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keys {
+    pub addr: u64,
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+struct Registration {
+    offset: usize,
+    len: usize,
+    remote_write: bool,
     mr: Arc<MemoryRegion>,
+}
+
+/// Page-aligned anonymous memory and every registration over it. The cache
+/// is here: the whole buffer is registered once for local access however
+/// many writes read from it, and each remote-write range once however many
+/// windows name it. Field order matters: the registrations are dropped
+/// (deregistered) before the memory is unmapped, so the device never holds a
+/// key to freed memory.
+pub(crate) struct RegisteredBuffer {
+    regs: Vec<Registration>,
     map: MmapMut,
 }
 
-impl Region {
-    /// Maps `len` zeroed bytes (at least one page) and registers them with
-    /// `access`. The error is registration's own, or the mapping's.
-    pub(crate) fn new(
+impl RegisteredBuffer {
+    /// Maps `len` zeroed bytes (at least one: a zero-byte buffer still
+    /// needs a key).
+    pub(crate) fn new(len: usize) -> io::Result<Self> {
+        Ok(RegisteredBuffer {
+            regs: Vec::new(),
+            map: MmapMut::map_anon(len.max(1))?,
+        })
+    }
+
+    /// Keys for reading the whole buffer locally (as a write's source).
+    pub(crate) fn local(&mut self, pd: &Arc<ProtectionDomain>) -> Result<Keys, io::Error> {
+        if let Some(r) = self
+            .regs
+            .iter()
+            .find(|r| r.offset == 0 && r.len == self.map.len())
+        {
+            return Ok(self.keys(r, 0));
+        }
+        let len = self.map.len();
+        self.register(pd, 0, len, false)
+            .map(|i| self.keys(&self.regs[i], 0))
+    }
+
+    /// Keys for remote writes into exactly `offset..offset + len` (a
+    /// window): the rkey grants no byte outside it.
+    pub(crate) fn window(
+        &mut self,
         pd: &Arc<ProtectionDomain>,
+        offset: usize,
         len: usize,
-        access: AccessFlags,
-    ) -> Result<Self, RegionError> {
-        // ibv_reg_mr rejects a zero length; a zero-byte buffer still needs a key.
-        let map = MmapMut::map_anon(len.max(1)).map_err(RegionError::Map)?;
-        // SAFETY: `map` is a live mapping of `map.len()` bytes owned by the
-        // returned Region, which drops `mr` (deregisters) before `map`
-        // (unmaps), so the registered range outlives its registration. The
-        // mapping is never moved or resized (MmapMut's pointer is stable).
-        let mr = unsafe { pd.reg_mr(map.as_ptr() as usize, map.len(), access) }.map_err(
+    ) -> Result<Keys, io::Error> {
+        assert!(
+            offset + len.max(1) <= self.map.len(),
+            "window bounds are checked by the caller"
+        );
+        if let Some(r) = self
+            .regs
+            .iter()
+            .find(|r| r.remote_write && r.offset == offset && r.len == len.max(1))
+        {
+            return Ok(self.keys(r, offset));
+        }
+        self.register(pd, offset, len.max(1), true)
+            .map(|i| self.keys(&self.regs[i], offset))
+    }
+
+    fn keys(&self, r: &Registration, offset: usize) -> Keys {
+        Keys {
+            addr: self.map.as_ptr() as u64 + offset as u64,
+            lkey: r.mr.lkey(),
+            rkey: r.mr.rkey(),
+        }
+    }
+
+    fn register(
+        &mut self,
+        pd: &Arc<ProtectionDomain>,
+        offset: usize,
+        len: usize,
+        remote_write: bool,
+    ) -> Result<usize, io::Error> {
+        let access = if remote_write {
+            AccessFlags::LocalWrite | AccessFlags::RemoteWrite
+        } else {
+            AccessFlags::LocalWrite
+        };
+        // SAFETY: offset + len <= map.len() (checked by the callers), so the
+        // range lies in `map`, a live mapping owned by this struct, which
+        // drops every registration (`regs`, declared first) before `map`;
+        // the mapping is never moved or resized (MmapMut's pointer is
+        // stable), so the registered range outlives its registration.
+        let mr = unsafe { pd.reg_mr(self.map.as_ptr() as usize + offset, len, access) }.map_err(
             |e| match e.0 {
-                RegisterMemoryRegionErrorKind::Ibverbs(io) => RegionError::Register(io),
-                other => RegionError::Register(io::Error::other(other.to_string())),
+                RegisterMemoryRegionErrorKind::Ibverbs(io) => io,
+                other => io::Error::other(other.to_string()),
             },
         )?;
-        Ok(Region { mr, map })
+        self.regs.push(Registration {
+            offset,
+            len,
+            remote_write,
+            mr,
+        });
+        Ok(self.regs.len() - 1)
     }
 
-    /// The first byte's address, as the device sees it.
-    pub(crate) fn addr(&self) -> u64 {
-        self.map.as_ptr() as u64
+    /// Registrations made over this buffer.
+    pub(crate) fn registrations(&self) -> usize {
+        self.regs.len()
     }
 
-    /// The length asked for (the mapping may be longer when it was 0).
     pub(crate) fn len(&self) -> usize {
         self.map.len()
-    }
-
-    pub(crate) fn lkey(&self) -> u32 {
-        self.mr.lkey()
-    }
-
-    pub(crate) fn rkey(&self) -> u32 {
-        self.mr.rkey()
     }
 
     pub(crate) fn as_slice(&self) -> &[u8] {
@@ -67,9 +139,11 @@ impl Region {
     }
 }
 
-/// Why a region could not be made.
-#[derive(Debug)]
-pub(crate) enum RegionError {
-    Map(io::Error),
-    Register(io::Error),
+impl std::fmt::Debug for RegisteredBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisteredBuffer")
+            .field("len", &self.map.len())
+            .field("registrations", &self.regs.len())
+            .finish()
+    }
 }
