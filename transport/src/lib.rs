@@ -53,6 +53,7 @@ mod bootstrap;
 mod device;
 mod error;
 mod exchange;
+pub mod launch;
 mod verbs;
 
 pub use bootstrap::{LaunchInfo, NodeId, PeerLink, World};

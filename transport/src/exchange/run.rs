@@ -305,6 +305,50 @@ impl PersistentWrites {
         }
     }
 
+    /// One non-blocking pass of [`wait`](PersistentWrites::wait): reaps what
+    /// has completed and returns whether the exchange is complete (then it
+    /// is no longer in flight). For progressing several transports at once.
+    pub fn test(&mut self) -> Result<bool> {
+        match &self.state.phase {
+            Phase::Idle => {
+                return Err(TransportError::State {
+                    op: "test",
+                    why: "no exchange in flight: call start first".into(),
+                })
+            }
+            Phase::Failed(first) => {
+                return Err(TransportError::Failed {
+                    first: first.clone(),
+                })
+            }
+            Phase::InFlight => {}
+        }
+        self.progress().map_err(|e| self.fail(e))?;
+        if self.done() {
+            self.state.phase = Phase::Idle;
+            return Ok(true);
+        }
+        if let Some(pi) = self.dead_peer() {
+            self.progress().map_err(|e| self.fail(e))?;
+            if self.done() {
+                self.state.phase = Phase::Idle;
+                return Ok(true);
+            }
+            let e = TransportError::PeerDied {
+                peer: self.state.peers[pi],
+                outstanding: self.outstanding(),
+            };
+            return Err(self.fail(e));
+        }
+        Ok(false)
+    }
+
+    /// What is still outstanding, per peer (for timeouts reported by callers
+    /// that progress with [`test`](PersistentWrites::test)).
+    pub fn outstanding_report(&self) -> String {
+        self.outstanding()
+    }
+
     /// [`wait`](PersistentWrites::wait) with a deadline `timeout` from now.
     pub fn wait_for(&mut self, timeout: Duration) -> Result<()> {
         self.wait(Instant::now() + timeout)

@@ -1,0 +1,41 @@
+//! # sode — the halo exchange of stencil codes
+//!
+//! A stencil code describes its halo exchange once, as a Cartesian
+//! [`Decomposition`]; [`HaloExchange::builder`] decides once per neighbour
+//! how to reach it (shared memory through `sode-shm` on the same node, RDMA
+//! through `sode-transport` on another, the RDMA writes placed on engines by
+//! `sode-scheduler`), and the exchange then runs every iteration with
+//! [`HaloExchange::start`] and [`HaloExchange::wait`] (MPI_Startall /
+//! MPI_Waitall). Errors from every layer arrive as one [`HaloError`] naming
+//! the neighbours and direction concerned.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use std::time::{Duration, Instant};
+//! use sode::{Decomposition, HaloExchange, Stencil};
+//! use sode_transport::World;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // Started by `sode-run -n 4 ...`: a 2 x 2 process grid.
+//! let mut world = World::init(Duration::from_secs(30))?;
+//! let d = Decomposition::new(&[512, 512], &[2, 2], &[true, false], 1, Stencil::Full)?;
+//! let mut halo = HaloExchange::builder(&mut world, &d).build()?; // collective
+//! let cells: usize = halo.local_extent().iter().product();
+//! let mut u = vec![0.0f64; cells];
+//! for _ in 0..100 {
+//!     halo.start(&[&u])?;
+//!     halo.wait(Instant::now() + Duration::from_secs(10), &mut [&mut u])?;
+//!     // ... update the interior of u from its neighbours ...
+//! }
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod decomp;
+mod error;
+mod exchange;
+
+pub use decomp::{pack, unpack, Decomposition, Neighbour, Region, Stencil};
+pub use error::{HaloError, Result};
+pub use exchange::{HaloExchange, HaloExchangeBuilder, Transport};
