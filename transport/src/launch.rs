@@ -44,6 +44,9 @@ pub fn run_local(
         return Err("a job needs at least one rank".into());
     }
     let rest = args;
+    // A free port for rank 0 to listen on. It is released before rank 0
+    // binds it; another process taking it in between makes rank 0 fail
+    // with a clear bind error, and the job with it.
     let port = TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map_err(|e| format!("cannot find a free port for SODE_ROOT: {e}"))?
