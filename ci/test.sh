@@ -21,14 +21,19 @@ trap 'rm -f "$log"' EXIT
 
 echo "== SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
 # Built here, run in the guest (emulated code is 10-50x slower).
-rdma_tests=$(cargo test --release --locked -p sode-transport --test rdma --no-run --message-format=json \
-  | python3 -c 'import json, sys
+# The test executables that need RDMA: the transport's and the halo exchange's.
+test_exe() { # package, test target
+  cargo test --release --locked -p "$1" --test "$2" --no-run --message-format=json \
+    | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma":
-        print(m["executable"])')
-[ -n "$rdma_tests" ] || { echo "error: the rdma test executable was not built" >&2; exit 1; }
-bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" 2>&1 | tee -a "$log"
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
+        print(m["executable"])' "$2"
+}
+rdma_tests=$(test_exe sode-transport rdma)
+halo_tests=$(test_exe sode halo)
+[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
+bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" 2>&1 | tee -a "$log"
 
 echo "== cargo test"
 cargo test --workspace --release --locked 2>&1 | tee -a "$log"

@@ -1,0 +1,207 @@
+//! `sode-halo-check`: runs a halo exchange and checks every cell of every
+//! field after each exchange: halo cells hold exactly what their owner
+//! holds (wrapped across periodic edges), halo cells with no neighbour are
+//! untouched, interior cells unchanged.
+//!
+//! ```text
+//! sode-halo-check -n 6 --global 13,11 --grid 3,2 --periodic 1,0 --halo 2 --neighbours 8 --fields 2
+//! ```
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_transport::World;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// Start this many ranks here (when not started by a launcher).
+    #[arg(short = 'n')]
+    ranks: Option<usize>,
+    /// Global cells per axis (2 or 3 axes).
+    #[arg(long, value_delimiter = ',', required = true)]
+    global: Vec<usize>,
+    /// Processes per axis.
+    #[arg(long, value_delimiter = ',', required = true)]
+    grid: Vec<usize>,
+    /// Periodic axes, 1 or 0 per axis (default none).
+    #[arg(long, value_delimiter = ',')]
+    periodic: Vec<u8>,
+    #[arg(long, default_value_t = 1)]
+    halo: usize,
+    /// 4 or 8 (2-D); 6, 18 or 26 (3-D).
+    #[arg(long)]
+    neighbours: usize,
+    #[arg(long, default_value_t = 1)]
+    fields: usize,
+    #[arg(long, default_value_t = 3)]
+    iters: u64,
+    #[arg(long, default_value = "auto")]
+    transport: String,
+    #[arg(long, default_value_t = 2)]
+    engines: usize,
+}
+
+const UNTOUCHED: f64 = -1.0;
+
+fn value(field: usize, g: &[usize], iter: u64) -> f64 {
+    let mut v = field as f64;
+    for &c in g.iter().rev() {
+        v = v * 1000.0 + c as f64;
+    }
+    v + iter as f64 * 1e11
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !sode_transport::launch::launched() {
+        let Some(n) = args.ranks else {
+            eprintln!("sode-halo-check: give -n N, or start it with sode-run");
+            return ExitCode::from(2);
+        };
+        let me = std::env::current_exe().expect("own path");
+        let rest: Vec<String> = std::env::args().skip(1).collect();
+        return match sode_transport::launch::run_local(
+            n,
+            &me.to_string_lossy(),
+            &rest,
+            Some(Duration::from_secs(600)),
+        ) {
+            Ok(code) => ExitCode::from(code as u8),
+            Err(e) => {
+                eprintln!("sode-halo-check: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("sode-halo-check: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let dims = a.global.len();
+    let stencil = match (dims, a.neighbours) {
+        (2, 4) | (3, 6) => Stencil::Faces,
+        (3, 18) => Stencil::FacesEdges,
+        (2, 8) | (3, 26) => Stencil::Full,
+        (d, n) => {
+            return Err(
+                format!("{n} neighbours in {d}-D: use 4 or 8 (2-D), 6, 18 or 26 (3-D)").into(),
+            )
+        }
+    };
+    let periodic: Vec<bool> = if a.periodic.is_empty() {
+        vec![false; dims]
+    } else {
+        a.periodic.iter().map(|&p| p != 0).collect()
+    };
+    let d = Decomposition::new(&a.global, &a.grid, &periodic, a.halo, stencil)?;
+    let mut world = World::init(Duration::from_secs(60))?;
+    let me = world.rank();
+    let transport: Transport = a.transport.parse()?;
+    let mut halo = HaloExchange::builder(&mut world, &d)
+        .fields(a.fields)
+        .transport(transport)
+        .engines(a.engines)
+        .build()?;
+    let ext = halo.local_extent().to_vec();
+    let (start, size) = d.block(me);
+    let h = a.halo;
+    let cells: usize = ext.iter().product();
+    let mut fields: Vec<Vec<f64>> = vec![vec![0.0; cells]; a.fields];
+    let coords = |mut i: usize| -> Vec<usize> {
+        ext.iter()
+            .map(|&e| {
+                let c = i % e;
+                i /= e;
+                c
+            })
+            .collect()
+    };
+    let mut checked = 0u64;
+    for it in 0..a.iters {
+        for (f, field) in fields.iter_mut().enumerate() {
+            for (i, cell) in field.iter_mut().enumerate() {
+                let l = coords(i);
+                let interior = (0..dims).all(|ax| l[ax] >= h && l[ax] < h + size[ax]);
+                *cell = if interior {
+                    let g: Vec<usize> = (0..dims).map(|ax| start[ax] + l[ax] - h).collect();
+                    value(f, &g, it)
+                } else {
+                    UNTOUCHED
+                };
+            }
+        }
+        let refs: Vec<&[f64]> = fields.iter().map(|f| f.as_slice()).collect();
+        halo.start(&refs)?;
+        let mut muts: Vec<&mut [f64]> = fields.iter_mut().map(|f| f.as_mut_slice()).collect();
+        halo.wait(Instant::now() + Duration::from_secs(60), &mut muts)?;
+        for (f, field) in fields.iter().enumerate() {
+            for (i, &got) in field.iter().enumerate() {
+                let l = coords(i);
+                // Per axis: -1 below the block, +1 above, 0 inside.
+                let offset: Vec<i32> = (0..dims)
+                    .map(|ax| {
+                        if l[ax] < h {
+                            -1
+                        } else if l[ax] >= h + size[ax] {
+                            1
+                        } else {
+                            0
+                        }
+                    })
+                    .collect();
+                let mut g = Vec::with_capacity(dims);
+                let mut outside = false;
+                for ax in 0..dims {
+                    let x = start[ax] as i64 + l[ax] as i64 - h as i64;
+                    let n = a.global[ax] as i64;
+                    if x < 0 || x >= n {
+                        if !periodic[ax] {
+                            outside = true;
+                        }
+                        g.push(x.rem_euclid(n) as usize);
+                    } else {
+                        g.push(x as usize);
+                    }
+                }
+                let nonzero = offset.iter().filter(|&&o| o != 0).count();
+                let reached = match stencil {
+                    Stencil::Faces => nonzero <= 1,
+                    Stencil::FacesEdges => nonzero <= 2,
+                    Stencil::Full => true,
+                };
+                let want = if nonzero == 0 || (reached && !outside) {
+                    value(f, &g, it)
+                } else {
+                    UNTOUCHED
+                };
+                if got.to_bits() != want.to_bits() {
+                    return Err(format!(
+                        "iteration {it}, field {f}, local cell {l:?} (offset {offset:?}, global {g:?}): got {got}, expected {want}"
+                    )
+                    .into());
+                }
+                checked += u64::from(nonzero > 0);
+            }
+        }
+    }
+    let ch = halo.channels();
+    let count = |k: &str| ch.iter().filter(|c| **c == k).count();
+    println!(
+        "rank {me}: {} neighbours (shm {}, rdma {}, local {}), {checked} halo cells checked over {} iterations{}",
+        ch.len(),
+        count("shm"),
+        count("rdma"),
+        count("local"),
+        a.iters,
+        halo.plan_summary().map(|p| format!(", plan {p}")).unwrap_or_default()
+    );
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! Every halo cell of every field, after every exchange, for every
+//! neighbour count, periodic and not, odd subdomain sizes, halo widths 1-3
+//! and several fields (sode-halo-check exits non-zero on the first wrong
+//! cell). Over shared memory here; over RDMA in the SoftRoCE guest.
+
+use std::process::Command;
+
+const CHECK: &str = env!("CARGO_BIN_EXE_sode-halo-check");
+
+fn check(n: usize, args: &str) -> String {
+    let out = Command::new(CHECK)
+        .arg("-n")
+        .arg(n.to_string())
+        .args(args.split_whitespace())
+        .output()
+        .unwrap();
+    let t = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "sode-halo-check -n {n} {args}:\n{t}");
+    for r in 0..n {
+        assert!(
+            t.contains(&format!("[{r}] rank {r}: ")),
+            "rank {r} did not report:\n{t}"
+        );
+    }
+    t
+}
+
+fn rdma_available() -> bool {
+    let ok = std::path::Path::new("/sys/class/infiniband")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some());
+    if !ok {
+        assert!(
+            std::env::var_os("SODE_REQUIRE_RDMA").is_none(),
+            "SODE_REQUIRE_RDMA is set but /sys/class/infiniband lists no device"
+        );
+        eprintln!("skipped: no RDMA device (CI runs this test in the SoftRoCE VM)");
+    }
+    ok
+}
+
+#[test]
+fn two_d_four_and_eight_neighbours() {
+    for (nb, per, halo, fields) in [
+        (4, "0,0", 1, 1),
+        (4, "1,1", 2, 2),
+        (8, "1,0", 3, 1),
+        (8, "1,1", 1, 3),
+    ] {
+        // 13 x 11 over 3 x 2: blocks of 5/4/4 by 6/5 cells.
+        check(6, &format!("--global 13,11 --grid 3,2 --periodic {per} --halo {halo} --neighbours {nb} --fields {fields} --transport shm"));
+    }
+}
+
+#[test]
+fn three_d_six_eighteen_and_twenty_six_neighbours() {
+    for (nb, per, halo, fields) in [
+        (6, "0,0,0", 1, 2),
+        (18, "1,0,1", 2, 1),
+        (26, "1,1,1", 1, 2),
+        (26, "0,1,0", 3, 1),
+    ] {
+        check(4, &format!("--global 9,10,7 --grid 2,2,1 --periodic {per} --halo {halo} --neighbours {nb} --fields {fields} --transport shm"));
+    }
+}
+
+#[test]
+fn self_and_repeated_neighbours_across_short_periodic_axes() {
+    // One process along a periodic axis: the rank is its own neighbour.
+    let t = check(
+        1,
+        "--global 8,7 --grid 1,1 --periodic 1,1 --halo 2 --neighbours 8",
+    );
+    assert!(t.contains("local 8"), "{t}");
+    // Two along a periodic axis: the same peer east and west.
+    check(
+        2,
+        "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport shm",
+    );
+}
+
+#[test]
+fn bad_decompositions_are_named() {
+    let out = Command::new(CHECK)
+        .args("-n 3 --global 5,8 --grid 3,1 --halo 2 --neighbours 4".split_whitespace())
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && t.contains("halo width 2"), "{t}");
+    let out = Command::new(CHECK)
+        .args("-n 2 --global 8,8 --grid 3,1 --neighbours 4".split_whitespace())
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && t.contains("needs 3"), "{t}");
+}
+
+#[test]
+fn over_rdma_every_neighbour_count() {
+    if !rdma_available() {
+        return;
+    }
+    let t = check(4, "--global 13,11 --grid 2,2 --periodic 1,0 --halo 2 --neighbours 8 --fields 2 --transport rdma");
+    assert!(
+        t.contains("rdma 5") || t.contains("rdma 8"),
+        "every neighbour over RDMA: {t}"
+    );
+    assert!(t.contains("plan auto"), "{t}");
+    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport rdma --engines 4");
+    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma");
+    check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");
+}
