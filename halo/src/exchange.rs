@@ -544,6 +544,41 @@ impl HaloExchange {
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
         let mut shm_done = self.shm.is_none();
         let mut rdma_done = self.rdma.is_none();
+        // One transport: its own wait, with its own spin-then-yield policy.
+        let timeout = |outstanding: String| HaloError::Timeout { outstanding };
+        if rdma_done && !shm_done {
+            match self.shm.as_mut().expect("shm").wait(deadline) {
+                Ok(()) => shm_done = true,
+                Err(sode_shm::ShmError::Timeout { pending, .. }) => {
+                    return Err(timeout(format!(
+                        "shared memory with {}: {pending}",
+                        self.shm_names
+                    )))
+                }
+                Err(source) => {
+                    return Err(HaloError::Shm {
+                        neighbours: self.shm_names.clone(),
+                        source: Box::new(source),
+                    })
+                }
+            }
+        } else if shm_done && !rdma_done {
+            match self.rdma.as_mut().expect("rdma").wait(deadline) {
+                Ok(()) => rdma_done = true,
+                Err(sode_transport::TransportError::Timeout { outstanding, .. }) => {
+                    return Err(timeout(format!(
+                        "RDMA with {}: {outstanding}",
+                        self.rdma_names
+                    )))
+                }
+                Err(source) => {
+                    return Err(HaloError::Rdma {
+                        neighbours: self.rdma_names.clone(),
+                        source: Box::new(source),
+                    })
+                }
+            }
+        }
         let mut idle = 0u32;
         // Both channels progress in one loop: a rank never sits in one
         // while a peer waits for it in the other.

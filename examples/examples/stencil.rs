@@ -1,0 +1,324 @@
+//! Jacobi heat diffusion on N processes with sode's halo exchange, checked
+//! bit for bit against a single-process solve.
+//!
+//! ```text
+//! cargo run --release -p sode-examples --example stencil -- -n 4
+//! stencil -n 8 --dims 3 --size 48 --neighbours 26 --transport rdma
+//! ```
+//!
+//! Without a launcher, `-n N` starts N ranks here. Each rank solves its block
+//! (the 4/8-point, or 6/18/26-point, average of its neighbours), exchanging
+//! halos every iteration; at the end each rank solves the whole grid alone
+//! and compares its block cell by cell, bit for bit. Time per iteration,
+//! per exchange and the exchange bandwidth are printed per rank.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_transport::World;
+
+#[derive(Parser, Debug)]
+#[command(about = "Jacobi heat diffusion over sode, checked against a single-process solve")]
+struct Args {
+    /// Start this many ranks here (without a launcher; default 4).
+    #[arg(short = 'n')]
+    ranks: Option<usize>,
+    /// 2 or 3.
+    #[arg(long, default_value_t = 2)]
+    dims: usize,
+    /// Global cells per axis.
+    #[arg(long, default_value_t = 256)]
+    size: usize,
+    /// Neighbours: 4 or 8 (2-D), 6, 18 or 26 (3-D); default 8 / 26.
+    #[arg(long)]
+    neighbours: Option<usize>,
+    /// Periodic boundaries on every axis (else fixed walls).
+    #[arg(long)]
+    periodic: bool,
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+    /// auto (shared memory on this node, RDMA between nodes), shm or rdma.
+    #[arg(long, default_value = "auto")]
+    transport: String,
+    /// RDMA queue pairs per neighbour.
+    #[arg(long, default_value_t = 2)]
+    engines: usize,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !sode_transport::launch::launched() {
+        let n = args.ranks.unwrap_or(4);
+        let me = std::env::current_exe().expect("own path");
+        let mut rest: Vec<String> = std::env::args().skip(1).collect();
+        if args.ranks.is_none() {
+            rest.extend(["-n".to_string(), n.to_string()]);
+        }
+        return match sode_transport::launch::run_local(
+            n,
+            &me.to_string_lossy(),
+            &rest,
+            Some(Duration::from_secs(3600)),
+        ) {
+            Ok(code) => ExitCode::from(code as u8),
+            Err(e) => {
+                eprintln!("stencil: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("stencil: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A process grid for `n` ranks over `dims` axes, as square as possible.
+fn process_grid(n: usize, dims: usize) -> Vec<usize> {
+    let mut grid = vec![1; dims];
+    let mut rest = n;
+    let mut f = 2;
+    let mut factors = Vec::new();
+    while rest > 1 {
+        while rest % f == 0 {
+            factors.push(f);
+            rest /= f;
+        }
+        f += 1;
+    }
+    for &p in factors.iter().rev() {
+        let a = (0..dims).min_by_key(|&a| grid[a]).expect("dims >= 1");
+        grid[a] *= p;
+    }
+    grid
+}
+
+/// The stencil's neighbour offsets and the update: the plain average of
+/// those neighbours (the 2-D 8-point one weighs faces 4, corners 1, /20).
+struct Update {
+    offsets: Vec<Vec<i64>>,
+    weights: Vec<f64>,
+    scale: f64,
+}
+
+impl Update {
+    fn new(dims: usize, stencil: Stencil) -> Update {
+        let mut offsets = Vec::new();
+        let mut weights = Vec::new();
+        for code in 0..3usize.pow(dims as u32) {
+            let o: Vec<i64> = (0..dims)
+                .map(|a| ((code / 3usize.pow(a as u32)) % 3) as i64 - 1)
+                .collect();
+            let nz = o.iter().filter(|&&x| x != 0).count();
+            let take = match stencil {
+                Stencil::Faces => nz == 1,
+                Stencil::FacesEdges => nz == 1 || nz == 2,
+                Stencil::Full => nz >= 1,
+            };
+            if take {
+                weights.push(if dims == 2 && stencil == Stencil::Full && nz == 1 {
+                    4.0
+                } else {
+                    1.0
+                });
+                offsets.push(o);
+            }
+        }
+        let scale = 1.0 / weights.iter().sum::<f64>();
+        Update {
+            offsets,
+            weights,
+            scale,
+        }
+    }
+
+    /// One sweep over the interior of an array with extent `ext` and halo
+    /// `h`, from `u` into `v`. Each cell sums its neighbours in the same
+    /// order wherever it is computed, so any decomposition gives the same
+    /// bits.
+    fn sweep(&self, ext: &[usize], h: usize, u: &[f64], v: &mut [f64]) {
+        let dims = ext.len();
+        let strides: Vec<i64> = (0..dims)
+            .map(|a| ext[..a].iter().product::<usize>() as i64)
+            .collect();
+        let deltas: Vec<i64> = self
+            .offsets
+            .iter()
+            .map(|o| o.iter().zip(&strides).map(|(x, s)| x * s).sum())
+            .collect();
+        let inner: Vec<usize> = ext.iter().map(|e| e - 2 * h).collect();
+        let total: usize = inner.iter().product();
+        for k in 0..total {
+            let mut rem = k;
+            let mut at = 0i64;
+            for a in 0..dims {
+                at += ((rem % inner[a]) + h) as i64 * strides[a];
+                rem /= inner[a];
+            }
+            let mut s = 0.0;
+            for (d, w) in deltas.iter().zip(&self.weights) {
+                s += w * u[(at + d) as usize];
+            }
+            v[at as usize] = s * self.scale;
+        }
+    }
+}
+
+/// The initial temperature at a global cell, and the walls' temperature.
+fn initial(g: &[usize]) -> f64 {
+    let mut x = 0u64;
+    for &c in g {
+        x = x.wrapping_mul(1_000_003).wrapping_add(c as u64);
+    }
+    ((x.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % 1000) as f64 / 1000.0
+}
+const WALL: f64 = 0.25;
+
+/// An array with extent `ext` holding the block at `start` (halo `h`):
+/// interior from `initial`, halo cells outside a non-periodic domain at
+/// the wall temperature (never written by the exchange).
+fn fill(ext: &[usize], start: &[usize], h: usize, global: &[usize], periodic: bool) -> Vec<f64> {
+    let n: usize = ext.iter().product();
+    (0..n)
+        .map(|i| {
+            let mut rem = i;
+            let mut g = Vec::with_capacity(ext.len());
+            let mut wall = false;
+            for (a, &e) in ext.iter().enumerate() {
+                let l = (rem % e) as i64;
+                rem /= e;
+                let x = start[a] as i64 + l - h as i64;
+                if x < 0 || x >= global[a] as i64 {
+                    if !periodic {
+                        wall = true;
+                    }
+                    g.push(x.rem_euclid(global[a] as i64) as usize);
+                } else {
+                    g.push(x as usize);
+                }
+            }
+            if wall {
+                WALL
+            } else {
+                initial(&g)
+            }
+        })
+        .collect()
+}
+
+fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    let stencil = match (a.dims, a.neighbours) {
+        (2, None | Some(8)) | (3, None | Some(26)) => Stencil::Full,
+        (2, Some(4)) | (3, Some(6)) => Stencil::Faces,
+        (3, Some(18)) => Stencil::FacesEdges,
+        (d, n) => {
+            return Err(
+                format!("{n:?} neighbours in {d}-D: use 4 or 8 (2-D), 6, 18 or 26 (3-D)").into(),
+            )
+        }
+    };
+    let mut world = World::init(Duration::from_secs(60))?;
+    let me = world.rank();
+    let global = vec![a.size; a.dims];
+    let grid = process_grid(world.size(), a.dims);
+    let d = Decomposition::new(&global, &grid, &vec![a.periodic; a.dims], 1, stencil)?;
+    let transport: Transport = a.transport.parse()?;
+    let mut halo = HaloExchange::builder(&mut world, &d)
+        .transport(transport)
+        .engines(a.engines)
+        .build()?;
+    let ext = halo.local_extent().to_vec();
+    let (start, _) = d.block(me);
+    let update = Update::new(a.dims, stencil);
+    let mut u = fill(&ext, &start, 1, &global, a.periodic);
+    let mut v = u.clone();
+    let mut exchange_time = Duration::ZERO;
+    world.barrier(Duration::from_secs(60))?;
+    let t0 = Instant::now();
+    for _ in 0..a.iters {
+        let te = Instant::now();
+        halo.start(&[&u])?;
+        halo.wait(Instant::now() + Duration::from_secs(60), &mut [&mut u])?;
+        exchange_time += te.elapsed();
+        update.sweep(&ext, 1, &u, &mut v);
+        std::mem::swap(&mut u, &mut v);
+    }
+    let total = t0.elapsed();
+
+    // The single-process solve, with the same walls (or wrap-around).
+    let h = 1;
+    let sext: Vec<usize> = global.iter().map(|g| g + 2 * h).collect();
+    let mut su = fill(&sext, &vec![0; a.dims], h, &global, a.periodic);
+    let mut sv = su.clone();
+    let sstrides: Vec<usize> = (0..a.dims).map(|ax| sext[..ax].iter().product()).collect();
+    let n_s: usize = sext.iter().product();
+    for _ in 0..a.iters {
+        if a.periodic {
+            // Halo from the opposite side, as the exchange does.
+            for i in 0..n_s {
+                let mut rem = i;
+                let mut src = 0;
+                let mut halo_cell = false;
+                for ax in 0..a.dims {
+                    let l = rem % sext[ax];
+                    rem /= sext[ax];
+                    let g = (l as i64 - h as i64).rem_euclid(global[ax] as i64) as usize + h;
+                    halo_cell |= g != l;
+                    src += g * sstrides[ax];
+                }
+                if halo_cell {
+                    su[i] = su[src];
+                }
+            }
+        }
+        update.sweep(&sext, h, &su, &mut sv);
+        std::mem::swap(&mut su, &mut sv);
+    }
+    let strides: Vec<usize> = (0..a.dims).map(|ax| ext[..ax].iter().product()).collect();
+    let mut compared = 0usize;
+    for i in 0..u.len() {
+        let mut rem = i;
+        let mut interior = true;
+        let mut at = 0;
+        for ax in 0..a.dims {
+            let l = rem % ext[ax];
+            rem /= ext[ax];
+            interior &= l >= h && l < ext[ax] - h;
+            at += (start[ax] + l) * sstrides[ax];
+        }
+        let _ = &strides;
+        if !interior {
+            continue;
+        }
+        if u[i].to_bits() != su[at].to_bits() {
+            return Err(format!(
+                "rank {me}: cell {i} is {} but the single-process solve has {}",
+                u[i], su[at]
+            )
+            .into());
+        }
+        compared += 1;
+    }
+    let it = a.iters.max(1) as f64;
+    let per_exchange = exchange_time.as_secs_f64() / it;
+    let ch = halo.channels();
+    let count = |k: &str| ch.iter().filter(|c| **c == k).count();
+    println!(
+        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, local {}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s; {compared} cells equal to the single-process solve, bit for bit{}",
+        d.block(me).1,
+        ch.len(),
+        count("shm"),
+        count("rdma"),
+        count("local"),
+        total.as_secs_f64() * 1e6 / it,
+        per_exchange * 1e6,
+        halo.bytes_per_exchange() as f64 / per_exchange.max(1e-12) / 1e6,
+        halo.plan_summary().map(|p| format!("; RDMA plan {p}")).unwrap_or_default(),
+    );
+    Ok(())
+}
