@@ -16,6 +16,10 @@ echo "== benchmarks, once each (criterion test mode)"
 cargo bench -p sode-benches --bench planning --locked -- --test
 cargo bench -p sode-benches --bench shm_paths --locked -- --test
 
+echo "== the stencil example (the main job) over shared memory, checked bit for bit"
+cargo build --release --locked -p sode-examples --example stencil
+bash ci/stencil.sh
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

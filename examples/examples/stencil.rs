@@ -279,9 +279,8 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         update.sweep(&sext, h, &su, &mut sv);
         std::mem::swap(&mut su, &mut sv);
     }
-    let strides: Vec<usize> = (0..a.dims).map(|ax| ext[..ax].iter().product()).collect();
     let mut compared = 0usize;
-    for i in 0..u.len() {
+    for (i, &cell) in u.iter().enumerate() {
         let mut rem = i;
         let mut interior = true;
         let mut at = 0;
@@ -291,14 +290,13 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             interior &= l >= h && l < ext[ax] - h;
             at += (start[ax] + l) * sstrides[ax];
         }
-        let _ = &strides;
         if !interior {
             continue;
         }
-        if u[i].to_bits() != su[at].to_bits() {
+        if cell.to_bits() != su[at].to_bits() {
             return Err(format!(
-                "rank {me}: cell {i} is {} but the single-process solve has {}",
-                u[i], su[at]
+                "rank {me}: cell {i} is {cell} but the single-process solve has {}",
+                su[at]
             )
             .into());
         }
