@@ -39,6 +39,9 @@ halo_tests=$(test_exe sode halo)
 [ -n "$rdma_tests" ] && [ -n "$halo_tests" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
 bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" 2>&1 | tee -a "$log"
 
+echo "== two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
+bash ci/softroce/two-nodes.sh
+
 echo "== cargo test"
 cargo test --workspace --release --locked 2>&1 | tee -a "$log"
 # One closing line for the whole run: the sum over every test binary, the

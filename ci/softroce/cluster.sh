@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Two SoftRoCE nodes with a wire between them: two VMs (Debian's kernel
+# under software emulation) joined by a QEMU socket network device, each
+# with its own rxe0 on its virtio NIC. Runs PROGRAM as a 4-rank job, ranks
+# 0 and 1 on node a, 2 and 3 on node b (ranks of one node share memory, the
+# others talk RDMA over the wire), and exits non-zero if any rank fails.
+#
+#   bash ci/softroce/cluster.sh PROGRAM ARGS...
+set -euo pipefail
+PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+export PATH
+here=$(cd "$(dirname "$0")" && pwd)
+kernel=$(bash "$here/install.sh" | tail -n 1)
+out=$(mktemp -d /tmp/sode-cluster.XXXXXX)
+trap 'rm -rf "$out"' EXIT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+wire=$(free_port)
+cmd=$(printf '%q ' "$@")
+job="cluster$$"
+start=$(date +%s)
+
+boot() { # node, ip, listen|connect, mac
+  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$1" \
+    --rwdir "$out" --cwd "$PWD" \
+    --exec "SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $here/cluster-guest.sh $cmd" \
+    --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
+    >"$out/vm-$1.log" 2>&1 || true
+}
+boot a 10.78.0.1 listen 52:54:00:78:00:01 b &
+vm_a=$!
+# QEMU's connecting side gives up if nobody listens yet; wait for node a's
+# socket (without connecting to it: it accepts one peer only).
+for _ in $(seq 600); do
+  ss -ltn "sport = :$wire" | grep -q LISTEN && break
+  sleep 0.1
+done
+boot b 10.78.0.2 connect 52:54:00:78:00:02 a &
+vm_b=$!
+wait $vm_a $vm_b || true
+status=0
+for node in a b; do
+  for f in "$out"/"$node"-r*.log; do
+    [ -f "$f" ] || continue
+    r=${f##*-r}; r=${r%.log}
+    sed "s/^/[node $node rank $r] /" "$f"
+  done
+  s=$(cat "$out/$node.status" 2>/dev/null || echo 99)
+  echo "cluster: node $node finished with status $s" >&2
+  if [ "$s" != 0 ]; then
+    status=$s
+    echo "cluster: node $node's console:" >&2
+    tail -n 30 "$out/vm-$node.log" >&2
+  fi
+done
+echo "cluster: both nodes done in $(( $(date +%s) - start )) s" >&2
+exit "$status"
