@@ -17,6 +17,10 @@ const IMM_CREDIT: u32 = 1 << 31;
 const EPOCH_MASK: u32 = IMM_CREDIT - 1;
 /// How often `wait` checks that the peers it waits for are alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
+/// How long work with a peer may stay outstanding after its connection
+/// closed before the peer is declared dead: completions already on their way
+/// (from a peer that finished and exited) arrive well within it.
+const PEER_GRACE: Duration = Duration::from_millis(200);
 
 pub(crate) struct Command {
     pub write: Write,
@@ -89,7 +93,10 @@ pub(crate) struct State {
     epoch: u32,
     credits_received: Vec<u32>,
     chain_posted: Vec<bool>,
+    chain_done: Vec<bool>,
     chains_done: usize,
+    credit_pending: Vec<bool>,
+    closed_since: Vec<Option<Instant>>,
     credits_done: usize,
     credits_posted: usize,
     arrivals: Vec<usize>,
@@ -121,6 +128,9 @@ impl State {
             engines,
             commands,
             chain_posted: vec![false; chains.len()],
+            chain_done: vec![false; chains.len()],
+            credit_pending: vec![false; n],
+            closed_since: vec![None; n],
             chains,
             chains_of_peer,
             credit_chains,
@@ -164,6 +174,7 @@ impl PersistentWrites {
         let s = &mut self.state;
         s.epoch = s.epoch.wrapping_add(1) & EPOCH_MASK;
         s.chain_posted.iter_mut().for_each(|p| *p = false);
+        s.chain_done.iter_mut().for_each(|p| *p = false);
         s.chains_done = 0;
         s.credits_done = 0;
         s.credits_posted = 0;
@@ -196,6 +207,7 @@ impl PersistentWrites {
                 }
             })?;
             s.credits_posted += 1;
+            s.credit_pending[pi] = true;
         }
         Ok(())
     }
@@ -270,20 +282,8 @@ impl PersistentWrites {
             let now = Instant::now();
             if now >= next_liveness {
                 next_liveness = now + LIVENESS_PERIOD;
-                if let Some(pi) = self.dead_peer() {
-                    // What arrived before the connection closed still counts.
-                    self.progress().map_err(|e| self.fail(e))?;
-                    if self.done() {
-                        self.state.phase = Phase::Idle;
-                        return Ok(());
-                    }
-                    if self.outstanding_with(pi).is_some() {
-                        let e = TransportError::PeerDied {
-                            peer: self.state.peers[pi],
-                            outstanding: self.outstanding(),
-                        };
-                        return Err(self.fail(e));
-                    }
+                if let Some(e) = self.check_peers(now) {
+                    return Err(self.fail(e));
                 }
             }
             if now >= deadline {
@@ -328,16 +328,7 @@ impl PersistentWrites {
             self.state.phase = Phase::Idle;
             return Ok(true);
         }
-        if let Some(pi) = self.dead_peer() {
-            self.progress().map_err(|e| self.fail(e))?;
-            if self.done() {
-                self.state.phase = Phase::Idle;
-                return Ok(true);
-            }
-            let e = TransportError::PeerDied {
-                peer: self.state.peers[pi],
-                outstanding: self.outstanding(),
-            };
+        if let Some(e) = self.check_peers(Instant::now()) {
             return Err(self.fail(e));
         }
         Ok(false)
@@ -477,6 +468,7 @@ impl PersistentWrites {
                 return Err(self.completion_error(&c, "credit", None, pi, 0, 0));
             }
             self.state.credits_done += 1;
+            self.state.credit_pending[pi] = false;
             return Ok(());
         }
         let command = c.wr_id as usize;
@@ -506,6 +498,7 @@ impl PersistentWrites {
         // Only the last request of each chain is signalled.
         if let Some(ci) = self.state.chains.iter().position(|ch| ch.last == command) {
             debug_assert!(self.state.chain_posted[ci]);
+            self.state.chain_done[ci] = true;
             self.state.chains_done += 1;
         }
         Ok(())
@@ -539,10 +532,26 @@ impl PersistentWrites {
         }
     }
 
-    /// A peer with work outstanding whose bootstrap connection has closed.
-    fn dead_peer(&self) -> Option<usize> {
-        let s = &self.state;
-        (0..s.peers.len()).find(|&pi| self.outstanding_with(pi).is_some() && s.links[pi].closed())
+    /// A peer whose bootstrap connection closed while work with it stayed
+    /// outstanding for longer than [`PEER_GRACE`]: it exited or died.
+    fn check_peers(&mut self, now: Instant) -> Option<TransportError> {
+        for pi in 0..self.state.peers.len() {
+            if self.outstanding_with(pi).is_none() {
+                continue;
+            }
+            let since = match self.state.closed_since[pi] {
+                Some(t) => t,
+                None if self.state.links[pi].closed() => *self.state.closed_since[pi].insert(now),
+                None => continue,
+            };
+            if now.duration_since(since) >= PEER_GRACE {
+                return Some(TransportError::PeerDied {
+                    peer: self.state.peers[pi],
+                    outstanding: self.outstanding(),
+                });
+            }
+        }
+        None
     }
 
     /// What is still outstanding with peer `pi`, if anything.
@@ -556,6 +565,18 @@ impl PersistentWrites {
                 "its credit for iteration {} ({unposted} chains not posted)",
                 s.epoch
             ));
+        }
+        let unfinished = chains
+            .iter()
+            .filter(|&&ci| s.chain_posted[ci] && !s.chain_done[ci])
+            .count();
+        if unfinished > 0 {
+            parts.push(format!(
+                "{unfinished} chains to it posted but not completed"
+            ));
+        }
+        if s.credit_pending[pi] {
+            parts.push("its credit not completed".into());
         }
         if s.arrivals[pi] < s.expected_imms[pi] {
             parts.push(format!(
