@@ -45,6 +45,9 @@ struct Args {
     /// RDMA queue pairs per neighbour.
     #[arg(long, default_value_t = 2)]
     engines: usize,
+    /// pairwise (credits between neighbours) or pseudo-collective (barriers).
+    #[arg(long, default_value = "pairwise")]
+    sync: String,
 }
 
 fn main() -> ExitCode {
@@ -231,6 +234,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut halo = HaloExchange::builder(&mut world, &d)
         .transport(transport)
         .engines(a.engines)
+        .sync(a.sync.parse()?)
         .build()?;
     let ext = halo.local_extent().to_vec();
     let (start, _) = d.block(me);

@@ -57,6 +57,13 @@ pub enum HaloError {
         #[source]
         source: Box<sode_transport::TransportError>,
     },
+    /// A barrier of the job (pseudo-collective mode) failed.
+    #[error("job barrier: {source}")]
+    Barrier {
+        /// What failed (a rank that did not arrive in time, or died).
+        #[source]
+        source: Box<sode_transport::TransportError>,
+    },
     /// The scheduler could not plan the RDMA writes.
     #[error("scheduling the RDMA writes: {0}")]
     Schedule(#[from] Box<sode_scheduler::SchedError>),

@@ -38,6 +38,31 @@ impl std::str::FromStr for Transport {
     }
 }
 
+/// How the ranks of an exchange keep in step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sync {
+    /// Pairwise: each neighbour grants the other a credit when its halo is
+    /// free again; no global barrier (the default).
+    #[default]
+    Pairwise,
+    /// The RSched paper's pseudo-collective mode: a barrier of the whole job
+    /// at the start of `start` and at the end of `wait`, as well.
+    PseudoCollective,
+}
+
+impl std::str::FromStr for Sync {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "pairwise" => Ok(Sync::Pairwise),
+            "pseudo-collective" => Ok(Sync::PseudoCollective),
+            o => Err(format!(
+                "unknown synchronisation {o:?} (pairwise, pseudo-collective)"
+            )),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Local,
@@ -69,9 +94,16 @@ pub struct HaloExchangeBuilder<'w> {
     engines: usize,
     algorithm: String,
     timeout: Duration,
+    sync: Sync,
 }
 
 impl<'w> HaloExchangeBuilder<'w> {
+    /// Pairwise credits (default) or pseudo-collective barriers.
+    pub fn sync(mut self, s: Sync) -> Self {
+        self.sync = s;
+        self
+    }
+
     /// Bytes per cell value (default 8, an `f64`).
     pub fn element_size(mut self, bytes: usize) -> Self {
         self.elem = bytes;
@@ -319,6 +351,18 @@ impl<'w> HaloExchangeBuilder<'w> {
             rdma = Some(b.build(self.world, self.timeout).map_err(rdma_err)?);
             rdma_buf = Some(buf);
         }
+        let barrier = match self.sync {
+            Sync::Pairwise => None,
+            Sync::PseudoCollective => {
+                Some(
+                    self.world
+                        .try_clone()
+                        .map_err(|source| HaloError::Barrier {
+                            source: Box::new(source),
+                        })?,
+                )
+            }
+        };
         let scratch = vec![
             0u8;
             neighbours
@@ -342,6 +386,8 @@ impl<'w> HaloExchangeBuilder<'w> {
             scratch,
             in_flight: false,
             plan_summary,
+            barrier,
+            timeout: self.timeout,
         })
     }
 }
@@ -364,6 +410,9 @@ pub struct HaloExchange {
     scratch: Vec<u8>,
     in_flight: bool,
     plan_summary: Option<String>,
+    /// The job, for the barriers of the pseudo-collective mode.
+    barrier: Option<World>,
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for HaloExchange {
@@ -389,7 +438,18 @@ impl HaloExchange {
             engines: 2,
             algorithm: "auto".into(),
             timeout: Duration::from_secs(60),
+            sync: Sync::Pairwise,
         }
+    }
+
+    fn job_barrier(&mut self) -> Result<()> {
+        if let Some(w) = self.barrier.as_mut() {
+            w.barrier(self.timeout)
+                .map_err(|source| HaloError::Barrier {
+                    source: Box::new(source),
+                })?;
+        }
+        Ok(())
     }
 
     /// The neighbours, in the decomposition's order.
@@ -474,6 +534,7 @@ impl HaloExchange {
             });
         }
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
+        self.job_barrier()?;
         let (elem, ext) = (self.elem, &self.ext);
         for (n, ch) in self.neighbours.iter().zip(&self.channels) {
             let part = n.send.cells() * elem;
@@ -631,6 +692,7 @@ impl HaloExchange {
             }
         }
         self.in_flight = false;
+        self.job_barrier()?;
         let (elem, ext) = (self.elem, self.ext.clone());
         for (k, (n, ch)) in self.neighbours.iter().zip(&self.channels).enumerate() {
             let part = n.recv.cells() * elem;

@@ -84,6 +84,11 @@ fn self_and_repeated_neighbours_across_short_periodic_axes() {
 }
 
 #[test]
+fn pseudo_collective_mode_gives_the_same_halos() {
+    check(4, "--global 12,10 --grid 2,2 --periodic 1,1 --halo 2 --neighbours 8 --fields 2 --transport shm --sync pseudo-collective");
+}
+
+#[test]
 fn bad_decompositions_are_named() {
     let out = Command::new(CHECK)
         .args("-n 3 --global 5,8 --grid 3,1 --halo 2 --neighbours 4".split_whitespace())

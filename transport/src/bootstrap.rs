@@ -286,6 +286,30 @@ impl World {
         }
     }
 
+    /// A second handle on the same job, sharing this one's connections (for
+    /// an object that runs barriers of its own). Barriers are collective, so
+    /// calls through the two handles never interleave in a correct program.
+    pub fn try_clone(&self) -> Result<World> {
+        let err = io_err("clone a bootstrap socket", "self");
+        Ok(World {
+            rank: self.rank,
+            size: self.size,
+            dir: self.dir.clone(),
+            listener: self
+                .listener
+                .as_ref()
+                .map(|l| l.try_clone())
+                .transpose()
+                .map_err(&err)?,
+            root_links: self
+                .root_links
+                .iter()
+                .map(|l| l.as_ref().map(|s| s.try_clone()).transpose())
+                .collect::<std::io::Result<_>>()
+                .map_err(&err)?,
+        })
+    }
+
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.rank

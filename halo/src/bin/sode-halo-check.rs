@@ -41,6 +41,9 @@ struct Args {
     transport: String,
     #[arg(long, default_value_t = 2)]
     engines: usize,
+    /// pairwise (credits between neighbours) or pseudo-collective (barriers).
+    #[arg(long, default_value = "pairwise")]
+    sync: String,
 }
 
 const UNTOUCHED: f64 = -1.0;
@@ -109,6 +112,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .fields(a.fields)
         .transport(transport)
         .engines(a.engines)
+        .sync(a.sync.parse()?)
         .build()?;
     let ext = halo.local_extent().to_vec();
     let (start, size) = d.block(me);

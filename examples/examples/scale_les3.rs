@@ -1,0 +1,352 @@
+//! The RSched paper's SCALE-LES3 benchmark on the real transport: for each
+//! Table 1 row (vertical size k), each direction set and each scheduling
+//! algorithm, the measured time per exchange beside the simulator's
+//! prediction, as a table and a CSV.
+//!
+//! ```text
+//! scale_les3 -n 4 --rows 60,872 --sets ew,ns,all8 --algorithms round-robin:4,bl:4,auto --iters 200
+//! scale_les3 -n 4 --transport shm          # the same exchanges over shared memory
+//! ```
+//!
+//! The ranks form a periodic process grid (default 2 x 2); every rank runs
+//! the paper's pattern: each put goes to the neighbour in its direction, into
+//! a window that neighbour made for it. Each exchange runs as in the paper's
+//! pseudo-collective mode: a barrier, start, wait, a barrier; the time from
+//! start to the end of wait is measured on rank 0 (the barriers excluded).
+//! The paper ran 41,000 exchanges per point; `--iters` sets ours.
+
+use std::fmt::Write as _;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use sode_scheduler::patterns::{scale_les3, DirectionSet, SCALE_LES3_K};
+use sode_scheduler::{Algorithm, Machine, Pattern};
+use sode_transport::{
+    writes_from_plan, Device, DeviceSelector, ExchangeBuilder, WindowId, World, Write,
+};
+
+#[derive(Parser, Debug)]
+#[command(
+    about = "SCALE-LES3 halo exchanges per Table 1 row, set and algorithm: measured vs simulated"
+)]
+struct Args {
+    /// Start this many ranks here (without a launcher; default: the grid's).
+    #[arg(short = 'n')]
+    ranks: Option<usize>,
+    /// Periodic process grid, x,y.
+    #[arg(long, value_delimiter = ',', default_value = "2,2")]
+    grid: Vec<usize>,
+    /// Vertical sizes k (Table 1 rows); default all eleven.
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<u64>,
+    /// Direction sets: ew, ns, ewns, diag, all8.
+    #[arg(long, value_delimiter = ',', default_value = "ew,ns,ewns,diag,all8")]
+    sets: Vec<String>,
+    /// Scheduling algorithms (RDMA only).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "round-robin:1,round-robin:2,round-robin:4,bl:1,bl:2,bl:4,auto"
+    )]
+    algorithms: Vec<String>,
+    /// Exchanges per point (after 3 warm-up exchanges).
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+    /// rdma (queue pairs per neighbour = the K machine's 4 engines) or shm.
+    #[arg(long, default_value = "rdma")]
+    transport: String,
+    /// Write the table as CSV here too.
+    #[arg(long)]
+    csv: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if !sode_transport::launch::launched() {
+        let n = args.ranks.unwrap_or(args.grid.iter().product());
+        let me = std::env::current_exe().expect("own path");
+        let rest: Vec<String> = std::env::args().skip(1).collect();
+        return match sode_transport::launch::run_local(
+            n,
+            &me.to_string_lossy(),
+            &rest,
+            Some(Duration::from_secs(7200)),
+        ) {
+            Ok(code) => ExitCode::from(code as u8),
+            Err(e) => {
+                eprintln!("scale_les3: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("scale_les3: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn offset_of(direction: &str) -> (i64, i64) {
+    let dx = if direction.contains('E') {
+        1
+    } else if direction.contains('W') {
+        -1
+    } else {
+        0
+    };
+    let dy = if direction.contains('N') {
+        1
+    } else if direction.contains('S') {
+        -1
+    } else {
+        0
+    };
+    (dx, dy)
+}
+
+struct Stats {
+    median: f64,
+    min: f64,
+    mean: f64,
+}
+
+fn stats(mut t: Vec<f64>) -> Stats {
+    t.sort_by(f64::total_cmp);
+    Stats {
+        median: t[t.len() / 2],
+        min: t[0],
+        mean: t.iter().sum::<f64>() / t.len() as f64,
+    }
+}
+
+fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    if a.grid.len() != 2 || a.grid.contains(&0) {
+        return Err("--grid takes two positive numbers, x,y".into());
+    }
+    let mut world = World::init(Duration::from_secs(60))?;
+    let me = world.rank();
+    let (px, py) = (a.grid[0] as i64, a.grid[1] as i64);
+    if world.size() as i64 != px * py {
+        return Err(format!(
+            "the grid {px} x {py} needs {} ranks, the job has {}",
+            px * py,
+            world.size()
+        )
+        .into());
+    }
+    let (mx, my) = (me as i64 % px, me as i64 / px);
+    let rank_at =
+        |dx: i64, dy: i64| ((mx + dx).rem_euclid(px) + px * (my + dy).rem_euclid(py)) as usize;
+    let rows: Vec<u64> = if a.rows.is_empty() {
+        SCALE_LES3_K.to_vec()
+    } else {
+        a.rows.clone()
+    };
+    let sets: Vec<DirectionSet> = a.sets.iter().map(|s| s.parse()).collect::<Result<_, _>>()?;
+    let shm = match a.transport.as_str() {
+        "rdma" => false,
+        "shm" => true,
+        o => return Err(format!("unknown transport {o:?} (rdma, shm)").into()),
+    };
+    let algorithms: Vec<String> = if shm {
+        vec!["-".into()]
+    } else {
+        a.algorithms.clone()
+    };
+    let machine = Machine::K_COMPUTER;
+    let dev = if shm {
+        None
+    } else {
+        Some(Device::open(&DeviceSelector::from_env()?)?)
+    };
+    let mut shm_ctx = if shm {
+        Some(sode_shm::Context::from_env()?)
+    } else {
+        None
+    };
+    let mut table = String::new();
+    let mut csv = String::from("k,set,algorithm,transport,measured_median_us,measured_min_us,measured_mean_us,simulated_us,iterations\n");
+    if me == 0 {
+        println!(
+            "SCALE-LES3 on a {px} x {py} periodic grid over {}, {} exchanges per point (paper: 41,000), pseudo-collective",
+            if shm { "shared memory" } else { "RDMA" },
+            a.iters
+        );
+        println!("| k | set | algorithm | measured median us | min us | mean us | simulated us (K model) |");
+        println!("|---:|---|---|---:|---:|---:|---:|");
+    }
+    for &k in &rows {
+        for &set in &sets {
+            let pattern: Pattern = scale_les3(k, set, machine)?;
+            for alg in &algorithms {
+                let simulated = if shm {
+                    f64::NAN
+                } else {
+                    let algorithm: Algorithm = alg.parse()?;
+                    sode_scheduler::plan(&pattern, algorithm)?.simulated_us
+                };
+                let times = if shm {
+                    run_shm(
+                        &mut world,
+                        shm_ctx.as_mut().expect("shm"),
+                        &pattern,
+                        &rank_at,
+                        a.iters,
+                    )?
+                } else {
+                    run_rdma(
+                        &mut world,
+                        dev.as_ref().expect("device"),
+                        &pattern,
+                        alg,
+                        &rank_at,
+                        a.iters,
+                        machine.engines,
+                    )?
+                };
+                let s = stats(times);
+                let row = format!(
+                    "| {k} | {} | {alg} | {:.1} | {:.1} | {:.1} | {} |",
+                    set.name(),
+                    s.median,
+                    s.min,
+                    s.mean,
+                    if simulated.is_nan() {
+                        "-".to_string()
+                    } else {
+                        format!("{simulated:.1}")
+                    }
+                );
+                if me == 0 {
+                    println!("{row}");
+                }
+                writeln!(table, "{row}")?;
+                writeln!(
+                    csv,
+                    "{k},{},{alg},{},{:.3},{:.3},{:.3},{},{}",
+                    set.name(),
+                    a.transport,
+                    s.median,
+                    s.min,
+                    s.mean,
+                    if simulated.is_nan() {
+                        String::new()
+                    } else {
+                        format!("{simulated:.3}")
+                    },
+                    a.iters
+                )?;
+            }
+        }
+    }
+    if me == 0 {
+        if let Some(path) = &a.csv {
+            std::fs::write(path, &csv)?;
+            println!("CSV written to {path}");
+        }
+    }
+    world.barrier(Duration::from_secs(60))?;
+    Ok(())
+}
+
+/// Every put to the neighbour in its direction, each into a window that
+/// neighbour made for it (window i receives put i from the opposite side).
+fn run_rdma(
+    world: &mut World,
+    dev: &Device,
+    pattern: &Pattern,
+    alg: &str,
+    rank_at: &dyn Fn(i64, i64) -> usize,
+    iters: usize,
+    engines: usize,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let me = world.rank();
+    let algorithm: Algorithm = alg.parse()?;
+    let plan = sode_scheduler::plan(pattern, algorithm)?;
+    let mut b = ExchangeBuilder::new(dev).engines(engines);
+    let total: usize = pattern.requests.iter().map(|r| r.bytes as usize).sum();
+    let send = b.buffer(total)?;
+    let recv = b.buffer(total)?;
+    let mut offsets = Vec::new();
+    let mut at = 0;
+    for r in &pattern.requests {
+        let (dx, dy) = offset_of(&r.direction);
+        offsets.push(at);
+        b.window_in(recv, at, r.bytes as usize, &[rank_at(-dx, -dy)])?;
+        at += r.bytes as usize;
+    }
+    let writes = writes_from_plan(&plan, |id| {
+        let r = pattern.requests.get(id as usize)?;
+        let (dx, dy) = offset_of(&r.direction);
+        Some(Write {
+            peer: rank_at(dx, dy),
+            engine: 0,
+            src: send,
+            src_offset: offsets[id as usize],
+            window: WindowId(id as usize),
+            dst_offset: 0,
+            len: r.bytes as usize,
+        })
+    })?;
+    // A rank that is its own neighbour (a periodic axis of one) cannot
+    // write to itself over RDMA.
+    if writes.iter().any(|w| w.peer == me) {
+        return Err(
+            "every neighbour must be another rank: use at least 2 processes per axis".into(),
+        );
+    }
+    for w in writes {
+        b.write(w);
+    }
+    let mut x = b.build(world, Duration::from_secs(60))?;
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..iters + 3 {
+        world.barrier(Duration::from_secs(60))?;
+        let t0 = Instant::now();
+        x.start()?;
+        x.wait_for(Duration::from_secs(60))?;
+        let t = t0.elapsed().as_secs_f64() * 1e6;
+        world.barrier(Duration::from_secs(60))?;
+        if i >= 3 {
+            times.push(t);
+        }
+    }
+    Ok(times)
+}
+
+/// The same messages over sode-shm (one message per put, tagged by its id).
+fn run_shm(
+    world: &mut World,
+    ctx: &mut sode_shm::Context,
+    pattern: &Pattern,
+    rank_at: &dyn Fn(i64, i64) -> usize,
+    iters: usize,
+) -> Result<Vec<f64>, Box<dyn std::error::Error>> {
+    let neighbours = pattern.requests.iter().map(|r| {
+        let (dx, dy) = offset_of(&r.direction);
+        // Put i goes to the rank in its direction and comes from the
+        // opposite one; with 2 processes per axis these are the same rank,
+        // so send and receive are separate messages.
+        [
+            sode_shm::Neighbour::new(rank_at(dx, dy)).send(r.bytes as usize, r.id),
+            sode_shm::Neighbour::new(rank_at(-dx, -dy)).recv(r.bytes as usize, r.id),
+        ]
+    });
+    let mut x = ctx.exchange().neighbours(neighbours.flatten()).build()?;
+    let mut times = Vec::with_capacity(iters);
+    for i in 0..iters + 3 {
+        world.barrier(Duration::from_secs(60))?;
+        let t0 = Instant::now();
+        x.start()?;
+        x.wait_for(Duration::from_secs(60))?;
+        let t = t0.elapsed().as_secs_f64() * 1e6;
+        world.barrier(Duration::from_secs(60))?;
+        if i >= 3 {
+            times.push(t);
+        }
+    }
+    Ok(times)
+}
