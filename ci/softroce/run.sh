@@ -5,6 +5,8 @@
 #
 #   bash ci/softroce/run.sh ib_write_bw ...     # any command, paths as on the host
 #
+# The guest may write to target/vm-out (results to keep).
+#
 # Build on the host first: emulated code is 10-50x slower.
 set -euo pipefail
 # pip puts console scripts (vng) here; pyenv shims may not know them yet.
@@ -13,12 +15,15 @@ export PATH
 here=$(cd "$(dirname "$0")" && pwd)
 kernel=$(bash "$here/install.sh" | tail -n 1)
 out=$(mktemp -d /tmp/sode-vm.XXXXXX)
+# Results the guest keeps (the rest of the host's filesystem is read-only there).
+results=$(cd "$here/../.." && pwd)/target/vm-out
+mkdir -p "$results"
 trap 'rm -rf "$out"' EXIT
 cmd=$(printf '%q ' "$@")
 start=$(date +%s)
 # KVM here cannot boot this kernel: software emulation (--disable-kvm).
 timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 2G \
-  --rwdir "$out" --cwd "$PWD" \
+  --rwdir "$out" --rwdir "$results" --cwd "$PWD" \
   --exec "SODE_VM_OUT=$out bash $here/guest.sh $cmd" || true
 status=$(cat "$out/status" 2>/dev/null || echo 99)
 echo "softroce: guest finished in $(( $(date +%s) - start )) s with status $status" >&2
