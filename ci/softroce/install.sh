@@ -13,8 +13,10 @@ export PATH
 sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
 
+# openmpi-bin, libopenmpi-dev: the MPI persistent exchange sode is compared
+# with (its UCX runs over rxe0 in the guest).
 apt_packages=(qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils perftest
-              iproute2 kmod busybox-static cmake clang)
+              iproute2 kmod busybox-static cmake clang openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
