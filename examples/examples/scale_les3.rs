@@ -56,6 +56,10 @@ struct Args {
     /// rdma (queue pairs per neighbour = the K machine's 4 engines) or shm.
     #[arg(long, default_value = "rdma")]
     transport: String,
+    /// The model the algorithms plan for and the simulator predicts with:
+    /// calibrated (measured on this device at start-up) or k (the paper's K computer).
+    #[arg(long, default_value = "calibrated")]
+    model: String,
     /// Write the table as CSV here too.
     #[arg(long)]
     csv: Option<String>,
@@ -156,11 +160,18 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         a.algorithms.clone()
     };
-    let machine = Machine::K_COMPUTER;
     let dev = if shm {
         None
     } else {
         Some(Device::open(&DeviceSelector::from_env()?)?)
+    };
+    let machine = match (a.model.as_str(), &dev) {
+        ("k", _) => Machine::K_COMPUTER,
+        ("calibrated", Some(d)) => {
+            sode_transport::calibrate(d, Machine::K_COMPUTER.engines)?.machine()
+        }
+        ("calibrated", None) => Machine::K_COMPUTER,
+        (o, _) => return Err(format!("unknown model {o:?} (calibrated, k)").into()),
     };
     let mut shm_ctx = if shm {
         Some(sode_shm::Context::from_env()?)
@@ -175,7 +186,13 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             if shm { "shared memory" } else { "RDMA" },
             a.iters
         );
-        println!("| k | set | algorithm | measured median us | min us | mean us | simulated us (K model) |");
+        if !shm {
+            println!(
+                "model ({}): {} queue pairs at {:.3} GB/s, node {:.3} GB/s, {:.2} us per command, {:.1} us fixed",
+                a.model, machine.engines, machine.engine_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
+            );
+        }
+        println!("| k | set | algorithm | measured median us | min us | mean us | simulated us ({} model) |", a.model);
         println!("|---:|---|---|---:|---:|---:|---:|");
     }
     for &k in &rows {

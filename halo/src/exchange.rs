@@ -38,6 +38,19 @@ impl std::str::FromStr for Transport {
     }
 }
 
+/// The machine model the RDMA writes are scheduled for.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Model {
+    /// Measured on this device at build time (`sode_transport::calibrate`):
+    /// per-command overhead, per-queue-pair and node bandwidth (the default).
+    #[default]
+    Calibrated,
+    /// The K computer, as the RSched paper measured it.
+    KComputer,
+    /// Given.
+    Given(Machine),
+}
+
 /// How the ranks of an exchange keep in step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Sync {
@@ -95,9 +108,16 @@ pub struct HaloExchangeBuilder<'w> {
     algorithm: String,
     timeout: Duration,
     sync: Sync,
+    model: Model,
 }
 
 impl<'w> HaloExchangeBuilder<'w> {
+    /// The machine model for scheduling (default: calibrated on this device).
+    pub fn model(mut self, m: Model) -> Self {
+        self.model = m;
+        self
+    }
+
     /// Pairwise credits (default) or pseudo-collective barriers.
     pub fn sync(mut self, s: Sync) -> Self {
         self.sync = s;
@@ -286,11 +306,21 @@ impl<'w> HaloExchangeBuilder<'w> {
                     .expect("neighbour relations are symmetric");
                 targets.push(w);
             }
-            let pattern = Pattern {
-                machine: Machine {
+            let machine = match self.model {
+                Model::Calibrated => sode_transport::calibrate(&dev, self.engines)
+                    .map_err(rdma_err)?
+                    .machine(),
+                Model::KComputer => Machine {
                     engines: self.engines,
                     ..Machine::K_COMPUTER
                 },
+                Model::Given(m) => Machine {
+                    engines: self.engines,
+                    ..m
+                },
+            };
+            let pattern = Pattern {
+                machine,
                 requests: rdma_idx
                     .iter()
                     .enumerate()
@@ -328,8 +358,8 @@ impl<'w> HaloExchangeBuilder<'w> {
                     })?;
             let plan = sode_scheduler::plan(&pattern, algorithm).map_err(Box::new)?;
             plan_summary = Some(format!(
-                "{} on {} engines, simulated {:.1} us",
-                plan.algorithm, self.engines, plan.simulated_us
+                "{} on {} engines, simulated {:.1} us for a model of {:.3} GB/s per queue pair, {:.1} us per command",
+                plan.algorithm, self.engines, plan.simulated_us, machine.engine_gbps, machine.command_overhead_us
             ));
             let writes = writes_from_plan(&plan, |id| {
                 let j = id as usize;
@@ -439,6 +469,7 @@ impl HaloExchange {
             algorithm: "auto".into(),
             timeout: Duration::from_secs(60),
             sync: Sync::Pairwise,
+            model: Model::Calibrated,
         }
     }
 

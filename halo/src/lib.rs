@@ -38,4 +38,4 @@ mod exchange;
 
 pub use decomp::{pack, unpack, Decomposition, Neighbour, Region, Stencil};
 pub use error::{HaloError, Result};
-pub use exchange::{HaloExchange, HaloExchangeBuilder, Sync, Transport};
+pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, Sync, Transport};

@@ -60,6 +60,6 @@ pub use bootstrap::{LaunchInfo, NodeId, PeerLink, World};
 pub use device::{Capabilities, Device, DeviceSelector};
 pub use error::{Result, TransportError};
 pub use exchange::{
-    writes_from_plan, BufferId, CqLayout, ExchangeBuilder, ExchangeStats, PersistentWrites,
-    PostMode, WindowId, Write, MAX_WRITE,
+    calibrate, writes_from_plan, BufferId, Calibration, CqLayout, ExchangeBuilder, ExchangeStats,
+    PersistentWrites, PostMode, WindowId, Write, MAX_WRITE,
 };

@@ -34,6 +34,11 @@ enum Cmd {
     Exchange(ExchangeArgs),
     /// Bandwidth, latency, posting cost and CQ layouts (2 ranks).
     Bench(BenchArgs),
+    /// Measure this device for the scheduler (loopback queue pairs).
+    Calibrate {
+        #[arg(long, default_value_t = 4)]
+        engines: usize,
+    },
     /// Register a receive window of --bytes (checks the locked-memory limit).
     Register {
         #[arg(long, value_parser = parse_size)]
@@ -131,6 +136,7 @@ fn main() -> ExitCode {
         Cmd::Exchange(a) => exchange(&a),
         Cmd::Bench(a) => bench(&a),
         Cmd::Register { bytes } => register(bytes),
+        Cmd::Calibrate { engines } => calibrate(engines),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -144,6 +150,14 @@ fn main() -> ExitCode {
 fn probe() -> Result<(), TransportError> {
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     println!("{}", dev.caps());
+    Ok(())
+}
+
+fn calibrate(engines: usize) -> Result<(), TransportError> {
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    let c = sode_transport::calibrate(&dev, engines)?;
+    println!("{c:?}");
+    println!("{:?}", c.machine());
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! Persistent sets of RDMA writes: described once, built once (collective),
 //! run every iteration with `start` / `wait`.
 
+mod calibrate;
 mod connect;
 mod plan;
 mod run;
@@ -16,6 +17,7 @@ use crate::bootstrap::{PeerLink, World};
 use crate::device::Device;
 use crate::error::{Result, TransportError};
 use crate::verbs::{ChainEntry, CompletionPoller, Keys, RecvRing, RegisteredBuffer, WriteChain};
+pub use calibrate::{calibrate, Calibration};
 use connect::{ConnInfo, QpSizes, WindowDesc};
 pub use plan::writes_from_plan;
 pub use run::ExchangeStats;
