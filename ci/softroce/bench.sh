@@ -72,6 +72,13 @@ while read -r kind rest; do
       ;;
   esac
 done <"$out/sode.log"
+"$bin/sode-run" -n 2 --timeout 900 "$bin/sode-rdma-check" gather --iters "$iters" | sed 's/^\[0\] //' >"$out/gather.log"
+while read -r kind rest; do
+  [ "$kind" = gather ] || continue
+  rows=$(sed -n 's/.*rows=\([0-9]*\).*/\1/p' <<<"$rest"); bytes=$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<<"$rest")
+  p=$(sed -n 's/.*pack_us=\([0-9.]*\).*/\1/p' <<<"$rest"); g=$(sed -n 's/.*gather_us=\([0-9.]*\).*/\1/p' <<<"$rest")
+  awk -v r="$rows" -v b="$bytes" -v p="$p" -v g="$g" 'BEGIN { printf "| strided face of %d rows, gathered by the device vs packed, median us (sode: gather, baseline: pack) | 1 | %d | %.1f | %.1f | %.2f |\n", r, b, g, p, g / p }'
+done <"$out/gather.log"
 if [ -f "$out/post" ]; then
   chain=$(awk '$1 == "post_chain" { print $2 }' "$out/post"); each=$(awk '$1 == "post_each" { print $2 }' "$out/post")
   awk -v c="$chain" -v e="$each" 'BEGIN { printf "| posting cost, ns per request: one post per chain of 64 vs one per request | 1 | 64 | %.0f | %.0f | %.2f |\n", c, e, c / e }'

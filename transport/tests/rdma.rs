@@ -220,6 +220,34 @@ fn scheduler_plans_drive_the_engines() {
 }
 
 #[test]
+fn strided_faces_gathered_by_the_device_arrive_intact() {
+    if !rdma_available() {
+        return;
+    }
+    // 100 rows: writes of up to the device's gather-entry limit, the last
+    // one partial; every byte checked, packed and gathered.
+    let out = Command::new(SODE_RUN)
+        .args([
+            "-n",
+            "2",
+            "--timeout",
+            "300",
+            CHECK,
+            "gather",
+            "--shapes",
+            "100x8,40x100",
+            "--iters",
+            "5",
+        ])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    println!("{t}");
+    assert!(out.status.success(), "{t}");
+    assert_eq!(t.matches("verified").count(), 2, "{t}");
+}
+
+#[test]
 fn a_thousand_back_to_back_exchanges_with_checksums() {
     if !rdma_available() {
         return;

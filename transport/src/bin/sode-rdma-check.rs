@@ -34,6 +34,22 @@ enum Cmd {
     Exchange(ExchangeArgs),
     /// Bandwidth, latency, posting cost and CQ layouts (2 ranks).
     Bench(BenchArgs),
+    /// A strided face (ROWS rows of BYTES bytes, STRIDE apart) sent to the
+    /// other rank each exchange, packed into a staging range and written
+    /// once, or gathered by the device from the rows (one gather entry per
+    /// row, writes of up to the device's SGE limit); both ways verified,
+    /// both timed (2 ranks).
+    Gather {
+        /// rows x bytes per row, e.g. 256x8,32x512.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "256x8,64x64,32x512,16x4096"
+        )]
+        shapes: Vec<String>,
+        #[arg(long, default_value_t = 100)]
+        iters: usize,
+    },
     /// Measure this device for the scheduler (loopback queue pairs).
     Calibrate {
         #[arg(long, default_value_t = 4)]
@@ -137,6 +153,7 @@ fn main() -> ExitCode {
         Cmd::Bench(a) => bench(&a),
         Cmd::Register { bytes } => register(bytes),
         Cmd::Calibrate { engines } => calibrate(engines),
+        Cmd::Gather { shapes, iters } => gather(&shapes, iters),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -150,6 +167,113 @@ fn main() -> ExitCode {
 fn probe() -> Result<(), TransportError> {
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     println!("{}", dev.caps());
+    Ok(())
+}
+
+fn gather(shapes: &[String], iters: usize) -> Result<(), TransportError> {
+    let mut world = World::init(Duration::from_secs(60))?;
+    if world.size() != 2 {
+        return Err(TransportError::Launch {
+            why: "gather needs exactly 2 ranks (sode-run -n 2)".into(),
+        });
+    }
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    let (me, peer) = (world.rank(), 1 - world.rank());
+    let max_sge = dev.caps().max_sge.max(1) as usize;
+    for shape in shapes {
+        let parsed = shape
+            .split_once('x')
+            .and_then(|(r, b)| Some((r.parse::<usize>().ok()?, parse_size(b).ok()?)));
+        let Some((rows, bytes)) = parsed.filter(|&(r, b)| r > 0 && b > 0) else {
+            return Err(TransportError::InvalidSetting {
+                name: "--shapes".into(),
+                value: shape.clone(),
+                why: "expected ROWSxBYTES, e.g. 256x8".into(),
+            });
+        };
+        // Rows of a field whose lines are 2 KiB longer than the face row.
+        let stride = bytes + 2048;
+        let face = rows * bytes;
+        let mut medians = Vec::new();
+        for gathered in [false, true] {
+            let mut b = ExchangeBuilder::new(&dev).inline_max(0);
+            let field = b.buffer(rows * stride + face)?;
+            let win = b.window(face, &[peer])?;
+            let staging = rows * stride;
+            if gathered {
+                for (c, chunk) in (0..rows).collect::<Vec<_>>().chunks(max_sge).enumerate() {
+                    let pieces: Vec<(usize, usize)> =
+                        chunk.iter().map(|&r| (r * stride, bytes)).collect();
+                    b.write_gather(
+                        Write {
+                            peer,
+                            engine: 0,
+                            src: field,
+                            src_offset: 0,
+                            window: win,
+                            dst_offset: c * max_sge * bytes,
+                            len: 0,
+                        },
+                        &pieces,
+                    );
+                }
+            } else {
+                b.write(Write {
+                    peer,
+                    engine: 0,
+                    src: field,
+                    src_offset: staging,
+                    window: win,
+                    dst_offset: 0,
+                    len: face,
+                });
+            }
+            let mut x = b.build(&mut world, Duration::from_secs(60))?;
+            let mut times = Vec::with_capacity(iters);
+            for it in 0..iters + 3 {
+                let buf = x.buffer_mut(field)?;
+                for r in 0..rows {
+                    for k in 0..bytes {
+                        buf[r * stride + k] = pattern(me, peer, r, it as u64, k);
+                    }
+                }
+                let t0 = Instant::now();
+                if !gathered {
+                    let (rows_part, stage) = buf.split_at_mut(staging);
+                    for r in 0..rows {
+                        stage[r * bytes..(r + 1) * bytes]
+                            .copy_from_slice(&rows_part[r * stride..r * stride + bytes]);
+                    }
+                }
+                x.start()?;
+                x.wait_for(Duration::from_secs(60))?;
+                if it >= 3 {
+                    times.push(t0.elapsed().as_secs_f64() * 1e6);
+                }
+                let w = x.window(win)?;
+                for r in 0..rows {
+                    for k in 0..bytes {
+                        let want = pattern(peer, me, r, it as u64, k);
+                        if w[r * bytes + k] != want {
+                            eprintln!("rank {me}: {shape} {}: iteration {it}: row {r} byte {k} is {:#04x}, expected {want:#04x}", if gathered { "gather" } else { "pack" }, w[r * bytes + k]);
+                            std::process::exit(5);
+                        }
+                    }
+                }
+            }
+            times.sort_by(f64::total_cmp);
+            medians.push(times[times.len() / 2]);
+        }
+        if me == 0 {
+            println!(
+                "gather rows={rows} bytes={bytes} sge_per_write={} pack_us={:.1} gather_us={:.1} gather_over_pack={:.2} verified",
+                rows.min(max_sge),
+                medians[0],
+                medians[1],
+                medians[1] / medians[0]
+            );
+        }
+    }
     Ok(())
 }
 

@@ -55,6 +55,7 @@ pub fn calibrate(dev: &Device, engines: usize) -> Result<Calibration> {
     let cq = dev.create_cq((depth as usize * engines * 2).max(64) as u32)?;
     let sizes = QpSizes {
         send_wr: depth,
+        send_sge: 1,
         recv_wr: 4,
         inline: 0,
     };
@@ -110,6 +111,7 @@ pub fn calibrate(dev: &Device, engines: usize) -> Result<Calibration> {
         inline: false,
         with_imm: false,
         signaled: false,
+        gather: Vec::new(),
     };
     let chain_of = |e: usize, n: usize, bytes: usize| {
         let mut v: Vec<ChainEntry> = (0..n).map(|k| entry(e, k, bytes)).collect();

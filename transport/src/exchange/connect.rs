@@ -39,6 +39,8 @@ pub(crate) struct ConnInfo {
 
 pub(crate) struct QpSizes {
     pub send_wr: u32,
+    /// Gather entries per send request.
+    pub send_sge: u32,
     pub recv_wr: u32,
     pub inline: u32,
 }
@@ -63,6 +65,14 @@ pub(crate) fn create_qp(
             });
         }
     }
+    if sizes.send_sge > caps.max_sge {
+        return Err(TransportError::Capability {
+            device: caps.device.clone(),
+            what: "gather entries per write".into(),
+            needed: sizes.send_sge.into(),
+            limit: caps.max_sge.into(),
+        });
+    }
     if sizes.inline > caps.max_inline {
         return Err(TransportError::Capability {
             device: caps.device.clone(),
@@ -76,7 +86,7 @@ pub(crate) fn create_qp(
         .create_qp_builder()
         .setup_max_send_wr(sizes.send_wr)
         .setup_max_recv_wr(sizes.recv_wr)
-        .setup_max_send_sge(1)
+        .setup_max_send_sge(sizes.send_sge.max(1))
         .setup_max_recv_sge(1)
         .setup_max_inline_data(sizes.inline)
         .setup_send_cq(send_cq.clone())

@@ -91,6 +91,8 @@ pub struct ExchangeBuilder<'d> {
     buffers: Vec<RegisteredBuffer>,
     windows: Vec<WindowSpec>,
     writes: Vec<Write>,
+    /// Per write: the source pieces of a gather write (empty: contiguous).
+    gathers: Vec<Vec<(usize, usize)>>,
     registered: u64,
     wrong_rkey: Option<usize>,
 }
@@ -111,6 +113,7 @@ impl<'d> ExchangeBuilder<'d> {
             buffers: Vec::new(),
             windows: Vec::new(),
             writes: Vec::new(),
+            gathers: Vec::new(),
             registered: 0,
             wrong_rkey: None,
         }
@@ -250,6 +253,19 @@ impl<'d> ExchangeBuilder<'d> {
     /// Adds a write to the plan (checked at build against the peer's window).
     pub fn write(&mut self, w: Write) -> &mut Self {
         self.writes.push(w);
+        self.gathers.push(Vec::new());
+        self
+    }
+
+    /// Adds one RDMA write whose source is `pieces` (offset, length) of
+    /// `w.src`, gathered in order by the device (one gather entry each) and
+    /// landing contiguously at `w.dst_offset`: a strided face without
+    /// packing. `w.src_offset` and `w.len` are set from the pieces.
+    pub fn write_gather(&mut self, mut w: Write, pieces: &[(usize, usize)]) -> &mut Self {
+        w.src_offset = pieces.first().map_or(0, |p| p.0);
+        w.len = pieces.iter().map(|p| p.1).sum();
+        self.writes.push(w);
+        self.gathers.push(pieces.to_vec());
         self
     }
 
@@ -314,6 +330,15 @@ impl<'d> ExchangeBuilder<'d> {
                     src.len()
                 ));
             }
+            for &(off, len) in &self.gathers[i] {
+                if off.checked_add(len).is_none_or(|end| end > src.len()) {
+                    return bad(format!(
+                        "gathered piece {off}..{off}+{len} is outside buffer {} of {} bytes",
+                        w.src.0,
+                        src.len()
+                    ));
+                }
+            }
         }
         // Each source buffer is registered once for local reads, however many
         // writes read from it.
@@ -374,8 +399,16 @@ impl<'d> ExchangeBuilder<'d> {
         let send_cqs: Vec<Arc<BasicCompletionQueue>> = (0..n_send_cqs)
             .map(|_| self.dev.create_cq(send_cq_depth))
             .collect::<Result<_>>()?;
+        let send_sge = self
+            .gathers
+            .iter()
+            .map(|g| g.len())
+            .max()
+            .unwrap_or(0)
+            .max(1) as u32;
         let sizes = QpSizes {
             send_wr,
+            send_sge,
             recv_wr,
             inline,
         };
@@ -502,9 +535,15 @@ impl<'d> ExchangeBuilder<'d> {
                     lkey: src.lkey,
                     len: w.len as u32,
                     remote: Some((win.addr + w.dst_offset as u64, rkey)),
-                    inline: w.len > 0 && w.len as u64 <= u64::from(inline),
+                    inline: w.len > 0
+                        && w.len as u64 <= u64::from(inline)
+                        && self.gathers[i].is_empty(),
                     with_imm: false,
                     signaled: false,
+                    gather: self.gathers[i]
+                        .iter()
+                        .map(|&(off, len)| (src.addr + off as u64, len as u32))
+                        .collect(),
                 },
             });
         }
@@ -541,6 +580,7 @@ impl<'d> ExchangeBuilder<'d> {
                         inline: false,
                         with_imm: true,
                         signaled: true,
+                        gather: Vec::new(),
                     }])
                 })
             })

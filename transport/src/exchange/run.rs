@@ -43,7 +43,8 @@ pub(crate) fn build_chains(commands: &[Command], peers: &[usize], engines: usize
                 .filter(|&i| commands[i].write.peer == p && commands[i].write.engine == e)
                 .collect();
             let Some(&last) = ids.last() else { continue };
-            let mut entries: Vec<ChainEntry> = ids.iter().map(|&i| commands[i].entry).collect();
+            let mut entries: Vec<ChainEntry> =
+                ids.iter().map(|&i| commands[i].entry.clone()).collect();
             let tail = entries.last_mut().expect("non-empty");
             tail.with_imm = true;
             tail.signaled = true;

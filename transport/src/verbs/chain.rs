@@ -7,7 +7,7 @@ use rdma_mummy_sys::{ibv_post_send, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
 
 /// One request of a chain.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct ChainEntry {
     /// Returned in the completion; the caller's command index.
     pub wr_id: u64,
@@ -24,6 +24,9 @@ pub(crate) struct ChainEntry {
     pub with_imm: bool,
     /// Asks for a completion on success.
     pub signaled: bool,
+    /// When not empty, the request's source instead of `local_addr`/`len`:
+    /// pieces (address, length) gathered in order, one gather entry each.
+    pub gather: Vec<(u64, u32)>,
 }
 
 /// A chain of send requests whose requests, gather entries and links are
@@ -31,7 +34,8 @@ pub(crate) struct ChainEntry {
 /// links stay valid when the chain itself moves.
 pub(crate) struct WriteChain {
     wrs: Box<[ibv_send_wr]>,
-    sges: Box<[ibv_sge]>,
+    /// Owned here because the requests point into it.
+    _sges: Box<[ibv_sge]>,
 }
 
 // SAFETY: the raw pointers inside the requests point into this chain's own
@@ -41,14 +45,23 @@ unsafe impl Send for WriteChain {}
 
 impl WriteChain {
     pub(crate) fn new(entries: &[ChainEntry]) -> Self {
+        // Each request's gather entries, consecutive in one array.
         let mut sges: Box<[ibv_sge]> = entries
             .iter()
-            .map(|e| ibv_sge {
-                addr: e.local_addr,
-                length: e.len,
-                lkey: e.lkey,
+            .flat_map(|e| {
+                let pieces = if e.gather.is_empty() {
+                    vec![(e.local_addr, e.len)]
+                } else {
+                    e.gather.clone()
+                };
+                pieces.into_iter().map(move |(addr, length)| ibv_sge {
+                    addr,
+                    length,
+                    lkey: e.lkey,
+                })
             })
             .collect();
+        let counts: Vec<usize> = entries.iter().map(|e| e.gather.len().max(1)).collect();
         let mut wrs: Box<[ibv_send_wr]> = entries
             .iter()
             .map(|e| {
@@ -77,11 +90,20 @@ impl WriteChain {
             .collect();
         let n = wrs.len();
         let wr_base = wrs.as_mut_ptr();
-        for (i, (wr, sge)) in wrs.iter_mut().zip(sges.iter_mut()).enumerate() {
-            if sge.length > 0 {
-                wr.sg_list = sge;
-                wr.num_sge = 1;
+        let sge_base = sges.as_mut_ptr();
+        let mut first = 0;
+        for (i, wr) in wrs.iter_mut().enumerate() {
+            let count = counts[i];
+            let bytes: u64 = sges[first..first + count]
+                .iter()
+                .map(|g| u64::from(g.length))
+                .sum();
+            if bytes > 0 {
+                // SAFETY: first + count <= sges.len(): the counts partition the array.
+                wr.sg_list = unsafe { sge_base.add(first) };
+                wr.num_sge = count as i32;
             }
+            first += count;
             // SAFETY: i + 1 < n, so the pointer stays inside the array.
             wr.next = if i + 1 < n {
                 unsafe { wr_base.add(i + 1) }
@@ -89,7 +111,7 @@ impl WriteChain {
                 null_mut()
             };
         }
-        WriteChain { wrs, sges }
+        WriteChain { wrs, _sges: sges }
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -114,7 +136,6 @@ impl WriteChain {
     /// queue pair's flush) has been reaped, and the send queue must have room
     /// for the whole chain.
     pub(crate) unsafe fn post(&mut self, qp: &BasicQueuePair) -> Result<(), (io::Error, usize)> {
-        debug_assert_eq!(self.sges.len(), self.wrs.len());
         let mut bad: *mut ibv_send_wr = null_mut();
         // SAFETY: the chain is well formed (built in `new`, links into its own
         // array); the QP pointer is live for the borrow of `qp`; the memory
