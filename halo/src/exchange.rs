@@ -92,8 +92,10 @@ enum Channel {
         send_offset: usize,
         window: WindowId,
     },
-    /// This rank is its own neighbour (a periodic axis of one process).
-    Local,
+    /// This rank is its own neighbour (a periodic axis of one process): the
+    /// halo is a copy of the send region of neighbour `from` (the opposite
+    /// direction, also this rank).
+    Local { from: usize },
 }
 
 /// Builds a [`HaloExchange`]; collective over the job.
@@ -240,8 +242,19 @@ impl<'w> HaloExchangeBuilder<'w> {
                         .send(msg(n), n.send_tag())
                         .recv(msg(n), n.recv_tag()),
                 );
+            } else if k == Kind::Local {
+                let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
+                let from = neighbours
+                    .iter()
+                    .position(|m| m.rank == me && m.offset == back)
+                    .expect("periodic self-neighbours come in pairs");
+                channels.push(Channel::Local { from });
             } else {
-                channels.push(Channel::Local);
+                // Set below, with the RDMA buffer's layout.
+                channels.push(Channel::Rdma {
+                    send_offset: usize::MAX,
+                    window: WindowId(usize::MAX),
+                });
             }
         }
         if !shm_list.is_empty() {
@@ -500,7 +513,7 @@ impl HaloExchange {
             .map(|c| match c {
                 Channel::Shm(_) => "shm",
                 Channel::Rdma { .. } => "rdma",
-                Channel::Local => "local",
+                Channel::Local { .. } => "local",
             })
             .collect()
     }
@@ -595,7 +608,7 @@ impl HaloExchange {
                         })?;
                     &mut all[*send_offset..*send_offset + part * fields.len()]
                 }
-                Channel::Local => continue,
+                Channel::Local { .. } => continue,
             };
             for (f, field) in fields.iter().enumerate() {
                 pack(
@@ -724,8 +737,8 @@ impl HaloExchange {
         }
         self.in_flight = false;
         self.job_barrier()?;
-        let (elem, ext) = (self.elem, self.ext.clone());
-        for (k, (n, ch)) in self.neighbours.iter().zip(&self.channels).enumerate() {
+        let (elem, ext) = (self.elem, &self.ext);
+        for (n, ch) in self.neighbours.iter().zip(&self.channels) {
             let part = n.recv.cells() * elem;
             let data: &[u8] = match ch {
                 Channel::Shm(i) => {
@@ -747,27 +760,20 @@ impl HaloExchange {
                     neighbours: self.rdma_names.clone(),
                     source: Box::new(source),
                 })?,
-                Channel::Local => {
-                    // What we send ourselves the other way round.
-                    let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
-                    let from = self
-                        .neighbours
-                        .iter()
-                        .find(|m| m.rank == self.rank && m.offset == back)
-                        .expect("periodic self-neighbours come in pairs");
+                Channel::Local { from } => {
+                    let from = &self.neighbours[*from];
                     for field in fields.iter_mut() {
                         let bytes: &mut [u8] = bytemuck::cast_slice_mut(field);
-                        pack(bytes, &ext, elem, &from.send, &mut self.scratch[..part]);
-                        unpack(&self.scratch[..part], &ext, elem, &n.recv, bytes);
+                        pack(bytes, ext, elem, &from.send, &mut self.scratch[..part]);
+                        unpack(&self.scratch[..part], ext, elem, &n.recv, bytes);
                     }
-                    let _ = k;
                     continue;
                 }
             };
             for (f, field) in fields.iter_mut().enumerate() {
                 unpack(
                     &data[f * part..(f + 1) * part],
-                    &ext,
+                    ext,
                     elem,
                     &n.recv,
                     bytemuck::cast_slice_mut(field),
