@@ -54,23 +54,10 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if !sode_transport::launch::launched() {
         let n = args.ranks.unwrap_or(4);
-        let me = std::env::current_exe().expect("own path");
-        let mut rest: Vec<String> = std::env::args().skip(1).collect();
-        if args.ranks.is_none() {
-            rest.extend(["-n".to_string(), n.to_string()]);
-        }
-        return match sode_transport::launch::run_local(
+        return ExitCode::from(sode_transport::launch::relaunch_self(
             n,
-            &me.to_string_lossy(),
-            &rest,
             Some(Duration::from_secs(3600)),
-        ) {
-            Ok(code) => ExitCode::from(code as u8),
-            Err(e) => {
-                eprintln!("stencil: {e}");
-                ExitCode::from(2)
-            }
-        };
+        ));
     }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

@@ -25,6 +25,30 @@ pub fn launched() -> bool {
     .any(|v| std::env::var_os(v).is_some())
 }
 
+/// For a program that starts its own ranks when no launcher did: runs `n`
+/// ranks of this very executable with this process's arguments (see
+/// [`run_local`]) and returns the status to exit with (2 if the job could
+/// not start, with the reason on stderr).
+pub fn relaunch_self(n: usize, timeout: Option<Duration>) -> u8 {
+    let started = std::env::current_exe()
+        .map_err(|e| format!("cannot find this program's path: {e}"))
+        .and_then(|me| {
+            run_local(
+                n,
+                &me.to_string_lossy(),
+                &std::env::args().skip(1).collect::<Vec<_>>(),
+                timeout,
+            )
+        });
+    match started {
+        Ok(code) => code.clamp(0, 255) as u8,
+        Err(e) => {
+            eprintln!("launch: {e}");
+            2
+        }
+    }
+}
+
 /// Starts `n` ranks of `program` with `args` on this machine, with
 /// `SODE_RANK`, `SODE_SIZE`, `SODE_ROOT` and `SODE_JOB_ID` set, forwards
 /// their output line by line prefixed with `[rank]`, and waits. When a rank

@@ -63,20 +63,10 @@ fn main() -> ExitCode {
             eprintln!("sode-halo-check: give -n N, or start it with sode-run");
             return ExitCode::from(2);
         };
-        let me = std::env::current_exe().expect("own path");
-        let rest: Vec<String> = std::env::args().skip(1).collect();
-        return match sode_transport::launch::run_local(
+        return ExitCode::from(sode_transport::launch::relaunch_self(
             n,
-            &me.to_string_lossy(),
-            &rest,
             Some(Duration::from_secs(600)),
-        ) {
-            Ok(code) => ExitCode::from(code as u8),
-            Err(e) => {
-                eprintln!("sode-halo-check: {e}");
-                ExitCode::from(2)
-            }
-        };
+        ));
     }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,

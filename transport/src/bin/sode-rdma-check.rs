@@ -572,6 +572,17 @@ impl OneWay {
     }
 }
 
+/// Bytes per exchange over the mean time of `iters` exchanges, in MB/s.
+fn megabytes_per_second(
+    x: &mut PersistentWrites,
+    bytes: usize,
+    iters: u64,
+) -> Result<f64, TransportError> {
+    let t = time_exchanges(x, iters)?;
+    let secs: f64 = t.iter().sum::<f64>() / 1e6;
+    Ok(bytes as f64 * iters as f64 / secs / 1e6)
+}
+
 fn time_exchanges(x: &mut PersistentWrites, iters: u64) -> Result<Vec<f64>, TransportError> {
     for _ in 0..2 {
         x.start()?;
@@ -619,12 +630,8 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
                 inline_max: 0,
             }
             .build(&mut world, &dev)?;
-            let t = time_exchanges(&mut x, a.iters)?;
-            let secs: f64 = t.iter().sum::<f64>() / 1e6;
-            say(format!(
-                "bw engines={e} size={s} cq=shared MBps={:.2}",
-                (a.total as f64 * a.iters as f64) / secs / 1e6
-            ));
+            let mbps = megabytes_per_second(&mut x, a.total, a.iters)?;
+            say(format!("bw engines={e} size={s} cq=shared MBps={mbps:.2}"));
         }
     }
     // Send CQ layouts at the most engines.
@@ -643,12 +650,8 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
             inline_max: 0,
         }
         .build(&mut world, &dev)?;
-        let t = time_exchanges(&mut x, a.iters)?;
-        let secs: f64 = t.iter().sum::<f64>() / 1e6;
-        say(format!(
-            "cq engines={e} size={s} cq={name} MBps={:.2}",
-            (a.total as f64 * a.iters as f64) / secs / 1e6
-        ));
+        let mbps = megabytes_per_second(&mut x, a.total, a.iters)?;
+        say(format!("cq engines={e} size={s} cq={name} MBps={mbps:.2}"));
     }
     // Posting cost: a chain of 64 writes of 64 bytes, one post per chain vs
     // one per request.
