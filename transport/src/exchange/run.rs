@@ -158,20 +158,7 @@ impl PersistentWrites {
     /// post call, to every peer whose credit for this iteration has arrived
     /// (the others are posted from `wait` as their credits arrive).
     pub fn start(&mut self) -> Result<()> {
-        match &self.state.phase {
-            Phase::InFlight => {
-                return Err(TransportError::State {
-                    op: "start",
-                    why: "the previous exchange is still in flight: call wait first".into(),
-                })
-            }
-            Phase::Failed(first) => {
-                return Err(TransportError::Failed {
-                    first: first.clone(),
-                })
-            }
-            Phase::Idle => {}
-        }
+        self.require_phase("start", false)?;
         let s = &mut self.state;
         s.epoch = s.epoch.wrapping_add(1) & EPOCH_MASK;
         s.chain_posted.iter_mut().for_each(|p| *p = false);
@@ -257,20 +244,7 @@ impl PersistentWrites {
     /// exchange stays in flight and `wait` may be called again). A failed
     /// write, a dead peer or a protocol violation fails the object for good.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
-        match &self.state.phase {
-            Phase::Idle => {
-                return Err(TransportError::State {
-                    op: "wait",
-                    why: "no exchange in flight: call start first".into(),
-                })
-            }
-            Phase::Failed(first) => {
-                return Err(TransportError::Failed {
-                    first: first.clone(),
-                })
-            }
-            Phase::InFlight => {}
-        }
+        self.require_phase("wait", true)?;
         let began = Instant::now();
         let mut next_liveness = began + LIVENESS_PERIOD;
         let mut idle_rounds = 0u32;
@@ -310,20 +284,7 @@ impl PersistentWrites {
     /// has completed and returns whether the exchange is complete (then it
     /// is no longer in flight). For progressing several transports at once.
     pub fn test(&mut self) -> Result<bool> {
-        match &self.state.phase {
-            Phase::Idle => {
-                return Err(TransportError::State {
-                    op: "test",
-                    why: "no exchange in flight: call start first".into(),
-                })
-            }
-            Phase::Failed(first) => {
-                return Err(TransportError::Failed {
-                    first: first.clone(),
-                })
-            }
-            Phase::InFlight => {}
-        }
+        self.require_phase("test", true)?;
         self.progress().map_err(|e| self.fail(e))?;
         if self.done() {
             self.state.phase = Phase::Idle;
@@ -344,6 +305,25 @@ impl PersistentWrites {
     /// [`wait`](PersistentWrites::wait) with a deadline `timeout` from now.
     pub fn wait_for(&mut self, timeout: Duration) -> Result<()> {
         self.wait(Instant::now() + timeout)
+    }
+
+    /// Fails unless an exchange is in flight (`in_flight`) or idle
+    /// (`!in_flight`), or the object failed earlier.
+    fn require_phase(&self, op: &'static str, in_flight: bool) -> Result<()> {
+        match (&self.state.phase, in_flight) {
+            (Phase::Failed(first), _) => Err(TransportError::Failed {
+                first: first.clone(),
+            }),
+            (Phase::InFlight, true) | (Phase::Idle, false) => Ok(()),
+            (Phase::InFlight, false) => Err(TransportError::State {
+                op,
+                why: "the previous exchange is still in flight: call wait first".into(),
+            }),
+            (Phase::Idle, true) => Err(TransportError::State {
+                op,
+                why: "no exchange in flight: call start first".into(),
+            }),
+        }
     }
 
     fn done(&self) -> bool {
