@@ -38,7 +38,7 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
         print(m["executable"])' "$2"
 }
-rdma_tests=$(test_exe sode-transport rdma)
+rdma_tests=$(test_exe sode rdma)
 halo_tests=$(test_exe sode halo)
 [ -n "$rdma_tests" ] && [ -n "$halo_tests" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
 bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" 2>&1 | tee -a "$log"

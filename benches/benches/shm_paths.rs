@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use sode_shm::{Context, Exchange, Neighbour, Path, PathPolicy};
+use sode_shm::{Context, Exchange, Path, PathPolicy, Peer};
 
 const SIZES: [usize; 3] = [4096, 256 << 10, 1 << 20];
 const PATHS: [Path; 3] = [Path::Eager, Path::Window, Path::Get];
@@ -19,9 +19,9 @@ fn build_all(ctx: &mut Context, sender: bool) -> Vec<Exchange> {
     for path in PATHS {
         for size in SIZES {
             let n = if sender {
-                Neighbour::new(peer).send(size, 0)
+                Peer::new(peer).send(size, 0)
             } else {
-                Neighbour::new(peer).recv(size, 0)
+                Peer::new(peer).recv(size, 0)
             };
             out.push(
                 ctx.exchange()

@@ -41,7 +41,7 @@ done
 # Columns: bytes iterations t_min t_max t_typical t_avg ...
 read -r lat_min lat_typ lat_avg < <(perf_pair ib_write_lat -s 8 -n "$lat_iters" -F 2>/dev/null | awk '$1 == 8 && NF >= 6 { print $3, $5, $6 }')
 
-"$bin/sode-run" -n 2 --timeout 900 "$bin/sode-rdma-check" bench \
+"$bin/sode-rdma-check" -n 2 --job-timeout 900 bench \
   --engines "$(IFS=,; echo "${engines[*]}")" --sizes "$(IFS=,; echo "${sizes[*]}")" \
   --total $total --iters $iters --lat-iters $lat_iters | sed 's/^\[0\] //' | tee "$out/sode.log" >&2
 
@@ -72,7 +72,7 @@ while read -r kind rest; do
       ;;
   esac
 done <"$out/sode.log"
-"$bin/sode-run" -n 2 --timeout 900 "$bin/sode-rdma-check" gather --iters "$iters" | sed 's/^\[0\] //' >"$out/gather.log"
+"$bin/sode-rdma-check" -n 2 --job-timeout 900 gather --iters "$iters" | sed 's/^\[0\] //' >"$out/gather.log"
 while read -r kind rest; do
   [ "$kind" = gather ] || continue
   rows=$(sed -n 's/.*rows=\([0-9]*\).*/\1/p' <<<"$rest"); bytes=$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<<"$rest")

@@ -20,11 +20,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use sode::plan::{machine_of, writes_from_plan};
+use sode_job::World;
 use sode_scheduler::patterns::{scale_les3, DirectionSet, SCALE_LES3_K};
 use sode_scheduler::{Algorithm, Machine, Pattern};
-use sode_transport::{
-    writes_from_plan, Device, DeviceSelector, ExchangeBuilder, WindowId, World, Write,
-};
+use sode_transport::{Device, DeviceSelector, RdmaExchangeBuilder, WindowId, Write};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -67,20 +67,12 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if !sode_transport::launch::launched() {
-        let n = args.ranks.unwrap_or(args.grid.iter().product());
-        return ExitCode::from(sode_transport::launch::relaunch_self(
-            n,
-            Some(Duration::from_secs(7200)),
-        ));
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("scale_les3: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sode_job::launcher::main_or_relaunch(
+        "scale_les3",
+        Some(args.ranks.unwrap_or(args.grid.iter().product())),
+        Duration::from_secs(7200),
+        || run(&args),
+    )
 }
 
 fn offset_of(direction: &str) -> (i64, i64) {
@@ -120,7 +112,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if a.grid.len() != 2 || a.grid.contains(&0) {
         return Err("--grid takes two positive numbers, x,y".into());
     }
-    let mut world = World::init(Duration::from_secs(60))?;
+    let world = World::init(Duration::from_secs(60))?;
     let me = world.rank();
     let (px, py) = (a.grid[0] as i64, a.grid[1] as i64);
     if world.size() as i64 != px * py {
@@ -158,7 +150,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let machine = match (a.model.as_str(), &dev) {
         ("k", _) => Machine::K_COMPUTER,
         ("calibrated", Some(d)) => {
-            sode_transport::calibrate(d, Machine::K_COMPUTER.engines)?.machine()
+            machine_of(&sode_transport::calibrate(d, Machine::K_COMPUTER.engines)?)
         }
         ("calibrated", None) => Machine::K_COMPUTER,
         (o, _) => return Err(format!("unknown model {o:?} (calibrated, k)").into()),
@@ -197,7 +189,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 };
                 let times = if shm {
                     run_shm(
-                        &mut world,
+                        &world,
                         shm_ctx.as_mut().expect("shm"),
                         &pattern,
                         &rank_at,
@@ -205,7 +197,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                     )?
                 } else {
                     run_rdma(
-                        &mut world,
+                        &world,
                         dev.as_ref().expect("device"),
                         &pattern,
                         alg,
@@ -262,7 +254,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
 /// Every put to the neighbour in its direction, each into a window that
 /// neighbour made for it (window i receives put i from the opposite side).
 fn run_rdma(
-    world: &mut World,
+    world: &World,
     dev: &Device,
     pattern: &Pattern,
     alg: &str,
@@ -273,7 +265,7 @@ fn run_rdma(
     let me = world.rank();
     let algorithm: Algorithm = alg.parse()?;
     let plan = sode_scheduler::plan(pattern, algorithm)?;
-    let mut b = ExchangeBuilder::new(dev).engines(engines);
+    let mut b = RdmaExchangeBuilder::new(dev).engines(engines);
     let total: usize = pattern.requests.iter().map(|r| r.bytes as usize).sum();
     let send = b.buffer(total)?;
     let recv = b.buffer(total)?;
@@ -318,7 +310,7 @@ fn run_rdma(
 
 /// The same messages over sode-shm (one message per put, tagged by its id).
 fn run_shm(
-    world: &mut World,
+    world: &World,
     ctx: &mut sode_shm::Context,
     pattern: &Pattern,
     rank_at: &dyn Fn(i64, i64) -> usize,
@@ -330,8 +322,8 @@ fn run_shm(
         // opposite one; with 2 processes per axis these are the same rank,
         // so send and receive are separate messages.
         [
-            sode_shm::Neighbour::new(rank_at(dx, dy)).send(r.bytes as usize, r.id),
-            sode_shm::Neighbour::new(rank_at(-dx, -dy)).recv(r.bytes as usize, r.id),
+            sode_shm::Peer::new(rank_at(dx, dy)).send(r.bytes as usize, r.id),
+            sode_shm::Peer::new(rank_at(-dx, -dy)).recv(r.bytes as usize, r.id),
         ]
     });
     let mut x = ctx.exchange().neighbours(neighbours.flatten()).build()?;
@@ -345,7 +337,7 @@ fn run_shm(
 /// Times `exchange` the paper's way: 3 warm-up rounds, then `iters` rounds
 /// of barrier, exchange, barrier; the exchange alone is timed, in us.
 fn pseudo_collective(
-    world: &mut World,
+    world: &World,
     iters: usize,
     mut exchange: impl FnMut() -> Result<(), Box<dyn std::error::Error>>,
 ) -> Result<Vec<f64>, Box<dyn std::error::Error>> {

@@ -18,7 +18,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sode_shm::{Context, Exchange, Neighbour, Path, PathPolicy};
+use sode_shm::{Context, Exchange, Path, PathPolicy, Peer};
 
 const SIZES: [usize; 12] = [
     8,
@@ -86,9 +86,9 @@ fn build(
     mode: Mode,
 ) -> Exchange {
     let n = if send {
-        Neighbour::new(peer).send(size, 0)
+        Peer::new(peer).send(size, 0)
     } else {
-        Neighbour::new(peer).recv(size, 0)
+        Peer::new(peer).recv(size, 0)
     };
     ctx.exchange()
         .name(name)

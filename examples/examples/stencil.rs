@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
-use sode_transport::World;
+use sode_job::World;
 
 #[derive(Parser, Debug)]
 #[command(about = "Jacobi heat diffusion over sode, checked against a single-process solve")]
@@ -52,20 +52,12 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if !sode_transport::launch::launched() {
-        let n = args.ranks.unwrap_or(4);
-        return ExitCode::from(sode_transport::launch::relaunch_self(
-            n,
-            Some(Duration::from_secs(3600)),
-        ));
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("stencil: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sode_job::launcher::main_or_relaunch(
+        "stencil",
+        Some(args.ranks.unwrap_or(4)),
+        Duration::from_secs(3600),
+        || run(&args),
+    )
 }
 
 /// A process grid for `n` ranks over `dims` axes, as square as possible.
@@ -212,13 +204,13 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             )
         }
     };
-    let mut world = World::init(Duration::from_secs(60))?;
+    let world = World::init(Duration::from_secs(60))?;
     let me = world.rank();
     let global = vec![a.size; a.dims];
     let grid = process_grid(world.size(), a.dims);
     let d = Decomposition::new(&global, &grid, &vec![a.periodic; a.dims], 1, stencil)?;
     let transport: Transport = a.transport.parse()?;
-    let mut halo = HaloExchange::builder(&mut world, &d)
+    let mut halo = HaloExchange::builder(&world, &d)
         .transport(transport)
         .engines(a.engines)
         .sync(a.sync.parse()?)

@@ -1,7 +1,7 @@
 //! The one error type of sode.
 
 /// What went wrong, from any layer, with the neighbour and direction where
-/// one is concerned.
+/// one is concerned. Causes are chained as `source`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HaloError {
@@ -11,7 +11,7 @@ pub enum HaloError {
         /// What is wrong and what to do.
         why: String,
     },
-    /// A call with the wrong arguments or in the wrong state.
+    /// A call with the wrong arguments.
     #[error("{op}: {why}")]
     Usage {
         /// The method.
@@ -19,6 +19,10 @@ pub enum HaloError {
         /// What is wrong.
         why: String,
     },
+    /// A call in the wrong state (start twice, wait without start), or
+    /// after an error failed the exchange.
+    #[error(transparent)]
+    State(#[from] sode_job::StateError),
     /// The job's launch does not match the decomposition.
     #[error("the job has {job} ranks but the decomposition {grid:?} needs {needed}: start it with -n {needed}")]
     JobSize {
@@ -29,7 +33,7 @@ pub enum HaloError {
         /// Ranks it needs.
         needed: usize,
     },
-    /// A neighbour is on another node but RDMA was ruled out, or the other way round.
+    /// A neighbour cannot be reached on the channel its locality calls for.
     #[error("neighbour rank {rank} ({direction}): {why}")]
     Locality {
         /// The neighbour.
@@ -40,37 +44,41 @@ pub enum HaloError {
         why: String,
     },
     /// The shared-memory channel failed, for these neighbours.
-    #[error("shared memory with {neighbours}: {source}")]
+    #[error("shared memory with {neighbours}")]
     Shm {
         /// The neighbours on that channel (`rank 1 (E), rank 3 (N)`).
         neighbours: String,
         /// What failed.
-        #[source]
         source: Box<sode_shm::ShmError>,
     },
-    /// The RDMA transport failed, for these neighbours.
-    #[error("RDMA with {neighbours}: {source}")]
+    /// The RDMA channel failed, for these neighbours.
+    #[cfg(feature = "rdma")]
+    #[error("RDMA with {neighbours}")]
     Rdma {
-        /// The neighbours on that transport.
+        /// The neighbours on that channel.
         neighbours: String,
         /// What failed.
-        #[source]
         source: Box<sode_transport::TransportError>,
     },
     /// A barrier of the job (pseudo-collective mode) failed.
-    #[error("job barrier: {source}")]
+    #[error("job barrier")]
     Barrier {
         /// What failed (a rank that did not arrive in time, or died).
-        #[source]
-        source: Box<sode_transport::TransportError>,
+        source: Box<sode_job::JobError>,
     },
     /// The scheduler could not plan the RDMA writes.
-    #[error("scheduling the RDMA writes: {0}")]
+    #[error("scheduling the RDMA writes")]
     Schedule(#[from] Box<sode_scheduler::SchedError>),
+    /// A plan does not match the exchange's puts.
+    #[error("invalid plan: {why}")]
+    Plan {
+        /// What does not match.
+        why: String,
+    },
     /// `wait` reached its deadline.
     #[error("halo exchange not complete by the deadline: {outstanding}")]
     Timeout {
-        /// What is outstanding, per transport and neighbour.
+        /// What is outstanding, per channel and neighbour.
         outstanding: String,
     },
 }

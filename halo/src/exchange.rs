@@ -1,20 +1,18 @@
 //! The halo exchange: the decomposition's messages, each neighbour on the
 //! channel its locality calls for (decided once, at build), run with
-//! `start` / `wait` every iteration.
+//! `start` / `wait` every iteration through one progress loop.
 
 use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
-use sode_scheduler::{Algorithm, Machine, Pattern, Request};
-use sode_transport::{
-    writes_from_plan, BufferId, Device, DeviceSelector, ExchangeBuilder, PersistentWrites,
-    WindowId, World, Write,
-};
+use sode_job::{Backoff, Lifecycle, World};
+use sode_scheduler::{Algorithm, Machine};
 
+use crate::channel::{Channel, Locality, ShmChannel};
 use crate::decomp::{pack, unpack, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
 
-/// Which transport carries the messages between ranks.
+/// Which channel carries the messages between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
     /// Shared memory with ranks on this node, RDMA with the others.
@@ -53,7 +51,7 @@ pub enum Model {
 
 /// How the ranks of an exchange keep in step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Sync {
+pub enum SyncMode {
     /// Pairwise: each neighbour grants the other a credit when its halo is
     /// free again; no global barrier (the default).
     #[default]
@@ -63,12 +61,12 @@ pub enum Sync {
     PseudoCollective,
 }
 
-impl std::str::FromStr for Sync {
+impl std::str::FromStr for SyncMode {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s {
-            "pairwise" => Ok(Sync::Pairwise),
-            "pseudo-collective" => Ok(Sync::PseudoCollective),
+            "pairwise" => Ok(SyncMode::Pairwise),
+            "pseudo-collective" => Ok(SyncMode::PseudoCollective),
             o => Err(format!(
                 "unknown synchronisation {o:?} (pairwise, pseudo-collective)"
             )),
@@ -76,44 +74,32 @@ impl std::str::FromStr for Sync {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Local,
-    Shm,
-    Rdma,
-}
-
-#[derive(Debug)]
-enum Channel {
-    /// Index of the message in the shared-memory exchange.
-    Shm(usize),
-    /// Offset of the message in the RDMA buffer, and its window.
-    Rdma {
-        send_offset: usize,
-        window: WindowId,
-    },
-    /// This rank is its own neighbour (a periodic axis of one process): the
-    /// halo is a copy of the send region of neighbour `from` (the opposite
-    /// direction, also this rank).
-    Local { from: usize },
+/// Where a neighbour's message travels.
+#[derive(Debug, Clone, Copy)]
+enum Route {
+    /// Message `message` of channel `channel`.
+    Channel { channel: usize, message: usize },
+    /// A copy within this rank of neighbour `from`'s send region (the
+    /// opposite direction of a periodic axis of one process).
+    SelfCopy { from: usize },
 }
 
 /// Builds a [`HaloExchange`]; collective over the job.
 #[derive(Debug)]
 pub struct HaloExchangeBuilder<'w> {
-    world: &'w mut World,
+    world: &'w World,
     decomp: Decomposition,
     elem: usize,
     fields: usize,
     transport: Transport,
     engines: usize,
-    algorithm: String,
+    algorithm: Algorithm,
     timeout: Duration,
-    sync: Sync,
+    sync: SyncMode,
     model: Model,
 }
 
-impl<'w> HaloExchangeBuilder<'w> {
+impl HaloExchangeBuilder<'_> {
     /// The machine model for scheduling (default: calibrated on this device).
     pub fn model(mut self, m: Model) -> Self {
         self.model = m;
@@ -121,7 +107,7 @@ impl<'w> HaloExchangeBuilder<'w> {
     }
 
     /// Pairwise credits (default) or pseudo-collective barriers.
-    pub fn sync(mut self, s: Sync) -> Self {
+    pub fn sync(mut self, s: SyncMode) -> Self {
         self.sync = s;
         self
     }
@@ -138,7 +124,7 @@ impl<'w> HaloExchangeBuilder<'w> {
         self
     }
 
-    /// Which transport (default [`Transport::Auto`]).
+    /// Which channels (default [`Transport::Auto`]).
     pub fn transport(mut self, t: Transport) -> Self {
         self.transport = t;
         self
@@ -151,8 +137,8 @@ impl<'w> HaloExchangeBuilder<'w> {
     }
 
     /// The scheduling algorithm for the RDMA writes (default `auto`).
-    pub fn algorithm(mut self, a: &str) -> Self {
-        self.algorithm = a.into();
+    pub fn algorithm(mut self, a: Algorithm) -> Self {
+        self.algorithm = a;
         self
     }
 
@@ -162,28 +148,21 @@ impl<'w> HaloExchangeBuilder<'w> {
         self
     }
 
-    fn kind(&self, a: usize, b: usize) -> Kind {
+    /// How rank `a` reaches rank `b`: the same answer on every rank, so
+    /// each can tell how its neighbours number their own channels.
+    fn locality(&self, a: usize, b: usize) -> Locality {
         if a == b {
-            return Kind::Local;
+            return Locality::SelfCopy;
         }
         match self.transport {
-            Transport::Shm => Kind::Shm,
-            Transport::Rdma => Kind::Rdma,
-            Transport::Auto => {
-                if self.world.node_of(a) == self.world.node_of(b) {
-                    Kind::Shm
-                } else {
-                    Kind::Rdma
-                }
-            }
+            Transport::Shm => Locality::Shm,
+            Transport::Rdma => Locality::Rdma,
+            Transport::Auto if self.world.node_of(a) == self.world.node_of(b) => Locality::Shm,
+            Transport::Auto => Locality::Rdma,
         }
     }
 
-    /// Decides each neighbour's channel, sets up shared memory with the
-    /// neighbours on this node and RDMA (device, keys, scheduled chains)
-    /// with the others. Collective: every rank of the job calls it.
-    pub fn build(self) -> Result<HaloExchange> {
-        let me = self.world.rank();
+    fn check(&self) -> Result<()> {
         let d = &self.decomp;
         if self.world.size() != d.ranks() {
             return Err(HaloError::JobSize {
@@ -198,15 +177,10 @@ impl<'w> HaloExchangeBuilder<'w> {
                 why: "element size and field count must be at least 1".into(),
             });
         }
-        let neighbours = d.neighbours(me);
-        let ext = d.local_extent(me);
-        let msg = |n: &Neighbour| n.send.cells() * self.elem * self.fields;
-        let kinds: Vec<Kind> = neighbours.iter().map(|n| self.kind(me, n.rank)).collect();
-        if self.transport == Transport::Shm {
-            if let Some(n) = neighbours
-                .iter()
-                .find(|n| n.rank != me && self.world.node_of(n.rank) != self.world.node_of(me))
-            {
+        let me = self.world.rank();
+        for n in d.neighbours(me) {
+            let other_node = n.rank != me && !self.world.same_node(n.rank);
+            if self.transport == Transport::Shm && other_node {
                 return Err(HaloError::Locality {
                     rank: n.rank,
                     direction: n.direction(),
@@ -214,264 +188,213 @@ impl<'w> HaloExchangeBuilder<'w> {
                         .into(),
                 });
             }
-        }
-        let names = |k: Kind| {
-            neighbours
-                .iter()
-                .zip(&kinds)
-                .filter(|(_, &kk)| kk == k)
-                .map(|(n, _)| format!("rank {} ({})", n.rank, n.direction()))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let (shm_names, rdma_names) = (names(Kind::Shm), names(Kind::Rdma));
-        let mut channels: Vec<Channel> = Vec::with_capacity(neighbours.len());
-
-        // Shared memory, with the neighbours on this node.
-        let shm_err = |source: sode_shm::ShmError| HaloError::Shm {
-            neighbours: shm_names.clone(),
-            source: Box::new(source),
-        };
-        let mut shm = None;
-        let mut shm_list = Vec::new();
-        for (n, &k) in neighbours.iter().zip(&kinds) {
-            if k == Kind::Shm {
-                channels.push(Channel::Shm(shm_list.len()));
-                shm_list.push(
-                    sode_shm::Neighbour::new(n.rank)
-                        .send(msg(n), n.send_tag())
-                        .recv(msg(n), n.recv_tag()),
-                );
-            } else if k == Kind::Local {
-                let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
-                let from = neighbours
-                    .iter()
-                    .position(|m| m.rank == me && m.offset == back)
-                    .expect("periodic self-neighbours come in pairs");
-                channels.push(Channel::Local { from });
-            } else {
-                // Set below, with the RDMA buffer's layout.
-                channels.push(Channel::Rdma {
-                    send_offset: usize::MAX,
-                    window: WindowId(usize::MAX),
+            if cfg!(not(feature = "rdma")) && self.locality(me, n.rank) == Locality::Rdma {
+                return Err(HaloError::Locality {
+                    rank: n.rank,
+                    direction: n.direction(),
+                    why: "it needs RDMA, and this sode was built without the rdma feature: run the job on one node, or build with --features rdma".into(),
                 });
             }
         }
-        if !shm_list.is_empty() {
-            let mut ctx = sode_shm::Context::from_env().map_err(shm_err)?;
-            let ex = ctx
-                .exchange()
-                .neighbours(shm_list)
-                .setup_timeout(self.timeout)
-                .build()
-                .map_err(shm_err)?;
-            shm = Some(ex);
-        }
+        Ok(())
+    }
 
-        // RDMA, with the others.
-        let rdma_idx: Vec<usize> = (0..neighbours.len())
-            .filter(|&i| kinds[i] == Kind::Rdma)
-            .collect();
-        let mut rdma = None;
-        let mut rdma_buf = None;
-        let mut plan_summary = None;
-        if !rdma_idx.is_empty() {
-            let rdma_err = |source: sode_transport::TransportError| HaloError::Rdma {
-                neighbours: rdma_names.clone(),
-                source: Box::new(source),
-            };
-            let dev =
-                Device::open(&DeviceSelector::from_env().map_err(rdma_err)?).map_err(rdma_err)?;
-            let mut b = ExchangeBuilder::new(&dev).engines(self.engines);
-            let sends: usize = rdma_idx.iter().map(|&i| msg(&neighbours[i])).sum();
-            let recvs: usize = sends; // each message is as long as its reply
-            let buf = b.buffer(sends + recvs).map_err(rdma_err)?;
-            let mut send_offsets = Vec::new();
-            let mut at = 0;
-            for &i in &rdma_idx {
-                send_offsets.push(at);
-                at += msg(&neighbours[i]);
-            }
-            for (j, &i) in rdma_idx.iter().enumerate() {
-                let n = &neighbours[i];
-                b.window_in(buf, at, msg(n), &[n.rank]).map_err(rdma_err)?;
-                channels[i] = Channel::Rdma {
-                    send_offset: send_offsets[j],
-                    window: WindowId(j),
-                };
-                at += msg(n);
-            }
-            // Where each message lands: the window the receiver made for
-            // (us, the opposite direction), numbered as the receiver numbers
-            // its RDMA neighbours.
-            let mut targets = Vec::new();
-            for &i in &rdma_idx {
-                let n = &neighbours[i];
-                let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
-                let theirs: Vec<Neighbour> = d
-                    .neighbours(n.rank)
-                    .into_iter()
-                    .filter(|m| self.kind(n.rank, m.rank) == Kind::Rdma)
-                    .collect();
-                let w = theirs
-                    .iter()
-                    .position(|m| m.rank == me && m.offset == back)
-                    .expect("neighbour relations are symmetric");
-                targets.push(w);
-            }
-            let machine = match self.model {
-                Model::Calibrated => sode_transport::calibrate(&dev, self.engines)
-                    .map_err(rdma_err)?
-                    .machine(),
-                Model::KComputer => Machine {
-                    engines: self.engines,
-                    ..Machine::K_COMPUTER
-                },
-                Model::Given(m) => Machine {
-                    engines: self.engines,
-                    ..m
-                },
-            };
-            let pattern = Pattern {
-                machine,
-                requests: rdma_idx
-                    .iter()
-                    .enumerate()
-                    .map(|(j, &i)| {
-                        let n = &neighbours[i];
-                        Request {
-                            id: j as u32,
-                            dest: n.rank as u32,
-                            direction: n.direction(),
-                            // Routed in dimension order: a link per axis crossed.
-                            links: n
-                                .offset
-                                .iter()
-                                .enumerate()
-                                .filter(|(_, &o)| o != 0)
-                                .map(|(a, &o)| {
-                                    format!(
-                                        "{}{}",
-                                        ['x', 'y', 'z'][a],
-                                        if o > 0 { '+' } else { '-' }
-                                    )
-                                })
-                                .collect(),
-                            bytes: msg(n) as u64,
-                        }
-                    })
-                    .collect(),
-            };
-            let algorithm: Algorithm =
-                self.algorithm
-                    .parse()
-                    .map_err(|e: sode_scheduler::SchedError| HaloError::Usage {
-                        op: "algorithm",
-                        why: e.to_string(),
-                    })?;
-            let plan = sode_scheduler::plan(&pattern, algorithm).map_err(Box::new)?;
-            plan_summary = Some(format!(
-                "{} on {} engines, simulated {:.1} us for a model of {:.3} GB/s per queue pair, {:.1} us per command",
-                plan.algorithm, self.engines, plan.simulated_us, machine.engine_gbps, machine.command_overhead_us
-            ));
-            let writes = writes_from_plan(&plan, |id| {
-                let j = id as usize;
-                let n = &neighbours[*rdma_idx.get(j)?];
-                Some(Write {
-                    peer: n.rank,
-                    engine: 0,
-                    src: buf,
-                    src_offset: send_offsets[j],
-                    window: WindowId(targets[j]),
-                    dst_offset: 0,
-                    len: msg(n),
-                })
-            })
-            .map_err(rdma_err)?;
-            for w in writes {
-                b.write(w);
-            }
-            rdma = Some(b.build(self.world, self.timeout).map_err(rdma_err)?);
-            rdma_buf = Some(buf);
-        }
-        let barrier = match self.sync {
-            Sync::Pairwise => None,
-            Sync::PseudoCollective => {
-                Some(
-                    self.world
-                        .try_clone()
-                        .map_err(|source| HaloError::Barrier {
-                            source: Box::new(source),
-                        })?,
-                )
-            }
-        };
-        let scratch = vec![
-            0u8;
-            neighbours
+    /// Decides each neighbour's channel, sets up shared memory with the
+    /// neighbours on this node and RDMA (device, keys, scheduled chains)
+    /// with the others. Collective: every rank of the job calls it.
+    pub fn build(self) -> Result<HaloExchange> {
+        self.check()?;
+        let me = self.world.rank();
+        let neighbours = self.decomp.neighbours(me);
+        let msg_len = |n: &Neighbour| n.send.cells() * self.elem * self.fields;
+        let mut routes = self_copies(me, &neighbours)?;
+        let mut channels: Vec<Box<dyn Channel>> = Vec::new();
+        let shm: Vec<usize> = self.indices(&neighbours, Locality::Shm);
+        if !shm.is_empty() {
+            let peers = shm
                 .iter()
-                .map(|n| n.recv.cells() * self.elem)
-                .max()
-                .unwrap_or(0)
-        ];
+                .map(|&i| {
+                    let n = &neighbours[i];
+                    sode_shm::Peer::new(n.rank)
+                        .send(msg_len(n), n.send_tag())
+                        .recv(msg_len(n), n.recv_tag())
+                })
+                .collect();
+            let names = names(&neighbours, &shm);
+            let mut ctx =
+                sode_shm::Context::from_world(self.world).map_err(|source| HaloError::Shm {
+                    neighbours: names.clone(),
+                    source: Box::new(source),
+                })?;
+            let ch = ShmChannel::build(&mut ctx, peers, names, self.timeout)?;
+            add_channel(&mut routes, &mut channels, &shm, Box::new(ch));
+        }
+        let summary = self.build_rdma(&neighbours, &mut routes, &mut channels)?;
+        let barrier = (self.sync == SyncMode::PseudoCollective).then(|| self.world.clone());
+        let scratch = neighbours
+            .iter()
+            .map(|n| n.recv.cells() * self.elem)
+            .max()
+            .unwrap_or(0);
         Ok(HaloExchange {
             rank: me,
-            ext,
+            ext: self.decomp.local_extent(me),
             elem: self.elem,
             fields: self.fields,
+            routes: routes
+                .into_iter()
+                .map(|r| r.expect("every neighbour routed"))
+                .collect(),
             neighbours,
+            done: vec![false; channels.len()],
             channels,
-            shm,
-            shm_names,
-            rdma,
-            rdma_names,
-            rdma_buf,
-            scratch,
-            in_flight: false,
-            plan_summary,
+            scratch: vec![0u8; scratch],
+            lifecycle: Lifecycle::Idle,
+            plan_summary: summary,
             barrier,
             timeout: self.timeout,
         })
     }
+
+    fn indices(&self, neighbours: &[Neighbour], l: Locality) -> Vec<usize> {
+        let me = self.world.rank();
+        (0..neighbours.len())
+            .filter(|&i| self.locality(me, neighbours[i].rank) == l)
+            .collect()
+    }
+
+    #[cfg(not(feature = "rdma"))]
+    fn build_rdma(
+        &self,
+        _: &[Neighbour],
+        _: &mut [Option<Route>],
+        _: &mut Vec<Box<dyn Channel>>,
+    ) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// The RDMA channel, if any neighbour needs one; its plan's summary.
+    #[cfg(feature = "rdma")]
+    fn build_rdma(
+        &self,
+        neighbours: &[Neighbour],
+        routes: &mut [Option<Route>],
+        channels: &mut Vec<Box<dyn Channel>>,
+    ) -> Result<Option<String>> {
+        use crate::channel::{rdma_message, RdmaChannel, RdmaSettings};
+        let rdma = self.indices(neighbours, Locality::Rdma);
+        if rdma.is_empty() {
+            return Ok(None);
+        }
+        let me = self.world.rank();
+        let messages = rdma
+            .iter()
+            .map(|&i| {
+                let n = &neighbours[i];
+                // The receiver numbers its RDMA windows as it numbers its
+                // RDMA neighbours: find us, seen from the opposite direction.
+                let theirs: Vec<Neighbour> = self
+                    .decomp
+                    .neighbours(n.rank)
+                    .into_iter()
+                    .filter(|m| self.locality(n.rank, m.rank) == Locality::Rdma)
+                    .collect();
+                rdma_message(me, n, &theirs, n.send.cells() * self.elem * self.fields)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let settings = RdmaSettings {
+            engines: self.engines,
+            algorithm: self.algorithm,
+            model: self.model,
+            timeout: self.timeout,
+        };
+        let ch = RdmaChannel::build(self.world, &messages, &settings, names(neighbours, &rdma))?;
+        let summary = ch.summary().to_string();
+        add_channel(routes, channels, &rdma, Box::new(ch));
+        Ok(Some(summary))
+    }
+}
+
+/// Routes of the neighbours that are this rank itself; the others are
+/// routed when their channel is built.
+fn self_copies(me: usize, neighbours: &[Neighbour]) -> Result<Vec<Option<Route>>> {
+    neighbours
+        .iter()
+        .map(|n| {
+            if n.rank != me {
+                return Ok(None);
+            }
+            let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
+            let from = neighbours
+                .iter()
+                .position(|m| m.rank == me && m.offset == back)
+                .ok_or_else(|| HaloError::Decomposition {
+                    why: format!(
+                        "rank {me} is its own neighbour {} but not its own opposite neighbour",
+                        n.direction()
+                    ),
+                })?;
+            Ok(Some(Route::SelfCopy { from }))
+        })
+        .collect()
+}
+
+fn add_channel(
+    routes: &mut [Option<Route>],
+    channels: &mut Vec<Box<dyn Channel>>,
+    members: &[usize],
+    channel: Box<dyn Channel>,
+) {
+    let c = channels.len();
+    for (message, &i) in members.iter().enumerate() {
+        routes[i] = Some(Route::Channel {
+            channel: c,
+            message,
+        });
+    }
+    channels.push(channel);
+}
+
+/// `rank 1 (E), rank 3 (N)`: the neighbours a channel carries, for errors.
+fn names(neighbours: &[Neighbour], members: &[usize]) -> String {
+    members
+        .iter()
+        .map(|&i| {
+            format!(
+                "rank {} ({})",
+                neighbours[i].rank,
+                neighbours[i].direction()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// A persistent halo exchange: `start` packs each neighbour's interior
 /// cells and sends them; `wait` progresses every channel until all halos
 /// have arrived and unpacks them.
+#[derive(Debug)]
 pub struct HaloExchange {
     rank: usize,
     ext: Vec<usize>,
     elem: usize,
     fields: usize,
     neighbours: Vec<Neighbour>,
-    channels: Vec<Channel>,
-    shm: Option<sode_shm::Exchange>,
-    shm_names: String,
-    rdma: Option<PersistentWrites>,
-    rdma_names: String,
-    rdma_buf: Option<BufferId>,
+    routes: Vec<Route>,
+    channels: Vec<Box<dyn Channel>>,
+    /// Per channel: complete this iteration (reused, never reallocated).
+    done: Vec<bool>,
     scratch: Vec<u8>,
-    in_flight: bool,
+    lifecycle: Lifecycle,
     plan_summary: Option<String>,
     /// The job, for the barriers of the pseudo-collective mode.
     barrier: Option<World>,
     timeout: Duration,
 }
 
-impl std::fmt::Debug for HaloExchange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HaloExchange")
-            .field("rank", &self.rank)
-            .field("neighbours", &self.neighbours.len())
-            .field("shm", &self.shm_names)
-            .field("rdma", &self.rdma_names)
-            .finish_non_exhaustive()
-    }
-}
-
 impl HaloExchange {
     /// A builder for `decomp` over the ranks of `world`.
-    pub fn builder<'w>(world: &'w mut World, decomp: &Decomposition) -> HaloExchangeBuilder<'w> {
+    pub fn builder<'w>(world: &'w World, decomp: &Decomposition) -> HaloExchangeBuilder<'w> {
         HaloExchangeBuilder {
             world,
             decomp: decomp.clone(),
@@ -479,15 +402,15 @@ impl HaloExchange {
             fields: 1,
             transport: Transport::Auto,
             engines: 2,
-            algorithm: "auto".into(),
+            algorithm: Algorithm::Auto,
             timeout: Duration::from_secs(60),
-            sync: Sync::Pairwise,
+            sync: SyncMode::Pairwise,
             model: Model::Calibrated,
         }
     }
 
     fn job_barrier(&mut self) -> Result<()> {
-        if let Some(w) = self.barrier.as_mut() {
+        if let Some(w) = &self.barrier {
             w.barrier(self.timeout)
                 .map_err(|source| HaloError::Barrier {
                     source: Box::new(source),
@@ -506,21 +429,30 @@ impl HaloExchange {
         &self.ext
     }
 
-    /// Which channel each neighbour uses: `shm`, `rdma` or `local`.
-    pub fn channels(&self) -> Vec<&'static str> {
-        self.channels
+    /// How each neighbour is reached, in the decomposition's order.
+    pub fn localities(&self) -> Vec<Locality> {
+        self.routes
             .iter()
-            .map(|c| match c {
-                Channel::Shm(_) => "shm",
-                Channel::Rdma { .. } => "rdma",
-                Channel::Local { .. } => "local",
+            .map(|r| match r {
+                Route::SelfCopy { .. } => Locality::SelfCopy,
+                Route::Channel { channel, .. } => self.channels[*channel].locality(),
             })
             .collect()
+    }
+
+    /// Which channel each neighbour uses: `shm`, `rdma` or `local`.
+    pub fn channels(&self) -> Vec<&'static str> {
+        self.localities().into_iter().map(Locality::name).collect()
     }
 
     /// The RDMA schedule, if any neighbour is reached over RDMA.
     pub fn plan_summary(&self) -> Option<&str> {
         self.plan_summary.as_deref()
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
     }
 
     /// Bytes this rank sends per exchange.
@@ -571,45 +503,16 @@ impl HaloExchange {
     /// Packs every neighbour's interior cells from `fields` and starts the
     /// exchange on every channel.
     pub fn start<T: Pod>(&mut self, fields: &[&[T]]) -> Result<()> {
-        if self.in_flight {
-            return Err(HaloError::Usage {
-                op: "start",
-                why: "the previous exchange is in flight: call wait first".into(),
-            });
-        }
+        self.lifecycle.require_idle("start")?;
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
         self.job_barrier()?;
         let (elem, ext) = (self.elem, &self.ext);
-        for (n, ch) in self.neighbours.iter().zip(&self.channels) {
-            let part = n.send.cells() * elem;
-            let out: &mut [u8] = match ch {
-                Channel::Shm(i) => {
-                    let names = &self.shm_names;
-                    self.shm
-                        .as_mut()
-                        .expect("shm channel")
-                        .send_buf_mut(*i)
-                        .map_err(|source| HaloError::Shm {
-                            neighbours: names.clone(),
-                            source: Box::new(source),
-                        })?
-                }
-                Channel::Rdma { send_offset, .. } => {
-                    let names = &self.rdma_names;
-                    let buf = self.rdma_buf.expect("rdma channel");
-                    let all = self
-                        .rdma
-                        .as_mut()
-                        .expect("rdma channel")
-                        .buffer_mut(buf)
-                        .map_err(|source| HaloError::Rdma {
-                            neighbours: names.clone(),
-                            source: Box::new(source),
-                        })?;
-                    &mut all[*send_offset..*send_offset + part * fields.len()]
-                }
-                Channel::Local { .. } => continue,
+        for (n, route) in self.neighbours.iter().zip(&self.routes) {
+            let Route::Channel { channel, message } = *route else {
+                continue;
             };
+            let part = n.send.cells() * elem;
+            let out = self.channels[channel].send_buf(message)?;
             for (f, field) in fields.iter().enumerate() {
                 pack(
                     bytemuck::cast_slice(field),
@@ -620,148 +523,74 @@ impl HaloExchange {
                 );
             }
         }
-        if let Some(s) = self.shm.as_mut() {
-            s.start().map_err(|source| HaloError::Shm {
-                neighbours: self.shm_names.clone(),
-                source: Box::new(source),
-            })?;
+        for c in 0..self.channels.len() {
+            if let Err(e) = self.channels[c].start() {
+                self.lifecycle.fail(&e);
+                return Err(e);
+            }
         }
-        if let Some(r) = self.rdma.as_mut() {
-            r.start().map_err(|source| HaloError::Rdma {
-                neighbours: self.rdma_names.clone(),
-                source: Box::new(source),
-            })?;
-        }
-        self.in_flight = true;
+        self.done.iter_mut().for_each(|d| *d = false);
+        self.lifecycle.start();
         Ok(())
+    }
+
+    /// One non-blocking pass over every channel: true once all halos have
+    /// arrived (then call [`wait`](HaloExchange::wait) to unpack them).
+    pub fn test(&mut self) -> Result<bool> {
+        self.lifecycle.require_in_flight("test")?;
+        let mut all = true;
+        for (c, done) in self.channels.iter_mut().zip(self.done.iter_mut()) {
+            if !*done {
+                match c.test() {
+                    Ok(d) => *done = d,
+                    Err(e) => {
+                        self.lifecycle.fail(&e);
+                        return Err(e);
+                    }
+                }
+            }
+            all &= *done;
+        }
+        Ok(all)
     }
 
     /// Progresses every channel until all halos have arrived (or `deadline`
     /// passes: [`HaloError::Timeout`], after which `wait` may be called
     /// again), then unpacks them into `fields`.
     pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
-        if !self.in_flight {
-            return Err(HaloError::Usage {
-                op: "wait",
-                why: "no exchange in flight: call start first".into(),
-            });
-        }
+        self.lifecycle.require_in_flight("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
-        let mut shm_done = self.shm.is_none();
-        let mut rdma_done = self.rdma.is_none();
-        // One transport: its own wait, with its own spin-then-yield policy.
-        let timeout = |outstanding: String| HaloError::Timeout { outstanding };
-        if rdma_done && !shm_done {
-            match self.shm.as_mut().expect("shm").wait(deadline) {
-                Ok(()) => shm_done = true,
-                Err(sode_shm::ShmError::Timeout { pending, .. }) => {
-                    return Err(timeout(format!(
-                        "shared memory with {}: {pending}",
-                        self.shm_names
-                    )))
-                }
-                Err(source) => {
-                    return Err(HaloError::Shm {
-                        neighbours: self.shm_names.clone(),
-                        source: Box::new(source),
-                    })
-                }
-            }
-        } else if shm_done && !rdma_done {
-            match self.rdma.as_mut().expect("rdma").wait(deadline) {
-                Ok(()) => rdma_done = true,
-                Err(sode_transport::TransportError::Timeout { outstanding, .. }) => {
-                    return Err(timeout(format!(
-                        "RDMA with {}: {outstanding}",
-                        self.rdma_names
-                    )))
-                }
-                Err(source) => {
-                    return Err(HaloError::Rdma {
-                        neighbours: self.rdma_names.clone(),
-                        source: Box::new(source),
-                    })
-                }
-            }
-        }
-        let mut idle = 0u32;
-        // Both channels progress in one loop: a rank never sits in one
-        // while a peer waits for it in the other.
-        while !(shm_done && rdma_done) {
-            if !shm_done {
-                match self.shm.as_mut().expect("shm").wait(Instant::now()) {
-                    Ok(()) => shm_done = true,
-                    Err(sode_shm::ShmError::Timeout { .. }) => {}
-                    Err(source) => {
-                        return Err(HaloError::Shm {
-                            neighbours: self.shm_names.clone(),
-                            source: Box::new(source),
-                        })
-                    }
-                }
-            }
-            if !rdma_done {
-                rdma_done =
-                    self.rdma
-                        .as_mut()
-                        .expect("rdma")
-                        .test()
-                        .map_err(|source| HaloError::Rdma {
-                            neighbours: self.rdma_names.clone(),
-                            source: Box::new(source),
-                        })?;
-            }
-            if shm_done && rdma_done {
-                break;
-            }
+        // Every channel progresses in one loop: a rank never sits in one
+        // while a peer waits for it in another.
+        let mut backoff = Backoff::exchange();
+        while !self.test()? {
             if Instant::now() >= deadline {
-                let mut parts = Vec::new();
-                if !shm_done {
-                    parts.push(format!("shared memory with {}", self.shm_names));
-                }
-                if !rdma_done {
-                    parts.push(format!(
-                        "RDMA with {}: {}",
-                        self.rdma_names,
-                        self.rdma.as_ref().expect("rdma").outstanding_report()
-                    ));
-                }
+                let outstanding: Vec<String> = self
+                    .channels
+                    .iter()
+                    .zip(&self.done)
+                    .filter(|(_, &d)| !d)
+                    .map(|(c, _)| c.outstanding())
+                    .collect();
                 return Err(HaloError::Timeout {
-                    outstanding: parts.join("; "),
+                    outstanding: outstanding.join("; "),
                 });
             }
-            idle += 1;
-            if idle > 64 {
-                std::thread::yield_now();
-            }
+            backoff.snooze();
         }
-        self.in_flight = false;
+        self.lifecycle.complete();
         self.job_barrier()?;
+        self.unpack_all(fields)
+    }
+
+    fn unpack_all<T: Pod>(&mut self, fields: &mut [&mut [T]]) -> Result<()> {
         let (elem, ext) = (self.elem, &self.ext);
-        for (n, ch) in self.neighbours.iter().zip(&self.channels) {
+        for (n, route) in self.neighbours.iter().zip(&self.routes) {
             let part = n.recv.cells() * elem;
-            let data: &[u8] = match ch {
-                Channel::Shm(i) => {
-                    self.shm
-                        .as_ref()
-                        .expect("shm")
-                        .recv_buf(*i)
-                        .map_err(|source| HaloError::Shm {
-                            neighbours: self.shm_names.clone(),
-                            source: Box::new(source),
-                        })?
-                }
-                Channel::Rdma { window, .. } => self
-                    .rdma
-                    .as_ref()
-                    .expect("rdma")
-                    .window(*window)
-                    .map_err(|source| HaloError::Rdma {
-                    neighbours: self.rdma_names.clone(),
-                    source: Box::new(source),
-                })?,
-                Channel::Local { from } => {
-                    let from = &self.neighbours[*from];
+            let data: &[u8] = match *route {
+                Route::Channel { channel, message } => self.channels[channel].recv_buf(message)?,
+                Route::SelfCopy { from } => {
+                    let from = &self.neighbours[from];
                     for field in fields.iter_mut() {
                         let bytes: &mut [u8] = bytemuck::cast_slice_mut(field);
                         pack(bytes, ext, elem, &from.send, &mut self.scratch[..part]);

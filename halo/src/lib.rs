@@ -6,21 +6,25 @@
 //! through `sode-transport` on another, the RDMA writes placed on engines by
 //! `sode-scheduler`), and the exchange then runs every iteration with
 //! [`HaloExchange::start`] and [`HaloExchange::wait`] (MPI_Startall /
-//! MPI_Waitall). Errors from every layer arrive as one [`HaloError`] naming
-//! the neighbours and direction concerned.
+//! MPI_Waitall), progressing every channel in one loop. Errors from every
+//! layer arrive as one [`HaloError`] naming the neighbours concerned, with
+//! the layer's own error as its source.
+//!
+//! Built without the default `rdma` feature, sode is shared memory only and
+//! needs neither libibverbs nor cmake or clang.
 //!
 //! ## Quick start
 //!
 //! ```no_run
 //! use std::time::{Duration, Instant};
 //! use sode::{Decomposition, HaloExchange, Stencil};
-//! use sode_transport::World;
+//! use sode_job::World;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // Started by `sode-run -n 4 ...`: a 2 x 2 process grid.
-//! let mut world = World::init(Duration::from_secs(30))?;
+//! let world = World::init(Duration::from_secs(30))?;
 //! let d = Decomposition::new(&[512, 512], &[2, 2], &[true, false], 1, Stencil::Full)?;
-//! let mut halo = HaloExchange::builder(&mut world, &d).build()?; // collective
+//! let mut halo = HaloExchange::builder(&world, &d).build()?; // collective
 //! let cells: usize = halo.local_extent().iter().product();
 //! let mut u = vec![0.0f64; cells];
 //! for _ in 0..100 {
@@ -31,11 +35,16 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
+mod channel;
 mod decomp;
 mod error;
 mod exchange;
+#[cfg(feature = "rdma")]
+pub mod plan;
 
+pub use channel::Locality;
 pub use decomp::{pack, unpack, Decomposition, Neighbour, Region, Stencil};
 pub use error::{HaloError, Result};
-pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, Sync, Transport};
+pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};

@@ -25,7 +25,7 @@ impl Availability {
 
 /// The node's capabilities relevant to the intra-node channel.
 #[derive(Debug, Clone)]
-pub struct Capabilities {
+pub struct ShmCaps {
     /// Cross-memory attach (`process_vm_readv`), needed by the get path.
     pub cross_memory_attach: Availability,
     /// `kernel.yama.ptrace_scope`, if Yama is present.
@@ -84,11 +84,11 @@ pub(crate) fn cma_denied_reason(err: nix::Error, whose: &str) -> String {
     why
 }
 
-impl Capabilities {
+impl ShmCaps {
     /// Probes the machine. Under Yama ptrace_scope=1 this allows peers of
     /// the same user to attach (PR_SET_PTRACER_ANY, as Open MPI does) and
     /// records that in `notes`.
-    pub fn probe() -> Capabilities {
+    pub fn probe() -> ShmCaps {
         let yama = read_number("/proc/sys/kernel/yama/ptrace_scope");
         let mut notes = Vec::new();
         if yama == Some(1) {
@@ -117,7 +117,7 @@ impl Capabilities {
             nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_MEMLOCK)
                 .ok()
                 .and_then(|(soft, _)| (soft != libc::RLIM_INFINITY).then_some(soft));
-        Capabilities {
+        ShmCaps {
             cross_memory_attach,
             yama_ptrace_scope: yama,
             seccomp_mode: seccomp_mode(),
@@ -129,15 +129,13 @@ impl Capabilities {
 
 static WARNED: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
 
-/// Prints a warning to stderr the first time `key` is seen in this process.
-/// `SODE_QUIET=1` silences warnings (they are still returned in reports).
+/// Reports a warning (through `tracing`) the first time `key` is seen in
+/// this process; the same text stays in the exchange's report.
 pub(crate) fn warn_once(key: &'static str, message: &str) {
     let mut seen = WARNED.lock().unwrap_or_else(|p| p.into_inner());
     if seen.contains(&key) {
         return;
     }
     seen.push(key);
-    if std::env::var_os("SODE_QUIET").is_none_or(|v| v != "1") {
-        eprintln!("sode-shm: {message}");
-    }
+    tracing::warn!("{message}");
 }

@@ -3,9 +3,11 @@
 
 use std::path::PathBuf;
 
-use crate::caps::Capabilities;
+use sode_job::{LaunchInfo, World};
+
+use crate::caps::ShmCaps;
 use crate::error::{Result, ShmError};
-use crate::exchange::ExchangeBuilder;
+use crate::exchange::ShmExchangeBuilder;
 use crate::thresholds::Thresholds;
 
 /// Per-process state shared by all exchanges of a process.
@@ -15,23 +17,9 @@ pub struct Context {
     pub(crate) rank: usize,
     pub(crate) local_rank: Option<usize>,
     pub(crate) dir: PathBuf,
-    caps: Capabilities,
+    caps: ShmCaps,
     thresholds: Option<Thresholds>,
     pub(crate) next_exchange: u32,
-}
-
-fn env_first(names: &[&str]) -> Option<(String, String)> {
-    names
-        .iter()
-        .find_map(|n| std::env::var(n).ok().map(|v| (n.to_string(), v)))
-}
-
-fn parse_rank(name: &str, value: &str) -> Result<usize> {
-    value.trim().parse().map_err(|_| ShmError::InvalidSetting {
-        name: name.into(),
-        value: value.into(),
-        why: "expected a non-negative integer".into(),
-    })
 }
 
 impl Context {
@@ -60,51 +48,45 @@ impl Context {
             rank,
             local_rank: None,
             dir,
-            caps: Capabilities::probe(),
+            caps: ShmCaps::probe(),
             thresholds: None,
             next_exchange: 0,
         })
     }
 
-    /// A context from the launcher's environment: the job id from
-    /// `SODE_JOB_ID` (or Slurm's `SLURM_JOB_ID`.`SLURM_STEP_ID`, or PMIx's
-    /// `PMIX_NAMESPACE`), the rank from `SODE_RANK`, `SLURM_PROCID`,
-    /// `OMPI_COMM_WORLD_RANK` or `PMI_RANK`, and the node-local rank from
-    /// `SODE_LOCAL_RANK`, `SLURM_LOCALID` or `OMPI_COMM_WORLD_LOCAL_RANK`.
-    pub fn from_env() -> Result<Context> {
-        let job = if let Ok(j) = std::env::var("SODE_JOB_ID") {
-            j
-        } else if let Ok(j) = std::env::var("SLURM_JOB_ID") {
-            format!(
-                "{j}.{}",
-                std::env::var("SLURM_STEP_ID").unwrap_or_else(|_| "0".into())
-            )
-        } else if let Ok(ns) = std::env::var("PMIX_NAMESPACE") {
-            ns.chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-                .collect()
-        } else {
+    /// A context for this rank of `world`, under the job id its ranks
+    /// agreed on, with its node-local rank.
+    pub fn from_world(world: &World) -> Result<Context> {
+        let mut ctx = Context::new(world.job_id(), world.rank())?;
+        ctx.local_rank = Some(world.local_rank());
+        Ok(ctx)
+    }
+
+    /// A context from what the launcher said (see
+    /// [`LaunchInfo`](sode_job::LaunchInfo)): its job id, rank and local
+    /// rank. The job id must be given (`SODE_JOB_ID`, Slurm's job, PMIx's
+    /// namespace); [`Context::from_world`] works without one.
+    pub fn from_launch(launch: &LaunchInfo) -> Result<Context> {
+        let Some(job) = &launch.job_id else {
             return Err(ShmError::InvalidSetting {
-                name: "SODE_JOB_ID".into(),
+                name: sode_job::JOB_ID_VAR.into(),
                 value: String::new(),
-                why: "no job id in the environment (SODE_JOB_ID, SLURM_JOB_ID or PMIX_NAMESPACE): start the ranks with sode-run or a launcher, or set SODE_JOB_ID".into(),
+                why: "no job id in the environment (SODE_JOB_ID, SLURM_JOB_ID or PMIX_NAMESPACE): start the ranks with sode-run or a launcher, set SODE_JOB_ID, or use Context::from_world".into(),
             });
         };
-        let (name, value) = env_first(&["SODE_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"])
-            .ok_or_else(|| ShmError::InvalidSetting {
-                name: "SODE_RANK".into(),
-                value: String::new(),
-                why: "no rank in the environment (SODE_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or PMI_RANK)".into(),
-            })?;
-        let mut ctx = Context::new(&job, parse_rank(&name, &value)?)?;
-        if let Some((name, value)) = env_first(&[
-            "SODE_LOCAL_RANK",
-            "SLURM_LOCALID",
-            "OMPI_COMM_WORLD_LOCAL_RANK",
-        ]) {
-            ctx.local_rank = Some(parse_rank(&name, &value)?);
-        }
+        let mut ctx = Context::new(&sode_job::sanitise_job_id(job), launch.rank)?;
+        ctx.local_rank = launch.local_rank;
         Ok(ctx)
+    }
+
+    /// [`Context::from_launch`] with the launcher's environment.
+    pub fn from_env() -> Result<Context> {
+        let launch = LaunchInfo::from_env().map_err(|e| ShmError::InvalidSetting {
+            name: "launch environment".into(),
+            value: String::new(),
+            why: e.to_string(),
+        })?;
+        Self::from_launch(&launch)
     }
 
     /// This process's rank.
@@ -123,7 +105,7 @@ impl Context {
     }
 
     /// What the machine allows.
-    pub fn capabilities(&self) -> &Capabilities {
+    pub fn capabilities(&self) -> &ShmCaps {
         &self.caps
     }
 
@@ -146,7 +128,7 @@ impl Context {
     /// Starts describing an exchange. Building it is collective: every
     /// process named as a neighbour must build its side, in the same order
     /// of exchanges (or with the same explicit name).
-    pub fn exchange(&mut self) -> ExchangeBuilder<'_> {
-        ExchangeBuilder::new(self)
+    pub fn exchange(&mut self) -> ShmExchangeBuilder<'_> {
+        ShmExchangeBuilder::new(self)
     }
 }

@@ -26,7 +26,7 @@ pub enum ShmError {
         why: String,
     },
     /// Creating this process's segment failed.
-    #[error("cannot create shared-memory segment {path}: {source}{hint}")]
+    #[error("cannot create shared-memory segment {path}{hint}")]
     CreateSegment {
         /// The segment file.
         path: PathBuf,
@@ -45,7 +45,7 @@ pub enum ShmError {
         pid: u64,
     },
     /// Opening or mapping a peer's segment failed.
-    #[error("cannot map the segment of peer rank {peer} ({path}): {source}")]
+    #[error("cannot map the segment of peer rank {peer} ({path})")]
     MapPeer {
         /// The peer's rank.
         peer: usize,
@@ -105,7 +105,7 @@ pub enum ShmError {
         pending: String,
     },
     /// A cross-memory-attach read failed after the capability probe passed.
-    #[error("cross-memory attach from peer rank {peer} (pid {pid}), tag {tag}: {source}")]
+    #[error("cross-memory attach from peer rank {peer} (pid {pid}), tag {tag}")]
     CrossMemoryAttach {
         /// The peer's rank.
         peer: usize,
@@ -116,23 +116,10 @@ pub enum ShmError {
         /// The system error.
         source: std::io::Error,
     },
-    /// `start` and `wait` were called out of order, or a buffer was touched
-    /// while the exchange was in flight.
-    #[error("exchange {exchange}: {why}")]
-    State {
-        /// The exchange's name.
-        exchange: String,
-        /// What was wrong.
-        why: &'static str,
-    },
-    /// An earlier error left this exchange unusable.
-    #[error("exchange {exchange} failed earlier ({cause}); build a new one")]
-    Failed {
-        /// The exchange's name.
-        exchange: String,
-        /// The first error.
-        cause: String,
-    },
+    /// `start` and `wait` were called out of order, a buffer was touched
+    /// while the exchange was in flight, or an earlier error failed it.
+    #[error(transparent)]
+    State(#[from] sode_job::StateError),
     /// An index passed to an accessor does not name a neighbour with that
     /// buffer.
     #[error("no {what} buffer for neighbour index {index} (the exchange has {count} neighbours)")]
@@ -151,7 +138,7 @@ pub enum ShmError {
         what: String,
     },
     /// Another system call failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// The operation.
         what: String,

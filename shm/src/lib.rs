@@ -17,14 +17,14 @@
 //!   no system call).
 //!
 //! The crossover sizes are measured at start-up ([`Thresholds`]), the
-//! machine's capabilities probed with reasons ([`Capabilities`]), and a peer
+//! machine's capabilities probed with reasons ([`ShmCaps`]), and a peer
 //! that dies is reported by [`Exchange::wait`] within its deadline.
 //!
 //! ## Quick start
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use sode_shm::{Context, Neighbour};
+//! use sode_shm::{Context, Peer};
 //!
 //! # fn main() -> Result<(), sode_shm::ShmError> {
 //! // SODE_JOB_ID and SODE_RANK come from the launcher.
@@ -32,7 +32,7 @@
 //! let right = (ctx.rank() + 1) % 2;
 //! let mut halo = ctx
 //!     .exchange()
-//!     .neighbour(Neighbour::new(right).send(4096, 0).recv(4096, 0))
+//!     .neighbour(Peer::new(right).send(4096, 0).recv(4096, 0))
 //!     .build()?; // collective with rank `right`
 //! for _ in 0..100 {
 //!     halo.send_buf_mut(0)?.fill(7);
@@ -57,10 +57,10 @@ mod thresholds;
 #[cfg(feature = "hwloc")]
 pub mod topology;
 
-pub use caps::{Availability, Capabilities};
+pub use caps::{Availability, ShmCaps};
 pub use context::Context;
 pub use error::{Result, ShmError};
 pub use exchange::{
-    Exchange, ExchangeBuilder, ExchangeReport, MessageReport, Neighbour, Path, PathPolicy,
+    Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, ShmExchangeBuilder,
 };
 pub use thresholds::Thresholds;

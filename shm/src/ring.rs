@@ -24,7 +24,7 @@ pub(crate) const RECORD_HEADER: u64 = 32;
 /// Record kinds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u32)]
-pub(crate) enum Kind {
+pub(crate) enum RecordKind {
     /// Marker: the rest of the lap is unused.
     Wrap = 1,
     /// An eager fragment: `a` = offset in the message, `b` = payload length.
@@ -35,13 +35,13 @@ pub(crate) enum Kind {
     ReceiveDone = 4,
 }
 
-impl Kind {
-    fn from_u32(v: u32) -> Option<Kind> {
+impl RecordKind {
+    fn from_u32(v: u32) -> Option<RecordKind> {
         Some(match v {
-            1 => Kind::Wrap,
-            2 => Kind::Eager,
-            3 => Kind::ReceiveRequest,
-            4 => Kind::ReceiveDone,
+            1 => RecordKind::Wrap,
+            2 => RecordKind::Eager,
+            3 => RecordKind::ReceiveRequest,
+            4 => RecordKind::ReceiveDone,
             _ => return None,
         })
     }
@@ -50,7 +50,7 @@ impl Kind {
 /// A record's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Record {
-    pub(crate) kind: Kind,
+    pub(crate) kind: RecordKind,
     pub(crate) tag: u32,
     pub(crate) seq: u64,
     pub(crate) a: u64,
@@ -59,7 +59,7 @@ pub(crate) struct Record {
 
 impl Record {
     fn payload_len(&self) -> u64 {
-        if self.kind == Kind::Eager {
+        if self.kind == RecordKind::Eager {
             self.b
         } else {
             0
@@ -159,7 +159,7 @@ impl RingTx {
                     map,
                     off,
                     &Record {
-                        kind: Kind::Wrap,
+                        kind: RecordKind::Wrap,
                         tag: 0,
                         seq: 0,
                         a: 0,
@@ -252,9 +252,9 @@ impl RingRx {
             map.read(self.layout.data() + off, &mut h).map_err(io)?;
             let word = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
             let kind_raw = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
-            let kind = Kind::from_u32(kind_raw)
+            let kind = RecordKind::from_u32(kind_raw)
                 .ok_or_else(|| RingCorrupt(format!("unknown record kind {kind_raw}")))?;
-            if kind == Kind::Wrap {
+            if kind == RecordKind::Wrap {
                 self.skip(map, to_end, avail)?;
                 continue;
             }
@@ -325,7 +325,7 @@ mod tests {
 
     fn eager(seq: u64, len: usize) -> Record {
         Record {
-            kind: Kind::Eager,
+            kind: RecordKind::Eager,
             tag: 7,
             seq,
             a: 0,

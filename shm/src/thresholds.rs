@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use crate::buffer::PrivateBuf;
 use crate::caps::cma_read;
 use crate::error::{Result, ShmError};
-use crate::ring::{Kind, Peeked, Record, RingLayout, RingRx, RingTx};
+use crate::ring::{Peeked, Record, RecordKind, RingLayout, RingRx, RingTx};
 use crate::sys::shared::SharedMap;
 
 /// Crossover sizes used by the automatic path choice.
@@ -63,7 +63,7 @@ fn layout() -> RingLayout {
     }
 }
 
-fn control(kind: Kind, a: u64, b: u64) -> Record {
+fn control(kind: RecordKind, a: u64, b: u64) -> Record {
     Record {
         kind,
         tag: 0,
@@ -74,17 +74,14 @@ fn control(kind: Kind, a: u64, b: u64) -> Record {
 }
 
 fn spin_until(deadline: Instant, mut f: impl FnMut() -> bool) -> bool {
-    let mut n = 0u32;
+    // Other ranks may be probing at the same time on few cores: the
+    // exchange's own backoff yields to them.
+    let mut backoff = sode_job::Backoff::exchange();
     while !f() {
-        n = n.wrapping_add(1);
-        if n % 256 == 0 {
-            if Instant::now() > deadline {
-                return false;
-            }
-            // Other ranks may be probing at the same time on few cores.
-            std::thread::yield_now();
+        if backoff.idle_passes() % 256 == 255 && Instant::now() > deadline {
+            return false;
         }
-        std::hint::spin_loop();
+        backoff.snooze();
     }
     true
 }
@@ -159,7 +156,7 @@ fn responder(b: &Bench) {
                     let (addr, len) = (p.record.a, p.record.b as usize);
                     let _ = rx.consume(&b.ring, &p);
                     let _ = cma_read(pid, addr, &mut dst[..len]);
-                    let _ = back.try_push(&b.back, &control(Kind::ReceiveDone, 0, 0), &[]);
+                    let _ = back.try_push(&b.back, &control(RecordKind::ReceiveDone, 0, 0), &[]);
                 }
             }
         }
@@ -206,7 +203,7 @@ fn measure_one(
                     let mut off = 0;
                     loop {
                         let n = (size - off).min(max_frag);
-                        let rec = control(Kind::Eager, off as u64, n as u64);
+                        let rec = control(RecordKind::Eager, off as u64, n as u64);
                         if !spin_until(give_up, || {
                             matches!(
                                 tx.try_push(&b.ring, &rec, &b.src.as_ref()[off..off + n]),
@@ -236,7 +233,7 @@ fn measure_one(
                     arrived.store(round, Ordering::Release);
                 }
                 Probe::Get => {
-                    let rec = control(Kind::ReceiveRequest, b.src.address(), size as u64);
+                    let rec = control(RecordKind::ReceiveRequest, b.src.address(), size as u64);
                     if !spin_until(give_up, || {
                         matches!(tx.try_push(&b.ring, &rec, &[]), Ok(true))
                     }) {
@@ -330,10 +327,10 @@ impl Thresholds {
         if !ok {
             return None;
         }
-        if std::env::var_os("SODE_SHM_SHOW_PROBE").is_some() {
-            for &(s, e, w, g) in &rows {
-                eprintln!("threshold probe: {s:>7} B  eager {e:>9.0} ns  window {w:>9.0} ns  get {g:>9.0} ns");
-            }
+        for &(s, e, w, g) in &rows {
+            tracing::debug!(
+                "threshold probe: {s:>7} B  eager {e:>9.0} ns  window {w:>9.0} ns  get {g:>9.0} ns"
+            );
         }
         // Eager up to the last size where it is no slower than a window put;
         // get from the first size after which it stays faster than eager.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use sode_shm::{Context, Neighbour, ShmError};
+use sode_shm::{Context, Peer, ShmError};
 
 fn ctx(rank: usize) -> Context {
     Context::new(&format!("err{}", std::process::id()), rank).expect("context")
@@ -21,29 +21,29 @@ fn job_ids_that_could_escape_the_directory_are_refused() {
 #[test]
 fn invalid_neighbour_lists_are_named() {
     let mut c = ctx(0);
-    let self_peer = c.exchange().neighbour(Neighbour::new(0).send(8, 0)).build();
+    let self_peer = c.exchange().neighbour(Peer::new(0).send(8, 0)).build();
     assert!(
         matches!(self_peer, Err(ShmError::InvalidNeighbours { why }) if why.contains("this process"))
     );
     let dup = c
         .exchange()
-        .neighbour(Neighbour::new(1).send(8, 3))
-        .neighbour(Neighbour::new(1).send(8, 3))
+        .neighbour(Peer::new(1).send(8, 3))
+        .neighbour(Peer::new(1).send(8, 3))
         .build();
     assert!(
         matches!(dup, Err(ShmError::InvalidNeighbours { why }) if why.contains("both send tag 3"))
     );
-    let empty = c.exchange().neighbour(Neighbour::new(1)).build();
+    let empty = c.exchange().neighbour(Peer::new(1)).build();
     assert!(matches!(empty, Err(ShmError::InvalidNeighbours { .. })));
     let ring = c
         .exchange()
         .ring_capacity(5000)
-        .neighbour(Neighbour::new(1).send(8, 0))
+        .neighbour(Peer::new(1).send(8, 0))
         .build();
     assert!(matches!(ring, Err(ShmError::InvalidSetting { .. })));
     let misaligned = c
         .exchange()
-        .neighbour(Neighbour::new(1).send(8, 0).misaligned(64))
+        .neighbour(Peer::new(1).send(8, 0).misaligned(64))
         .build();
     assert!(matches!(
         misaligned,
@@ -59,7 +59,7 @@ fn an_absent_peer_times_out_and_start_wait_order_is_checked() {
         .exchange()
         .name("absent")
         .setup_timeout(Duration::from_millis(200))
-        .neighbour(Neighbour::new(6).send(8, 0))
+        .neighbour(Peer::new(6).send(8, 0))
         .build();
     assert!(
         matches!(r, Err(ShmError::SetupTimeout { peer: 6, .. })),
@@ -77,7 +77,7 @@ fn two_threads_exchange_and_misuse_is_refused() {
         let mut c = Context::new(&j2, 1).unwrap();
         let mut ex = c
             .exchange()
-            .neighbour(Neighbour::new(0).send(16, 0).recv(16, 0))
+            .neighbour(Peer::new(0).send(16, 0).recv(16, 0))
             .build()
             .unwrap();
         ex.send_buf_mut(0).unwrap().fill(1);
@@ -88,7 +88,7 @@ fn two_threads_exchange_and_misuse_is_refused() {
     let mut c = Context::new(&job, 0).unwrap();
     let mut ex = c
         .exchange()
-        .neighbour(Neighbour::new(1).send(16, 0).recv(16, 0))
+        .neighbour(Peer::new(1).send(16, 0).recv(16, 0))
         .build()
         .unwrap();
     assert!(matches!(

@@ -67,7 +67,7 @@ fn parse_env<T: std::str::FromStr>(name: &str, expected: &str) -> Result<Option<
 
 /// What the chosen device and port can do, probed when it is opened.
 #[derive(Debug, Clone)]
-pub struct Capabilities {
+pub struct DeviceCaps {
     /// Device name.
     pub device: String,
     /// Port number.
@@ -98,7 +98,7 @@ pub struct Capabilities {
     pub ipc_lock_capable: bool,
 }
 
-impl fmt::Display for Capabilities {
+impl fmt::Display for DeviceCaps {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let gid = std::net::Ipv6Addr::from(self.gid);
         writeln!(
@@ -136,7 +136,7 @@ pub struct Device {
     pub(crate) pd: Arc<ProtectionDomain>,
     pub(crate) ctx: Arc<DeviceContext>,
     pub(crate) mtu: Mtu,
-    caps: Capabilities,
+    caps: DeviceCaps,
 }
 
 impl fmt::Debug for Device {
@@ -259,7 +259,7 @@ impl Device {
             .alloc_pd()
             .map_err(|e| verbs_err("ibv_alloc_pd", &name, e))?;
         let (memlock_limit, ipc_lock_capable) = memlock_status();
-        let mut caps = Capabilities {
+        let mut caps = DeviceCaps {
             device: name,
             port,
             gid_index,
@@ -287,7 +287,7 @@ impl Device {
     }
 
     /// The capabilities probed when the device was opened.
-    pub fn caps(&self) -> &Capabilities {
+    pub fn caps(&self) -> &DeviceCaps {
         &self.caps
     }
 

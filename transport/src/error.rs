@@ -19,7 +19,7 @@ pub enum TransportError {
         why: String,
     },
     /// libibverbs itself could not be loaded.
-    #[error("cannot load libibverbs.so.1 ({source}): install rdma-core's libibverbs1 and a provider package (Debian: apt-get install libibverbs1 ibverbs-providers)")]
+    #[error("cannot load libibverbs.so.1: install rdma-core's libibverbs1 and a provider package (Debian: apt-get install libibverbs1 ibverbs-providers)")]
     VerbsLibraryMissing {
         /// The system error.
         source: std::io::Error,
@@ -53,7 +53,7 @@ pub enum TransportError {
         why: String,
     },
     /// A verbs call failed.
-    #[error("{op} on {device}: {source}")]
+    #[error("{op} on {device}")]
     Verbs {
         /// The verbs operation, with its arguments.
         op: String,
@@ -83,35 +83,38 @@ pub enum TransportError {
         limit: String,
     },
     /// Allocating a buffer failed.
-    #[error("cannot allocate a {len}-byte buffer: {source}")]
+    #[error("cannot allocate a {len}-byte buffer")]
     Allocate {
         /// Its length.
         len: usize,
         /// The system error.
         source: std::io::Error,
     },
-    /// The launcher's environment gives no rank or size, or an inconsistent one.
-    #[error("bootstrap: {why}")]
-    Launch {
-        /// What is missing or wrong and what to do.
+    /// Exchanging connection details with the other ranks failed.
+    #[error("setting up RDMA with {whom}: {step}")]
+    Setup {
+        /// The step (connect, send the queue-pair numbers, ...).
+        step: &'static str,
+        /// The peers concerned.
+        whom: String,
+        /// What failed in the job layer.
+        source: Box<sode_job::JobError>,
+    },
+    /// A peer broke the exchange's protocol (a credit or data out of step,
+    /// or setup details that do not fit).
+    #[error("rank {peer} broke the exchange protocol: {why}")]
+    Protocol {
+        /// The peer.
+        peer: usize,
+        /// What it did.
         why: String,
     },
-    /// A bootstrap network step failed.
-    #[error("bootstrap: {step} with {whom}: {source}")]
-    Bootstrap {
-        /// The step (connect, accept, send, receive).
-        step: String,
-        /// The root or the peer rank.
-        whom: String,
-        /// The socket error.
-        source: std::io::Error,
-    },
-    /// The other side of the bootstrap sent something unexpected.
-    #[error("bootstrap: {whom} sent an invalid message: {why}")]
-    Protocol {
-        /// The root or the peer rank.
-        whom: String,
-        /// What is wrong.
+    /// The device reported a completion this exchange never asked for.
+    #[error("RDMA device {device}: {why}")]
+    UnexpectedCompletion {
+        /// The device.
+        device: String,
+        /// What arrived.
         why: String,
     },
     /// A peer named in a plan is not part of the job or not connected.
@@ -120,12 +123,6 @@ pub enum TransportError {
         /// The rank.
         peer: usize,
         /// Why it cannot be used.
-        why: String,
-    },
-    /// A scheduler plan does not match the exchange's puts.
-    #[error("invalid plan: {why}")]
-    InvalidPlan {
-        /// What does not match.
         why: String,
     },
     /// A window cannot be made as asked.
@@ -144,13 +141,20 @@ pub enum TransportError {
         /// What is wrong.
         why: String,
     },
-    /// A method was called in the wrong state.
-    #[error("{op}: {why}")]
-    State {
+    /// A method was called in the wrong state, or after a failure.
+    #[error(transparent)]
+    State(#[from] sode_job::StateError),
+    /// A buffer or window that was never made.
+    #[error("{op}: {what} {index} does not exist ({count} made)")]
+    NoSuch {
         /// The method.
         op: &'static str,
-        /// Why it cannot be done now.
-        why: String,
+        /// `buffer` or `window`.
+        what: &'static str,
+        /// The index asked for.
+        index: usize,
+        /// How many exist.
+        count: usize,
     },
     /// A work request completed with an error.
     #[error("{what} to rank {peer} on engine {engine} ({bytes} bytes) failed: {status} (verbs status {status_code}, vendor error {vendor_err:#x}){hint}")]
@@ -190,12 +194,6 @@ pub enum TransportError {
         waited: Duration,
         /// Everything still outstanding, per peer.
         outstanding: String,
-    },
-    /// An earlier error left the exchange unusable.
-    #[error("the exchange failed earlier and cannot run again: {first}")]
-    Failed {
-        /// The first error.
-        first: String,
     },
 }
 

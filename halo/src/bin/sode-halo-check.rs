@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
-use sode_transport::World;
+use sode_job::World;
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -58,23 +58,12 @@ fn value(field: usize, g: &[usize], iter: u64) -> f64 {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    if !sode_transport::launch::launched() {
-        let Some(n) = args.ranks else {
-            eprintln!("sode-halo-check: give -n N, or start it with sode-run");
-            return ExitCode::from(2);
-        };
-        return ExitCode::from(sode_transport::launch::relaunch_self(
-            n,
-            Some(Duration::from_secs(600)),
-        ));
-    }
-    match run(&args) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sode-halo-check: error: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    sode_job::launcher::main_or_relaunch(
+        "sode-halo-check",
+        args.ranks,
+        Duration::from_secs(600),
+        || run(&args),
+    )
 }
 
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
@@ -95,10 +84,10 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         a.periodic.iter().map(|&p| p != 0).collect()
     };
     let d = Decomposition::new(&a.global, &a.grid, &periodic, a.halo, stencil)?;
-    let mut world = World::init(Duration::from_secs(60))?;
+    let world = World::init(Duration::from_secs(60))?;
     let me = world.rank();
     let transport: Transport = a.transport.parse()?;
-    let mut halo = HaloExchange::builder(&mut world, &d)
+    let mut halo = HaloExchange::builder(&world, &d)
         .fields(a.fields)
         .transport(transport)
         .engines(a.engines)

@@ -19,7 +19,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use sode_shm::{Context, Neighbour, Path, PathPolicy, Thresholds};
+use sode_shm::{Context, Path, PathPolicy, Peer, Thresholds};
 
 fn fill(buf: &mut [u8], from: usize, to: usize, tag: u32, iter: u64) {
     let mut x = (from as u64 + 1)
@@ -44,7 +44,7 @@ fn parse_list(v: &str) -> Result<Vec<usize>, String> {
 }
 
 fn probe() -> Result<(), String> {
-    let caps = sode_shm::Capabilities::probe();
+    let caps = sode_shm::ShmCaps::probe();
     println!("cross-memory attach: {:?}", caps.cross_memory_attach);
     println!("yama ptrace_scope:   {:?}", caps.yama_ptrace_scope);
     println!("seccomp mode:        {:?}", caps.seccomp_mode);
@@ -151,7 +151,7 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
     for &p in &peers {
         for (k, &s) in sizes.iter().enumerate() {
             builder = builder.neighbour(
-                Neighbour::new(p)
+                Peer::new(p)
                     .send(s, k as u32)
                     .recv(s, k as u32)
                     .misaligned(misalign),

@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{
-    Exchange, ExchangeReport, MessageReport, Neighbour, OpState, Path, PathPolicy, PeerLink,
-    RecvOp, SendOp, Storage,
+    Exchange, ExchangeReport, MessageReport, OpState, Path, PathPolicy, Peer, PeerSegment, RecvOp,
+    SendOp, Storage,
 };
 use crate::buffer::PrivateBuf;
 use crate::caps::{cma_denied_reason, cma_read, warn_once, Availability};
@@ -15,16 +15,19 @@ use crate::error::{Result, ShmError};
 use crate::layout::{self, PeerView, SegmentLayout};
 use crate::ring::{RingRx, RingTx};
 use crate::segment::{open_peer, segment_path, OwnSegment};
-use crate::sys::pidfd::{self, PidFd};
+use crate::sys::pidfd::{PidFd, Watch};
+use sode_job::{Backoff, Lifecycle};
+
+use super::Liveness;
 use crate::sys::shared::SharedMap;
 use crate::thresholds::Thresholds;
 
-/// Describes an exchange; [`ExchangeBuilder::build`] sets it up.
+/// Describes an exchange; [`ShmExchangeBuilder::build`] sets it up.
 #[derive(Debug)]
-pub struct ExchangeBuilder<'a> {
+pub struct ShmExchangeBuilder<'a> {
     ctx: &'a mut Context,
     name: Option<String>,
-    neighbours: Vec<Neighbour>,
+    neighbours: Vec<Peer>,
     policy: PathPolicy,
     private_receive: bool,
     ring_capacity: usize,
@@ -50,13 +53,13 @@ impl Setup<'_> {
         pid: i32,
         mut ready: impl FnMut() -> Result<Option<T>>,
     ) -> Result<T> {
-        let mut pause = Duration::from_micros(20);
+        let mut backoff = Backoff::setup(Duration::from_millis(2));
         loop {
             if let Some(v) = ready()? {
                 return Ok(v);
             }
             if let Some(fd) = watch {
-                if pidfd::exited(&[fd]).map(|v| !v.is_empty()).unwrap_or(false) {
+                if fd.exited().unwrap_or(false) {
                     return Err(ShmError::PeerDied {
                         peer,
                         pid,
@@ -71,8 +74,7 @@ impl Setup<'_> {
                     waited: self.timeout,
                 });
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(2));
+            backoff.snooze();
         }
     }
 }
@@ -97,9 +99,9 @@ fn choose(len: usize, policy: PathPolicy, private: bool, t: &Thresholds) -> Path
     }
 }
 
-impl<'a> ExchangeBuilder<'a> {
+impl<'a> ShmExchangeBuilder<'a> {
     pub(crate) fn new(ctx: &'a mut Context) -> Self {
-        ExchangeBuilder {
+        ShmExchangeBuilder {
             ctx,
             name: None,
             neighbours: Vec::new(),
@@ -120,13 +122,13 @@ impl<'a> ExchangeBuilder<'a> {
     }
 
     /// Adds a neighbour; its index in this list addresses its buffers.
-    pub fn neighbour(mut self, n: Neighbour) -> Self {
+    pub fn neighbour(mut self, n: Peer) -> Self {
         self.neighbours.push(n);
         self
     }
 
     /// Adds several neighbours.
-    pub fn neighbours(mut self, ns: impl IntoIterator<Item = Neighbour>) -> Self {
+    pub fn neighbours(mut self, ns: impl IntoIterator<Item = Peer>) -> Self {
         self.neighbours.extend(ns);
         self
     }
@@ -549,7 +551,7 @@ impl<'a> ExchangeBuilder<'a> {
                 .map(|p| p.1)
                 .expect("ring for every peer");
             peer_index.insert(peer, peers.len());
-            peers.push(PeerLink {
+            peers.push(PeerSegment {
                 rank: peer,
                 pid: view.pid,
                 pidfd: fd,
@@ -669,6 +671,7 @@ impl<'a> ExchangeBuilder<'a> {
             pinned,
             notes,
         };
+        let watch = Watch::new(peers.iter().map(|p| &p.pidfd));
         Ok(Exchange {
             name: name.into(),
             own,
@@ -680,8 +683,8 @@ impl<'a> ExchangeBuilder<'a> {
             recv_index,
             send_index,
             iteration: 0,
-            in_flight: false,
-            failed: None,
+            lifecycle: Lifecycle::Idle,
+            liveness: Liveness::new(watch),
             get_chunk: 1 << 20,
             report,
             _probe: probe,

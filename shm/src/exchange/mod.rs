@@ -9,11 +9,36 @@ use std::collections::{HashMap, VecDeque};
 use crate::buffer::PrivateBuf;
 use crate::ring::{Record, RingRx, RingTx};
 use crate::segment::OwnSegment;
-use crate::sys::pidfd::PidFd;
+use crate::sys::pidfd::{PidFd, Watch};
+use sode_job::Lifecycle;
+use std::time::{Duration, Instant};
+
+/// How often a waiting exchange checks that its peers are alive.
+const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
+
+/// Watching the peers' processes, a poll every [`LIVENESS_PERIOD`] at most.
+#[derive(Debug)]
+struct Liveness {
+    watch: Watch,
+    next_check: Instant,
+    /// A peer with work outstanding was seen dead: one more full pass
+    /// first (it may have finished its part just before exiting).
+    suspect: bool,
+}
+
+impl Liveness {
+    fn new(watch: Watch) -> Liveness {
+        Liveness {
+            watch,
+            next_check: Instant::now(),
+            suspect: false,
+        }
+    }
+}
 use crate::sys::shared::SharedMap;
 use crate::thresholds::Thresholds;
 
-pub use build::ExchangeBuilder;
+pub use build::ShmExchangeBuilder;
 
 /// How a message travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,17 +114,17 @@ pub enum PathPolicy {
 /// receive from it. A message sent with tag `t` lands in the peer's receive
 /// with tag `t` from us.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Neighbour {
+pub struct Peer {
     pub(crate) peer: usize,
     pub(crate) send: Option<(usize, u32)>,
     pub(crate) recv: Option<(usize, u32)>,
     pub(crate) misalign: usize,
 }
 
-impl Neighbour {
+impl Peer {
     /// A neighbour with nothing to send or receive yet.
-    pub fn new(peer: usize) -> Neighbour {
-        Neighbour {
+    pub fn new(peer: usize) -> Peer {
+        Peer {
             peer,
             send: None,
             recv: None,
@@ -108,19 +133,19 @@ impl Neighbour {
     }
 
     /// Sends `len` bytes with `tag` every iteration.
-    pub fn send(mut self, len: usize, tag: u32) -> Neighbour {
+    pub fn send(mut self, len: usize, tag: u32) -> Peer {
         self.send = Some((len, tag));
         self
     }
 
     /// Receives `len` bytes with `tag` every iteration.
-    pub fn recv(mut self, len: usize, tag: u32) -> Neighbour {
+    pub fn recv(mut self, len: usize, tag: u32) -> Peer {
         self.recv = Some((len, tag));
         self
     }
 
     /// Starts both buffers `bytes` (< 64) past a cache-line boundary.
-    pub fn misaligned(mut self, bytes: usize) -> Neighbour {
+    pub fn misaligned(mut self, bytes: usize) -> Peer {
         self.misalign = bytes;
         self
     }
@@ -169,7 +194,7 @@ enum OpState {
 }
 
 #[derive(Debug)]
-struct PeerLink {
+struct PeerSegment {
     rank: usize,
     pid: i32,
     pidfd: PidFd,
@@ -221,7 +246,7 @@ struct RecvOp {
 pub struct Exchange {
     name: String,
     own: OwnSegment,
-    peers: Vec<PeerLink>,
+    peers: Vec<PeerSegment>,
     sends: Vec<SendOp>,
     recvs: Vec<RecvOp>,
     send_of: Vec<Option<usize>>,
@@ -229,8 +254,8 @@ pub struct Exchange {
     recv_index: HashMap<(usize, u32), usize>,
     send_index: HashMap<(usize, u32), usize>,
     iteration: u64,
-    in_flight: bool,
-    failed: Option<String>,
+    lifecycle: Lifecycle,
+    liveness: Liveness,
     get_chunk: usize,
     report: ExchangeReport,
     // Read by peers with cross-memory attach during setup.

@@ -7,8 +7,15 @@ use super::{Exchange, ExchangeReport, OpState, Path, Storage};
 use crate::caps::cma_read;
 use crate::error::{Result, ShmError};
 use crate::layout;
-use crate::ring::{Kind, Record};
-use crate::sys::pidfd;
+use crate::ring::{Record, RecordKind};
+use sode_job::Backoff;
+
+/// What one pass of progress achieved.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    progressed: bool,
+    complete: bool,
+}
 
 /// The operation behind neighbour `index`, or which buffer does not exist.
 fn op_of(table: &[Option<usize>], index: usize, what: &'static str) -> Result<usize> {
@@ -39,20 +46,9 @@ impl Exchange {
         self.iteration
     }
 
-    fn state_error(&self, why: &'static str) -> ShmError {
-        ShmError::State {
-            exchange: self.name.clone(),
-            why,
-        }
-    }
-
     /// The send buffer of neighbour `index`, to fill before `start`.
     pub fn send_buf_mut(&mut self, index: usize) -> Result<&mut [u8]> {
-        if self.in_flight {
-            return Err(self.state_error(
-                "send buffers cannot change while an exchange is in flight: call wait first",
-            ));
-        }
+        self.lifecycle.require_idle("send_buf_mut")?;
         let op = op_of(&self.send_of, index, "send")?;
         Ok(self.sends[op].buf.as_mut())
     }
@@ -60,11 +56,7 @@ impl Exchange {
     /// The receive buffer of neighbour `index`, valid after `wait` until the
     /// next `start`.
     pub fn recv_buf(&self, index: usize) -> Result<&[u8]> {
-        if self.in_flight {
-            return Err(self.state_error(
-                "receive buffers are being written while an exchange is in flight: call wait first",
-            ));
-        }
+        self.lifecycle.require_idle("recv_buf")?;
         let r = &self.recvs[op_of(&self.recv_of, index, "receive")?];
         match &r.storage {
             Storage::Private(b) => Ok(b.as_ref()),
@@ -83,15 +75,7 @@ impl Exchange {
     /// Starts an iteration: hands the receive buffers back to their senders
     /// (credits) and begins sending. Never blocks.
     pub fn start(&mut self) -> Result<()> {
-        if let Some(cause) = &self.failed {
-            return Err(ShmError::Failed {
-                exchange: self.name.clone(),
-                cause: cause.clone(),
-            });
-        }
-        if self.in_flight {
-            return Err(self.state_error("start called twice without wait"));
-        }
+        self.lifecycle.require_idle("start")?;
         self.iteration += 1;
         let n = self.iteration;
         for r in &mut self.recvs {
@@ -115,7 +99,8 @@ impl Exchange {
             s.sent = 0;
             s.pushed_any = false;
         }
-        self.in_flight = true;
+        self.liveness.suspect = false;
+        self.lifecycle.start();
         if let Err(e) = self.progress_sends() {
             return Err(self.fail(e));
         }
@@ -127,23 +112,47 @@ impl Exchange {
     /// after which `wait` may be called again). A peer that dies is reported
     /// as [`ShmError::PeerDied`] as soon as it is noticed.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
-        if let Some(cause) = &self.failed {
-            return Err(ShmError::Failed {
-                exchange: self.name.clone(),
-                cause: cause.clone(),
-            });
-        }
-        if !self.in_flight {
-            return Err(self.state_error("wait called without start"));
-        }
-        match self.wait_inner(deadline) {
-            Ok(()) => {
-                self.in_flight = false;
-                Ok(())
+        self.lifecycle.require_in_flight("wait")?;
+        let mut backoff = Backoff::exchange();
+        loop {
+            let pass = self.pass().map_err(|e| self.fail(e))?;
+            if pass.complete {
+                self.lifecycle.complete();
+                return Ok(());
             }
-            Err(e @ ShmError::Timeout { .. }) => Err(e),
-            Err(e) => Err(self.fail(e)),
+            if pass.progressed {
+                backoff.reset();
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(ShmError::Timeout {
+                    exchange: self.name.clone(),
+                    iteration: self.iteration,
+                    pending: self.pending_description(),
+                });
+            }
+            backoff.snooze();
         }
+    }
+
+    /// One non-blocking pass of [`wait`](Exchange::wait): moves every
+    /// message as far as it can go and returns whether the iteration is
+    /// complete (then it is no longer in flight). For progressing several
+    /// channels at once; allocates nothing and makes no system call unless
+    /// a get path copies or a peer check is due (every 2 ms).
+    pub fn test(&mut self) -> Result<bool> {
+        self.lifecycle.require_in_flight("test")?;
+        let pass = self.pass().map_err(|e| self.fail(e))?;
+        if pass.complete {
+            self.lifecycle.complete();
+        }
+        Ok(pass.complete)
+    }
+
+    /// What is still outstanding, for callers that progress with
+    /// [`test`](Exchange::test) and report their own timeout.
+    pub fn outstanding_report(&self) -> String {
+        self.pending_description()
     }
 
     /// `wait` with a deadline `timeout` from now.
@@ -151,9 +160,13 @@ impl Exchange {
         self.wait(Instant::now() + timeout)
     }
 
+    /// Whether an earlier error failed the exchange.
+    pub fn failed(&self) -> bool {
+        self.lifecycle.is_failed()
+    }
+
     fn fail(&mut self, e: ShmError) -> ShmError {
-        self.failed.get_or_insert_with(|| e.to_string());
-        self.in_flight = false;
+        self.lifecycle.fail(&e);
         e
     }
 
@@ -174,69 +187,55 @@ impl Exchange {
             || !self.peers[p].outbox.is_empty()
     }
 
-    fn wait_inner(&mut self, deadline: Instant) -> Result<()> {
-        let mut idle: u32 = 0;
-        let mut dead_seen = false;
-        loop {
-            let mut progress = self.flush_outboxes()?;
-            progress |= self.progress_sends()?;
-            progress |= self.drain_rings()?;
-            progress |= self.progress_gets()?;
-            progress |= self.check_windows()?;
-            if self.complete() {
-                return Ok(());
-            }
-            if progress {
-                idle = 0;
-                continue;
-            }
-            idle = idle.wrapping_add(1);
-            if dead_seen || idle % 64 == 0 {
-                let fds: Vec<_> = self.peers.iter().map(|p| &p.pidfd).collect();
-                let exited = pidfd::exited(&fds).map_err(|e| ShmError::Io {
-                    what: "polling peer processes".into(),
-                    source: e,
-                })?;
-                let dead: Vec<usize> = exited
-                    .into_iter()
-                    .filter(|&p| self.peer_pending(p))
-                    .collect();
-                if let Some(&p) = dead.first() {
-                    if dead_seen {
-                        return Err(ShmError::PeerDied {
-                            peer: self.peers[p].rank,
-                            pid: self.peers[p].pid,
-                            during: format!(
-                                "during iteration {} of exchange {} (outstanding: {})",
-                                self.iteration,
-                                self.name,
-                                self.pending_description()
-                            ),
-                        });
-                    }
-                    // One more full pass first: it may have finished its part
-                    // just before exiting.
-                    dead_seen = true;
-                    continue;
-                }
-                if Instant::now() >= deadline {
-                    return Err(ShmError::Timeout {
-                        exchange: self.name.clone(),
-                        iteration: self.iteration,
-                        pending: self.pending_description(),
-                    });
-                }
-            }
-            if idle > 20_000 {
-                // Long waits (a late or oversubscribed peer) stop burning the
-                // core the peer may need.
-                std::thread::sleep(Duration::from_micros(10));
-            } else if idle > 200 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+    /// One pass over every message, then the peers' liveness when due.
+    fn pass(&mut self) -> Result<Pass> {
+        let mut progressed = self.flush_outboxes()?;
+        progressed |= self.progress_sends()?;
+        progressed |= self.drain_rings()?;
+        progressed |= self.progress_gets()?;
+        progressed |= self.check_windows()?;
+        let complete = self.complete();
+        if !complete && !progressed {
+            self.check_liveness()?;
         }
+        Ok(Pass {
+            progressed,
+            complete,
+        })
+    }
+
+    /// A peer with work outstanding whose process exited is dead once a
+    /// further full pass did not finish that work.
+    fn check_liveness(&mut self) -> Result<()> {
+        let now = Instant::now();
+        if !self.liveness.suspect && now < self.liveness.next_check {
+            return Ok(());
+        }
+        self.liveness.next_check = now + super::LIVENESS_PERIOD;
+        self.liveness.watch.poll().map_err(|e| ShmError::Io {
+            what: "polling peer processes".into(),
+            source: e,
+        })?;
+        let dead =
+            (0..self.peers.len()).find(|&p| self.liveness.watch.exited(p) && self.peer_pending(p));
+        let Some(p) = dead else {
+            self.liveness.suspect = false;
+            return Ok(());
+        };
+        if !self.liveness.suspect {
+            self.liveness.suspect = true;
+            return Ok(());
+        }
+        Err(ShmError::PeerDied {
+            peer: self.peers[p].rank,
+            pid: self.peers[p].pid,
+            during: format!(
+                "during iteration {} of exchange {} (outstanding: {})",
+                self.iteration,
+                self.name,
+                self.pending_description()
+            ),
+        })
     }
 
     fn pending_description(&self) -> String {
@@ -318,7 +317,7 @@ impl Exchange {
                     while !s.pushed_any || s.sent < data.len() {
                         let len = (data.len() - s.sent).min(link.tx.max_payload());
                         let rec = Record {
-                            kind: Kind::Eager,
+                            kind: RecordKind::Eager,
                             tag: s.tag,
                             seq: n,
                             a: s.sent as u64,
@@ -341,7 +340,7 @@ impl Exchange {
                 }
                 Path::Get => {
                     let rec = Record {
-                        kind: Kind::ReceiveRequest,
+                        kind: RecordKind::ReceiveRequest,
                         tag: s.tag,
                         seq: n,
                         a: s.buf.address(),
@@ -399,7 +398,7 @@ impl Exchange {
                 };
                 let Some(p) = peeked else { break };
                 let rec = p.record;
-                if rec.seq == n + 1 && rec.kind != Kind::ReceiveDone {
+                if rec.seq == n + 1 && rec.kind != RecordKind::ReceiveDone {
                     // The peer is already one iteration ahead; this waits
                     // for our next start.
                     break;
@@ -411,7 +410,7 @@ impl Exchange {
                     )));
                 }
                 match rec.kind {
-                    Kind::Eager => {
+                    RecordKind::Eager => {
                         let k = *self.recv_index.get(&(pi, rec.tag)).ok_or_else(|| {
                             protocol(format!("eager data for unknown tag {}", rec.tag))
                         })?;
@@ -450,7 +449,7 @@ impl Exchange {
                             r.state = OpState::Done;
                         }
                     }
-                    Kind::ReceiveRequest => {
+                    RecordKind::ReceiveRequest => {
                         let k = *self.recv_index.get(&(pi, rec.tag)).ok_or_else(|| {
                             protocol(format!("receive_request for unknown tag {}", rec.tag))
                         })?;
@@ -474,7 +473,7 @@ impl Exchange {
                         }
                         r.get_from = Some(rec.a);
                     }
-                    Kind::ReceiveDone => {
+                    RecordKind::ReceiveDone => {
                         let k = *self.send_index.get(&(pi, rec.tag)).ok_or_else(|| {
                             protocol(format!("receive_done for unknown tag {}", rec.tag))
                         })?;
@@ -487,7 +486,7 @@ impl Exchange {
                         }
                         s.state = OpState::Done;
                     }
-                    Kind::Wrap => return Err(protocol("stray wrap record".into())),
+                    RecordKind::Wrap => return Err(protocol("stray wrap record".into())),
                 }
                 let link = &mut self.peers[pi];
                 link.rx
@@ -555,7 +554,7 @@ impl Exchange {
             if r.received == r.len {
                 r.state = OpState::Done;
                 link.outbox.push_back(Record {
-                    kind: Kind::ReceiveDone,
+                    kind: RecordKind::ReceiveDone,
                     tag: r.tag,
                     seq: n,
                     a: 0,

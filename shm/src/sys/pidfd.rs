@@ -1,9 +1,7 @@
 //! Process handles that notice a peer's death without racing pid reuse.
 
 use std::io;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 /// A pidfd (Linux 5.3+): readable once the process has exited, zombie or not.
 #[derive(Debug)]
@@ -20,19 +18,62 @@ impl PidFd {
         // SAFETY: `fd` is a fresh descriptor owned by nobody else.
         Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
     }
+
+    /// Whether the process has exited (one `poll`, no waiting).
+    pub(crate) fn exited(&self) -> io::Result<bool> {
+        let mut watch = Watch::new(std::iter::once(self));
+        watch.poll()?;
+        Ok(watch.exited(0))
+    }
 }
 
-/// Returns the indices of `fds` whose processes have exited.
-pub(crate) fn exited(fds: &[&PidFd]) -> io::Result<Vec<usize>> {
-    let mut polls: Vec<PollFd<'_>> = fds
-        .iter()
-        .map(|f| PollFd::new(f.0.as_fd(), PollFlags::POLLIN))
-        .collect();
-    poll(&mut polls, PollTimeout::ZERO).map_err(io::Error::from)?;
-    Ok(polls
-        .iter()
-        .enumerate()
-        .filter(|(_, p)| p.revents().is_some_and(|r| !r.is_empty()))
-        .map(|(i, _)| i)
-        .collect())
+/// Several pidfds polled at once, with the poll array built once: checking
+/// on peers allocates nothing.
+#[derive(Debug)]
+pub(crate) struct Watch {
+    polls: Vec<libc::pollfd>,
+}
+
+impl Watch {
+    /// A watch over `fds`; they must outlive it (the caller keeps both in
+    /// one struct, the pidfds dropped after or with the watch).
+    pub(crate) fn new<'a>(fds: impl IntoIterator<Item = &'a PidFd>) -> Watch {
+        Watch {
+            polls: fds
+                .into_iter()
+                .map(|f| libc::pollfd {
+                    fd: f.0.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// Polls every pidfd once without waiting. An interrupted poll reports
+    /// no exits (the next check will see them).
+    pub(crate) fn poll(&mut self) -> io::Result<()> {
+        for p in &mut self.polls {
+            p.revents = 0;
+        }
+        // SAFETY: `polls` is a live array of `len` pollfd structs; the
+        // timeout 0 makes the call return at once; the descriptors belong
+        // to PidFds the caller keeps open (a closed one shows as POLLNVAL,
+        // never as memory access).
+        let rc =
+            unsafe { libc::poll(self.polls.as_mut_ptr(), self.polls.len() as libc::nfds_t, 0) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(());
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Whether process `i` was seen exited by the last [`poll`](Watch::poll).
+    pub(crate) fn exited(&self, i: usize) -> bool {
+        self.polls.get(i).is_some_and(|p| p.revents != 0)
+    }
 }

@@ -3,14 +3,18 @@
 //! several at once. Loopback queue pairs inside this process (each connected
 //! to a partner on the same device), so no peer is needed.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::queue_pair::QueuePair;
 
 use super::connect::{self, ConnInfo, QpSizes};
 use crate::device::Device;
 use crate::error::{Result, TransportError};
-use crate::verbs::{ChainEntry, CompletionPoller, RegisteredBuffer, WriteChain, WC_SUCCESS};
+use crate::verbs::{
+    ChainEntry, ChainId, ChainSet, CompletionPoller, Keys, Posting, RegisteredBuffer, WC_SUCCESS,
+};
 
 /// What [`calibrate`] measured.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,139 +36,170 @@ const CHAIN: usize = 32;
 const LARGE: usize = 1 << 20;
 const REPEAT: usize = 3;
 
+/// Loopback queue pairs (senders first, then their partners) over one
+/// completion queue, the source and target buffers, and the keys.
 struct Loop {
-    // Drop order: queue pairs, then buffers.
-    senders: Vec<BasicQueuePair>,
-    _receivers: Vec<BasicQueuePair>,
-    cq: std::sync::Arc<sideway::ibverbs::completion::BasicCompletionQueue>,
-    _src: RegisteredBuffer,
-    _dst: RegisteredBuffer,
+    set: ChainSet,
+    cq: Arc<BasicCompletionQueue>,
+    poller: CompletionPoller,
+    src: Keys,
+    dst: Keys,
+    device: String,
+}
+
+impl Loop {
+    fn new(dev: &Device, engines: usize) -> Result<Loop> {
+        let device = dev.caps().device.clone();
+        let depth = (CHAIN + 4) as u32;
+        let cq = dev.create_cq((depth as usize * engines * 2).max(64) as u32)?;
+        let sizes = QpSizes {
+            send_wr: depth,
+            send_sge: 1,
+            recv_wr: 4,
+            inline: 0,
+        };
+        let mut qps = Vec::with_capacity(2 * engines);
+        for _ in 0..2 * engines {
+            qps.push(connect::create_qp(dev, &cq, &cq, &sizes)?);
+        }
+        let caps = dev.caps();
+        let psn = |i: usize| 100 + i as u32;
+        let infos: Vec<ConnInfo> = qps
+            .iter()
+            .enumerate()
+            .map(|(i, qp)| ConnInfo {
+                qpns: vec![qp.qp_number()],
+                psns: vec![psn(i)],
+                gid: caps.gid,
+                lid: caps.lid,
+                mtu: caps.active_mtu,
+                windows: Vec::new(),
+                engines_used: Vec::new(),
+            })
+            .collect();
+        for (i, qp) in qps.iter_mut().enumerate() {
+            // Sender e talks to engines + e, and back.
+            let partner = (i + engines) % (2 * engines);
+            connect::connect_qp(dev, qp, psn(i), &infos[partner], 0)?;
+        }
+        let len = LARGE * engines;
+        dev.check_memlock(2 * len as u64)?;
+        let alloc = |len| {
+            RegisteredBuffer::new(len).map_err(|source| TransportError::Allocate { len, source })
+        };
+        let (mut src, mut dst) = (alloc(len)?, alloc(len)?);
+        let verr = |op: &str, source| TransportError::Verbs {
+            op: op.into(),
+            device: device.clone(),
+            source,
+        };
+        let s = src
+            .local(&dev.pd)
+            .map_err(|e| verr("ibv_reg_mr(calibration source)", e))?;
+        let d = dst
+            .window(&dev.pd, 0, len)
+            .map_err(|e| verr("ibv_reg_mr(calibration target)", e))?;
+        Ok(Loop {
+            set: ChainSet::new(qps, vec![src, dst]),
+            cq,
+            poller: CompletionPoller::new(16),
+            src: s,
+            dst: d,
+            device,
+        })
+    }
+
+    /// A chain of `n` writes of `bytes` on engine `e`, the last signalled.
+    fn chain(&mut self, e: usize, n: usize, bytes: usize) -> Result<ChainId> {
+        let entries: Vec<ChainEntry> = (0..n)
+            .map(|k| {
+                let at = (e * LARGE + k * SMALL) as u64;
+                ChainEntry {
+                    wr_id: k as u64,
+                    local_addr: self.src.addr + at,
+                    lkey: self.src.lkey,
+                    len: bytes as u32,
+                    remote: Some((self.dst.addr + at, self.dst.rkey)),
+                    inline: false,
+                    with_imm: false,
+                    signaled: k + 1 == n,
+                    gather: Vec::new(),
+                }
+            })
+            .collect();
+        self.set
+            .add(&entries)
+            .map_err(|why| TransportError::InvalidCommand { command: 0, why })
+    }
+
+    fn verr(&self, op: &str, source: std::io::Error) -> TransportError {
+        TransportError::Verbs {
+            op: op.into(),
+            device: self.device.clone(),
+            source,
+        }
+    }
+
+    /// Best of [`REPEAT`] runs of posting `chains` (engine, chain) and
+    /// reaping them, in microseconds: the least disturbed run is the
+    /// device's own cost.
+    fn time(&mut self, chains: &[(usize, ChainId)]) -> Result<f64> {
+        let mut best = f64::INFINITY;
+        for _ in 0..REPEAT {
+            let t0 = Instant::now();
+            for &(e, c) in chains {
+                self.set
+                    .post(c, e, Posting::Chain)
+                    .map_err(|(source, _)| self.verr("ibv_post_send(calibration)", source))?;
+            }
+            self.reap(chains.len(), t0 + Duration::from_secs(30))?;
+            best = best.min(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        Ok(best)
+    }
+
+    fn reap(&mut self, mut left: usize, deadline: Instant) -> Result<()> {
+        while left > 0 {
+            let n = self
+                .poller
+                .poll(&self.cq)
+                .map_err(|e| self.verr("ibv_poll_cq(calibration)", e))?;
+            for i in 0..n {
+                let c = self.poller.get(i);
+                if c.status != WC_SUCCESS {
+                    let status = crate::verbs::status_str(c.status);
+                    return Err(self.verr("calibration write", std::io::Error::other(status)));
+                }
+                left -= 1;
+            }
+            if Instant::now() > deadline {
+                return Err(TransportError::Timeout {
+                    waited: Duration::from_secs(30),
+                    outstanding: "calibration writes on loopback queue pairs".into(),
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Measures `dev` with `engines` loopback queue pairs. Takes a few tens of
 /// milliseconds on hardware (longer under emulation).
 pub fn calibrate(dev: &Device, engines: usize) -> Result<Calibration> {
     let engines = engines.max(1);
-    let name = dev.caps().device.clone();
-    let verr = |op: &str, source: std::io::Error| TransportError::Verbs {
-        op: op.into(),
-        device: name.clone(),
-        source,
-    };
-    let depth = (CHAIN + 4) as u32;
-    let cq = dev.create_cq((depth as usize * engines * 2).max(64) as u32)?;
-    let sizes = QpSizes {
-        send_wr: depth,
-        send_sge: 1,
-        recv_wr: 4,
-        inline: 0,
-    };
-    let mut senders = Vec::new();
-    let mut receivers = Vec::new();
-    for _ in 0..engines {
-        senders.push(connect::create_qp(dev, &cq, &cq, &sizes)?);
-        receivers.push(connect::create_qp(dev, &cq, &cq, &sizes)?);
-    }
-    let caps = dev.caps();
-    let info = |qp: &BasicQueuePair, psn: u32| ConnInfo {
-        qpns: vec![qp.qp_number()],
-        psns: vec![psn],
-        gid: caps.gid,
-        lid: caps.lid,
-        mtu: caps.active_mtu,
-        windows: Vec::new(),
-        engines_used: Vec::new(),
-    };
-    for e in 0..engines {
-        let (si, ri) = (
-            info(&senders[e], 100 + e as u32),
-            info(&receivers[e], 200 + e as u32),
-        );
-        connect::connect_qp(dev, &mut senders[e], 100 + e as u32, &ri, 0)?;
-        connect::connect_qp(dev, &mut receivers[e], 200 + e as u32, &si, 0)?;
-    }
-    let len = LARGE * engines;
-    dev.check_memlock(2 * len as u64)?;
-    let mut src =
-        RegisteredBuffer::new(len).map_err(|source| TransportError::Allocate { len, source })?;
-    let mut dst =
-        RegisteredBuffer::new(len).map_err(|source| TransportError::Allocate { len, source })?;
-    let s = src
-        .local(&dev.pd)
-        .map_err(|e| verr("ibv_reg_mr(calibration source)", e))?;
-    let d = dst
-        .window(&dev.pd, 0, len)
-        .map_err(|e| verr("ibv_reg_mr(calibration target)", e))?;
-    let mut lp = Loop {
-        senders,
-        _receivers: receivers,
-        cq,
-        _src: src,
-        _dst: dst,
-    };
-    let entry = |e: usize, k: usize, bytes: usize| ChainEntry {
-        wr_id: k as u64,
-        local_addr: s.addr + (e * LARGE + k * SMALL) as u64,
-        lkey: s.lkey,
-        len: bytes as u32,
-        remote: Some((d.addr + (e * LARGE + k * SMALL) as u64, d.rkey)),
-        inline: false,
-        with_imm: false,
-        signaled: false,
-        gather: Vec::new(),
-    };
-    let chain_of = |e: usize, n: usize, bytes: usize| {
-        let mut v: Vec<ChainEntry> = (0..n).map(|k| entry(e, k, bytes)).collect();
-        v.last_mut().expect("n >= 1").signaled = true;
-        WriteChain::new(&v)
-    };
-    let mut poller = CompletionPoller::new(16);
-    // Best of REPEAT: the least disturbed run is the device's own cost.
-    let mut time = |chains: &mut [(usize, WriteChain)], lp: &mut Loop| -> Result<f64> {
-        let mut best = f64::INFINITY;
-        for _ in 0..REPEAT {
-            let t0 = Instant::now();
-            for (e, c) in chains.iter_mut() {
-                // SAFETY: sources and targets lie in `lp.src` / `lp.dst`,
-                // registered above and dropped after the queue pairs; the
-                // chain is reaped below before it is posted again.
-                unsafe { c.post(&lp.senders[*e]) }
-                    .map_err(|(source, _)| verr("ibv_post_send(calibration)", source))?;
-            }
-            let mut left = chains.len();
-            let deadline = t0 + Duration::from_secs(30);
-            while left > 0 {
-                let n = poller
-                    .poll(&lp.cq)
-                    .map_err(|e| verr("ibv_poll_cq(calibration)", e))?;
-                for i in 0..n {
-                    let c = poller.get(i);
-                    if c.status != WC_SUCCESS {
-                        return Err(TransportError::Verbs {
-                            op: "calibration write".into(),
-                            device: name.clone(),
-                            source: std::io::Error::other(crate::verbs::status_str(c.status)),
-                        });
-                    }
-                    left -= 1;
-                }
-                if Instant::now() > deadline {
-                    return Err(TransportError::Timeout {
-                        waited: Duration::from_secs(30),
-                        outstanding: "calibration writes on loopback queue pairs".into(),
-                    });
-                }
-            }
-            best = best.min(t0.elapsed().as_secs_f64() * 1e6);
-        }
-        Ok(best)
-    };
-    let one = time(&mut [(0, chain_of(0, 1, SMALL))], &mut lp)?;
-    let many = time(&mut [(0, chain_of(0, CHAIN, SMALL))], &mut lp)?;
-    let big = time(&mut [(0, chain_of(0, 1, LARGE))], &mut lp)?;
-    let mut all: Vec<(usize, WriteChain)> =
-        (0..engines).map(|e| (e, chain_of(e, 1, LARGE))).collect();
-    let together = time(&mut all, &mut lp)?;
+    let mut lp = Loop::new(dev, engines)?;
+    let (one, many, big) = (
+        lp.chain(0, 1, SMALL)?,
+        lp.chain(0, CHAIN, SMALL)?,
+        lp.chain(0, 1, LARGE)?,
+    );
+    let all: Vec<(usize, ChainId)> = (0..engines)
+        .map(|e| lp.chain(e, 1, LARGE).map(|c| (e, c)))
+        .collect::<Result<_>>()?;
+    let one = lp.time(&[(0, one)])?;
+    let many = lp.time(&[(0, many)])?;
+    let big = lp.time(&[(0, big)])?;
+    let together = lp.time(&all)?;
     Ok(Calibration {
         command_overhead_us: ((many - one) / (CHAIN - 1) as f64).max(0.001),
         qp_gbps: LARGE as f64 / (big * 1e3),
@@ -172,21 +207,4 @@ pub fn calibrate(dev: &Device, engines: usize) -> Result<Calibration> {
         write_latency_us: one,
         engines,
     })
-}
-
-impl Calibration {
-    /// The scheduler's machine model for this device: `engines` queue pairs
-    /// at the measured per-queue-pair bandwidth sharing the measured node
-    /// bandwidth (one port: no separate link limit), the measured cost per
-    /// command, and two write latencies (credit, then data) per exchange.
-    pub fn machine(&self) -> sode_scheduler::Machine {
-        sode_scheduler::Machine {
-            engines: self.engines,
-            engine_gbps: self.qp_gbps,
-            link_gbps: self.node_gbps.max(self.qp_gbps),
-            node_gbps: self.node_gbps.max(self.qp_gbps),
-            command_overhead_us: self.command_overhead_us,
-            fixed_overhead_us: 2.0 * self.write_latency_us,
-        }
-    }
 }

@@ -1,27 +1,22 @@
 //! Persistent sets of RDMA writes: described once, built once (collective),
 //! run every iteration with `start` / `wait`.
 
+mod build;
 mod calibrate;
 mod connect;
-mod plan;
 mod run;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use sideway::ibverbs::completion::BasicCompletionQueue;
-use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+use sideway::ibverbs::protection_domain::ProtectionDomain;
 
-use crate::bootstrap::{PeerLink, World};
 use crate::device::Device;
 use crate::error::{Result, TransportError};
-use crate::verbs::{ChainEntry, CompletionPoller, Keys, RecvRing, RegisteredBuffer, WriteChain};
+use crate::verbs::{ChainSet, CompletionPoller, Keys, Posting, RecvRing, RegisteredBuffer};
 pub use calibrate::{calibrate, Calibration};
-use connect::{ConnInfo, QpSizes, WindowDesc};
-pub use plan::writes_from_plan;
 pub use run::ExchangeStats;
-use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 /// A buffer of a [`PersistentWrites`] (index in creation order).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -80,9 +75,26 @@ pub enum PostMode {
     PerRequest,
 }
 
+impl PostMode {
+    fn posting(self) -> Posting {
+        match self {
+            PostMode::Chain => Posting::Chain,
+            PostMode::PerRequest => Posting::PerRequest,
+        }
+    }
+}
+
+/// One write as described: where it goes, and the source pieces of a
+/// gather write (empty: contiguous from `write.src_offset`).
+#[derive(Debug, Clone)]
+struct PlannedWrite {
+    write: Write,
+    gather: Vec<(usize, usize)>,
+}
+
 /// Collects buffers, windows and writes, then builds a [`PersistentWrites`].
 #[derive(Debug)]
-pub struct ExchangeBuilder<'d> {
+pub struct RdmaExchangeBuilder<'d> {
     dev: &'d Device,
     engines: usize,
     cq_layout: CqLayout,
@@ -90,9 +102,7 @@ pub struct ExchangeBuilder<'d> {
     inline_max: u32,
     buffers: Vec<RegisteredBuffer>,
     windows: Vec<WindowSpec>,
-    writes: Vec<Write>,
-    /// Per write: the source pieces of a gather write (empty: contiguous).
-    gathers: Vec<Vec<(usize, usize)>>,
+    writes: Vec<PlannedWrite>,
     registered: u64,
     wrong_rkey: Option<usize>,
 }
@@ -100,11 +110,11 @@ pub struct ExchangeBuilder<'d> {
 /// Most bytes one RDMA write may carry (RC messages are at most 2^31 bytes).
 pub const MAX_WRITE: usize = 1 << 31;
 
-impl<'d> ExchangeBuilder<'d> {
+impl<'d> RdmaExchangeBuilder<'d> {
     /// A builder on `dev` with one engine per peer, a shared send CQ, chained
     /// posts and writes of up to 64 bytes (or the device's limit) inline.
     pub fn new(dev: &'d Device) -> Self {
-        ExchangeBuilder {
+        RdmaExchangeBuilder {
             dev,
             engines: 1,
             cq_layout: CqLayout::Shared,
@@ -113,7 +123,6 @@ impl<'d> ExchangeBuilder<'d> {
             buffers: Vec::new(),
             windows: Vec::new(),
             writes: Vec::new(),
-            gathers: Vec::new(),
             registered: 0,
             wrong_rkey: None,
         }
@@ -252,8 +261,10 @@ impl<'d> ExchangeBuilder<'d> {
 
     /// Adds a write to the plan (checked at build against the peer's window).
     pub fn write(&mut self, w: Write) -> &mut Self {
-        self.writes.push(w);
-        self.gathers.push(Vec::new());
+        self.writes.push(PlannedWrite {
+            write: w,
+            gather: Vec::new(),
+        });
         self
     }
 
@@ -264,348 +275,11 @@ impl<'d> ExchangeBuilder<'d> {
     pub fn write_gather(&mut self, mut w: Write, pieces: &[(usize, usize)]) -> &mut Self {
         w.src_offset = pieces.first().map_or(0, |p| p.0);
         w.len = pieces.iter().map(|p| p.1).sum();
-        self.writes.push(w);
-        self.gathers.push(pieces.to_vec());
+        self.writes.push(PlannedWrite {
+            write: w,
+            gather: pieces.to_vec(),
+        });
         self
-    }
-
-    /// Connects to every peer this rank writes to and every peer named as a
-    /// writer of one of its windows, exchanges queue-pair numbers and keys
-    /// (each window's rkey only to its writers), checks each write against
-    /// the window it targets, and pre-builds the chains. Collective among
-    /// those peers.
-    pub fn build(mut self, world: &mut World, timeout: Duration) -> Result<PersistentWrites> {
-        let deadline = Instant::now() + timeout;
-        let me = world.rank();
-        let e_count = self.engines;
-        let caps = self.dev.caps().clone();
-        if e_count == 0 {
-            return Err(TransportError::InvalidSetting {
-                name: "engines".into(),
-                value: "0".into(),
-                why: "at least one queue pair per peer".into(),
-            });
-        }
-        // Local checks of every write first: they need no peer.
-        for (i, w) in self.writes.iter().enumerate() {
-            let bad = |why: String| Err(TransportError::InvalidCommand { command: i, why });
-            if w.peer >= world.size() || w.peer == me {
-                return Err(TransportError::UnknownPeer {
-                    peer: w.peer,
-                    why: format!(
-                        "write #{i}: the job has ranks 0..{} and this is rank {me}",
-                        world.size()
-                    ),
-                });
-            }
-            if w.engine >= e_count {
-                return bad(format!(
-                    "engine {} but there are {e_count} engines per peer",
-                    w.engine
-                ));
-            }
-            let Some(src) = self.buffers.get(w.src.0) else {
-                return bad(format!(
-                    "buffer {} does not exist ({} made)",
-                    w.src.0,
-                    self.buffers.len()
-                ));
-            };
-            if w.len > MAX_WRITE {
-                return bad(format!(
-                    "{} bytes is more than one RDMA write carries ({MAX_WRITE}); split it",
-                    w.len
-                ));
-            }
-            if w.src_offset
-                .checked_add(w.len)
-                .is_none_or(|end| end > src.len())
-            {
-                return bad(format!(
-                    "source range {}..{}+{} is outside buffer {} of {} bytes",
-                    w.src_offset,
-                    w.src_offset,
-                    w.len,
-                    w.src.0,
-                    src.len()
-                ));
-            }
-            for &(off, len) in &self.gathers[i] {
-                if off.checked_add(len).is_none_or(|end| end > src.len()) {
-                    return bad(format!(
-                        "gathered piece {off}..{off}+{len} is outside buffer {} of {} bytes",
-                        w.src.0,
-                        src.len()
-                    ));
-                }
-            }
-        }
-        // Each source buffer is registered once for local reads, however many
-        // writes read from it.
-        let mut src_keys: BTreeMap<usize, Keys> = BTreeMap::new();
-        for w in &self.writes.clone() {
-            if let std::collections::btree_map::Entry::Vacant(v) = src_keys.entry(w.src.0) {
-                let len = self.buffers[w.src.0].len();
-                self.dev.check_memlock(self.registered + len as u64)?;
-                v.insert(self.register(w.src, len, |b, pd| b.local(pd))?);
-            }
-        }
-        let mut writers_here: BTreeSet<usize> = BTreeSet::new();
-        for win in &self.windows {
-            for &w in &win.writers {
-                if w >= world.size() || w == me {
-                    return Err(TransportError::UnknownPeer {
-                        peer: w,
-                        why: format!(
-                            "named as writer of a window of rank {me}, in a job of {} ranks",
-                            world.size()
-                        ),
-                    });
-                }
-                writers_here.insert(w);
-            }
-        }
-        let targets: BTreeSet<usize> = self.writes.iter().map(|w| w.peer).collect();
-        let peers: BTreeSet<usize> = targets.union(&writers_here).copied().collect();
-
-        // Queues. Each chain ends with one signalled request; credits are
-        // signalled too. Depths follow from the plan.
-        let mut chain_len: BTreeMap<(usize, usize), usize> = BTreeMap::new();
-        for w in &self.writes {
-            *chain_len.entry((w.peer, w.engine)).or_default() += 1;
-        }
-        let max_chain = chain_len.values().copied().max().unwrap_or(0);
-        // A credit may be posted while the chain of the same iteration is in
-        // flight, and one of the next iteration before this one's reaped.
-        let send_wr = (max_chain + 2).max(4) as u32;
-        let recv_wr = RECV_DEPTH as u32;
-        let inline = if self
-            .writes
-            .iter()
-            .any(|w| w.len as u64 <= u64::from(self.inline_max) && w.len > 0)
-        {
-            self.inline_max
-        } else {
-            0
-        };
-        let n_send_cqs = match self.cq_layout {
-            CqLayout::Shared => 1,
-            CqLayout::PerEngine => e_count,
-        };
-        let qps_per_cq = peers.len() * e_count / n_send_cqs;
-        let send_cq_depth = ((send_wr as usize) * qps_per_cq.max(1)).max(16) as u32;
-        let recv_cq_depth = (RECV_DEPTH * peers.len() * e_count).max(16) as u32;
-        let recv_cq = self.dev.create_cq(recv_cq_depth)?;
-        let send_cqs: Vec<Arc<BasicCompletionQueue>> = (0..n_send_cqs)
-            .map(|_| self.dev.create_cq(send_cq_depth))
-            .collect::<Result<_>>()?;
-        let send_sge = self
-            .gathers
-            .iter()
-            .map(|g| g.len())
-            .max()
-            .unwrap_or(0)
-            .max(1) as u32;
-        let sizes = QpSizes {
-            send_wr,
-            send_sge,
-            recv_wr,
-            inline,
-        };
-        let peer_list: Vec<usize> = peers.iter().copied().collect();
-        let mut qps: Vec<BasicQueuePair> = Vec::with_capacity(peer_list.len() * e_count);
-        let mut psns = Vec::with_capacity(qps.capacity());
-        for &p in &peer_list {
-            for e in 0..e_count {
-                let cq = &send_cqs[match self.cq_layout {
-                    CqLayout::Shared => 0,
-                    CqLayout::PerEngine => e,
-                }];
-                qps.push(connect::create_qp(self.dev, cq, &recv_cq, &sizes)?);
-                psns.push(connect::initial_psn(me, p, e));
-            }
-        }
-        // Receives go up before the peer can send (still in INIT).
-        let mut recv_rings: Vec<RecvRing> = (0..qps.len())
-            .map(|slot| RecvRing::new(RECV_DEPTH, slot as u64))
-            .collect();
-        for (slot, qp) in qps.iter().enumerate() {
-            recv_rings[slot]
-                .post(qp, RECV_DEPTH)
-                .map_err(|e| TransportError::Verbs {
-                    op: "ibv_post_recv".into(),
-                    device: caps.device.clone(),
-                    source: e,
-                })?;
-        }
-
-        // Keys and queue-pair numbers, pairwise.
-        let mut links =
-            world.connect_peers(&peers, deadline.saturating_duration_since(Instant::now()))?;
-        let mut remote: BTreeMap<usize, ConnInfo> = BTreeMap::new();
-        for (pi, &p) in peer_list.iter().enumerate() {
-            let engines_used: Vec<usize> = (0..e_count)
-                .filter(|e| chain_len.contains_key(&(p, *e)))
-                .collect();
-            let windows = self
-                .windows
-                .iter()
-                .enumerate()
-                .filter(|(_, w)| w.writers.contains(&p))
-                .map(|(id, w)| WindowDesc {
-                    id,
-                    addr: w.keys.addr,
-                    len: w.len as u64,
-                    rkey: w.keys.rkey,
-                })
-                .collect();
-            let info = ConnInfo {
-                qpns: qps[pi * e_count..(pi + 1) * e_count]
-                    .iter()
-                    .map(|q| q.qp_number())
-                    .collect(),
-                psns: psns[pi * e_count..(pi + 1) * e_count].to_vec(),
-                gid: caps.gid,
-                lid: caps.lid,
-                mtu: caps.active_mtu,
-                windows,
-                engines_used,
-            };
-            links.get_mut(&p).expect("connected").send(&info)?;
-        }
-        for &p in &peer_list {
-            let info: ConnInfo = links.get_mut(&p).expect("connected").recv(deadline)?;
-            if info.qpns.len() != e_count || info.psns.len() != e_count {
-                return Err(TransportError::Protocol {
-                    whom: format!("rank {p}"),
-                    why: format!("it opened {} engines towards rank {me}, which opened {e_count}: every rank must use the same number of engines", info.qpns.len()),
-                });
-            }
-            if info.engines_used.iter().any(|&e| e >= e_count) {
-                return Err(TransportError::Protocol {
-                    whom: format!("rank {p}"),
-                    why: "it names an engine out of range".into(),
-                });
-            }
-            remote.insert(p, info);
-        }
-
-        // Every write against the window it targets, as its owner described it.
-        let mut commands = Vec::with_capacity(self.writes.len());
-        for (i, w) in self.writes.iter().enumerate() {
-            let info = &remote[&w.peer];
-            let Some(win) = info.windows.iter().find(|d| d.id == w.window.0) else {
-                return Err(TransportError::InvalidCommand {
-                    command: i,
-                    why: format!(
-                        "rank {} has no window {} that rank {me} may write into (it offers {:?}); the window must list this rank among its writers",
-                        w.peer,
-                        w.window.0,
-                        info.windows.iter().map(|d| d.id).collect::<Vec<_>>()
-                    ),
-                });
-            };
-            if (w.dst_offset as u64)
-                .checked_add(w.len as u64)
-                .is_none_or(|end| end > win.len)
-            {
-                return Err(TransportError::InvalidCommand {
-                    command: i,
-                    why: format!(
-                        "destination range {}..{} is outside window {} of rank {} ({} bytes)",
-                        w.dst_offset,
-                        w.dst_offset + w.len,
-                        w.window.0,
-                        w.peer,
-                        win.len
-                    ),
-                });
-            }
-            let src = src_keys[&w.src.0];
-            let rkey = if self.wrong_rkey == Some(i) {
-                win.rkey ^ 0x5a5a_0000
-            } else {
-                win.rkey
-            };
-            commands.push(run::Command {
-                write: *w,
-                entry: ChainEntry {
-                    wr_id: i as u64,
-                    local_addr: src.addr + w.src_offset as u64,
-                    lkey: src.lkey,
-                    len: w.len as u32,
-                    remote: Some((win.addr + w.dst_offset as u64, rkey)),
-                    inline: w.len > 0
-                        && w.len as u64 <= u64::from(inline)
-                        && self.gathers[i].is_empty(),
-                    with_imm: false,
-                    signaled: false,
-                    gather: self.gathers[i]
-                        .iter()
-                        .map(|&(off, len)| (src.addr + off as u64, len as u32))
-                        .collect(),
-                },
-            });
-        }
-
-        for (pi, &p) in peer_list.iter().enumerate() {
-            for e in 0..e_count {
-                let slot = pi * e_count + e;
-                connect::connect_qp(self.dev, &mut qps[slot], psns[slot], &remote[&p], e)?;
-            }
-        }
-        // Nobody sends before both ends of every pair are ready to receive.
-        for &p in &peer_list {
-            links.get_mut(&p).expect("connected").send(&"ready")?;
-        }
-        for &p in &peer_list {
-            let _: String = links.get_mut(&p).expect("connected").recv(deadline)?;
-        }
-
-        let chains = run::build_chains(&commands, &peer_list, e_count);
-        let expected_imms: Vec<usize> = peer_list
-            .iter()
-            .map(|p| remote[p].engines_used.len())
-            .collect();
-        let credit_chains: Vec<Option<WriteChain>> = peer_list
-            .iter()
-            .map(|p| {
-                writers_here.contains(p).then(|| {
-                    WriteChain::new(&[ChainEntry {
-                        wr_id: run::CREDIT_TAG | *p as u64,
-                        local_addr: 0,
-                        lkey: 0,
-                        len: 0,
-                        remote: None,
-                        inline: false,
-                        with_imm: true,
-                        signaled: true,
-                        gather: Vec::new(),
-                    }])
-                })
-            })
-            .collect();
-        Ok(PersistentWrites {
-            state: run::State::new(
-                me,
-                peer_list,
-                e_count,
-                commands,
-                chains,
-                credit_chains,
-                expected_imms,
-                links.into_values().collect::<Vec<PeerLink>>(),
-                self.post_mode,
-            ),
-            recv_rings,
-            pollers: (CompletionPoller::new(64), CompletionPoller::new(64)),
-            qps,
-            send_cqs,
-            recv_cq,
-            buffers: self.buffers,
-            windows: self.windows,
-            device: caps.device,
-        })
     }
 }
 
@@ -625,16 +299,16 @@ const RECV_DEPTH: usize = 16;
 ///
 /// [`start`]: PersistentWrites::start
 /// [`wait`]: PersistentWrites::wait
-// Field order is drop order: queue pairs before their completion queues,
-// registrations (in the state's chains) before the memory they name.
+// Field order is drop order: the queue pairs (in `set`) before their
+// completion queues; `set` drops its queue pairs before its buffers.
 pub struct PersistentWrites {
     state: run::State,
     recv_rings: Vec<RecvRing>,
-    pollers: (CompletionPoller, CompletionPoller),
-    qps: Vec<BasicQueuePair>,
+    set: ChainSet,
+    send_poller: CompletionPoller,
+    recv_poller: CompletionPoller,
     send_cqs: Vec<Arc<BasicCompletionQueue>>,
     recv_cq: Arc<BasicCompletionQueue>,
-    buffers: Vec<RegisteredBuffer>,
     windows: Vec<WindowSpec>,
     device: String,
 }
@@ -643,8 +317,7 @@ impl std::fmt::Debug for PersistentWrites {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PersistentWrites")
             .field("device", &self.device)
-            .field("queue_pairs", &self.qps.len())
-            .field("buffers", &self.buffers.len())
+            .field("chains", &self.set)
             .field("windows", &self.windows.len())
             .finish_non_exhaustive()
     }

@@ -1,20 +1,21 @@
 //! Running a persistent set of writes: `start`, `wait`, and the completion
-//! bookkeeping between them.
+//! bookkeeping between them. The credit protocol itself is
+//! [`CreditBook`](crate::CreditBook); this module feeds it what the device
+//! reports and posts what it allows.
 
 use std::time::{Duration, Instant};
 
-use sideway::ibverbs::queue_pair::{QueuePair, QueuePairAttribute, QueuePairState};
+use sode_job::{Backoff, Lifecycle, PeerLink};
 
 use super::{BufferId, PersistentWrites, PostMode, WindowId, Write, RECV_DEPTH};
-use crate::bootstrap::PeerLink;
+use crate::credit::{CreditBook, CreditEvent, PeerRole, ProtocolViolation, EPOCH_MASK};
 use crate::error::{Result, TransportError};
-use crate::verbs::{self, ChainEntry, Completion, WriteChain};
+use crate::verbs::{self, ChainId, Completion};
 
 /// `wr_id` bit of credit sends (the rest is the peer's rank).
 pub(crate) const CREDIT_TAG: u64 = 1 << 63;
 /// Immediate bit of credits; the low 31 bits are the iteration number.
 const IMM_CREDIT: u32 = 1 << 31;
-const EPOCH_MASK: u32 = IMM_CREDIT - 1;
 /// How often `wait` checks that the peers it waits for are alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 /// How long work with a peer may stay outstanding after its connection
@@ -22,48 +23,66 @@ const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 /// (from a peer that finished and exited) arrive well within it.
 const PEER_GRACE: Duration = Duration::from_millis(200);
 
-pub(crate) struct Command {
-    pub write: Write,
-    pub entry: ChainEntry,
-}
-
 /// The writes of one engine towards one peer, in plan order.
+#[derive(Debug)]
 pub(crate) struct Chain {
-    peer_index: usize,
+    peer: usize,
     engine: usize,
-    chain: WriteChain,
+    id: ChainId,
+    len: usize,
+    /// The command whose completion ends the chain (the only signalled one).
     last: usize,
+    posted: bool,
+    done: bool,
 }
 
-pub(crate) fn build_chains(commands: &[Command], peers: &[usize], engines: usize) -> Vec<Chain> {
-    let mut chains = Vec::new();
-    for (pi, &p) in peers.iter().enumerate() {
-        for e in 0..engines {
-            let ids: Vec<usize> = (0..commands.len())
-                .filter(|&i| commands[i].write.peer == p && commands[i].write.engine == e)
-                .collect();
-            let Some(&last) = ids.last() else { continue };
-            let mut entries: Vec<ChainEntry> =
-                ids.iter().map(|&i| commands[i].entry.clone()).collect();
-            let tail = entries.last_mut().expect("non-empty");
-            tail.with_imm = true;
-            tail.signaled = true;
-            chains.push(Chain {
-                peer_index: pi,
-                engine: e,
-                chain: WriteChain::new(&entries),
-                last,
-            });
+impl Chain {
+    pub(crate) fn new(peer: usize, engine: usize, id: ChainId, len: usize, last: usize) -> Chain {
+        Chain {
+            peer,
+            engine,
+            id,
+            len,
+            last,
+            posted: false,
+            done: false,
         }
     }
-    chains
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Phase {
-    Idle,
-    InFlight,
-    Failed(String),
+/// One peer of the exchange.
+#[derive(Debug)]
+pub(crate) struct Peer {
+    rank: usize,
+    link: PeerLink,
+    /// The credit this rank grants the peer each iteration, if it writes to us.
+    credit: Option<ChainId>,
+    credit_pending: bool,
+    /// Chains the peer writes to this rank per iteration.
+    arrivals: usize,
+    /// When its setup link was first seen closed.
+    closed_since: Option<Instant>,
+    /// Receives still posted on each of its engines.
+    recv_posted: Vec<usize>,
+}
+
+impl Peer {
+    pub(crate) fn new(
+        rank: usize,
+        link: PeerLink,
+        credit: Option<ChainId>,
+        arrivals: usize,
+    ) -> Peer {
+        Peer {
+            rank,
+            link,
+            credit,
+            credit_pending: false,
+            arrivals,
+            closed_since: None,
+            recv_posted: Vec::new(),
+        }
+    }
 }
 
 /// Counters of a [`PersistentWrites`] since it was built.
@@ -81,74 +100,66 @@ pub struct ExchangeStats {
 
 pub(crate) struct State {
     me: usize,
-    peers: Vec<usize>,
     engines: usize,
-    commands: Vec<Command>,
+    writes: Vec<Write>,
+    /// For each command, the chain it ends (if it is a chain's last).
+    ends_chain: Vec<Option<usize>>,
     chains: Vec<Chain>,
-    chains_of_peer: Vec<Vec<usize>>,
-    credit_chains: Vec<Option<WriteChain>>,
-    expected_imms: Vec<usize>,
-    links: Vec<PeerLink>,
+    peers: Vec<Peer>,
+    book: CreditBook,
+    lifecycle: Lifecycle,
     post_mode: PostMode,
-    phase: Phase,
-    epoch: u32,
-    credits_received: Vec<u32>,
-    chain_posted: Vec<bool>,
-    chain_done: Vec<bool>,
     chains_done: usize,
-    credit_pending: Vec<bool>,
-    closed_since: Vec<Option<Instant>>,
-    credits_done: usize,
     credits_posted: usize,
-    arrivals: Vec<usize>,
-    recv_posted: Vec<usize>,
+    credits_done: usize,
     stats: ExchangeStats,
 }
 
 impl State {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         me: usize,
-        peers: Vec<usize>,
         engines: usize,
-        commands: Vec<Command>,
+        writes: Vec<Write>,
         chains: Vec<Chain>,
-        credit_chains: Vec<Option<WriteChain>>,
-        expected_imms: Vec<usize>,
-        mut links: Vec<PeerLink>,
+        mut peers: Vec<Peer>,
         post_mode: PostMode,
     ) -> State {
-        links.sort_by_key(|l| l.peer());
-        let mut chains_of_peer = vec![Vec::new(); peers.len()];
+        let mut ends_chain = vec![None; writes.len()];
         for (ci, c) in chains.iter().enumerate() {
-            chains_of_peer[c.peer_index].push(ci);
+            ends_chain[c.last] = Some(ci);
         }
-        let n = peers.len();
+        for p in &mut peers {
+            p.recv_posted = vec![RECV_DEPTH; engines];
+        }
+        let book = CreditBook::new(peers.iter().enumerate().map(|(pi, p)| PeerRole {
+            we_write: chains.iter().any(|c| c.peer == pi),
+            arrivals_per_iteration: p.arrivals,
+        }));
         State {
             me,
             engines,
-            commands,
-            chain_posted: vec![false; chains.len()],
-            chain_done: vec![false; chains.len()],
-            credit_pending: vec![false; n],
-            closed_since: vec![None; n],
+            writes,
+            ends_chain,
             chains,
-            chains_of_peer,
-            credit_chains,
-            expected_imms,
-            links,
-            post_mode,
-            phase: Phase::Idle,
-            epoch: 0,
-            credits_received: vec![0; n],
-            chains_done: 0,
-            credits_done: 0,
-            credits_posted: 0,
-            arrivals: vec![0; n],
-            recv_posted: vec![RECV_DEPTH; n * engines],
-            stats: ExchangeStats::default(),
             peers,
+            book,
+            lifecycle: Lifecycle::Idle,
+            post_mode,
+            chains_done: 0,
+            credits_posted: 0,
+            credits_done: 0,
+            stats: ExchangeStats::default(),
         }
+    }
+
+    fn done(&self) -> bool {
+        self.chains_done == self.chains.len()
+            && self.credits_done == self.credits_posted
+            && self.book.arrivals_complete()
+    }
+
+    fn peer_index(&self, rank: usize) -> Option<usize> {
+        self.peers.iter().position(|p| p.rank == rank)
     }
 }
 
@@ -158,17 +169,18 @@ impl PersistentWrites {
     /// post call, to every peer whose credit for this iteration has arrived
     /// (the others are posted from `wait` as their credits arrive).
     pub fn start(&mut self) -> Result<()> {
-        self.require_phase("start", false)?;
+        self.state.lifecycle.require_idle("start")?;
         let s = &mut self.state;
-        s.epoch = s.epoch.wrapping_add(1) & EPOCH_MASK;
-        s.chain_posted.iter_mut().for_each(|p| *p = false);
-        s.chain_done.iter_mut().for_each(|p| *p = false);
+        s.book.start();
+        for c in &mut s.chains {
+            c.posted = false;
+            c.done = false;
+        }
         s.chains_done = 0;
         s.credits_done = 0;
         s.credits_posted = 0;
-        s.arrivals.iter_mut().for_each(|a| *a = 0);
         s.stats.iterations += 1;
-        s.phase = Phase::InFlight;
+        s.lifecycle.start();
         let result = self.post_credits().and_then(|()| {
             for pi in 0..self.state.peers.len() {
                 self.post_granted(pi)?;
@@ -180,61 +192,60 @@ impl PersistentWrites {
     }
 
     fn post_credits(&mut self) -> Result<()> {
-        let s = &mut self.state;
-        for pi in 0..s.peers.len() {
-            let Some(chain) = s.credit_chains[pi].as_mut() else {
+        let epoch = self.state.book.epoch();
+        for pi in 0..self.state.peers.len() {
+            let Some(credit) = self.state.peers[pi].credit else {
                 continue;
             };
-            chain.set_imm(IMM_CREDIT | s.epoch, &[0]);
-            // SAFETY: a credit is a zero-length send: it references no memory.
-            unsafe { chain.post(&self.qps[pi * s.engines]) }.map_err(|(source, _)| {
-                TransportError::Verbs {
-                    op: format!("ibv_post_send(credit to rank {})", s.peers[pi]),
+            self.set.set_imm(credit, IMM_CREDIT | epoch, &[0]);
+            let qp = pi * self.state.engines;
+            self.set
+                .post(credit, qp, verbs::Posting::Chain)
+                .map_err(|(source, _)| TransportError::Verbs {
+                    op: format!(
+                        "ibv_post_send(credit to rank {})",
+                        self.state.peers[pi].rank
+                    ),
                     device: self.device.clone(),
                     source,
-                }
-            })?;
-            s.credits_posted += 1;
-            s.credit_pending[pi] = true;
+                })?;
+            self.state.credits_posted += 1;
+            self.state.peers[pi].credit_pending = true;
         }
         Ok(())
     }
 
     /// Posts the chains to peer `pi` if its credit for this iteration is in.
     fn post_granted(&mut self, pi: usize) -> Result<()> {
-        let s = &mut self.state;
-        if s.credits_received[pi] != s.epoch {
+        if !self.state.book.may_post(pi) {
             return Ok(());
         }
-        for &ci in &s.chains_of_peer[pi] {
-            if s.chain_posted[ci] {
+        let (epoch, how) = (self.state.book.epoch(), self.state.post_mode);
+        for ci in 0..self.state.chains.len() {
+            let c = &self.state.chains[ci];
+            if c.peer != pi || c.posted {
                 continue;
             }
-            let c = &mut s.chains[ci];
-            c.chain.set_imm(s.epoch, &[c.chain.len() - 1]);
-            let qp = &self.qps[pi * s.engines + c.engine];
+            let (id, len, qp) = (c.id, c.len, pi * self.state.engines + c.engine);
+            self.set.set_imm(id, epoch, &[len - 1]);
             let t0 = Instant::now();
-            // SAFETY: every request's source lies in a RegisteredBuffer of this
-            // object and its target in a window the peer registered for us;
-            // both outlive the chain (the buffers are dropped after the
-            // queue pairs, and `wait` reaps the chain before the next start);
-            // the send queue was sized for the longest chain plus credits.
-            let posted = match s.post_mode {
-                PostMode::Chain => unsafe { c.chain.post(qp) },
-                PostMode::PerRequest => unsafe { c.chain.post_each(qp) },
-            };
+            let posted = self.set.post(id, qp, how.posting());
+            let s = &mut self.state;
             s.stats.post_nanos += t0.elapsed().as_nanos() as u64;
-            s.stats.post_calls += match s.post_mode {
+            s.stats.post_calls += match how {
                 PostMode::Chain => 1,
-                PostMode::PerRequest => c.chain.len() as u64,
+                PostMode::PerRequest => len as u64,
             };
-            s.stats.posted_requests += c.chain.len() as u64;
+            s.stats.posted_requests += len as u64;
             posted.map_err(|(source, index)| TransportError::Verbs {
-                op: format!("ibv_post_send(chain of {} writes to rank {} on engine {}, failed at request {index})", c.chain.len(), s.peers[pi], c.engine),
+                op: format!(
+                    "ibv_post_send(chain of {len} writes to rank {} on engine {}, failed at request {index})",
+                    s.peers[pi].rank, s.chains[ci].engine
+                ),
                 device: self.device.clone(),
                 source,
             })?;
-            s.chain_posted[ci] = true;
+            s.chains[ci].posted = true;
         }
         Ok(())
     }
@@ -244,14 +255,14 @@ impl PersistentWrites {
     /// exchange stays in flight and `wait` may be called again). A failed
     /// write, a dead peer or a protocol violation fails the object for good.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
-        self.require_phase("wait", true)?;
+        self.state.lifecycle.require_in_flight("wait")?;
         let began = Instant::now();
         let mut next_liveness = began + LIVENESS_PERIOD;
-        let mut idle_rounds = 0u32;
+        let mut backoff = Backoff::exchange();
         loop {
             let progressed = self.progress().map_err(|e| self.fail(e))?;
-            if self.done() {
-                self.state.phase = Phase::Idle;
+            if self.state.done() {
+                self.finish();
                 return Ok(());
             }
             let now = Instant::now();
@@ -268,32 +279,33 @@ impl PersistentWrites {
                 });
             }
             if progressed {
-                idle_rounds = 0;
+                backoff.reset();
             } else {
-                idle_rounds = idle_rounds.saturating_add(1);
-                // Spin briefly for latency, then let other ranks of this
-                // node run (they may share our cores).
-                if idle_rounds > 256 {
-                    std::thread::yield_now();
-                }
+                backoff.snooze();
             }
         }
     }
 
     /// One non-blocking pass of [`wait`](PersistentWrites::wait): reaps what
     /// has completed and returns whether the exchange is complete (then it
-    /// is no longer in flight). For progressing several transports at once.
+    /// is no longer in flight). For progressing several channels at once;
+    /// allocates nothing unless it fails.
     pub fn test(&mut self) -> Result<bool> {
-        self.require_phase("test", true)?;
+        self.state.lifecycle.require_in_flight("test")?;
         self.progress().map_err(|e| self.fail(e))?;
-        if self.done() {
-            self.state.phase = Phase::Idle;
+        if self.state.done() {
+            self.finish();
             return Ok(true);
         }
         if let Some(e) = self.check_peers(Instant::now()) {
             return Err(self.fail(e));
         }
         Ok(false)
+    }
+
+    fn finish(&mut self) {
+        self.state.book.finish();
+        self.state.lifecycle.complete();
     }
 
     /// What is still outstanding, per peer (for timeouts reported by callers
@@ -307,53 +319,25 @@ impl PersistentWrites {
         self.wait(Instant::now() + timeout)
     }
 
-    /// Fails unless an exchange is in flight (`in_flight`) or idle
-    /// (`!in_flight`), or the object failed earlier.
-    fn require_phase(&self, op: &'static str, in_flight: bool) -> Result<()> {
-        match (&self.state.phase, in_flight) {
-            (Phase::Failed(first), _) => Err(TransportError::Failed {
-                first: first.clone(),
-            }),
-            (Phase::InFlight, true) | (Phase::Idle, false) => Ok(()),
-            (Phase::InFlight, false) => Err(TransportError::State {
-                op,
-                why: "the previous exchange is still in flight: call wait first".into(),
-            }),
-            (Phase::Idle, true) => Err(TransportError::State {
-                op,
-                why: "no exchange in flight: call start first".into(),
-            }),
-        }
-    }
-
-    fn done(&self) -> bool {
-        let s = &self.state;
-        s.chains_done == s.chains.len()
-            && s.credits_done == s.credits_posted
-            && s.arrivals.iter().zip(&s.expected_imms).all(|(a, e)| a == e)
-    }
-
     /// Reaps both completion queues once; true if anything was reaped.
     fn progress(&mut self) -> Result<bool> {
         let mut any = false;
         let n = self
-            .pollers
-            .1
+            .recv_poller
             .poll(&self.recv_cq)
             .map_err(|e| self.poll_err("receive", e))?;
         for i in 0..n {
-            let c = self.pollers.1.get(i);
+            let c = self.recv_poller.get(i);
             self.on_arrival(c)?;
             any = true;
         }
         for cq in 0..self.send_cqs.len() {
             let n = self
-                .pollers
-                .0
+                .send_poller
                 .poll(&self.send_cqs[cq])
                 .map_err(|e| self.poll_err("send", e))?;
             for i in 0..n {
-                let c = self.pollers.0.get(i);
+                let c = self.send_poller.get(i);
                 self.on_send_completion(c)?;
                 any = true;
             }
@@ -369,10 +353,24 @@ impl PersistentWrites {
         }
     }
 
+    fn violation(&self, pi: usize, v: ProtocolViolation) -> TransportError {
+        TransportError::Protocol {
+            peer: self.state.peers[pi].rank,
+            why: v.to_string(),
+        }
+    }
+
     fn on_arrival(&mut self, c: Completion) -> Result<()> {
         let slot = c.wr_id as usize;
         let (pi, engine) = (slot / self.state.engines, slot % self.state.engines);
-        let peer = self.state.peers[pi];
+        if pi >= self.state.peers.len() {
+            return Err(TransportError::UnexpectedCompletion {
+                device: self.device.clone(),
+                why: format!(
+                    "a receive completion for queue-pair slot {slot}, which does not exist"
+                ),
+            });
+        }
         if c.status != verbs::WC_SUCCESS {
             if c.status == verbs::WC_WR_FLUSH_ERR {
                 // The queue pair is in error: its send side reports why.
@@ -380,109 +378,94 @@ impl PersistentWrites {
             }
             return Err(self.completion_error(&c, "arrival", None, pi, engine, 0));
         }
-        let s = &mut self.state;
-        s.recv_posted[slot] -= 1;
-        if s.recv_posted[slot] <= RECV_DEPTH / 2 {
-            let want = RECV_DEPTH - s.recv_posted[slot];
-            self.recv_rings[slot]
-                .post(&self.qps[slot], want)
-                .map_err(|source| TransportError::Verbs {
-                    op: format!("ibv_post_recv(from rank {peer}, engine {engine})"),
-                    device: self.device.clone(),
-                    source,
-                })?;
-            s.recv_posted[slot] += want;
-        }
-        let is_credit = c.imm & IMM_CREDIT != 0 && c.opcode == verbs::WC_RECV;
+        self.repost_receives(pi, engine, slot)?;
         let epoch = c.imm & EPOCH_MASK;
-        if is_credit {
-            let expected = s.credits_received[pi].wrapping_add(1) & EPOCH_MASK;
-            if epoch != expected {
-                return Err(TransportError::Protocol {
-                    whom: format!("rank {peer}"),
-                    why: format!("credit for iteration {epoch}, expected {expected}: the ranks' start/wait calls are out of step"),
-                });
-            }
-            s.credits_received[pi] = epoch;
-            if s.phase == Phase::InFlight {
-                self.post_granted(pi)?;
+        if c.imm & IMM_CREDIT != 0 && c.opcode == verbs::WC_RECV {
+            let event = self.state.book.on_credit(pi, epoch);
+            match event.map_err(|v| self.violation(pi, v))? {
+                CreditEvent::PostNow => self.post_granted(pi)?,
+                CreditEvent::Early => {}
             }
         } else if c.opcode == verbs::WC_RECV_RDMA_WITH_IMM {
-            if epoch != s.epoch || s.phase != Phase::InFlight {
-                return Err(TransportError::Protocol {
-                    whom: format!("rank {peer}"),
-                    why: format!(
-                        "data of iteration {epoch} arrived during iteration {} on engine {engine}",
-                        s.epoch
-                    ),
-                });
-            }
-            s.arrivals[pi] += 1;
-            if s.arrivals[pi] > s.expected_imms[pi] {
-                return Err(TransportError::Protocol {
-                    whom: format!("rank {peer}"),
-                    why: format!(
-                        "{} arrivals in one iteration, {} announced",
-                        s.arrivals[pi], s.expected_imms[pi]
-                    ),
-                });
-            }
+            let arrival = self.state.book.on_data(pi, epoch);
+            arrival.map_err(|v| self.violation(pi, v))?;
         } else {
-            return Err(TransportError::Protocol {
-                whom: format!("rank {peer}"),
-                why: format!("unexpected completion opcode {}", c.opcode),
+            return Err(TransportError::UnexpectedCompletion {
+                device: self.device.clone(),
+                why: format!(
+                    "completion opcode {} from rank {} on engine {engine}",
+                    c.opcode, self.state.peers[pi].rank
+                ),
             });
         }
         Ok(())
     }
 
+    /// Keeps at least half of each queue pair's receives posted.
+    fn repost_receives(&mut self, pi: usize, engine: usize, slot: usize) -> Result<()> {
+        let posted = &mut self.state.peers[pi].recv_posted[engine];
+        *posted = posted.saturating_sub(1);
+        if *posted > RECV_DEPTH / 2 {
+            return Ok(());
+        }
+        let want = RECV_DEPTH - *posted;
+        self.recv_rings[slot]
+            .post(&self.set.qps()[slot], want)
+            .map_err(|source| TransportError::Verbs {
+                op: format!(
+                    "ibv_post_recv(from rank {}, engine {engine})",
+                    self.state.peers[pi].rank
+                ),
+                device: self.device.clone(),
+                source,
+            })?;
+        self.state.peers[pi].recv_posted[engine] += want;
+        Ok(())
+    }
+
     fn on_send_completion(&mut self, c: Completion) -> Result<()> {
         if c.wr_id & CREDIT_TAG != 0 {
-            let peer = (c.wr_id & !CREDIT_TAG) as usize;
-            let pi = self
-                .state
-                .peers
-                .iter()
-                .position(|&p| p == peer)
-                .unwrap_or(0);
+            let rank = (c.wr_id & !CREDIT_TAG) as usize;
+            let Some(pi) = self.state.peer_index(rank) else {
+                return Err(self.unknown_request(&c));
+            };
             if c.status != verbs::WC_SUCCESS {
                 return Err(self.completion_error(&c, "credit", None, pi, 0, 0));
             }
             self.state.credits_done += 1;
-            self.state.credit_pending[pi] = false;
+            self.state.peers[pi].credit_pending = false;
             return Ok(());
         }
         let command = c.wr_id as usize;
-        let Some(cmd) = self.state.commands.get(command) else {
-            return Err(TransportError::Protocol {
-                whom: "the device".into(),
-                why: format!("completion for unknown request {}", c.wr_id),
-            });
+        let Some(&w) = self.state.writes.get(command) else {
+            return Err(self.unknown_request(&c));
         };
-        let w = cmd.write;
-        let pi = self
-            .state
-            .peers
-            .iter()
-            .position(|&p| p == w.peer)
-            .expect("write peers are connected");
+        let Some(pi) = self.state.peer_index(w.peer) else {
+            return Err(self.unknown_request(&c));
+        };
         if c.status != verbs::WC_SUCCESS {
-            return Err(self.completion_error(
-                &c,
-                &format!("RDMA write command #{command}"),
-                Some(command),
-                pi,
-                w.engine,
-                w.len,
-            ));
+            let what = format!("RDMA write command #{command}");
+            return Err(self.completion_error(&c, &what, Some(command), pi, w.engine, w.len));
         }
         // Only the last request of each chain is signalled.
-        if let Some(ci) = self.state.chains.iter().position(|ch| ch.last == command) {
-            debug_assert!(self.state.chain_posted[ci]);
-            self.state.chain_done[ci] = true;
-            self.state.chains_done += 1;
+        if let Some(ci) = self.state.ends_chain[command] {
+            let chain = &mut self.state.chains[ci];
+            if chain.posted && !chain.done {
+                chain.done = true;
+                self.state.chains_done += 1;
+            }
         }
         Ok(())
+    }
+
+    fn unknown_request(&self, c: &Completion) -> TransportError {
+        TransportError::UnexpectedCompletion {
+            device: self.device.clone(),
+            why: format!(
+                "a completion for request {:#x}, which this exchange never posted",
+                c.wr_id
+            ),
+        }
     }
 
     fn completion_error(
@@ -503,7 +486,7 @@ impl PersistentWrites {
         TransportError::Completion {
             what: what.into(),
             command,
-            peer: self.state.peers[pi],
+            peer: self.state.peers[pi].rank,
             engine,
             bytes,
             status: verbs::status_str(c.status),
@@ -513,21 +496,22 @@ impl PersistentWrites {
         }
     }
 
-    /// A peer whose bootstrap connection closed while work with it stayed
-    /// outstanding for longer than [`PEER_GRACE`]: it exited or died.
+    /// A peer whose setup link closed while work with it stayed outstanding
+    /// for longer than [`PEER_GRACE`]: it exited or died.
     fn check_peers(&mut self, now: Instant) -> Option<TransportError> {
         for pi in 0..self.state.peers.len() {
-            if self.outstanding_with(pi).is_none() {
+            if !self.outstanding_with_peer(pi) {
                 continue;
             }
-            let since = match self.state.closed_since[pi] {
+            let peer = &mut self.state.peers[pi];
+            let since = match peer.closed_since {
                 Some(t) => t,
-                None if self.state.links[pi].closed() => *self.state.closed_since[pi].insert(now),
+                None if peer.link.closed() => *peer.closed_since.insert(now),
                 None => continue,
             };
             if now.duration_since(since) >= PEER_GRACE {
                 return Some(TransportError::PeerDied {
-                    peer: self.state.peers[pi],
+                    peer: self.state.peers[pi].rank,
                     outstanding: self.outstanding(),
                 });
             }
@@ -535,46 +519,51 @@ impl PersistentWrites {
         None
     }
 
+    /// Whether anything is outstanding with peer `pi` (allocates nothing).
+    fn outstanding_with_peer(&self, pi: usize) -> bool {
+        let s = &self.state;
+        s.chains.iter().any(|c| c.peer == pi && !c.done)
+            || s.peers[pi].credit_pending
+            || s.book.arrivals_missing(pi) > 0
+    }
+
     /// What is still outstanding with peer `pi`, if anything.
-    fn outstanding_with(&self, pi: usize) -> Option<String> {
+    fn describe_outstanding(&self, pi: usize) -> Option<String> {
         let s = &self.state;
         let mut parts = Vec::new();
-        let chains = &s.chains_of_peer[pi];
-        let unposted = chains.iter().filter(|&&ci| !s.chain_posted[ci]).count();
+        let mine = || s.chains.iter().filter(|c| c.peer == pi);
+        let unposted = mine().filter(|c| !c.posted).count();
         if unposted > 0 {
             parts.push(format!(
                 "its credit for iteration {} ({unposted} chains not posted)",
-                s.epoch
+                s.book.epoch()
             ));
         }
-        let unfinished = chains
-            .iter()
-            .filter(|&&ci| s.chain_posted[ci] && !s.chain_done[ci])
-            .count();
+        let unfinished = mine().filter(|c| c.posted && !c.done).count();
         if unfinished > 0 {
             parts.push(format!(
                 "{unfinished} chains to it posted but not completed"
             ));
         }
-        if s.credit_pending[pi] {
+        if s.peers[pi].credit_pending {
             parts.push("its credit not completed".into());
         }
-        if s.arrivals[pi] < s.expected_imms[pi] {
+        let missing = s.book.arrivals_missing(pi);
+        if missing > 0 {
             parts.push(format!(
-                "data from {} of {} engines",
-                s.expected_imms[pi] - s.arrivals[pi],
-                s.expected_imms[pi]
+                "data from {missing} of {} engines",
+                s.peers[pi].arrivals
             ));
         }
-        (!parts.is_empty()).then(|| format!("rank {}: {}", s.peers[pi], parts.join(", ")))
+        (!parts.is_empty()).then(|| format!("rank {}: {}", s.peers[pi].rank, parts.join(", ")))
     }
 
     fn outstanding(&self) -> String {
         let s = &self.state;
         let mut parts: Vec<String> = (0..s.peers.len())
-            .filter_map(|pi| self.outstanding_with(pi))
+            .filter_map(|pi| self.describe_outstanding(pi))
             .collect();
-        let posted = s.chain_posted.iter().filter(|&&p| p).count();
+        let posted = s.chains.iter().filter(|c| c.posted).count();
         if s.chains_done < posted {
             parts.push(format!(
                 "{} of {posted} posted chains not completed",
@@ -597,20 +586,15 @@ impl PersistentWrites {
     /// Marks the object failed and stops the device touching its memory
     /// (every queue pair to the error state, which flushes what is queued).
     fn fail(&mut self, e: TransportError) -> TransportError {
-        if !matches!(self.state.phase, Phase::Failed(_)) {
-            self.state.phase = Phase::Failed(e.to_string());
-            let mut attr = QueuePairAttribute::new();
-            attr.setup_state(QueuePairState::Error);
-            for qp in &mut self.qps {
-                let _ = qp.modify(&attr);
-            }
+        if self.state.lifecycle.fail(&e) {
+            self.set.stop();
         }
         e
     }
 
     /// Whether an earlier error failed the object.
     pub fn failed(&self) -> bool {
-        matches!(self.state.phase, Phase::Failed(_))
+        self.state.lifecycle.is_failed()
     }
 
     /// This rank.
@@ -618,9 +602,10 @@ impl PersistentWrites {
         self.state.me
     }
 
-    /// The peers this exchange is connected to (writers and targets).
-    pub fn peers(&self) -> &[usize] {
-        &self.state.peers
+    /// The peers this exchange is connected to (writers and targets), in
+    /// rank order.
+    pub fn peers(&self) -> Vec<usize> {
+        self.state.peers.iter().map(|p| p.rank).collect()
     }
 
     /// Counters since the object was built.
@@ -630,47 +615,38 @@ impl PersistentWrites {
 
     /// The number of write commands in the plan.
     pub fn commands(&self) -> usize {
-        self.state.commands.len()
-    }
-
-    fn idle(&self, op: &'static str) -> Result<()> {
-        if self.state.phase == Phase::InFlight {
-            return Err(TransportError::State {
-                op,
-                why:
-                    "an exchange is in flight: the device may be using the buffer; call wait first"
-                        .into(),
-            });
-        }
-        Ok(())
+        self.state.writes.len()
     }
 
     /// A buffer, to fill (or read) between exchanges.
     pub fn buffer_mut(&mut self, id: BufferId) -> Result<&mut [u8]> {
-        self.idle("buffer_mut")?;
-        let n = self.buffers.len();
-        self.buffers
+        self.state.lifecycle.require_idle("buffer_mut")?;
+        let count = self.set.buffers().len();
+        self.set
+            .buffers_mut()
             .get_mut(id.0)
             .map(|b| b.as_mut_slice())
-            .ok_or_else(|| TransportError::State {
+            .ok_or(TransportError::NoSuch {
                 op: "buffer_mut",
-                why: format!("buffer {} does not exist ({n} made)", id.0),
+                what: "buffer",
+                index: id.0,
+                count,
             })
     }
 
     /// A buffer, between exchanges.
     pub fn buffer(&self, id: BufferId) -> Result<&[u8]> {
-        self.idle("buffer")?;
-        self.buffers
+        self.state.lifecycle.require_idle("buffer")?;
+        let count = self.set.buffers().len();
+        self.set
+            .buffers()
             .get(id.0)
             .map(|b| b.as_slice())
-            .ok_or_else(|| TransportError::State {
+            .ok_or(TransportError::NoSuch {
                 op: "buffer",
-                why: format!(
-                    "buffer {} does not exist ({} made)",
-                    id.0,
-                    self.buffers.len()
-                ),
+                what: "buffer",
+                index: id.0,
+                count,
             })
     }
 
@@ -679,36 +655,31 @@ impl PersistentWrites {
         op: &'static str,
         id: WindowId,
     ) -> Result<(usize, std::ops::Range<usize>)> {
-        self.idle(op)?;
-        let w = self
-            .windows
-            .get(id.0)
-            .ok_or_else(|| TransportError::State {
-                op,
-                why: format!(
-                    "window {} does not exist ({} made)",
-                    id.0,
-                    self.windows.len()
-                ),
-            })?;
+        self.state.lifecycle.require_idle(op)?;
+        let w = self.windows.get(id.0).ok_or(TransportError::NoSuch {
+            op,
+            what: "window",
+            index: id.0,
+            count: self.windows.len(),
+        })?;
         Ok((w.buffer.0, w.offset..w.offset + w.len))
     }
 
     /// A receive window (its range of its buffer), to read after `wait`.
     pub fn window(&self, id: WindowId) -> Result<&[u8]> {
         let (b, range) = self.window_range("window", id)?;
-        Ok(&self.buffers[b].as_slice()[range])
+        Ok(&self.set.buffers()[b].as_slice()[range])
     }
 
     /// A receive window, writable (e.g. to clear it) between exchanges.
     pub fn window_mut(&mut self, id: WindowId) -> Result<&mut [u8]> {
         let (b, range) = self.window_range("window_mut", id)?;
-        Ok(&mut self.buffers[b].as_mut_slice()[range])
+        Ok(&mut self.set.buffers_mut()[b].as_mut_slice()[range])
     }
 
     /// Memory registrations made for this exchange: one per source buffer
     /// and one per distinct window range.
     pub fn registrations(&self) -> usize {
-        self.buffers.iter().map(|b| b.registrations()).sum()
+        self.set.buffers().iter().map(|b| b.registrations()).sum()
     }
 }

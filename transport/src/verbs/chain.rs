@@ -114,10 +114,6 @@ impl WriteChain {
         WriteChain { wrs, _sges: sges }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.wrs.len()
-    }
-
     /// Sets the immediate (host order; sent in network order) of every
     /// request that carries one.
     pub(crate) fn set_imm(&mut self, imm: u32, entries_with_imm: &[usize]) {

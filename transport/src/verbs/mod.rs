@@ -13,6 +13,8 @@
 //!   sideway's guards rebuild and reallocate the list on every post;
 //! - [`CompletionPoller`]: `ibv_poll_cq` into a reusable array, where
 //!   sideway's poller allocates one per call;
+//! - [`ChainSet`]: queue pairs, buffers and chains owned together, so that
+//!   posting a chain that was checked against the buffers is safe;
 //! - [`RecvRing`]: zero-length receives for write-with-immediate arrivals,
 //!   re-posted from a pre-linked array.
 
@@ -20,11 +22,13 @@ mod chain;
 mod poll;
 mod recv;
 mod region;
+mod set;
 
-pub(crate) use chain::{ChainEntry, WriteChain};
+pub(crate) use chain::ChainEntry;
 pub(crate) use poll::{status_str, Completion, CompletionPoller};
 pub(crate) use recv::RecvRing;
 pub(crate) use region::{Keys, RegisteredBuffer};
+pub(crate) use set::{ChainId, ChainSet, Posting};
 
 /// `ibv_wc_status` of a successful completion.
 pub(crate) const WC_SUCCESS: u32 = rdma_mummy_sys::ibv_wc_status::IBV_WC_SUCCESS;

@@ -121,6 +121,26 @@ impl RegisteredBuffer {
         Ok(self.regs.len() - 1)
     }
 
+    /// Whether `len` bytes at `addr` lie in this buffer and, unless the
+    /// data is copied at post time (`inline`), under a registration of it
+    /// whose local key is `lkey`.
+    pub(crate) fn reads_under(&self, addr: u64, len: u64, lkey: u32, inline: bool) -> bool {
+        let base = self.map.as_ptr() as u64;
+        let Some(offset) = addr.checked_sub(base) else {
+            return false;
+        };
+        let Some(end) = offset.checked_add(len) else {
+            return false;
+        };
+        if end > self.map.len() as u64 {
+            return false;
+        }
+        inline
+            || self.regs.iter().any(|r| {
+                r.mr.lkey() == lkey && offset >= r.offset as u64 && end <= (r.offset + r.len) as u64
+            })
+    }
+
     /// Registrations made over this buffer.
     pub(crate) fn registrations(&self) -> usize {
         self.regs.len()

@@ -9,7 +9,6 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const SODE_RUN: &str = env!("CARGO_BIN_EXE_sode-run");
 const CHECK: &str = env!("CARGO_BIN_EXE_sode-rdma-check");
 
 fn rdma_available() -> bool {
@@ -39,8 +38,9 @@ fn text(o: &Output) -> String {
 
 /// Runs `sode-rdma-check exchange ARGS` on `n` ranks and returns the output.
 fn exchange(n: usize, args: &[&str]) -> String {
-    let out = Command::new(SODE_RUN)
-        .args(["-n", &n.to_string(), "--timeout", "600", CHECK, "exchange"])
+    // The checker starts its own ranks (as sode-run would) with -n.
+    let out = Command::new(CHECK)
+        .args(["-n", &n.to_string(), "--job-timeout", "600", "exchange"])
         .args(args)
         .output()
         .unwrap();
@@ -226,13 +226,12 @@ fn strided_faces_gathered_by_the_device_arrive_intact() {
     }
     // 100 rows: writes of up to the device's gather-entry limit, the last
     // one partial; every byte checked, packed and gathered.
-    let out = Command::new(SODE_RUN)
+    let out = Command::new(CHECK)
         .args([
             "-n",
             "2",
-            "--timeout",
+            "--job-timeout",
             "300",
-            CHECK,
             "gather",
             "--shapes",
             "100x8,40x100",
@@ -276,13 +275,12 @@ fn a_bad_rkey_is_a_remote_access_error_naming_the_command() {
     if !rdma_available() {
         return;
     }
-    let out = Command::new(SODE_RUN)
+    let out = Command::new(CHECK)
         .args([
             "-n",
             "2",
-            "--timeout",
+            "--job-timeout",
             "120",
-            CHECK,
             "exchange",
             "--sizes",
             "64,4096",

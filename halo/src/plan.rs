@@ -1,9 +1,26 @@
-//! From a scheduler plan to the writes of a persistent exchange.
+//! Where the scheduler meets the transport: a plan becomes the writes of a
+//! persistent exchange, and a calibration of the device becomes the
+//! scheduler's machine model.
 
-use sode_scheduler::Plan;
+use sode_scheduler::{Machine, Plan};
+use sode_transport::{Calibration, Write};
 
-use super::Write;
-use crate::error::{Result, TransportError};
+use crate::error::{HaloError, Result};
+
+/// The scheduler's machine model for a calibrated device: `engines` queue
+/// pairs at the measured per-queue-pair bandwidth sharing the measured node
+/// bandwidth (one port: no separate link limit), the measured cost per
+/// command, and two write latencies (credit, then data) per exchange.
+pub fn machine_of(c: &Calibration) -> Machine {
+    Machine {
+        engines: c.engines,
+        engine_gbps: c.qp_gbps,
+        link_gbps: c.node_gbps.max(c.qp_gbps),
+        node_gbps: c.node_gbps.max(c.qp_gbps),
+        command_overhead_us: c.command_overhead_us,
+        fixed_overhead_us: 2.0 * c.write_latency_us,
+    }
+}
 
 /// The writes that carry out `plan`: every piece of every put goes on the
 /// engine the plan put it on, and each engine's writes keep the plan's order
@@ -18,7 +35,7 @@ pub fn writes_from_plan(
     for (engine, commands) in plan.engines.iter().enumerate() {
         for c in commands {
             let Some(whole) = put(c.id) else {
-                return Err(TransportError::InvalidPlan {
+                return Err(HaloError::Plan {
                     why: format!(
                         "engine {engine} names put {}, which the exchange does not have",
                         c.id
@@ -30,7 +47,7 @@ pub fn writes_from_plan(
                 .bytes
                 .map_or(whole.len.saturating_sub(offset), |b| b as usize);
             if offset.checked_add(len).is_none_or(|end| end > whole.len) {
-                return Err(TransportError::InvalidPlan {
+                return Err(HaloError::Plan {
                     why: format!(
                         "a piece {offset}..{} of put {} lies outside its {} bytes",
                         offset + len,
@@ -54,8 +71,8 @@ pub fn writes_from_plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exchange::{BufferId, WindowId};
     use sode_scheduler::{plan, Algorithm, Machine, Pattern, Request};
+    use sode_transport::{BufferId, WindowId};
 
     fn pattern(sizes: &[u64], engines: usize) -> Pattern {
         Pattern {

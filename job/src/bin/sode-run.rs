@@ -12,26 +12,46 @@ const USAGE: &str = "usage: sode-run -n N [--timeout SECS] PROGRAM [ARGS...]\n\
   Output lines are prefixed with [rank]. If one rank fails, the others are stopped\n\
   and sode-run exits with its status; --timeout stops the whole job after SECS.";
 
+/// A command line, parsed.
+struct Job {
+    ranks: usize,
+    timeout: Option<Duration>,
+    program: String,
+    args: Vec<String>,
+}
+
 fn main() -> ExitCode {
-    match run() {
-        Ok(code) => code,
+    sode_job::diag::init();
+    let job = match parse(std::env::args().skip(1)) {
+        Ok(Some(job)) => job,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(msg) => {
             eprintln!("sode-run: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    match sode_job::launcher::run_local(job.ranks, &job.program, &job.args, job.timeout) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("sode-run: {}", sode_job::diag::chain(&e));
             ExitCode::from(2)
         }
     }
 }
 
-fn run() -> Result<ExitCode, String> {
-    let mut args = std::env::args().skip(1);
-    let mut n: Option<usize> = None;
+/// The job to run, or `None` for `--help`.
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Job>, String> {
+    let mut ranks: Option<usize> = None;
     let mut timeout: Option<Duration> = None;
     let mut program = None;
     while let Some(a) = args.next() {
         match a.as_str() {
             "-n" | "--np" => {
                 let v = args.next().ok_or(format!("-n needs a number\n{USAGE}"))?;
-                n = Some(
+                ranks = Some(
                     v.parse()
                         .map_err(|_| format!("-n {v:?}: expected a positive number of ranks"))?,
                 );
@@ -40,27 +60,28 @@ fn run() -> Result<ExitCode, String> {
                 let v = args
                     .next()
                     .ok_or(format!("--timeout needs seconds\n{USAGE}"))?;
-                let s: f64 = v
+                let secs: f64 = v
                     .parse()
                     .map_err(|_| format!("--timeout {v:?}: expected seconds"))?;
-                timeout = Some(Duration::from_secs_f64(s));
+                timeout = Some(Duration::try_from_secs_f64(secs).map_err(|_| {
+                    format!("--timeout {v:?}: expected a finite, non-negative number of seconds")
+                })?);
             }
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(ExitCode::SUCCESS);
-            }
+            "-h" | "--help" => return Ok(None),
             _ => {
                 program = Some(a);
                 break;
             }
         }
     }
-    let n = n.filter(|&n| n > 0).ok_or(format!(
+    let ranks = ranks.filter(|&n| n > 0).ok_or(format!(
         "the number of ranks (-n N, N >= 1) is missing\n{USAGE}"
     ))?;
     let program = program.ok_or(format!("no program given\n{USAGE}"))?;
-    let rest: Vec<String> = args.collect();
-
-    let code = sode_transport::launch::run_local(n, &program, &rest, timeout)?;
-    Ok(ExitCode::from(code as u8))
+    Ok(Some(Job {
+        ranks,
+        timeout,
+        program,
+        args: args.collect(),
+    }))
 }

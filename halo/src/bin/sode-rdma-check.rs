@@ -11,16 +11,26 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use std::error::Error;
+
 use clap::{Parser, Subcommand, ValueEnum};
+use sode::plan::writes_from_plan;
+use sode_job::{StateError, World};
 use sode_scheduler::{Algorithm, Machine, Pattern, Request};
 use sode_transport::{
-    writes_from_plan, BufferId, CqLayout, Device, DeviceSelector, ExchangeBuilder,
-    PersistentWrites, PostMode, TransportError, WindowId, World, Write,
+    BufferId, CqLayout, Device, DeviceSelector, PersistentWrites, PostMode, RdmaExchangeBuilder,
+    TransportError, WindowId, Write,
 };
 
 #[derive(Parser)]
 #[command(about = "Probe, verify and measure sode's RDMA transport")]
 struct Cli {
+    /// Start this many ranks here (when not started by a launcher).
+    #[arg(short = 'n', global = true)]
+    ranks: Option<usize>,
+    /// Stop the self-started job after this many seconds.
+    #[arg(long, global = true, default_value_t = 600)]
+    job_timeout: u64,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -147,35 +157,52 @@ fn parse_size(s: &str) -> Result<usize, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.cmd {
+    let single = matches!(
+        cli.cmd,
+        Cmd::Probe | Cmd::Register { .. } | Cmd::Calibrate { .. }
+    );
+    // One-process commands run as they are; the others start their ranks
+    // when no launcher did.
+    let ranks = if single { Some(1) } else { cli.ranks };
+    let run = || match &cli.cmd {
         Cmd::Probe => probe(),
-        Cmd::Exchange(a) => exchange(&a),
-        Cmd::Bench(a) => bench(&a),
-        Cmd::Register { bytes } => register(bytes),
-        Cmd::Calibrate { engines } => calibrate(engines),
-        Cmd::Gather { shapes, iters } => gather(&shapes, iters),
+        Cmd::Exchange(a) => exchange(a),
+        Cmd::Bench(a) => bench(a),
+        Cmd::Register { bytes } => register(*bytes),
+        Cmd::Calibrate { engines } => calibrate(*engines),
+        Cmd::Gather { shapes, iters } => gather(shapes, *iters),
     };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("sode-rdma-check: error: {e}");
-            ExitCode::FAILURE
-        }
+    if single && !sode_job::launched() {
+        sode_job::diag::init();
+        return match run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!(
+                    "sode-rdma-check: error: {}",
+                    sode_job::diag::chain(e.as_ref())
+                );
+                ExitCode::FAILURE
+            }
+        };
     }
+    sode_job::launcher::main_or_relaunch(
+        "sode-rdma-check",
+        ranks,
+        Duration::from_secs(cli.job_timeout),
+        run,
+    )
 }
 
-fn probe() -> Result<(), TransportError> {
+fn probe() -> Result<(), Box<dyn Error>> {
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     println!("{}", dev.caps());
     Ok(())
 }
 
-fn gather(shapes: &[String], iters: usize) -> Result<(), TransportError> {
-    let mut world = World::init(Duration::from_secs(60))?;
+fn gather(shapes: &[String], iters: usize) -> Result<(), Box<dyn Error>> {
+    let world = World::init(Duration::from_secs(60))?;
     if world.size() != 2 {
-        return Err(TransportError::Launch {
-            why: "gather needs exactly 2 ranks (sode-run -n 2)".into(),
-        });
+        return Err("gather needs exactly 2 ranks (sode-run -n 2)".into());
     }
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     let (me, peer) = (world.rank(), 1 - world.rank());
@@ -185,18 +212,18 @@ fn gather(shapes: &[String], iters: usize) -> Result<(), TransportError> {
             .split_once('x')
             .and_then(|(r, b)| Some((r.parse::<usize>().ok()?, parse_size(b).ok()?)));
         let Some((rows, bytes)) = parsed.filter(|&(r, b)| r > 0 && b > 0) else {
-            return Err(TransportError::InvalidSetting {
+            return Err(Box::new(TransportError::InvalidSetting {
                 name: "--shapes".into(),
                 value: shape.clone(),
                 why: "expected ROWSxBYTES, e.g. 256x8".into(),
-            });
+            }));
         };
         // Rows of a field whose lines are 2 KiB longer than the face row.
         let stride = bytes + 2048;
         let face = rows * bytes;
         let mut medians = Vec::new();
         for gathered in [false, true] {
-            let mut b = ExchangeBuilder::new(&dev).inline_max(0);
+            let mut b = RdmaExchangeBuilder::new(&dev).inline_max(0);
             let field = b.buffer(rows * stride + face)?;
             let win = b.window(face, &[peer])?;
             let staging = rows * stride;
@@ -228,7 +255,7 @@ fn gather(shapes: &[String], iters: usize) -> Result<(), TransportError> {
                     len: face,
                 });
             }
-            let mut x = b.build(&mut world, Duration::from_secs(60))?;
+            let mut x = b.build(&world, Duration::from_secs(60))?;
             let mut times = Vec::with_capacity(iters);
             for it in 0..iters + 3 {
                 let buf = x.buffer_mut(field)?;
@@ -277,17 +304,17 @@ fn gather(shapes: &[String], iters: usize) -> Result<(), TransportError> {
     Ok(())
 }
 
-fn calibrate(engines: usize) -> Result<(), TransportError> {
+fn calibrate(engines: usize) -> Result<(), Box<dyn Error>> {
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     let c = sode_transport::calibrate(&dev, engines)?;
     println!("{c:?}");
-    println!("{:?}", c.machine());
+    println!("{:?}", sode::plan::machine_of(&c));
     Ok(())
 }
 
-fn register(bytes: usize) -> Result<(), TransportError> {
+fn register(bytes: usize) -> Result<(), Box<dyn Error>> {
     let dev = Device::open(&DeviceSelector::from_env()?)?;
-    let mut b = ExchangeBuilder::new(&dev);
+    let mut b = RdmaExchangeBuilder::new(&dev);
     b.window(bytes, &[])?;
     println!("registered {bytes} bytes on {}", dev.name());
     Ok(())
@@ -320,13 +347,13 @@ struct Layout {
 }
 
 fn build_all_to_all(
-    world: &mut World,
+    world: &World,
     dev: &Device,
     a: &ExchangeArgs,
-) -> Result<(PersistentWrites, Layout), TransportError> {
+) -> Result<(PersistentWrites, Layout), Box<dyn Error>> {
     let me = world.rank();
     let peers: Vec<usize> = (0..world.size()).filter(|&p| p != me).collect();
-    let mut b = ExchangeBuilder::new(dev)
+    let mut b = RdmaExchangeBuilder::new(dev)
         .engines(a.engines)
         .cq_layout(match a.cq {
             Cq::Shared => CqLayout::Shared,
@@ -404,8 +431,7 @@ fn build_all_to_all(
                     })
                     .collect(),
             };
-            let plan = sode_scheduler::plan(&pattern, algorithm)
-                .map_err(|e| TransportError::InvalidPlan { why: e.to_string() })?;
+            let plan = sode_scheduler::plan(&pattern, algorithm).map_err(|e| e.to_string())?;
             if me == 0 {
                 println!(
                     "rank 0: {} plan, simulated {:.1} us, {} puts in {} pieces",
@@ -434,11 +460,11 @@ fn build_all_to_all(
     ))
 }
 
-fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
-    let mut world = World::init(Duration::from_secs(60))?;
+fn exchange(a: &ExchangeArgs) -> Result<(), Box<dyn Error>> {
+    let world = World::init(Duration::from_secs(60))?;
     let me = world.rank();
     let dev = Device::open(&DeviceSelector::from_env()?)?;
-    let (mut x, layout) = build_all_to_all(&mut world, &dev, a)?;
+    let (mut x, layout) = build_all_to_all(&world, &dev, a)?;
     let deadline = Duration::from_millis(a.deadline_ms);
     let mut verified: u64 = 0;
     let mut checksum: u64 = 0;
@@ -465,8 +491,9 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
             if a.expect_failure {
                 let took = t0.elapsed();
                 println!(
-                    "rank {me}: failure reported after {} ms in iteration {it}: {e}",
-                    took.as_millis()
+                    "rank {me}: failure reported after {} ms in iteration {it}: {}",
+                    took.as_millis(),
+                    sode_job::diag::chain(&e)
                 );
                 if took > deadline + Duration::from_secs(1) {
                     eprintln!("rank {me}: reported later than the deadline ({deadline:?})");
@@ -474,7 +501,7 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
                 }
                 // A failed object refuses to run again.
                 match x.start() {
-                    Err(TransportError::Failed { .. }) => return Ok(()),
+                    Err(TransportError::State(StateError::Failed { .. })) => return Ok(()),
                     other => {
                         eprintln!(
                             "rank {me}: start after a failure returned {other:?}, expected Failed"
@@ -483,7 +510,7 @@ fn exchange(a: &ExchangeArgs) -> Result<(), TransportError> {
                     }
                 }
             }
-            return Err(e);
+            return Err(e.into());
         }
         for (j, &p) in layout.peers.iter().enumerate() {
             let w = x.window(layout.windows[j])?;
@@ -545,9 +572,9 @@ struct OneWay {
 }
 
 impl OneWay {
-    fn build(&self, world: &mut World, dev: &Device) -> Result<PersistentWrites, TransportError> {
+    fn build(&self, world: &World, dev: &Device) -> Result<PersistentWrites, Box<dyn Error>> {
         let me = world.rank();
-        let mut b = ExchangeBuilder::new(dev)
+        let mut b = RdmaExchangeBuilder::new(dev)
             .engines(self.engines)
             .cq_layout(self.cq)
             .post_mode(self.post)
@@ -568,7 +595,7 @@ impl OneWay {
         } else {
             b.window(self.total, &[0])?;
         }
-        b.build(world, Duration::from_secs(60))
+        Ok(b.build(world, Duration::from_secs(60))?)
     }
 }
 
@@ -577,13 +604,13 @@ fn megabytes_per_second(
     x: &mut PersistentWrites,
     bytes: usize,
     iters: u64,
-) -> Result<f64, TransportError> {
+) -> Result<f64, Box<dyn Error>> {
     let t = time_exchanges(x, iters)?;
     let secs: f64 = t.iter().sum::<f64>() / 1e6;
     Ok(bytes as f64 * iters as f64 / secs / 1e6)
 }
 
-fn time_exchanges(x: &mut PersistentWrites, iters: u64) -> Result<Vec<f64>, TransportError> {
+fn time_exchanges(x: &mut PersistentWrites, iters: u64) -> Result<Vec<f64>, Box<dyn Error>> {
     for _ in 0..2 {
         x.start()?;
         x.wait_for(Duration::from_secs(60))?;
@@ -598,12 +625,10 @@ fn time_exchanges(x: &mut PersistentWrites, iters: u64) -> Result<Vec<f64>, Tran
     Ok(times)
 }
 
-fn bench(a: &BenchArgs) -> Result<(), TransportError> {
-    let mut world = World::init(Duration::from_secs(60))?;
+fn bench(a: &BenchArgs) -> Result<(), Box<dyn Error>> {
+    let world = World::init(Duration::from_secs(60))?;
     if world.size() != 2 {
-        return Err(TransportError::Launch {
-            why: "bench needs exactly 2 ranks (sode-run -n 2)".into(),
-        });
+        return Err("bench needs exactly 2 ranks (sode-run -n 2)".into());
     }
     let dev = Device::open(&DeviceSelector::from_env()?)?;
     let me = world.rank();
@@ -629,7 +654,7 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
                 post: PostMode::Chain,
                 inline_max: 0,
             }
-            .build(&mut world, &dev)?;
+            .build(&world, &dev)?;
             let mbps = megabytes_per_second(&mut x, a.total, a.iters)?;
             say(format!("bw engines={e} size={s} cq=shared MBps={mbps:.2}"));
         }
@@ -649,7 +674,7 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
             post: PostMode::Chain,
             inline_max: 0,
         }
-        .build(&mut world, &dev)?;
+        .build(&world, &dev)?;
         let mbps = megabytes_per_second(&mut x, a.total, a.iters)?;
         say(format!("cq engines={e} size={s} cq={name} MBps={mbps:.2}"));
     }
@@ -664,7 +689,7 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
             post,
             inline_max: 64,
         }
-        .build(&mut world, &dev)?;
+        .build(&world, &dev)?;
         time_exchanges(&mut x, a.iters.max(20))?;
         let st = x.stats();
         if me == 0 {
@@ -677,7 +702,7 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
         }
     }
     // Latency: both ranks write 8 bytes to each other per exchange.
-    let mut b = ExchangeBuilder::new(&dev).engines(1);
+    let mut b = RdmaExchangeBuilder::new(&dev).engines(1);
     let src = b.buffer(8)?;
     b.window(8, &[1 - me])?;
     b.write(Write {
@@ -689,7 +714,7 @@ fn bench(a: &BenchArgs) -> Result<(), TransportError> {
         dst_offset: 0,
         len: 8,
     });
-    let mut x = b.build(&mut world, Duration::from_secs(60))?;
+    let mut x = b.build(&world, Duration::from_secs(60))?;
     let mut t = time_exchanges(&mut x, a.lat_iters)?;
     t.sort_by(f64::total_cmp);
     let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;

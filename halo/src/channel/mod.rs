@@ -1,0 +1,62 @@
+//! The channels behind the halo exchange, one interface: shared memory on
+//! the node, RDMA between nodes (and, later, TCP). GHEX's layering: the
+//! pattern (the decomposition's neighbours) is built once, the halo exchange
+//! is the communication object that runs it, and each neighbour's messages
+//! travel on the channel its locality called for, decided once at build.
+
+mod shm;
+pub(crate) use shm::ShmChannel;
+
+#[cfg(feature = "rdma")]
+mod rdma;
+#[cfg(feature = "rdma")]
+pub(crate) use rdma::{rdma_message, RdmaChannel, RdmaSettings};
+
+use crate::error::Result;
+
+/// How a neighbour is reached, decided once per neighbour at build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Locality {
+    /// This rank is its own neighbour (a periodic axis of one process): the
+    /// halo is a copy within the rank.
+    SelfCopy,
+    /// Shared memory: the neighbour runs on this node.
+    Shm,
+    /// RDMA writes: the neighbour runs on another node (or RDMA was asked for).
+    Rdma,
+}
+
+impl Locality {
+    /// `local`, `shm` or `rdma`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Locality::SelfCopy => "local",
+            Locality::Shm => "shm",
+            Locality::Rdma => "rdma",
+        }
+    }
+}
+
+/// One channel of a halo exchange, carrying the messages of the neighbours
+/// whose locality chose it, numbered `0..` in the exchange's order. Each
+/// implementation wraps its own errors with the neighbours concerned.
+pub(crate) trait Channel: std::fmt::Debug {
+    /// Which locality it serves.
+    fn locality(&self) -> Locality;
+
+    /// Message `msg`'s send buffer, to pack into before `start`.
+    fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]>;
+
+    /// Message `msg`'s receive buffer, to unpack after completion.
+    fn recv_buf(&self, msg: usize) -> Result<&[u8]>;
+
+    /// Starts an iteration; never blocks.
+    fn start(&mut self) -> Result<()>;
+
+    /// One non-blocking pass: true once the iteration is complete.
+    /// Allocates nothing unless it fails.
+    fn test(&mut self) -> Result<bool>;
+
+    /// What is outstanding, for a timeout.
+    fn outstanding(&self) -> String;
+}

@@ -1,0 +1,78 @@
+//! Shared memory with the neighbours on this node (`sode-shm`).
+
+use super::{Channel, Locality};
+use crate::error::{HaloError, Result};
+
+/// A `sode-shm` exchange carrying one message per shared-memory neighbour.
+#[derive(Debug)]
+pub(crate) struct ShmChannel {
+    exchange: sode_shm::Exchange,
+    /// The neighbours, as errors name them.
+    names: String,
+}
+
+impl ShmChannel {
+    /// Builds the exchange with `peers` (message `i` is `peers[i]`);
+    /// collective with each of them.
+    pub(crate) fn build(
+        ctx: &mut sode_shm::Context,
+        peers: Vec<sode_shm::Peer>,
+        names: String,
+        timeout: std::time::Duration,
+    ) -> Result<ShmChannel> {
+        let wrap = |source| HaloError::Shm {
+            neighbours: names.clone(),
+            source: Box::new(source),
+        };
+        let exchange = ctx
+            .exchange()
+            .neighbours(peers)
+            .setup_timeout(timeout)
+            .build()
+            .map_err(wrap)?;
+        Ok(ShmChannel { exchange, names })
+    }
+
+    fn wrap(&self, source: sode_shm::ShmError) -> HaloError {
+        HaloError::Shm {
+            neighbours: self.names.clone(),
+            source: Box::new(source),
+        }
+    }
+}
+
+impl Channel for ShmChannel {
+    fn locality(&self) -> Locality {
+        Locality::Shm
+    }
+
+    fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]> {
+        match self.exchange.send_buf_mut(msg) {
+            Ok(b) => Ok(b),
+            Err(e) => Err(HaloError::Shm {
+                neighbours: self.names.clone(),
+                source: Box::new(e),
+            }),
+        }
+    }
+
+    fn recv_buf(&self, msg: usize) -> Result<&[u8]> {
+        self.exchange.recv_buf(msg).map_err(|e| self.wrap(e))
+    }
+
+    fn start(&mut self) -> Result<()> {
+        self.exchange.start().map_err(|e| self.wrap(e))
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        self.exchange.test().map_err(|e| self.wrap(e))
+    }
+
+    fn outstanding(&self) -> String {
+        format!(
+            "shared memory with {}: {}",
+            self.names,
+            self.exchange.outstanding_report()
+        )
+    }
+}

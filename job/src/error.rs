@@ -1,0 +1,76 @@
+//! The one error type of sode-job.
+
+use std::time::Duration;
+
+/// What can go wrong while finding, joining or launching the job. Each
+/// variant names the operation and the rank or address concerned; causes are
+/// chained as `source`, not repeated in the message.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JobError {
+    /// A launcher variable or setting is unusable.
+    #[error("invalid setting {name}={value:?}: {why}")]
+    InvalidSetting {
+        /// The variable or option.
+        name: String,
+        /// The value given.
+        value: String,
+        /// What is wrong and what is expected.
+        why: String,
+    },
+    /// The environment does not say where this process stands in a job.
+    #[error("launch: {why}")]
+    Launch {
+        /// What is missing and what to do.
+        why: String,
+    },
+    /// A bootstrap step (listen, connect, send, receive) failed.
+    #[error("bootstrap: {step} with {whom}")]
+    Bootstrap {
+        /// The step, with its arguments.
+        step: String,
+        /// The rank or address on the other side.
+        whom: String,
+        /// The system error.
+        source: std::io::Error,
+    },
+    /// A bootstrap step did not finish by its deadline.
+    #[error("bootstrap: {step} with {whom} did not finish within {waited:?}: {hint}")]
+    BootstrapTimeout {
+        /// The step.
+        step: String,
+        /// The ranks that did not answer.
+        whom: String,
+        /// How long it waited.
+        waited: Duration,
+        /// The likely cause.
+        hint: String,
+    },
+    /// Another process sent a setup message that does not fit the job.
+    #[error("bootstrap: {whom} sent an invalid message: {why}")]
+    Protocol {
+        /// The sender.
+        whom: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A rank named as a peer does not exist or is this rank.
+    #[error("rank {peer} cannot be a peer: {why}")]
+    UnknownPeer {
+        /// The rank named.
+        peer: usize,
+        /// Why not.
+        why: String,
+    },
+    /// The launcher could not start the job.
+    #[error("cannot start the job: {why}")]
+    Start {
+        /// What failed.
+        why: String,
+        /// The system error, if one.
+        source: Option<std::io::Error>,
+    },
+}
+
+/// `Result` with [`JobError`].
+pub type Result<T, E = JobError> = std::result::Result<T, E>;

@@ -1,0 +1,255 @@
+//! Where this process stands in a job, as its launcher said: the one place
+//! that knows the launchers' variables.
+
+use crate::error::{JobError, Result};
+
+/// One launcher's variables.
+#[derive(Debug)]
+struct Launcher {
+    /// Rank, `0..size`.
+    rank: &'static str,
+    /// Number of ranks.
+    size: &'static str,
+    /// Rank among the ranks of this node, when the launcher gives it.
+    local_rank: &'static str,
+}
+
+/// The launchers sode recognises, in order of precedence: `SODE_*` (set by
+/// `sode-run`, or by hand) overrides what a launcher around it set.
+const LAUNCHERS: [Launcher; 4] = [
+    Launcher {
+        rank: "SODE_RANK",
+        size: "SODE_SIZE",
+        local_rank: "SODE_LOCAL_RANK",
+    },
+    Launcher {
+        rank: "SLURM_PROCID",
+        size: "SLURM_NTASKS",
+        local_rank: "SLURM_LOCALID",
+    },
+    Launcher {
+        rank: "OMPI_COMM_WORLD_RANK",
+        size: "OMPI_COMM_WORLD_SIZE",
+        local_rank: "OMPI_COMM_WORLD_LOCAL_RANK",
+    },
+    Launcher {
+        rank: "PMI_RANK",
+        size: "PMI_SIZE",
+        local_rank: "MPI_LOCALRANKID",
+    },
+];
+
+/// The variable naming where the ranks meet (rank 0 listens there).
+pub const ROOT_VAR: &str = "SODE_ROOT";
+/// The variable naming the job (segment names, agreement between ranks).
+pub const JOB_ID_VAR: &str = "SODE_JOB_ID";
+
+/// Where this process stands in the job, as the launcher said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchInfo {
+    /// This process's rank, `0..size`.
+    pub rank: usize,
+    /// Number of processes in the job.
+    pub size: usize,
+    /// Rank among the processes of this node, if the launcher said.
+    pub local_rank: Option<usize>,
+    /// The job's id (`SODE_JOB_ID`, Slurm's job and step, PMIx's namespace),
+    /// if the launcher gave one; the ranks agree on one at bootstrap
+    /// otherwise.
+    pub job_id: Option<String>,
+    /// The rendezvous address (`SODE_ROOT`), needed when `size > 1`.
+    pub root: Option<String>,
+    /// The variable the rank came from.
+    pub source: &'static str,
+}
+
+/// Whether this process was started as a rank: a launcher set one of the
+/// rank variables [`LaunchInfo`] reads.
+pub fn launched() -> bool {
+    LAUNCHERS.iter().any(|l| std::env::var_os(l.rank).is_some())
+}
+
+fn parse_count(name: &str, value: String) -> Result<usize> {
+    value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| JobError::InvalidSetting {
+            name: name.into(),
+            value,
+            why: "expected a non-negative integer".into(),
+        })
+}
+
+/// A job id usable in file names: ASCII letters, digits, `.`, `_`, `-`.
+pub fn sanitise_job_id(raw: &str) -> String {
+    raw.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect()
+}
+
+fn job_id(get: &impl Fn(&str) -> Option<String>) -> Option<String> {
+    if let Some(j) = get(JOB_ID_VAR) {
+        return Some(j);
+    }
+    if let Some(j) = get("SLURM_JOB_ID") {
+        let step = get("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
+        return Some(format!("{j}.{step}"));
+    }
+    get("PMIX_NAMESPACE").map(|ns| sanitise_job_id(&ns))
+}
+
+impl LaunchInfo {
+    /// Reads the rank and size from `SODE_RANK`/`SODE_SIZE`, Slurm
+    /// (`SLURM_PROCID`/`SLURM_NTASKS`), Open MPI
+    /// (`OMPI_COMM_WORLD_RANK`/`_SIZE`) or PMI (`PMI_RANK`/`PMI_SIZE`), the
+    /// first pair present, with the same launcher's local rank; the job id
+    /// from `SODE_JOB_ID`, `SLURM_JOB_ID`.`SLURM_STEP_ID` or
+    /// `PMIX_NAMESPACE`; and the rendezvous from `SODE_ROOT=host:port`.
+    pub fn from_env() -> Result<LaunchInfo> {
+        Self::from_vars(|k| std::env::var(k).ok())
+    }
+
+    /// As [`LaunchInfo::from_env`], reading variables through `get`.
+    pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
+        let Some((launcher, rank)) = LAUNCHERS.iter().find_map(|l| get(l.rank).map(|r| (l, r)))
+        else {
+            return Err(JobError::Launch {
+                why: "no rank in the environment (SODE_RANK/SODE_SIZE, SLURM_PROCID/SLURM_NTASKS, OMPI_COMM_WORLD_RANK/_SIZE or PMI_RANK/PMI_SIZE): start the ranks with sode-run -n N or a launcher".into(),
+            });
+        };
+        let (rank_var, size_var) = (launcher.rank, launcher.size);
+        let Some(size) = get(size_var) else {
+            return Err(JobError::Launch {
+                why: format!("{rank_var} is set but {size_var} is not"),
+            });
+        };
+        let (rank, size) = (parse_count(rank_var, rank)?, parse_count(size_var, size)?);
+        if size == 0 || rank >= size {
+            return Err(JobError::Launch {
+                why: format!("{rank_var}={rank} is not below {size_var}={size}"),
+            });
+        }
+        let local_rank = get(launcher.local_rank)
+            .map(|v| parse_count(launcher.local_rank, v))
+            .transpose()?;
+        let root = get(ROOT_VAR).filter(|r| !r.trim().is_empty());
+        if size > 1 && root.is_none() {
+            return Err(JobError::Launch {
+                why: "SODE_ROOT=host:port is not set: it names where the ranks meet (rank 0 listens there); sode-run sets it".into(),
+            });
+        }
+        Ok(LaunchInfo {
+            rank,
+            size,
+            local_rank,
+            job_id: job_id(&get),
+            root,
+            source: rank_var,
+        })
+    }
+
+    /// A job of one process, as when nothing launched it.
+    pub fn single() -> LaunchInfo {
+        LaunchInfo {
+            rank: 0,
+            size: 1,
+            local_rank: Some(0),
+            job_id: None,
+            root: None,
+            source: "single process",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn launchers_are_recognised_in_order() {
+        let l = LaunchInfo::from_vars(vars(&[
+            ("SLURM_PROCID", "3"),
+            ("SLURM_NTASKS", "4"),
+            ("SLURM_LOCALID", "1"),
+            ("SLURM_JOB_ID", "77"),
+            ("SODE_ROOT", "h:1"),
+        ]))
+        .unwrap();
+        assert_eq!((l.rank, l.size, l.source), (3, 4, "SLURM_PROCID"));
+        assert_eq!(l.local_rank, Some(1));
+        assert_eq!(l.job_id.as_deref(), Some("77.0"));
+        let l = LaunchInfo::from_vars(vars(&[
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("PMIX_NAMESPACE", "prterun-h-1@1"),
+            ("SODE_ROOT", "h:1"),
+        ]))
+        .unwrap();
+        assert_eq!((l.rank, l.size), (1, 2));
+        assert_eq!(l.job_id.as_deref(), Some("prterun-h-1_1"));
+        let l = LaunchInfo::from_vars(vars(&[("PMI_RANK", "0"), ("PMI_SIZE", "1")])).unwrap();
+        assert_eq!((l.rank, l.size, l.root), (0, 1, None));
+        let l = LaunchInfo::from_vars(vars(&[
+            ("SODE_RANK", "1"),
+            ("SODE_SIZE", "2"),
+            ("SLURM_PROCID", "0"),
+            ("SLURM_NTASKS", "9"),
+            ("SODE_ROOT", "h:1"),
+        ]))
+        .unwrap();
+        assert_eq!((l.rank, l.size), (1, 2), "SODE_* overrides the launcher");
+    }
+
+    #[test]
+    fn bad_launch_environments_are_named() {
+        let e = LaunchInfo::from_vars(vars(&[])).unwrap_err().to_string();
+        assert!(e.contains("sode-run"), "{e}");
+        let e = LaunchInfo::from_vars(vars(&[
+            ("SODE_RANK", "2"),
+            ("SODE_SIZE", "2"),
+            ("SODE_ROOT", "h:1"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("SODE_RANK=2") && e.contains("SODE_SIZE=2"),
+            "{e}"
+        );
+        let e = LaunchInfo::from_vars(vars(&[("SODE_RANK", "0"), ("SODE_SIZE", "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SODE_ROOT"), "{e}");
+        let e = LaunchInfo::from_vars(vars(&[("SODE_RANK", "x"), ("SODE_SIZE", "2")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("SODE_RANK") && e.contains("\"x\""), "{e}");
+        let e = LaunchInfo::from_vars(vars(&[("PMI_RANK", "0")]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("PMI_SIZE"), "{e}");
+        let e = LaunchInfo::from_vars(vars(&[
+            ("SODE_RANK", "0"),
+            ("SODE_SIZE", "1"),
+            ("SODE_LOCAL_RANK", "-1"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("SODE_LOCAL_RANK"), "{e}");
+    }
+}

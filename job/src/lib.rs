@@ -1,0 +1,59 @@
+//! # sode-job
+//!
+//! The bottom layer of sode: who the ranks of a job are and how they first
+//! talk, before any channel exists. Nothing else in sode reads a launcher's
+//! variables.
+//!
+//! - [`LaunchInfo`]: rank, size, local rank, job id and rendezvous, from
+//!   `sode-run`, Slurm, Open MPI or PMI variables (one table of launchers).
+//! - [`OutOfBand`]: the bootstrap behind one trait, an allgather plus
+//!   point-to-point [`PeerLink`]s for setup messages meant for one peer;
+//!   [`TcpRendezvous`] (ranks meet at `SODE_ROOT`) is one implementation,
+//!   and PMIx or an MPI communicator can be others.
+//! - [`World`]: the job as the channels see it (ranks, nodes, the agreed job
+//!   id, barriers, setup links).
+//! - [`launcher`]: `sode-run`'s engine, and [`launcher::main_or_relaunch`]
+//!   for programs that start their own ranks.
+//! - [`Backoff`] and [`Lifecycle`]: the one way every channel waits, and the
+//!   one lifecycle every persistent exchange keeps.
+//! - [`diag`]: diagnostics through `tracing`, filtered by `SODE_LOG`.
+//!
+//! ## Quick start
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sode_job::World;
+//!
+//! # fn main() -> Result<(), sode_job::JobError> {
+//! // Started by `sode-run -n 2 ...` (or srun, mpirun with SODE_ROOT set).
+//! let world = World::init(Duration::from_secs(30))?;
+//! let peer = 1 - world.rank();
+//! let mut links = world.connect_peers(&[peer].into(), Duration::from_secs(30))?;
+//! let link = links.get_mut(&peer).expect("connected");
+//! link.send(&format!("hello from {}", world.rank()))?;
+//! let _hello: String = link.recv(std::time::Instant::now() + Duration::from_secs(30))?;
+//! world.barrier(Duration::from_secs(30))?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+mod backoff;
+pub mod diag;
+mod error;
+mod launch;
+pub mod launcher;
+mod lifecycle;
+mod node;
+mod oob;
+mod tcp;
+mod world;
+
+pub use backoff::Backoff;
+pub use error::{JobError, Result};
+pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
+pub use lifecycle::{Lifecycle, StateError};
+pub use node::NodeId;
+pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
+pub use tcp::TcpRendezvous;
+pub use world::World;

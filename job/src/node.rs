@@ -1,0 +1,31 @@
+//! Which machine a rank runs on.
+
+use serde::{Deserialize, Serialize};
+
+/// Which machine a rank runs on: ranks with equal identities share memory.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct NodeId {
+    /// The host name.
+    pub hostname: String,
+    /// The kernel's boot id (tells apart containers or VMs with one name).
+    pub boot_id: String,
+}
+
+impl NodeId {
+    /// This machine's identity.
+    pub fn local() -> NodeId {
+        let read = |p: &str| {
+            std::fs::read_to_string(p)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default()
+        };
+        let hostname = nix::unistd::gethostname()
+            .ok()
+            .and_then(|h| h.into_string().ok())
+            .unwrap_or_else(|| read("/proc/sys/kernel/hostname"));
+        NodeId {
+            hostname,
+            boot_id: read("/proc/sys/kernel/random/boot_id"),
+        }
+    }
+}

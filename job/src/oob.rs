@@ -1,0 +1,107 @@
+//! The out-of-band exchange every bootstrap provides: what the ranks of a
+//! job need to tell each other before any channel exists.
+//!
+//! [`OutOfBand`] is the seam between the job and whoever started it. The TCP
+//! rendezvous ([`crate::TcpRendezvous`]) is one implementation; a PMIx
+//! client (put/commit/fence/get) or an MPI communicator (an allgather
+//! callback) are others: each provides an allgather, and point-to-point
+//! links for the setup messages that must reach one peer only (keys).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+
+/// An out-of-band exchange among the ranks of one job. Every method but the
+/// accessors is collective over the ranks it names.
+pub trait OutOfBand: Send + std::fmt::Debug {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks.
+    fn size(&self) -> usize;
+
+    /// Every rank's `mine`, indexed by rank; collective over the job.
+    fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>>;
+
+    /// Returns once every rank has called it; collective over the job.
+    fn barrier(&mut self, deadline: Instant) -> Result<()> {
+        self.allgather(&[], deadline).map(|_| ())
+    }
+
+    /// A link to each of `peers` for setup messages meant for that peer
+    /// alone; collective among them (each must name this rank too).
+    fn connect(
+        &mut self,
+        peers: &BTreeSet<usize>,
+        deadline: Instant,
+    ) -> Result<BTreeMap<usize, PeerLink>>;
+}
+
+/// One point-to-point link of an [`OutOfBand`] exchange: whole messages, in
+/// order.
+pub trait PeerChannel: Send + std::fmt::Debug {
+    /// Sends one message.
+    fn send(&mut self, msg: &[u8]) -> Result<()>;
+
+    /// Receives one message, waiting until `deadline`.
+    fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>>;
+
+    /// True once the peer is known to be gone (it exited or died), without
+    /// blocking; false where the bootstrap cannot tell.
+    fn closed(&self) -> bool;
+}
+
+/// A setup link to one peer, carrying typed messages (JSON).
+#[derive(Debug)]
+pub struct PeerLink {
+    peer: usize,
+    channel: Box<dyn PeerChannel>,
+}
+
+impl PeerLink {
+    /// A link to `peer` over `channel`.
+    pub fn new(peer: usize, channel: Box<dyn PeerChannel>) -> PeerLink {
+        PeerLink { peer, channel }
+    }
+
+    /// The peer's rank.
+    pub fn peer(&self) -> usize {
+        self.peer
+    }
+
+    /// Sends one message.
+    pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<()> {
+        let body = encode(msg, self.peer)?;
+        self.channel.send(&body)
+    }
+
+    /// Receives one message, waiting until `deadline`.
+    pub fn recv<T: for<'de> Deserialize<'de>>(&mut self, deadline: Instant) -> Result<T> {
+        let body = self.channel.recv(deadline)?;
+        decode(&body, &format!("rank {}", self.peer))
+    }
+
+    /// True once the peer has gone (exited or died), without blocking.
+    pub fn closed(&self) -> bool {
+        self.channel.closed()
+    }
+}
+
+/// A typed message as the bytes an [`OutOfBand`] exchange carries.
+pub fn encode<T: Serialize>(msg: &T, peer: usize) -> Result<Vec<u8>> {
+    serde_json::to_vec(msg).map_err(|e| JobError::Protocol {
+        whom: format!("rank {peer}"),
+        why: format!("a setup message for it does not serialise: {e}"),
+    })
+}
+
+/// A typed message from the bytes `whom` sent.
+pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8], whom: &str) -> Result<T> {
+    serde_json::from_slice(body).map_err(|e| JobError::Protocol {
+        whom: whom.into(),
+        why: e.to_string(),
+    })
+}

@@ -1,0 +1,288 @@
+//! The job as the channels see it: ranks, nodes, and the out-of-band
+//! exchange they set up over.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+use crate::launch::{sanitise_job_id, LaunchInfo};
+use crate::node::NodeId;
+use crate::oob::{decode, OutOfBand, PeerLink};
+use crate::tcp::TcpRendezvous;
+
+/// What each rank tells the others when the world is made.
+#[derive(Debug, Serialize, Deserialize)]
+struct Introduction {
+    node: NodeId,
+    job_id: Option<String>,
+    pid: u32,
+}
+
+/// The job: every rank's node, the job id the ranks agreed on, and the
+/// out-of-band exchange. A cheap handle: clones share the exchange (its
+/// collectives are collective over the job, so calls through two clones
+/// never interleave in a correct program).
+#[derive(Debug, Clone)]
+pub struct World {
+    rank: usize,
+    size: usize,
+    job_id: String,
+    nodes: Arc<Vec<NodeId>>,
+    oob: Option<Arc<Mutex<Box<dyn OutOfBand>>>>,
+}
+
+impl World {
+    /// Reads the launcher's environment and meets the other ranks at
+    /// `SODE_ROOT`; collective over the whole job. A process nothing
+    /// launched is a job of one.
+    pub fn init(timeout: Duration) -> Result<World> {
+        Self::init_with(&LaunchInfo::from_env()?, timeout)
+    }
+
+    /// Meets the other ranks as `launch` says (TCP rendezvous); collective.
+    pub fn init_with(launch: &LaunchInfo, timeout: Duration) -> Result<World> {
+        if launch.size == 1 {
+            let mut w = Self::single();
+            if let Some(j) = &launch.job_id {
+                w.job_id = sanitise_job_id(j);
+            }
+            return Ok(w);
+        }
+        let deadline = Instant::now() + timeout;
+        let oob = TcpRendezvous::join(launch, deadline)?;
+        Self::over(Box::new(oob), launch.job_id.clone(), deadline)
+    }
+
+    /// A world over any out-of-band exchange (TCP, PMIx, an MPI
+    /// communicator); collective. The ranks adopt rank 0's job id (`job_id`,
+    /// or one made from its process id when it has none).
+    pub fn over(
+        mut oob: Box<dyn OutOfBand>,
+        job_id: Option<String>,
+        deadline: Instant,
+    ) -> Result<World> {
+        let (rank, size) = (oob.rank(), oob.size());
+        let mine = Introduction {
+            node: NodeId::local(),
+            job_id,
+            pid: std::process::id(),
+        };
+        let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
+            whom: "this rank".into(),
+            why: e.to_string(),
+        })?;
+        let all = oob.allgather(&body, deadline)?;
+        let intros: Vec<Introduction> = all
+            .iter()
+            .enumerate()
+            .map(|(r, b)| decode(b, &format!("rank {r}")))
+            .collect::<Result<_>>()?;
+        let root = &intros[0];
+        let job_id = match &root.job_id {
+            Some(j) => sanitise_job_id(j),
+            None => format!("job{}-{}", root.pid, short_hash(&root.node.boot_id)),
+        };
+        tracing::debug!(rank, size, job_id, "joined the job");
+        Ok(World {
+            rank,
+            size,
+            job_id,
+            nodes: Arc::new(intros.into_iter().map(|i| i.node).collect()),
+            oob: Some(Arc::new(Mutex::new(oob))),
+        })
+    }
+
+    /// A job of one process (no network).
+    pub fn single() -> World {
+        World {
+            rank: 0,
+            size: 1,
+            job_id: format!("single{}", std::process::id()),
+            nodes: Arc::new(vec![NodeId::local()]),
+            oob: None,
+        }
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// The id every rank of the job agreed on (names shared-memory segments).
+    pub fn job_id(&self) -> &str {
+        &self.job_id
+    }
+
+    /// The node `rank` runs on.
+    pub fn node_of(&self, rank: usize) -> Option<&NodeId> {
+        self.nodes.get(rank)
+    }
+
+    /// Whether `rank` runs on this process's node (shares memory with it).
+    pub fn same_node(&self, rank: usize) -> bool {
+        self.node_of(rank).is_some() && self.node_of(rank) == self.node_of(self.rank)
+    }
+
+    /// This rank's place among the ranks of its node (by rank order).
+    pub fn local_rank(&self) -> usize {
+        (0..self.rank).filter(|&r| self.same_node(r)).count()
+    }
+
+    /// Ranks on this node.
+    pub fn local_size(&self) -> usize {
+        (0..self.size).filter(|&r| self.same_node(r)).count()
+    }
+
+    fn exchange(&self) -> Option<MutexGuard<'_, Box<dyn OutOfBand>>> {
+        // A panic while holding the lock left no half-done collective that
+        // a later call could mistake: the job fails at its next deadline.
+        self.oob
+            .as_ref()
+            .map(|m| m.lock().unwrap_or_else(|poisoned| poisoned.into_inner()))
+    }
+
+    /// Blocks until every rank has called `barrier`, or `timeout` passes.
+    pub fn barrier(&self, timeout: Duration) -> Result<()> {
+        match self.exchange() {
+            Some(mut oob) => oob.barrier(Instant::now() + timeout),
+            None => Ok(()),
+        }
+    }
+
+    /// Every rank's `mine`, indexed by rank; collective.
+    pub fn allgather(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        match self.exchange() {
+            Some(mut oob) => oob.allgather(mine, Instant::now() + timeout),
+            None => Ok(vec![mine.to_vec()]),
+        }
+    }
+
+    /// Opens a setup link to each of `peers` (collective among them: each
+    /// must name this rank too).
+    pub fn connect_peers(
+        &self,
+        peers: &BTreeSet<usize>,
+        timeout: Duration,
+    ) -> Result<BTreeMap<usize, PeerLink>> {
+        if let Some(&p) = peers.iter().find(|&&p| p >= self.size || p == self.rank) {
+            return Err(JobError::UnknownPeer {
+                peer: p,
+                why: if p == self.rank {
+                    "a rank cannot be its own peer".into()
+                } else {
+                    format!("the job has ranks 0..{}", self.size)
+                },
+            });
+        }
+        match self.exchange() {
+            Some(mut oob) => oob.connect(peers, Instant::now() + timeout),
+            None => Ok(BTreeMap::new()),
+        }
+    }
+}
+
+/// A few hex digits that tell boots apart in a made-up job id.
+fn short_hash(s: &str) -> String {
+    let h = s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("{:08x}", h as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn launch(rank: usize, size: usize, port: u16) -> LaunchInfo {
+        LaunchInfo {
+            rank,
+            size,
+            local_rank: None,
+            job_id: (rank == 0).then(|| "t-job".to_string()),
+            root: Some(format!("127.0.0.1:{port}")),
+            source: "test",
+        }
+    }
+
+    #[test]
+    fn ranks_meet_barrier_and_pair_up_over_loopback() {
+        let port = free_port();
+        let size = 3;
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let w = World::init_with(&launch(rank, size, port), Duration::from_secs(10))
+                        .unwrap();
+                    assert!(w.same_node((rank + 1) % size));
+                    assert_eq!(w.job_id(), "t-job", "rank 0's job id wins");
+                    assert_eq!((w.local_rank(), w.local_size()), (rank, size));
+                    w.barrier(Duration::from_secs(10)).unwrap();
+                    let all = w
+                        .allgather(&[rank as u8; 3], Duration::from_secs(10))
+                        .unwrap();
+                    assert_eq!(all, (0..size).map(|r| vec![r as u8; 3]).collect::<Vec<_>>());
+                    // A ring: each talks to its two neighbours only.
+                    let peers: BTreeSet<usize> =
+                        [(rank + 1) % size, (rank + size - 1) % size].into();
+                    let mut links = w.connect_peers(&peers, Duration::from_secs(10)).unwrap();
+                    for (p, l) in links.iter_mut() {
+                        l.send(&(rank * 100 + p)).unwrap();
+                    }
+                    for (p, l) in links.iter_mut() {
+                        let got: usize = l.recv(Instant::now() + Duration::from_secs(10)).unwrap();
+                        assert_eq!(got, p * 100 + rank);
+                        assert!(!l.closed());
+                    }
+                    w.clone().barrier(Duration::from_secs(10)).unwrap();
+                    links
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        // Rank 2 goes away: its peers see the connection close.
+        drop(all.pop());
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(all[0][&2].closed());
+        assert!(!all[0][&1].closed());
+    }
+
+    #[test]
+    fn a_missing_rank_times_out_with_its_name() {
+        let e = World::init_with(&launch(0, 2, free_port()), Duration::from_millis(200))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("ranks 1") && e.contains("SODE_ROOT"), "{e}");
+    }
+
+    #[test]
+    fn peers_outside_the_job_are_refused() {
+        let w = World::single();
+        let e = w
+            .connect_peers(&[0].into(), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("own peer"), "{e}");
+        let e = w
+            .connect_peers(&[5].into(), Duration::from_secs(1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0..1"), "{e}");
+    }
+}

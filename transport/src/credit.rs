@@ -1,0 +1,477 @@
+//! The credit protocol as pure state: no verbs, no clocks, no I/O.
+//!
+//! Each iteration `n` a receiver grants every writer a credit for `n` (its
+//! windows are free again); a writer posts its iteration-`n` writes to a
+//! peer only once it is itself in iteration `n` and that peer's credit for
+//! `n` has arrived; the last write of each chain carries `n`, and the
+//! receiver's iteration ends when one such write has arrived from every
+//! engine of every writer. [`CreditBook`] keeps that bookkeeping for one
+//! rank and checks every event against it, so the ordering argument is
+//! testable by driving two books in memory (below), the way quinn-proto
+//! tests its connection state.
+//!
+//! Why a fast writer can never overwrite data its receiver has not
+//! consumed: the receiver grants credit `n + 1` only in its `start` of
+//! iteration `n + 1`, which follows its `wait` of iteration `n`, by which
+//! time it has consumed iteration `n`. A writer's posting of `n + 1` needs
+//! that credit. Credits travel on one queue pair in order, so they arrive in
+//! order (`n + 1` after `n`, checked); and credit `n + 2` cannot exist before
+//! the writer's data of `n + 1` has arrived, so at most one credit is ever
+//! early.
+
+/// Iteration numbers travel in 31 bits of an immediate; they wrap.
+pub const EPOCH_MASK: u32 = (1 << 31) - 1;
+
+/// A peer that broke the protocol (it or this rank called start and wait
+/// out of step, or a message was corrupted).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolViolation {
+    /// A credit that is not the next one.
+    #[error("credit for iteration {got}, expected {expected}: the ranks' start/wait calls are out of step")]
+    CreditOutOfStep {
+        /// The credit's iteration.
+        got: u32,
+        /// The next one expected.
+        expected: u32,
+    },
+    /// Data of another iteration, or while no exchange is in flight.
+    #[error("data of iteration {got} arrived during iteration {current}{}", if *.in_flight { "" } else { " (not in flight)" })]
+    DataOutOfStep {
+        /// The data's iteration.
+        got: u32,
+        /// This rank's iteration.
+        current: u32,
+        /// Whether an exchange was in flight.
+        in_flight: bool,
+    },
+    /// More chains arrived than the peer announced at setup.
+    #[error("{arrived} arrivals in one iteration, {announced} announced")]
+    TooManyArrivals {
+        /// Arrivals counted.
+        arrived: usize,
+        /// Arrivals announced.
+        announced: usize,
+    },
+    /// An event names a peer this book does not have.
+    #[error("peer index {index} out of {peers}")]
+    UnknownPeer {
+        /// The index.
+        index: usize,
+        /// Peers in the book.
+        peers: usize,
+    },
+}
+
+/// What a peer does in the exchange, as agreed at setup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerRole {
+    /// This rank writes to the peer (so waits for its credits).
+    pub we_write: bool,
+    /// Chains the peer writes to this rank per iteration (one arrival each).
+    pub arrivals_per_iteration: usize,
+}
+
+/// What a credit lets the writer do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CreditEvent {
+    /// The credit is for the iteration in flight: post to this peer now.
+    PostNow,
+    /// The credit is for the next iteration: post at the next `start`.
+    Early,
+}
+
+/// What an arrival completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrival {
+    /// More chains from this peer are due this iteration.
+    Partial,
+    /// Every chain from this peer has arrived this iteration.
+    PeerComplete,
+}
+
+#[derive(Debug, Clone)]
+struct PeerBook {
+    role: PeerRole,
+    /// The last credit the peer granted us.
+    credit: u32,
+    /// Chains arrived this iteration.
+    arrivals: usize,
+}
+
+/// One rank's credit and epoch bookkeeping over all its peers.
+#[derive(Debug, Clone)]
+pub struct CreditBook {
+    epoch: u32,
+    in_flight: bool,
+    peers: Vec<PeerBook>,
+}
+
+impl CreditBook {
+    /// A book for peers with these roles (indexed as the caller indexes
+    /// its peers), before the first iteration.
+    pub fn new(roles: impl IntoIterator<Item = PeerRole>) -> CreditBook {
+        CreditBook {
+            epoch: 0,
+            in_flight: false,
+            peers: roles
+                .into_iter()
+                .map(|role| PeerBook {
+                    role,
+                    credit: 0,
+                    arrivals: 0,
+                })
+                .collect(),
+        }
+    }
+
+    /// Begins the next iteration and returns its number: the credit to
+    /// grant every writer.
+    pub fn start(&mut self) -> u32 {
+        self.epoch = next(self.epoch);
+        self.in_flight = true;
+        for p in &mut self.peers {
+            p.arrivals = 0;
+        }
+        self.epoch
+    }
+
+    /// The iteration in flight (or the last one).
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Whether an iteration is in flight.
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// Whether this rank may post its writes of this iteration to `peer`.
+    pub fn may_post(&self, peer: usize) -> bool {
+        self.in_flight
+            && self
+                .peers
+                .get(peer)
+                .is_some_and(|p| p.role.we_write && p.credit == self.epoch)
+    }
+
+    fn peer(&mut self, index: usize) -> Result<&mut PeerBook, ProtocolViolation> {
+        let peers = self.peers.len();
+        self.peers
+            .get_mut(index)
+            .ok_or(ProtocolViolation::UnknownPeer { index, peers })
+    }
+
+    /// `peer` granted credit `epoch`.
+    pub fn on_credit(&mut self, peer: usize, epoch: u32) -> Result<CreditEvent, ProtocolViolation> {
+        let (mine, in_flight) = (self.epoch, self.in_flight);
+        let p = self.peer(peer)?;
+        let expected = next(p.credit);
+        if epoch != expected {
+            return Err(ProtocolViolation::CreditOutOfStep {
+                got: epoch,
+                expected,
+            });
+        }
+        p.credit = epoch;
+        Ok(if in_flight && epoch == mine {
+            CreditEvent::PostNow
+        } else {
+            CreditEvent::Early
+        })
+    }
+
+    /// The last chain of `peer`'s writes of iteration `epoch` arrived.
+    pub fn on_data(&mut self, peer: usize, epoch: u32) -> Result<Arrival, ProtocolViolation> {
+        let (current, in_flight) = (self.epoch, self.in_flight);
+        let p = self.peer(peer)?;
+        if epoch != current || !in_flight {
+            return Err(ProtocolViolation::DataOutOfStep {
+                got: epoch,
+                current,
+                in_flight,
+            });
+        }
+        p.arrivals += 1;
+        let announced = p.role.arrivals_per_iteration;
+        match p.arrivals.cmp(&announced) {
+            std::cmp::Ordering::Less => Ok(Arrival::Partial),
+            std::cmp::Ordering::Equal => Ok(Arrival::PeerComplete),
+            std::cmp::Ordering::Greater => Err(ProtocolViolation::TooManyArrivals {
+                arrived: p.arrivals,
+                announced,
+            }),
+        }
+    }
+
+    /// Chains still due from `peer` this iteration.
+    pub fn arrivals_missing(&self, peer: usize) -> usize {
+        self.peers.get(peer).map_or(0, |p| {
+            p.role.arrivals_per_iteration.saturating_sub(p.arrivals)
+        })
+    }
+
+    /// Whether every writer's chains of this iteration have arrived.
+    pub fn arrivals_complete(&self) -> bool {
+        self.peers
+            .iter()
+            .all(|p| p.arrivals == p.role.arrivals_per_iteration)
+    }
+
+    /// The iteration is over (its posts and arrivals are done).
+    pub fn finish(&mut self) {
+        self.in_flight = false;
+    }
+}
+
+fn next(epoch: u32) -> u32 {
+    epoch.wrapping_add(1) & EPOCH_MASK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// What travels between two ranks: credits on one queue pair (in
+    /// order), data on `engines` queue pairs (in order per engine, in any
+    /// order across engines).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    enum Msg {
+        Credit(u32),
+        Data { epoch: u32 },
+    }
+
+    /// One rank of a pair, with the iteration whose data its receive
+    /// window holds and the iterations it consumed.
+    struct Rank {
+        book: CreditBook,
+        window: Option<u32>,
+        consumed: Vec<u32>,
+        posted: bool,
+        /// Queues towards the peer, one per engine (engine 0 carries credits).
+        out: Vec<VecDeque<Msg>>,
+        engines: usize,
+    }
+
+    impl Rank {
+        fn new(engines: usize) -> Rank {
+            Rank {
+                book: CreditBook::new([PeerRole {
+                    we_write: true,
+                    arrivals_per_iteration: engines,
+                }]),
+                window: None,
+                consumed: Vec::new(),
+                posted: false,
+                out: vec![VecDeque::new(); engines],
+                engines,
+            }
+        }
+
+        fn start(&mut self) {
+            let n = self.book.start();
+            self.posted = false;
+            self.out[0].push_back(Msg::Credit(n));
+            self.try_post();
+        }
+
+        fn try_post(&mut self) {
+            if !self.posted && self.book.may_post(0) {
+                let epoch = self.book.epoch();
+                for e in 0..self.engines {
+                    self.out[e].push_back(Msg::Data { epoch });
+                }
+                self.posted = true;
+            }
+        }
+
+        /// Delivers one message from the peer; panics where a real rank
+        /// would overwrite data it has not consumed.
+        fn deliver(&mut self, m: Msg) -> Result<(), ProtocolViolation> {
+            match m {
+                Msg::Credit(n) => {
+                    if self.book.on_credit(0, n)? == CreditEvent::PostNow {
+                        self.try_post();
+                    }
+                }
+                Msg::Data { epoch } => {
+                    self.book.on_data(0, epoch)?;
+                    if let Some(held) = self.window.filter(|&w| w != epoch) {
+                        assert_eq!(
+                            self.consumed.last(),
+                            Some(&held),
+                            "data of iteration {epoch} overwrote unconsumed iteration {held}"
+                        );
+                    }
+                    self.window = Some(epoch);
+                }
+            }
+            Ok(())
+        }
+
+        fn done(&self) -> bool {
+            self.book.in_flight() && self.posted && self.book.arrivals_complete()
+        }
+
+        /// `wait` returned: consume what arrived.
+        fn finish(&mut self) {
+            self.book.finish();
+            self.consumed.push(self.window.expect("data arrived"));
+        }
+    }
+
+    /// A tiny deterministic generator, so reorderings are reproducible.
+    struct Lcg(u64);
+    impl Lcg {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((self.0 >> 33) % n as u64) as usize
+        }
+    }
+
+    /// Runs two ranks for `iters` iterations. Each step delivers one message
+    /// from a random non-empty queue (reordering across engines) or lets a
+    /// random rank finish its iteration if it can; rank `slow` gets its turn
+    /// only one time in `lag`.
+    fn drive(engines: usize, iters: usize, seed: u64, slow: usize, lag: usize) {
+        let mut ranks = [Rank::new(engines), Rank::new(engines)];
+        ranks.iter_mut().for_each(Rank::start);
+        let mut rng = Lcg(seed);
+        let mut steps = 0;
+        while ranks.iter().any(|r| r.consumed.len() < iters) {
+            steps += 1;
+            assert!(steps < 1_000_000, "no progress: a deadlock");
+            let from = rng.below(2);
+            let queues: Vec<usize> = (0..engines)
+                .filter(|&e| !ranks[from].out[e].is_empty())
+                .collect();
+            if !queues.is_empty() && rng.below(3) > 0 {
+                let e = queues[rng.below(queues.len())];
+                let m = ranks[from].out[e].pop_front().expect("non-empty");
+                ranks[1 - from].deliver(m).expect("the protocol holds");
+                continue;
+            }
+            let r = rng.below(2);
+            if (r == slow && rng.below(lag) != 0) || !ranks[r].done() {
+                continue;
+            }
+            ranks[r].finish();
+            if ranks[r].consumed.len() < iters {
+                ranks[r].start();
+            }
+        }
+        let want: Vec<u32> = (1..=iters as u32).collect();
+        for (r, rank) in ranks.iter().enumerate() {
+            assert_eq!(
+                rank.consumed, want,
+                "rank {r} consumed each iteration once, in order"
+            );
+        }
+    }
+
+    #[test]
+    fn two_peers_in_step_with_reordering_across_engines() {
+        for seed in 0..50 {
+            drive(1, 30, seed, 2, 1);
+            drive(3, 30, seed, 2, 1);
+        }
+    }
+
+    #[test]
+    fn a_fast_writer_never_overwrites_what_a_slow_receiver_has_not_consumed() {
+        for seed in 0..50 {
+            drive(2, 40, seed, 1, 20);
+            drive(2, 40, seed, 0, 50);
+        }
+    }
+
+    #[test]
+    fn a_peer_that_stops_holds_the_writer_back_and_is_named() {
+        let mut a = Rank::new(2);
+        let mut b = Rank::new(2);
+        a.start();
+        b.start();
+        // b's credit reaches a; a's never reaches b (b stopped granting).
+        let credit = b.out[0].pop_front().unwrap();
+        a.deliver(credit).unwrap();
+        assert!(a.posted, "a posts once b's credit is in");
+        assert!(!b.posted && !b.book.may_post(0), "b has no credit from a");
+        // a's data reaches b; b completes its arrivals but not its posts.
+        for e in 0..2 {
+            while let Some(m) = a.out[e].pop_front() {
+                if matches!(m, Msg::Data { .. }) {
+                    b.deliver(m).unwrap();
+                }
+            }
+        }
+        assert!(b.book.arrivals_complete() && !b.done());
+        assert_eq!(
+            a.book.arrivals_missing(0),
+            2,
+            "a still waits for b's two chains"
+        );
+    }
+
+    #[test]
+    fn out_of_step_events_are_violations() {
+        let role = PeerRole {
+            we_write: true,
+            arrivals_per_iteration: 1,
+        };
+        let mut book = CreditBook::new([role]);
+        assert_eq!(
+            book.on_data(0, 1),
+            Err(ProtocolViolation::DataOutOfStep {
+                got: 1,
+                current: 0,
+                in_flight: false
+            })
+        );
+        assert_eq!(book.on_credit(0, 1), Ok(CreditEvent::Early));
+        assert_eq!(
+            book.on_credit(0, 3),
+            Err(ProtocolViolation::CreditOutOfStep {
+                got: 3,
+                expected: 2
+            })
+        );
+        assert_eq!(book.start(), 1);
+        assert!(
+            book.may_post(0),
+            "the early credit lets the first start post"
+        );
+        assert_eq!(book.on_data(0, 1), Ok(Arrival::PeerComplete));
+        assert!(matches!(
+            book.on_data(0, 1),
+            Err(ProtocolViolation::TooManyArrivals {
+                arrived: 2,
+                announced: 1
+            })
+        ));
+        assert!(book.on_data(0, 2).is_err(), "data from the future");
+        assert!(book.on_credit(4, 1).is_err(), "unknown peer");
+        let msg = ProtocolViolation::CreditOutOfStep {
+            got: 3,
+            expected: 2,
+        }
+        .to_string();
+        assert!(msg.contains("out of step"), "{msg}");
+    }
+
+    #[test]
+    fn iteration_numbers_wrap_in_31_bits() {
+        let mut book = CreditBook::new([PeerRole {
+            we_write: true,
+            arrivals_per_iteration: 1,
+        }]);
+        book.epoch = EPOCH_MASK;
+        book.peers[0].credit = EPOCH_MASK;
+        assert_eq!(book.start(), 0);
+        assert_eq!(book.on_credit(0, 0), Ok(CreditEvent::PostNow));
+        assert_eq!(book.on_data(0, 0), Ok(Arrival::PeerComplete));
+    }
+}

@@ -1,0 +1,502 @@
+//! Building a [`PersistentWrites`]: local checks, registrations, queues,
+//! the exchange of connection details with each peer, then the chains.
+//! Each phase hands the next a named struct.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
+use sode_job::{PeerLink, World};
+
+use super::connect::{self, ConnInfo, QpSizes, WindowDesc};
+use super::run::{self, Chain, Peer};
+use super::{
+    CqLayout, PersistentWrites, PlannedWrite, RdmaExchangeBuilder, Write, MAX_WRITE, RECV_DEPTH,
+};
+use crate::error::{Result, TransportError};
+use crate::verbs::{ChainEntry, ChainSet, CompletionPoller, Keys, RecvRing};
+
+/// Who this rank exchanges with: every peer it writes to and every writer
+/// of one of its windows, in rank order.
+struct Peers {
+    list: Vec<usize>,
+    /// The writers into this rank's windows (they get credits).
+    writers_here: BTreeSet<usize>,
+    /// Writes per (peer, engine): each such chain is one post per exchange.
+    chain_len: BTreeMap<(usize, usize), usize>,
+}
+
+/// The queues of the exchange, before they are connected.
+struct Queues {
+    /// `peer index * engines + engine`.
+    qps: Vec<BasicQueuePair>,
+    psns: Vec<u32>,
+    send_cqs: Vec<Arc<BasicCompletionQueue>>,
+    recv_cq: Arc<BasicCompletionQueue>,
+    recv_rings: Vec<RecvRing>,
+    inline: u32,
+}
+
+impl RdmaExchangeBuilder<'_> {
+    /// Connects to every peer this rank writes to and every peer named as a
+    /// writer of one of its windows, exchanges queue-pair numbers and keys
+    /// (each window's rkey only to its writers), checks each write against
+    /// the window it targets, and pre-builds the chains. Collective among
+    /// those peers.
+    pub fn build(mut self, world: &World, timeout: Duration) -> Result<PersistentWrites> {
+        let deadline = Instant::now() + timeout;
+        self.check_writes(world)?;
+        let src_keys = self.register_sources()?;
+        let peers = self.peers(world)?;
+        let mut queues = self.queues(world.rank(), &peers)?;
+        let whom = || format!("ranks {:?}", peers.list);
+        let mut links = world
+            .connect_peers(
+                &peers.list.iter().copied().collect(),
+                deadline.saturating_duration_since(Instant::now()),
+            )
+            .map_err(|source| TransportError::Setup {
+                step: "connecting",
+                whom: whom(),
+                source: Box::new(source),
+            })?;
+        let remote = self.swap_details(world.rank(), &mut links, &peers, &queues, deadline)?;
+        let entries = self.entries(world.rank(), &remote, &src_keys, queues.inline)?;
+        for (pi, &p) in peers.list.iter().enumerate() {
+            for e in 0..self.engines {
+                let slot = pi * self.engines + e;
+                connect::connect_qp(
+                    self.dev,
+                    &mut queues.qps[slot],
+                    queues.psns[slot],
+                    &remote[&p],
+                    e,
+                )?;
+            }
+        }
+        // Nobody sends before both ends of every pair are ready to receive.
+        handshake(&mut links, &peers.list, deadline)?;
+        self.assemble(world.rank(), peers, queues, links, &remote, entries)
+    }
+
+    /// Every write against what this rank knows alone: peers, engines,
+    /// source ranges, sizes.
+    fn check_writes(&self, world: &World) -> Result<()> {
+        let (me, size) = (world.rank(), world.size());
+        if self.engines == 0 {
+            return Err(TransportError::InvalidSetting {
+                name: "engines".into(),
+                value: "0".into(),
+                why: "at least one queue pair per peer".into(),
+            });
+        }
+        for (i, planned) in self.writes.iter().enumerate() {
+            let w = &planned.write;
+            if w.peer >= size || w.peer == me {
+                return Err(TransportError::UnknownPeer {
+                    peer: w.peer,
+                    why: format!("write #{i}: the job has ranks 0..{size} and this is rank {me}"),
+                });
+            }
+            self.check_write(i, planned)
+                .map_err(|why| TransportError::InvalidCommand { command: i, why })?;
+        }
+        Ok(())
+    }
+
+    fn check_write(&self, i: usize, planned: &PlannedWrite) -> std::result::Result<(), String> {
+        let w = &planned.write;
+        if w.engine >= self.engines {
+            return Err(format!(
+                "engine {} but there are {} engines per peer",
+                w.engine, self.engines
+            ));
+        }
+        let Some(src) = self.buffers.get(w.src.0) else {
+            return Err(format!(
+                "buffer {} does not exist ({} made)",
+                w.src.0,
+                self.buffers.len()
+            ));
+        };
+        if w.len > MAX_WRITE {
+            return Err(format!(
+                "{} bytes is more than one RDMA write carries ({MAX_WRITE}); split it",
+                w.len
+            ));
+        }
+        let inside =
+            |off: usize, len: usize| off.checked_add(len).is_some_and(|end| end <= src.len());
+        if !inside(w.src_offset, w.len) {
+            return Err(format!(
+                "source range {}..{}+{} is outside buffer {} of {} bytes (write #{i})",
+                w.src_offset,
+                w.src_offset,
+                w.len,
+                w.src.0,
+                src.len()
+            ));
+        }
+        if let Some(&(off, len)) = planned.gather.iter().find(|&&(o, l)| !inside(o, l)) {
+            return Err(format!(
+                "gathered piece {off}..{off}+{len} is outside buffer {} of {} bytes",
+                w.src.0,
+                src.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Each source buffer is registered once for local reads, however many
+    /// writes read from it.
+    fn register_sources(&mut self) -> Result<BTreeMap<usize, Keys>> {
+        let mut keys = BTreeMap::new();
+        let sources: BTreeSet<usize> = self.writes.iter().map(|p| p.write.src.0).collect();
+        for src in sources {
+            let len = self.buffers[src].len();
+            self.dev.check_memlock(self.registered + len as u64)?;
+            keys.insert(
+                src,
+                self.register(super::BufferId(src), len, |b, pd| b.local(pd))?,
+            );
+        }
+        Ok(keys)
+    }
+
+    fn peers(&self, world: &World) -> Result<Peers> {
+        let me = world.rank();
+        let mut writers_here = BTreeSet::new();
+        for &w in self.windows.iter().flat_map(|win| &win.writers) {
+            if w >= world.size() || w == me {
+                return Err(TransportError::UnknownPeer {
+                    peer: w,
+                    why: format!(
+                        "named as writer of a window of rank {me}, in a job of {} ranks",
+                        world.size()
+                    ),
+                });
+            }
+            writers_here.insert(w);
+        }
+        let mut all: BTreeSet<usize> = self.writes.iter().map(|p| p.write.peer).collect();
+        all.extend(&writers_here);
+        let mut chain_len = BTreeMap::new();
+        for p in &self.writes {
+            *chain_len.entry((p.write.peer, p.write.engine)).or_default() += 1;
+        }
+        Ok(Peers {
+            list: all.into_iter().collect(),
+            writers_here,
+            chain_len,
+        })
+    }
+
+    /// Completion queues, queue pairs (in INIT) and posted receives, sized
+    /// from the plan: each chain ends with one signalled request; credits
+    /// are signalled too.
+    fn queues(&self, me: usize, peers: &Peers) -> Result<Queues> {
+        let max_chain = peers.chain_len.values().copied().max().unwrap_or(0);
+        // A credit may be posted while the chain of the same iteration is in
+        // flight, and one of the next iteration before this one's reaped.
+        let send_wr = (max_chain + 2).max(4) as u32;
+        let inline = if self
+            .writes
+            .iter()
+            .any(|p| p.write.len > 0 && p.write.len as u64 <= u64::from(self.inline_max))
+        {
+            self.inline_max
+        } else {
+            0
+        };
+        let engines = self.engines;
+        let n_send_cqs = match self.cq_layout {
+            CqLayout::Shared => 1,
+            CqLayout::PerEngine => engines,
+        };
+        let qps_per_cq = peers.list.len() * engines / n_send_cqs;
+        let send_cq_depth = ((send_wr as usize) * qps_per_cq.max(1)).max(16) as u32;
+        let recv_cq = self
+            .dev
+            .create_cq((RECV_DEPTH * peers.list.len() * engines).max(16) as u32)?;
+        let send_cqs: Vec<Arc<BasicCompletionQueue>> = (0..n_send_cqs)
+            .map(|_| self.dev.create_cq(send_cq_depth))
+            .collect::<Result<_>>()?;
+        let sizes = QpSizes {
+            send_wr,
+            send_sge: self
+                .writes
+                .iter()
+                .map(|p| p.gather.len())
+                .max()
+                .unwrap_or(0)
+                .max(1) as u32,
+            recv_wr: RECV_DEPTH as u32,
+            inline,
+        };
+        let mut qps = Vec::with_capacity(peers.list.len() * engines);
+        let mut psns = Vec::with_capacity(qps.capacity());
+        for &p in &peers.list {
+            for e in 0..engines {
+                let cq = &send_cqs[if n_send_cqs == 1 { 0 } else { e }];
+                qps.push(connect::create_qp(self.dev, cq, &recv_cq, &sizes)?);
+                psns.push(connect::initial_psn(me, p, e));
+            }
+        }
+        // Receives go up before the peer can send (still in INIT).
+        let mut recv_rings = Vec::with_capacity(qps.len());
+        for (slot, qp) in qps.iter().enumerate() {
+            let mut ring = RecvRing::new(RECV_DEPTH, slot as u64);
+            ring.post(qp, RECV_DEPTH)
+                .map_err(|source| TransportError::Verbs {
+                    op: "ibv_post_recv".into(),
+                    device: self.dev.caps().device.clone(),
+                    source,
+                })?;
+            recv_rings.push(ring);
+        }
+        Ok(Queues {
+            qps,
+            psns,
+            send_cqs,
+            recv_cq,
+            recv_rings,
+            inline,
+        })
+    }
+
+    /// Sends each peer this rank's queue-pair numbers and the windows it may
+    /// write into, and receives the same from it.
+    fn swap_details(
+        &self,
+        me: usize,
+        links: &mut BTreeMap<usize, PeerLink>,
+        peers: &Peers,
+        queues: &Queues,
+        deadline: Instant,
+    ) -> Result<BTreeMap<usize, ConnInfo>> {
+        let caps = self.dev.caps();
+        let e_count = self.engines;
+        for (pi, &p) in peers.list.iter().enumerate() {
+            let info = ConnInfo {
+                qpns: queues.qps[pi * e_count..(pi + 1) * e_count]
+                    .iter()
+                    .map(|q| q.qp_number())
+                    .collect(),
+                psns: queues.psns[pi * e_count..(pi + 1) * e_count].to_vec(),
+                gid: caps.gid,
+                lid: caps.lid,
+                mtu: caps.active_mtu,
+                windows: self.windows_for(p),
+                engines_used: (0..e_count)
+                    .filter(|e| peers.chain_len.contains_key(&(p, *e)))
+                    .collect(),
+            };
+            link(links, p)?
+                .send(&info)
+                .map_err(setup("sending connection details", p))?;
+        }
+        let mut remote = BTreeMap::new();
+        for &p in &peers.list {
+            let info: ConnInfo = link(links, p)?
+                .recv(deadline)
+                .map_err(setup("receiving connection details", p))?;
+            if info.qpns.len() != e_count || info.psns.len() != e_count {
+                return Err(TransportError::Protocol {
+                    peer: p,
+                    why: format!("it opened {} engines towards rank {me}, which opened {e_count}: every rank must use the same number of engines", info.qpns.len()),
+                });
+            }
+            if info.engines_used.iter().any(|&e| e >= e_count) {
+                return Err(TransportError::Protocol {
+                    peer: p,
+                    why: "it names an engine out of range".into(),
+                });
+            }
+            remote.insert(p, info);
+        }
+        Ok(remote)
+    }
+
+    /// The windows `peer` may write into: only those that name it.
+    fn windows_for(&self, peer: usize) -> Vec<WindowDesc> {
+        self.windows
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.writers.contains(&peer))
+            .map(|(id, w)| WindowDesc {
+                id,
+                addr: w.keys.addr,
+                len: w.len as u64,
+                rkey: w.keys.rkey,
+            })
+            .collect()
+    }
+
+    /// Every write as a work request, checked against the window it
+    /// targets as its owner described it.
+    fn entries(
+        &self,
+        me: usize,
+        remote: &BTreeMap<usize, ConnInfo>,
+        src_keys: &BTreeMap<usize, Keys>,
+        inline: u32,
+    ) -> Result<Vec<ChainEntry>> {
+        let mut entries = Vec::with_capacity(self.writes.len());
+        for (i, PlannedWrite { write: w, gather }) in self.writes.iter().enumerate() {
+            let info = &remote[&w.peer];
+            let bad = |why: String| TransportError::InvalidCommand { command: i, why };
+            let Some(win) = info.windows.iter().find(|d| d.id == w.window.0) else {
+                return Err(bad(format!(
+                    "rank {} has no window {} that rank {me} may write into (it offers {:?}); the window must list this rank among its writers",
+                    w.peer,
+                    w.window.0,
+                    info.windows.iter().map(|d| d.id).collect::<Vec<_>>()
+                )));
+            };
+            if (w.dst_offset as u64)
+                .checked_add(w.len as u64)
+                .is_none_or(|end| end > win.len)
+            {
+                return Err(bad(format!(
+                    "destination range {}..{} is outside window {} of rank {} ({} bytes)",
+                    w.dst_offset,
+                    w.dst_offset + w.len,
+                    w.window.0,
+                    w.peer,
+                    win.len
+                )));
+            }
+            let src = src_keys[&w.src.0];
+            let rkey = if self.wrong_rkey == Some(i) {
+                win.rkey ^ 0x5a5a_0000
+            } else {
+                win.rkey
+            };
+            entries.push(ChainEntry {
+                wr_id: i as u64,
+                local_addr: src.addr + w.src_offset as u64,
+                lkey: src.lkey,
+                len: w.len as u32,
+                remote: Some((win.addr + w.dst_offset as u64, rkey)),
+                inline: w.len > 0 && w.len as u64 <= u64::from(inline) && gather.is_empty(),
+                with_imm: false,
+                signaled: false,
+                gather: gather
+                    .iter()
+                    .map(|&(off, len)| (src.addr + off as u64, len as u32))
+                    .collect(),
+            });
+        }
+        Ok(entries)
+    }
+
+    /// The chains (one per peer and engine, in plan order, the last request
+    /// signalled and carrying the iteration) and the credits, in one
+    /// [`ChainSet`] with the buffers they read.
+    fn assemble(
+        self,
+        me: usize,
+        peers: Peers,
+        queues: Queues,
+        mut links: BTreeMap<usize, PeerLink>,
+        remote: &BTreeMap<usize, ConnInfo>,
+        entries: Vec<ChainEntry>,
+    ) -> Result<PersistentWrites> {
+        let mut set = ChainSet::new(queues.qps, self.buffers);
+        let mut add = |entries: &[ChainEntry]| {
+            set.add(entries)
+                .map_err(|why| TransportError::InvalidCommand {
+                    command: entries[0].wr_id as usize,
+                    why,
+                })
+        };
+        let writes: Vec<Write> = self.writes.iter().map(|p| p.write).collect();
+        let mut chains = Vec::new();
+        let mut run_peers = Vec::with_capacity(peers.list.len());
+        for (pi, &p) in peers.list.iter().enumerate() {
+            for e in 0..self.engines {
+                let ids: Vec<usize> = (0..writes.len())
+                    .filter(|&i| writes[i].peer == p && writes[i].engine == e)
+                    .collect();
+                let Some(&last) = ids.last() else { continue };
+                let mut chain: Vec<ChainEntry> = ids.iter().map(|&i| entries[i].clone()).collect();
+                let tail = chain.last_mut().expect("non-empty");
+                tail.with_imm = true;
+                tail.signaled = true;
+                chains.push(Chain::new(pi, e, add(&chain)?, chain.len(), last));
+            }
+            let credit = if peers.writers_here.contains(&p) {
+                Some(add(&[credit_entry(p)])?)
+            } else {
+                None
+            };
+            let link = links.remove(&p).ok_or_else(|| missing_link(p))?;
+            run_peers.push(Peer::new(p, link, credit, remote[&p].engines_used.len()));
+        }
+        Ok(PersistentWrites {
+            state: run::State::new(me, self.engines, writes, chains, run_peers, self.post_mode),
+            recv_rings: queues.recv_rings,
+            set,
+            send_poller: CompletionPoller::new(64),
+            recv_poller: CompletionPoller::new(64),
+            send_cqs: queues.send_cqs,
+            recv_cq: queues.recv_cq,
+            windows: self.windows,
+            device: self.dev.caps().device.clone(),
+        })
+    }
+}
+
+/// A credit: a zero-length send with an immediate, signalled.
+fn credit_entry(peer: usize) -> ChainEntry {
+    ChainEntry {
+        wr_id: run::CREDIT_TAG | peer as u64,
+        local_addr: 0,
+        lkey: 0,
+        len: 0,
+        remote: None,
+        inline: false,
+        with_imm: true,
+        signaled: true,
+        gather: Vec::new(),
+    }
+}
+
+fn handshake(
+    links: &mut BTreeMap<usize, PeerLink>,
+    peers: &[usize],
+    deadline: Instant,
+) -> Result<()> {
+    for &p in peers {
+        link(links, p)?
+            .send(&"ready")
+            .map_err(setup("sending ready", p))?;
+    }
+    for &p in peers {
+        let _: String = link(links, p)?
+            .recv(deadline)
+            .map_err(setup("receiving ready", p))?;
+    }
+    Ok(())
+}
+
+fn link(links: &mut BTreeMap<usize, PeerLink>, peer: usize) -> Result<&mut PeerLink> {
+    links.get_mut(&peer).ok_or_else(|| missing_link(peer))
+}
+
+fn missing_link(peer: usize) -> TransportError {
+    TransportError::UnknownPeer {
+        peer,
+        why: "the job layer returned no setup link to it".into(),
+    }
+}
+
+fn setup(step: &'static str, peer: usize) -> impl Fn(sode_job::JobError) -> TransportError {
+    move |source| TransportError::Setup {
+        step,
+        whom: format!("rank {peer}"),
+        source: Box::new(source),
+    }
+}
