@@ -18,6 +18,14 @@ fn four_clusters(per_cluster: usize) -> Matrix {
 }
 
 fn main() {
+    latency_section();
+    bounding_section();
+    disconnection_section();
+    stencil_section();
+    qaplib_section();
+}
+
+fn latency_section() {
     println!("### Latency estimation (4 clusters x 64 processes)\n");
     println!("| alpha | measurements | of all pairs | worst relative error |");
     println!("|---:|---:|---:|---:|");
@@ -31,7 +39,9 @@ fn main() {
             100.0 * e.worst_relative_error
         );
     }
+}
 
+fn bounding_section() {
     println!("\n### Bounding graph (4 clusters; cluster 3 accepts no inbound connection)\n");
     println!("| processes | beta | connections per process | share of all pairs | connected |");
     println!("|---:|---:|---:|---:|---|");
@@ -50,7 +60,9 @@ fn main() {
             );
         }
     }
+}
 
+fn disconnection_section() {
     println!("\n### How often the bounding graph is disconnected (the paper's 3FW: clusters 1-3 refuse inbound connections)\n");
     println!("| processes | beta = 1 | beta = 2 | beta = 4 |");
     println!("|---:|---:|---:|---:|");
@@ -74,7 +86,9 @@ fn main() {
         }
         println!("{row}");
     }
+}
 
+fn stencil_section() {
     println!("\n### Stencil placement (16 x 16 ranks, 5-point and 9-point halo; 8 nodes x 2 NUMA x 16 cores; network = 10)\n");
     println!(
         "| stencil | identity (launch order) | hostname-sorted | QAP (GRASP + tabu) | QAP time |"
@@ -108,7 +122,9 @@ fn main() {
             start.elapsed().as_secs_f64()
         );
     }
+}
 
+fn qaplib_section() {
     let dir = std::env::var_os("SODE_QAPLIB")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("../shared/data/qaplib"));

@@ -108,6 +108,58 @@ fn stats(mut t: Vec<f64>) -> Stats {
     }
 }
 
+/// One measured point of the table.
+struct Point<'a> {
+    k: u64,
+    set: &'a str,
+    algorithm: &'a str,
+    stats: Stats,
+    /// The simulator's prediction (RDMA only).
+    simulated: Option<f64>,
+}
+
+impl Point<'_> {
+    fn markdown(&self) -> String {
+        let s = &self.stats;
+        let simulated = self
+            .simulated
+            .map_or("-".to_string(), |v| format!("{v:.1}"));
+        format!(
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {simulated} |",
+            self.k, self.set, self.algorithm, s.median, s.min, s.mean
+        )
+    }
+
+    fn csv(&self, transport: &str, iters: usize) -> String {
+        let s = &self.stats;
+        let simulated = self.simulated.map_or(String::new(), |v| format!("{v:.3}"));
+        format!(
+            "{},{},{},{transport},{:.3},{:.3},{:.3},{simulated},{iters}",
+            self.k, self.set, self.algorithm, s.median, s.min, s.mean
+        )
+    }
+}
+
+fn print_header(a: &Args, machine: &Machine, shm: bool) {
+    let (px, py) = (a.grid[0], a.grid[1]);
+    println!(
+        "SCALE-LES3 on a {px} x {py} periodic grid over {}, {} exchanges per point (paper: 41,000), pseudo-collective",
+        if shm { "shared memory" } else { "RDMA" },
+        a.iters
+    );
+    if !shm {
+        println!(
+            "model ({}): {} queue pairs at {:.3} GB/s, node {:.3} GB/s, {:.2} us per command, {:.1} us fixed",
+            a.model, machine.engines, machine.engine_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
+        );
+    }
+    println!(
+        "| k | set | algorithm | measured median us | min us | mean us | simulated us ({} model) |",
+        a.model
+    );
+    println!("|---:|---|---|---:|---:|---:|---:|");
+}
+
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     if a.grid.len() != 2 || a.grid.contains(&0) {
         return Err("--grid takes two positive numbers, x,y".into());
@@ -156,88 +208,47 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         (o, _) => return Err(format!("unknown model {o:?} (calibrated, k)").into()),
     };
     let mut shm_ctx = if shm {
-        Some(sode_shm::Context::from_env()?)
+        Some(sode_shm::Context::from_world(&world)?)
     } else {
         None
     };
-    let mut table = String::new();
     let mut csv = String::from("k,set,algorithm,transport,measured_median_us,measured_min_us,measured_mean_us,simulated_us,iterations\n");
     if me == 0 {
-        println!(
-            "SCALE-LES3 on a {px} x {py} periodic grid over {}, {} exchanges per point (paper: 41,000), pseudo-collective",
-            if shm { "shared memory" } else { "RDMA" },
-            a.iters
-        );
-        if !shm {
-            println!(
-                "model ({}): {} queue pairs at {:.3} GB/s, node {:.3} GB/s, {:.2} us per command, {:.1} us fixed",
-                a.model, machine.engines, machine.engine_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
-            );
-        }
-        println!("| k | set | algorithm | measured median us | min us | mean us | simulated us ({} model) |", a.model);
-        println!("|---:|---|---|---:|---:|---:|---:|");
+        print_header(a, &machine, shm);
     }
     for &k in &rows {
         for &set in &sets {
             let pattern: Pattern = scale_les3(k, set, machine)?;
             for alg in &algorithms {
-                let simulated = if shm {
-                    f64::NAN
+                let (simulated, times) = if shm {
+                    let ctx = shm_ctx.as_mut().ok_or("no shared-memory context")?;
+                    (None, run_shm(&world, ctx, &pattern, &rank_at, a.iters)?)
                 } else {
                     let algorithm: Algorithm = alg.parse()?;
-                    sode_scheduler::plan(&pattern, algorithm)?.simulated_us
-                };
-                let times = if shm {
-                    run_shm(
+                    let simulated = sode_scheduler::plan(&pattern, algorithm)?.simulated_us;
+                    let dev = dev.as_ref().ok_or("no RDMA device")?;
+                    let times = run_rdma(
                         &world,
-                        shm_ctx.as_mut().expect("shm"),
-                        &pattern,
-                        &rank_at,
-                        a.iters,
-                    )?
-                } else {
-                    run_rdma(
-                        &world,
-                        dev.as_ref().expect("device"),
+                        dev,
                         &pattern,
                         alg,
                         &rank_at,
                         a.iters,
                         machine.engines,
-                    )?
+                    )?;
+                    (Some(simulated), times)
                 };
-                let s = stats(times);
-                let row = format!(
-                    "| {k} | {} | {alg} | {:.1} | {:.1} | {:.1} | {} |",
-                    set.name(),
-                    s.median,
-                    s.min,
-                    s.mean,
-                    if simulated.is_nan() {
-                        "-".to_string()
-                    } else {
-                        format!("{simulated:.1}")
-                    }
-                );
+                let point = Point {
+                    k,
+                    set: set.name(),
+                    algorithm: alg,
+                    stats: stats(times),
+                    simulated,
+                };
                 if me == 0 {
-                    println!("{row}");
+                    println!("{}", point.markdown());
                 }
-                writeln!(table, "{row}")?;
-                writeln!(
-                    csv,
-                    "{k},{},{alg},{},{:.3},{:.3},{:.3},{},{}",
-                    set.name(),
-                    a.transport,
-                    s.median,
-                    s.min,
-                    s.mean,
-                    if simulated.is_nan() {
-                        String::new()
-                    } else {
-                        format!("{simulated:.3}")
-                    },
-                    a.iters
-                )?;
+                writeln!(csv, "{}", point.csv(&a.transport, a.iters))?;
             }
         }
     }

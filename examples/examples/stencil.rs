@@ -193,6 +193,39 @@ fn fill(ext: &[usize], start: &[usize], h: usize, global: &[usize], periodic: bo
         .collect()
 }
 
+/// The whole grid solved by this process alone, in an array with a halo of
+/// one cell (`sext` per axis): the reference the ranks must match.
+fn solve_alone(a: &Args, update: &Update, sext: &[usize], global: &[usize]) -> Vec<f64> {
+    let h = 1;
+    let mut su = fill(sext, &vec![0; a.dims], h, global, a.periodic);
+    let mut sv = su.clone();
+    let sstrides: Vec<usize> = (0..a.dims).map(|ax| sext[..ax].iter().product()).collect();
+    let n_s: usize = sext.iter().product();
+    for _ in 0..a.iters {
+        if a.periodic {
+            // Halo from the opposite side, as the exchange does.
+            for i in 0..n_s {
+                let mut rem = i;
+                let mut src = 0;
+                let mut halo_cell = false;
+                for ax in 0..a.dims {
+                    let l = rem % sext[ax];
+                    rem /= sext[ax];
+                    let g = (l as i64 - h as i64).rem_euclid(global[ax] as i64) as usize + h;
+                    halo_cell |= g != l;
+                    src += g * sstrides[ax];
+                }
+                if halo_cell {
+                    su[i] = su[src];
+                }
+            }
+        }
+        update.sweep(sext, h, &su, &mut sv);
+        std::mem::swap(&mut su, &mut sv);
+    }
+    su
+}
+
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let stencil = match (a.dims, a.neighbours) {
         (2, None | Some(8)) | (3, None | Some(26)) => Stencil::Full,
@@ -236,32 +269,8 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // The single-process solve, with the same walls (or wrap-around).
     let h = 1;
     let sext: Vec<usize> = global.iter().map(|g| g + 2 * h).collect();
-    let mut su = fill(&sext, &vec![0; a.dims], h, &global, a.periodic);
-    let mut sv = su.clone();
+    let su = solve_alone(a, &update, &sext, &global);
     let sstrides: Vec<usize> = (0..a.dims).map(|ax| sext[..ax].iter().product()).collect();
-    let n_s: usize = sext.iter().product();
-    for _ in 0..a.iters {
-        if a.periodic {
-            // Halo from the opposite side, as the exchange does.
-            for i in 0..n_s {
-                let mut rem = i;
-                let mut src = 0;
-                let mut halo_cell = false;
-                for ax in 0..a.dims {
-                    let l = rem % sext[ax];
-                    rem /= sext[ax];
-                    let g = (l as i64 - h as i64).rem_euclid(global[ax] as i64) as usize + h;
-                    halo_cell |= g != l;
-                    src += g * sstrides[ax];
-                }
-                if halo_cell {
-                    su[i] = su[src];
-                }
-            }
-        }
-        update.sweep(&sext, h, &su, &mut sv);
-        std::mem::swap(&mut su, &mut sv);
-    }
     let mut compared = 0usize;
     for (i, &cell) in u.iter().enumerate() {
         let mut rem = i;

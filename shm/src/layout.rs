@@ -62,25 +62,62 @@ pub(crate) struct RecvSlot {
     pub(crate) entry: u64,
 }
 
+/// A message this process will receive, as the layout needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecvSpec {
+    pub(crate) from: usize,
+    pub(crate) tag: u32,
+    pub(crate) len: u64,
+    /// Whether it lands in a window of the segment.
+    pub(crate) window: bool,
+    /// Bytes past a cache-line boundary the window starts.
+    pub(crate) misalign: u64,
+}
+
+/// A message this process will send.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendSpec {
+    pub(crate) to: usize,
+    pub(crate) tag: u32,
+    pub(crate) len: u64,
+}
+
+/// A peer's receive entry for a message from us.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TheirRecv {
+    pub(crate) tag: u32,
+    pub(crate) len: u64,
+    /// Offset of the entry in the peer's segment.
+    pub(crate) entry: u64,
+    /// Offset of its window, if it has one.
+    pub(crate) window: Option<u64>,
+}
+
+/// A peer's send to us.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TheirSend {
+    pub(crate) tag: u32,
+    pub(crate) len: u64,
+}
+
 /// Offsets of everything in a segment about to be created.
 #[derive(Debug, Clone)]
 pub(crate) struct SegmentLayout {
     pub(crate) total: u64,
     pub(crate) peers: Vec<(usize, RingLayout)>,
     pub(crate) recvs: Vec<RecvSlot>,
-    pub(crate) sends: Vec<(usize, u32, u64)>,
+    pub(crate) sends: Vec<SendSpec>,
     peers_off: u64,
     recv_off: u64,
     send_off: u64,
 }
 
 impl SegmentLayout {
-    /// `recvs`: (from, tag, len, needs a window, misalignment).
     pub(crate) fn plan(
         peers: &[usize],
         ring_capacity: u64,
-        recvs: &[(usize, u32, u64, bool, u64)],
-        sends: &[(usize, u32, u64)],
+        recvs: &[RecvSpec],
+        sends: &[SendSpec],
     ) -> SegmentLayout {
         let peers_off = HEADER_LEN;
         let recv_off = align(peers_off + PEER_ENTRY * peers.len() as u64, 64);
@@ -98,18 +135,18 @@ impl SegmentLayout {
             at = align(at + RingLayout::footprint(ring_capacity), 4096);
         }
         let mut slots = Vec::new();
-        for (i, &(from, tag, len, window, misalign)) in recvs.iter().enumerate() {
-            let window = if window {
-                let w = at + misalign;
-                at = align(w + len.max(1), 64);
+        for (i, r) in recvs.iter().enumerate() {
+            let window = if r.window {
+                let w = at + r.misalign;
+                at = align(w + r.len.max(1), 64);
                 Some(w)
             } else {
                 None
             };
             slots.push(RecvSlot {
-                from,
-                tag,
-                len,
+                from: r.from,
+                tag: r.tag,
+                len: r.len,
                 window,
                 entry: recv_off + RECV_ENTRY * i as u64,
             });
@@ -159,11 +196,11 @@ impl SegmentLayout {
             w(r.entry + R_PATH, 0)?;
             w(r.entry + R_WINDOW, r.window.unwrap_or(u64::MAX))?;
         }
-        for (i, &(to, tag, len)) in self.sends.iter().enumerate() {
+        for (i, s) in self.sends.iter().enumerate() {
             let e = self.send_off + SEND_ENTRY * i as u64;
-            w(e, to as u64)?;
-            w(e + 8, tag as u64)?;
-            w(e + 16, len)?;
+            w(e, s.to as u64)?;
+            w(e + 8, s.tag as u64)?;
+            w(e + 16, s.len)?;
         }
         Ok(())
     }
@@ -176,10 +213,10 @@ pub(crate) struct PeerView {
     pub(crate) probe: (u64, u64),
     /// The ring in the peer's segment that carries our records to it.
     pub(crate) ring_to_peer: RingLayout,
-    /// The peer's receive entries for messages from us: (tag, len, entry, window).
-    pub(crate) recvs_from_us: Vec<(u32, u64, u64, Option<u64>)>,
-    /// The peer's sends to us: (tag, len).
-    pub(crate) sends_to_us: Vec<(u32, u64)>,
+    /// The peer's receive entries for messages from us.
+    pub(crate) recvs_from_us: Vec<TheirRecv>,
+    /// The peer's sends to us.
+    pub(crate) sends_to_us: Vec<TheirSend>,
 }
 
 /// Reads a peer's segment, checking every offset against the mapping.
@@ -238,7 +275,12 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
                 Some(w)
             }
         };
-        recvs_from_us.push((tag, len, e, window));
+        recvs_from_us.push(TheirRecv {
+            tag,
+            len,
+            entry: e,
+            window,
+        });
     }
     let (n_send, send_off) = table(H_N_SEND, H_SEND, SEND_ENTRY)?;
     let mut sends_to_us = Vec::new();
@@ -246,7 +288,10 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
         let e = send_off + SEND_ENTRY * i;
         if r(e)? == me as u64 {
             let tag = u32::try_from(r(e + 8)?).map_err(|_| "tag out of range".to_string())?;
-            sends_to_us.push((tag, r(e + 16)?));
+            sends_to_us.push(TheirSend {
+                tag,
+                len: r(e + 16)?,
+            });
         }
     }
     Ok(PeerView {

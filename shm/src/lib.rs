@@ -43,6 +43,7 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
 mod buffer;
 mod caps;
@@ -52,6 +53,7 @@ mod exchange;
 mod layout;
 mod ring;
 mod segment;
+#[allow(unsafe_code)]
 pub mod sys;
 mod thresholds;
 #[cfg(feature = "hwloc")]

@@ -27,9 +27,9 @@ pub(crate) const RECORD_HEADER: u64 = 32;
 pub(crate) enum RecordKind {
     /// Marker: the rest of the lap is unused.
     Wrap = 1,
-    /// An eager fragment: `a` = offset in the message, `b` = payload length.
+    /// An eager fragment: `at` = offset in the message, `len` = payload length.
     Eager = 2,
-    /// Get protocol receive_request: `a` = sender address, `b` = length.
+    /// Get protocol receive_request: `at` = sender address, `len` = length.
     ReceiveRequest = 3,
     /// Get protocol receive_done for the receiver's `tag`/`seq`.
     ReceiveDone = 4,
@@ -53,14 +53,17 @@ pub(crate) struct Record {
     pub(crate) kind: RecordKind,
     pub(crate) tag: u32,
     pub(crate) seq: u64,
-    pub(crate) a: u64,
-    pub(crate) b: u64,
+    /// Where: an eager fragment's offset in its message, or the sender's
+    /// buffer address of a receive_request.
+    pub(crate) at: u64,
+    /// Bytes: an eager fragment's payload, or a receive_request's message.
+    pub(crate) len: u64,
 }
 
 impl Record {
     fn payload_len(&self) -> u64 {
         if self.kind == RecordKind::Eager {
-            self.b
+            self.len
         } else {
             0
         }
@@ -162,8 +165,8 @@ impl RingTx {
                         kind: RecordKind::Wrap,
                         tag: 0,
                         seq: 0,
-                        a: 0,
-                        b: 0,
+                        at: 0,
+                        len: 0,
                     },
                 )
                 .map_err(io)?;
@@ -191,8 +194,8 @@ impl RingTx {
         h[0..4].copy_from_slice(&(rec.kind as u32).to_le_bytes());
         h[4..8].copy_from_slice(&rec.tag.to_le_bytes());
         h[8..16].copy_from_slice(&rec.seq.to_le_bytes());
-        h[16..24].copy_from_slice(&rec.a.to_le_bytes());
-        h[24..32].copy_from_slice(&rec.b.to_le_bytes());
+        h[16..24].copy_from_slice(&rec.at.to_le_bytes());
+        h[24..32].copy_from_slice(&rec.len.to_le_bytes());
         map.write(self.layout.data() + off, &h)
     }
 }
@@ -262,8 +265,8 @@ impl RingRx {
                 kind,
                 tag: u32::from_le_bytes(h[4..8].try_into().expect("4 bytes")),
                 seq: word(8),
-                a: word(16),
-                b: word(24),
+                at: word(16),
+                len: word(24),
             };
             let payload = record.payload_len();
             if payload > self.layout.max_payload() {
@@ -328,8 +331,8 @@ mod tests {
             kind: RecordKind::Eager,
             tag: 7,
             seq,
-            a: 0,
-            b: len as u64,
+            at: 0,
+            len: len as u64,
         }
     }
 
@@ -351,7 +354,7 @@ mod tests {
             sent += 1;
         }
         while let Some(p) = rx.peek(&map).unwrap() {
-            let mut got = vec![0u8; p.record.b as usize];
+            let mut got = vec![0u8; p.record.len as usize];
             map.read(p.payload_at, &mut got).unwrap();
             let want: Vec<u8> = (0..got.len())
                 .map(|i| (i as u64 ^ p.record.seq) as u8)

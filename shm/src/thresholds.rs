@@ -63,13 +63,13 @@ fn layout() -> RingLayout {
     }
 }
 
-fn control(kind: RecordKind, a: u64, b: u64) -> Record {
+fn control(kind: RecordKind, at: u64, len: u64) -> Record {
     Record {
         kind,
         tag: 0,
         seq: 0,
-        a,
-        b,
+        at,
+        len,
     }
 }
 
@@ -130,7 +130,7 @@ fn responder(b: &Bench) {
                         let Some(p) = next_record(&mut rx, &b.ring, give_up) else {
                             return;
                         };
-                        let n = p.record.b as usize;
+                        let n = p.record.len as usize;
                         let _ = b.ring.read(p.payload_at, &mut dst[got..got + n]);
                         let _ = rx.consume(&b.ring, &p);
                         got += n;
@@ -153,7 +153,7 @@ fn responder(b: &Bench) {
                     let Some(p) = next_record(&mut rx, &b.ring, give_up) else {
                         return;
                     };
-                    let (addr, len) = (p.record.a, p.record.b as usize);
+                    let (addr, len) = (p.record.at, p.record.len as usize);
                     let _ = rx.consume(&b.ring, &p);
                     let _ = cma_read(pid, addr, &mut dst[..len]);
                     let _ = back.try_push(&b.back, &control(RecordKind::ReceiveDone, 0, 0), &[]);

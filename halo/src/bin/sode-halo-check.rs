@@ -93,86 +93,29 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .engines(a.engines)
         .sync(a.sync.parse()?)
         .build()?;
-    let ext = halo.local_extent().to_vec();
     let (start, size) = d.block(me);
-    let h = a.halo;
-    let cells: usize = ext.iter().product();
-    let mut fields: Vec<Vec<f64>> = vec![vec![0.0; cells]; a.fields];
-    let coords = |mut i: usize| -> Vec<usize> {
-        ext.iter()
-            .map(|&e| {
-                let c = i % e;
-                i /= e;
-                c
-            })
-            .collect()
+    let block = Block {
+        ext: halo.local_extent().to_vec(),
+        start,
+        size,
+        halo: a.halo,
+        global: a.global.clone(),
+        periodic,
+        stencil,
     };
+    let cells: usize = block.ext.iter().product();
+    let mut fields: Vec<Vec<f64>> = vec![vec![0.0; cells]; a.fields];
     let mut checked = 0u64;
     for it in 0..a.iters {
         for (f, field) in fields.iter_mut().enumerate() {
-            for (i, cell) in field.iter_mut().enumerate() {
-                let l = coords(i);
-                let interior = (0..dims).all(|ax| l[ax] >= h && l[ax] < h + size[ax]);
-                *cell = if interior {
-                    let g: Vec<usize> = (0..dims).map(|ax| start[ax] + l[ax] - h).collect();
-                    value(f, &g, it)
-                } else {
-                    UNTOUCHED
-                };
-            }
+            block.fill(f, field, it);
         }
         let refs: Vec<&[f64]> = fields.iter().map(|f| f.as_slice()).collect();
         halo.start(&refs)?;
         let mut muts: Vec<&mut [f64]> = fields.iter_mut().map(|f| f.as_mut_slice()).collect();
         halo.wait(Instant::now() + Duration::from_secs(60), &mut muts)?;
         for (f, field) in fields.iter().enumerate() {
-            for (i, &got) in field.iter().enumerate() {
-                let l = coords(i);
-                // Per axis: -1 below the block, +1 above, 0 inside.
-                let offset: Vec<i32> = (0..dims)
-                    .map(|ax| {
-                        if l[ax] < h {
-                            -1
-                        } else if l[ax] >= h + size[ax] {
-                            1
-                        } else {
-                            0
-                        }
-                    })
-                    .collect();
-                let mut g = Vec::with_capacity(dims);
-                let mut outside = false;
-                for ax in 0..dims {
-                    let x = start[ax] as i64 + l[ax] as i64 - h as i64;
-                    let n = a.global[ax] as i64;
-                    if x < 0 || x >= n {
-                        if !periodic[ax] {
-                            outside = true;
-                        }
-                        g.push(x.rem_euclid(n) as usize);
-                    } else {
-                        g.push(x as usize);
-                    }
-                }
-                let nonzero = offset.iter().filter(|&&o| o != 0).count();
-                let reached = match stencil {
-                    Stencil::Faces => nonzero <= 1,
-                    Stencil::FacesEdges => nonzero <= 2,
-                    Stencil::Full => true,
-                };
-                let want = if nonzero == 0 || (reached && !outside) {
-                    value(f, &g, it)
-                } else {
-                    UNTOUCHED
-                };
-                if got.to_bits() != want.to_bits() {
-                    return Err(format!(
-                        "iteration {it}, field {f}, local cell {l:?} (offset {offset:?}, global {g:?}): got {got}, expected {want}"
-                    )
-                    .into());
-                }
-                checked += u64::from(nonzero > 0);
-            }
+            checked += block.check(f, field, it)?;
         }
     }
     let ch = halo.channels();
@@ -187,4 +130,103 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         halo.plan_summary().map(|p| format!(", plan {p}")).unwrap_or_default()
     );
     Ok(())
+}
+
+/// This rank's block of the global grid, with its halo.
+struct Block {
+    ext: Vec<usize>,
+    start: Vec<usize>,
+    size: Vec<usize>,
+    halo: usize,
+    global: Vec<usize>,
+    periodic: Vec<bool>,
+    stencil: Stencil,
+}
+
+impl Block {
+    /// Local coordinates of cell `i`.
+    fn coords(&self, mut i: usize) -> Vec<usize> {
+        self.ext
+            .iter()
+            .map(|&e| {
+                let c = i % e;
+                i /= e;
+                c
+            })
+            .collect()
+    }
+
+    /// Interior cells get their global value, halo cells `UNTOUCHED`.
+    fn fill(&self, f: usize, field: &mut [f64], it: u64) {
+        let (h, dims) = (self.halo, self.ext.len());
+        for (i, cell) in field.iter_mut().enumerate() {
+            let l = self.coords(i);
+            let interior = (0..dims).all(|ax| l[ax] >= h && l[ax] < h + self.size[ax]);
+            *cell = if interior {
+                let g: Vec<usize> = (0..dims).map(|ax| self.start[ax] + l[ax] - h).collect();
+                value(f, &g, it)
+            } else {
+                UNTOUCHED
+            };
+        }
+    }
+
+    /// Checks every cell after an exchange; the halo cells checked.
+    fn check(&self, f: usize, field: &[f64], it: u64) -> Result<u64, String> {
+        let mut checked = 0;
+        for (i, &got) in field.iter().enumerate() {
+            let l = self.coords(i);
+            let (want, offset, g) = self.expected(f, &l, it);
+            if got.to_bits() != want.to_bits() {
+                return Err(format!(
+                    "iteration {it}, field {f}, local cell {l:?} (offset {offset:?}, global {g:?}): got {got}, expected {want}"
+                ));
+            }
+            checked += u64::from(offset.iter().any(|&o| o != 0));
+        }
+        Ok(checked)
+    }
+
+    /// What local cell `l` must hold: its owner's value, wrapped across
+    /// periodic edges, where the stencil reaches it; `UNTOUCHED` elsewhere.
+    /// Also its offset (per axis -1 below the block, +1 above, 0 inside)
+    /// and global coordinates.
+    fn expected(&self, f: usize, l: &[usize], it: u64) -> (f64, Vec<i32>, Vec<usize>) {
+        let (h, dims) = (self.halo, self.ext.len());
+        let offset: Vec<i32> = (0..dims)
+            .map(|ax| {
+                if l[ax] < h {
+                    -1
+                } else if l[ax] >= h + self.size[ax] {
+                    1
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let mut g = Vec::with_capacity(dims);
+        let mut outside = false;
+        for (ax, &la) in l.iter().enumerate() {
+            let x = self.start[ax] as i64 + la as i64 - h as i64;
+            let n = self.global[ax] as i64;
+            if x < 0 || x >= n {
+                outside |= !self.periodic[ax];
+                g.push(x.rem_euclid(n) as usize);
+            } else {
+                g.push(x as usize);
+            }
+        }
+        let nonzero = offset.iter().filter(|&&o| o != 0).count();
+        let reached = match self.stencil {
+            Stencil::Faces => nonzero <= 1,
+            Stencil::FacesEdges => nonzero <= 2,
+            Stencil::Full => true,
+        };
+        let want = if nonzero == 0 || (reached && !outside) {
+            value(f, &g, it)
+        } else {
+            UNTOUCHED
+        };
+        (want, offset, g)
+    }
 }

@@ -199,13 +199,20 @@ fn probe() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
+/// A strided face: `rows` rows of `bytes` bytes, `stride` apart.
+struct Face<'a> {
+    shape: &'a str,
+    rows: usize,
+    bytes: usize,
+    stride: usize,
+}
+
 fn gather(shapes: &[String], iters: usize) -> Result<(), Box<dyn Error>> {
     let world = World::init(Duration::from_secs(60))?;
     if world.size() != 2 {
         return Err("gather needs exactly 2 ranks (sode-run -n 2)".into());
     }
     let dev = Device::open(&DeviceSelector::from_env()?)?;
-    let (me, peer) = (world.rank(), 1 - world.rank());
     let max_sge = dev.caps().max_sge.max(1) as usize;
     for shape in shapes {
         let parsed = shape
@@ -219,89 +226,95 @@ fn gather(shapes: &[String], iters: usize) -> Result<(), Box<dyn Error>> {
             }));
         };
         // Rows of a field whose lines are 2 KiB longer than the face row.
-        let stride = bytes + 2048;
-        let face = rows * bytes;
-        let mut medians = Vec::new();
-        for gathered in [false, true] {
-            let mut b = RdmaExchangeBuilder::new(&dev).inline_max(0);
-            let field = b.buffer(rows * stride + face)?;
-            let win = b.window(face, &[peer])?;
-            let staging = rows * stride;
-            if gathered {
-                for (c, chunk) in (0..rows).collect::<Vec<_>>().chunks(max_sge).enumerate() {
-                    let pieces: Vec<(usize, usize)> =
-                        chunk.iter().map(|&r| (r * stride, bytes)).collect();
-                    b.write_gather(
-                        Write {
-                            peer,
-                            engine: 0,
-                            src: field,
-                            src_offset: 0,
-                            window: win,
-                            dst_offset: c * max_sge * bytes,
-                            len: 0,
-                        },
-                        &pieces,
-                    );
-                }
-            } else {
-                b.write(Write {
-                    peer,
-                    engine: 0,
-                    src: field,
-                    src_offset: staging,
-                    window: win,
-                    dst_offset: 0,
-                    len: face,
-                });
-            }
-            let mut x = b.build(&world, Duration::from_secs(60))?;
-            let mut times = Vec::with_capacity(iters);
-            for it in 0..iters + 3 {
-                let buf = x.buffer_mut(field)?;
-                for r in 0..rows {
-                    for k in 0..bytes {
-                        buf[r * stride + k] = pattern(me, peer, r, it as u64, k);
-                    }
-                }
-                let t0 = Instant::now();
-                if !gathered {
-                    let (rows_part, stage) = buf.split_at_mut(staging);
-                    for r in 0..rows {
-                        stage[r * bytes..(r + 1) * bytes]
-                            .copy_from_slice(&rows_part[r * stride..r * stride + bytes]);
-                    }
-                }
-                x.start()?;
-                x.wait_for(Duration::from_secs(60))?;
-                if it >= 3 {
-                    times.push(t0.elapsed().as_secs_f64() * 1e6);
-                }
-                let w = x.window(win)?;
-                for r in 0..rows {
-                    for k in 0..bytes {
-                        let want = pattern(peer, me, r, it as u64, k);
-                        if w[r * bytes + k] != want {
-                            eprintln!("rank {me}: {shape} {}: iteration {it}: row {r} byte {k} is {:#04x}, expected {want:#04x}", if gathered { "gather" } else { "pack" }, w[r * bytes + k]);
-                            std::process::exit(5);
-                        }
-                    }
-                }
-            }
-            times.sort_by(f64::total_cmp);
-            medians.push(times[times.len() / 2]);
-        }
-        if me == 0 {
+        let face = Face {
+            shape,
+            rows,
+            bytes,
+            stride: bytes + 2048,
+        };
+        let pack = time_face(&world, &dev, &face, false, iters)?;
+        let gathered = time_face(&world, &dev, &face, true, iters)?;
+        if world.rank() == 0 {
             println!(
-                "gather rows={rows} bytes={bytes} sge_per_write={} pack_us={:.1} gather_us={:.1} gather_over_pack={:.2} verified",
+                "gather rows={rows} bytes={bytes} sge_per_write={} pack_us={pack:.1} gather_us={gathered:.1} gather_over_pack={:.2} verified",
                 rows.min(max_sge),
-                medians[0],
-                medians[1],
-                medians[1] / medians[0]
+                gathered / pack
             );
         }
     }
     Ok(())
+}
+
+/// The median time of sending `face` to the other rank, packed into a
+/// staging range and written once or gathered by the device, every byte
+/// that arrived checked.
+fn time_face(
+    world: &World,
+    dev: &Device,
+    face: &Face<'_>,
+    gathered: bool,
+    iters: usize,
+) -> Result<f64, Box<dyn Error>> {
+    let (me, peer) = (world.rank(), 1 - world.rank());
+    let (rows, bytes, stride) = (face.rows, face.bytes, face.stride);
+    let max_sge = dev.caps().max_sge.max(1) as usize;
+    let mut b = RdmaExchangeBuilder::new(dev).inline_max(0);
+    let field = b.buffer(rows * stride + rows * bytes)?;
+    let win = b.window(rows * bytes, &[peer])?;
+    let staging = rows * stride;
+    let write = |src_offset, dst_offset, len| Write {
+        peer,
+        engine: 0,
+        src: field,
+        src_offset,
+        window: win,
+        dst_offset,
+        len,
+    };
+    if gathered {
+        for (c, chunk) in (0..rows).collect::<Vec<_>>().chunks(max_sge).enumerate() {
+            let pieces: Vec<(usize, usize)> = chunk.iter().map(|&r| (r * stride, bytes)).collect();
+            b.write_gather(write(0, c * max_sge * bytes, 0), &pieces);
+        }
+    } else {
+        b.write(write(staging, 0, rows * bytes));
+    }
+    let mut x = b.build(world, Duration::from_secs(60))?;
+    let mut times = Vec::with_capacity(iters);
+    for it in 0..iters + 3 {
+        let buf = x.buffer_mut(field)?;
+        for r in 0..rows {
+            for k in 0..bytes {
+                buf[r * stride + k] = pattern(me, peer, r, it as u64, k);
+            }
+        }
+        let t0 = Instant::now();
+        if !gathered {
+            let (rows_part, stage) = buf.split_at_mut(staging);
+            for r in 0..rows {
+                stage[r * bytes..(r + 1) * bytes]
+                    .copy_from_slice(&rows_part[r * stride..r * stride + bytes]);
+            }
+        }
+        x.start()?;
+        x.wait_for(Duration::from_secs(60))?;
+        if it >= 3 {
+            times.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        let w = x.window(win)?;
+        for r in 0..rows {
+            for k in 0..bytes {
+                let want = pattern(peer, me, r, it as u64, k);
+                if w[r * bytes + k] != want {
+                    let how = if gathered { "gather" } else { "pack" };
+                    eprintln!("rank {me}: {} {how}: iteration {it}: row {r} byte {k} is {:#04x}, expected {want:#04x}", face.shape, w[r * bytes + k]);
+                    std::process::exit(5);
+                }
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 fn calibrate(engines: usize) -> Result<(), Box<dyn Error>> {
@@ -406,43 +419,7 @@ fn build_all_to_all(
         None => (0..(peers.len() * k_count) as u32)
             .filter_map(whole)
             .collect(),
-        Some(alg) => {
-            let algorithm: Algorithm = alg.parse().map_err(|e| TransportError::InvalidSetting {
-                name: "--schedule".into(),
-                value: alg.clone(),
-                why: format!("{e}"),
-            })?;
-            let pattern = Pattern {
-                machine: Machine {
-                    engines: a.engines,
-                    ..Machine::K_COMPUTER
-                },
-                requests: (0..(peers.len() * k_count) as u32)
-                    .filter_map(|id| {
-                        let w = whole(id)?;
-                        // Each peer on a link of its own; zero-byte puts do not exist for the scheduler.
-                        (w.len > 0).then(|| Request {
-                            id,
-                            dest: w.peer as u32,
-                            direction: "E".into(),
-                            links: vec![format!("to-{}", w.peer)],
-                            bytes: w.len as u64,
-                        })
-                    })
-                    .collect(),
-            };
-            let plan = sode_scheduler::plan(&pattern, algorithm).map_err(|e| e.to_string())?;
-            if me == 0 {
-                println!(
-                    "rank 0: {} plan, simulated {:.1} us, {} puts in {} pieces",
-                    plan.algorithm,
-                    plan.simulated_us,
-                    pattern.requests.len(),
-                    plan.engines.iter().map(Vec::len).sum::<usize>()
-                );
-            }
-            writes_from_plan(&plan, whole)?
-        }
+        Some(alg) => planned(alg, a.engines, peers.len() * k_count, me, whole)?,
     };
     for w in writes {
         b.write(w);
@@ -458,6 +435,52 @@ fn build_all_to_all(
             block,
         },
     ))
+}
+
+/// The writes `whole` describes, placed on engines by the scheduler's
+/// algorithm `alg` (each peer on a link of its own).
+fn planned(
+    alg: &str,
+    engines: usize,
+    puts: usize,
+    me: usize,
+    whole: impl Fn(u32) -> Option<Write>,
+) -> Result<Vec<Write>, Box<dyn Error>> {
+    let algorithm: Algorithm = alg.parse().map_err(|e| TransportError::InvalidSetting {
+        name: "--schedule".into(),
+        value: alg.into(),
+        why: format!("{e}"),
+    })?;
+    let pattern = Pattern {
+        machine: Machine {
+            engines,
+            ..Machine::K_COMPUTER
+        },
+        requests: (0..puts as u32)
+            .filter_map(|id| {
+                let w = whole(id)?;
+                // Zero-byte puts do not exist for the scheduler.
+                (w.len > 0).then(|| Request {
+                    id,
+                    dest: w.peer as u32,
+                    direction: "E".into(),
+                    links: vec![format!("to-{}", w.peer)],
+                    bytes: w.len as u64,
+                })
+            })
+            .collect(),
+    };
+    let plan = sode_scheduler::plan(&pattern, algorithm).map_err(|e| e.to_string())?;
+    if me == 0 {
+        println!(
+            "rank 0: {} plan, simulated {:.1} us, {} puts in {} pieces",
+            plan.algorithm,
+            plan.simulated_us,
+            pattern.requests.len(),
+            plan.engines.iter().map(Vec::len).sum::<usize>()
+        );
+    }
+    Ok(writes_from_plan(&plan, whole)?)
 }
 
 fn exchange(a: &ExchangeArgs) -> Result<(), Box<dyn Error>> {

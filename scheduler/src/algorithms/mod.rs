@@ -7,7 +7,7 @@ mod refine;
 mod round_robin;
 
 use crate::error::{Result, SchedError};
-use crate::instance::Instance;
+use crate::instance::{Instance, Piece};
 use crate::pattern::Pattern;
 use crate::plan::{assemble, timed_by_simulation, Constraints, Plan};
 use packing::{bottom_left, length_then_direction, Rules};
@@ -140,125 +140,121 @@ pub fn plan(pattern: &Pattern, algorithm: Algorithm) -> Result<Plan> {
 fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
     let engines = instance.machine.engines;
     let name = algorithm.to_string();
-    let too_many = |k: usize| SchedError::TooManyEngines {
-        algorithm: name.clone(),
-        wanted: k,
-        available: engines,
-    };
-    let packed = |rules: Rules, constraints: Constraints| {
+    if let Algorithm::RoundRobin(k) | Algorithm::BottomLeft(k) = algorithm {
+        if k > engines {
+            return Err(SchedError::TooManyEngines {
+                algorithm: name,
+                wanted: k,
+                available: engines,
+            });
+        }
+    }
+    if let Some((rules, constraints)) = packing(instance, algorithm) {
         let order = length_then_direction(instance);
+        let lists = bottom_left(instance, &order, &rules);
+        return Ok(assemble(instance, &name, lists, constraints));
+    }
+    let simulated = |lists: &[Vec<Piece>]| {
         assemble(
             instance,
             &name,
-            bottom_left(instance, &order, &rules),
-            constraints,
+            timed_by_simulation(instance, lists),
+            Constraints::default(),
         )
     };
-    let plan = match algorithm {
-        Algorithm::RoundRobin(k) => {
-            if k > engines {
-                return Err(too_many(k));
-            }
-            assemble(
-                instance,
-                &name,
-                round_robin::round_robin(instance, k),
-                Constraints::default(),
-            )
+    Ok(match algorithm {
+        Algorithm::RoundRobin(k) => assemble(
+            instance,
+            &name,
+            round_robin::round_robin(instance, k),
+            Constraints::default(),
+        ),
+        Algorithm::Greedy => simulated(&greedy::greedy(instance, &greedy::longest_first(instance))),
+        Algorithm::Split => {
+            let start = best_of(instance, &Algorithm::auto_candidates(engines, 0))?;
+            refined(instance, &name, &start)?
         }
-        Algorithm::BottomLeft(k) => {
-            if k > engines {
-                return Err(too_many(k));
-            }
-            let rules = Rules {
-                engines,
-                link_share: 1,
+        Algorithm::Exact => simulated(&exact_lists(instance)?),
+        _ => auto(instance)?,
+    })
+}
+
+/// The bottom-left packers' rules and the constraints their plans promise,
+/// for the algorithms that are bottom-left packings.
+fn packing(instance: &Instance, algorithm: Algorithm) -> Option<(Rules, Constraints)> {
+    let engines = instance.machine.engines;
+    let rules = Rules {
+        engines,
+        link_share: 1,
+        diagonal_limit: engines,
+        with_overhead: true,
+        assumed_sharing: 1,
+        small_puts_fill: false,
+    };
+    Some(match algorithm {
+        Algorithm::BottomLeft(k) => (
+            Rules {
                 diagonal_limit: k,
                 with_overhead: false,
-                assumed_sharing: 1,
-                small_puts_fill: false,
-            };
-            packed(
-                rules,
-                Constraints {
-                    link_share: Some(1),
-                    diagonal_in_flight: Some(k),
-                },
-            )
-        }
-        Algorithm::BottomLeftOverhead => {
-            let rules = Rules {
-                engines,
-                link_share: 1,
-                diagonal_limit: engines,
-                with_overhead: true,
-                assumed_sharing: 1,
+                ..rules
+            },
+            Constraints {
+                link_share: Some(1),
+                diagonal_in_flight: Some(k),
+            },
+        ),
+        Algorithm::BottomLeftOverhead => (
+            Rules {
                 small_puts_fill: true,
-            };
-            packed(rules, Constraints::default())
-        }
+                ..rules
+            },
+            Constraints::default(),
+        ),
         Algorithm::BottomLeftShare => {
             let c = instance.machine.link_fill_count();
-            let rules = Rules {
-                engines,
-                link_share: c,
-                diagonal_limit: engines,
-                with_overhead: true,
-                assumed_sharing: c,
-                small_puts_fill: false,
-            };
-            packed(
-                rules,
+            (
+                Rules {
+                    link_share: c,
+                    assumed_sharing: c,
+                    ..rules
+                },
                 Constraints {
                     link_share: Some(c),
                     diagonal_in_flight: None,
                 },
             )
         }
-        Algorithm::Greedy => {
-            let lists = greedy::greedy(instance, &greedy::longest_first(instance));
-            assemble(
-                instance,
-                &name,
-                timed_by_simulation(instance, &lists),
-                Constraints::default(),
-            )
+        _ => return None,
+    })
+}
+
+/// Branch and bound from the greedy plan, for small patterns.
+fn exact_lists(instance: &Instance) -> Result<Vec<Vec<Piece>>> {
+    let n = instance.puts.len();
+    if n > EXACT_MAX_REQUESTS {
+        return Err(SchedError::TooLargeForExact {
+            requests: n,
+            limit: EXACT_MAX_REQUESTS,
+        });
+    }
+    let incumbent = greedy::greedy(instance, &greedy::longest_first(instance));
+    exact::exact(instance, &incumbent)
+}
+
+/// The best of every candidate by simulated makespan, refined by local
+/// search when the pattern is small enough.
+fn auto(instance: &Instance) -> Result<Plan> {
+    let n = instance.puts.len();
+    let engines = instance.machine.engines;
+    let mut best = best_of(instance, &Algorithm::auto_candidates(engines, n))?;
+    if n <= AUTO_SIMULATED_CANDIDATES_MAX {
+        let split = refined(instance, "split", &best)?;
+        if split.simulated_us < best.simulated_us - 1e-9 {
+            best = split;
         }
-        Algorithm::Split => {
-            let start = best_of(instance, &Algorithm::auto_candidates(engines, 0))?;
-            refined(instance, &name, &start)?
-        }
-        Algorithm::Exact => {
-            let n = instance.puts.len();
-            if n > EXACT_MAX_REQUESTS {
-                return Err(SchedError::TooLargeForExact {
-                    requests: n,
-                    limit: EXACT_MAX_REQUESTS,
-                });
-            }
-            let incumbent = greedy::greedy(instance, &greedy::longest_first(instance));
-            let lists = exact::exact(instance, &incumbent)?;
-            assemble(
-                instance,
-                &name,
-                timed_by_simulation(instance, &lists),
-                Constraints::default(),
-            )
-        }
-        Algorithm::Auto => {
-            let n = instance.puts.len();
-            let mut best = best_of(instance, &Algorithm::auto_candidates(engines, n))?;
-            if n <= AUTO_SIMULATED_CANDIDATES_MAX {
-                let split = refined(instance, "split", &best)?;
-                if split.simulated_us < best.simulated_us - 1e-9 {
-                    best = split;
-                }
-            }
-            best.algorithm = format!("auto={}", best.algorithm);
-            best
-        }
-    };
-    Ok(plan)
+    }
+    best.algorithm = format!("auto={}", best.algorithm);
+    Ok(best)
 }
 
 /// The plan of `candidates` that the simulator finds fastest (the first on ties).

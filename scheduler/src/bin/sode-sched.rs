@@ -354,80 +354,8 @@ fn run(cli: Cli) -> Result<(), CliError> {
             distance,
             seconds,
             seed,
-        } => {
-            let matrix = |path: &Path| -> Result<Matrix, CliError> {
-                serde_json::from_str(&read(path)?).map_err(|e| {
-                    CliError::Sched(SchedError::InvalidMatrix(format!(
-                        "{}: {e}: give a JSON array of arrays of numbers",
-                        path.display()
-                    )))
-                })
-            };
-            let qap = Qap::new(matrix(&traffic)?, matrix(&distance)?)?;
-            let identity: Vec<usize> = (0..qap.size()).collect();
-            let mut best = qap.solve_from(
-                &[identity],
-                &SolverOptions {
-                    seed,
-                    ..SolverOptions::default()
-                },
-            )?;
-            if let Some(limit) = seconds {
-                if !(limit.is_finite() && limit >= 0.0) {
-                    return Err(CliError::Usage("--seconds takes a non-negative number"));
-                }
-                let deadline =
-                    std::time::Instant::now() + std::time::Duration::from_secs_f64(limit);
-                let mut round = 1;
-                while std::time::Instant::now() < deadline {
-                    let found = qap.solve(&SolverOptions {
-                        restarts: 1,
-                        seed: seed.wrapping_add(round),
-                        ..SolverOptions::default()
-                    });
-                    if found.cost < best.cost {
-                        best = found;
-                    }
-                    round += 1;
-                }
-            }
-            println!(
-                "{}",
-                serde_json::json!({ "permutation": best.permutation, "cost": best.cost })
-            );
-        }
-        Command::Alltoall { kind } => {
-            match kind {
-                AlltoallKind::LatinSquare { size } => {
-                    let schedule = size.proposed()?;
-                    print_schedule(&schedule, &size).map_err(CliError::Output)?;
-                }
-                AlltoallKind::Ratio {
-                    topology,
-                    schedule,
-                    size,
-                    degree,
-                    servers,
-                } => {
-                    let s = match (topology.as_str(), schedule.as_str()) {
-                    ("latin-square", "proposed") => size.proposed()?,
-                    ("latin-square", "shift") => size.shift()?,
-                    ("fat-tree", "shift") => {
-                        let degree = degree.ok_or(CliError::Usage("--degree is required for a fat-tree"))?;
-                        Schedule::shift_fat_tree(degree, servers)?
-                    }
-                    ("fat-tree", _) => return Err(CliError::Usage("a conventional fat-tree runs --schedule shift")),
-                    _ => return Err(CliError::Usage("--topology takes latin-square or fat-tree; --schedule shift or proposed")),
-                };
-                    println!(
-                        "{{\"servers\": {}, \"phases\": {}, \"throughput_ratio\": {}}}",
-                        s.servers().len(),
-                        s.phase_count(),
-                        s.throughput_ratio()
-                    );
-                }
-            }
-        }
+        } => place(&traffic, &distance, seconds, seed)?,
+        Command::Alltoall { kind } => alltoall(kind)?,
         Command::Gantt {
             pattern,
             plan: plan_path,
@@ -442,6 +370,93 @@ fn run(cli: Cli) -> Result<(), CliError> {
             let picture = gantt_svg(&pattern, &plan)?;
             std::fs::write(&svg, picture).map_err(|e| CliError::Write(svg.clone(), e))?;
             eprintln!("wrote {}", svg.display());
+        }
+    }
+    Ok(())
+}
+
+/// The best placement found from the identity, searched further for
+/// `seconds` when given.
+fn place(traffic: &Path, distance: &Path, seconds: Option<f64>, seed: u64) -> Result<(), CliError> {
+    let matrix = |path: &Path| -> Result<Matrix, CliError> {
+        serde_json::from_str(&read(path)?).map_err(|e| {
+            CliError::Sched(SchedError::InvalidMatrix(format!(
+                "{}: {e}: give a JSON array of arrays of numbers",
+                path.display()
+            )))
+        })
+    };
+    let qap = Qap::new(matrix(traffic)?, matrix(distance)?)?;
+    let identity: Vec<usize> = (0..qap.size()).collect();
+    let mut best = qap.solve_from(
+        &[identity],
+        &SolverOptions {
+            seed,
+            ..SolverOptions::default()
+        },
+    )?;
+    if let Some(limit) = seconds {
+        if !(limit.is_finite() && limit >= 0.0) {
+            return Err(CliError::Usage("--seconds takes a non-negative number"));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(limit);
+        let mut round = 1;
+        while std::time::Instant::now() < deadline {
+            let found = qap.solve(&SolverOptions {
+                restarts: 1,
+                seed: seed.wrapping_add(round),
+                ..SolverOptions::default()
+            });
+            if found.cost < best.cost {
+                best = found;
+            }
+            round += 1;
+        }
+    }
+    println!(
+        "{}",
+        serde_json::json!({ "permutation": best.permutation, "cost": best.cost })
+    );
+    Ok(())
+}
+
+fn alltoall(kind: AlltoallKind) -> Result<(), CliError> {
+    match kind {
+        AlltoallKind::LatinSquare { size } => {
+            let schedule = size.proposed()?;
+            print_schedule(&schedule, &size).map_err(CliError::Output)?;
+        }
+        AlltoallKind::Ratio {
+            topology,
+            schedule,
+            size,
+            degree,
+            servers,
+        } => {
+            let s =
+                match (topology.as_str(), schedule.as_str()) {
+                    ("latin-square", "proposed") => size.proposed()?,
+                    ("latin-square", "shift") => size.shift()?,
+                    ("fat-tree", "shift") => {
+                        let degree =
+                            degree.ok_or(CliError::Usage("--degree is required for a fat-tree"))?;
+                        Schedule::shift_fat_tree(degree, servers)?
+                    }
+                    ("fat-tree", _) => {
+                        return Err(CliError::Usage(
+                            "a conventional fat-tree runs --schedule shift",
+                        ))
+                    }
+                    _ => return Err(CliError::Usage(
+                        "--topology takes latin-square or fat-tree; --schedule shift or proposed",
+                    )),
+                };
+            println!(
+                "{{\"servers\": {}, \"phases\": {}, \"throughput_ratio\": {}}}",
+                s.servers().len(),
+                s.phase_count(),
+                s.throughput_ratio()
+            );
         }
     }
     Ok(())

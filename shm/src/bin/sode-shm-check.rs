@@ -86,82 +86,58 @@ enum Failure {
     Data(String),
 }
 
+/// The command line's `key=value` settings.
+struct Settings<'a> {
+    args: &'a HashMap<String, String>,
+}
+
+impl Settings<'_> {
+    fn get(&self, k: &str) -> Option<&str> {
+        self.args.get(k).map(String::as_str)
+    }
+
+    fn num(&self, k: &str, default: u64) -> Result<u64, Failure> {
+        self.get(k)
+            .map(|v| {
+                v.parse()
+                    .map_err(|_| Failure::Channel(format!("{k}= must be a number")))
+            })
+            .unwrap_or(Ok(default))
+    }
+}
+
+/// One message of the check: to and from `peer` with `tag`, `len` bytes.
+#[derive(Clone, Copy)]
+struct Message {
+    peer: usize,
+    tag: u32,
+    len: usize,
+}
+
+fn chan(e: sode_shm::ShmError) -> Failure {
+    Failure::Channel(sode_job::diag::chain(&e))
+}
+
 fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
-    let usage = |m: String| Failure::Channel(m);
-    let get = |k: &str| args.get(k).map(String::as_str);
-    let job = get("job").ok_or_else(|| usage("job= is required".into()))?;
-    let rank: usize = get("rank")
+    let usage = Failure::Channel;
+    let set = Settings { args };
+    let job = set
+        .get("job")
+        .ok_or_else(|| usage("job= is required".into()))?;
+    let rank: usize = set
+        .get("rank")
         .ok_or_else(|| usage("rank= is required".into()))?
         .parse()
         .map_err(|_| usage("rank= must be a number".into()))?;
-    let peers = parse_list(get("peers").unwrap_or("")).map_err(usage)?;
-    let sizes = parse_list(get("sizes").unwrap_or("4096")).map_err(usage)?;
-    let num = |k: &str, d: u64| -> Result<u64, Failure> {
-        get(k)
-            .map(|v| {
-                v.parse()
-                    .map_err(|_| usage(format!("{k}= must be a number")))
-            })
-            .unwrap_or(Ok(d))
-    };
-    let iters = num("iters", 3)?;
-    let misalign = num("misalign", 0)? as usize;
-    let stall_after = get("stall-after").map(|v| v.parse::<u64>().unwrap_or(0));
-    let deadline = Duration::from_millis(num("deadline-ms", 20_000)?);
-    let policy = match get("path").unwrap_or("auto") {
-        "auto" => PathPolicy::Auto,
-        p => PathPolicy::Force(p.parse::<Path>().map_err(usage)?),
-    };
-    if get("deny-cma") == Some("1") {
-        sode_shm::sys::seccomp::deny_cross_memory_attach()
-            .map_err(|e| usage(format!("installing the seccomp filter: {e}")))?;
-    }
-    #[cfg(feature = "hwloc")]
-    if get("bind") == Some("1") {
-        let b = sode_shm::topology::bind_to_core(rank).map_err(|e| usage(e.to_string()))?;
-        println!(
-            "rank {rank}: bound to core {} (PUs {:?}, NUMA {:?})",
-            b.core, b.processing_units, b.numa_nodes
-        );
-    }
-    let mut ctx = Context::new(job, rank).map_err(|e| usage(e.to_string()))?;
-    if let Some(t) = get("thresholds") {
-        let v = parse_list(t).map_err(usage)?;
-        let [eager_max, get_min] = v[..] else {
-            return Err(usage("thresholds= takes EAGER_MAX,GET_MIN".into()));
-        };
-        ctx.set_thresholds(Thresholds {
-            eager_max,
-            get_min,
-            measured: false,
-        });
-    }
-    let mut builder = ctx
-        .exchange()
-        .path_policy(policy)
-        .private_receive(get("private") == Some("1"))
-        .setup_timeout(Duration::from_millis(num("setup-ms", 30_000)?));
-    if let Some(r) = get("ring") {
-        builder = builder.ring_capacity(
-            r.parse()
-                .map_err(|_| usage("ring= must be a number".into()))?,
-        );
-    }
-    let mut layout = Vec::new();
-    for &p in &peers {
-        for (k, &s) in sizes.iter().enumerate() {
-            builder = builder.neighbour(
-                Peer::new(p)
-                    .send(s, k as u32)
-                    .recv(s, k as u32)
-                    .misaligned(misalign),
-            );
-            layout.push((p, k as u32, s));
-        }
-    }
-    let mut ex = builder
-        .build()
-        .map_err(|e| Failure::Channel(e.to_string()))?;
+    let sizes = parse_list(set.get("sizes").unwrap_or("4096")).map_err(usage)?;
+    let iters = set.num("iters", 3)?;
+    let stall_after = set
+        .get("stall-after")
+        .map(|v| v.parse::<u64>().unwrap_or(0));
+    let deadline = Duration::from_millis(set.num("deadline-ms", 20_000)?);
+    prepare(&set, rank)?;
+    let mut ctx = context(&set, job, rank)?;
+    let (mut ex, messages) = build(&set, &mut ctx, &sizes)?;
     let report = ex.report().clone();
     for m in &report.recvs {
         println!(
@@ -175,14 +151,11 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
     for note in &report.notes {
         println!("rank {rank}: note: {note}");
     }
-    let max = sizes.iter().copied().max().unwrap_or(0);
-    let mut expect = vec![0u8; max];
-    let mut verified = 0u64;
     let started = Instant::now();
-    let chan = |e: sode_shm::ShmError| Failure::Channel(e.to_string());
+    let mut verified = 0u64;
     for it in 1..=iters {
-        for (i, &(p, tag, _)) in layout.iter().enumerate() {
-            fill(ex.send_buf_mut(i).map_err(chan)?, rank, p, tag, it);
+        for (i, m) in messages.iter().enumerate() {
+            fill(ex.send_buf_mut(i).map_err(chan)?, rank, m.peer, m.tag, it);
         }
         ex.start().map_err(chan)?;
         if stall_after == Some(it - 1) {
@@ -191,21 +164,7 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
             std::thread::sleep(Duration::from_secs(3600));
         }
         ex.wait(Instant::now() + deadline).map_err(chan)?;
-        for (i, &(p, tag, s)) in layout.iter().enumerate() {
-            let got = ex.recv_buf(i).map_err(chan)?;
-            fill(&mut expect[..s], p, rank, tag, it);
-            if got != &expect[..s] {
-                let at = got
-                    .iter()
-                    .zip(&expect)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(0);
-                return Err(Failure::Data(format!(
-                    "iteration {it}, tag {tag} from rank {p}: {s} bytes differ first at byte {at}"
-                )));
-            }
-            verified += s as u64;
-        }
+        verified += verify(&ex, &messages, rank, it)?;
     }
     let secs = started.elapsed().as_secs_f64();
     println!(
@@ -213,6 +172,111 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
         secs * 1e6 / iters.max(1) as f64
     );
     Ok(())
+}
+
+/// Fault injection and binding, before the channel exists.
+fn prepare(set: &Settings<'_>, rank: usize) -> Result<(), Failure> {
+    if set.get("deny-cma") == Some("1") {
+        sode_shm::sys::seccomp::deny_cross_memory_attach()
+            .map_err(|e| Failure::Channel(format!("installing the seccomp filter: {e}")))?;
+    }
+    #[cfg(feature = "hwloc")]
+    if set.get("bind") == Some("1") {
+        let b = sode_shm::topology::bind_to_core(rank).map_err(chan)?;
+        println!(
+            "rank {rank}: bound to core {} (PUs {:?}, NUMA {:?})",
+            b.core, b.processing_units, b.numa_nodes
+        );
+    }
+    #[cfg(not(feature = "hwloc"))]
+    let _ = rank;
+    Ok(())
+}
+
+fn context(set: &Settings<'_>, job: &str, rank: usize) -> Result<Context, Failure> {
+    let mut ctx = Context::new(job, rank).map_err(chan)?;
+    if let Some(t) = set.get("thresholds") {
+        let v = parse_list(t).map_err(Failure::Channel)?;
+        let [eager_max, get_min] = v[..] else {
+            return Err(Failure::Channel(
+                "thresholds= takes EAGER_MAX,GET_MIN".into(),
+            ));
+        };
+        ctx.set_thresholds(Thresholds {
+            eager_max,
+            get_min,
+            measured: false,
+        });
+    }
+    Ok(ctx)
+}
+
+/// The exchange: every size to and from every peer, one tag per size.
+fn build(
+    set: &Settings<'_>,
+    ctx: &mut Context,
+    sizes: &[usize],
+) -> Result<(sode_shm::Exchange, Vec<Message>), Failure> {
+    let usage = Failure::Channel;
+    let peers = parse_list(set.get("peers").unwrap_or("")).map_err(usage)?;
+    let misalign = set.num("misalign", 0)? as usize;
+    let policy = match set.get("path").unwrap_or("auto") {
+        "auto" => PathPolicy::Auto,
+        p => PathPolicy::Force(p.parse::<Path>().map_err(usage)?),
+    };
+    let mut builder = ctx
+        .exchange()
+        .path_policy(policy)
+        .private_receive(set.get("private") == Some("1"))
+        .setup_timeout(Duration::from_millis(set.num("setup-ms", 30_000)?));
+    if let Some(r) = set.get("ring") {
+        builder = builder.ring_capacity(
+            r.parse()
+                .map_err(|_| usage("ring= must be a number".into()))?,
+        );
+    }
+    let mut messages = Vec::new();
+    for &peer in &peers {
+        for (k, &len) in sizes.iter().enumerate() {
+            let tag = k as u32;
+            builder = builder.neighbour(
+                Peer::new(peer)
+                    .send(len, tag)
+                    .recv(len, tag)
+                    .misaligned(misalign),
+            );
+            messages.push(Message { peer, tag, len });
+        }
+    }
+    Ok((builder.build().map_err(chan)?, messages))
+}
+
+/// Checks every byte received in iteration `it`; the bytes checked.
+fn verify(
+    ex: &sode_shm::Exchange,
+    messages: &[Message],
+    rank: usize,
+    it: u64,
+) -> Result<u64, Failure> {
+    let mut verified = 0;
+    for (i, m) in messages.iter().enumerate() {
+        let got = ex.recv_buf(i).map_err(chan)?;
+        let mut expect = vec![0u8; m.len];
+        fill(&mut expect, m.peer, rank, m.tag, it);
+        if got != &expect[..] {
+            let at = got
+                .iter()
+                .zip(&expect)
+                .position(|(a, b)| a != b)
+                .unwrap_or(0);
+            return Err(Failure::Data(format!(
+                "iteration {it}, tag {} from rank {}: {} bytes differ first at byte {at}",
+                m.tag, m.peer, m.len
+            )));
+        }
+        verified += m.len as u64;
+    }
+    Ok(verified)
 }
 
 fn main() -> ExitCode {

@@ -2,6 +2,7 @@
 //! then `start()` / `wait(deadline)` every iteration.
 
 mod build;
+mod connect;
 mod run;
 
 use std::collections::{HashMap, VecDeque};
@@ -110,14 +111,21 @@ pub enum PathPolicy {
     Force(Path),
 }
 
+/// One message of a [`Peer`], each iteration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MessageSpec {
+    pub(crate) len: usize,
+    pub(crate) tag: u32,
+}
+
 /// One neighbour of an exchange: a peer rank, what we send it, and what we
 /// receive from it. A message sent with tag `t` lands in the peer's receive
 /// with tag `t` from us.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peer {
     pub(crate) peer: usize,
-    pub(crate) send: Option<(usize, u32)>,
-    pub(crate) recv: Option<(usize, u32)>,
+    pub(crate) send: Option<MessageSpec>,
+    pub(crate) recv: Option<MessageSpec>,
     pub(crate) misalign: usize,
 }
 
@@ -134,13 +142,13 @@ impl Peer {
 
     /// Sends `len` bytes with `tag` every iteration.
     pub fn send(mut self, len: usize, tag: u32) -> Peer {
-        self.send = Some((len, tag));
+        self.send = Some(MessageSpec { len, tag });
         self
     }
 
     /// Receives `len` bytes with `tag` every iteration.
     pub fn recv(mut self, len: usize, tag: u32) -> Peer {
-        self.recv = Some((len, tag));
+        self.recv = Some(MessageSpec { len, tag });
         self
     }
 

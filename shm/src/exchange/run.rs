@@ -320,8 +320,8 @@ impl Exchange {
                             kind: RecordKind::Eager,
                             tag: s.tag,
                             seq: n,
-                            a: s.sent as u64,
-                            b: len as u64,
+                            at: s.sent as u64,
+                            len: len as u64,
                         };
                         let ok = link
                             .tx
@@ -343,8 +343,8 @@ impl Exchange {
                         kind: RecordKind::ReceiveRequest,
                         tag: s.tag,
                         seq: n,
-                        a: s.buf.address(),
-                        b: s.buf.as_ref().len() as u64,
+                        at: s.buf.address(),
+                        len: s.buf.as_ref().len() as u64,
                     };
                     if link
                         .tx
@@ -386,116 +386,138 @@ impl Exchange {
     }
 
     fn drain_rings(&mut self) -> Result<bool> {
-        let n = self.iteration;
         let mut progress = false;
         for pi in 0..self.peers.len() {
-            loop {
-                let rank = self.peers[pi].rank;
-                let protocol = |what: String| ShmError::Protocol { peer: rank, what };
-                let peeked = {
-                    let link = &mut self.peers[pi];
-                    link.rx.peek(&self.own.map).map_err(|e| protocol(e.0))?
-                };
-                let Some(p) = peeked else { break };
-                let rec = p.record;
-                if rec.seq == n + 1 && rec.kind != RecordKind::ReceiveDone {
-                    // The peer is already one iteration ahead; this waits
-                    // for our next start.
-                    break;
-                }
-                if rec.seq != n {
-                    return Err(protocol(format!(
-                        "{:?} record for iteration {} while we are at {n}",
-                        rec.kind, rec.seq
-                    )));
-                }
-                match rec.kind {
-                    RecordKind::Eager => {
-                        let k = *self.recv_index.get(&(pi, rec.tag)).ok_or_else(|| {
-                            protocol(format!("eager data for unknown tag {}", rec.tag))
-                        })?;
-                        let r = &mut self.recvs[k];
-                        let (off, len) = (rec.a, rec.b);
-                        if r.path != Path::Eager || r.state != OpState::Active {
-                            return Err(protocol(format!(
-                                "eager data for tag {} which is {} and {:?}",
-                                rec.tag,
-                                r.path.name(),
-                                r.state
-                            )));
-                        }
-                        let end = off.checked_add(len).filter(|&e| e <= r.len as u64);
-                        let Some(end) = end else {
-                            return Err(protocol(format!(
-                                "eager fragment {off}+{len} outside the {}-byte message of tag {}",
-                                r.len, rec.tag
-                            )));
-                        };
-                        if r.received as u64 + len > r.len as u64 {
-                            return Err(protocol(format!(
-                                "more eager bytes than the message holds (tag {})",
-                                rec.tag
-                            )));
-                        }
-                        let Storage::Private(buf) = &mut r.storage else {
-                            return Err(protocol("eager receive without a private buffer".into()));
-                        };
-                        self.own
-                            .map
-                            .read(p.payload_at, &mut buf.as_mut()[off as usize..end as usize])
-                            .map_err(|e| protocol(e.to_string()))?;
-                        r.received += len as usize;
-                        if r.received == r.len {
-                            r.state = OpState::Done;
-                        }
-                    }
-                    RecordKind::ReceiveRequest => {
-                        let k = *self.recv_index.get(&(pi, rec.tag)).ok_or_else(|| {
-                            protocol(format!("receive_request for unknown tag {}", rec.tag))
-                        })?;
-                        let r = &mut self.recvs[k];
-                        if r.path != Path::Get || r.state != OpState::Active || r.get_from.is_some()
-                        {
-                            return Err(protocol(format!(
-                                "unexpected receive_request for tag {}",
-                                rec.tag
-                            )));
-                        }
-                        if rec.b != r.len as u64 {
-                            return Err(ShmError::Mismatch {
-                                peer: rank,
-                                tag: rec.tag,
-                                why: format!(
-                                    "receive_request of {} bytes, we expect {}",
-                                    rec.b, r.len
-                                ),
-                            });
-                        }
-                        r.get_from = Some(rec.a);
-                    }
-                    RecordKind::ReceiveDone => {
-                        let k = *self.send_index.get(&(pi, rec.tag)).ok_or_else(|| {
-                            protocol(format!("receive_done for unknown tag {}", rec.tag))
-                        })?;
-                        let s = &mut self.sends[k];
-                        if s.path != Path::Get || s.state != OpState::AwaitingDone {
-                            return Err(protocol(format!(
-                                "unexpected receive_done for tag {}",
-                                rec.tag
-                            )));
-                        }
-                        s.state = OpState::Done;
-                    }
-                    RecordKind::Wrap => return Err(protocol("stray wrap record".into())),
-                }
-                let link = &mut self.peers[pi];
-                link.rx
-                    .consume(&self.own.map, &p)
-                    .map_err(|e| protocol(e.0))?;
+            while self.take_record(pi)? {
                 progress = true;
             }
         }
         Ok(progress)
+    }
+
+    /// Handles the next record from peer `pi`, if one is due in this
+    /// iteration; whether one was.
+    fn take_record(&mut self, pi: usize) -> Result<bool> {
+        let n = self.iteration;
+        let rank = self.peers[pi].rank;
+        let protocol = |what: String| ShmError::Protocol { peer: rank, what };
+        let peeked = self.peers[pi]
+            .rx
+            .peek(&self.own.map)
+            .map_err(|e| protocol(e.0))?;
+        let Some(p) = peeked else { return Ok(false) };
+        let rec = p.record;
+        if rec.seq == n + 1 && rec.kind != RecordKind::ReceiveDone {
+            // The peer is already one iteration ahead; this waits for our
+            // next start.
+            return Ok(false);
+        }
+        if rec.seq != n {
+            return Err(protocol(format!(
+                "{:?} record for iteration {} while we are at {n}",
+                rec.kind, rec.seq
+            )));
+        }
+        match rec.kind {
+            RecordKind::Eager => self.on_eager(pi, &rec, p.payload_at)?,
+            RecordKind::ReceiveRequest => self.on_receive_request(pi, &rec)?,
+            RecordKind::ReceiveDone => self.on_receive_done(pi, &rec)?,
+            RecordKind::Wrap => return Err(protocol("stray wrap record".into())),
+        }
+        self.peers[pi]
+            .rx
+            .consume(&self.own.map, &p)
+            .map_err(|e| protocol(e.0))?;
+        Ok(true)
+    }
+
+    /// An eager fragment: copied out of the ring into its receive buffer.
+    fn on_eager(&mut self, pi: usize, rec: &Record, payload_at: u64) -> Result<()> {
+        let rank = self.peers[pi].rank;
+        let protocol = |what: String| ShmError::Protocol { peer: rank, what };
+        let k = *self
+            .recv_index
+            .get(&(pi, rec.tag))
+            .ok_or_else(|| protocol(format!("eager data for unknown tag {}", rec.tag)))?;
+        let r = &mut self.recvs[k];
+        let (off, len) = (rec.at, rec.len);
+        if r.path != Path::Eager || r.state != OpState::Active {
+            return Err(protocol(format!(
+                "eager data for tag {} which is {} and {:?}",
+                rec.tag,
+                r.path.name(),
+                r.state
+            )));
+        }
+        let Some(end) = off.checked_add(len).filter(|&e| e <= r.len as u64) else {
+            return Err(protocol(format!(
+                "eager fragment {off}+{len} outside the {}-byte message of tag {}",
+                r.len, rec.tag
+            )));
+        };
+        if r.received as u64 + len > r.len as u64 {
+            return Err(protocol(format!(
+                "more eager bytes than the message holds (tag {})",
+                rec.tag
+            )));
+        }
+        let Storage::Private(buf) = &mut r.storage else {
+            return Err(protocol("eager receive without a private buffer".into()));
+        };
+        self.own
+            .map
+            .read(payload_at, &mut buf.as_mut()[off as usize..end as usize])
+            .map_err(|e| protocol(e.to_string()))?;
+        r.received += len as usize;
+        if r.received == r.len {
+            r.state = OpState::Done;
+        }
+        Ok(())
+    }
+
+    /// A receive_request: where to get the message from.
+    fn on_receive_request(&mut self, pi: usize, rec: &Record) -> Result<()> {
+        let rank = self.peers[pi].rank;
+        let protocol = |what: String| ShmError::Protocol { peer: rank, what };
+        let k = *self
+            .recv_index
+            .get(&(pi, rec.tag))
+            .ok_or_else(|| protocol(format!("receive_request for unknown tag {}", rec.tag)))?;
+        let r = &mut self.recvs[k];
+        if r.path != Path::Get || r.state != OpState::Active || r.get_from.is_some() {
+            return Err(protocol(format!(
+                "unexpected receive_request for tag {}",
+                rec.tag
+            )));
+        }
+        if rec.len != r.len as u64 {
+            return Err(ShmError::Mismatch {
+                peer: rank,
+                tag: rec.tag,
+                why: format!("receive_request of {} bytes, we expect {}", rec.len, r.len),
+            });
+        }
+        r.get_from = Some(rec.at);
+        Ok(())
+    }
+
+    /// A receive_done: the receiver has copied our buffer.
+    fn on_receive_done(&mut self, pi: usize, rec: &Record) -> Result<()> {
+        let rank = self.peers[pi].rank;
+        let protocol = |what: String| ShmError::Protocol { peer: rank, what };
+        let k = *self
+            .send_index
+            .get(&(pi, rec.tag))
+            .ok_or_else(|| protocol(format!("receive_done for unknown tag {}", rec.tag)))?;
+        let s = &mut self.sends[k];
+        if s.path != Path::Get || s.state != OpState::AwaitingDone {
+            return Err(protocol(format!(
+                "unexpected receive_done for tag {}",
+                rec.tag
+            )));
+        }
+        s.state = OpState::Done;
+        Ok(())
     }
 
     fn progress_gets(&mut self) -> Result<bool> {
@@ -557,8 +579,8 @@ impl Exchange {
                     kind: RecordKind::ReceiveDone,
                     tag: r.tag,
                     seq: n,
-                    a: 0,
-                    b: 0,
+                    at: 0,
+                    len: 0,
                 });
                 progress = true;
             }

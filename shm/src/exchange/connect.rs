@@ -1,0 +1,359 @@
+//! The collective half of building an exchange: agreeing with each mapped
+//! peer, and turning the agreed messages into operations.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+
+use super::build::{Local, MappedPeer, Segment, Setup};
+use super::{
+    Exchange, ExchangeReport, Liveness, MessageReport, OpState, Path, Peer, PeerSegment, RecvOp,
+    SendOp, ShmExchangeBuilder, Storage,
+};
+use crate::buffer::PrivateBuf;
+use crate::error::{Result, ShmError};
+use crate::layout::{self, TheirRecv};
+use crate::ring::{RingRx, RingTx};
+use crate::sys::pidfd::Watch;
+use sode_job::Lifecycle;
+
+fn protocol(peer: usize, what: String) -> ShmError {
+    ShmError::Protocol { peer, what }
+}
+
+fn mismatch(peer: usize, tag: u32, why: String) -> ShmError {
+    ShmError::Mismatch { peer, tag, why }
+}
+
+impl Segment {
+    /// Writes the final receive paths and tells the peers they are there.
+    pub(super) fn publish_paths(
+        &mut self,
+        neighbours: &[Peer],
+        paths: &[Option<Path>],
+    ) -> Result<()> {
+        let rank = self.rank;
+        let receives = neighbours
+            .iter()
+            .zip(paths)
+            .filter(|(n, _)| n.recv.is_some());
+        for (slot, (_, path)) in receives.enumerate() {
+            let entry = self.layout.recvs[slot].entry;
+            let code = path.map_or(0, |p| p.code());
+            self.own
+                .map
+                .write_u64(entry + layout::R_PATH, code)
+                .map_err(|e| protocol(rank, e.to_string()))?;
+        }
+        self.own
+            .map
+            .atomic(layout::H_STATE)
+            .map_err(|e| protocol(rank, e.to_string()))?
+            .store(layout::STATE_PATHS, Ordering::Release);
+        Ok(())
+    }
+
+    /// Waits until every peer has mapped us, then removes the name (the
+    /// kernel frees the segment when the last mapping goes).
+    pub(super) fn wait_mapped(&mut self, setup: &Setup<'_>) -> Result<()> {
+        let rank = self.rank;
+        let own = &self.own;
+        let own_pid = std::process::id() as i32;
+        setup
+            .until(rank, "be mapped by all its peers", None, own_pid, || {
+                let mapped = own
+                    .map
+                    .atomic(layout::H_MAPPED)
+                    .map_err(|e| protocol(rank, e.to_string()))?
+                    .load(Ordering::Acquire);
+                Ok((mapped >= setup.peers.len() as u64).then_some(()))
+            })
+            .map_err(|e| match e {
+                ShmError::SetupTimeout { waited, .. } => ShmError::SetupTimeout {
+                    // Name the first peer that has not mapped us.
+                    peer: setup.peers.first().copied().unwrap_or(rank),
+                    step: "map our segment",
+                    waited,
+                },
+                other => other,
+            })?;
+        self.own.unlink();
+        Ok(())
+    }
+}
+
+impl MappedPeer {
+    /// `Some` once the peer's segment has reached `state`.
+    pub(super) fn state_reached(&self, state: u64) -> Result<Option<()>> {
+        let s = self
+            .map
+            .atomic(layout::H_STATE)
+            .map_err(|e| protocol(self.rank, e.to_string()))?
+            .load(Ordering::Acquire);
+        Ok((s >= state).then_some(()))
+    }
+
+    fn their_recv(&self, tag: u32) -> Option<&TheirRecv> {
+        self.view.recvs_from_us.iter().find(|r| r.tag == tag)
+    }
+}
+
+impl ShmExchangeBuilder<'_> {
+    /// Both sides agree on every message between us and `peer`: what we
+    /// send it receives with the same tag and length, and the other way.
+    pub(super) fn check_agreement(&self, peer: &MappedPeer) -> Result<()> {
+        let (p, rank) = (peer.rank, peer_rank_of_us(self));
+        for n in self.neighbours.iter().filter(|n| n.peer == p) {
+            if let Some(m) = n.send {
+                let Some(theirs) = peer.their_recv(m.tag) else {
+                    return Err(mismatch(p, m.tag, format!("we send {} bytes but it receives nothing with this tag from rank {rank}", m.len)));
+                };
+                if theirs.len != m.len as u64 {
+                    return Err(mismatch(
+                        p,
+                        m.tag,
+                        format!("we send {} bytes, it expects {}", m.len, theirs.len),
+                    ));
+                }
+            }
+            if let Some(m) = n.recv {
+                match peer.view.sends_to_us.iter().find(|s| s.tag == m.tag) {
+                    None => {
+                        return Err(mismatch(
+                            p,
+                            m.tag,
+                            format!(
+                            "we expect {} bytes but it sends nothing with this tag to rank {rank}",
+                            m.len
+                        ),
+                        ))
+                    }
+                    Some(s) if s.len != m.len as u64 => {
+                        return Err(mismatch(
+                            p,
+                            m.tag,
+                            format!("we expect {} bytes, it sends {}", m.len, s.len),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        for s in &peer.view.sends_to_us {
+            let expected = self
+                .neighbours
+                .iter()
+                .any(|n| n.peer == p && n.recv.is_some_and(|r| r.tag == s.tag));
+            if !expected {
+                return Err(mismatch(
+                    p,
+                    s.tag,
+                    format!("it sends {} bytes that we do not receive", s.len),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The exchange: a ring pair per peer, an operation per message.
+    pub(super) fn operations(
+        self,
+        local: Local,
+        segment: Segment,
+        mapped: Vec<MappedPeer>,
+    ) -> Result<Exchange> {
+        let mut peers = Vec::with_capacity(mapped.len());
+        let mut theirs = Vec::with_capacity(mapped.len());
+        for m in mapped {
+            let inbound = segment
+                .layout
+                .peers
+                .iter()
+                .find(|p| p.0 == m.rank)
+                .map(|p| p.1)
+                .ok_or_else(|| protocol(m.rank, "no ring for it in our own segment".into()))?;
+            // The table read at mapping time; only the path codes in it were
+            // written since, and are read when the sends are made.
+            theirs.push(m.view.recvs_from_us.clone());
+            peers.push(PeerSegment {
+                rank: m.rank,
+                pid: m.view.pid,
+                pidfd: m.pidfd,
+                tx: RingTx::new(m.view.ring_to_peer),
+                rx: RingRx::new(inbound),
+                outbox: VecDeque::new(),
+                map: m.map,
+            });
+        }
+        let mut ops = Operations::default();
+        let mut slot = 0;
+        for (i, n) in self.neighbours.iter().enumerate() {
+            let pi = peers
+                .iter()
+                .position(|p| p.rank == n.peer)
+                .ok_or_else(|| protocol(n.peer, "not mapped".into()))?;
+            if let Some(m) = n.send {
+                let send = send_op(&peers[pi], pi, &theirs[pi], n, m.tag, m.len)?;
+                ops.report_sends
+                    .push(report(i, n.peer, m.tag, m.len, send.path));
+                ops.send_of.push(Some(ops.sends.len()));
+                ops.sends.push(send);
+            } else {
+                ops.send_of.push(None);
+            }
+            if let Some(m) = n.recv {
+                let path = local.recv_paths[i].unwrap_or(Path::Eager);
+                let recv = recv_op(&segment.layout.recvs[slot], pi, n, m.tag, m.len, path)?;
+                slot += 1;
+                ops.report_recvs.push(report(i, n.peer, m.tag, m.len, path));
+                ops.recv_of.push(Some(ops.recvs.len()));
+                ops.recvs.push(recv);
+            } else {
+                ops.recv_of.push(None);
+            }
+        }
+        Ok(ops.into_exchange(local, segment, peers))
+    }
+}
+
+/// The rank this builder's process has (peers know us by it).
+fn peer_rank_of_us(b: &ShmExchangeBuilder<'_>) -> usize {
+    b.rank()
+}
+
+fn report(neighbour: usize, peer: usize, tag: u32, len: usize, path: Path) -> MessageReport {
+    MessageReport {
+        neighbour,
+        peer,
+        tag,
+        len,
+        path,
+    }
+}
+
+/// Our send of `tag` to peer `pi`, on the path its receiver chose.
+fn send_op(
+    link: &PeerSegment,
+    pi: usize,
+    theirs: &[TheirRecv],
+    n: &Peer,
+    tag: u32,
+    len: usize,
+) -> Result<SendOp> {
+    let entry = theirs
+        .iter()
+        .find(|r| r.tag == tag)
+        .ok_or_else(|| mismatch(n.peer, tag, "it receives nothing with this tag".into()))?;
+    let code = link
+        .map
+        .read_u64(entry.entry + layout::R_PATH)
+        .map_err(|e| protocol(n.peer, e.to_string()))?;
+    let path = Path::from_code(code)
+        .ok_or_else(|| protocol(n.peer, format!("unknown path code {code} for tag {tag}")))?;
+    let window = match (path, entry.window) {
+        (Path::Window, Some(w)) => Some((w, entry.entry)),
+        (Path::Window, None) => {
+            return Err(protocol(
+                n.peer,
+                format!("window path for tag {tag} without a window"),
+            ))
+        }
+        _ => None,
+    };
+    Ok(SendOp {
+        peer: pi,
+        tag,
+        buf: PrivateBuf::new(len, n.misalign).map_err(|e| ShmError::Io {
+            what: "allocating a send buffer".into(),
+            source: e,
+        })?,
+        path,
+        window,
+        state: OpState::Idle,
+        sent: 0,
+        pushed_any: false,
+    })
+}
+
+/// Our receive of `tag` from peer `pi`, in its window or a private buffer.
+fn recv_op(
+    slot: &layout::RecvSlot,
+    pi: usize,
+    n: &Peer,
+    tag: u32,
+    len: usize,
+    path: Path,
+) -> Result<RecvOp> {
+    let storage = match (path, slot.window) {
+        (Path::Window, Some(w)) => Storage::Window(w),
+        _ => Storage::Private(PrivateBuf::new(len, n.misalign).map_err(|e| ShmError::Io {
+            what: "allocating a receive buffer".into(),
+            source: e,
+        })?),
+    };
+    Ok(RecvOp {
+        peer: pi,
+        tag,
+        len,
+        path,
+        storage,
+        entry: slot.entry,
+        state: OpState::Idle,
+        received: 0,
+        get_from: None,
+    })
+}
+
+/// The operations as they are made, per neighbour.
+#[derive(Default)]
+struct Operations {
+    sends: Vec<SendOp>,
+    recvs: Vec<RecvOp>,
+    send_of: Vec<Option<usize>>,
+    recv_of: Vec<Option<usize>>,
+    report_sends: Vec<MessageReport>,
+    report_recvs: Vec<MessageReport>,
+}
+
+impl Operations {
+    fn into_exchange(self, local: Local, segment: Segment, peers: Vec<PeerSegment>) -> Exchange {
+        let recv_index: HashMap<(usize, u32), usize> = self
+            .recvs
+            .iter()
+            .enumerate()
+            .map(|(k, r)| ((r.peer, r.tag), k))
+            .collect();
+        let send_index = self
+            .sends
+            .iter()
+            .enumerate()
+            .map(|(k, s)| ((s.peer, s.tag), k))
+            .collect();
+        let report = ExchangeReport {
+            name: local.name.clone(),
+            sends: self.report_sends,
+            recvs: self.report_recvs,
+            thresholds: local.thresholds,
+            segment_bytes: segment.layout.total,
+            pinned: segment.pinned,
+            notes: local.notes,
+        };
+        let watch = Watch::new(peers.iter().map(|p| &p.pidfd));
+        Exchange {
+            name: local.name,
+            own: segment.own,
+            peers,
+            sends: self.sends,
+            recvs: self.recvs,
+            send_of: self.send_of,
+            recv_of: self.recv_of,
+            recv_index,
+            send_index,
+            iteration: 0,
+            lifecycle: Lifecycle::Idle,
+            liveness: Liveness::new(watch),
+            get_chunk: 1 << 20,
+            report,
+            _probe: segment.probe,
+        }
+    }
+}
