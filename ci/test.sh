@@ -12,6 +12,9 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== the shared-memory-only build (no libibverbs, cmake or clang), and the stencil from it"
+bash ci/shm-only.sh
+
 echo "== benchmarks, once each (criterion test mode)"
 cargo bench -p sode-benches --bench planning --locked -- --test
 cargo bench -p sode-benches --bench shm_paths --locked -- --test

@@ -105,3 +105,18 @@ pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8], whom: &str) -> Result<T
         why: e.to_string(),
     })
 }
+
+/// Fails unless every one of `peers` is a rank of the job other than `me`.
+pub(crate) fn check_peers(me: usize, size: usize, peers: &BTreeSet<usize>) -> Result<()> {
+    match peers.iter().find(|&&p| p >= size || p == me) {
+        None => Ok(()),
+        Some(&p) => Err(JobError::UnknownPeer {
+            peer: p,
+            why: if p == me {
+                "a rank cannot be its own peer".into()
+            } else {
+                format!("the job has ranks 0..{size}")
+            },
+        }),
+    }
+}

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::backoff::Backoff;
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
-use crate::oob::{decode, OutOfBand, PeerChannel, PeerLink};
+use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
 
 /// Setup messages are at most this long.
 const MAX_MESSAGE: usize = 64 << 20;
@@ -201,18 +201,7 @@ impl OutOfBand for TcpRendezvous {
         peers: &BTreeSet<usize>,
         deadline: Instant,
     ) -> Result<BTreeMap<usize, PeerLink>> {
-        for &p in peers {
-            if p >= self.size || p == self.rank {
-                return Err(JobError::UnknownPeer {
-                    peer: p,
-                    why: if p == self.rank {
-                        "a rank cannot be its own peer".into()
-                    } else {
-                        format!("the job has ranks 0..{}", self.size)
-                    },
-                });
-            }
-        }
+        check_peers(self.rank, self.size, peers)?;
         // The lower rank of a pair connects, the higher accepts.
         let mut links = BTreeMap::new();
         for &p in peers.iter().filter(|&&p| p > self.rank) {

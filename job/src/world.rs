@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{JobError, Result};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::node::NodeId;
-use crate::oob::{decode, OutOfBand, PeerLink};
+use crate::oob::{check_peers, decode, OutOfBand, PeerLink};
 use crate::tcp::TcpRendezvous;
 
 /// What each rank tells the others when the world is made.
@@ -172,16 +172,7 @@ impl World {
         peers: &BTreeSet<usize>,
         timeout: Duration,
     ) -> Result<BTreeMap<usize, PeerLink>> {
-        if let Some(&p) = peers.iter().find(|&&p| p >= self.size || p == self.rank) {
-            return Err(JobError::UnknownPeer {
-                peer: p,
-                why: if p == self.rank {
-                    "a rank cannot be its own peer".into()
-                } else {
-                    format!("the job has ranks 0..{}", self.size)
-                },
-            });
-        }
+        check_peers(self.rank, self.size, peers)?;
         match self.exchange() {
             Some(mut oob) => oob.connect(peers, Instant::now() + timeout),
             None => Ok(BTreeMap::new()),

@@ -34,7 +34,6 @@ fn spawn(job: &str, rank: usize, peers: &str, extra: &[&str]) -> Child {
         .arg(format!("rank={rank}"))
         .arg(format!("peers={peers}"))
         .args(extra)
-        .env("SODE_QUIET", "1")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -280,6 +280,7 @@ fn verify(
 }
 
 fn main() -> ExitCode {
+    sode_job::diag::init();
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mode = argv.first().map(String::as_str).unwrap_or("");
     let args: HashMap<String, String> = argv

@@ -159,6 +159,7 @@ impl Loop {
     }
 
     fn reap(&mut self, mut left: usize, deadline: Instant) -> Result<()> {
+        let mut backoff = sode_job::Backoff::exchange();
         while left > 0 {
             let n = self
                 .poller
@@ -171,6 +172,11 @@ impl Loop {
                     return Err(self.verr("calibration write", std::io::Error::other(status)));
                 }
                 left -= 1;
+            }
+            if n > 0 {
+                backoff.reset();
+            } else {
+                backoff.snooze();
             }
             if Instant::now() > deadline {
                 return Err(TransportError::Timeout {
