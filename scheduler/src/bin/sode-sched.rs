@@ -49,7 +49,7 @@ enum Command {
         #[arg(long, default_value = "k")]
         machine: String,
     },
-    /// Place ranks on slots: minimise sum T[i][j] * D[p(i)][p(j)] (QAP, GRASP + tabu search).
+    /// Place ranks on slots: minimise the sum of T(i,j) * D(p(i),p(j)) (QAP, GRASP + tabu search).
     Place {
         /// Traffic between ranks: a JSON array of arrays.
         #[arg(long)]

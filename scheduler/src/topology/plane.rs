@@ -31,7 +31,7 @@ pub enum Line {
 }
 
 impl Point {
-    /// The point's coordinates as the JSON `leaf` array: [] for P, [c], [c, r].
+    /// The point's coordinates as the JSON `leaf` array: `[]` for P, `[c]`, `[c, r]`.
     pub fn coordinates(self) -> Vec<usize> {
         match self {
             Point::P => vec![],
