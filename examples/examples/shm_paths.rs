@@ -225,6 +225,7 @@ fn human(size: usize) -> String {
 }
 
 fn main() {
+    sode_job::diag::init();
     let quick = std::env::args().any(|a| a == "--quick");
     if std::env::var_os("SODE_BENCH_PEER").is_some() {
         let out = std::io::stdout();
