@@ -32,6 +32,7 @@ case $node in a) ranks="0 1" ;; *) ranks="2 3" ;; esac
 pids=()
 for r in $ranks; do
   SODE_RANK=$r SODE_SIZE=4 SODE_ROOT=$SODE_CLUSTER_ROOT SODE_JOB_ID=$SODE_CLUSTER_JOB \
+    SODE_JOB_SECRET=$(cat "$out/secret") \
     "$@" >"$out/$node-r$r.log" 2>&1 &
   pids+=($!)
 done

@@ -17,6 +17,10 @@ free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1
 wire=$(free_port)
 cmd=$(printf '%q ' "$@")
 job="cluster$$"
+# The job's secret travels in the shared directory (mode 0700), not on a
+# command line other users could read.
+od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/secret"
+chmod 600 "$out/secret"
 start=$(date +%s)
 
 boot() { # node, ip, listen|connect, mac

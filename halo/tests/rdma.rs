@@ -347,6 +347,7 @@ fn a_peer_killed_mid_exchange_is_reported_within_the_deadline() {
             .env("SODE_RANK", rank.to_string())
             .env("SODE_SIZE", "2")
             .env("SODE_ROOT", format!("127.0.0.1:{port}"))
+            .env("SODE_JOB_SECRET", "9e".repeat(32))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -54,6 +54,13 @@ pub enum JobError {
         /// What is wrong with it.
         why: String,
     },
+    /// A connection that could not prove it belongs to this job (a wrong
+    /// or missing job secret): dropped.
+    #[error("{whom} does not belong to this job: it could not prove it holds the job's secret (SODE_JOB_SECRET)")]
+    Unauthenticated {
+        /// The other side.
+        whom: String,
+    },
     /// A rank named as a peer does not exist or is this rank.
     #[error("rank {peer} cannot be a peer: {why}")]
     UnknownPeer {

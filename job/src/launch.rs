@@ -1,6 +1,7 @@
 //! Where this process stands in a job, as its launcher said: the one place
 //! that knows the launchers' variables.
 
+use crate::auth::{Secret, SECRET_VAR};
 use crate::error::{JobError, Result};
 
 /// One launcher's variables.
@@ -59,6 +60,9 @@ pub struct LaunchInfo {
     pub job_id: Option<String>,
     /// The rendezvous address (`SODE_ROOT`), needed when `size > 1`.
     pub root: Option<String>,
+    /// The job's secret (`SODE_JOB_SECRET`), needed when `size > 1`: every
+    /// bootstrap connection proves with it that it belongs to the job.
+    pub secret: Option<Secret>,
     /// The variable the rank came from.
     pub source: &'static str,
 }
@@ -145,12 +149,19 @@ impl LaunchInfo {
                 why: "SODE_ROOT=host:port is not set: it names where the ranks meet (rank 0 listens there); sode-run sets it".into(),
             });
         }
+        let secret = get(SECRET_VAR).map(|s| Secret::from_hex(&s)).transpose()?;
+        if size > 1 && secret.is_none() {
+            return Err(JobError::Launch {
+                why: format!("{SECRET_VAR} is not set: the ranks prove to each other with it that they belong to the job; sode-run sets it; by hand, give every rank the same 64 hex digits (export {SECRET_VAR}=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'), and mpirun -x {SECRET_VAR})"),
+            });
+        }
         Ok(LaunchInfo {
             rank,
             size,
             local_rank,
             job_id: job_id(&get),
             root,
+            secret,
             source: rank_var,
         })
     }
@@ -163,6 +174,7 @@ impl LaunchInfo {
             local_rank: Some(0),
             job_id: None,
             root: None,
+            secret: None,
             source: "single process",
         }
     }
@@ -181,6 +193,8 @@ mod tests {
         }
     }
 
+    const SECRET: &str = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+
     #[test]
     fn launchers_are_recognised_in_order() {
         let l = LaunchInfo::from_vars(vars(&[
@@ -189,6 +203,7 @@ mod tests {
             ("SLURM_LOCALID", "1"),
             ("SLURM_JOB_ID", "77"),
             ("SODE_ROOT", "h:1"),
+            ("SODE_JOB_SECRET", SECRET),
         ]))
         .unwrap();
         assert_eq!((l.rank, l.size, l.source), (3, 4, "SLURM_PROCID"));
@@ -199,6 +214,7 @@ mod tests {
             ("OMPI_COMM_WORLD_SIZE", "2"),
             ("PMIX_NAMESPACE", "prterun-h-1@1"),
             ("SODE_ROOT", "h:1"),
+            ("SODE_JOB_SECRET", SECRET),
         ]))
         .unwrap();
         assert_eq!((l.rank, l.size), (1, 2));
@@ -211,6 +227,7 @@ mod tests {
             ("SLURM_PROCID", "0"),
             ("SLURM_NTASKS", "9"),
             ("SODE_ROOT", "h:1"),
+            ("SODE_JOB_SECRET", SECRET),
         ]))
         .unwrap();
         assert_eq!((l.rank, l.size), (1, 2), "SODE_* overrides the launcher");
@@ -224,6 +241,7 @@ mod tests {
             ("SODE_RANK", "2"),
             ("SODE_SIZE", "2"),
             ("SODE_ROOT", "h:1"),
+            ("SODE_JOB_SECRET", SECRET),
         ]))
         .unwrap_err()
         .to_string();
@@ -251,5 +269,25 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("SODE_LOCAL_RANK"), "{e}");
+        let e = LaunchInfo::from_vars(vars(&[
+            ("SODE_RANK", "0"),
+            ("SODE_SIZE", "2"),
+            ("SODE_ROOT", "h:1"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("SODE_JOB_SECRET is not set"), "{e}");
+        let e = LaunchInfo::from_vars(vars(&[
+            ("SODE_RANK", "0"),
+            ("SODE_SIZE", "2"),
+            ("SODE_ROOT", "h:1"),
+            ("SODE_JOB_SECRET", "not hex"),
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("SODE_JOB_SECRET") && e.contains("64 hex digits"),
+            "{e}"
+        );
     }
 }

@@ -175,6 +175,9 @@ fn spawn_ranks(
         })?
         .port();
     let job = format!("run{}-{}", std::process::id(), port);
+    // The ranks prove to each other with it that they belong to this job;
+    // the environment of a process is readable by its own user only.
+    let secret = crate::auth::Secret::random()?.to_hex();
     let mut ranks: Vec<Rank> = Vec::with_capacity(n);
     let mut forwarders = Vec::new();
     for rank in 0..n {
@@ -184,6 +187,7 @@ fn spawn_ranks(
             .env("SODE_SIZE", n.to_string())
             .env(ROOT_VAR, format!("127.0.0.1:{port}"))
             .env(JOB_ID_VAR, &job)
+            .env(crate::auth::SECRET_VAR, &secret)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -38,6 +38,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod auth;
 mod backoff;
 pub mod diag;
 mod error;
@@ -49,6 +50,7 @@ mod oob;
 mod tcp;
 mod world;
 
+pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};
 pub use backoff::Backoff;
 pub use error::{JobError, Result};
 pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};

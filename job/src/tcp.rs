@@ -1,21 +1,21 @@
 //! The TCP rendezvous: ranks meet rank 0 at `SODE_ROOT`, learn every rank's
 //! listening address, then open direct links between the pairs that need
-//! them, so a peer's keys reach only that peer.
+//! them, so a peer's keys reach only that peer. Every connection proves it
+//! belongs to the job before anything is read from it or sent to it
+//! ([`crate::auth`]); one that cannot is dropped and the listener goes on.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::io::ErrorKind;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{Secret, Session, HANDSHAKE_TIMEOUT, SECRET_VAR};
 use crate::backoff::Backoff;
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
-
-/// Setup messages are at most this long.
-const MAX_MESSAGE: usize = 64 << 20;
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Hello {
@@ -27,16 +27,17 @@ struct Hello {
 /// Rank 0 keeps a link to every rank, the others one to rank 0.
 #[derive(Debug)]
 enum Star {
-    Root(Vec<Option<TcpStream>>),
-    Leaf(TcpStream),
+    Root(Vec<Option<Session>>),
+    Leaf(Box<Session>),
 }
 
 /// The TCP bootstrap: a star through rank 0 for collectives, direct links
-/// between peers for their keys.
+/// between peers for their keys, every connection authenticated.
 #[derive(Debug)]
 pub struct TcpRendezvous {
     rank: usize,
     size: usize,
+    secret: Secret,
     /// Where this rank accepts peer links.
     listener: TcpListener,
     /// Every rank's peer listener.
@@ -50,16 +51,20 @@ impl TcpRendezvous {
         let root_name = launch.root.clone().ok_or_else(|| JobError::Launch {
             why: "SODE_ROOT=host:port is not set: it names where the ranks meet".into(),
         })?;
+        let secret = launch.secret.clone().ok_or_else(|| JobError::Launch {
+            why: format!("{SECRET_VAR} is not set: the ranks prove to each other with it that they belong to the job; sode-run sets it; by hand, give every rank the same 64 hex digits"),
+        })?;
         let root_addr = resolve(&root_name)?;
         if launch.rank == 0 {
-            Self::host(launch, &root_name, root_addr, deadline)
+            Self::host(launch, secret, &root_name, root_addr, deadline)
         } else {
-            Self::visit(launch, &root_name, root_addr, deadline)
+            Self::visit(launch, secret, &root_name, root_addr, deadline)
         }
     }
 
     fn host(
         launch: &LaunchInfo,
+        secret: Secret,
         root_name: &str,
         root_addr: SocketAddr,
         deadline: Instant,
@@ -71,47 +76,44 @@ impl TcpRendezvous {
         })?;
         let listener = bind_peer_listener(root_addr.ip())?;
         let size = launch.size;
-        let mut listen = vec![None; size];
-        listen[0] = Some(local_addr(&listener)?);
-        let mut links: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
-        let step = format!("rendezvous at SODE_ROOT={root_name}");
-        let missing = |listen: &Vec<Option<SocketAddr>>| ranks_where(listen, Option::is_none);
-        accept_until(
-            &root,
+        let mut joined = Joined {
+            listen: vec![None; size],
+            links: (0..size).map(|_| None).collect(),
+        };
+        joined.listen[0] = Some(local_addr(&listener)?);
+        let acceptor = Acceptor {
+            listener: &root,
+            secret: &secret,
             deadline,
-            &step,
-            &mut listen,
-            |listen, mut s, from| {
-                let h: Hello = recv_typed(&mut s, deadline, &format!("a rank at {from}"))?;
-                if h.size != size || h.rank == 0 || h.rank >= size || listen[h.rank].is_some() {
-                    let state = if h.rank < size && listen[h.rank].is_some() {
-                        "already joined"
-                    } else {
-                        "is out of range"
-                    };
-                    return Err(JobError::Protocol {
-                    whom: format!("rank {} at {from}", h.rank),
-                    why: format!(
-                        "it says rank {} of {} but this job has {size} ranks and rank {} {state}: two jobs share SODE_ROOT, or the launcher's ranks are inconsistent",
-                        h.rank, h.size, h.rank
-                    ),
-                });
-                }
-                listen[h.rank] = Some(h.listen);
-                links[h.rank] = Some(s);
-                Ok(missing(listen).is_empty())
-            },
-            |listen| format!("ranks {}", missing(listen)),
-            "did they start, with the same SODE_ROOT?",
+            step: &format!("rendezvous at SODE_ROOT={root_name}"),
+            hint: "did they start, with the same SODE_ROOT and SODE_JOB_SECRET?",
+        };
+        acceptor.run(
+            &mut joined,
+            |joined, greeted| joined.admit(greeted),
+            |joined| format!("ranks {}", joined.missing()),
         )?;
-        let listen: Vec<SocketAddr> = listen.into_iter().flatten().collect();
+        let mut listen: Vec<SocketAddr> = joined.listen.into_iter().flatten().collect();
+        let mut links = joined.links;
         for (r, link) in links.iter_mut().enumerate().skip(1) {
+            let link = joined_link(link)?;
+            // Rank 0's listener may be bound to every interface: tell each
+            // rank the address it reached rank 0 at, which it can route to.
+            if listen[0].ip().is_unspecified() {
+                let here = link
+                    .stream()
+                    .local_addr()
+                    .map_err(io_err("local_addr", "the root"))?;
+                listen[0].set_ip(here.ip());
+            }
             let body = serde_json::to_vec(&listen).map_err(protocol_bug)?;
-            send_frame(joined(link)?, &body, &format!("rank {r}"))?;
+            link.send(&body)
+                .map_err(|e| rename(e, &format!("rank {r}")))?;
         }
         Ok(TcpRendezvous {
             rank: 0,
             size,
+            secret,
             listener,
             listen,
             star: Star::Root(links),
@@ -120,38 +122,92 @@ impl TcpRendezvous {
 
     fn visit(
         launch: &LaunchInfo,
+        secret: Secret,
         root_name: &str,
         root_addr: SocketAddr,
         deadline: Instant,
     ) -> Result<TcpRendezvous> {
         let whom = format!("the root at SODE_ROOT={root_name}");
-        let mut s = connect_retry(root_addr, deadline, &whom)?;
+        let s = connect_retry(root_addr, deadline, &whom)?;
         let local_ip = s
             .local_addr()
             .map_err(io_err("local_addr", "the root"))?
             .ip();
+        let mut root = Session::connect(s, &secret, &whom, deadline)?;
         let listener = bind_peer_listener(local_ip)?;
         let hello = Hello {
             rank: launch.rank,
             size: launch.size,
             listen: local_addr(&listener)?,
         };
-        let body = serde_json::to_vec(&hello).map_err(protocol_bug)?;
-        send_frame(&mut s, &body, "the root")?;
-        let listen: Vec<SocketAddr> = recv_typed(&mut s, deadline, "the root")?;
+        root.send(&serde_json::to_vec(&hello).map_err(protocol_bug)?)?;
+        let listen: Vec<SocketAddr> = decode(&root.recv(deadline)?, &whom)?;
         if listen.len() != launch.size {
             return Err(JobError::Protocol {
-                whom: "the root".into(),
+                whom,
                 why: "its directory does not list every rank".into(),
             });
         }
         Ok(TcpRendezvous {
             rank: launch.rank,
             size: launch.size,
+            secret,
             listener,
             listen,
-            star: Star::Leaf(s),
+            star: Star::Leaf(Box::new(root)),
         })
+    }
+
+    /// Where this rank accepts peer links (for tests that knock on it).
+    pub fn peer_listener(&self) -> Result<SocketAddr> {
+        local_addr(&self.listener)
+    }
+}
+
+/// The ranks that joined the rendezvous so far.
+struct Joined {
+    listen: Vec<Option<SocketAddr>>,
+    links: Vec<Option<Session>>,
+}
+
+impl Joined {
+    fn missing(&self) -> String {
+        let r: Vec<String> = (0..self.listen.len())
+            .filter(|&r| self.listen[r].is_none())
+            .map(|r| r.to_string())
+            .collect();
+        r.join(", ")
+    }
+
+    /// Takes a connection that proved it belongs to the job and said which
+    /// rank it is; true once every rank has joined.
+    fn admit(&mut self, greeted: Greeted) -> Result<bool> {
+        let Greeted {
+            mut session,
+            first,
+            from,
+        } = greeted;
+        let whom = format!("a rank at {from}");
+        let h: Hello = decode(&first, &whom)?;
+        let size = self.listen.len();
+        if h.size != size || h.rank == 0 || h.rank >= size || self.listen[h.rank].is_some() {
+            let state = if h.rank < size && self.listen[h.rank].is_some() {
+                "already joined"
+            } else {
+                "is out of range"
+            };
+            return Err(JobError::Protocol {
+                whom: format!("rank {} at {from}", h.rank),
+                why: format!(
+                    "it says rank {} of {} but this job has {size} ranks and rank {} {state}: the launcher's ranks are inconsistent",
+                    h.rank, h.size, h.rank
+                ),
+            });
+        }
+        session.rename(format!("rank {}", h.rank));
+        self.listen[h.rank] = Some(h.listen);
+        self.links[h.rank] = Some(session);
+        Ok(self.missing().is_empty())
     }
 }
 
@@ -167,9 +223,8 @@ impl OutOfBand for TcpRendezvous {
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
         match &mut self.star {
             Star::Leaf(root) => {
-                send_frame(root, mine, "the root")?;
-                let all = recv_frame(root, deadline, "the root")?;
-                let all: Vec<Vec<u8>> = decode(&all, "the root")?;
+                root.send(mine)?;
+                let all: Vec<Vec<u8>> = decode(&root.recv(deadline)?, "the root")?;
                 if all.len() != self.size {
                     return Err(JobError::Protocol {
                         whom: "the root".into(),
@@ -184,12 +239,12 @@ impl OutOfBand for TcpRendezvous {
             }
             Star::Root(links) => {
                 let mut all = vec![mine.to_vec()];
-                for (r, link) in links.iter_mut().enumerate().skip(1) {
-                    all.push(recv_frame(joined(link)?, deadline, &format!("rank {r}"))?);
+                for link in links.iter_mut().skip(1) {
+                    all.push(joined_link(link)?.recv(deadline)?);
                 }
                 let body = serde_json::to_vec(&all).map_err(protocol_bug)?;
-                for (r, link) in links.iter_mut().enumerate().skip(1) {
-                    send_frame(joined(link)?, &body, &format!("rank {r}"))?;
+                for link in links.iter_mut().skip(1) {
+                    joined_link(link)?.send(&body)?;
                 }
                 Ok(all)
             }
@@ -205,23 +260,17 @@ impl OutOfBand for TcpRendezvous {
         // The lower rank of a pair connects, the higher accepts.
         let mut links = BTreeMap::new();
         for &p in peers.iter().filter(|&&p| p > self.rank) {
-            let mut s = connect_retry(self.listen[p], deadline, &format!("rank {p}"))?;
-            send_frame(
-                &mut s,
-                self.rank.to_string().as_bytes(),
-                &format!("rank {p}"),
-            )?;
-            links.insert(
-                p,
-                PeerLink::new(p, Box::new(TcpPeer { peer: p, stream: s })),
-            );
+            let whom = format!("rank {p}");
+            let s = connect_retry(self.listen[p], deadline, &whom)?;
+            let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
+            session.send(self.rank.to_string().as_bytes())?;
+            links.insert(p, PeerLink::new(p, Box::new(TcpPeer { session })));
         }
         let expected: BTreeSet<usize> = peers.iter().copied().filter(|&p| p < self.rank).collect();
         if expected.is_empty() {
             return Ok(links);
         }
         let me = self.rank;
-        let step = format!("accepting peer links at rank {me}");
         let missing = |links: &BTreeMap<usize, PeerLink>| {
             let m: Vec<String> = expected
                 .iter()
@@ -230,130 +279,193 @@ impl OutOfBand for TcpRendezvous {
                 .collect();
             m.join(", ")
         };
-        accept_until(
-            &self.listener,
+        let acceptor = Acceptor {
+            listener: &self.listener,
+            secret: &self.secret,
             deadline,
-            &step,
-            &mut links,
-            |links, mut s, from| {
-                let who: usize = recv_typed(&mut s, deadline, &format!("a peer at {from}"))?;
-                if !expected.contains(&who) || links.contains_key(&who) {
-                    return Err(JobError::Protocol {
+            step: &format!("accepting peer links at rank {me}"),
+            hint: "do they list this rank as a peer?",
+        };
+        acceptor.run(&mut links, |links, greeted| {
+            let Greeted { mut session, first, from } = greeted;
+            let who: usize = decode(&first, &format!("a peer at {from}"))?;
+            if !expected.contains(&who) || links.contains_key(&who) {
+                return Err(JobError::Protocol {
                     whom: format!("rank {who}"),
                     why: format!(
                         "it connected to rank {me} but is not among its peers {peers:?}: the neighbour lists of the two ranks disagree"
                     ),
                 });
-                }
-                links.insert(
-                    who,
-                    PeerLink::new(
-                        who,
-                        Box::new(TcpPeer {
-                            peer: who,
-                            stream: s,
-                        }),
-                    ),
-                );
-                Ok(missing(links).is_empty())
-            },
-            |links| format!("ranks {}", missing(links)),
-            "do they list this rank as a peer?",
-        )?;
+            }
+            session.rename(format!("rank {who}"));
+            links.insert(who, PeerLink::new(who, Box::new(TcpPeer { session })));
+            Ok(missing(links).is_empty())
+        }, |links| format!("ranks {}", missing(links)))?;
         Ok(links)
     }
 }
 
-/// A direct link to one peer; the kernel closes it when the peer dies.
+/// A direct, authenticated link to one peer; the kernel closes it when the
+/// peer dies.
 #[derive(Debug)]
 struct TcpPeer {
-    peer: usize,
-    stream: TcpStream,
+    session: Session,
 }
 
 impl PeerChannel for TcpPeer {
     fn send(&mut self, msg: &[u8]) -> Result<()> {
-        send_frame(&mut self.stream, msg, &format!("rank {}", self.peer))
+        self.session.send(msg)
     }
 
     fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>> {
-        recv_frame(&mut self.stream, deadline, &format!("rank {}", self.peer))
+        self.session.recv(deadline)
     }
 
     fn closed(&self) -> bool {
-        if self.stream.set_nonblocking(true).is_err() {
+        let stream = self.session.stream();
+        if stream.set_nonblocking(true).is_err() {
             return true;
         }
         let mut b = [0u8; 1];
-        let closed = match self.stream.peek(&mut b) {
+        let closed = match stream.peek(&mut b) {
             Ok(0) => true,
             Ok(_) => false,
             Err(e) => e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted,
         };
-        let _ = self.stream.set_nonblocking(false);
+        let _ = stream.set_nonblocking(false);
         closed
     }
 }
 
-/// The one accept loop: hands each connection to `admit`, which records it
-/// in `state` and says whether all have arrived, or fails at `deadline`
-/// naming who is `missing`.
-fn accept_until<S>(
-    listener: &TcpListener,
+/// A connection that proved it belongs to the job, with its first message.
+struct Greeted {
+    session: Session,
+    first: Vec<u8>,
+    from: SocketAddr,
+}
+
+/// Most handshakes under way at once: more waiting strangers than this
+/// only delay accepting (each is dropped within [`HANDSHAKE_TIMEOUT`]).
+const MAX_HANDSHAKES: usize = 64;
+
+/// The one accept loop of the bootstrap.
+struct Acceptor<'a> {
+    listener: &'a TcpListener,
+    secret: &'a Secret,
     deadline: Instant,
-    step: &str,
-    state: &mut S,
-    mut admit: impl FnMut(&mut S, TcpStream, SocketAddr) -> Result<bool>,
-    missing: impl Fn(&S) -> String,
-    hint: &str,
-) -> Result<()> {
-    let began = Instant::now();
-    listener
-        .set_nonblocking(true)
-        .map_err(io_err("set_nonblocking", "the listener"))?;
-    let mut backoff = Backoff::setup(Duration::from_millis(1));
-    loop {
-        match listener.accept() {
+    step: &'a str,
+    hint: &'a str,
+}
+
+impl Acceptor<'_> {
+    /// Accepts connections and runs each handshake on a thread of its own,
+    /// so a silent or slow stranger delays nobody; hands each connection
+    /// that proved itself (with its first message) to `admit`, which records
+    /// it in `state` and says whether all have arrived. Fails at the
+    /// deadline naming who is `missing`.
+    fn run<S>(
+        &self,
+        state: &mut S,
+        mut admit: impl FnMut(&mut S, Greeted) -> Result<bool>,
+        missing: impl Fn(&S) -> String,
+    ) -> Result<()> {
+        let began = Instant::now();
+        self.listener
+            .set_nonblocking(true)
+            .map_err(io_err("set_nonblocking", "the listener"))?;
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<Option<Greeted>>();
+        let mut under_way = 0usize;
+        let mut backoff = Backoff::setup(Duration::from_millis(1));
+        loop {
+            while let Ok(result) = done_rx.try_recv() {
+                under_way -= 1;
+                backoff.reset();
+                if let Some(greeted) = result {
+                    if admit(state, greeted)? {
+                        return Ok(());
+                    }
+                }
+            }
+            if under_way < MAX_HANDSHAKES {
+                if let Some((s, from)) = self.accept_one()? {
+                    under_way += 1;
+                    let (secret, tx) = (self.secret.clone(), done_tx.clone());
+                    std::thread::spawn(move || {
+                        // The receiver is gone once every rank arrived.
+                        let _ = tx.send(greet(s, from, &secret));
+                    });
+                    continue;
+                }
+            }
+            if Instant::now() >= self.deadline {
+                return Err(JobError::BootstrapTimeout {
+                    step: self.step.into(),
+                    whom: missing(state),
+                    waited: began.elapsed(),
+                    hint: format!("they did not connect; {}", self.hint),
+                });
+            }
+            backoff.snooze();
+        }
+    }
+
+    /// One connection if one is waiting.
+    fn accept_one(&self) -> Result<Option<(TcpStream, SocketAddr)>> {
+        match self.listener.accept() {
             Ok((s, from)) => {
                 s.set_nonblocking(false)
                     .map_err(io_err("set_nonblocking", "a new connection"))?;
                 let _ = s.set_nodelay(true);
-                if admit(state, s, from)? {
-                    return Ok(());
-                }
+                Ok(Some((s, from)))
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                if Instant::now() >= deadline {
-                    return Err(JobError::BootstrapTimeout {
-                        step: step.into(),
-                        whom: missing(state),
-                        waited: began.elapsed(),
-                        hint: format!("they did not connect; {hint}"),
-                    });
-                }
-                backoff.snooze();
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => {
+                Ok(None)
             }
-            Err(e) => return Err(io_err("accept", step)(e)),
+            // Reset before it was accepted: nothing to do.
+            Err(e) if e.kind() == ErrorKind::ConnectionAborted => Ok(None),
+            Err(e) => Err(io_err("accept", self.step)(e)),
         }
     }
 }
 
-fn ranks_where(
-    listen: &[Option<SocketAddr>],
-    pred: impl Fn(&Option<SocketAddr>) -> bool,
-) -> String {
-    let r: Vec<String> = (0..listen.len())
-        .filter(|&r| pred(&listen[r]))
-        .map(|r| r.to_string())
-        .collect();
-    r.join(", ")
+/// The handshake and first message of a connection the listener took, or
+/// `None` (the connection dropped, and why said once) when it does not
+/// belong to the job, sends garbage, stays silent or goes away.
+fn greet(s: TcpStream, from: SocketAddr, secret: &Secret) -> Option<Greeted> {
+    let whom = format!("a connection from {from}");
+    let result = Session::accept(s, secret, &whom).and_then(|mut session| {
+        let first = session.recv(Instant::now() + HANDSHAKE_TIMEOUT)?;
+        Ok(Greeted {
+            session,
+            first,
+            from,
+        })
+    });
+    match result {
+        Ok(g) => Some(g),
+        Err(e) => {
+            tracing::warn!("dropped: {}", crate::diag::chain(&e));
+            None
+        }
+    }
 }
 
-fn joined(link: &mut Option<TcpStream>) -> Result<&mut TcpStream> {
+fn joined_link(link: &mut Option<Session>) -> Result<&mut Session> {
     link.as_mut().ok_or_else(|| JobError::Protocol {
         whom: "the rendezvous".into(),
         why: "a rank's link is missing after every rank joined".into(),
     })
+}
+
+fn rename(e: JobError, whom: &str) -> JobError {
+    match e {
+        JobError::Bootstrap { step, source, .. } => JobError::Bootstrap {
+            step,
+            whom: whom.into(),
+            source,
+        },
+        other => other,
+    }
 }
 
 fn protocol_bug(e: serde_json::Error) -> JobError {
@@ -382,7 +494,7 @@ fn resolve(name: &str) -> Result<SocketAddr> {
         })
 }
 
-fn bind_peer_listener(ip: std::net::IpAddr) -> Result<TcpListener> {
+fn bind_peer_listener(ip: IpAddr) -> Result<TcpListener> {
     TcpListener::bind((ip, 0)).map_err(|e| JobError::Bootstrap {
         step: format!("listen on {ip}"),
         whom: "peers".into(),
@@ -421,99 +533,4 @@ fn io_err<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobErr
         whom: whom.into(),
         source: e,
     }
-}
-
-/// Frames are a little-endian u32 length and that many bytes.
-fn send_frame(s: &mut TcpStream, body: &[u8], whom: &str) -> Result<()> {
-    let len = u32::try_from(body.len())
-        .ok()
-        .filter(|&l| l as usize <= MAX_MESSAGE)
-        .ok_or_else(|| JobError::Protocol {
-            whom: whom.into(),
-            why: format!(
-                "a {}-byte setup message (the limit is {MAX_MESSAGE})",
-                body.len()
-            ),
-        })?;
-    let mut frame = Vec::with_capacity(body.len() + 4);
-    frame.extend_from_slice(&len.to_le_bytes());
-    frame.extend_from_slice(body);
-    s.write_all(&frame).map_err(|e| JobError::Bootstrap {
-        step: "send".into(),
-        whom: whom.into(),
-        source: e,
-    })
-}
-
-fn recv_typed<T: for<'de> Deserialize<'de>>(
-    s: &mut TcpStream,
-    deadline: Instant,
-    whom: &str,
-) -> Result<T> {
-    let body = recv_frame(s, deadline, whom)?;
-    // The peer-link greeting is a bare rank number.
-    decode(&body, whom)
-}
-
-fn recv_frame(s: &mut TcpStream, deadline: Instant, whom: &str) -> Result<Vec<u8>> {
-    let mut len = [0u8; 4];
-    read_exact_by(s, &mut len, deadline, whom)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len > MAX_MESSAGE {
-        return Err(JobError::Protocol {
-            whom: whom.into(),
-            why: format!("a {len}-byte message (the limit is {MAX_MESSAGE})"),
-        });
-    }
-    let mut body = vec![0u8; len];
-    read_exact_by(s, &mut body, deadline, whom)?;
-    Ok(body)
-}
-
-fn read_exact_by(
-    s: &mut TcpStream,
-    mut buf: &mut [u8],
-    deadline: Instant,
-    whom: &str,
-) -> Result<()> {
-    let began = Instant::now();
-    while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(JobError::BootstrapTimeout {
-                step: "receive".into(),
-                whom: whom.into(),
-                waited: began.elapsed(),
-                hint: "no message before the deadline".into(),
-            });
-        }
-        s.set_read_timeout(Some(left))
-            .map_err(io_err("set_read_timeout", whom))?;
-        match s.read(buf) {
-            Ok(0) => {
-                return Err(JobError::Bootstrap {
-                    step: "receive".into(),
-                    whom: whom.into(),
-                    source: std::io::Error::new(
-                        ErrorKind::UnexpectedEof,
-                        "connection closed (the process exited or died)",
-                    ),
-                })
-            }
-            Ok(n) => buf = &mut buf[n..],
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                ) => {}
-            Err(e) => {
-                return Err(JobError::Bootstrap {
-                    step: "receive".into(),
-                    whom: whom.into(),
-                    source: e,
-                })
-            }
-        }
-    }
-    Ok(())
 }

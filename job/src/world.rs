@@ -201,6 +201,10 @@ mod tests {
             .port()
     }
 
+    fn secret() -> crate::Secret {
+        crate::Secret::from_hex(&"5a".repeat(32)).unwrap()
+    }
+
     fn launch(rank: usize, size: usize, port: u16) -> LaunchInfo {
         LaunchInfo {
             rank,
@@ -208,6 +212,7 @@ mod tests {
             local_rank: None,
             job_id: (rank == 0).then(|| "t-job".to_string()),
             root: Some(format!("127.0.0.1:{port}")),
+            secret: Some(secret()),
             source: "test",
         }
     }

@@ -1,0 +1,214 @@
+//! The TCP bootstrap under attack, over real sockets: strangers who knock
+//! on the rendezvous or on a peer listener (a wrong secret, garbage, an
+//! oversized length, silence, a reset) are dropped; the job still meets in a
+//! few seconds, and no stranger receives more than the 32-byte challenge.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use sode_job::{LaunchInfo, OutOfBand, Secret, TcpRendezvous, World};
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn launch(rank: usize, size: usize, port: u16, secret: &Secret) -> LaunchInfo {
+    LaunchInfo {
+        rank,
+        size,
+        local_rank: None,
+        job_id: Some("attacked".into()),
+        root: Some(format!("127.0.0.1:{port}")),
+        secret: Some(secret.clone()),
+        source: "test",
+    }
+}
+
+/// What a stranger does once connected.
+#[derive(Debug, Clone, Copy)]
+enum Stranger {
+    /// Answers the challenge as the protocol says, with another secret.
+    WrongSecret,
+    /// Sends bytes that are no message at all.
+    Garbage,
+    /// Sends a length prefix of 4 GiB and nothing more.
+    Oversized,
+    /// Says nothing.
+    Silent,
+    /// Resets the connection at once.
+    Reset,
+}
+
+/// Connects to `addr`, behaves as `kind`, and returns every byte it was
+/// sent until the other side closed (or 10 s passed).
+fn knock(addr: SocketAddr, kind: Stranger) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    match kind {
+        Stranger::WrongSecret => {
+            let mut challenge = [0u8; 32];
+            s.read_exact(&mut challenge).unwrap();
+            // A well-formed answer under a secret the job does not have.
+            let _ = s.write_all(&[0x42; 64]);
+            let mut got = challenge.to_vec();
+            let _ = s.read_to_end(&mut got);
+            return got;
+        }
+        Stranger::Garbage => {
+            let _ =
+                s.write_all(b"GET / HTTP/1.1\r\nHost: sode\r\n\r\n{\"rank\": 1, \"size\": 3}\r\n");
+        }
+        Stranger::Oversized => {
+            let _ = s.write_all(&u32::MAX.to_le_bytes());
+        }
+        Stranger::Silent => {}
+        Stranger::Reset => {
+            // SO_LINGER 0: closing sends RST instead of FIN.
+            let reset = nix::libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            };
+            nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Linger, &reset).unwrap();
+            return Vec::new();
+        }
+    }
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    got
+}
+
+fn wait_listening(addr: SocketAddr) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < until, "rank 0 never listened");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn strangers_at_the_rendezvous_are_dropped_and_the_job_meets() {
+    let secret = Secret::random().unwrap();
+    let port = free_port();
+    let root: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let size = 3;
+    let t0 = Instant::now();
+    let rank0 = {
+        let l = launch(0, size, port, &secret);
+        std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
+    };
+    wait_listening(root);
+    let strangers: Vec<_> = [
+        Stranger::WrongSecret,
+        Stranger::Garbage,
+        Stranger::Oversized,
+        Stranger::Silent,
+        Stranger::Reset,
+    ]
+    .into_iter()
+    .map(|k| (k, std::thread::spawn(move || knock(root, k))))
+    .collect();
+    // Let the strangers reach the listener before the real ranks do.
+    std::thread::sleep(Duration::from_millis(200));
+    let others: Vec<_> = (1..size)
+        .map(|r| {
+            let l = launch(r, size, port, &secret);
+            std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
+        })
+        .collect();
+    let worlds: Vec<World> = std::iter::once(rank0)
+        .chain(others)
+        .map(|h| h.join().unwrap().expect("the real ranks meet"))
+        .collect();
+    assert!(
+        t0.elapsed() < Duration::from_secs(15),
+        "the strangers held the job for {:?}",
+        t0.elapsed()
+    );
+    for w in &worlds {
+        assert_eq!((w.size(), w.job_id()), (size, "attacked"));
+    }
+    for (kind, h) in strangers {
+        let got = h.join().unwrap();
+        assert!(
+            got.len() <= 32,
+            "{kind:?} received {} bytes, more than the challenge",
+            got.len()
+        );
+    }
+}
+
+#[test]
+fn a_stranger_at_a_peer_listener_is_dropped_and_the_peers_pair_up() {
+    let secret = Secret::random().unwrap();
+    let port = free_port();
+    let joins: Vec<_> = (0..2)
+        .map(|r| {
+            let l = launch(r, 2, port, &secret);
+            std::thread::spawn(move || {
+                TcpRendezvous::join(&l, Instant::now() + Duration::from_secs(30)).unwrap()
+            })
+        })
+        .collect();
+    let mut ranks: Vec<TcpRendezvous> = joins.into_iter().map(|h| h.join().unwrap()).collect();
+    let target = ranks[1].peer_listener().unwrap();
+    let strangers: Vec<_> = [Stranger::WrongSecret, Stranger::Garbage]
+        .into_iter()
+        .map(|k| (k, std::thread::spawn(move || knock(target, k))))
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut rank1 = ranks.pop().unwrap();
+    let mut rank0 = ranks.pop().unwrap();
+    let accepting = std::thread::spawn(move || {
+        let mut links = rank1
+            .connect(
+                &BTreeSet::from([0]),
+                Instant::now() + Duration::from_secs(30),
+            )
+            .unwrap();
+        let got: String = links
+            .get_mut(&0)
+            .unwrap()
+            .recv(Instant::now() + Duration::from_secs(10))
+            .unwrap();
+        got
+    });
+    let mut links = rank0
+        .connect(
+            &BTreeSet::from([1]),
+            Instant::now() + Duration::from_secs(30),
+        )
+        .unwrap();
+    links.get_mut(&1).unwrap().send(&"keys for rank 1").unwrap();
+    assert_eq!(accepting.join().unwrap(), "keys for rank 1");
+    for (kind, h) in strangers {
+        let got = h.join().unwrap();
+        assert!(got.len() <= 32, "{kind:?} received {} bytes", got.len());
+    }
+}
+
+#[test]
+fn a_rank_with_another_secret_cannot_join_and_the_missing_rank_is_named() {
+    let port = free_port();
+    let (good, bad) = (Secret::random().unwrap(), Secret::random().unwrap());
+    let rank0 = {
+        let l = launch(0, 2, port, &good);
+        std::thread::spawn(move || World::init_with(&l, Duration::from_secs(4)))
+    };
+    let intruder = {
+        let l = launch(1, 2, port, &bad);
+        std::thread::spawn(move || World::init_with(&l, Duration::from_secs(4)))
+    };
+    let e = rank0.join().unwrap().unwrap_err().to_string();
+    assert!(
+        e.contains("ranks 1") && e.contains("SODE_JOB_SECRET"),
+        "{e}"
+    );
+    let e = intruder.join().unwrap().unwrap_err().to_string();
+    assert!(!e.is_empty(), "the intruder learns nothing and fails");
+}
