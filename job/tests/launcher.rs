@@ -107,3 +107,39 @@ fn usage_errors_are_named() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot start"));
 }
+
+#[test]
+fn bad_counts_and_durations_are_named_not_panics() {
+    for (args, named) in [
+        (&["--timeout", "-1"][..], "--timeout"),
+        (&["--timeout", "nan"][..], "--timeout"),
+        (&["--timeout", "inf"][..], "--timeout"),
+        (&["--timeout", "1e30"][..], "--timeout"),
+        (&["--timeout", "x"][..], "--timeout"),
+    ] {
+        let out = Command::new(SODE_RUN)
+            .args(["-n", "1"])
+            .args(args)
+            .args(["true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(named) && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+    for n in ["1e11", "-3", "99999999999999999999", "100000"] {
+        let out = Command::new(SODE_RUN)
+            .args(["-n", n, "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "-n {n}: {err}");
+        assert!(
+            err.contains("-n") && !err.contains("panicked"),
+            "-n {n}: {err}"
+        );
+    }
+}

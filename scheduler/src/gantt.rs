@@ -50,7 +50,10 @@ pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
     let _ = writeln!(
         svg,
         r#"<text x="{left}" y="18" font-size="13">{}: predicted {:.1} us, simulated {:.1} us, bound {:.1} us</text>"#,
-        plan.algorithm, plan.makespan_us, plan.simulated_us, plan.lower_bound_us
+        xml_escape(&plan.algorithm),
+        plan.makespan_us,
+        plan.simulated_us,
+        plan.lower_bound_us
     );
     for e in 0..engines {
         let x = left + column * e as f64;
@@ -81,7 +84,7 @@ pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
             column - 8.0,
             colour(&put.direction),
             put.id,
-            put.direction,
+            xml_escape(&put.direction),
             piece.bytes
         );
         if h > 12.0 {
@@ -90,11 +93,28 @@ pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
                 r#"<text x="{:.1}" y="{:.1}">{} #{}</text>"#,
                 x + 4.0,
                 y + 12.0,
-                put.direction,
+                xml_escape(&put.direction),
                 put.id
             );
         }
     }
     svg.push_str("</svg>\n");
     Ok(svg)
+}
+
+/// Text as XML character data or an attribute value: names from input files
+/// (an algorithm, a direction) cannot open elements in the picture.
+fn xml_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
 }

@@ -3,6 +3,9 @@
 use crate::error::{Result, SchedError};
 use serde::{Deserialize, Serialize};
 
+/// Most RDMA engines a machine model may have.
+pub const MAX_ENGINES: usize = 256;
+
 /// One node's RDMA resources, as the scheduler and the simulator see them.
 ///
 /// Bandwidths are in GB/s (1e9 bytes/s), which is conveniently the same
@@ -60,11 +63,11 @@ impl Machine {
 
     /// Checks that every parameter is usable.
     pub fn validate(&self) -> Result<()> {
-        if self.engines == 0 {
+        if self.engines == 0 || self.engines > MAX_ENGINES {
             return Err(SchedError::InvalidMachine {
                 field: "engines",
-                value: 0.0,
-                reason: "a node needs at least one RDMA engine",
+                value: self.engines as f64,
+                reason: "a node has 1 to 256 RDMA engines",
             });
         }
         for (field, value) in [
@@ -72,11 +75,11 @@ impl Machine {
             ("link_gbps", self.link_gbps),
             ("node_gbps", self.node_gbps),
         ] {
-            if !(value.is_finite() && value > 0.0) {
+            if !(value.is_finite() && (1e-9..=1e6).contains(&value)) {
                 return Err(SchedError::InvalidMachine {
                     field,
                     value,
-                    reason: "a bandwidth must be a positive, finite number of GB/s",
+                    reason: "a bandwidth must be between 1e-9 and 1e6 GB/s",
                 });
             }
         }
@@ -84,11 +87,11 @@ impl Machine {
             ("command_overhead_us", self.command_overhead_us),
             ("fixed_overhead_us", self.fixed_overhead_us),
         ] {
-            if !(value.is_finite() && value >= 0.0) {
+            if !(value.is_finite() && (0.0..=1e9).contains(&value)) {
                 return Err(SchedError::InvalidMachine {
                     field,
                     value,
-                    reason: "an overhead must be a finite, non-negative number of microseconds",
+                    reason: "an overhead must be between 0 and 1e9 microseconds (1000 s)",
                 });
             }
         }

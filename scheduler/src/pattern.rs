@@ -4,6 +4,11 @@ use crate::error::{Result, SchedError};
 use crate::machine::Machine;
 use serde::{Deserialize, Serialize};
 
+/// Most puts one pattern may hold.
+pub const MAX_REQUESTS: usize = 100_000;
+/// Most bytes one put may carry.
+pub const MAX_PUT_BYTES: u64 = 1 << 40;
+
 /// One RDMA put of the exchange.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
@@ -100,6 +105,15 @@ impl Pattern {
         if self.requests.is_empty() {
             return Err(SchedError::EmptyPattern);
         }
+        if self.requests.len() > MAX_REQUESTS {
+            return Err(SchedError::InvalidPatternParameter {
+                field: "requests",
+                reason: format!(
+                    "{} puts in one exchange; the scheduler takes at most {MAX_REQUESTS}",
+                    self.requests.len()
+                ),
+            });
+        }
         let mut ids: Vec<u32> = self.requests.iter().map(|r| r.id).collect();
         ids.sort_unstable();
         if let Some(w) = ids.windows(2).find(|w| w[0] == w[1]) {
@@ -114,6 +128,15 @@ impl Pattern {
                 return Err(SchedError::InvalidRequest {
                     id: r.id,
                     reason: "bytes is 0: leave empty puts out of the pattern".into(),
+                });
+            }
+            if r.bytes > MAX_PUT_BYTES {
+                return Err(SchedError::InvalidRequest {
+                    id: r.id,
+                    reason: format!(
+                        "{} bytes in one put; a put carries at most {MAX_PUT_BYTES} (1 TiB)",
+                        r.bytes
+                    ),
                 });
             }
             if r.links.is_empty() {
@@ -132,8 +155,11 @@ impl Pattern {
         Ok(())
     }
 
-    /// Total bytes of all requests.
+    /// Total bytes of all requests (saturating; validated patterns do not
+    /// come near).
     pub fn total_bytes(&self) -> u64 {
-        self.requests.iter().map(|r| r.bytes).sum()
+        self.requests
+            .iter()
+            .fold(0u64, |sum, r| sum.saturating_add(r.bytes))
     }
 }

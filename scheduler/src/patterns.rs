@@ -80,6 +80,14 @@ pub fn scale_les3(k: u64, set: DirectionSet, machine: Machine) -> Result<Pattern
             reason: "the vertical size must be at least 1".into(),
         });
     }
+    // 512 bytes per vertical level at most (E/W): beyond what a put carries,
+    // the products would overflow.
+    if k > crate::pattern::MAX_PUT_BYTES / 512 {
+        return Err(SchedError::InvalidPatternParameter {
+            field: "k",
+            reason: format!("a vertical size of {k} makes puts larger than a put carries (1 TiB)"),
+        });
+    }
     let (ew, ns, diag) = scale_les3_bytes(k);
     let (px, py, me) = (8i64, 6i64, (1i64, 1i64));
     let rank = |dx: i64, dy: i64| -> u32 {
@@ -214,25 +222,34 @@ pub fn halo(shape: &HaloShape, machine: Machine) -> Result<Pattern> {
     offsets.sort_by_key(|o| o.iter().filter(|&&v| v != 0).count());
     let mut requests = Vec::new();
     for (index, offset) in offsets.iter().enumerate() {
-        let mut points = 1;
+        let mut points: Option<u64> = Some(1);
         let mut direction = String::new();
         let mut links = Vec::new();
         for (axis, &o) in offset.iter().enumerate() {
             if o == 0 {
-                points *= shape.size[axis];
+                points = points.and_then(|p| p.checked_mul(shape.size[axis]));
             } else {
-                points *= shape.halo;
+                points = points.and_then(|p| p.checked_mul(shape.halo));
                 let name = format!("{}{}", axis_name(axis), if o > 0 { '+' } else { '-' });
                 direction.push_str(&name);
                 links.push(name);
             }
         }
+        let bytes = points
+            .and_then(|p| p.checked_mul(shape.element_bytes))
+            .ok_or_else(|| SchedError::InvalidPatternParameter {
+                field: "size",
+                reason: format!(
+                    "the {direction} put of {:?} points of {} bytes overflows 64 bits",
+                    shape.size, shape.element_bytes
+                ),
+            })?;
         requests.push(Request {
             id: index as u32,
             dest: index as u32 + 1,
             direction,
             links,
-            bytes: points * shape.element_bytes,
+            bytes,
         });
     }
     let pattern = Pattern { machine, requests };

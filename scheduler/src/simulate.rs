@@ -244,7 +244,14 @@ impl<'a> SimState<'a> {
             }
             let dt = next - self.now;
             for f in &mut self.flows {
-                f.remaining -= f.rate * dt;
+                // A flow that ends at `next` is finished outright: where
+                // `now` is large, `remaining / rate` can vanish below its
+                // precision, and subtracting would never reach zero.
+                if self.now + f.remaining / f.rate <= next {
+                    f.remaining = 0.0;
+                } else {
+                    f.remaining -= f.rate * dt;
+                }
             }
             self.now = next;
             let mut decision = false;

@@ -449,3 +449,144 @@ fn command_line_place() {
     assert!(!ok && err.contains("must be square"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs `f` and fails unless it returns within a second.
+fn within_a_second<T>(what: &str, f: impl FnOnce() -> T) -> T {
+    let t0 = std::time::Instant::now();
+    let out = f();
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(1),
+        "{what} took {:?}",
+        t0.elapsed()
+    );
+    out
+}
+
+#[test]
+fn huge_puts_are_planned_and_simulated_to_the_end() {
+    // Three puts of 2^36 bytes: the simulator's clock grows so large that a
+    // step can round to nothing; it must still finish every flow.
+    let mut p = one_put(Machine::K_COMPUTER);
+    p.requests = (0..3)
+        .map(|id| sode_scheduler::Request {
+            id,
+            dest: 1,
+            direction: "E".into(),
+            links: vec!["E".into()],
+            bytes: 1 << 36,
+        })
+        .collect();
+    for alg in ["round-robin:1", "bl:4", "greedy", "auto"] {
+        let plan = within_a_second(alg, || plan(&p, alg.parse().unwrap()).unwrap());
+        plan.validate(&p).unwrap();
+        let sim = within_a_second("simulate", || sode_scheduler::simulate(&p, &plan).unwrap());
+        assert!(
+            sim.makespan_us.is_finite() && sim.makespan_us > 0.0,
+            "{alg}: {sim:?}"
+        );
+    }
+}
+
+#[test]
+fn runaway_machines_and_patterns_are_named_errors() {
+    let cases: Vec<(&str, Machine)> = vec![
+        (
+            "command_overhead_us",
+            Machine {
+                command_overhead_us: 1e308,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "engines",
+            Machine {
+                engines: 1 << 63,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "engines",
+            Machine {
+                engines: 10_000,
+                ..Machine::K_COMPUTER
+            },
+        ),
+        (
+            "node_gbps",
+            Machine {
+                node_gbps: 1e300,
+                ..Machine::K_COMPUTER
+            },
+        ),
+    ];
+    for (field, m) in cases {
+        let e = within_a_second(field, || plan(&one_put(m), Algorithm::Auto).unwrap_err());
+        assert!(
+            matches!(&e, SchedError::InvalidMachine { field: f, .. } if *f == field),
+            "{field}: {e}"
+        );
+    }
+    let e = scale_les3(u64::MAX, DirectionSet::All8, Machine::K_COMPUTER).unwrap_err();
+    assert!(e.to_string().contains("vertical size"), "{e}");
+    let e = halo(
+        &HaloShape {
+            size: vec![1 << 40, 1 << 40, 1 << 40],
+            halo: 2,
+            element_bytes: 8,
+            neighbours: 26,
+        },
+        Machine::K_COMPUTER,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("overflows"), "{e}");
+    let mut big = one_put(Machine::K_COMPUTER);
+    big.requests[0].bytes = u64::MAX;
+    let e = plan(&big, Algorithm::Auto).unwrap_err().to_string();
+    assert!(e.contains("at most"), "{e}");
+}
+
+#[test]
+fn qaplib_sizes_must_be_whole_numbers() {
+    for n in ["2.7", "-3", "NaN", "inf", "0", "99999999999"] {
+        let text = format!("{n}\n1 2\n3 4\n1 2\n3 4\n");
+        let e = sode_scheduler::placement::parse_qaplib(&text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("whole number"), "{n}: {e}");
+    }
+    let e = sode_scheduler::placement::parse_qaplib("2\n1 2\n3 NaN\n1 2\n3 4\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("finite"), "{e}");
+    assert!(sode_scheduler::placement::parse_qaplib("2\n1 2\n3 4\n1 2\n3 4\n").is_ok());
+}
+
+#[test]
+fn the_gantt_picture_escapes_names_from_its_input() {
+    let p = one_put(Machine::K_COMPUTER);
+    let mut plan = plan(&p, Algorithm::Auto).unwrap();
+    plan.algorithm = "<script>alert(1)</script>&".into();
+    let svg = sode_scheduler::gantt_svg(&p, &plan).unwrap();
+    assert!(!svg.contains("<script>"), "{svg}");
+    assert!(
+        svg.contains("&lt;script&gt;alert(1)&lt;/script&gt;&amp;"),
+        "{svg}"
+    );
+}
+
+#[test]
+fn command_line_durations_are_checked() {
+    let dir = std::env::temp_dir().join(format!("sode-sched-place-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let m = dir.join("m.json");
+    std::fs::write(&m, "[[0, 1], [1, 0]]").unwrap();
+    let m = m.to_str().unwrap();
+    for secs in ["1e300", "-1", "NaN", "inf"] {
+        let arg = format!("--seconds={secs}");
+        let (ok, _, err) = within_a_second(secs, || {
+            cli(&["place", "--traffic", m, "--distance", m, &arg])
+        });
+        assert!(!ok && err.contains("--seconds"), "{secs}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -12,6 +12,9 @@ const USAGE: &str = "usage: sode-run -n N [--timeout SECS] PROGRAM [ARGS...]\n\
   Output lines are prefixed with [rank]. If one rank fails, the others are stopped\n\
   and sode-run exits with its status; --timeout stops the whole job after SECS.";
 
+/// Most ranks sode-run starts on one machine.
+const MAX_LOCAL_RANKS: usize = 4096;
+
 /// A command line, parsed.
 struct Job {
     ranks: usize,
@@ -77,6 +80,11 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Option<Job>, String> 
     let ranks = ranks.filter(|&n| n > 0).ok_or(format!(
         "the number of ranks (-n N, N >= 1) is missing\n{USAGE}"
     ))?;
+    if ranks > MAX_LOCAL_RANKS {
+        return Err(format!(
+            "-n {ranks}: sode-run starts ranks on this machine, at most {MAX_LOCAL_RANKS}; use srun or mpirun for larger jobs"
+        ));
+    }
     let program = program.ok_or(format!("no program given\n{USAGE}"))?;
     Ok(Some(Job {
         ranks,

@@ -396,10 +396,13 @@ fn place(traffic: &Path, distance: &Path, seconds: Option<f64>, seed: u64) -> Re
         },
     )?;
     if let Some(limit) = seconds {
-        if !(limit.is_finite() && limit >= 0.0) {
-            return Err(CliError::Usage("--seconds takes a non-negative number"));
-        }
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs_f64(limit);
+        let limit = std::time::Duration::try_from_secs_f64(limit)
+            .ok()
+            .filter(|d| *d <= std::time::Duration::from_secs(7 * 24 * 3600))
+            .ok_or(CliError::Usage(
+                "--seconds takes a number of seconds from 0 to 604800 (a week)",
+            ))?;
+        let deadline = std::time::Instant::now() + limit;
         let mut round = 1;
         while std::time::Instant::now() < deadline {
             let found = qap.solve(&SolverOptions {

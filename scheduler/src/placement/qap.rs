@@ -309,17 +309,34 @@ impl Qap {
     }
 }
 
+/// Largest QAPLIB instance the parser reads (n x n matrices).
+pub const MAX_QAP_SIZE: usize = 10_000;
+
 /// Parses a QAPLIB `.dat` file: n, then the n x n matrix A, then B.
 pub fn parse_qaplib(text: &str) -> Result<Qap> {
-    let mut numbers = text.split_whitespace().map(|w| {
-        w.parse::<f64>().map_err(|_| {
-            SchedError::InvalidMatrix(format!("`{w}` is not a number in the QAPLIB file"))
-        })
-    });
-    let n = numbers
+    let mut words = text.split_whitespace();
+    let first = words
         .next()
-        .ok_or_else(|| SchedError::InvalidMatrix("empty QAPLIB file".into()))??
-        as usize;
+        .ok_or_else(|| SchedError::InvalidMatrix("empty QAPLIB file".into()))?;
+    let n: usize = first
+        .parse()
+        .ok()
+        .filter(|&n| (1..=MAX_QAP_SIZE).contains(&n))
+        .ok_or_else(|| {
+            SchedError::InvalidMatrix(format!(
+                "the QAPLIB size `{first}` is not a whole number from 1 to {MAX_QAP_SIZE}"
+            ))
+        })?;
+    let mut numbers = words.map(|w| {
+        w.parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| {
+                SchedError::InvalidMatrix(format!(
+                    "`{w}` is not a finite number in the QAPLIB file"
+                ))
+            })
+    });
     let mut read = |name: &str| -> Result<Matrix> {
         (0..n)
             .map(|i| {
