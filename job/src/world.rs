@@ -19,6 +19,9 @@ struct Introduction {
     node: NodeId,
     job_id: Option<String>,
     pid: u32,
+    /// Random hex that rank 0 adds to the job id, so names derived from it
+    /// (shared-memory segments) cannot be guessed by other users.
+    nonce: String,
 }
 
 /// The job: every rank's node, the job id the ranks agreed on, and the
@@ -69,6 +72,7 @@ impl World {
             node: NodeId::local(),
             job_id,
             pid: std::process::id(),
+            nonce: crate::auth::Secret::random()?.to_hex()[..16].to_string(),
         };
         let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
             whom: "this rank".into(),
@@ -81,10 +85,14 @@ impl World {
             .map(|(r, b)| decode(b, &format!("rank {r}")))
             .collect::<Result<_>>()?;
         let root = &intros[0];
-        let job_id = match &root.job_id {
-            Some(j) => sanitise_job_id(j),
+        let base = match &root.job_id {
+            Some(j) => j.clone(),
             None => format!("job{}-{}", root.pid, short_hash(&root.node.boot_id)),
         };
+        // The nonce last, where truncation to 64 characters cannot cut it.
+        let keep = 64usize.saturating_sub(root.nonce.len() + 1);
+        let base: String = sanitise_job_id(&base).chars().take(keep).collect();
+        let job_id = sanitise_job_id(&format!("{base}-{}", root.nonce));
         tracing::debug!(rank, size, job_id, "joined the job");
         Ok(World {
             rank,
@@ -227,7 +235,8 @@ mod tests {
                     let w = World::init_with(&launch(rank, size, port), Duration::from_secs(10))
                         .unwrap();
                     assert!(w.same_node((rank + 1) % size));
-                    assert_eq!(w.job_id(), "t-job", "rank 0's job id wins");
+                    assert!(w.job_id().starts_with("t-job-"), "rank 0's job id wins");
+                    assert_eq!(w.job_id().len(), "t-job-".len() + 16, "with rank 0's nonce");
                     assert_eq!((w.local_rank(), w.local_size()), (rank, size));
                     w.barrier(Duration::from_secs(10)).unwrap();
                     let all = w

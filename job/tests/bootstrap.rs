@@ -131,7 +131,9 @@ fn strangers_at_the_rendezvous_are_dropped_and_the_job_meets() {
         t0.elapsed()
     );
     for w in &worlds {
-        assert_eq!((w.size(), w.job_id()), (size, "attacked"));
+        assert_eq!(w.size(), size);
+        assert_eq!(w.job_id(), worlds[0].job_id());
+        assert!(w.job_id().starts_with("attacked-"), "{}", w.job_id());
     }
     for (kind, h) in strangers {
         let got = h.join().unwrap();

@@ -44,6 +44,15 @@ pub enum ShmError {
         /// Its owner.
         pid: u64,
     },
+    /// A segment file or the job's segment directory is not what this job
+    /// made: another user's, a symlink, the wrong type, mode or size.
+    #[error("{path}: {why}; refusing to use it")]
+    UnsafeSegment {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
     /// Opening or mapping a peer's segment failed.
     #[error("cannot map the segment of peer rank {peer} ({path})")]
     MapPeer {
