@@ -545,6 +545,16 @@ impl Exchange {
                             what: format!("tag {}: its buffer at {addr:#x} ended early", r.tag),
                         })
                     }
+                    // The pid was read by number: if the peer exited, it
+                    // may have been reused, and these bytes are another
+                    // process's. Its pidfd tells, without that race.
+                    Ok(_) if link.pidfd.exited().unwrap_or(true) => {
+                        return Err(ShmError::PeerDied {
+                            peer: link.rank,
+                            pid: link.pid,
+                            during: format!("while we read tag {} from it (the bytes read are discarded)", r.tag),
+                        })
+                    }
                     Ok(k) => r.received += k,
                     Err(nix::Error::ESRCH) => {
                         return Err(ShmError::PeerDied {

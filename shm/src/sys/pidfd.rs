@@ -19,11 +19,26 @@ impl PidFd {
         Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
     }
 
-    /// Whether the process has exited (one `poll`, no waiting).
+    /// Whether the process has exited (one `poll`, no waiting, nothing
+    /// allocated). An interrupted poll is retried.
     pub(crate) fn exited(&self) -> io::Result<bool> {
-        let mut watch = Watch::new(std::iter::once(self));
-        watch.poll()?;
-        Ok(watch.exited(0))
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one live pollfd on the stack, timeout 0; the pidfd is
+            // owned by `self` and open for the call.
+            let rc = unsafe { libc::poll(&mut p, 1, 0) };
+            if rc >= 0 {
+                return Ok(p.revents != 0);
+            }
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
     }
 }
 
