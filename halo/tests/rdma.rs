@@ -409,3 +409,24 @@ fn a_low_memlock_limit_is_a_clear_error() {
         "{t}"
     );
 }
+
+#[test]
+fn a_key_works_only_on_the_connection_it_was_given_to() {
+    if !rdma_available() {
+        return;
+    }
+    let out = Command::new(CHECK)
+        .args(["-n", "3", "--job-timeout", "300", "stolen-key"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    println!("{t}");
+    assert!(out.status.success(), "{t}");
+    assert!(t.contains("ranks 1 and 2 wrote with their own keys"), "{t}");
+    assert!(
+        t.contains("the stolen key was refused")
+            && t.to_lowercase().contains("remote access error"),
+        "{t}"
+    );
+    assert!(t.contains("the target range is unchanged"), "{t}");
+}

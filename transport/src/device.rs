@@ -296,6 +296,15 @@ impl Device {
         &self.caps.device
     }
 
+    /// A protection domain of its own, for one peer's queue pairs and the
+    /// registrations that peer may use: a key given to one peer is refused
+    /// on every other peer's queue pairs.
+    pub(crate) fn alloc_pd(&self) -> Result<Arc<ProtectionDomain>> {
+        self.ctx
+            .alloc_pd()
+            .map_err(|e| verbs_err("ibv_alloc_pd", &self.caps.device, e))
+    }
+
     pub(crate) fn create_cq(&self, depth: u32) -> Result<Arc<BasicCompletionQueue>> {
         if depth > self.caps.max_cqe {
             return Err(TransportError::Capability {

@@ -39,6 +39,9 @@ struct Cli {
 enum Cmd {
     /// Open the device the environment selects and print its capabilities.
     Probe,
+    /// 3 ranks: rank 2 writes with the key rank 0 gave rank 1; the device
+    /// must refuse it, and rank 0's memory must stay as it was.
+    StolenKey,
     /// Every rank writes to every other rank each iteration; every byte that
     /// arrives is checked.
     Exchange(ExchangeArgs),
@@ -166,6 +169,7 @@ fn main() -> ExitCode {
     let ranks = if single { Some(1) } else { cli.ranks };
     let run = || match &cli.cmd {
         Cmd::Probe => probe(),
+        Cmd::StolenKey => stolen_key(),
         Cmd::Exchange(a) => exchange(a),
         Cmd::Bench(a) => bench(a),
         Cmd::Register { bytes } => register(*bytes),
@@ -315,6 +319,110 @@ fn time_face(
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
+}
+
+/// Bytes of the window rank 0 offers ranks 1 and 2; each writes 64 bytes at
+/// its own offset, and the thief aims at `TARGET`, which nobody may write.
+const STOLEN_WINDOW: usize = 4096;
+const TARGET: usize = 2048;
+
+fn stolen_key() -> Result<(), Box<dyn Error>> {
+    let world = World::init(Duration::from_secs(60))?;
+    if world.size() != 3 {
+        return Err("stolen-key needs exactly 3 ranks (-n 3)".into());
+    }
+    let me = world.rank();
+    let dev = Device::open(&DeviceSelector::from_env()?)?;
+    // Exchange 1: ranks 1 and 2 each write into rank 0's window with the
+    // key it gave them.
+    let mut b = RdmaExchangeBuilder::new(&dev).inline_max(0);
+    let src = b.buffer(64)?;
+    let win = b.window(STOLEN_WINDOW, if me == 0 { &[1, 2] } else { &[] })?;
+    if me > 0 {
+        b.write(Write {
+            peer: 0,
+            engine: 0,
+            src,
+            src_offset: 0,
+            window: WindowId(0),
+            dst_offset: (me - 1) * 1024,
+            len: 64,
+        });
+    }
+    let mut x = b.build(&world, Duration::from_secs(60))?;
+    x.buffer_mut(src)?.fill(me as u8);
+    x.start()?;
+    x.wait_for(Duration::from_secs(60))?;
+    let (addr, rkey) = x.offered_window(0, WindowId(0)).unwrap_or((0, 0));
+    let keys = world.allgather(
+        &[addr.to_le_bytes(), u64::from(rkey).to_le_bytes()].concat(),
+        Duration::from_secs(60),
+    )?;
+    if me == 0 {
+        let w = x.window(win)?;
+        if w[..64].iter().any(|&v| v != 1) || w[1024..1088].iter().any(|&v| v != 2) {
+            return Err("the writers' own keys did not deliver their data".into());
+        }
+        println!("rank 0: ranks 1 and 2 wrote with their own keys");
+    }
+    // Exchange 2, between ranks 0 and 2 only: rank 2 aims its write at
+    // rank 0's first window, under the key rank 0 gave rank 1.
+    let outcome = if me == 1 {
+        Ok(())
+    } else {
+        steal(&world, &dev, &keys[1])
+    };
+    if me == 2 {
+        match &outcome {
+            Err(e) => println!(
+                "rank 2: the stolen key was refused: {}",
+                sode_job::diag::chain(e.as_ref())
+            ),
+            Ok(()) => return Err("rank 2's write with rank 1's key completed".into()),
+        }
+    }
+    world.barrier(Duration::from_secs(60))?;
+    if me == 0 {
+        let w = x.window(win)?;
+        if w[TARGET..TARGET + 64].iter().any(|&v| v != 0) {
+            return Err("rank 0's memory was written through a key given to another rank".into());
+        }
+        println!("rank 0: the target range is unchanged");
+    }
+    Ok(())
+}
+
+/// Rank 0 offers a window to rank 2; rank 2's write targets `stolen`
+/// (rank 1's address and key) instead.
+fn steal(world: &World, dev: &Device, stolen: &[u8]) -> Result<(), Box<dyn Error>> {
+    let me = world.rank();
+    let addr = u64::from_le_bytes(stolen[..8].try_into()?);
+    let rkey = u64::from_le_bytes(stolen[8..16].try_into()?) as u32;
+    let mut b = RdmaExchangeBuilder::new(dev).inline_max(0);
+    let src = b.buffer(64)?;
+    b.window(64, if me == 0 { &[2] } else { &[] })?;
+    if me == 2 {
+        b = b.inject_target(0, addr + TARGET as u64, rkey);
+        b.write(Write {
+            peer: 0,
+            engine: 0,
+            src,
+            src_offset: 0,
+            window: WindowId(0),
+            dst_offset: 0,
+            len: 64,
+        });
+    }
+    let mut y = b.build(world, Duration::from_secs(60))?;
+    y.buffer_mut(src)?.fill(0xee);
+    y.start()?;
+    // Rank 0 cannot complete (nothing legitimate arrives): a short wait.
+    let wait = if me == 0 {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_secs(30)
+    };
+    Ok(y.wait_for(wait)?)
 }
 
 fn calibrate(engines: usize) -> Result<(), Box<dyn Error>> {

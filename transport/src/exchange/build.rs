@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sideway::ibverbs::completion::BasicCompletionQueue;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
 use sode_job::{PeerLink, World};
 
@@ -48,9 +49,18 @@ impl RdmaExchangeBuilder<'_> {
     pub fn build(mut self, world: &World, timeout: Duration) -> Result<PersistentWrites> {
         let deadline = Instant::now() + timeout;
         self.check_writes(world)?;
-        let src_keys = self.register_sources()?;
         let peers = self.peers(world)?;
-        let mut queues = self.queues(world.rank(), &peers)?;
+        // A protection domain per peer: its queue pairs and the
+        // registrations it may use live there, so a key given to one peer is
+        // refused on any other peer's connection.
+        let pds: Vec<Arc<ProtectionDomain>> = peers
+            .list
+            .iter()
+            .map(|_| self.dev.alloc_pd())
+            .collect::<Result<_>>()?;
+        let src_keys = self.register_sources(&peers, &pds)?;
+        self.register_windows(&peers, &pds)?;
+        let mut queues = self.queues(world.rank(), &peers, &pds)?;
         let whom = || format!("ranks {:?}", peers.list);
         let mut links = world
             .connect_peers(
@@ -149,20 +159,41 @@ impl RdmaExchangeBuilder<'_> {
         Ok(())
     }
 
-    /// Each source buffer is registered once for local reads, however many
-    /// writes read from it.
-    fn register_sources(&mut self) -> Result<BTreeMap<usize, Keys>> {
+    /// Each source buffer is registered once for local reads in the domain
+    /// of each peer it is written to, however many writes read from it.
+    fn register_sources(
+        &mut self,
+        peers: &Peers,
+        pds: &[Arc<ProtectionDomain>],
+    ) -> Result<BTreeMap<(usize, usize), Keys>> {
         let mut keys = BTreeMap::new();
-        let sources: BTreeSet<usize> = self.writes.iter().map(|p| p.write.src.0).collect();
-        for src in sources {
+        let pairs: BTreeSet<(usize, usize)> = self
+            .writes
+            .iter()
+            .map(|p| (p.write.src.0, p.write.peer))
+            .collect();
+        for (src, peer) in pairs {
+            let pd = &pds[peer_index(peers, peer)?];
             let len = self.buffers[src].len();
-            self.dev.check_memlock(self.registered + len as u64)?;
-            keys.insert(
-                src,
-                self.register(super::BufferId(src), len, |b, pd| b.local(pd))?,
-            );
+            let k = self.register(super::BufferId(src), len, pd, |b, pd| b.local(pd))?;
+            keys.insert((src, peer), k);
         }
         Ok(keys)
+    }
+
+    /// Each window, once per writer, in that writer's domain.
+    fn register_windows(&mut self, peers: &Peers, pds: &[Arc<ProtectionDomain>]) -> Result<()> {
+        for w in 0..self.windows.len() {
+            let spec = &self.windows[w];
+            let (buffer, offset, len) = (spec.buffer, spec.offset, spec.len);
+            let writers: Vec<usize> = spec.writers.iter().copied().collect();
+            for writer in writers {
+                let pd = &pds[peer_index(peers, writer)?];
+                let keys = self.register(buffer, len, pd, |b, pd| b.window(pd, offset, len))?;
+                self.windows[w].keys.insert(writer, keys);
+            }
+        }
+        Ok(())
     }
 
     fn peers(&self, world: &World) -> Result<Peers> {
@@ -196,7 +227,7 @@ impl RdmaExchangeBuilder<'_> {
     /// Completion queues, queue pairs (in INIT) and posted receives, sized
     /// from the plan: each chain ends with one signalled request; credits
     /// are signalled too.
-    fn queues(&self, me: usize, peers: &Peers) -> Result<Queues> {
+    fn queues(&self, me: usize, peers: &Peers, pds: &[Arc<ProtectionDomain>]) -> Result<Queues> {
         let max_chain = peers.chain_len.values().copied().max().unwrap_or(0);
         // A credit may be posted while the chain of the same iteration is in
         // flight, and one of the next iteration before this one's reaped.
@@ -237,10 +268,12 @@ impl RdmaExchangeBuilder<'_> {
         };
         let mut qps = Vec::with_capacity(peers.list.len() * engines);
         let mut psns = Vec::with_capacity(qps.capacity());
-        for &p in &peers.list {
+        for (pi, &p) in peers.list.iter().enumerate() {
             for e in 0..engines {
                 let cq = &send_cqs[if n_send_cqs == 1 { 0 } else { e }];
-                qps.push(connect::create_qp(self.dev, cq, &recv_cq, &sizes)?);
+                qps.push(connect::create_qp(
+                    self.dev, &pds[pi], cq, &recv_cq, &sizes,
+                )?);
                 psns.push(connect::initial_psn(me, p, e));
             }
         }
@@ -324,12 +357,14 @@ impl RdmaExchangeBuilder<'_> {
         self.windows
             .iter()
             .enumerate()
-            .filter(|(_, w)| w.writers.contains(&peer))
-            .map(|(id, w)| WindowDesc {
-                id,
-                addr: w.keys.addr,
-                len: w.len as u64,
-                rkey: w.keys.rkey,
+            .filter_map(|(id, w)| {
+                let keys = w.keys.get(&peer)?;
+                Some(WindowDesc {
+                    id,
+                    addr: keys.addr,
+                    len: w.len as u64,
+                    rkey: keys.rkey,
+                })
             })
             .collect()
     }
@@ -340,7 +375,7 @@ impl RdmaExchangeBuilder<'_> {
         &self,
         me: usize,
         remote: &BTreeMap<usize, ConnInfo>,
-        src_keys: &BTreeMap<usize, Keys>,
+        src_keys: &BTreeMap<(usize, usize), Keys>,
         inline: u32,
     ) -> Result<Vec<ChainEntry>> {
         let mut entries = Vec::with_capacity(self.writes.len());
@@ -368,18 +403,20 @@ impl RdmaExchangeBuilder<'_> {
                     win.len
                 )));
             }
-            let src = src_keys[&w.src.0];
-            let rkey = if self.wrong_rkey == Some(i) {
-                win.rkey ^ 0x5a5a_0000
-            } else {
-                win.rkey
-            };
+            let src = src_keys[&(w.src.0, w.peer)];
+            let mut target = (win.addr + w.dst_offset as u64, win.rkey);
+            if self.wrong_rkey == Some(i) {
+                target.1 ^= 0x5a5a_0000;
+            }
+            if let Some((_, addr, rkey)) = self.target_override.filter(|t| t.0 == i) {
+                target = (addr, rkey);
+            }
             entries.push(ChainEntry {
                 wr_id: i as u64,
                 local_addr: src.addr + w.src_offset as u64,
                 lkey: src.lkey,
                 len: w.len as u32,
-                remote: Some((win.addr + w.dst_offset as u64, rkey)),
+                remote: Some(target),
                 inline: w.len > 0 && w.len as u64 <= u64::from(inline) && gather.is_empty(),
                 with_imm: false,
                 signaled: false,
@@ -444,6 +481,10 @@ impl RdmaExchangeBuilder<'_> {
             send_cqs: queues.send_cqs,
             recv_cq: queues.recv_cq,
             windows: self.windows,
+            offered: remote
+                .iter()
+                .map(|(&p, info)| (p, info.windows.clone()))
+                .collect(),
             device: self.dev.caps().device.clone(),
         })
     }
@@ -480,6 +521,14 @@ fn handshake(
             .map_err(setup("receiving ready", p))?;
     }
     Ok(())
+}
+
+fn peer_index(peers: &Peers, peer: usize) -> Result<usize> {
+    peers
+        .list
+        .iter()
+        .position(|&p| p == peer)
+        .ok_or_else(|| missing_link(peer))
 }
 
 fn link(links: &mut BTreeMap<usize, PeerLink>, peer: usize) -> Result<&mut PeerLink> {

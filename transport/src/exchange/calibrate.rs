@@ -60,7 +60,7 @@ impl Loop {
         };
         let mut qps = Vec::with_capacity(2 * engines);
         for _ in 0..2 * engines {
-            qps.push(connect::create_qp(dev, &cq, &cq, &sizes)?);
+            qps.push(connect::create_qp(dev, &dev.pd, &cq, &cq, &sizes)?);
         }
         let caps = dev.caps();
         let psn = |i: usize| 100 + i as u32;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use sideway::ibverbs::address::{AddressHandleAttribute, Gid};
 use sideway::ibverbs::completion::BasicCompletionQueue;
 use sideway::ibverbs::device_context::Mtu;
+use sideway::ibverbs::protection_domain::ProtectionDomain;
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair, QueuePairAttribute, QueuePairState};
 use sideway::ibverbs::AccessFlags;
 
@@ -47,6 +48,7 @@ pub(crate) struct QpSizes {
 
 pub(crate) fn create_qp(
     dev: &Device,
+    pd: &Arc<ProtectionDomain>,
     send_cq: &Arc<BasicCompletionQueue>,
     recv_cq: &Arc<BasicCompletionQueue>,
     sizes: &QpSizes,
@@ -81,8 +83,7 @@ pub(crate) fn create_qp(
             limit: caps.max_inline.into(),
         });
     }
-    let mut qp = dev
-        .pd
+    let mut qp = pd
         .create_qp_builder()
         .setup_max_send_wr(sizes.send_wr)
         .setup_max_recv_wr(sizes.recv_wr)

@@ -26,14 +26,15 @@ pub struct BufferId(pub usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WindowId(pub usize);
 
-/// A window: a range of one buffer, its writers and its keys.
+/// A window: a range of one buffer, its writers and, once built, the keys
+/// of each writer (registered in that writer's protection domain).
 #[derive(Debug, Clone)]
 pub(crate) struct WindowSpec {
     pub buffer: BufferId,
     pub offset: usize,
     pub len: usize,
     pub writers: BTreeSet<usize>,
-    pub keys: Keys,
+    pub keys: std::collections::BTreeMap<usize, Keys>,
 }
 
 /// One RDMA write of the plan: `len` bytes from `src` at `src_offset` into
@@ -105,6 +106,7 @@ pub struct RdmaExchangeBuilder<'d> {
     writes: Vec<PlannedWrite>,
     registered: u64,
     wrong_rkey: Option<usize>,
+    target_override: Option<(usize, u64, u32)>,
 }
 
 /// Most bytes one RDMA write may carry (RC messages are at most 2^31 bytes).
@@ -125,6 +127,7 @@ impl<'d> RdmaExchangeBuilder<'d> {
             writes: Vec::new(),
             registered: 0,
             wrong_rkey: None,
+            target_override: None,
         }
     }
 
@@ -160,20 +163,30 @@ impl<'d> RdmaExchangeBuilder<'d> {
         self
     }
 
-    /// Registers through `f` (which consults the buffer's cache), counting
-    /// `len` more locked bytes when it registers, and names the memlock limit
-    /// when that is what failed.
+    /// Fault injection for tests: write `command` to `addr` under `rkey`
+    /// instead of its window (a key stolen from another connection).
+    #[doc(hidden)]
+    pub fn inject_target(mut self, command: usize, addr: u64, rkey: u32) -> Self {
+        self.target_override = Some((command, addr, rkey));
+        self
+    }
+
+    /// Registers in `pd` through `f` (which consults the buffer's cache),
+    /// counting `len` more locked bytes when it registers, and names the
+    /// memlock limit when that is what failed.
     fn register(
         &mut self,
         buffer: BufferId,
         len: usize,
+        pd: &Arc<ProtectionDomain>,
         f: impl FnOnce(&mut RegisteredBuffer, &Arc<ProtectionDomain>) -> std::io::Result<Keys>,
     ) -> Result<Keys> {
         let total = self.registered + len.max(1) as u64;
         let dev = self.dev;
+        dev.check_memlock(total)?;
         let buf = &mut self.buffers[buffer.0];
         let before = buf.registrations();
-        let keys = f(buf, &dev.pd).map_err(|source| {
+        let keys = f(buf, pd).map_err(|source| {
             let caps = dev.caps();
             let memlock = matches!(
                 source.raw_os_error(),
@@ -215,9 +228,11 @@ impl<'d> RdmaExchangeBuilder<'d> {
     }
 
     /// Bytes `offset..offset + len` of `buffer` as a window that the ranks in
-    /// `writers` (and only they) may write into: that range alone is
-    /// registered for remote writes, and its rkey is sent to those ranks
-    /// alone. The same range named twice is registered once.
+    /// `writers` (and only they) may write into: at build that range alone
+    /// is registered for remote writes, once per writer in that writer's
+    /// protection domain, and each writer receives its own rkey, valid on
+    /// its own connection only. The same range named twice for the same
+    /// writer is registered once.
     pub fn window_in(
         &mut self,
         buffer: BufferId,
@@ -246,15 +261,21 @@ impl<'d> RdmaExchangeBuilder<'d> {
                 ),
             });
         }
-        self.dev
-            .check_memlock(self.registered + len.max(1) as u64)?;
-        let keys = self.register(buffer, len, |b, pd| b.window(pd, offset, len))?;
+        // What registering it for every writer will lock, checked now.
+        let planned: u64 = self
+            .windows
+            .iter()
+            .map(|w| (w.len.max(1) * w.writers.len().max(1)) as u64)
+            .sum();
+        self.dev.check_memlock(
+            self.registered + planned + (len.max(1) * writers.len().max(1)) as u64,
+        )?;
         self.windows.push(WindowSpec {
             buffer,
             offset,
             len,
             writers: writers.iter().copied().collect(),
-            keys,
+            keys: std::collections::BTreeMap::new(),
         });
         Ok(WindowId(id))
     }
@@ -310,6 +331,8 @@ pub struct PersistentWrites {
     send_cqs: Vec<Arc<BasicCompletionQueue>>,
     recv_cq: Arc<BasicCompletionQueue>,
     windows: Vec<WindowSpec>,
+    /// The windows each peer offered this rank (for fault-injection tests).
+    offered: std::collections::BTreeMap<usize, Vec<connect::WindowDesc>>,
     device: String,
 }
 

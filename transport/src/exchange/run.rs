@@ -677,8 +677,19 @@ impl PersistentWrites {
         Ok(&mut self.set.buffers_mut()[b].as_mut_slice()[range])
     }
 
+    /// Where peer `peer` told this rank to write into its window `window`
+    /// (address, rkey): for tests that try a key on the wrong connection.
+    #[doc(hidden)]
+    pub fn offered_window(&self, peer: usize, window: WindowId) -> Option<(u64, u32)> {
+        self.offered
+            .get(&peer)?
+            .iter()
+            .find(|w| w.id == window.0)
+            .map(|w| (w.addr, w.rkey))
+    }
+
     /// Memory registrations made for this exchange: one per source buffer
-    /// and one per distinct window range.
+    /// and peer, and one per distinct window range and writer.
     pub fn registrations(&self) -> usize {
         self.set.buffers().iter().map(|b| b.registrations()).sum()
     }

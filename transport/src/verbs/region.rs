@@ -20,13 +20,16 @@ struct Registration {
     offset: usize,
     len: usize,
     remote_write: bool,
+    /// The protection domain it was made in: its keys work only on queue
+    /// pairs of that domain.
+    pd: Arc<ProtectionDomain>,
     mr: Arc<MemoryRegion>,
 }
 
 /// Page-aligned anonymous memory and every registration over it. The cache
-/// is here: the whole buffer is registered once for local access however
-/// many writes read from it, and each remote-write range once however many
-/// windows name it. Field order matters: the registrations are dropped
+/// is here: the whole buffer is registered once per protection domain for
+/// local access however many writes read from it, and each remote-write
+/// range once per protection domain however many windows name it. Field order matters: the registrations are dropped
 /// (deregistered) before the memory is unmapped, so the device never holds a
 /// key to freed memory.
 pub(crate) struct RegisteredBuffer {
@@ -49,7 +52,7 @@ impl RegisteredBuffer {
         if let Some(r) = self
             .regs
             .iter()
-            .find(|r| r.offset == 0 && r.len == self.map.len())
+            .find(|r| r.offset == 0 && r.len == self.map.len() && Arc::ptr_eq(&r.pd, pd))
         {
             return Ok(self.keys(r, 0));
         }
@@ -70,11 +73,9 @@ impl RegisteredBuffer {
             offset + len.max(1) <= self.map.len(),
             "window bounds are checked by the caller"
         );
-        if let Some(r) = self
-            .regs
-            .iter()
-            .find(|r| r.remote_write && r.offset == offset && r.len == len.max(1))
-        {
+        if let Some(r) = self.regs.iter().find(|r| {
+            r.remote_write && r.offset == offset && r.len == len.max(1) && Arc::ptr_eq(&r.pd, pd)
+        }) {
             return Ok(self.keys(r, offset));
         }
         self.register(pd, offset, len.max(1), true)
@@ -116,6 +117,7 @@ impl RegisteredBuffer {
             offset,
             len,
             remote_write,
+            pd: Arc::clone(pd),
             mr,
         });
         Ok(self.regs.len() - 1)
