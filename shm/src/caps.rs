@@ -50,6 +50,16 @@ fn seccomp_mode() -> Option<u32> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The setting that forbids letting peers attach (`off`).
+pub const PTRACE_VAR: &str = "SODE_SHM_PTRACE";
+
+/// Whether peers should be let attach for the get path: only where Yama's
+/// scope 1 would stop them, and not when `setting` (from `SODE_SHM_PTRACE`)
+/// is `off`.
+pub(crate) fn should_allow_attach(yama: Option<u32>, setting: Option<&str>) -> bool {
+    yama == Some(1) && setting.is_none_or(|v| v != "off")
+}
+
 /// Reads `len` bytes at `addr` in process `pid` into `dst`.
 pub(crate) fn cma_read(pid: i32, addr: u64, dst: &mut [u8]) -> nix::Result<usize> {
     let len = dst.len();
@@ -85,21 +95,33 @@ pub(crate) fn cma_denied_reason(err: nix::Error, whose: &str) -> String {
 }
 
 impl ShmCaps {
-    /// Probes the machine. Under Yama ptrace_scope=1 this allows peers of
-    /// the same user to attach (PR_SET_PTRACER_ANY, as Open MPI does) and
-    /// records that in `notes`.
+    /// Lets processes of the same user read this one's memory (the get
+    /// path) under Yama ptrace_scope=1, as Open MPI does
+    /// (PR_SET_PTRACER_ANY), once; only called for exchanges that may use
+    /// the get path, and refused with `SODE_SHM_PTRACE=off` (the get path
+    /// then falls back to eager, saying why). Records what it did in
+    /// `notes`.
+    pub fn allow_peers_to_attach(&mut self) {
+        let setting = std::env::var(PTRACE_VAR).ok();
+        if !should_allow_attach(self.yama_ptrace_scope, setting.as_deref())
+            || self.notes.iter().any(|n| n.contains("PR_SET_PTRACER"))
+        {
+            return;
+        }
+        match crate::sys::ptrace_permit::allow_any_ptracer() {
+            Ok(()) => self.notes.push(
+                "Yama ptrace_scope=1: allowed same-user peers to attach for the get path (PR_SET_PTRACER_ANY; SODE_SHM_PTRACE=off refuses)".into(),
+            ),
+            Err(e) => self.notes.push(format!("PR_SET_PTRACER failed: {e}")),
+        }
+    }
+
+    /// Probes the machine. Changes nothing: whether peers may attach to
+    /// this process is decided by [`ShmCaps::allow_peers_to_attach`], when
+    /// an exchange may use the get path.
     pub fn probe() -> ShmCaps {
         let yama = read_number("/proc/sys/kernel/yama/ptrace_scope");
-        let mut notes = Vec::new();
-        if yama == Some(1) {
-            match crate::sys::ptrace_permit::allow_any_ptracer() {
-                Ok(()) => notes.push(
-                    "Yama ptrace_scope=1: allowed same-user peers to attach (PR_SET_PTRACER_ANY)"
-                        .into(),
-                ),
-                Err(e) => notes.push(format!("PR_SET_PTRACER failed: {e}")),
-            }
-        }
+        let notes = Vec::new();
         let probe = 0x5eed_5eed_u64.to_le_bytes();
         let mut got = [0u8; 8];
         let cross_memory_attach = if yama == Some(3) {
@@ -138,4 +160,24 @@ pub(crate) fn warn_once(key: &'static str, message: &str) {
     }
     seen.push(key);
     tracing::warn!("{message}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_are_let_attach_only_under_yama_1_and_not_when_refused() {
+        assert!(should_allow_attach(Some(1), None));
+        assert!(should_allow_attach(Some(1), Some("on")));
+        assert!(!should_allow_attach(Some(1), Some("off")));
+        for scope in [None, Some(0), Some(2), Some(3)] {
+            assert!(!should_allow_attach(scope, None), "{scope:?}");
+        }
+        // Probing changes nothing.
+        assert!(ShmCaps::probe()
+            .notes
+            .iter()
+            .all(|n| !n.contains("PR_SET_PTRACER")));
+    }
 }

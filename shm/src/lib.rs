@@ -59,7 +59,7 @@ mod thresholds;
 #[cfg(feature = "hwloc")]
 pub mod topology;
 
-pub use caps::{Availability, ShmCaps};
+pub use caps::{Availability, ShmCaps, PTRACE_VAR};
 pub use context::Context;
 pub use error::{Result, ShmError};
 pub use exchange::{

@@ -329,6 +329,14 @@ impl<'a> ShmExchangeBuilder<'a> {
             recv_paths: Vec::new(),
             notes: Vec::new(),
         };
+        // An exchange that may get lets its peers get from this process too
+        // (its ranks run the same code): only then is attach allowed.
+        if self.policy == PathPolicy::Force(Path::Get) || self.private_receive {
+            self.ctx.allow_peers_to_attach();
+            for n in &self.ctx.capabilities().notes {
+                local.note("ptracer", n.clone());
+            }
+        }
         // Receive paths, decided by us (the receiver) before the segment is
         // sized; only get can still change (to eager) after the probe.
         let cma = self.ctx.capabilities().cross_memory_attach.clone();
