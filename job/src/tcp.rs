@@ -93,20 +93,21 @@ impl TcpRendezvous {
             |joined, greeted| joined.admit(greeted),
             |joined| format!("ranks {}", joined.missing()),
         )?;
-        let mut listen: Vec<SocketAddr> = joined.listen.into_iter().flatten().collect();
+        let listen: Vec<SocketAddr> = joined.listen.into_iter().flatten().collect();
         let mut links = joined.links;
         for (r, link) in links.iter_mut().enumerate().skip(1) {
             let link = joined_link(link)?;
             // Rank 0's listener may be bound to every interface: tell each
             // rank the address it reached rank 0 at, which it can route to.
-            if listen[0].ip().is_unspecified() {
+            let mut theirs = listen.clone();
+            if theirs[0].ip().is_unspecified() {
                 let here = link
                     .stream()
                     .local_addr()
                     .map_err(io_err("local_addr", "the root"))?;
-                listen[0].set_ip(here.ip());
+                theirs[0].set_ip(here.ip());
             }
-            let body = serde_json::to_vec(&listen).map_err(protocol_bug)?;
+            let body = serde_json::to_vec(&theirs).map_err(protocol_bug)?;
             link.send(&body)
                 .map_err(|e| rename(e, &format!("rank {r}")))?;
         }
@@ -532,5 +533,47 @@ fn io_err<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobErr
         step: step.into(),
         whom: whom.into(),
         source: e,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_bound_to_every_interface_is_advertised_at_a_routable_address() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let secret = Secret::from_hex(&"3c".repeat(32)).unwrap();
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let host = if rank == 0 { "0.0.0.0" } else { "127.0.0.1" };
+                let launch = LaunchInfo {
+                    rank,
+                    size: 3,
+                    local_rank: None,
+                    job_id: None,
+                    root: Some(format!("{host}:{port}")),
+                    secret: Some(secret.clone()),
+                    source: "test",
+                };
+                std::thread::spawn(move || {
+                    TcpRendezvous::join(&launch, Instant::now() + Duration::from_secs(20)).unwrap()
+                })
+            })
+            .collect();
+        for (rank, h) in ranks.into_iter().enumerate() {
+            let r = h.join().unwrap();
+            if rank > 0 {
+                assert_eq!(
+                    r.listen[0].ip(),
+                    IpAddr::from([127, 0, 0, 1]),
+                    "rank {rank}"
+                );
+            }
+        }
     }
 }

@@ -17,6 +17,24 @@ struct Pass {
     complete: bool,
 }
 
+/// The operation `rec` from peer `pi` (rank `rank`) is about, or the
+/// protocol error of a record for a tag it never announced.
+fn op_for(
+    index: &std::collections::HashMap<(usize, u32), usize>,
+    pi: usize,
+    rec: &Record,
+    rank: usize,
+    what: &str,
+) -> Result<usize> {
+    index
+        .get(&(pi, rec.tag))
+        .copied()
+        .ok_or_else(|| ShmError::Protocol {
+            peer: rank,
+            what: format!("{what} for unknown tag {}", rec.tag),
+        })
+}
+
 /// The operation behind neighbour `index`, or which buffer does not exist.
 fn op_of(table: &[Option<usize>], index: usize, what: &'static str) -> Result<usize> {
     table
@@ -435,10 +453,7 @@ impl Exchange {
     fn on_eager(&mut self, pi: usize, rec: &Record, payload_at: u64) -> Result<()> {
         let rank = self.peers[pi].rank;
         let protocol = |what: String| ShmError::Protocol { peer: rank, what };
-        let k = *self
-            .recv_index
-            .get(&(pi, rec.tag))
-            .ok_or_else(|| protocol(format!("eager data for unknown tag {}", rec.tag)))?;
+        let k = op_for(&self.recv_index, pi, rec, rank, "eager data")?;
         let r = &mut self.recvs[k];
         let (off, len) = (rec.at, rec.len);
         if r.path != Path::Eager || r.state != OpState::Active {
@@ -479,10 +494,7 @@ impl Exchange {
     fn on_receive_request(&mut self, pi: usize, rec: &Record) -> Result<()> {
         let rank = self.peers[pi].rank;
         let protocol = |what: String| ShmError::Protocol { peer: rank, what };
-        let k = *self
-            .recv_index
-            .get(&(pi, rec.tag))
-            .ok_or_else(|| protocol(format!("receive_request for unknown tag {}", rec.tag)))?;
+        let k = op_for(&self.recv_index, pi, rec, rank, "receive_request")?;
         let r = &mut self.recvs[k];
         if r.path != Path::Get || r.state != OpState::Active || r.get_from.is_some() {
             return Err(protocol(format!(
@@ -505,10 +517,7 @@ impl Exchange {
     fn on_receive_done(&mut self, pi: usize, rec: &Record) -> Result<()> {
         let rank = self.peers[pi].rank;
         let protocol = |what: String| ShmError::Protocol { peer: rank, what };
-        let k = *self
-            .send_index
-            .get(&(pi, rec.tag))
-            .ok_or_else(|| protocol(format!("receive_done for unknown tag {}", rec.tag)))?;
+        let k = op_for(&self.send_index, pi, rec, rank, "receive_done")?;
         let s = &mut self.sends[k];
         if s.path != Path::Get || s.state != OpState::AwaitingDone {
             return Err(protocol(format!(

@@ -64,6 +64,9 @@ pub(crate) struct Peer {
     closed_since: Option<Instant>,
     /// Receives still posted on each of its engines.
     recv_posted: Vec<usize>,
+    /// Its chains (indices into the state's chains), so posting to one peer
+    /// does not scan every chain.
+    chains: Vec<usize>,
 }
 
 impl Peer {
@@ -81,8 +84,16 @@ impl Peer {
             arrivals,
             closed_since: None,
             recv_posted: Vec::new(),
+            chains: Vec::new(),
         }
     }
+}
+
+/// What one pass of progress achieved.
+#[derive(Debug, Clone, Copy)]
+struct Pass {
+    progressed: bool,
+    complete: bool,
 }
 
 /// Counters of a [`PersistentWrites`] since it was built.
@@ -113,6 +124,8 @@ pub(crate) struct State {
     credits_posted: usize,
     credits_done: usize,
     stats: ExchangeStats,
+    /// When the peers' setup links are next checked for a closed peer.
+    next_liveness: Instant,
 }
 
 impl State {
@@ -131,8 +144,11 @@ impl State {
         for p in &mut peers {
             p.recv_posted = vec![RECV_DEPTH; engines];
         }
-        let book = CreditBook::new(peers.iter().enumerate().map(|(pi, p)| PeerRole {
-            we_write: chains.iter().any(|c| c.peer == pi),
+        for (ci, c) in chains.iter().enumerate() {
+            peers[c.peer].chains.push(ci);
+        }
+        let book = CreditBook::new(peers.iter().map(|p| PeerRole {
+            we_write: !p.chains.is_empty(),
             arrivals_per_iteration: p.arrivals,
         }));
         State {
@@ -149,6 +165,7 @@ impl State {
             credits_posted: 0,
             credits_done: 0,
             stats: ExchangeStats::default(),
+            next_liveness: Instant::now(),
         }
     }
 
@@ -221,9 +238,10 @@ impl PersistentWrites {
             return Ok(());
         }
         let (epoch, how) = (self.state.book.epoch(), self.state.post_mode);
-        for ci in 0..self.state.chains.len() {
+        for k in 0..self.state.peers[pi].chains.len() {
+            let ci = self.state.peers[pi].chains[k];
             let c = &self.state.chains[ci];
-            if c.peer != pi || c.posted {
+            if c.posted {
                 continue;
             }
             let (id, len, qp) = (c.id, c.len, pi * self.state.engines + c.engine);
@@ -257,28 +275,20 @@ impl PersistentWrites {
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         self.state.lifecycle.require_in_flight("wait")?;
         let began = Instant::now();
-        let mut next_liveness = began + LIVENESS_PERIOD;
         let mut backoff = Backoff::exchange();
         loop {
-            let progressed = self.progress().map_err(|e| self.fail(e))?;
-            if self.state.done() {
-                self.finish();
+            let pass = self.pass()?;
+            if pass.complete {
                 return Ok(());
             }
             let now = Instant::now();
-            if now >= next_liveness {
-                next_liveness = now + LIVENESS_PERIOD;
-                if let Some(e) = self.check_peers(now) {
-                    return Err(self.fail(e));
-                }
-            }
             if now >= deadline {
                 return Err(TransportError::Timeout {
                     waited: now - began,
                     outstanding: self.outstanding(),
                 });
             }
-            if progressed {
+            if pass.progressed {
                 backoff.reset();
             } else {
                 backoff.snooze();
@@ -289,18 +299,35 @@ impl PersistentWrites {
     /// One non-blocking pass of [`wait`](PersistentWrites::wait): reaps what
     /// has completed and returns whether the exchange is complete (then it
     /// is no longer in flight). For progressing several channels at once;
-    /// allocates nothing unless it fails.
+    /// allocates nothing unless it fails, and checks the peers' setup links
+    /// (system calls) at most every 2 ms.
     pub fn test(&mut self) -> Result<bool> {
         self.state.lifecycle.require_in_flight("test")?;
-        self.progress().map_err(|e| self.fail(e))?;
+        Ok(self.pass()?.complete)
+    }
+
+    /// Reaps once, completes the iteration if it is done, and checks the
+    /// peers when that is due; any error fails the object.
+    fn pass(&mut self) -> Result<Pass> {
+        let progressed = self.progress().map_err(|e| self.fail(e))?;
         if self.state.done() {
             self.finish();
-            return Ok(true);
+            return Ok(Pass {
+                progressed,
+                complete: true,
+            });
         }
-        if let Some(e) = self.check_peers(Instant::now()) {
-            return Err(self.fail(e));
+        let now = Instant::now();
+        if now >= self.state.next_liveness {
+            self.state.next_liveness = now + LIVENESS_PERIOD;
+            if let Some(e) = self.check_peers(now) {
+                return Err(self.fail(e));
+            }
         }
-        Ok(false)
+        Ok(Pass {
+            progressed,
+            complete: false,
+        })
     }
 
     fn finish(&mut self) {
@@ -522,7 +549,7 @@ impl PersistentWrites {
     /// Whether anything is outstanding with peer `pi` (allocates nothing).
     fn outstanding_with_peer(&self, pi: usize) -> bool {
         let s = &self.state;
-        s.chains.iter().any(|c| c.peer == pi && !c.done)
+        s.peers[pi].chains.iter().any(|&ci| !s.chains[ci].done)
             || s.peers[pi].credit_pending
             || s.book.arrivals_missing(pi) > 0
     }
@@ -531,7 +558,7 @@ impl PersistentWrites {
     fn describe_outstanding(&self, pi: usize) -> Option<String> {
         let s = &self.state;
         let mut parts = Vec::new();
-        let mine = || s.chains.iter().filter(|c| c.peer == pi);
+        let mine = || s.peers[pi].chains.iter().map(|&ci| &s.chains[ci]);
         let unposted = mine().filter(|c| !c.posted).count();
         if unposted > 0 {
             parts.push(format!(
