@@ -25,8 +25,8 @@ pub struct Context {
 impl Context {
     /// A context for `rank` of job `job`. The job id names the segments, so
     /// two jobs on one node must use different ids; it may contain ASCII
-    /// letters, digits, `.`, `_` and `-`. Segments go to `SODE_SHM_DIR`, or
-    /// `/dev/shm`.
+    /// letters, digits, `.`, `_` and `-`. Segment locators go to
+    /// `SODE_SHM_DIR`, or `/dev/shm`.
     pub fn new(job: &str, rank: usize) -> Result<Context> {
         if job.is_empty()
             || job.len() > 64

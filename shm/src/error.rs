@@ -28,7 +28,7 @@ pub enum ShmError {
     /// Creating this process's segment failed.
     #[error("cannot create shared-memory segment {path}{hint}")]
     CreateSegment {
-        /// The segment file.
+        /// The segment's locator file.
         path: PathBuf,
         /// The system error.
         source: std::io::Error,
@@ -39,13 +39,14 @@ pub enum ShmError {
     /// job id.
     #[error("segment {path} already belongs to live process {pid}: two jobs use the same job id; set SODE_JOB_ID to something unique")]
     SegmentCollision {
-        /// The segment file.
+        /// The segment's locator file.
         path: PathBuf,
         /// Its owner.
         pid: u64,
     },
-    /// A segment file or the job's segment directory is not what this job
-    /// made: another user's, a symlink, the wrong type, mode or size.
+    /// A segment, its locator or the job's segment directory is not what
+    /// this job made: another user's, a symlink, the wrong type, mode or
+    /// size, or memory that could be resized under a mapping.
     #[error("{path}: {why}; refusing to use it")]
     UnsafeSegment {
         /// The file or directory.
@@ -58,7 +59,7 @@ pub enum ShmError {
     MapPeer {
         /// The peer's rank.
         peer: usize,
-        /// The segment file.
+        /// The segment's locator file.
         path: PathBuf,
         /// The system error.
         source: std::io::Error,

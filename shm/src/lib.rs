@@ -1,8 +1,9 @@
 //! # sode-shm
 //!
 //! The intra-node channel of sode. Processes of one node exchange halos
-//! through a per-process shared segment (a 0600 file under `/dev/shm`,
-//! unlinked as soon as every peer has mapped it) over three data paths,
+//! through a per-process shared segment (a memfd sealed against resizing,
+//! found through a 0600 locator file under `/dev/shm` that is removed as
+//! soon as every peer has mapped it) over three data paths,
 //! chosen per message by the receiver:
 //!
 //! - **eager**: copied through a lock-free single-producer single-consumer

@@ -1,16 +1,31 @@
-//! Segment files: created 0600 under a temporary name, published by an
-//! atomic rename once their tables are written, unlinked as soon as every
-//! peer has mapped them (after that the kernel frees the memory when the last
-//! process unmaps it, including when processes die).
+//! Segments. A segment's memory is a sealed memfd: it can never shrink or
+//! grow, so no process, not even one of our own user, can truncate it under
+//! a peer's mapping and raise SIGBUS there. Peers find it through a small
+//! locator file (the owner's pid, the memfd's descriptor number and the
+//! length) in the job's 0700 directory, created 0600 under a temporary name
+//! and published by an atomic rename once the segment's tables are written.
+//! A peer opens the memfd through `/proc/<pid>/fd/<n>`, checks its seals,
+//! owner, length and header, and that the owner was alive throughout, then
+//! maps it. Once every peer has mapped it the locator is removed and the
+//! descriptor closed: the kernel frees the memory when the last process
+//! unmaps it, including when processes die.
 
-use std::fs::OpenOptions;
-use std::io;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+
 use crate::error::{Result, ShmError};
 use crate::layout;
+use crate::sys::pidfd::PidFd;
 use crate::sys::shared::SharedMap;
+
+/// The seals every segment carries: no resizing, and no lifting of that.
+fn required_seals() -> SealFlag {
+    SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL
+}
 
 /// The file name of a rank's segment for one exchange of one job, inside
 /// the job's directory.
@@ -65,8 +80,9 @@ pub(crate) fn ensure_job_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks an open segment file: a regular file of ours, mode 0600.
-fn check_segment_file(file: &std::fs::File, path: &Path) -> Result<u64> {
+/// Checks an open locator file: a regular file of ours, mode 0600; returns
+/// its length.
+fn check_locator_file(file: &File, path: &Path) -> Result<u64> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let unsafe_file = |why: String| ShmError::UnsafeSegment {
         path: path.to_path_buf(),
@@ -92,10 +108,96 @@ fn check_segment_file(file: &std::fs::File, path: &Path) -> Result<u64> {
     Ok(meta.len())
 }
 
-/// This process's own segment; removes its file on drop if still there.
+/// What a locator file says: where a segment's memfd is and how long it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Locator {
+    /// The owner's pid.
+    pub(crate) pid: u64,
+    /// The memfd's descriptor number in the owner.
+    pub(crate) fd: u64,
+    /// The segment's length in bytes.
+    pub(crate) len: u64,
+}
+
+impl Locator {
+    const MAGIC: u64 = u64::from_le_bytes(*b"sodeloc1");
+    /// Bytes of a locator file.
+    pub(crate) const LEN: u64 = 32;
+
+    pub(crate) fn to_bytes(self) -> [u8; Self::LEN as usize] {
+        let mut b = [0u8; Self::LEN as usize];
+        for (i, w) in [Self::MAGIC, self.pid, self.fd, self.len]
+            .iter()
+            .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        b
+    }
+
+    fn from_bytes(b: &[u8; Self::LEN as usize]) -> Option<Locator> {
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(w)
+        };
+        (word(0) == Self::MAGIC).then(|| Locator {
+            pid: word(1),
+            fd: word(2),
+            len: word(3),
+        })
+    }
+
+    /// Reads the locator at `path`: `Ok(None)` while it does not exist; a
+    /// symlink, another user's file, a wrong mode, length or content is
+    /// refused.
+    fn read(path: &Path, peer: usize) -> Result<Option<Locator>> {
+        let refuse = |why: String| ShmError::UnsafeSegment {
+            path: path.to_path_buf(),
+            why,
+        };
+        let opened = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path);
+        let mut file = match opened {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                return Err(refuse("it is a symlink".into()))
+            }
+            Err(source) => {
+                return Err(ShmError::MapPeer {
+                    peer,
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        let len = check_locator_file(&file, path)?;
+        if len != Locator::LEN {
+            return Err(refuse(format!(
+                "it is {len} bytes, not a {}-byte segment locator",
+                Locator::LEN
+            )));
+        }
+        let mut bytes = [0u8; Locator::LEN as usize];
+        file.read_exact(&mut bytes)
+            .map_err(|e| refuse(format!("cannot read it ({e})")))?;
+        Locator::from_bytes(&bytes)
+            .map(Some)
+            .ok_or_else(|| refuse("it is not a sode segment locator".into()))
+    }
+}
+
+/// This process's own segment; removes its locator and closes its memfd
+/// on drop if still there.
 #[derive(Debug)]
 pub(crate) struct OwnSegment {
     pub(crate) map: SharedMap,
+    /// Open until every peer has mapped the segment: peers reach the memory
+    /// through this descriptor.
+    memfd: Option<File>,
     tmp: PathBuf,
     path: PathBuf,
     published: bool,
@@ -105,16 +207,15 @@ pub(crate) struct OwnSegment {
 fn hint_for(err: &io::Error, dir: &Path) -> String {
     match err.raw_os_error() {
         Some(libc::ENOSPC) | Some(libc::ENOMEM) => format!(
-            "; {} is full: free space or enlarge it (mount -o remount,size=... {})",
-            dir.display(),
+            "; out of memory or space (shared memory is limited by the cgroup, and {} by its size): free some or shrink the exchange",
             dir.display()
         ),
         Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS) => format!(
-            "; {} is not writable here: set SODE_SHM_DIR to a writable tmpfs",
+            "; {} is not writable here: set SODE_SHM_DIR to a writable directory",
             dir.display()
         ),
         Some(libc::ENOENT) => format!(
-            "; {} does not exist: set SODE_SHM_DIR to a tmpfs directory",
+            "; {} does not exist: set SODE_SHM_DIR to a directory on a local file system",
             dir.display()
         ),
         _ => String::new(),
@@ -139,8 +240,30 @@ pub(crate) fn process_alive(pid: i32) -> bool {
     }
 }
 
+/// A sealed memfd of `len` bytes: it can never be resized again.
+fn sealed_memfd(len: u64, name: &Path, dir: &Path) -> Result<File> {
+    use nix::sys::memfd::{memfd_create, MFdFlags};
+    let fail = |source: io::Error| ShmError::CreateSegment {
+        hint: hint_for(&source, dir),
+        path: name.to_path_buf(),
+        source,
+    };
+    let fd = memfd_create(
+        c"sode-segment",
+        MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(|e| fail(e.into()))?;
+    let file = File::from(fd);
+    file.set_len(len).map_err(fail)?;
+    fcntl(&file, FcntlArg::F_ADD_SEALS(required_seals())).map_err(|e| fail(e.into()))?;
+    Ok(file)
+}
+
 impl OwnSegment {
+    /// Creates a sealed segment of `len` bytes and its locator under a
+    /// temporary name next to `path`.
     pub(crate) fn create(path: PathBuf, len: u64) -> Result<OwnSegment> {
+        use std::os::fd::AsRawFd;
         let dir = path.parent().unwrap_or(Path::new("/")).to_path_buf();
         let tmp = path.with_extension(format!("tmp{}", std::process::id()));
         let fail = |source: io::Error, at: &Path| ShmError::CreateSegment {
@@ -148,13 +271,14 @@ impl OwnSegment {
             path: at.to_path_buf(),
             source,
         };
+        let memfd = sealed_memfd(len, &path, &dir)?;
+        let map = SharedMap::map_sealed(&memfd, len as usize).map_err(|e| fail(e, &path))?;
         // Another rank may remove the (empty) job directory between our
         // making sure of it and creating the file: make sure again.
         let mut attempts = 0;
-        let file = loop {
+        let mut locator = loop {
             ensure_job_dir(&dir)?;
             let created = OpenOptions::new()
-                .read(true)
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
@@ -165,40 +289,35 @@ impl OwnSegment {
                 other => break other.map_err(|e| fail(e, &tmp))?,
             }
         };
-        let mut seg = OwnSegment {
-            // Replaced below; a zero-length anonymous map costs nothing.
-            map: SharedMap::anonymous(0).map_err(|e| fail(e, &tmp))?,
+        let at = Locator {
+            pid: u64::from(std::process::id()),
+            fd: memfd.as_raw_fd() as u64,
+            len,
+        };
+        // From here on, dropping `seg` removes the temporary locator.
+        let seg = OwnSegment {
+            map,
+            memfd: Some(memfd),
             tmp: tmp.clone(),
             path,
             published: false,
             unlinked: false,
         };
-        file.set_len(len).map_err(|e| fail(e, &tmp))?;
-        seg.map = SharedMap::map_file(&file, len as usize).map_err(|e| fail(e, &tmp))?;
+        locator
+            .write_all(&at.to_bytes())
+            .map_err(|e| fail(e, &tmp))?;
         Ok(seg)
     }
 
-    /// Makes the segment visible under its final name. A leftover file of a
-    /// dead process is replaced; one of a live process is a collision.
+    /// Makes the segment visible under its final name. A leftover locator
+    /// of a dead process is replaced; one of a live process is a collision.
     pub(crate) fn publish(&mut self) -> Result<()> {
-        let existing = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&self.path);
-        if let Ok(file) = existing {
-            check_segment_file(&file, &self.path)?;
-            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-            if len >= layout::HEADER_LEN {
-                if let Ok(old) = SharedMap::map_file(&file, layout::HEADER_LEN as usize) {
-                    let pid = old.read_u64(layout::H_PID).unwrap_or(0);
-                    if pid != std::process::id() as u64 && process_alive(pid as i32) {
-                        return Err(ShmError::SegmentCollision {
-                            path: self.path.clone(),
-                            pid,
-                        });
-                    }
-                }
+        if let Ok(Some(old)) = Locator::read(&self.path, usize::MAX) {
+            if old.pid != u64::from(std::process::id()) && process_alive(old.pid as i32) {
+                return Err(ShmError::SegmentCollision {
+                    path: self.path.clone(),
+                    pid: old.pid,
+                });
             }
         }
         std::fs::rename(&self.tmp, &self.path).map_err(|source| ShmError::CreateSegment {
@@ -210,8 +329,8 @@ impl OwnSegment {
         Ok(())
     }
 
-    /// Removes the file, and the job's directory once it is empty; the
-    /// mapping stays valid.
+    /// Removes the locator, and the job's directory once it is empty, and
+    /// closes the memfd; the mapping stays valid.
     pub(crate) fn unlink(&mut self) {
         if !self.unlinked {
             let _ = std::fs::remove_file(if self.published {
@@ -223,6 +342,8 @@ impl OwnSegment {
                 // Fails while other segments of the job are still in it.
                 let _ = std::fs::remove_dir(dir);
             }
+            // After the locator: nobody can be sent to a reused number.
+            self.memfd = None;
             self.unlinked = true;
         }
     }
@@ -234,50 +355,86 @@ impl Drop for OwnSegment {
     }
 }
 
-/// Opens and maps a peer's published segment; `Ok(None)` while it does not
-/// exist yet. It must be a regular file of ours, mode 0600, not a symlink,
-/// and exactly as long as its header says.
+/// Checks a peer's memfd before it is mapped: a regular file of ours,
+/// sealed against resizing, exactly as long as its locator says.
+fn check_memfd(file: &File, at: &Locator, path: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let refuse = |why: String| ShmError::UnsafeSegment {
+        path: path.to_path_buf(),
+        why,
+    };
+    let meta = file
+        .metadata()
+        .map_err(|e| refuse(format!("cannot inspect its memory ({e})")))?;
+    if !meta.file_type().is_file() {
+        return Err(refuse("its memory is not a regular file".into()));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    if meta.uid() != me {
+        return Err(refuse(format!(
+            "its memory belongs to uid {}, not to this user (uid {me})",
+            meta.uid()
+        )));
+    }
+    let seals = fcntl(file, FcntlArg::F_GET_SEALS)
+        .ok()
+        .map_or(SealFlag::empty(), SealFlag::from_bits_truncate);
+    if !seals.contains(required_seals()) {
+        return Err(refuse(
+            "its memory is not sealed against resizing (it could be truncated under our mapping)"
+                .into(),
+        ));
+    }
+    if meta.len() != at.len || at.len < layout::HEADER_LEN {
+        return Err(refuse(format!(
+            "its memory is {} bytes, but the locator says {} (at least {} needed)",
+            meta.len(),
+            at.len,
+            layout::HEADER_LEN
+        )));
+    }
+    Ok(())
+}
+
+/// Opens and maps a peer's published segment; `Ok(None)` while its locator
+/// does not exist yet. The locator must be a regular file of ours, mode
+/// 0600, not a symlink; the memory a sealed memfd of ours, of a process that
+/// stayed alive while we opened it, exactly as long as its header says.
 pub(crate) fn open_peer(path: &Path, peer: usize) -> Result<Option<SharedMap>> {
-    let opened = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let file = match opened {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(ShmError::UnsafeSegment {
-                path: path.to_path_buf(),
-                why: "it is a symlink".into(),
-            })
-        }
-        Err(source) => {
-            return Err(ShmError::MapPeer {
-                peer,
-                path: path.to_path_buf(),
-                source,
-            })
-        }
+    let Some(at) = Locator::read(path, peer)? else {
+        return Ok(None);
     };
     let err = |source: io::Error| ShmError::MapPeer {
         peer,
         path: path.to_path_buf(),
         source,
     };
-    let len = check_segment_file(&file, path)?;
-    if len < layout::HEADER_LEN {
-        return Err(ShmError::UnsafeSegment {
-            path: path.to_path_buf(),
-            why: format!("it is only {len} bytes, less than a segment header"),
-        });
+    let pid = i32::try_from(at.pid).map_err(|_| ShmError::UnsafeSegment {
+        path: path.to_path_buf(),
+        why: format!("its owner pid {} is out of range", at.pid),
+    })?;
+    // Held from before the open until after it: if the process has not
+    // exited by then, the pid was its own all along.
+    let owner = PidFd::open(pid).map_err(err)?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{}", at.fd))
+        .map_err(err)?;
+    check_memfd(&file, &at, path)?;
+    if owner.exited().map_err(err)? {
+        return Err(err(io::Error::from_raw_os_error(libc::ESRCH)));
     }
-    let map = SharedMap::map_file(&file, len as usize).map_err(err)?;
+    let map = SharedMap::map_sealed(&file, at.len as usize).map_err(err)?;
     let announced = map.read_u64(layout::H_TOTAL).unwrap_or(0);
-    if announced != len {
+    let owner_pid = map.read_u64(layout::H_PID).unwrap_or(0);
+    if announced != at.len || owner_pid != at.pid {
         return Err(ShmError::UnsafeSegment {
             path: path.to_path_buf(),
-            why: format!("it is {len} bytes but its header announces {announced}"),
+            why: format!(
+                "its header announces {announced} bytes of pid {owner_pid}, its locator {} bytes of pid {}",
+                at.len, at.pid
+            ),
         });
     }
     Ok(Some(map))
@@ -286,51 +443,66 @@ pub(crate) fn open_peer(path: &Path, peer: usize) -> Result<Option<SharedMap>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::PermissionsExt;
 
     fn dir() -> PathBuf {
         std::env::temp_dir()
     }
 
+    /// A segment of ours with its header written and published.
+    fn published(job: &str, len: u64) -> (OwnSegment, PathBuf) {
+        let path = segment_path(&dir(), &format!("{job}{}", std::process::id()), "m", 0);
+        let mut seg = OwnSegment::create(path.clone(), len).unwrap();
+        seg.map
+            .write_u64(layout::H_PID, u64::from(std::process::id()))
+            .unwrap();
+        seg.map.write_u64(layout::H_TOTAL, len).unwrap();
+        seg.publish().unwrap();
+        (seg, path)
+    }
+
     #[test]
     fn segments_are_private_to_the_user_and_unlinked() {
-        let path = segment_path(&dir(), &format!("unit{}", std::process::id()), "m", 0);
-        let mut seg = OwnSegment::create(path.clone(), 8192).unwrap();
-        seg.map
-            .write_u64(layout::H_PID, std::process::id() as u64)
-            .unwrap();
-        seg.publish().unwrap();
+        let (mut seg, path) = published("unit", 8192);
         let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        let peer = open_peer(&path, 0).unwrap().expect("published");
+        peer.write_u64(layout::HEADER_LEN, 42).unwrap();
+        assert_eq!(seg.map.read_u64(layout::HEADER_LEN).unwrap(), 42);
         seg.unlink();
         assert!(!path.exists());
-        // The mapping outlives the name.
+        assert!(!path.parent().unwrap().exists(), "the empty job directory");
+        // The mapping outlives the name and the descriptor.
         assert_eq!(
             seg.map.read_u64(layout::H_PID).unwrap(),
-            std::process::id() as u64
+            u64::from(std::process::id())
         );
+    }
+
+    fn write_locator(path: &Path, at: Locator, mode: u32) {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(path)
+            .unwrap();
+        f.write_all(&at.to_bytes()).unwrap();
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
     }
 
     #[test]
     fn a_live_owner_is_a_collision_and_a_dead_one_is_replaced() {
         let path = segment_path(&dir(), &format!("unit{}", std::process::id()), "c", 1);
-        let write_owner = |pid: u64| {
-            ensure_job_dir(path.parent().unwrap()).unwrap();
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&path)
-                .unwrap();
-            f.set_len(4096).unwrap();
-            let m = SharedMap::map_file(&f, 4096).unwrap();
-            m.write_u64(layout::H_PID, pid).unwrap();
-            m.write_u64(layout::H_TOTAL, 4096).unwrap();
+        let owner = |pid: u64| Locator {
+            pid,
+            fd: 3,
+            len: 4096,
         };
+        ensure_job_dir(path.parent().unwrap()).unwrap();
         // pid 1 is always alive.
-        write_owner(1);
+        write_locator(&path, owner(1), 0o600);
         let mut seg = OwnSegment::create(path.clone(), 4096).unwrap();
         assert!(matches!(
             seg.publish(),
@@ -338,14 +510,15 @@ mod tests {
         ));
         drop(seg);
         // A pid that cannot exist.
-        write_owner(i32::MAX as u64);
+        ensure_job_dir(path.parent().unwrap()).unwrap();
+        write_locator(&path, owner(i32::MAX as u64), 0o600);
         let mut seg = OwnSegment::create(path.clone(), 4096).unwrap();
         seg.publish().unwrap();
         drop(seg);
         assert!(!path.exists());
     }
 
-    /// A peer's segment path with `make` run on it, then what `open_peer`
+    /// A peer's locator path with `make` run on it, then what `open_peer`
     /// says.
     fn open_planted(name: &str, make: impl FnOnce(&Path)) -> Result<Option<SharedMap>> {
         let path = segment_path(
@@ -362,49 +535,164 @@ mod tests {
         got
     }
 
-    fn file(path: &Path, mode: u32, len: u64, announced: u64) {
-        let f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(path)
-            .unwrap();
+    /// A memfd of ours, `len` bytes, its header announcing `announced`,
+    /// sealed or not; with a locator naming it.
+    fn memfd(len: u64, announced: u64, sealed: bool) -> (File, Locator) {
+        use nix::sys::memfd::{memfd_create, MFdFlags};
+        let f = File::from(memfd_create(c"plant", MFdFlags::MFD_ALLOW_SEALING).unwrap());
         f.set_len(len).unwrap();
+        use std::os::unix::fs::FileExt;
         if len >= layout::HEADER_LEN {
-            let m = SharedMap::map_file(&f, len as usize).unwrap();
-            m.write_u64(layout::H_TOTAL, announced).unwrap();
+            f.write_all_at(&announced.to_le_bytes(), layout::H_TOTAL)
+                .unwrap();
+            f.write_all_at(&u64::from(std::process::id()).to_le_bytes(), layout::H_PID)
+                .unwrap();
         }
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        if sealed {
+            fcntl(&f, FcntlArg::F_ADD_SEALS(required_seals())).unwrap();
+        }
+        let at = Locator {
+            pid: u64::from(std::process::id()),
+            fd: f.as_raw_fd() as u64,
+            len,
+        };
+        (f, at)
+    }
+
+    fn refusal(r: Result<Option<SharedMap>>) -> String {
+        match r {
+            Err(ShmError::UnsafeSegment { why, .. }) => why,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 
     #[test]
-    fn planted_segments_are_refused_before_mapping() {
-        let why = |r: Result<Option<SharedMap>>| match r {
-            Err(ShmError::UnsafeSegment { why, .. }) => why,
-            other => panic!("expected a refusal, got {other:?}"),
-        };
+    fn planted_locators_are_refused() {
+        let (_good, at) = memfd(8192, 8192, true);
         let target = std::env::temp_dir().join(format!("sode-target-{}", std::process::id()));
-        file(&target, 0o600, 8192, 8192);
-        let w = why(open_planted("link", |p| {
+        write_locator(&target, at, 0o600);
+        let w = refusal(open_planted("link", |p| {
             std::os::unix::fs::symlink(&target, p).unwrap()
         }));
         assert!(w.contains("symlink"), "{w}");
         let _ = std::fs::remove_file(&target);
-        let w = why(open_planted("mode", |p| file(p, 0o644, 8192, 8192)));
+        let w = refusal(open_planted("mode", |p| write_locator(p, at, 0o644)));
         assert!(w.contains("mode is 644"), "{w}");
-        let w = why(open_planted("size", |p| file(p, 0o600, 8192, 4096)));
-        assert!(w.contains("announces 4096"), "{w}");
-        let w = why(open_planted("small", |p| file(p, 0o600, 16, 16)));
-        assert!(w.contains("less than a segment header"), "{w}");
-        let w = why(open_planted("fifo", |p| {
+        let w = refusal(open_planted("fifo", |p| {
             nix::unistd::mkfifo(p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
         }));
         assert!(w.contains("not a regular file"), "{w}");
-        assert!(open_planted("good", |p| file(p, 0o600, 8192, 8192))
+        let w = refusal(open_planted("short", |p| {
+            write_locator(p, at, 0o600);
+            OpenOptions::new()
+                .write(true)
+                .open(p)
+                .unwrap()
+                .set_len(16)
+                .unwrap();
+        }));
+        assert!(w.contains("not a 32-byte segment locator"), "{w}");
+        let w = refusal(open_planted("magic", |p| {
+            std::fs::write(p, [7u8; 32]).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }));
+        assert!(w.contains("not a sode segment locator"), "{w}");
+        // Another user's locator in our directory: only root can make one
+        // for the test.
+        let foreign = open_planted("foreign", |p| {
+            write_locator(p, at, 0o600);
+            let _ = std::os::unix::fs::chown(p, Some(65534), Some(65534));
+        });
+        if nix::unistd::geteuid().is_root() {
+            let w = refusal(foreign);
+            assert!(w.contains("belongs to uid 65534"), "{w}");
+        }
+        assert!(open_planted("good", |p| write_locator(p, at, 0o600))
             .unwrap()
             .is_some());
+    }
+
+    #[test]
+    fn memory_that_could_be_resized_or_is_not_as_announced_is_refused() {
+        let refused = |at: Locator| refusal(open_planted("mem", |p| write_locator(p, at, 0o600)));
+        let (_unsealed, at) = memfd(8192, 8192, false);
+        let w = refused(at);
+        assert!(w.contains("not sealed against resizing"), "{w}");
+        // A regular file (of ours, 0600) cannot carry seals at all.
+        let plain = std::env::temp_dir().join(format!("sode-plain-{}", std::process::id()));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&plain)
+            .unwrap();
+        file.set_len(8192).unwrap();
+        let _ = std::fs::remove_file(&plain);
+        let w = refused(Locator {
+            pid: u64::from(std::process::id()),
+            fd: file.as_raw_fd() as u64,
+            len: 8192,
+        });
+        assert!(w.contains("not sealed"), "{w}");
+        let (_lying, at) = memfd(8192, 4096, true);
+        let w = refused(at);
+        assert!(w.contains("announces 4096"), "{w}");
+        let (_small, at) = memfd(16, 16, true);
+        let w = refused(at);
+        assert!(w.contains("at least 256 needed"), "{w}");
+        let (_sized, at) = memfd(8192, 8192, true);
+        let w = refused(Locator { len: 4096, ..at });
+        assert!(w.contains("the locator says 4096"), "{w}");
+        // A pid that does not exist: a system error naming the peer.
+        let (_gone, at) = memfd(8192, 8192, true);
+        let gone = open_planted("gone", |p| {
+            write_locator(
+                p,
+                Locator {
+                    pid: i32::MAX as u64,
+                    ..at
+                },
+                0o600,
+            )
+        });
+        assert!(
+            matches!(gone, Err(ShmError::MapPeer { peer: 1, .. })),
+            "{gone:?}"
+        );
+    }
+
+    /// `truncate -s 0` on a descriptor of another process, run as a separate
+    /// process of the same user: whether it succeeded.
+    fn truncate_from_another_process(fd: u64) -> bool {
+        std::process::Command::new("truncate")
+            .args(["-s", "0", &format!("/proc/{}/fd/{fd}", std::process::id())])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("coreutils truncate")
+            .success()
+    }
+
+    #[test]
+    fn a_mapped_segment_cannot_be_truncated_by_another_process() {
+        let (seg, path) = published("trunc", 1 << 20);
+        let peer = open_peer(&path, 0).unwrap().expect("published");
+        let at = Locator::read(&path, 0).unwrap().unwrap();
+        assert!(
+            !truncate_from_another_process(at.fd),
+            "the kernel must refuse to shrink a sealed segment"
+        );
+        // Every byte of both mappings is still there (a truncation would have
+        // raised SIGBUS here).
+        let last = (1 << 20) - 8;
+        seg.map.write_u64(last, 7).unwrap();
+        assert_eq!(peer.read_u64(last).unwrap(), 7);
+        // The same command does shrink memory that is not sealed, so the
+        // check above can fail.
+        let (unsealed, at) = memfd(8192, 8192, false);
+        assert!(truncate_from_another_process(at.fd));
+        assert_eq!(unsealed.metadata().unwrap().len(), 0);
     }
 
     #[test]

@@ -29,7 +29,7 @@ impl std::fmt::Display for OutOfBounds {
     }
 }
 
-/// A read-write shared mapping of a segment file (or anonymous memory for
+/// A read-write shared mapping of a sealed segment memfd (or anonymous memory for
 /// in-process measurements).
 pub(crate) struct SharedMap {
     map: MmapMut,
@@ -55,13 +55,25 @@ impl std::fmt::Debug for SharedMap {
 }
 
 impl SharedMap {
-    /// Maps `len` bytes of `file` shared and writable.
-    pub(crate) fn map_file(file: &File, len: usize) -> io::Result<Self> {
+    /// Maps `len` bytes of `file` shared and writable. The file must be
+    /// sealed against shrinking and growing (a segment memfd) and at least
+    /// `len` bytes long; anything else is refused with `InvalidInput`.
+    pub(crate) fn map_sealed(file: &File, len: usize) -> io::Result<Self> {
+        use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+        let seals = SealFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GET_SEALS)?);
+        let fixed = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW;
+        if !seals.contains(fixed) || file.metadata()?.len() < len as u64 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a memfd sealed against resizing, at least as long as the mapping",
+            ));
+        }
         // SAFETY: memmap2 requires that nobody truncates the file while it is
-        // mapped. The file is a 0600 segment of this job whose size is fixed
-        // before it is published under its final name; peers of the same job
-        // only map it. Concurrent writes by peers are expected and are
-        // handled by the accessors below (atomics and byte copies).
+        // mapped. The file is sealed against shrinking and growing (checked
+        // just above, and seals can only be added), so the kernel refuses
+        // every truncation by any process, and it is at least `len` bytes.
+        // Concurrent writes by peers are expected and are handled by the
+        // accessors below (atomics and byte copies).
         let mut map = unsafe { MmapOptions::new().len(len).map_mut(file)? };
         let base = map.as_mut_ptr();
         Ok(SharedMap { map, base, len })
