@@ -5,12 +5,13 @@
 use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
-use sode_job::{Backoff, Lifecycle, World};
+use sode_job::World;
 use sode_scheduler::{Algorithm, Machine};
 
-use crate::channel::{Channel, Locality, ShmChannel};
+use crate::channel::Locality;
 use crate::decomp::{pack, unpack, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
+use crate::links::{Link, LinkExchange, Message};
 
 /// Which channel carries the messages between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,16 +73,6 @@ impl std::str::FromStr for SyncMode {
             )),
         }
     }
-}
-
-/// Where a neighbour's message travels.
-#[derive(Debug, Clone, Copy)]
-enum Route {
-    /// Message `message` of channel `channel`.
-    Channel { channel: usize, message: usize },
-    /// A copy within this rank of neighbour `from`'s send region (the
-    /// opposite direction of a periodic axis of one process).
-    SelfCopy { from: usize },
 }
 
 /// Builds a [`HaloExchange`]; collective over the job.
@@ -148,20 +139,6 @@ impl HaloExchangeBuilder<'_> {
         self
     }
 
-    /// How rank `a` reaches rank `b`: the same answer on every rank, so
-    /// each can tell how its neighbours number their own channels.
-    fn locality(&self, a: usize, b: usize) -> Locality {
-        if a == b {
-            return Locality::SelfCopy;
-        }
-        match self.transport {
-            Transport::Shm => Locality::Shm,
-            Transport::Rdma => Locality::Rdma,
-            Transport::Auto if self.world.node_of(a) == self.world.node_of(b) => Locality::Shm,
-            Transport::Auto => Locality::Rdma,
-        }
-    }
-
     fn check(&self) -> Result<()> {
         let d = &self.decomp;
         if self.world.size() != d.ranks() {
@@ -177,25 +154,6 @@ impl HaloExchangeBuilder<'_> {
                 why: "element size and field count must be at least 1".into(),
             });
         }
-        let me = self.world.rank();
-        for n in d.neighbours(me) {
-            let other_node = n.rank != me && !self.world.same_node(n.rank);
-            if self.transport == Transport::Shm && other_node {
-                return Err(HaloError::Locality {
-                    rank: n.rank,
-                    direction: n.direction(),
-                    why: "it runs on another node, and the transport is shm: use auto or rdma"
-                        .into(),
-                });
-            }
-            if cfg!(not(feature = "rdma")) && self.locality(me, n.rank) == Locality::Rdma {
-                return Err(HaloError::Locality {
-                    rank: n.rank,
-                    direction: n.direction(),
-                    why: "it needs RDMA, and this sode was built without the rdma feature: run the job on one node, or build with --features rdma".into(),
-                });
-            }
-        }
         Ok(())
     }
 
@@ -206,168 +164,52 @@ impl HaloExchangeBuilder<'_> {
         self.check()?;
         let me = self.world.rank();
         let neighbours = self.decomp.neighbours(me);
-        let msg_len = |n: &Neighbour| n.send.cells() * self.elem * self.fields;
-        let mut routes = self_copies(me, &neighbours)?;
-        let mut channels: Vec<Box<dyn Channel>> = Vec::new();
-        let shm: Vec<usize> = self.indices(&neighbours, Locality::Shm);
-        if !shm.is_empty() {
-            let peers = shm
-                .iter()
-                .map(|&i| {
-                    let n = &neighbours[i];
-                    sode_shm::Peer::new(n.rank)
-                        .send(msg_len(n), n.send_tag())
-                        .recv(msg_len(n), n.recv_tag())
+        let bytes = |cells: usize| {
+            cells
+                .checked_mul(self.elem)
+                .and_then(|b| b.checked_mul(self.fields))
+                .ok_or_else(|| HaloError::Usage {
+                    op: "build",
+                    why: format!(
+                        "{cells} cells of {} bytes in {} fields overflow the address space",
+                        self.elem, self.fields
+                    ),
                 })
-                .collect();
-            let names = names(&neighbours, &shm);
-            let mut ctx =
-                sode_shm::Context::from_world(self.world).map_err(|source| HaloError::Shm {
-                    neighbours: names.clone(),
-                    source: Box::new(source),
-                })?;
-            let ch = ShmChannel::build(&mut ctx, peers, names, self.timeout)?;
-            add_channel(&mut routes, &mut channels, &shm, Box::new(ch));
-        }
-        let summary = self.build_rdma(&neighbours, &mut routes, &mut channels)?;
-        let barrier = (self.sync == SyncMode::PseudoCollective).then(|| self.world.clone());
-        let scratch = neighbours
+        };
+        let links = neighbours
             .iter()
-            .map(|n| n.recv.cells() * self.elem)
-            .max()
-            .unwrap_or(0);
+            .map(|n| {
+                Ok(Link {
+                    peer: n.rank,
+                    send: Some(Message {
+                        len: bytes(n.send.cells())?,
+                        tag: n.send_tag(),
+                    }),
+                    recv: Some(Message {
+                        len: bytes(n.recv.cells())?,
+                        tag: n.recv_tag(),
+                    }),
+                    offset: n.offset.clone(),
+                    name: format!("rank {} ({})", n.rank, n.direction()),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let exchange = LinkExchange::builder(self.world, links)
+            .transport(self.transport)
+            .engines(self.engines)
+            .algorithm(self.algorithm)
+            .setup_timeout(self.timeout)
+            .sync(self.sync)
+            .model(self.model)
+            .build()?;
         Ok(HaloExchange {
-            rank: me,
             ext: self.decomp.local_extent(me),
             elem: self.elem,
             fields: self.fields,
-            routes: routes
-                .into_iter()
-                .map(|r| r.expect("every neighbour routed"))
-                .collect(),
             neighbours,
-            done: vec![false; channels.len()],
-            channels,
-            scratch: vec![0u8; scratch],
-            lifecycle: Lifecycle::Idle,
-            plan_summary: summary,
-            barrier,
-            timeout: self.timeout,
+            exchange,
         })
     }
-
-    fn indices(&self, neighbours: &[Neighbour], l: Locality) -> Vec<usize> {
-        let me = self.world.rank();
-        (0..neighbours.len())
-            .filter(|&i| self.locality(me, neighbours[i].rank) == l)
-            .collect()
-    }
-
-    #[cfg(not(feature = "rdma"))]
-    fn build_rdma(
-        &self,
-        _: &[Neighbour],
-        _: &mut [Option<Route>],
-        _: &mut Vec<Box<dyn Channel>>,
-    ) -> Result<Option<String>> {
-        Ok(None)
-    }
-
-    /// The RDMA channel, if any neighbour needs one; its plan's summary.
-    #[cfg(feature = "rdma")]
-    fn build_rdma(
-        &self,
-        neighbours: &[Neighbour],
-        routes: &mut [Option<Route>],
-        channels: &mut Vec<Box<dyn Channel>>,
-    ) -> Result<Option<String>> {
-        use crate::channel::{rdma_message, RdmaChannel, RdmaSettings};
-        let rdma = self.indices(neighbours, Locality::Rdma);
-        if rdma.is_empty() {
-            return Ok(None);
-        }
-        let me = self.world.rank();
-        let messages = rdma
-            .iter()
-            .map(|&i| {
-                let n = &neighbours[i];
-                // The receiver numbers its RDMA windows as it numbers its
-                // RDMA neighbours: find us, seen from the opposite direction.
-                let theirs: Vec<Neighbour> = self
-                    .decomp
-                    .neighbours(n.rank)
-                    .into_iter()
-                    .filter(|m| self.locality(n.rank, m.rank) == Locality::Rdma)
-                    .collect();
-                rdma_message(me, n, &theirs, n.send.cells() * self.elem * self.fields)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let settings = RdmaSettings {
-            engines: self.engines,
-            algorithm: self.algorithm,
-            model: self.model,
-            timeout: self.timeout,
-        };
-        let ch = RdmaChannel::build(self.world, &messages, &settings, names(neighbours, &rdma))?;
-        let summary = ch.summary().to_string();
-        add_channel(routes, channels, &rdma, Box::new(ch));
-        Ok(Some(summary))
-    }
-}
-
-/// Routes of the neighbours that are this rank itself; the others are
-/// routed when their channel is built.
-fn self_copies(me: usize, neighbours: &[Neighbour]) -> Result<Vec<Option<Route>>> {
-    neighbours
-        .iter()
-        .map(|n| {
-            if n.rank != me {
-                return Ok(None);
-            }
-            let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
-            let from = neighbours
-                .iter()
-                .position(|m| m.rank == me && m.offset == back)
-                .ok_or_else(|| HaloError::Decomposition {
-                    why: format!(
-                        "rank {me} is its own neighbour {} but not its own opposite neighbour",
-                        n.direction()
-                    ),
-                })?;
-            Ok(Some(Route::SelfCopy { from }))
-        })
-        .collect()
-}
-
-fn add_channel(
-    routes: &mut [Option<Route>],
-    channels: &mut Vec<Box<dyn Channel>>,
-    members: &[usize],
-    channel: Box<dyn Channel>,
-) {
-    let c = channels.len();
-    for (message, &i) in members.iter().enumerate() {
-        routes[i] = Some(Route::Channel {
-            channel: c,
-            message,
-        });
-    }
-    channels.push(channel);
-}
-
-/// `rank 1 (E), rank 3 (N)`: the neighbours a channel carries, for errors.
-fn names(neighbours: &[Neighbour], members: &[usize]) -> String {
-    members
-        .iter()
-        .map(|&i| {
-            format!(
-                "rank {} ({})",
-                neighbours[i].rank,
-                neighbours[i].direction()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// A persistent halo exchange: `start` packs each neighbour's interior
@@ -375,21 +217,11 @@ fn names(neighbours: &[Neighbour], members: &[usize]) -> String {
 /// have arrived and unpacks them.
 #[derive(Debug)]
 pub struct HaloExchange {
-    rank: usize,
     ext: Vec<usize>,
     elem: usize,
     fields: usize,
     neighbours: Vec<Neighbour>,
-    routes: Vec<Route>,
-    channels: Vec<Box<dyn Channel>>,
-    /// Per channel: complete this iteration (reused, never reallocated).
-    done: Vec<bool>,
-    scratch: Vec<u8>,
-    lifecycle: Lifecycle,
-    plan_summary: Option<String>,
-    /// The job, for the barriers of the pseudo-collective mode.
-    barrier: Option<World>,
-    timeout: Duration,
+    exchange: LinkExchange,
 }
 
 impl HaloExchange {
@@ -409,16 +241,6 @@ impl HaloExchange {
         }
     }
 
-    fn job_barrier(&mut self) -> Result<()> {
-        if let Some(w) = &self.barrier {
-            w.barrier(self.timeout)
-                .map_err(|source| HaloError::Barrier {
-                    source: Box::new(source),
-                })?;
-        }
-        Ok(())
-    }
-
     /// The neighbours, in the decomposition's order.
     pub fn neighbours(&self) -> &[Neighbour] {
         &self.neighbours
@@ -431,13 +253,7 @@ impl HaloExchange {
 
     /// How each neighbour is reached, in the decomposition's order.
     pub fn localities(&self) -> Vec<Locality> {
-        self.routes
-            .iter()
-            .map(|r| match r {
-                Route::SelfCopy { .. } => Locality::SelfCopy,
-                Route::Channel { channel, .. } => self.channels[*channel].locality(),
-            })
-            .collect()
+        self.exchange.localities()
     }
 
     /// Which channel each neighbour uses: `shm`, `rdma` or `local`.
@@ -447,12 +263,12 @@ impl HaloExchange {
 
     /// The RDMA schedule, if any neighbour is reached over RDMA.
     pub fn plan_summary(&self) -> Option<&str> {
-        self.plan_summary.as_deref()
+        self.exchange.plan_summary()
     }
 
     /// This rank.
     pub fn rank(&self) -> usize {
-        self.rank
+        self.exchange.rank()
     }
 
     /// Bytes this rank sends per exchange.
@@ -503,16 +319,15 @@ impl HaloExchange {
     /// Packs every neighbour's interior cells from `fields` and starts the
     /// exchange on every channel.
     pub fn start<T: Pod>(&mut self, fields: &[&[T]]) -> Result<()> {
-        self.lifecycle.require_idle("start")?;
+        if self.exchange.in_flight() {
+            // The state error, naming `start` rather than a buffer.
+            return self.exchange.start();
+        }
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
-        self.job_barrier()?;
         let (elem, ext) = (self.elem, &self.ext);
-        for (n, route) in self.neighbours.iter().zip(&self.routes) {
-            let Route::Channel { channel, message } = *route else {
-                continue;
-            };
+        for (i, n) in self.neighbours.iter().enumerate() {
             let part = n.send.cells() * elem;
-            let out = self.channels[channel].send_buf(message)?;
+            let out = self.exchange.send_buf(i)?;
             for (f, field) in fields.iter().enumerate() {
                 pack(
                     bytemuck::cast_slice(field),
@@ -523,82 +338,25 @@ impl HaloExchange {
                 );
             }
         }
-        for c in 0..self.channels.len() {
-            if let Err(e) = self.channels[c].start() {
-                self.lifecycle.fail(&e);
-                return Err(e);
-            }
-        }
-        self.done.iter_mut().for_each(|d| *d = false);
-        self.lifecycle.start();
-        Ok(())
+        self.exchange.start()
     }
 
     /// One non-blocking pass over every channel: true once all halos have
     /// arrived (then call [`wait`](HaloExchange::wait) to unpack them).
     pub fn test(&mut self) -> Result<bool> {
-        self.lifecycle.require_in_flight("test")?;
-        let mut all = true;
-        for (c, done) in self.channels.iter_mut().zip(self.done.iter_mut()) {
-            if !*done {
-                match c.test() {
-                    Ok(d) => *done = d,
-                    Err(e) => {
-                        self.lifecycle.fail(&e);
-                        return Err(e);
-                    }
-                }
-            }
-            all &= *done;
-        }
-        Ok(all)
+        self.exchange.test()
     }
 
     /// Progresses every channel until all halos have arrived (or `deadline`
     /// passes: [`HaloError::Timeout`], after which `wait` may be called
     /// again), then unpacks them into `fields`.
     pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
-        self.lifecycle.require_in_flight("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
-        // Every channel progresses in one loop: a rank never sits in one
-        // while a peer waits for it in another.
-        let mut backoff = Backoff::exchange();
-        while !self.test()? {
-            if Instant::now() >= deadline {
-                let outstanding: Vec<String> = self
-                    .channels
-                    .iter()
-                    .zip(&self.done)
-                    .filter(|(_, &d)| !d)
-                    .map(|(c, _)| c.outstanding())
-                    .collect();
-                return Err(HaloError::Timeout {
-                    outstanding: outstanding.join("; "),
-                });
-            }
-            backoff.snooze();
-        }
-        self.lifecycle.complete();
-        self.job_barrier()?;
-        self.unpack_all(fields)
-    }
-
-    fn unpack_all<T: Pod>(&mut self, fields: &mut [&mut [T]]) -> Result<()> {
+        self.exchange.wait(deadline)?;
         let (elem, ext) = (self.elem, &self.ext);
-        for (n, route) in self.neighbours.iter().zip(&self.routes) {
+        for (i, n) in self.neighbours.iter().enumerate() {
             let part = n.recv.cells() * elem;
-            let data: &[u8] = match *route {
-                Route::Channel { channel, message } => self.channels[channel].recv_buf(message)?,
-                Route::SelfCopy { from } => {
-                    let from = &self.neighbours[from];
-                    for field in fields.iter_mut() {
-                        let bytes: &mut [u8] = bytemuck::cast_slice_mut(field);
-                        pack(bytes, ext, elem, &from.send, &mut self.scratch[..part]);
-                        unpack(&self.scratch[..part], ext, elem, &n.recv, bytes);
-                    }
-                    continue;
-                }
-            };
+            let data = self.exchange.recv_buf(i)?;
             for (f, field) in fields.iter_mut().enumerate() {
                 unpack(
                     &data[f * part..(f + 1) * part],

@@ -41,6 +41,7 @@ mod channel;
 mod decomp;
 mod error;
 mod exchange;
+mod links;
 #[cfg(feature = "rdma")]
 pub mod plan;
 
@@ -48,3 +49,4 @@ pub use channel::Locality;
 pub use decomp::{pack, unpack, Decomposition, Neighbour, Region, Stencil};
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};
+pub use links::{Link, LinkExchange, LinkExchangeBuilder, Message};

@@ -69,6 +69,15 @@ pub enum JobError {
         /// Why not.
         why: String,
     },
+    /// The collective the program lends sode (an MPI communicator's
+    /// allgather) failed.
+    #[error("the program's allgather failed during {step}: {why}")]
+    External {
+        /// What sode was doing.
+        step: String,
+        /// What the program's collective reported.
+        why: String,
+    },
     /// The launcher could not start the job.
     #[error("cannot start the job: {why}")]
     Start {

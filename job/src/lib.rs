@@ -9,7 +9,8 @@
 //! - [`OutOfBand`]: the bootstrap behind one trait, an allgather plus
 //!   point-to-point [`PeerLink`]s for setup messages meant for one peer;
 //!   [`TcpRendezvous`] (ranks meet at `SODE_ROOT`) is one implementation,
-//!   and PMIx or an MPI communicator can be others.
+//!   [`ExternalOob`] (the allgather of a runtime the program already runs,
+//!   such as an MPI communicator) another.
 //! - [`World`]: the job as the channels see it (ranks, nodes, the agreed job
 //!   id, barriers, setup links).
 //! - [`launcher`]: `sode-run`'s engine, and [`launcher::main_or_relaunch`]
@@ -42,6 +43,7 @@ mod auth;
 mod backoff;
 pub mod diag;
 mod error;
+mod external;
 mod launch;
 pub mod launcher;
 mod lifecycle;
@@ -53,6 +55,7 @@ mod world;
 pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};
 pub use backoff::Backoff;
 pub use error::{JobError, Result};
+pub use external::{AllgatherFn, ExternalOob};
 pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
 pub use lifecycle::{Lifecycle, StateError};
 pub use node::NodeId;

@@ -35,14 +35,21 @@ enum Star {
 /// between peers for their keys, every connection authenticated.
 #[derive(Debug)]
 pub struct TcpRendezvous {
-    rank: usize,
-    size: usize,
-    secret: Secret,
-    /// Where this rank accepts peer links.
-    listener: TcpListener,
-    /// Every rank's peer listener.
-    listen: Vec<SocketAddr>,
+    mesh: Mesh,
     star: Star,
+}
+
+/// Direct, authenticated TCP links between peers: every rank's listener
+/// and the job's secret.
+#[derive(Debug)]
+pub(crate) struct Mesh {
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
+    pub(crate) secret: Secret,
+    /// Where this rank accepts peer links.
+    pub(crate) listener: TcpListener,
+    /// Every rank's peer listener: the addresses to try, in order.
+    pub(crate) listen: Vec<Vec<SocketAddr>>,
 }
 
 impl TcpRendezvous {
@@ -112,11 +119,13 @@ impl TcpRendezvous {
                 .map_err(|e| rename(e, &format!("rank {r}")))?;
         }
         Ok(TcpRendezvous {
-            rank: 0,
-            size,
-            secret,
-            listener,
-            listen,
+            mesh: Mesh {
+                rank: 0,
+                size,
+                secret,
+                listener,
+                listen: listen.into_iter().map(|a| vec![a]).collect(),
+            },
             star: Star::Root(links),
         })
     }
@@ -150,18 +159,20 @@ impl TcpRendezvous {
             });
         }
         Ok(TcpRendezvous {
-            rank: launch.rank,
-            size: launch.size,
-            secret,
-            listener,
-            listen,
+            mesh: Mesh {
+                rank: launch.rank,
+                size: launch.size,
+                secret,
+                listener,
+                listen: listen.into_iter().map(|a| vec![a]).collect(),
+            },
             star: Star::Leaf(Box::new(root)),
         })
     }
 
     /// Where this rank accepts peer links (for tests that knock on it).
     pub fn peer_listener(&self) -> Result<SocketAddr> {
-        local_addr(&self.listener)
+        local_addr(&self.mesh.listener)
     }
 }
 
@@ -214,11 +225,11 @@ impl Joined {
 
 impl OutOfBand for TcpRendezvous {
     fn rank(&self) -> usize {
-        self.rank
+        self.mesh.rank
     }
 
     fn size(&self) -> usize {
-        self.size
+        self.mesh.size
     }
 
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
@@ -226,13 +237,13 @@ impl OutOfBand for TcpRendezvous {
             Star::Leaf(root) => {
                 root.send(mine)?;
                 let all: Vec<Vec<u8>> = decode(&root.recv(deadline)?, "the root")?;
-                if all.len() != self.size {
+                if all.len() != self.mesh.size {
                     return Err(JobError::Protocol {
                         whom: "the root".into(),
                         why: format!(
                             "an allgather of {} ranks in a job of {}",
                             all.len(),
-                            self.size
+                            self.mesh.size
                         ),
                     });
                 }
@@ -257,12 +268,22 @@ impl OutOfBand for TcpRendezvous {
         peers: &BTreeSet<usize>,
         deadline: Instant,
     ) -> Result<BTreeMap<usize, PeerLink>> {
+        self.mesh.connect(peers, deadline)
+    }
+}
+
+impl Mesh {
+    pub(crate) fn connect(
+        &mut self,
+        peers: &BTreeSet<usize>,
+        deadline: Instant,
+    ) -> Result<BTreeMap<usize, PeerLink>> {
         check_peers(self.rank, self.size, peers)?;
         // The lower rank of a pair connects, the higher accepts.
         let mut links = BTreeMap::new();
         for &p in peers.iter().filter(|&&p| p > self.rank) {
             let whom = format!("rank {p}");
-            let s = connect_retry(self.listen[p], deadline, &whom)?;
+            let s = connect_any(&self.listen[p], deadline, &whom)?;
             let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
             session.send(self.rank.to_string().as_bytes())?;
             links.insert(p, PeerLink::new(p, Box::new(TcpPeer { session })));
@@ -528,6 +549,47 @@ fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpS
     }
 }
 
+/// Connects to the first of `addrs` that answers, trying them in turn
+/// until `deadline`.
+pub(crate) fn connect_any(
+    addrs: &[SocketAddr],
+    deadline: Instant,
+    whom: &str,
+) -> Result<TcpStream> {
+    if let [one] = addrs {
+        return connect_retry(*one, deadline, whom);
+    }
+    let mut backoff = Backoff::setup(Duration::from_millis(5));
+    loop {
+        let mut last = None;
+        for addr in addrs {
+            match TcpStream::connect_timeout(addr, Duration::from_millis(500)) {
+                Ok(s) => {
+                    let _ = s.set_nodelay(true);
+                    return Ok(s);
+                }
+                Err(e) => last = Some((addr, e)),
+            }
+        }
+        match last {
+            Some((addr, e)) if Instant::now() >= deadline => {
+                return Err(JobError::Bootstrap {
+                    step: format!("connect to {addr} (or any of {addrs:?})"),
+                    whom: whom.into(),
+                    source: e,
+                })
+            }
+            None => {
+                return Err(JobError::Protocol {
+                    whom: whom.into(),
+                    why: "it advertised no address to connect to".into(),
+                })
+            }
+            Some(_) => backoff.snooze(),
+        }
+    }
+}
+
 fn io_err<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobError + 'a {
     move |e| JobError::Bootstrap {
         step: step.into(),
@@ -569,7 +631,7 @@ mod tests {
             let r = h.join().unwrap();
             if rank > 0 {
                 assert_eq!(
-                    r.listen[0].ip(),
+                    r.mesh.listen[0][0].ip(),
                     IpAddr::from([127, 0, 0, 1]),
                     "rank {rank}"
                 );

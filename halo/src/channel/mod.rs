@@ -10,7 +10,7 @@ pub(crate) use shm::ShmChannel;
 #[cfg(feature = "rdma")]
 mod rdma;
 #[cfg(feature = "rdma")]
-pub(crate) use rdma::{rdma_message, RdmaChannel, RdmaSettings};
+pub(crate) use rdma::{RdmaChannel, RdmaRecv, RdmaSend, RdmaSettings};
 
 use crate::error::Result;
 

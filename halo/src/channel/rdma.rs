@@ -12,7 +12,6 @@ use sode_transport::{
 };
 
 use super::{Channel, Locality};
-use crate::decomp::Neighbour;
 use crate::error::{HaloError, Result};
 use crate::exchange::Model;
 use crate::plan::{machine_of, writes_from_plan};
@@ -30,16 +29,27 @@ pub(crate) struct RdmaSettings {
     pub timeout: Duration,
 }
 
-/// One RDMA message: a neighbour, its bytes, and where the neighbour's own
-/// window for it is in the neighbour's numbering.
+/// One RDMA message this rank writes: the peer, its bytes, and the index
+/// of the window the peer made for it in the peer's numbering.
 #[derive(Debug, Clone)]
-pub(crate) struct RdmaMessage {
-    /// The neighbour (this rank's view).
-    pub neighbour: Neighbour,
-    /// Bytes per exchange (all fields).
+pub(crate) struct RdmaSend {
+    /// The peer.
+    pub peer: usize,
+    /// Bytes per exchange.
     pub len: usize,
-    /// Index of the window the neighbour made for this message.
+    /// Index of the peer's window for it.
     pub target: usize,
+    /// The direction to the peer in the process grid (empty when none).
+    pub offset: Vec<i32>,
+}
+
+/// One RDMA message this rank receives: a window the peer writes into.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RdmaRecv {
+    /// The peer allowed to write it.
+    pub peer: usize,
+    /// Bytes per exchange.
+    pub len: usize,
 }
 
 /// A persistent set of scheduled RDMA writes: one buffer holding every send
@@ -59,7 +69,8 @@ impl RdmaChannel {
     /// them; collective with every RDMA neighbour.
     pub(crate) fn build(
         world: &World,
-        messages: &[RdmaMessage],
+        messages: &[RdmaSend],
+        receives: &[RdmaRecv],
         settings: &RdmaSettings,
         names: String,
     ) -> Result<RdmaChannel> {
@@ -69,22 +80,28 @@ impl RdmaChannel {
         };
         let dev = Device::open(&DeviceSelector::from_env().map_err(wrap)?).map_err(wrap)?;
         let mut b = RdmaExchangeBuilder::new(&dev).engines(settings.engines);
-        let total: usize = messages.iter().map(|m| m.len).sum();
-        // Sends first, then the windows, each message as long as its reply.
-        let buf = b.buffer(2 * total).map_err(wrap)?;
+        let overflow = || HaloError::Usage {
+            op: "build",
+            why: "the RDMA messages' bytes overflow the address space".into(),
+        };
+        let total = messages
+            .iter()
+            .map(|m| m.len)
+            .chain(receives.iter().map(|r| r.len))
+            .try_fold(0usize, usize::checked_add)
+            .ok_or_else(overflow)?;
+        // Sends first, then the windows.
+        let buf = b.buffer(total).map_err(wrap)?;
         let mut sends = Vec::with_capacity(messages.len());
         let mut at = 0;
         for m in messages {
             sends.push(at..at + m.len);
             at += m.len;
         }
-        let mut windows = Vec::with_capacity(messages.len());
-        for m in messages {
-            windows.push(
-                b.window_in(buf, at, m.len, &[m.neighbour.rank])
-                    .map_err(wrap)?,
-            );
-            at += m.len;
+        let mut windows = Vec::with_capacity(receives.len());
+        for r in receives {
+            windows.push(b.window_in(buf, at, r.len, &[r.peer]).map_err(wrap)?);
+            at += r.len;
         }
         let machine = machine(&dev, settings).map_err(wrap)?;
         let plan = sode_scheduler::plan(&pattern(messages, machine), settings.algorithm)
@@ -97,7 +114,7 @@ impl RdmaChannel {
             let j = id as usize;
             let m = messages.get(j)?;
             Some(Write {
-                peer: m.neighbour.rank,
+                peer: m.peer,
                 engine: 0,
                 src: buf,
                 src_offset: sends[j].start,
@@ -151,7 +168,7 @@ fn machine(dev: &Device, s: &RdmaSettings) -> sode_transport::Result<Machine> {
 
 /// Every message as a put, routed in dimension order: a link per axis it
 /// crosses.
-fn pattern(messages: &[RdmaMessage], machine: Machine) -> Pattern {
+fn pattern(messages: &[RdmaSend], machine: Machine) -> Pattern {
     Pattern {
         machine,
         requests: messages
@@ -159,10 +176,9 @@ fn pattern(messages: &[RdmaMessage], machine: Machine) -> Pattern {
             .enumerate()
             .map(|(j, m)| Request {
                 id: j as u32,
-                dest: m.neighbour.rank as u32,
-                direction: m.neighbour.direction(),
+                dest: m.peer as u32,
+                direction: direction_of(&m.offset),
                 links: m
-                    .neighbour
                     .offset
                     .iter()
                     .enumerate()
@@ -174,6 +190,23 @@ fn pattern(messages: &[RdmaMessage], machine: Machine) -> Pattern {
                 bytes: m.len as u64,
             })
             .collect(),
+    }
+}
+
+/// The scheduler's name for a direction (`x+y-`). Links with no direction
+/// in a process grid all count as `x+`: the scheduler then assumes they share
+/// one link, the conservative guess.
+fn direction_of(offset: &[i32]) -> String {
+    let s: String = offset
+        .iter()
+        .zip(['x', 'y', 'z'])
+        .filter(|(&o, _)| o != 0)
+        .map(|(&o, axis)| format!("{axis}{}", if o > 0 { '+' } else { '-' }))
+        .collect();
+    if s.is_empty() {
+        "x+".into()
+    } else {
+        s
     }
 }
 
@@ -214,30 +247,4 @@ impl Channel for RdmaChannel {
             self.writes.outstanding_report()
         )
     }
-}
-
-/// The RDMA message to neighbour `n` of rank `me`, given `theirs`, the
-/// neighbour's own RDMA neighbours in its order (its windows' numbering).
-pub(crate) fn rdma_message(
-    me: usize,
-    n: &Neighbour,
-    theirs: &[Neighbour],
-    len: usize,
-) -> Result<RdmaMessage> {
-    let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
-    let target = theirs
-        .iter()
-        .position(|m| m.rank == me && m.offset == back)
-        .ok_or_else(|| HaloError::Decomposition {
-            why: format!(
-                "rank {} does not list rank {me} as its neighbour {}: the neighbour relation is not symmetric",
-                n.rank,
-                n.direction()
-            ),
-        })?;
-    Ok(RdmaMessage {
-        neighbour: n.clone(),
-        len,
-        target,
-    })
 }

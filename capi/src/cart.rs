@@ -1,0 +1,367 @@
+//! A Cartesian exchange as the C ABI describes it, checked across the whole
+//! job: every rank checks every rank's description (gathered at commit), so
+//! all of them reach the same verdict and fail alike.
+
+use serde::{Deserialize, Serialize};
+
+use crate::field::{FieldCard, FieldSpec};
+
+/// Which neighbours the stencil reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Shape {
+    /// Across faces only (`SODE_STAR`).
+    Star,
+    /// Faces and edges, no corners (`SODE_STAR_EDGES`; the same as `Box` in
+    /// 2-D).
+    Edges,
+    /// Faces, edges and corners (`SODE_BOX`).
+    Box,
+}
+
+impl Shape {
+    /// The shape with C code `code`.
+    pub fn from_code(code: i32) -> Option<Shape> {
+        Some(match code {
+            0 => Shape::Star,
+            1 => Shape::Edges,
+            2 => Shape::Box,
+            _ => return None,
+        })
+    }
+
+    fn wants(self, nonzero: usize) -> bool {
+        match self {
+            Shape::Star => nonzero == 1,
+            Shape::Edges => nonzero == 1 || nonzero == 2,
+            Shape::Box => nonzero >= 1,
+        }
+    }
+}
+
+/// This rank's place in a process grid and the exchange's halo widths.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cart {
+    /// Processes per axis.
+    pub dims: Vec<usize>,
+    /// This rank's coordinates.
+    pub coords: Vec<usize>,
+    /// Periodic axes.
+    pub periodic: Vec<bool>,
+    /// Widest halo below the owned box, per axis.
+    pub halo_lo: Vec<usize>,
+    /// Widest halo above it.
+    pub halo_hi: Vec<usize>,
+    /// Which neighbours.
+    pub shape: Shape,
+}
+
+impl Cart {
+    /// Checks the description of one rank.
+    pub fn check(&self) -> Result<(), String> {
+        let d = self.dims.len();
+        if !(d == 2 || d == 3) {
+            return Err(format!(
+                "{d} axes: sode exchanges 2-D and 3-D process grids"
+            ));
+        }
+        for a in 0..d {
+            if self.dims[a] == 0 || self.coords[a] >= self.dims[a] {
+                return Err(format!(
+                    "axis {a}: coordinate {} outside a process grid of {} (dims must be at least 1)",
+                    self.coords[a], self.dims[a]
+                ));
+            }
+            if self.halo_lo[a] > 1 << 20 || self.halo_hi[a] > 1 << 20 {
+                return Err(format!("axis {a}: a halo wider than 2^20 cells"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a rank tells the others at commit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Card {
+    /// Its place and the exchange's widths.
+    pub cart: Cart,
+    /// Its fields, in the order they were added.
+    pub fields: Vec<FieldCard>,
+}
+
+/// One neighbour of this rank: where, and who.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    /// Offset in the process grid, each axis -1, 0 or +1.
+    pub offset: Vec<i32>,
+    /// Its rank.
+    pub rank: usize,
+}
+
+/// `x+y-`: a direction's name.
+pub fn direction(offset: &[i32]) -> String {
+    offset
+        .iter()
+        .zip(['x', 'y', 'z'])
+        .filter(|(&o, _)| o != 0)
+        .map(|(&o, a)| format!("{a}{}", if o > 0 { '+' } else { '-' }))
+        .collect()
+}
+
+/// The tag of the message sent towards `offset` (the same at both ends).
+pub fn tag(offset: &[i32]) -> u32 {
+    offset.iter().fold(0u32, |t, &o| t * 3 + (o + 1) as u32)
+}
+
+fn offsets(d: usize, shape: Shape) -> Vec<Vec<i32>> {
+    (0..3usize.pow(d as u32))
+        .map(|code| {
+            (0..d)
+                .map(|a| ((code / 3usize.pow((d - 1 - a) as u32)) % 3) as i32 - 1)
+                .collect::<Vec<i32>>()
+        })
+        .filter(|o| shape.wants(o.iter().filter(|&&x| x != 0).count()))
+        .collect()
+}
+
+/// The job as every rank described it: checked for agreement.
+struct Job<'a> {
+    cards: &'a [Card],
+    /// Rank at each grid position (axis 0 slowest).
+    at: Vec<usize>,
+}
+
+impl<'a> Job<'a> {
+    fn new(cards: &'a [Card]) -> Result<Job<'a>, String> {
+        let first = &cards[0];
+        for (r, c) in cards.iter().enumerate() {
+            c.cart
+                .check()
+                .map_err(|e| format!("rank {r}'s exchange: {e}"))?;
+            let same = c.cart.dims == first.cart.dims
+                && c.cart.periodic == first.cart.periodic
+                && c.cart.halo_lo == first.cart.halo_lo
+                && c.cart.halo_hi == first.cart.halo_hi
+                && c.cart.shape == first.cart.shape;
+            if !same {
+                return Err(format!(
+                    "ranks 0 and {r} describe different exchanges: rank 0 a {:?} grid, periodic {:?}, halo {:?}/{:?}, {:?}; rank {r} a {:?} grid, periodic {:?}, halo {:?}/{:?}, {:?}",
+                    first.cart.dims, first.cart.periodic, first.cart.halo_lo, first.cart.halo_hi, first.cart.shape,
+                    c.cart.dims, c.cart.periodic, c.cart.halo_lo, c.cart.halo_hi, c.cart.shape
+                ));
+            }
+            check_same_fields(first, c, r)?;
+        }
+        let cells: usize = first.cart.dims.iter().product();
+        if cells != cards.len() {
+            return Err(format!(
+                "the process grid {:?} has {cells} positions, the job {} ranks",
+                first.cart.dims,
+                cards.len()
+            ));
+        }
+        let mut at = vec![usize::MAX; cells];
+        for (r, c) in cards.iter().enumerate() {
+            let i = position(&c.cart.dims, &c.cart.coords);
+            if at[i] != usize::MAX {
+                return Err(format!(
+                    "ranks {} and {r} both claim coordinates {:?}",
+                    at[i], c.cart.coords
+                ));
+            }
+            at[i] = r;
+        }
+        Ok(Job { cards, at })
+    }
+
+    /// The neighbours of `rank`, in offset order; none across the edges of
+    /// non-periodic axes.
+    fn neighbours(&self, rank: usize) -> Vec<Neighbour> {
+        let cart = &self.cards[rank].cart;
+        offsets(cart.dims.len(), cart.shape)
+            .into_iter()
+            .filter_map(|offset| {
+                let mut c = Vec::with_capacity(offset.len());
+                for (a, &o) in offset.iter().enumerate() {
+                    let x = cart.coords[a] as i64 + i64::from(o);
+                    let g = cart.dims[a] as i64;
+                    if (x < 0 || x >= g) && !cart.periodic[a] {
+                        return None;
+                    }
+                    c.push(x.rem_euclid(g) as usize);
+                }
+                Some(Neighbour {
+                    rank: self.at[position(&cart.dims, &c)],
+                    offset,
+                })
+            })
+            .collect()
+    }
+
+    /// Checks that each message's shape is the same at both ends: along the
+    /// axes a message runs parallel to, sender and receiver own as many
+    /// cells.
+    fn check_shapes(&self) -> Result<(), String> {
+        for (r, card) in self.cards.iter().enumerate() {
+            for n in self.neighbours(r) {
+                let theirs = &self.cards[n.rank];
+                for (f, (mine, other)) in card.fields.iter().zip(&theirs.fields).enumerate() {
+                    for (a, &o) in n.offset.iter().enumerate() {
+                        if o == 0 && mine.owned_size[a] != other.owned_size[a] {
+                            return Err(format!(
+                                "field {f}: rank {r} owns {} cells along axis {a} and its neighbour rank {} ({}) owns {}: neighbours across an axis must own as many cells along the other axes",
+                                mine.owned_size[a], n.rank, direction(&n.offset), other.owned_size[a]
+                            ));
+                        }
+                    }
+                    // The lengths agree: checked with the field lists.
+                    let d = n.offset.len();
+                    if mine.owned_size[d..] != other.owned_size[d..] {
+                        return Err(format!(
+                            "field {f}: ranks {r} and {} have different extents along the axes beyond the process grid ({:?} vs {:?})",
+                            n.rank, &mine.owned_size[d..], &other.owned_size[d..]
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_same_fields(first: &Card, c: &Card, r: usize) -> Result<(), String> {
+    let agree = |a: &FieldCard, b: &FieldCard| {
+        a.ty == b.ty
+            && a.halo_lo == b.halo_lo
+            && a.halo_hi == b.halo_hi
+            && a.order == b.order
+            && a.owned_size.len() == b.owned_size.len()
+    };
+    let same = c.fields.len() == first.fields.len()
+        && c.fields.iter().zip(&first.fields).all(|(a, b)| agree(a, b));
+    if same {
+        return Ok(());
+    }
+    let list = |c: &Card| {
+        c.fields
+            .iter()
+            .map(FieldCard::describe)
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    Err(format!(
+        "ranks 0 and {r} added different fields (every rank must add the same fields, in the same order, with the same type, halo widths and memory order): rank 0 [{}], rank {r} [{}]",
+        list(first),
+        list(c)
+    ))
+}
+
+fn position(dims: &[usize], coords: &[usize]) -> usize {
+    coords.iter().zip(dims).fold(0, |i, (&c, &d)| i * d + c)
+}
+
+/// Checks every rank's card and returns `me`'s neighbours. Every rank
+/// reaches the same verdict from the same cards.
+pub fn neighbours_of(me: usize, cards: &[Card]) -> Result<Vec<Neighbour>, String> {
+    if cards.is_empty() || me >= cards.len() {
+        return Err(format!("rank {me} in a job of {} ranks", cards.len()));
+    }
+    let job = Job::new(cards)?;
+    job.check_shapes()?;
+    Ok(job.neighbours(me))
+}
+
+/// The bytes of the message to (or from) a neighbour: every field's
+/// region, in field order.
+pub fn message_len(fields: &[FieldSpec], offset: &[i32], send: bool) -> usize {
+    fields
+        .iter()
+        .map(|f| {
+            let r = if send {
+                f.send_region(offset)
+            } else {
+                f.recv_region(offset)
+            };
+            r.cells() * f.ty.size()
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::ElemType;
+
+    fn card(dims: &[usize], coords: &[usize], periodic: &[bool], owned: &[usize]) -> Card {
+        let d = dims.len();
+        Card {
+            cart: Cart {
+                dims: dims.to_vec(),
+                coords: coords.to_vec(),
+                periodic: periodic.to_vec(),
+                halo_lo: vec![1; d],
+                halo_hi: vec![1; d],
+                shape: Shape::Box,
+            },
+            fields: vec![FieldCard {
+                ty: ElemType::F64,
+                owned_size: owned.to_vec(),
+                halo_lo: vec![1; d],
+                halo_hi: vec![1; d],
+                order: (0..d).rev().collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn neighbours_wrap_on_periodic_axes_only() {
+        // A 1 x 2 grid, periodic along axis 1 only.
+        let cards = [
+            card(&[1, 2], &[0, 0], &[false, true], &[4, 4]),
+            card(&[1, 2], &[0, 1], &[false, true], &[4, 4]),
+        ];
+        let n = neighbours_of(0, &cards).unwrap();
+        let got: Vec<(Vec<i32>, usize)> = n.into_iter().map(|n| (n.offset, n.rank)).collect();
+        assert_eq!(got, vec![(vec![0, -1], 1), (vec![0, 1], 1)]);
+    }
+
+    #[test]
+    fn disagreements_fail_on_every_rank_alike() {
+        let good = || {
+            vec![
+                card(&[2, 1], &[0, 0], &[false, false], &[4, 5]),
+                card(&[2, 1], &[1, 0], &[false, false], &[3, 5]),
+            ]
+        };
+        assert!(neighbours_of(0, &good()).is_ok());
+        let mut cards = good();
+        cards[1].fields[0].ty = ElemType::F32;
+        let e0 = neighbours_of(0, &cards).unwrap_err();
+        assert_eq!(e0, neighbours_of(1, &cards).unwrap_err());
+        assert!(e0.contains("different fields"), "{e0}");
+        let mut cards = good();
+        cards[1].cart.coords = vec![0, 0];
+        assert!(neighbours_of(0, &cards).unwrap_err().contains("both claim"));
+        let mut cards = good();
+        cards[1].fields[0].owned_size = vec![3, 6];
+        let e = neighbours_of(1, &cards).unwrap_err();
+        assert!(e.contains("along axis 1"), "{e}");
+        let mut cards = good();
+        cards[0].cart.periodic = vec![true, false];
+        assert!(neighbours_of(1, &cards)
+            .unwrap_err()
+            .contains("different exchanges"));
+        let cards = vec![card(&[2, 2], &[0, 0], &[false, false], &[4, 4])];
+        assert!(neighbours_of(0, &cards)
+            .unwrap_err()
+            .contains("4 positions, the job 1"));
+    }
+
+    #[test]
+    fn tags_and_directions() {
+        assert_eq!(direction(&[1, 0, -1]), "x+z-");
+        assert_ne!(tag(&[1, 0]), tag(&[-1, 0]));
+        assert_eq!(offsets(3, Shape::Star).len(), 6);
+        assert_eq!(offsets(3, Shape::Edges).len(), 18);
+        assert_eq!(offsets(3, Shape::Box).len(), 26);
+    }
+}

@@ -1,0 +1,415 @@
+//! A user's field as the C ABI describes it: element type, extents and
+//! strides of the whole array, the owned box and the halo widths; and the
+//! packing of its regions into messages, in memory order.
+
+use serde::{Deserialize, Serialize};
+
+use sode::Region;
+
+/// The element types a field may have; only their size matters to the
+/// copies (bit for bit), the type is checked to agree across ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ElemType {
+    /// `float`, `real(real32)`.
+    F32,
+    /// `double`, `real(real64)`.
+    F64,
+    /// `int32_t`, `integer(int32)`.
+    I32,
+    /// `int64_t`, `integer(int64)`.
+    I64,
+}
+
+impl ElemType {
+    /// The type with C code `code` (`SODE_F32` ...).
+    pub fn from_code(code: i32) -> Option<ElemType> {
+        Some(match code {
+            0 => ElemType::F32,
+            1 => ElemType::F64,
+            2 => ElemType::I32,
+            3 => ElemType::I64,
+            _ => return None,
+        })
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            ElemType::F32 | ElemType::I32 => 4,
+            ElemType::F64 | ElemType::I64 => 8,
+        }
+    }
+}
+
+/// One field: `extents` and `strides` (in elements) of the whole array per
+/// axis; the owned box `owned_lo .. owned_lo + owned_size`; the halo widths
+/// below and above it on the axes of the process grid (the first axes).
+/// Along further axes (components, levels) the owned range travels whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldSpec {
+    /// Element type.
+    pub ty: ElemType,
+    /// Elements per axis, halos included.
+    pub extents: Vec<usize>,
+    /// Elements between neighbours along each axis.
+    pub strides: Vec<usize>,
+    /// First owned element per axis.
+    pub owned_lo: Vec<usize>,
+    /// Owned elements per axis.
+    pub owned_size: Vec<usize>,
+    /// Halo width below the owned box, per process-grid axis.
+    pub halo_lo: Vec<usize>,
+    /// Halo width above it.
+    pub halo_hi: Vec<usize>,
+}
+
+/// What the other ranks must agree on about a field.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FieldCard {
+    /// Element type.
+    pub ty: ElemType,
+    /// Owned elements per axis.
+    pub owned_size: Vec<usize>,
+    /// Halo widths below.
+    pub halo_lo: Vec<usize>,
+    /// Halo widths above.
+    pub halo_hi: Vec<usize>,
+    /// Axes from fastest to slowest in memory (the packing order).
+    pub order: Vec<usize>,
+}
+
+impl FieldCard {
+    /// `f64[10x12] halo 1/1,2/2 order 1,0`, for error messages.
+    pub fn describe(&self) -> String {
+        let halos: Vec<String> = self
+            .halo_lo
+            .iter()
+            .zip(&self.halo_hi)
+            .map(|(l, h)| format!("{l}/{h}"))
+            .collect();
+        format!(
+            "{:?} owned {:?} halo {} fastest axis {}",
+            self.ty,
+            self.owned_size,
+            halos.join(","),
+            self.order.first().copied().unwrap_or(0)
+        )
+    }
+}
+
+/// The byte range `0..span` a field's elements occupy, and checks that no
+/// two elements share memory.
+fn span_bytes(ty: ElemType, extents: &[usize], strides: &[usize]) -> Result<usize, String> {
+    let mut order: Vec<usize> = (0..extents.len()).collect();
+    order.sort_by_key(|&a| (strides[a], a));
+    // Axes in stride order must nest: each stride at least the span of the
+    // faster axes, so that distinct indices never share an element.
+    let mut covered = 1usize;
+    for &a in &order {
+        if strides[a] < covered {
+            return Err(format!(
+                "axis {a}'s stride {} is smaller than the {covered} elements the faster axes span: elements would overlap",
+                strides[a]
+            ));
+        }
+        covered = (extents[a] - 1)
+            .checked_mul(strides[a])
+            .and_then(|x| x.checked_add(covered))
+            .ok_or("the extents and strides overflow the address space")?;
+    }
+    covered
+        .checked_mul(ty.size())
+        .filter(|&b| b <= isize::MAX as usize)
+        .ok_or_else(|| "the extents and strides overflow the address space".into())
+}
+
+impl FieldSpec {
+    /// Checks the field against an exchange with `grid_axes` process-grid
+    /// axes and halo widths `max_lo`, `max_hi`; returns the bytes it spans.
+    pub fn check(
+        &self,
+        grid_axes: usize,
+        max_lo: &[usize],
+        max_hi: &[usize],
+    ) -> Result<usize, String> {
+        let d = self.extents.len();
+        let lens = [
+            self.strides.len(),
+            self.owned_lo.len(),
+            self.owned_size.len(),
+        ];
+        if lens.iter().any(|&l| l != d)
+            || self.halo_lo.len() != grid_axes
+            || self.halo_hi.len() != grid_axes
+        {
+            return Err("the field's per-axis arrays have different lengths".into());
+        }
+        if d < grid_axes || d > 8 {
+            return Err(format!(
+                "a field of {d} axes in an exchange of {grid_axes}: a field has the process grid's axes first, then at most {} more",
+                8 - grid_axes
+            ));
+        }
+        for a in 0..d {
+            let (n, lo, size) = (self.extents[a], self.owned_lo[a], self.owned_size[a]);
+            if n == 0 || size == 0 || self.strides[a] == 0 {
+                return Err(format!(
+                    "axis {a}: extents, owned sizes and strides must be at least 1"
+                ));
+            }
+            let (hl, hh) = if a < grid_axes {
+                (self.halo_lo[a], self.halo_hi[a])
+            } else {
+                (0, 0)
+            };
+            if a < grid_axes && (hl > max_lo[a] || hh > max_hi[a]) {
+                return Err(format!(
+                    "axis {a}: its halo {hl}/{hh} is wider than the exchange's {}/{}",
+                    max_lo[a], max_hi[a]
+                ));
+            }
+            if lo < hl
+                || lo
+                    .checked_add(size)
+                    .and_then(|e| e.checked_add(hh))
+                    .is_none_or(|e| e > n)
+            {
+                return Err(format!(
+                    "axis {a}: the owned box {lo}..{} with halo {hl}/{hh} does not fit the extent {n}",
+                    lo.saturating_add(size)
+                ));
+            }
+            if a < grid_axes && (hl > size || hh > size) {
+                return Err(format!(
+                    "axis {a}: {size} owned elements, fewer than the halo width {}: a neighbour's halo would need cells this rank does not own",
+                    hl.max(hh)
+                ));
+            }
+        }
+        span_bytes(self.ty, &self.extents, &self.strides)
+    }
+
+    /// Axes from fastest to slowest in memory.
+    pub fn order(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.extents.len()).collect();
+        order.sort_by_key(|&a| (self.strides[a], a));
+        order
+    }
+
+    /// What the other ranks must agree on.
+    pub fn card(&self) -> FieldCard {
+        FieldCard {
+            ty: self.ty,
+            owned_size: self.owned_size.clone(),
+            halo_lo: self.halo_lo.clone(),
+            halo_hi: self.halo_hi.clone(),
+            order: self.order(),
+        }
+    }
+
+    /// The cells sent to the neighbour at `offset` (process-grid axes):
+    /// the owned cells that fill its halo. Empty when it has no halo there.
+    pub fn send_region(&self, offset: &[i32]) -> Region {
+        self.region(offset, |a, o, lo, n| match o {
+            -1 => (lo, self.halo_hi[a]),
+            1 => (lo + n - self.halo_lo[a], self.halo_lo[a]),
+            _ => (lo, n),
+        })
+    }
+
+    /// The halo cells the neighbour at `offset` fills.
+    pub fn recv_region(&self, offset: &[i32]) -> Region {
+        self.region(offset, |a, o, lo, n| match o {
+            -1 => (lo - self.halo_lo[a], self.halo_lo[a]),
+            1 => (lo + n, self.halo_hi[a]),
+            _ => (lo, n),
+        })
+    }
+
+    fn region(
+        &self,
+        offset: &[i32],
+        along: impl Fn(usize, i32, usize, usize) -> (usize, usize),
+    ) -> Region {
+        let (start, size) = (0..self.extents.len())
+            .map(|a| {
+                let (lo, n) = (self.owned_lo[a], self.owned_size[a]);
+                match offset.get(a) {
+                    Some(&o) => along(a, o, lo, n),
+                    // Axes beyond the process grid: the owned range.
+                    None => (lo, n),
+                }
+            })
+            .unzip();
+        Region { start, size }
+    }
+
+    /// Calls `run(element_offset, elements)` for each contiguous run of
+    /// `r`, in memory order (fastest axis innermost).
+    fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
+        if r.cells() == 0 {
+            return;
+        }
+        let order = self.order();
+        let inner = order[0];
+        let contiguous = self.strides[inner] == 1;
+        let (run_len, outer) = if contiguous {
+            (r.size[inner], &order[1..])
+        } else {
+            (1, &order[..])
+        };
+        let mut idx = vec![0usize; outer.len()];
+        loop {
+            let mut at = 0;
+            for a in 0..self.extents.len() {
+                let i = outer.iter().position(|&x| x == a).map_or(0, |k| idx[k]);
+                at += (r.start[a] + i) * self.strides[a];
+            }
+            run(at, run_len);
+            // Odometer over the outer axes, fastest first.
+            let mut k = 0;
+            loop {
+                if k == outer.len() {
+                    return;
+                }
+                idx[k] += 1;
+                if idx[k] < r.size[outer[k]] {
+                    break;
+                }
+                idx[k] = 0;
+                k += 1;
+            }
+        }
+    }
+
+    /// Copies region `r` of the field (`field`: its bytes from its base)
+    /// into `out`, in memory order.
+    pub fn pack(&self, field: &[u8], r: &Region, out: &mut [u8]) {
+        let e = self.ty.size();
+        let mut k = 0;
+        self.runs(r, |at, n| {
+            out[k..k + n * e].copy_from_slice(&field[at * e..(at + n) * e]);
+            k += n * e;
+        });
+    }
+
+    /// The inverse of [`pack`](Self::pack).
+    pub fn unpack(&self, data: &[u8], r: &Region, field: &mut [u8]) {
+        let e = self.ty.size();
+        let mut k = 0;
+        self.runs(r, |at, n| {
+            field[at * e..(at + n) * e].copy_from_slice(&data[k..k + n * e]);
+            k += n * e;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 2-D field of f64, C order (axis 1 fastest), owned 4 x 3 with halo
+    /// widths 1/2 on axis 0 and 2/1 on axis 1.
+    fn c_order() -> FieldSpec {
+        FieldSpec {
+            ty: ElemType::F64,
+            extents: vec![7, 6],
+            strides: vec![6, 1],
+            owned_lo: vec![1, 2],
+            owned_size: vec![4, 3],
+            halo_lo: vec![1, 2],
+            halo_hi: vec![2, 1],
+        }
+    }
+
+    #[test]
+    fn regions_follow_the_halo_widths_of_the_receiving_side() {
+        let f = c_order();
+        assert_eq!(f.check(2, &[1, 2], &[2, 1]), Ok(7 * 6 * 8));
+        // To the low neighbour on axis 0: the rows filling its high halo (2).
+        let r = f.send_region(&[-1, 0]);
+        assert_eq!((r.start, r.size), (vec![1, 2], vec![2, 3]));
+        let r = f.recv_region(&[1, 1]);
+        assert_eq!((r.start, r.size), (vec![5, 5], vec![2, 1]));
+        let r = f.send_region(&[1, -1]);
+        assert_eq!((r.start, r.size), (vec![4, 2], vec![1, 1]));
+    }
+
+    #[test]
+    fn pack_and_unpack_round_trip_in_memory_order() {
+        let f = c_order();
+        let field: Vec<u8> = (0..7 * 6 * 8).map(|i| i as u8).collect();
+        let r = f.send_region(&[-1, 0]);
+        let mut out = vec![0u8; r.cells() * 8];
+        f.pack(&field, &r, &mut out);
+        // Row 1, columns 2..5, then row 2.
+        let cell = |i: usize, j: usize| &field[(i * 6 + j) * 8..(i * 6 + j + 1) * 8];
+        assert_eq!(&out[..8], cell(1, 2));
+        assert_eq!(&out[8..16], cell(1, 3));
+        assert_eq!(&out[24..32], cell(2, 2));
+        let mut back = vec![0u8; field.len()];
+        f.unpack(&out, &r, &mut back);
+        assert_eq!(
+            &back[(6 + 2) * 8..(6 + 5) * 8],
+            &field[(6 + 2) * 8..(6 + 5) * 8]
+        );
+        assert!(back[..(6 + 2) * 8].iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn a_strided_axis_is_packed_element_by_element() {
+        // Fortran order with padding: axis 0 fastest but stride 2.
+        let f = FieldSpec {
+            strides: vec![2, 14],
+            ..c_order()
+        };
+        assert!(f.check(2, &[1, 2], &[2, 1]).is_ok());
+        let field: Vec<u8> = (0..14 * 6 * 8).map(|i| (i / 8) as u8).collect();
+        let r = f.recv_region(&[0, -1]);
+        let mut out = vec![0u8; r.cells() * 8];
+        f.pack(&field, &r, &mut out);
+        let elems: Vec<u8> = out.chunks(8).map(|c| c[0]).collect();
+        // Axis 0 fastest: (1,0) (2,0) .. (4,0), then (1,1) ..
+        assert_eq!(elems, vec![2, 4, 6, 8, 16, 18, 20, 22]);
+    }
+
+    #[test]
+    fn bad_fields_are_named() {
+        let err = |f: FieldSpec| f.check(2, &[1, 2], &[2, 1]).unwrap_err();
+        assert!(err(FieldSpec {
+            halo_lo: vec![2, 2],
+            owned_lo: vec![2, 2],
+            ..c_order()
+        })
+        .contains("wider than the exchange's"));
+        assert!(err(FieldSpec {
+            owned_lo: vec![0, 2],
+            ..c_order()
+        })
+        .contains("does not fit the extent"));
+        assert!(err(FieldSpec {
+            strides: vec![6, 2],
+            ..c_order()
+        })
+        .contains("overlap"));
+        let one_axis = FieldSpec {
+            extents: vec![7],
+            strides: vec![1],
+            owned_lo: vec![1],
+            owned_size: vec![4],
+            ..c_order()
+        };
+        assert!(err(one_axis).contains("axes"));
+        assert!(err(FieldSpec {
+            strides: vec![usize::MAX / 2, 1],
+            ..c_order()
+        })
+        .contains("overflow"));
+        assert!(err(FieldSpec {
+            owned_size: vec![1, 3],
+            extents: vec![4, 6],
+            ..c_order()
+        })
+        .contains("fewer than the halo width"));
+    }
+}

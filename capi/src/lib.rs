@@ -1,0 +1,81 @@
+//! # sode-capi — the C ABI of sode
+//!
+//! `libsode.so` / `libsode.a` and `sode.h` for C, C++ and (through the
+//! `sode` Fortran module) Fortran stencil codes. Every function returns a
+//! status code (`SODE_OK` is 0) and leaves a message for
+//! [`sode_last_error`](sys::sode_last_error) on the calling thread; no
+//! panic crosses into C (one is caught and reported as
+//! `SODE_ERR_INTERNAL`); collective calls fail on every rank alike.
+//!
+//! ```c
+//! sode_comm *comm;            /* sode_comm_create_mpi(MPI_COMM_WORLD, 60, &comm) with libsode_mpi */
+//! sode_comm_create_env(60.0, &comm);
+//! sode_exchange *x;
+//! int dims[2] = {2, 2}, coords[2] = {...}, periodic[2] = {1, 0}, h[2] = {1, 1};
+//! sode_exchange_create_cart(comm, 2, dims, coords, periodic, h, h, SODE_BOX, &x);
+//! int64_t ext[2] = {ny + 2, nx + 2}, lo[2] = {1, 1}, own[2] = {ny, nx};
+//! sode_exchange_add_field(x, u, SODE_F64, 2, ext, lo, own, NULL, NULL, SODE_ORDER_C);
+//! sode_exchange_commit(x);                       /* collective */
+//! for (...) { sode_exchange_start(x); /* interior */ sode_exchange_wait(x, 10.0); /* boundary */ }
+//! sode_exchange_free(&x); sode_comm_free(&comm);
+//! ```
+//!
+//! The safe logic lives in [`cart`], [`field`] and [`exchange`]; every
+//! `unsafe` (pointers from C) in `sys`.
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
+pub mod cart;
+pub mod comm;
+pub mod error;
+pub mod exchange;
+pub mod field;
+#[allow(unsafe_code)]
+pub mod sys;
+
+use std::ffi::c_int;
+
+/// The version of this ABI: a program built against another refuses to run
+/// (compare with `sode_abi_version()`).
+pub const SODE_ABI_VERSION: c_int = 1;
+
+/// Success.
+pub const SODE_OK: c_int = error::status::OK;
+/// A required pointer argument was null.
+pub const SODE_ERR_NULL: c_int = error::status::ERR_NULL;
+/// An invalid argument.
+pub const SODE_ERR_ARG: c_int = error::status::ERR_ARG;
+/// A call in the wrong state (commit twice, start before commit, wait
+/// without start, free while in flight, use after a failure).
+pub const SODE_ERR_STATE: c_int = error::status::ERR_STATE;
+/// `sode_exchange_wait` reached its timeout; call it again.
+pub const SODE_ERR_TIMEOUT: c_int = error::status::ERR_TIMEOUT;
+/// Finding or meeting the other ranks failed.
+pub const SODE_ERR_BOOTSTRAP: c_int = error::status::ERR_BOOTSTRAP;
+/// The ranks described different exchanges.
+pub const SODE_ERR_MISMATCH: c_int = error::status::ERR_MISMATCH;
+/// A channel failed: a peer died, the device or shared memory failed.
+pub const SODE_ERR_CHANNEL: c_int = error::status::ERR_CHANNEL;
+/// A bug in sode (a caught panic).
+pub const SODE_ERR_INTERNAL: c_int = error::status::ERR_INTERNAL;
+
+/// `float` / `real(real32)`.
+pub const SODE_F32: c_int = 0;
+/// `double` / `real(real64)`.
+pub const SODE_F64: c_int = 1;
+/// `int32_t` / `integer(int32)`.
+pub const SODE_I32: c_int = 2;
+/// `int64_t` / `integer(int64)`.
+pub const SODE_I64: c_int = 3;
+
+/// Neighbours across faces only.
+pub const SODE_STAR: c_int = 0;
+/// Faces and edges, no corners (3-D; the same as `SODE_BOX` in 2-D).
+pub const SODE_STAR_EDGES: c_int = 1;
+/// Faces, edges and corners.
+pub const SODE_BOX: c_int = 2;
+
+/// The last axis is contiguous (`a[i][j]`).
+pub const SODE_ORDER_C: c_int = 0;
+/// The first axis is contiguous (`a(i, j)`).
+pub const SODE_ORDER_FORTRAN: c_int = 1;

@@ -1,0 +1,661 @@
+//! The C functions, and every `unsafe` of the crate: pointers and arrays
+//! from C are checked for null and turned into owned Rust values here, at
+//! the boundary; the user's field memory is reached only through
+//! [`UserMemory`]. Each function runs inside [`call`], which catches panics
+//! and records the message for `sode_last_error`.
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use sode_job::AllgatherFn;
+
+use crate::cart::{Cart, Shape};
+use crate::comm::{seconds, Comm};
+use crate::error::{CapiError, Result};
+use crate::exchange::Exchange;
+use crate::field::{ElemType, FieldSpec};
+use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_last_error(message: &str) {
+    let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
+    LAST_ERROR.with(|l| *l.borrow_mut() = c);
+}
+
+/// Runs `f` for C function `op`: its status, its message kept for
+/// `sode_last_error` (empty on success), a panic caught and reported.
+fn call(op: &'static str, f: impl FnOnce() -> Result<()>) -> c_int {
+    let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
+        let why = panic
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into());
+        Err(CapiError::Internal { op, why })
+    });
+    match outcome {
+        Ok(()) => {
+            set_last_error("");
+            SODE_OK
+        }
+        Err(e) => {
+            let message = sode_job::diag::chain(&e);
+            tracing::debug!(op, "{message}");
+            set_last_error(&message);
+            e.status()
+        }
+    }
+}
+
+/// The user's memory of one field: `len` bytes from `base`.
+#[derive(Debug)]
+pub struct UserMemory {
+    base: *mut u8,
+    len: usize,
+}
+
+impl UserMemory {
+    /// # Safety
+    /// `base` must be valid for reads and writes of `len` bytes for as long
+    /// as the exchange that holds this exists, and nothing else may access
+    /// those bytes while a sode call on that exchange runs.
+    unsafe fn new(base: *mut u8, len: usize) -> UserMemory {
+        UserMemory { base, len }
+    }
+
+    /// The field's bytes, for packing.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `new`'s contract: valid for `len` bytes while the
+        // exchange exists, and not written by others during this call.
+        unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    /// The field's bytes, for unpacking.
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, and `&mut self` makes this the only view
+        // sode holds.
+        unsafe { std::slice::from_raw_parts_mut(self.base, self.len) }
+    }
+}
+
+/// `n` values from a C array; an error naming `arg` when it is null.
+///
+/// # Safety
+/// A non-null `ptr` must point to `n` readable values.
+unsafe fn array<T: Copy>(
+    op: &'static str,
+    arg: &'static str,
+    ptr: *const T,
+    n: usize,
+) -> Result<Vec<T>> {
+    if ptr.is_null() {
+        return Err(CapiError::Null { op, arg });
+    }
+    // SAFETY: non-null, and the caller's contract gives `n` values.
+    Ok(unsafe { std::slice::from_raw_parts(ptr, n) }.to_vec())
+}
+
+/// Non-negative C integers as sizes.
+fn sizes<T: Copy + Into<i64>>(
+    op: &'static str,
+    arg: &'static str,
+    values: &[T],
+) -> Result<Vec<usize>> {
+    values
+        .iter()
+        .enumerate()
+        .map(|(a, &v)| {
+            let v: i64 = v.into();
+            usize::try_from(v).map_err(|_| CapiError::Invalid {
+                op,
+                why: format!("{arg}[{a}] is {v}: it must not be negative"),
+            })
+        })
+        .collect()
+}
+
+/// Writes a new handle to `out`.
+///
+/// # Safety
+/// A non-null `out` must be valid for a write.
+unsafe fn put<T>(op: &'static str, out: *mut *mut T, value: T) -> Result<()> {
+    if out.is_null() {
+        return Err(CapiError::Null { op, arg: "out" });
+    }
+    // SAFETY: non-null, and the caller's contract.
+    unsafe { *out = Box::into_raw(Box::new(value)) };
+    Ok(())
+}
+
+/// The handle behind a C pointer.
+///
+/// # Safety
+/// A non-null `p` must come from the matching `create` and not be freed.
+unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Result<&'a mut T> {
+    // SAFETY: the caller's contract.
+    unsafe { p.as_mut() }.ok_or(CapiError::Null { op, arg })
+}
+
+/// The version of the ABI this library implements (`SODE_ABI_VERSION`).
+#[no_mangle]
+pub extern "C" fn sode_abi_version() -> c_int {
+    SODE_ABI_VERSION
+}
+
+/// The message of the last sode call on this thread: empty after a call
+/// that succeeded. Valid until the next sode call on this thread.
+#[no_mangle]
+pub extern "C" fn sode_last_error() -> *const c_char {
+    LAST_ERROR.with(|l| l.borrow().as_ptr())
+}
+
+/// A communicator from the launcher's environment: `sode-run`, or
+/// `SODE_ROOT` and `SODE_JOB_SECRET` with Slurm's, Open MPI's or PMI's rank
+/// variables; a process nothing launched is a job of one. Collective.
+///
+/// # Safety
+/// `comm` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_create_env(timeout_s: f64, comm: *mut *mut Comm) -> c_int {
+    let op = "sode_comm_create_env";
+    call(op, || {
+        let c = Comm::from_env(seconds(op, timeout_s)?)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(op, comm, c) }
+    })
+}
+
+/// A fixed-size allgather lent by the program: `all` receives every rank's
+/// `bytes` bytes of `mine`, in rank order; returns 0 on success.
+pub type SodeAllgatherFn = Option<
+    unsafe extern "C" fn(
+        mine: *const c_void,
+        all: *mut c_void,
+        bytes: usize,
+        ctx: *mut c_void,
+    ) -> c_int,
+>;
+
+/// Called once with the allgather's `ctx` when sode no longer needs it.
+pub type SodeReleaseFn = Option<unsafe extern "C" fn(ctx: *mut c_void)>;
+
+/// A program's allgather, callable from Rust.
+struct Lent {
+    gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, *mut c_void) -> c_int,
+    ctx: *mut c_void,
+    release: SodeReleaseFn,
+}
+
+// SAFETY: sode calls the allgather only from inside sode calls on the
+// communicator's handles, on the threads the program makes them from, as
+// sode_comm_create_allgather documents; the context travels with it.
+unsafe impl Send for Lent {}
+
+impl Lent {
+    fn gather(&self, mine: &[u8], all: &mut [u8]) -> std::result::Result<(), String> {
+        // SAFETY: `mine` and `all` are live Rust buffers of the sizes the
+        // allgather contract names (`all` is `bytes` times the ranks); the
+        // program's function with its own context.
+        let rc = unsafe {
+            (self.gather)(
+                mine.as_ptr().cast(),
+                all.as_mut_ptr().cast(),
+                mine.len(),
+                self.ctx,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(format!("it returned {rc}"))
+        }
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(release) = self.release {
+            // SAFETY: the program gave `release` for this `ctx`, called once.
+            unsafe { release(self.ctx) };
+        }
+    }
+}
+
+/// A communicator over the program's own allgather (`libsode_mpi` lends an
+/// MPI communicator's): sode's ranks are its ranks. `release(ctx)` is
+/// called when the last handle using it is freed. Collective.
+///
+/// # Safety
+/// `allgather` must be callable with `ctx` from the threads that make sode
+/// calls, until `release` is called; `comm` must be valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_create_allgather(
+    rank: c_int,
+    size: c_int,
+    allgather: SodeAllgatherFn,
+    ctx: *mut c_void,
+    release: SodeReleaseFn,
+    timeout_s: f64,
+    comm: *mut *mut Comm,
+) -> c_int {
+    let op = "sode_comm_create_allgather";
+    call(op, || {
+        let gather = allgather.ok_or(CapiError::Null {
+            op,
+            arg: "allgather",
+        })?;
+        let lent = Lent {
+            gather,
+            ctx,
+            release,
+        };
+        let [rank, size] = <[usize; 2]>::try_from(sizes(op, "rank and size", &[rank, size])?)
+            .map_err(|_| CapiError::Internal {
+                op,
+                why: "two sizes".into(),
+            })?;
+        let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8]| lent.gather(mine, all));
+        let c = Comm::over_allgather(rank, size, f, seconds(op, timeout_s)?)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(op, comm, c) }
+    })
+}
+
+/// This rank in `comm`.
+///
+/// # Safety
+/// `comm` from a `sode_comm_create_*`, not freed; `rank` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_rank(comm: *mut Comm, rank: *mut c_int) -> c_int {
+    let op = "sode_comm_rank";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        // SAFETY: the caller's contract.
+        let out = unsafe { handle(op, "rank", rank) }?;
+        *out = c.world.rank() as c_int;
+        Ok(())
+    })
+}
+
+/// The number of ranks in `comm`.
+///
+/// # Safety
+/// `comm` from a `sode_comm_create_*`, not freed; `size` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_size(comm: *mut Comm, size: *mut c_int) -> c_int {
+    let op = "sode_comm_size";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        // SAFETY: the caller's contract.
+        let out = unsafe { handle(op, "size", size) }?;
+        *out = c.world.size() as c_int;
+        Ok(())
+    })
+}
+
+/// Frees a communicator and sets `*comm` to NULL (exchanges made from it
+/// keep what they need). NULL or `*comm == NULL` is a no-op.
+///
+/// # Safety
+/// `*comm` from a `sode_comm_create_*`, not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_free(comm: *mut *mut Comm) -> c_int {
+    call("sode_comm_free", || {
+        if comm.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract: `*comm` is null or ours.
+        unsafe {
+            if !(*comm).is_null() {
+                drop(Box::from_raw(*comm));
+                *comm = std::ptr::null_mut();
+            }
+        }
+        Ok(())
+    })
+}
+
+/// A Cartesian exchange: `ndims` (2 or 3) axes, `dims` processes per axis,
+/// this rank's `coords`, `periodic` axes (non-zero), halo widths below
+/// (`halo_lo`) and above (`halo_hi`) the owned box per axis (the widest of
+/// any field), and `shape` (`SODE_STAR`, `SODE_STAR_EDGES`, `SODE_BOX`).
+/// Axis `a` of the grid is axis `a` (index position `a`) of every field.
+///
+/// # Safety
+/// `comm` from a `sode_comm_create_*`; the arrays hold `ndims` values;
+/// `exchange` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_create_cart(
+    comm: *mut Comm,
+    ndims: c_int,
+    dims: *const c_int,
+    coords: *const c_int,
+    periodic: *const c_int,
+    halo_lo: *const c_int,
+    halo_hi: *const c_int,
+    shape: c_int,
+    exchange: *mut *mut Exchange,
+) -> c_int {
+    let op = "sode_exchange_create_cart";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        let d = match ndims {
+            2 | 3 => ndims as usize,
+            _ => {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("ndims is {ndims}: sode exchanges 2-D and 3-D process grids"),
+                })
+            }
+        };
+        let shape = Shape::from_code(shape).ok_or_else(|| CapiError::Invalid {
+            op,
+            why: format!("shape {shape}: use SODE_STAR, SODE_STAR_EDGES or SODE_BOX"),
+        })?;
+        // SAFETY: the caller's contract: `ndims` values each.
+        let (dims, coords, periodic, lo, hi) = unsafe {
+            (
+                array(op, "dims", dims, d)?,
+                array(op, "coords", coords, d)?,
+                array(op, "periodic", periodic, d)?,
+                array(op, "halo_lo", halo_lo, d)?,
+                array(op, "halo_hi", halo_hi, d)?,
+            )
+        };
+        let cart = Cart {
+            dims: sizes(op, "dims", &dims)?,
+            coords: sizes(op, "coords", &coords)?,
+            periodic: periodic.iter().map(|&p| p != 0).collect(),
+            halo_lo: sizes(op, "halo_lo", &lo)?,
+            halo_hi: sizes(op, "halo_hi", &hi)?,
+            shape,
+        };
+        let x = Exchange::cartesian(c.world.clone(), c.timeout, cart)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(op, exchange, x) }
+    })
+}
+
+/// Strides in elements for C (last axis contiguous) or Fortran order.
+fn strides_of(op: &'static str, extents: &[usize], order: c_int) -> Result<Vec<usize>> {
+    let mut axes: Vec<usize> = (0..extents.len()).collect();
+    match order {
+        SODE_ORDER_C => axes.reverse(),
+        SODE_ORDER_FORTRAN => {}
+        _ => {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("order {order}: use SODE_ORDER_C or SODE_ORDER_FORTRAN"),
+            })
+        }
+    }
+    let mut strides = vec![0; extents.len()];
+    let mut s = 1usize;
+    for a in axes {
+        strides[a] = s;
+        s = s
+            .checked_mul(extents[a])
+            .ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!("extents {extents:?} overflow the address space"),
+            })?;
+    }
+    Ok(strides)
+}
+
+/// The raw arguments of an `add_field` call.
+struct FieldArgs {
+    base: *mut c_void,
+    ty: c_int,
+    ndims: c_int,
+    extents: *const i64,
+    strides: Option<*const i64>,
+    order: c_int,
+    owned_lo: *const i64,
+    owned_size: *const i64,
+    halo_lo: *const c_int,
+    halo_hi: *const c_int,
+}
+
+/// # Safety
+/// As `sode_exchange_add_field_strided`.
+unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let x = unsafe { handle(op, "exchange", exchange) }?;
+    if args.base.is_null() {
+        return Err(CapiError::Null { op, arg: "base" });
+    }
+    let ty = ElemType::from_code(args.ty).ok_or_else(|| CapiError::Invalid {
+        op,
+        why: format!(
+            "element type {}: use SODE_F32, SODE_F64, SODE_I32 or SODE_I64",
+            args.ty
+        ),
+    })?;
+    let d = usize::try_from(args.ndims)
+        .ok()
+        .filter(|d| (1..=8).contains(d))
+        .ok_or_else(|| CapiError::Invalid {
+            op,
+            why: format!("ndims is {}: a field has 1 to 8 axes", args.ndims),
+        })?;
+    let g = x.dims();
+    // SAFETY: the caller's contract: `ndims` values each, the halo arrays
+    // as many as the exchange has axes.
+    let (extents, owned_lo, owned_size) = unsafe {
+        (
+            sizes(op, "extents", &array(op, "extents", args.extents, d)?)?,
+            sizes(op, "owned_lo", &array(op, "owned_lo", args.owned_lo, d)?)?,
+            sizes(
+                op,
+                "owned_size",
+                &array(op, "owned_size", args.owned_size, d)?,
+            )?,
+        )
+    };
+    let strides = match args.strides {
+        // SAFETY: as above.
+        Some(p) => sizes(op, "strides", &unsafe { array(op, "strides", p, d) }?)?,
+        None => strides_of(op, &extents, args.order)?,
+    };
+    let (max_lo, max_hi) = x.halo_widths();
+    let widths = |p: *const c_int, name, max: &[usize]| -> Result<Vec<usize>> {
+        if p.is_null() {
+            Ok(max.to_vec())
+        } else {
+            // SAFETY: the caller's contract.
+            sizes(op, name, &unsafe { array(op, name, p, g) }?)
+        }
+    };
+    let spec = FieldSpec {
+        ty,
+        halo_lo: widths(args.halo_lo, "halo_lo", max_lo)?,
+        halo_hi: widths(args.halo_hi, "halo_hi", max_hi)?,
+        extents,
+        strides,
+        owned_lo,
+        owned_size,
+    };
+    let base = args.base.cast::<u8>();
+    // SAFETY: the caller promised the array spans the extents and strides
+    // given (checked to be `span` bytes) and outlives the exchange.
+    x.add_field(spec, |span| unsafe { UserMemory::new(base, span) })
+}
+
+/// Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array
+/// of `ndims` axes with `extents` elements each (halos included), in
+/// `order` (`SODE_ORDER_C` or `SODE_ORDER_FORTRAN`), owning the box
+/// `owned_lo .. owned_lo + owned_size` (0-based) with halo widths
+/// `halo_lo` / `halo_hi` on the process grid's axes (NULL: the exchange's;
+/// at most the exchange's). Axes beyond the grid's travel whole (their
+/// owned range). Every rank adds the same fields in the same order.
+///
+/// # Safety
+/// `base` must stay valid for the whole array until the exchange is freed,
+/// and not be accessed by other threads during sode calls on it; the arrays
+/// hold `ndims` values (the halo arrays the exchange's `ndims`).
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_field(
+    exchange: *mut Exchange,
+    base: *mut c_void,
+    r#type: c_int,
+    ndims: c_int,
+    extents: *const i64,
+    owned_lo: *const i64,
+    owned_size: *const i64,
+    halo_lo: *const c_int,
+    halo_hi: *const c_int,
+    order: c_int,
+) -> c_int {
+    let op = "sode_exchange_add_field";
+    let args = FieldArgs {
+        base,
+        ty: r#type,
+        ndims,
+        extents,
+        strides: None,
+        order,
+        owned_lo,
+        owned_size,
+        halo_lo,
+        halo_hi,
+    };
+    // SAFETY: the caller's contract.
+    call(op, || unsafe { add_field(op, exchange, args) })
+}
+
+/// As `sode_exchange_add_field`, with explicit `strides` (in elements, per
+/// axis) instead of an order: padded or sub-arrays.
+///
+/// # Safety
+/// As `sode_exchange_add_field`; `strides` holds `ndims` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_field_strided(
+    exchange: *mut Exchange,
+    base: *mut c_void,
+    r#type: c_int,
+    ndims: c_int,
+    extents: *const i64,
+    strides: *const i64,
+    owned_lo: *const i64,
+    owned_size: *const i64,
+    halo_lo: *const c_int,
+    halo_hi: *const c_int,
+) -> c_int {
+    let op = "sode_exchange_add_field_strided";
+    call(op, || {
+        if strides.is_null() {
+            return Err(CapiError::Null { op, arg: "strides" });
+        }
+        let args = FieldArgs {
+            base,
+            ty: r#type,
+            ndims,
+            extents,
+            strides: Some(strides),
+            order: SODE_ORDER_C,
+            owned_lo,
+            owned_size,
+            halo_lo,
+            halo_hi,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { add_field(op, exchange, args) }
+    })
+}
+
+/// The exchange behind a handle, for the calls below.
+///
+/// # Safety
+/// `x` from `sode_exchange_create_*`, not freed.
+unsafe fn with_exchange(
+    op: &'static str,
+    x: *mut Exchange,
+    f: impl FnOnce(&mut Exchange) -> Result<()>,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    call(op, || f(unsafe { handle(op, "exchange", x) }?))
+}
+
+/// Checks the exchange across the job and sets up its channels.
+/// Collective: every rank returns the same status.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut Exchange) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { with_exchange("sode_exchange_commit", exchange, Exchange::commit) }
+}
+
+/// Packs every field's faces and starts the exchange; returns at once.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { with_exchange("sode_exchange_start", exchange, Exchange::start) }
+}
+
+/// One pass: `*done` is 1 once every halo has arrived and is unpacked
+/// (the exchange is then complete), else 0.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `done` valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_test(exchange: *mut Exchange, done: *mut c_int) -> c_int {
+    let op = "sode_exchange_test";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let out = handle(op, "done", done)?;
+            *out = c_int::from(x.test()?);
+            Ok(())
+        })
+    }
+}
+
+/// Waits up to `timeout_s` seconds for every halo and unpacks them;
+/// `SODE_ERR_TIMEOUT` when the time ran out (call it again).
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_wait(exchange: *mut Exchange, timeout_s: f64) -> c_int {
+    let op = "sode_exchange_wait";
+    // SAFETY: the caller's contract.
+    unsafe { with_exchange(op, exchange, |x| x.wait(seconds(op, timeout_s)?)) }
+}
+
+/// Frees an exchange and sets `*exchange` to NULL; refused
+/// (`SODE_ERR_STATE`, nothing freed) while an exchange is in flight. NULL
+/// or `*exchange == NULL` is a no-op.
+///
+/// # Safety
+/// `*exchange` from `sode_exchange_create_*`, not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_free(exchange: *mut *mut Exchange) -> c_int {
+    call("sode_exchange_free", || {
+        if exchange.is_null() {
+            return Ok(());
+        }
+        // SAFETY: the caller's contract: `*exchange` is null or ours.
+        unsafe {
+            if let Some(x) = (*exchange).as_mut() {
+                x.check_free()?;
+                drop(Box::from_raw(*exchange));
+                *exchange = std::ptr::null_mut();
+            }
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,286 @@
+//! An out-of-band exchange over a collective the program already runs: an
+//! MPI communicator's allgather (lent by the C library `libsode_mpi`), or
+//! any other fixed-size allgather. Collectives go through it; the
+//! point-to-point setup links sode needs between peers are direct TCP
+//! connections, authenticated with a secret rank 0 hands out through the
+//! program's allgather (which the launcher already trusts).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Secret;
+use crate::error::{JobError, Result};
+use crate::node::NodeId;
+use crate::oob::{decode, OutOfBand, PeerLink};
+use crate::tcp::Mesh;
+
+/// A fixed-size allgather: given this rank's block, fills `all` (ranks'
+/// blocks of the same size, in rank order); collective over the job. An
+/// error is the collective's own message.
+pub type AllgatherFn = Box<dyn FnMut(&[u8], &mut [u8]) -> std::result::Result<(), String> + Send>;
+
+/// Largest block one rank may contribute to an allgather.
+const MAX_BLOCK: usize = 64 << 20;
+
+/// What every rank tells the others when the exchange is set up.
+#[derive(Debug, Serialize, Deserialize)]
+struct Card {
+    /// Rank 0's is the job's secret.
+    secret: String,
+    /// Where this rank accepts peer links.
+    listen: Vec<SocketAddr>,
+    node: NodeId,
+}
+
+/// The out-of-band exchange over a program's allgather.
+pub struct ExternalOob {
+    gather: AllgatherFn,
+    mesh: Mesh,
+}
+
+impl std::fmt::Debug for ExternalOob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExternalOob")
+            .field("rank", &self.mesh.rank)
+            .field("size", &self.mesh.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExternalOob {
+    /// Sets up the exchange for `rank` of `size` over `gather`; collective.
+    /// The deadline bounds sode's own steps; the program's collective
+    /// returns when its runtime lets it.
+    pub fn new(rank: usize, size: usize, gather: AllgatherFn) -> Result<ExternalOob> {
+        if size == 0 || rank >= size {
+            return Err(JobError::InvalidSetting {
+                name: "rank".into(),
+                value: format!("{rank} of {size}"),
+                why: "the rank must be below the job's size, which must be at least 1".into(),
+            });
+        }
+        let listener =
+            TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| JobError::Bootstrap {
+                step: "listen for peer links on every interface".into(),
+                whom: "peers".into(),
+                source: e,
+            })?;
+        let port = listener
+            .local_addr()
+            .map_err(|e| JobError::Bootstrap {
+                step: "local_addr".into(),
+                whom: "this rank".into(),
+                source: e,
+            })?
+            .port();
+        let mine = Card {
+            secret: Secret::random()?.to_hex(),
+            listen: interface_addrs(port),
+            node: NodeId::local(),
+        };
+        // A placeholder mesh until the cards are in: only the allgather runs.
+        let mut oob = ExternalOob {
+            gather,
+            mesh: Mesh {
+                rank,
+                size,
+                secret: Secret::random()?,
+                listener,
+                listen: Vec::new(),
+            },
+        };
+        let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
+            whom: "this rank".into(),
+            why: e.to_string(),
+        })?;
+        let cards: Vec<Card> = oob
+            .allgather(&body, Instant::now())?
+            .iter()
+            .enumerate()
+            .map(|(r, b)| decode(b, &format!("rank {r}")))
+            .collect::<Result<_>>()?;
+        oob.mesh.secret = Secret::from_hex(&cards[0].secret)?;
+        oob.mesh.listen = cards
+            .iter()
+            .map(|c| {
+                if c.node == mine.node {
+                    // The same machine: its loopback, whatever else it has.
+                    vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port_of(c))]
+                } else {
+                    c.listen.clone()
+                }
+            })
+            .collect();
+        Ok(oob)
+    }
+
+    fn gather(&mut self, step: &str, mine: &[u8], all: &mut [u8]) -> Result<()> {
+        (self.gather)(mine, all).map_err(|why| JobError::External {
+            step: step.into(),
+            why,
+        })
+    }
+}
+
+fn port_of(c: &Card) -> u16 {
+    c.listen.first().map_or(0, SocketAddr::port)
+}
+
+/// This machine's IPv4 addresses with `port`, loopback last: a peer on
+/// another machine tries them in turn.
+fn interface_addrs(port: u16) -> Vec<SocketAddr> {
+    let mut addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .map(|ifs| {
+            ifs.filter_map(|i| i.address)
+                .filter_map(|a| a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())))
+                .collect()
+        })
+        .unwrap_or_default();
+    addrs.sort_by_key(|a| a.is_loopback());
+    addrs.dedup();
+    if addrs.is_empty() {
+        addrs.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    addrs
+        .into_iter()
+        .map(|ip| SocketAddr::new(ip, port))
+        .collect()
+}
+
+impl OutOfBand for ExternalOob {
+    fn rank(&self) -> usize {
+        self.mesh.rank
+    }
+
+    fn size(&self) -> usize {
+        self.mesh.size
+    }
+
+    /// Two fixed-size allgathers: the lengths, then the blocks padded to
+    /// the longest.
+    fn allgather(&mut self, mine: &[u8], _deadline: Instant) -> Result<Vec<Vec<u8>>> {
+        let size = self.mesh.size;
+        if mine.len() > MAX_BLOCK {
+            return Err(JobError::Protocol {
+                whom: "this rank".into(),
+                why: format!(
+                    "an allgather block of {} bytes (at most {MAX_BLOCK})",
+                    mine.len()
+                ),
+            });
+        }
+        let mut lens = vec![0u8; 8 * size];
+        self.gather(
+            "an allgather of lengths",
+            &(mine.len() as u64).to_le_bytes(),
+            &mut lens,
+        )?;
+        let lens: Vec<usize> = lens
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])) as usize)
+            .collect();
+        let longest = lens.iter().copied().max().unwrap_or(0);
+        if longest > MAX_BLOCK || lens[self.mesh.rank] != mine.len() {
+            return Err(JobError::Protocol {
+                whom: "the program's allgather".into(),
+                why: format!("it returned block lengths {lens:?}"),
+            });
+        }
+        let mut block = mine.to_vec();
+        block.resize(longest, 0);
+        let mut all = vec![0u8; longest * size];
+        if longest > 0 {
+            self.gather("an allgather", &block, &mut all)?;
+        }
+        Ok(lens
+            .iter()
+            .enumerate()
+            .map(|(r, &len)| all[r * longest..r * longest + len].to_vec())
+            .collect())
+    }
+
+    fn connect(
+        &mut self,
+        peers: &BTreeSet<usize>,
+        deadline: Instant,
+    ) -> Result<BTreeMap<usize, PeerLink>> {
+        self.mesh.connect(peers, deadline)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier, Mutex};
+    use std::time::Duration;
+
+    /// An allgather across threads, standing in for MPI's.
+    fn thread_gathers(size: usize) -> Vec<AllgatherFn> {
+        let slots = Arc::new(Mutex::new(vec![Vec::new(); size]));
+        let barrier = Arc::new(Barrier::new(size));
+        (0..size)
+            .map(|r| {
+                let (slots, barrier) = (slots.clone(), barrier.clone());
+                Box::new(move |mine: &[u8], all: &mut [u8]| {
+                    slots.lock().unwrap()[r] = mine.to_vec();
+                    barrier.wait();
+                    let got: Vec<u8> = slots.lock().unwrap().concat();
+                    barrier.wait();
+                    if got.len() != all.len() {
+                        return Err(format!(
+                            "blocks of unequal size ({} vs {})",
+                            got.len(),
+                            all.len()
+                        ));
+                    }
+                    all.copy_from_slice(&got);
+                    Ok(())
+                }) as AllgatherFn
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ranks_gather_blocks_of_any_length_and_link_up() {
+        let size = 3;
+        let handles: Vec<_> = thread_gathers(size)
+            .into_iter()
+            .enumerate()
+            .map(|(r, g)| {
+                std::thread::spawn(move || {
+                    let mut oob = ExternalOob::new(r, size, g).unwrap();
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    let all = oob.allgather(&vec![r as u8; r * 5], deadline).unwrap();
+                    for (q, b) in all.iter().enumerate() {
+                        assert_eq!(b, &vec![q as u8; q * 5]);
+                    }
+                    let peers: BTreeSet<usize> = (0..size).filter(|&q| q != r).collect();
+                    let mut links = oob.connect(&peers, deadline).unwrap();
+                    for (&q, l) in links.iter_mut() {
+                        l.send(&(r, q)).unwrap();
+                    }
+                    for (&q, l) in links.iter_mut() {
+                        let got: (usize, usize) = l.recv(deadline).unwrap();
+                        assert_eq!(got, (q, r));
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_failing_collective_is_named() {
+        let g: AllgatherFn = Box::new(|_, _| Err("MPI_ERR_COMM: invalid communicator".into()));
+        let e = ExternalOob::new(0, 2, g).unwrap_err().to_string();
+        assert!(e.contains("MPI_ERR_COMM"), "{e}");
+        let g: AllgatherFn = Box::new(|_, _| Ok(()));
+        let e = ExternalOob::new(2, 2, g).unwrap_err().to_string();
+        assert!(e.contains("below the job's size"), "{e}");
+    }
+}
