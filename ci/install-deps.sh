@@ -9,7 +9,10 @@ set -euo pipefail
 # cmake, clang, libclang-dev: sode-transport's verbs crate (rdma-mummy-sys)
 # builds its libibverbs loader with cmake and its bindings with bindgen.
 # libibverbs1: loaded at run time (without it the transport says so).
-apt_packages=(gcc pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1)
+# openmpi-bin, libopenmpi-dev, gfortran: the C and Fortran examples, built
+# against an installed sode and run under mpirun (ci/capi.sh).
+apt_packages=(gcc pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1
+              openmpi-bin libopenmpi-dev gfortran)
 
 missing=()
 for p in "${apt_packages[@]}"; do

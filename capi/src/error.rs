@@ -3,30 +3,10 @@
 use sode::HaloError;
 use sode_job::JobError;
 
-/// Status codes returned by every C function (`SODE_OK` is 0).
-pub mod status {
-    /// Success.
-    pub const OK: i32 = 0;
-    /// A required pointer argument was null.
-    pub const ERR_NULL: i32 = 1;
-    /// An argument is invalid (a value out of range, an unknown type, a
-    /// field that does not fit the exchange).
-    pub const ERR_ARG: i32 = 2;
-    /// The call is not allowed now (commit twice, start before commit,
-    /// wait without start, free while in flight, after a failure).
-    pub const ERR_STATE: i32 = 3;
-    /// `wait` reached its timeout; it may be called again.
-    pub const ERR_TIMEOUT: i32 = 4;
-    /// Finding or meeting the other ranks failed.
-    pub const ERR_BOOTSTRAP: i32 = 5;
-    /// The ranks described different exchanges (collective calls fail on
-    /// every rank with this code).
-    pub const ERR_MISMATCH: i32 = 6;
-    /// A channel failed: a peer died, the device or shared memory failed.
-    pub const ERR_CHANNEL: i32 = 7;
-    /// A bug in sode (a caught panic): please report it with the message.
-    pub const ERR_INTERNAL: i32 = 8;
-}
+use crate::{
+    SODE_ERR_ARG, SODE_ERR_BOOTSTRAP, SODE_ERR_CHANNEL, SODE_ERR_INTERNAL, SODE_ERR_MISMATCH,
+    SODE_ERR_NULL, SODE_ERR_STATE, SODE_ERR_TIMEOUT,
+};
 
 /// What went wrong in a C call.
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +45,7 @@ pub enum CapiError {
         source: JobError,
     },
     /// The ranks described different exchanges.
-    #[error("commit: the ranks disagree: {why}")]
+    #[error("sode_exchange_commit: the ranks disagree: {why}")]
     Mismatch {
         /// What differs, and between which ranks.
         why: String,
@@ -102,19 +82,19 @@ impl CapiError {
     /// The status code the C caller sees.
     pub fn status(&self) -> i32 {
         match self {
-            CapiError::Null { .. } => status::ERR_NULL,
-            CapiError::Invalid { .. } => status::ERR_ARG,
-            CapiError::State { .. } => status::ERR_STATE,
-            CapiError::Bootstrap { .. } => status::ERR_BOOTSTRAP,
-            CapiError::Mismatch { .. } => status::ERR_MISMATCH,
+            CapiError::Null { .. } => SODE_ERR_NULL,
+            CapiError::Invalid { .. } => SODE_ERR_ARG,
+            CapiError::State { .. } => SODE_ERR_STATE,
+            CapiError::Bootstrap { .. } => SODE_ERR_BOOTSTRAP,
+            CapiError::Mismatch { .. } => SODE_ERR_MISMATCH,
             CapiError::OnRank { status, .. } => *status,
-            CapiError::Internal { .. } => status::ERR_INTERNAL,
+            CapiError::Internal { .. } => SODE_ERR_INTERNAL,
             CapiError::Exchange { source, .. } => match source {
-                HaloError::Timeout { .. } => status::ERR_TIMEOUT,
-                HaloError::State(_) => status::ERR_STATE,
-                HaloError::Usage { .. } | HaloError::Decomposition { .. } => status::ERR_ARG,
-                HaloError::Barrier { .. } => status::ERR_BOOTSTRAP,
-                _ => status::ERR_CHANNEL,
+                HaloError::Timeout { .. } => SODE_ERR_TIMEOUT,
+                HaloError::State(_) => SODE_ERR_STATE,
+                HaloError::Usage { .. } | HaloError::Decomposition { .. } => SODE_ERR_ARG,
+                HaloError::Barrier { .. } => SODE_ERR_BOOTSTRAP,
+                _ => SODE_ERR_CHANNEL,
             },
         }
     }

@@ -8,9 +8,10 @@ use sode::{HaloError, Link, LinkExchange, Message};
 use sode_job::World;
 
 use crate::cart::{self, Card, Cart};
-use crate::error::{status, CapiError, Result};
+use crate::error::{CapiError, Result};
 use crate::field::FieldSpec;
 use crate::sys::UserMemory;
+use crate::SODE_OK;
 
 /// A field added to an exchange: its description and its memory.
 #[derive(Debug)]
@@ -135,7 +136,7 @@ impl Exchange {
         let built = self.build();
         let verdict = match &built {
             Ok(_) => Verdict {
-                status: status::OK,
+                status: SODE_OK,
                 message: String::new(),
             },
             Err(e) => Verdict {
@@ -176,7 +177,7 @@ impl Exchange {
                 op,
                 why: format!("rank {rank}'s verdict: {e}"),
             })?;
-            if v.status != status::OK {
+            if v.status != SODE_OK {
                 return Err(CapiError::OnRank {
                     rank,
                     status: v.status,

@@ -40,24 +40,24 @@ use std::ffi::c_int;
 pub const SODE_ABI_VERSION: c_int = 1;
 
 /// Success.
-pub const SODE_OK: c_int = error::status::OK;
+pub const SODE_OK: c_int = 0;
 /// A required pointer argument was null.
-pub const SODE_ERR_NULL: c_int = error::status::ERR_NULL;
+pub const SODE_ERR_NULL: c_int = 1;
 /// An invalid argument.
-pub const SODE_ERR_ARG: c_int = error::status::ERR_ARG;
+pub const SODE_ERR_ARG: c_int = 2;
 /// A call in the wrong state (commit twice, start before commit, wait
 /// without start, free while in flight, use after a failure).
-pub const SODE_ERR_STATE: c_int = error::status::ERR_STATE;
+pub const SODE_ERR_STATE: c_int = 3;
 /// `sode_exchange_wait` reached its timeout; call it again.
-pub const SODE_ERR_TIMEOUT: c_int = error::status::ERR_TIMEOUT;
+pub const SODE_ERR_TIMEOUT: c_int = 4;
 /// Finding or meeting the other ranks failed.
-pub const SODE_ERR_BOOTSTRAP: c_int = error::status::ERR_BOOTSTRAP;
+pub const SODE_ERR_BOOTSTRAP: c_int = 5;
 /// The ranks described different exchanges.
-pub const SODE_ERR_MISMATCH: c_int = error::status::ERR_MISMATCH;
+pub const SODE_ERR_MISMATCH: c_int = 6;
 /// A channel failed: a peer died, the device or shared memory failed.
-pub const SODE_ERR_CHANNEL: c_int = error::status::ERR_CHANNEL;
+pub const SODE_ERR_CHANNEL: c_int = 7;
 /// A bug in sode (a caught panic).
-pub const SODE_ERR_INTERNAL: c_int = error::status::ERR_INTERNAL;
+pub const SODE_ERR_INTERNAL: c_int = 8;
 
 /// `float` / `real(real32)`.
 pub const SODE_F32: c_int = 0;

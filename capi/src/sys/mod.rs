@@ -153,6 +153,26 @@ pub extern "C" fn sode_last_error() -> *const c_char {
     LAST_ERROR.with(|l| l.borrow().as_ptr())
 }
 
+/// Records `message` as this thread's last error and returns `status`: for
+/// libraries built on sode (`libsode_mpi`, the Fortran module) to report
+/// their own failures the same way. A null `message` records an empty one.
+///
+/// # Safety
+/// A non-null `message` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn sode_report_error(status: c_int, message: *const c_char) -> c_int {
+    let text = if message.is_null() {
+        String::new()
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ffi::CStr::from_ptr(message) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    set_last_error(&text);
+    status
+}
+
 /// A communicator from the launcher's environment: `sode-run`, or
 /// `SODE_ROOT` and `SODE_JOB_SECRET` with Slurm's, Open MPI's or PMI's rank
 /// variables; a process nothing launched is a job of one. Collective.

@@ -1,0 +1,38 @@
+/* libsode_mpi: sode over an MPI communicator. A small C library built with
+ * the MPI it is used with (Open MPI, MPICH, ...), so that libsode itself
+ * links no MPI. */
+#ifndef SODE_MPI_H
+#define SODE_MPI_H
+
+#include <mpi.h>
+#include "sode.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A sode communicator whose ranks are `comm`'s ranks (so MPI_Cart_create's
+ * reordering carries over). sode duplicates `comm` and uses the duplicate's
+ * MPI_Allgather to meet the other ranks; free the sode communicator and its
+ * exchanges before MPI_Finalize. Collective over `comm`. */
+int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out);
+
+/* The same for Fortran: `comm` is an `integer` handle (`comm%MPI_VAL` with
+ * mpi_f08). */
+int sode_comm_create_mpi_f(MPI_Fint comm, double timeout_s, sode_comm **out);
+
+/* A Cartesian exchange from an MPI Cartesian communicator (MPI_Cart_create):
+ * its dimensions, periodicity and this rank's coordinates. `sode` must have
+ * been made from `cart` (or a communicator with the same ranks). */
+int sode_exchange_create_mpi_cart(sode_comm *sode, MPI_Comm cart, const int *halo_lo,
+                                  const int *halo_hi, int shape, sode_exchange **out);
+
+/* The same for Fortran. */
+int sode_exchange_create_mpi_cart_f(sode_comm *sode, MPI_Fint cart, const int *halo_lo,
+                                    const int *halo_hi, int shape, sode_exchange **out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SODE_MPI_H */

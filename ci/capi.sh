@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The C ABI end to end, as a user meets it: install sode into a scratch
+# prefix (ci/install.sh), build the C examples from that prefix alone (CMake
+# package and pkg-config), run them under Open MPI with 1, 2 and 4 ranks
+# (every halo cell compared with MPI's, bit for bit), every misuse answered
+# with a status and a message, and a rank killed during an exchange reported
+# to its peer within the wait's timeout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+prefix=${SODE_PREFIX:-$PWD/target/capi-prefix}
+build=target/capi-examples
+rm -rf "$prefix" "$build"
+bash ci/install.sh "$prefix"
+
+echo "-- the C examples, from the installed CMake package"
+cmake -S examples/c -B "$build" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$build" -j 2 >/dev/null
+
+mpirun=(mpirun --oversubscribe)
+[ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
+for n in 1 2 4; do
+  echo "-- mpirun -n $n stencil2d"
+  timeout 300 "${mpirun[@]}" -n "$n" "$build/stencil2d"
+done
+
+echo "-- the same program built with pkg-config (sode.pc)"
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+# shellcheck disable=SC2046
+mpicc -std=c99 -Wall -Wextra -Werror examples/c/stencil2d.c $(pkg-config --cflags --libs sode) \
+  -lsode_mpi -Wl,-rpath,"$prefix/lib" -o "$build/stencil2d-pc"
+timeout 300 "${mpirun[@]}" -n 2 "$build/stencil2d-pc" | tail -1
+
+echo "-- misuse, on 2 ranks"
+timeout 120 "${mpirun[@]}" -n 2 "$build/errors" | tail -1
+
+echo "-- a rank killed during an exchange (started by hand: mpirun would stop the job)"
+secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+pids=()
+for r in 0 1; do
+  SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
+    timeout 60 "$build/errors" kill > "$build/kill$r.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+wait "${pids[0]}" || status=$?
+wait "${pids[1]}" 2>/dev/null || true   # killed by its own hand
+cat "$build/kill0.log"
+[ "$status" -eq 0 ] || { echo "error: rank 0 did not report its dead peer" >&2; exit 1; }

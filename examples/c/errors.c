@@ -1,0 +1,173 @@
+/* Bad input to sode's C ABI, each answered with a status and a message
+ * naming what was wrong; and a rank that dies during an exchange.
+ *
+ *   mpirun -n 2 ./errors           every misuse, on both ranks
+ *   SODE_RANK=.. SODE_SIZE=2 SODE_ROOT=.. SODE_JOB_SECRET=.. ./errors kill
+ *                                  rank 1 dies after start; rank 0's wait
+ *                                  must fail within its timeout */
+#include <mpi.h>
+#include <sode_mpi.h>
+
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static int rank, failures;
+
+/* `got` must be `want`, and the message must contain `needle`. */
+static void expect(const char *what, int got, int want, const char *needle) {
+    const char *msg = sode_last_error();
+    if (got != want || strstr(msg, needle) == NULL) {
+        fprintf(stderr, "rank %d: %s: status %d (want %d), message \"%s\" (want \"%s\" in it)\n",
+                rank, what, got, want, msg, needle);
+        failures++;
+    } else if (rank == 0) {
+        printf("ok %s: %s\n", what, msg);
+    }
+}
+
+static sode_exchange *cart(sode_comm *c, int size) {
+    int dims[2] = {1, size}, coords[2] = {0, rank}, periodic[2] = {0, 1}, h[2] = {1, 1};
+    sode_exchange *x = NULL;
+    int rc = sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, SODE_BOX, &x);
+    if (rc != SODE_OK) {
+        fprintf(stderr, "rank %d: create_cart: %s\n", rank, sode_last_error());
+        exit(2);
+    }
+    return x;
+}
+
+static double u[6 * 6];
+static int32_t w[6 * 6];
+static const int64_t EXT[2] = {6, 6}, LO[2] = {1, 1}, OWN[2] = {4, 4};
+
+static int add_u(sode_exchange *x) {
+    return sode_exchange_add_field(x, u, SODE_F64, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C);
+}
+
+static void misuse(sode_comm *c, int size) {
+    sode_exchange *x = NULL;
+    int dims[2] = {1, size}, coords[2] = {0, rank}, periodic[2] = {0, 1}, h[2] = {1, 1}, wide[2] = {2, 1};
+    expect("a null communicator", sode_exchange_create_cart(NULL, 2, dims, coords, periodic, h, h, SODE_BOX, &x),
+           SODE_ERR_NULL, "`comm` is a null pointer");
+    expect("a null array", sode_exchange_create_cart(c, 2, NULL, coords, periodic, h, h, SODE_BOX, &x),
+           SODE_ERR_NULL, "`dims`");
+    expect("1-D", sode_exchange_create_cart(c, 1, dims, coords, periodic, h, h, SODE_BOX, &x),
+           SODE_ERR_ARG, "ndims is 1");
+    expect("an unknown shape", sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, 7, &x),
+           SODE_ERR_ARG, "shape 7");
+    x = cart(c, size);
+    expect("a null field", sode_exchange_add_field(x, NULL, SODE_F64, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C),
+           SODE_ERR_NULL, "`base`");
+    expect("an unknown element type", sode_exchange_add_field(x, u, 9, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C),
+           SODE_ERR_ARG, "element type 9");
+    expect("a halo wider than the exchange's",
+           sode_exchange_add_field(x, u, SODE_F64, 2, EXT, LO, OWN, wide, NULL, SODE_ORDER_C), SODE_ERR_ARG,
+           "wider than the exchange's");
+    int64_t big[2] = {4, 6};
+    expect("an owned box outside the array",
+           sode_exchange_add_field(x, u, SODE_F64, 2, big, LO, OWN, NULL, NULL, SODE_ORDER_C), SODE_ERR_ARG,
+           "does not fit");
+    expect("start before commit", sode_exchange_start(x), SODE_ERR_STATE, "not committed");
+    expect("add a field", add_u(x), SODE_OK, "");
+    expect("commit", sode_exchange_commit(x), SODE_OK, "");
+    expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
+    expect("a field after commit", add_u(x), SODE_ERR_STATE, "before sode_exchange_commit");
+    expect("wait without start", sode_exchange_wait(x, 5.0), SODE_ERR_STATE, "start");
+    expect("start", sode_exchange_start(x), SODE_OK, "");
+    expect("start twice", sode_exchange_start(x), SODE_ERR_STATE, "in flight");
+    expect("free while in flight", sode_exchange_free(&x), SODE_ERR_STATE, "in flight");
+    expect("a negative timeout", sode_exchange_wait(x, -1.0), SODE_ERR_ARG, "timeout of -1");
+    expect("a NaN timeout", sode_exchange_wait(x, NAN), SODE_ERR_ARG, "timeout of NaN");
+    expect("wait", sode_exchange_wait(x, 10.0), SODE_OK, "");
+    int done = 7;
+    expect("test without start", sode_exchange_test(x, &done), SODE_ERR_STATE, "start");
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
+    if (x != NULL) {
+        fprintf(stderr, "rank %d: free left the handle set\n", rank);
+        failures++;
+    }
+    expect("free NULL", sode_exchange_free(&x), SODE_OK, "");
+}
+
+static void mismatch(sode_comm *c, int size) {
+    /* Rank 0 adds a double field, the others an int32 one. */
+    sode_exchange *x = cart(c, size);
+    int rc = rank == 0 ? add_u(x)
+                       : sode_exchange_add_field(x, w, SODE_I32, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C);
+    expect("add a field", rc, SODE_OK, "");
+    expect("different fields on different ranks", sode_exchange_commit(x), SODE_ERR_MISMATCH,
+           "different fields");
+    expect("start after a failed commit", sode_exchange_start(x), SODE_ERR_STATE, "commit failed");
+    expect("free after a failed commit", sode_exchange_free(&x), SODE_OK, "");
+}
+
+static int kill_mode(void) {
+    sode_comm *c;
+    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
+        fprintf(stderr, "create_env: %s\n", sode_last_error());
+        return 2;
+    }
+    sode_comm_rank(c, &rank);
+    sode_exchange *x = cart(c, 2);
+    if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
+        return 2;
+    }
+    for (int it = 0; it < 5; it++) {
+        sode_exchange_start(x);
+        sode_exchange_wait(x, 10.0);
+    }
+    if (rank == 1) {
+        raise(SIGKILL);
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    sode_exchange_start(x);
+    int rc = SODE_OK;
+    for (int it = 0; it < 1000 && rc == SODE_OK; it++) {
+        rc = sode_exchange_wait(x, 8.0);
+        if (rc == SODE_OK) {
+            rc = sode_exchange_start(x);
+        }
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double waited = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (rc == SODE_OK || waited > 9.0) {
+        fprintf(stderr, "rank 0: the dead peer was not reported within 8 s (status %d after %.1f s)\n", rc, waited);
+        return 1;
+    }
+    printf("ok a killed peer: status %d after %.2f s: %s\n", rc, waited, sode_last_error());
+    sode_exchange_free(&x);
+    sode_comm_free(&c);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "kill") == 0) {
+        return kill_mode();
+    }
+    MPI_Init(&argc, &argv);
+    int size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    sode_comm *c = NULL;
+    expect("a null out pointer", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, NULL), SODE_ERR_NULL, "`out`");
+    expect("a zero timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 0.0, &c), SODE_ERR_ARG, "timeout of 0");
+    expect("a communicator", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c), SODE_OK, "");
+    misuse(c, size);
+    mismatch(c, size);
+    expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    if (rank == 0) {
+        printf(all ? "FAILED: %d misuses not answered as expected\n" : "ok every misuse named\n", all);
+    }
+    return all != 0;
+}

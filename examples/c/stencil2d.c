@@ -1,0 +1,307 @@
+/* The halo exchange of a 2-D stencil code through sode and through MPI
+ * (Isend/Irecv of subarrays), compared cell for cell, bit for bit, and
+ * against the values the neighbours own.
+ *
+ *   mpirun -n 4 ./stencil2d            every configuration for 4 ranks
+ *   mpirun -n 4 ./stencil2d --bench    sode vs MPI, us per exchange, by size
+ *
+ * Configurations: process grids 1xN, Nx1 (and 2x2 for 4 ranks), periodic
+ * on no, both or one axis, star and box stencils; two fields of different
+ * types (double, int32) with unequal halo widths per axis and side; a
+ * global grid that does not divide evenly. Halo cells without a neighbour
+ * must keep their sentinel. */
+#include <mpi.h>
+#include <sode_mpi.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK_SODE(call)                                                             \
+    do {                                                                             \
+        int rc_ = (call);                                                            \
+        if (rc_ != SODE_OK) {                                                        \
+            fprintf(stderr, "rank %d: %s failed (%d): %s\n", world_rank, #call, rc_, \
+                    sode_last_error());                                              \
+            MPI_Abort(MPI_COMM_WORLD, 2);                                            \
+        }                                                                            \
+    } while (0)
+
+static int world_rank;
+
+/* Halo widths: the exchange's are the widest of its fields'. */
+static const int U_LO[2] = {1, 2}, U_HI[2] = {2, 1};
+static const int V_LO[2] = {1, 1}, V_HI[2] = {0, 1};
+static const double U_SENTINEL = -999.5;
+static const int32_t V_SENTINEL = -77;
+
+struct field {
+    int lo[2], hi[2];
+    int64_t ext[2];
+    int elem; /* bytes */
+    MPI_Datatype type;
+    void *sode, *mpi;
+};
+
+struct config {
+    int dims[2], periods[2], box;
+    int global[2];
+};
+
+struct rank_view {
+    MPI_Comm cart;
+    int coords[2], start[2], own[2];
+};
+
+static double u_value(int it, int gi, int gj) { return it * 1e6 + gi * 1e3 + gj + 0.25; }
+static int32_t v_value(int it, int gi, int gj) { return it * 1000000 + gi * 1000 + gj + 7; }
+
+static void block(int n, int p, int c, int *start, int *size) {
+    int q = n / p, r = n % p;
+    *start = c * q + (c < r ? c : r);
+    *size = q + (c < r);
+}
+
+/* The global cell a local cell stands for, and whether anyone owns it
+ * (over a periodic edge, or not at all); sets *outside to the number of
+ * axes on which it lies outside the owned box. */
+static int global_of(const struct config *cf, const struct rank_view *v, const struct field *f,
+                     const int local[2], int g[2], int *outside) {
+    *outside = 0;
+    for (int a = 0; a < 2; a++) {
+        int k = local[a] - f->lo[a];
+        g[a] = v->start[a] + k;
+        if (k < 0 || k >= v->own[a]) {
+            (*outside)++;
+        }
+        if (g[a] < 0 || g[a] >= cf->global[a]) {
+            if (!cf->periods[a]) {
+                return 0;
+            }
+            g[a] = (g[a] + cf->global[a]) % cf->global[a];
+        }
+    }
+    return 1;
+}
+
+static void fill(const struct config *cf, const struct rank_view *v, struct field *f, int it,
+                 void *data) {
+    for (int i = 0; i < f->ext[0]; i++) {
+        for (int j = 0; j < f->ext[1]; j++) {
+            int local[2] = {i, j}, g[2], outside;
+            global_of(cf, v, f, local, g, &outside);
+            size_t at = (size_t)i * f->ext[1] + j;
+            if (f->elem == 8) {
+                ((double *)data)[at] = outside ? U_SENTINEL : u_value(it, g[0], g[1]);
+            } else {
+                ((int32_t *)data)[at] = outside ? V_SENTINEL : v_value(it, g[0], g[1]);
+            }
+        }
+    }
+}
+
+/* Every cell as the exchange must leave it: owned cells unchanged, halo
+ * cells the owner's value, or the sentinel where there is no neighbour (or
+ * a corner in a star stencil). Returns the halo cells filled. */
+static long check_expected(const struct config *cf, const struct rank_view *v,
+                           const struct field *f, int it, const void *data, const char *who) {
+    long filled = 0;
+    for (int i = 0; i < f->ext[0]; i++) {
+        for (int j = 0; j < f->ext[1]; j++) {
+            int local[2] = {i, j}, g[2], outside;
+            int owned = global_of(cf, v, f, local, g, &outside);
+            int reached = owned && (outside < 2 || cf->box);
+            size_t at = (size_t)i * f->ext[1] + j;
+            int ok;
+            if (f->elem == 8) {
+                double want = reached ? u_value(it, g[0], g[1]) : U_SENTINEL;
+                ok = memcmp(&((const double *)data)[at], &want, sizeof want) == 0;
+            } else {
+                int32_t want = reached ? v_value(it, g[0], g[1]) : V_SENTINEL;
+                ok = ((const int32_t *)data)[at] == want;
+            }
+            if (!ok) {
+                fprintf(stderr,
+                        "rank %d: %s: %s field, cell (%d, %d) (global %d, %d, outside on %d "
+                        "axes) is wrong\n",
+                        world_rank, who, f->elem == 8 ? "double" : "int32", i, j, g[0], g[1],
+                        outside);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+            filled += outside && reached;
+        }
+    }
+    return filled;
+}
+
+/* The same exchange through MPI: Isend/Irecv of subarrays per neighbour and
+ * field. */
+static void mpi_exchange(const struct config *cf, const struct rank_view *v, struct field *fs,
+                         int nf) {
+    MPI_Request req[2 * 8 * 2];
+    int n = 0;
+    for (int d0 = -1; d0 <= 1; d0++) {
+        for (int d1 = -1; d1 <= 1; d1++) {
+            int o[2] = {d0, d1};
+            int nonzero = (d0 != 0) + (d1 != 0);
+            if (nonzero == 0 || (nonzero == 2 && !cf->box)) {
+                continue;
+            }
+            int c[2], peer, exists = 1;
+            for (int a = 0; a < 2; a++) {
+                c[a] = v->coords[a] + o[a];
+                if (c[a] < 0 || c[a] >= cf->dims[a]) {
+                    exists &= cf->periods[a];
+                    c[a] = (c[a] + cf->dims[a]) % cf->dims[a];
+                }
+            }
+            if (!exists) {
+                continue;
+            }
+            MPI_Cart_rank(v->cart, c, &peer);
+            for (int fi = 0; fi < nf; fi++) {
+                struct field *f = &fs[fi];
+                int ss[2], sn[2], rs[2], rn[2], sizes[2] = {(int)f->ext[0], (int)f->ext[1]};
+                for (int a = 0; a < 2; a++) {
+                    int lo = f->lo[a], own = v->own[a];
+                    ss[a] = o[a] == -1 ? lo : o[a] == 1 ? lo + own - f->lo[a] : lo;
+                    sn[a] = o[a] == -1 ? f->hi[a] : o[a] == 1 ? f->lo[a] : own;
+                    rs[a] = o[a] == -1 ? 0 : o[a] == 1 ? lo + own : lo;
+                    rn[a] = o[a] == -1 ? f->lo[a] : o[a] == 1 ? f->hi[a] : own;
+                }
+                int send_tag = fi * 100 + (o[0] + 1) * 3 + (o[1] + 1);
+                int recv_tag = fi * 100 + (1 - o[0]) * 3 + (1 - o[1]);
+                MPI_Datatype t;
+                if (sn[0] > 0 && sn[1] > 0) {
+                    MPI_Type_create_subarray(2, sizes, sn, ss, MPI_ORDER_C, f->type, &t);
+                    MPI_Type_commit(&t);
+                    MPI_Isend(f->mpi, 1, t, peer, send_tag, v->cart, &req[n++]);
+                    MPI_Type_free(&t);
+                }
+                if (rn[0] > 0 && rn[1] > 0) {
+                    MPI_Type_create_subarray(2, sizes, rn, rs, MPI_ORDER_C, f->type, &t);
+                    MPI_Type_commit(&t);
+                    MPI_Irecv(f->mpi, 1, t, peer, recv_tag, v->cart, &req[n++]);
+                    MPI_Type_free(&t);
+                }
+            }
+        }
+    }
+    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+}
+
+static void setup(const struct config *cf, struct rank_view *v, struct field fs[2]) {
+    MPI_Cart_create(MPI_COMM_WORLD, 2, cf->dims, cf->periods, 1, &v->cart);
+    int me;
+    MPI_Comm_rank(v->cart, &me);
+    MPI_Cart_coords(v->cart, me, 2, v->coords);
+    for (int a = 0; a < 2; a++) {
+        block(cf->global[a], cf->dims[a], v->coords[a], &v->start[a], &v->own[a]);
+    }
+    for (int fi = 0; fi < 2; fi++) {
+        struct field *f = &fs[fi];
+        memcpy(f->lo, fi == 0 ? U_LO : V_LO, sizeof f->lo);
+        memcpy(f->hi, fi == 0 ? U_HI : V_HI, sizeof f->hi);
+        f->elem = fi == 0 ? 8 : 4;
+        f->type = fi == 0 ? MPI_DOUBLE : MPI_INT32_T;
+        for (int a = 0; a < 2; a++) {
+            f->ext[a] = f->lo[a] + v->own[a] + f->hi[a];
+        }
+        size_t bytes = (size_t)f->ext[0] * f->ext[1] * f->elem;
+        f->sode = malloc(bytes);
+        f->mpi = malloc(bytes);
+    }
+}
+
+static sode_exchange *sode_setup(struct rank_view *v, struct field fs[2], int box,
+                                 sode_comm **comm) {
+    int lo[2] = {1, 2}, hi[2] = {2, 1}; /* the widest of the fields' */
+    sode_exchange *x;
+    CHECK_SODE(sode_comm_create_mpi(v->cart, 60.0, comm));
+    CHECK_SODE(sode_exchange_create_mpi_cart(*comm, v->cart, lo, hi, box ? SODE_BOX : SODE_STAR, &x));
+    for (int fi = 0; fi < 2; fi++) {
+        struct field *f = &fs[fi];
+        int64_t owned_lo[2] = {f->lo[0], f->lo[1]}, own[2] = {v->own[0], v->own[1]};
+        CHECK_SODE(sode_exchange_add_field(x, f->sode, fi == 0 ? SODE_F64 : SODE_I32, 2, f->ext,
+                                           owned_lo, own, f->lo, f->hi, SODE_ORDER_C));
+    }
+    CHECK_SODE(sode_exchange_commit(x));
+    return x;
+}
+
+static void teardown(struct rank_view *v, struct field fs[2], sode_exchange **x, sode_comm **c) {
+    CHECK_SODE(sode_exchange_free(x));
+    CHECK_SODE(sode_comm_free(c));
+    for (int fi = 0; fi < 2; fi++) {
+        free(fs[fi].sode);
+        free(fs[fi].mpi);
+    }
+    MPI_Comm_free(&v->cart);
+}
+
+static void run(const struct config *cf) {
+    struct rank_view v;
+    struct field fs[2];
+    sode_comm *comm;
+    setup(cf, &v, fs);
+    sode_exchange *x = sode_setup(&v, fs, cf->box, &comm);
+    long filled = 0, cells = 0;
+    for (int it = 1; it <= 3; it++) {
+        for (int fi = 0; fi < 2; fi++) {
+            fill(cf, &v, &fs[fi], it, fs[fi].sode);
+            fill(cf, &v, &fs[fi], it, fs[fi].mpi);
+        }
+        CHECK_SODE(sode_exchange_start(x));
+        CHECK_SODE(sode_exchange_wait(x, 30.0));
+        mpi_exchange(cf, &v, fs, 2);
+        for (int fi = 0; fi < 2; fi++) {
+            struct field *f = &fs[fi];
+            size_t bytes = (size_t)f->ext[0] * f->ext[1] * f->elem;
+            if (memcmp(f->sode, f->mpi, bytes) != 0) {
+                fprintf(stderr, "rank %d: sode and MPI differ in field %d\n", world_rank, fi);
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+            filled += check_expected(cf, &v, f, it, f->sode, "sode");
+            cells += f->ext[0] * f->ext[1];
+        }
+    }
+    long total_filled = 0, total_cells = 0;
+    MPI_Reduce(&filled, &total_filled, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&cells, &total_cells, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (world_rank == 0) {
+        printf("ok grid %dx%d periodic %d%d %s: %ld cells equal to MPI's, bit for bit, %ld halo "
+               "cells filled\n",
+               cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1], cf->box ? "box" : "star",
+               total_cells, total_filled);
+    }
+    teardown(&v, fs, &x, &comm);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (sode_abi_version() != SODE_ABI_VERSION) {
+        fprintf(stderr, "built against sode ABI %d, running with %d\n", SODE_ABI_VERSION,
+                sode_abi_version());
+        MPI_Abort(MPI_COMM_WORLD, 3);
+    }
+    int grids[3][2] = {{1, size}, {size, 1}, {2, 2}};
+    int ngrids = size == 4 ? 3 : size == 1 ? 1 : 2;
+    int periods[3][2] = {{0, 0}, {1, 1}, {1, 0}};
+    for (int g = 0; g < ngrids; g++) {
+        for (int p = 0; p < 3; p++) {
+            for (int box = 0; box <= 1; box++) {
+                struct config cf = {{grids[g][0], grids[g][1]},
+                                    {periods[p][0], periods[p][1]},
+                                    box,
+                                    {13, 10}};
+                run(&cf);
+            }
+        }
+    }
+    MPI_Finalize();
+    return 0;
+}
