@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The C ABI end to end, as a user meets it: install sode into a scratch
-# prefix (ci/install.sh), build the C examples from that prefix alone (CMake
-# package and pkg-config), run them under Open MPI with 1, 2 and 4 ranks
-# (every halo cell compared with MPI's, bit for bit), every misuse answered
+# prefix (ci/install.sh), build the C and Fortran examples from that prefix
+# alone (CMake package and pkg-config), run them under Open MPI with 1, 2
+# and 4 ranks (every halo cell compared with MPI's, bit for bit), every misuse answered
 # with a status and a message, and a rank killed during an exchange reported
 # to its peer within the wait's timeout.
 set -euo pipefail
@@ -24,7 +24,17 @@ for n in 1 2 4; do
   timeout 300 "${mpirun[@]}" -n "$n" "$build/stencil2d"
 done
 
-echo "-- the same program built with pkg-config (sode.pc)"
+echo "-- the Fortran example (use sode), from the installed CMake package"
+fbuild=target/capi-examples-fortran
+rm -rf "$fbuild"
+cmake -S examples/fortran -B "$fbuild" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$fbuild" -j 2 >/dev/null
+for n in 1 2 4; do
+  echo "-- mpirun -n $n stencil3d"
+  timeout 300 "${mpirun[@]}" -n "$n" "$fbuild/stencil3d"
+done
+
+echo "-- the C program built with pkg-config (sode.pc)"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046
 mpicc -std=c99 -Wall -Wextra -Werror examples/c/stencil2d.c $(pkg-config --cflags --libs sode) \

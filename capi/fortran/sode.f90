@@ -1,0 +1,450 @@
+! sode for Fortran: `use sode`. A thin module over the C ABI (sode.h) and
+! libsode_mpi, through ISO_C_BINDING; compile it with the compiler of the
+! program (the installed package builds it with the one CMake found).
+!
+! Every routine takes an optional `ierr`: present, it receives the status
+! (SODE_OK is 0); absent, a failure prints sode's message and stops the
+! program, as MPI's default error handler does. Communicators are MPI
+! `integer` handles (`comm%MPI_VAL` with mpi_f08).
+!
+!   type(sode_comm) :: sc
+!   type(sode_exchange) :: x
+!   real(real64), target :: u(0:nx+1, 0:ny+1, 0:nz+1)
+!   call sode_comm_create_mpi(cart, sc)
+!   call sode_exchange_create_mpi_cart(sc, cart, [1,1,1], [1,1,1], SODE_BOX, x)
+!   call sode_add_field(x, u, first=[1,1,1], last=[nx,ny,nz])
+!   call sode_commit(x)
+!   do it = 1, steps
+!     call sode_start(x); ...interior...; call sode_wait(x); ...boundary...
+!   end do
+!   call sode_exchange_free(x); call sode_comm_free(sc)
+module sode
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: real32, real64, int32, int64, error_unit
+  implicit none
+  private
+
+  integer, parameter, public :: SODE_OK = 0, SODE_ERR_NULL = 1, SODE_ERR_ARG = 2, &
+       SODE_ERR_STATE = 3, SODE_ERR_TIMEOUT = 4, SODE_ERR_BOOTSTRAP = 5, &
+       SODE_ERR_MISMATCH = 6, SODE_ERR_CHANNEL = 7, SODE_ERR_INTERNAL = 8
+  integer, parameter, public :: SODE_STAR = 0, SODE_STAR_EDGES = 1, SODE_BOX = 2
+  !> The ABI version this module was written for (compare with sode_abi_version()).
+  integer, parameter, public :: SODE_MODULE_ABI = 1
+  integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, ORDER_FORTRAN = 1
+
+  !> A sode communicator: the ranks of a job.
+  type, public :: sode_comm
+     type(c_ptr) :: ptr = c_null_ptr
+  end type sode_comm
+
+  !> A halo exchange.
+  type, public :: sode_exchange
+     type(c_ptr) :: ptr = c_null_ptr
+  end type sode_exchange
+
+  public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
+  public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
+  public :: sode_add_field, sode_commit, sode_start, sode_wait, sode_test
+  public :: sode_last_error, sode_abi_version
+
+  !> Adds a field: a real32, real64 or int32 array of rank 2 to 4 (Fortran
+  !> order, with the TARGET attribute), its owned cells `first(:)` to
+  !> `last(:)` in the array's own bounds, its halo widths below and above
+  !> on the process grid's axes (default: the exchange's).
+  interface sode_add_field
+     module procedure add_r64_2, add_r64_3, add_r64_4
+     module procedure add_r32_2, add_r32_3, add_r32_4
+     module procedure add_i32_2, add_i32_3, add_i32_4
+  end interface sode_add_field
+
+  interface
+     function c_abi_version() bind(C, name="sode_abi_version") result(v)
+       import :: c_int
+       integer(c_int) :: v
+     end function c_abi_version
+     function c_last_error() bind(C, name="sode_last_error") result(p)
+       import :: c_ptr
+       type(c_ptr) :: p
+     end function c_last_error
+     function c_strlen(s) bind(C, name="strlen") result(n)
+       import :: c_ptr, c_size_t
+       type(c_ptr), value :: s
+       integer(c_size_t) :: n
+     end function c_strlen
+     function c_comm_create_mpi_f(comm, timeout, out) bind(C, name="sode_comm_create_mpi_f") result(rc)
+       import :: c_int, c_double, c_ptr
+       integer(c_int), value :: comm
+       real(c_double), value :: timeout
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_comm_create_mpi_f
+     function c_comm_create_env(timeout, out) bind(C, name="sode_comm_create_env") result(rc)
+       import :: c_int, c_double, c_ptr
+       real(c_double), value :: timeout
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_comm_create_env
+     function c_comm_rank(comm, rank) bind(C, name="sode_comm_rank") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: comm
+       integer(c_int) :: rank
+       integer(c_int) :: rc
+     end function c_comm_rank
+     function c_comm_free(comm) bind(C, name="sode_comm_free") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr) :: comm
+       integer(c_int) :: rc
+     end function c_comm_free
+     function c_create_mpi_cart_f(sc, cart, lo, hi, shape, out) &
+          bind(C, name="sode_exchange_create_mpi_cart_f") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: sc
+       integer(c_int), value :: cart, shape
+       integer(c_int) :: lo(*), hi(*)
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_create_mpi_cart_f
+     function c_create_cart(sc, ndims, dims, coords, periodic, lo, hi, shape, out) &
+          bind(C, name="sode_exchange_create_cart") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: sc
+       integer(c_int), value :: ndims, shape
+       integer(c_int) :: dims(*), coords(*), periodic(*), lo(*), hi(*)
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_create_cart
+     function c_add_field(x, base, ty, ndims, ext, owned_lo, owned_size, lo, hi, order) &
+          bind(C, name="sode_exchange_add_field") result(rc)
+       import :: c_int, c_ptr, c_int64_t
+       type(c_ptr), value :: x, base, lo, hi
+       integer(c_int), value :: ty, ndims, order
+       integer(c_int64_t) :: ext(*), owned_lo(*), owned_size(*)
+       integer(c_int) :: rc
+     end function c_add_field
+     function c_commit(x) bind(C, name="sode_exchange_commit") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int) :: rc
+     end function c_commit
+     function c_start(x) bind(C, name="sode_exchange_start") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int) :: rc
+     end function c_start
+     function c_wait(x, timeout) bind(C, name="sode_exchange_wait") result(rc)
+       import :: c_int, c_ptr, c_double
+       type(c_ptr), value :: x
+       real(c_double), value :: timeout
+       integer(c_int) :: rc
+     end function c_wait
+     function c_test(x, done) bind(C, name="sode_exchange_test") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int) :: done
+       integer(c_int) :: rc
+     end function c_test
+     function c_exchange_free(x) bind(C, name="sode_exchange_free") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr) :: x
+       integer(c_int) :: rc
+     end function c_exchange_free
+     function c_report_error(status, message) bind(C, name="sode_report_error") result(rc)
+       import :: c_int, c_char
+       integer(c_int), value :: status
+       character(kind=c_char) :: message(*)
+       integer(c_int) :: rc
+     end function c_report_error
+  end interface
+
+contains
+
+  !> The message of the last sode call on this thread (empty after success).
+  function sode_last_error() result(msg)
+    character(len=:), allocatable :: msg
+    type(c_ptr) :: p
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    p = c_last_error()
+    n = int(c_strlen(p))
+    allocate (character(len=n) :: msg)
+    if (n == 0) return
+    call c_f_pointer(p, chars, [n])
+    do i = 1, n
+       msg(i:i) = chars(i)
+    end do
+  end function sode_last_error
+
+  !> The ABI version of the library linked (compare with SODE_MODULE_ABI).
+  integer function sode_abi_version()
+    sode_abi_version = int(c_abi_version())
+  end function sode_abi_version
+
+  !> `ierr` gets `rc`; without it, a failure prints the message and stops.
+  subroutine finish(rc, ierr)
+    integer(c_int), intent(in) :: rc
+    integer, intent(out), optional :: ierr
+    if (present(ierr)) then
+       ierr = int(rc)
+    else if (rc /= SODE_OK) then
+       write (error_unit, '(a, i0, 2a)') 'sode: error ', rc, ': ', sode_last_error()
+       error stop 1
+    end if
+  end subroutine finish
+
+  real(c_double) function seconds(timeout, default)
+    real(real64), intent(in), optional :: timeout
+    real(real64), intent(in) :: default
+    seconds = default
+    if (present(timeout)) seconds = timeout
+  end function seconds
+
+  !> A communicator whose ranks are `comm`'s (an MPI integer handle).
+  !> Collective over `comm`.
+  subroutine sode_comm_create_mpi(comm, sc, timeout, ierr)
+    integer, intent(in) :: comm
+    type(sode_comm), intent(out) :: sc
+    real(real64), intent(in), optional :: timeout
+    integer, intent(out), optional :: ierr
+    call finish(c_comm_create_mpi_f(int(comm, c_int), seconds(timeout, 60d0), sc%ptr), ierr)
+  end subroutine sode_comm_create_mpi
+
+  !> A communicator from the launcher's environment (sode-run, SODE_ROOT).
+  subroutine sode_comm_create_env(sc, timeout, ierr)
+    type(sode_comm), intent(out) :: sc
+    real(real64), intent(in), optional :: timeout
+    integer, intent(out), optional :: ierr
+    call finish(c_comm_create_env(seconds(timeout, 60d0), sc%ptr), ierr)
+  end subroutine sode_comm_create_env
+
+  !> This rank in `sc`.
+  subroutine sode_comm_rank(sc, rank, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(out) :: rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r
+    r = -1
+    call finish(c_comm_rank(sc%ptr, r), ierr)
+    rank = int(r)
+  end subroutine sode_comm_rank
+
+  subroutine sode_comm_free(sc, ierr)
+    type(sode_comm), intent(inout) :: sc
+    integer, intent(out), optional :: ierr
+    call finish(c_comm_free(sc%ptr), ierr)
+  end subroutine sode_comm_free
+
+  !> Widths for C: one per axis, non-negative.
+  function widths(w, n) result(c)
+    integer, intent(in) :: w(:)
+    integer, intent(in) :: n
+    integer(c_int) :: c(max(n, 1))
+    c = 0
+    c(1:min(n, size(w))) = int(w(1:min(n, size(w))), c_int)
+  end function widths
+
+  !> A Cartesian exchange from an MPI Cartesian communicator (an integer
+  !> handle): halo widths below and above per axis, shape SODE_STAR,
+  !> SODE_STAR_EDGES or SODE_BOX. `sc` must be made from `cart`.
+  subroutine sode_exchange_create_mpi_cart(sc, cart, halo_lo, halo_hi, shape, x, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(in) :: cart, halo_lo(:), halo_hi(:), shape
+    type(sode_exchange), intent(out) :: x
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: lo(3), hi(3)
+    lo = widths(halo_lo, 3)
+    hi = widths(halo_hi, 3)
+    if (size(halo_lo) < 2 .or. size(halo_lo) > 3 .or. size(halo_hi) /= size(halo_lo)) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_exchange_create_mpi_cart: give one halo width per axis (2 or 3) below and above' &
+            // c_null_char), ierr)
+       return
+    end if
+    call finish(c_create_mpi_cart_f(sc%ptr, int(cart, c_int), lo, hi, int(shape, c_int), x%ptr), ierr)
+  end subroutine sode_exchange_create_mpi_cart
+
+  !> A Cartesian exchange described by hand: processes per axis, this
+  !> rank's coordinates (from 0), periodic axes, halo widths, shape.
+  subroutine sode_exchange_create_cart(sc, dims, coords, periodic, halo_lo, halo_hi, shape, x, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(in) :: dims(:), coords(:), halo_lo(:), halo_hi(:), shape
+    logical, intent(in) :: periodic(:)
+    type(sode_exchange), intent(out) :: x
+    integer, intent(out), optional :: ierr
+    integer :: n
+    integer(c_int) :: p(3)
+    n = size(dims)
+    if (n < 2 .or. n > 3 .or. size(coords) /= n .or. size(periodic) /= n .or. &
+         size(halo_lo) /= n .or. size(halo_hi) /= n) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_exchange_create_cart: dims, coords, periodic and the halo widths need one value per axis (2 or 3)' &
+            // c_null_char), ierr)
+       return
+    end if
+    p = 0
+    where (periodic) p(1:n) = 1
+    call finish(c_create_cart(sc%ptr, int(n, c_int), widths(dims, n), widths(coords, n), p, &
+         widths(halo_lo, n), widths(halo_hi, n), int(shape, c_int), x%ptr), ierr)
+  end subroutine sode_exchange_create_cart
+
+  !> Every rank-specific `add_*` lands here: the array's address, type,
+  !> shape and lower bounds.
+  subroutine add_any(x, base, ty, shp, lb, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    type(c_ptr), intent(in) :: base
+    integer, intent(in) :: ty, shp(:), lb(:), first(:), last(:)
+    integer, intent(in), optional, target :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: ext(size(shp)), owned_lo(size(shp)), owned_size(size(shp))
+    integer(c_int), target :: lo(8), hi(8)
+    type(c_ptr) :: plo, phi
+    integer :: d
+    d = size(shp)
+    if (size(first) /= d .or. size(last) /= d) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_add_field: first and last need one index per axis of the array' // c_null_char), ierr)
+       return
+    end if
+    ext = int(shp, c_int64_t)
+    owned_lo = int(first - lb, c_int64_t)
+    owned_size = int(last - first + 1, c_int64_t)
+    if (any(owned_lo < 0) .or. any(owned_size < 1)) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_add_field: the owned cells first:last lie outside the array or are empty' // c_null_char), ierr)
+       return
+    end if
+    plo = c_null_ptr
+    phi = c_null_ptr
+    if (present(halo_lo)) then
+       lo = widths(halo_lo, 8)
+       plo = c_loc(lo)
+    end if
+    if (present(halo_hi)) then
+       hi = widths(halo_hi, 8)
+       phi = c_loc(hi)
+    end if
+    call finish(c_add_field(x%ptr, base, int(ty, c_int), int(d, c_int), ext, owned_lo, owned_size, &
+         plo, phi, int(ORDER_FORTRAN, c_int)), ierr)
+  end subroutine add_any
+
+  subroutine add_r64_2(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_r64_2
+
+  subroutine add_r64_3(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_r64_3
+
+  subroutine add_r64_4(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_r64_4
+
+  subroutine add_r32_2(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_r32_2
+
+  subroutine add_r32_3(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_r32_3
+
+  subroutine add_r32_4(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_r32_4
+
+  subroutine add_i32_2(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_i32_2
+
+  subroutine add_i32_3(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_i32_3
+
+  subroutine add_i32_4(x, a, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+  end subroutine add_i32_4
+
+  !> Checks the exchange across the job and sets up its channels;
+  !> collective, every rank gets the same status.
+  subroutine sode_commit(x, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(out), optional :: ierr
+    call finish(c_commit(x%ptr), ierr)
+  end subroutine sode_commit
+
+  !> Packs the faces and starts the exchange.
+  subroutine sode_start(x, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(out), optional :: ierr
+    call finish(c_start(x%ptr), ierr)
+  end subroutine sode_start
+
+  !> Waits (up to `timeout` seconds, default 60) for every halo.
+  subroutine sode_wait(x, timeout, ierr)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), intent(in), optional :: timeout
+    integer, intent(out), optional :: ierr
+    call finish(c_wait(x%ptr, seconds(timeout, 60d0)), ierr)
+  end subroutine sode_wait
+
+  !> One pass: `done` once every halo has arrived and is in place.
+  subroutine sode_test(x, done, ierr)
+    type(sode_exchange), intent(inout) :: x
+    logical, intent(out) :: done
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: d
+    d = 0
+    call finish(c_test(x%ptr, d), ierr)
+    done = d /= 0
+  end subroutine sode_test
+
+  subroutine sode_exchange_free(x, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(out), optional :: ierr
+    call finish(c_exchange_free(x%ptr), ierr)
+  end subroutine sode_exchange_free
+
+end module sode

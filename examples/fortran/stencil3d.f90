@@ -1,0 +1,335 @@
+! The halo exchange of a 3-D stencil code through sode (`use sode`) and
+! through MPI (Isend/Irecv of subarrays), compared cell for cell, bit for
+! bit, and against the values the neighbours own.
+!
+!   mpirun -n 4 ./stencil3d
+!
+! Process grids 1xNx1, Nx1x1 (and 2x2x1 for 4 ranks); periodic on no, all
+! or two axes; star and box stencils; a real64 and an int32 field with
+! unequal halo widths per axis and side, declared with their own lower
+! bounds; a global grid that does not divide evenly. Halo cells without a
+! neighbour keep their sentinel.
+module stencil3d_run
+  use, intrinsic :: iso_fortran_env, only: real64, int32, int64, output_unit, error_unit
+  use mpi
+  use sode
+  implicit none
+
+  integer, parameter :: GLOBAL(3) = [11, 9, 6]
+  integer, parameter :: U_LO(3) = [1, 2, 1], U_HI(3) = [2, 1, 1]
+  integer, parameter :: V_LO(3) = [1, 1, 0], V_HI(3) = [0, 1, 1]
+  real(real64), parameter :: U_SENTINEL = -999.5d0
+  integer(int32), parameter :: V_SENTINEL = -77
+  logical, parameter :: PERIODS(3, 3) = reshape([.false., .false., .false., &
+       .true., .true., .true., .true., .false., .true.], [3, 3])
+
+  integer :: rank
+  ! The configuration being run.
+  integer :: dims(3), coords(3), start(3), own(3), cart, filled
+  logical :: periodic(3), is_box
+  real(real64), allocatable, target :: us(:, :, :), um(:, :, :)
+  integer(int32), allocatable, target :: vs(:, :, :), vm(:, :, :)
+
+contains
+
+
+  real(real64) function u_value(it, gc)
+    integer, intent(in) :: it, gc(3)
+    u_value = it * 1d6 + gc(1) * 1d4 + gc(2) * 1d2 + gc(3) + 0.25d0
+  end function u_value
+
+  integer(int32) function v_value(it, gc)
+    integer, intent(in) :: it, gc(3)
+    v_value = int(it * 1000000 + gc(1) * 10000 + gc(2) * 100 + gc(3) + 7, int32)
+  end function v_value
+
+  subroutine block(n, np, c, start, own)
+    integer, intent(in) :: n, np, c
+    integer, intent(out) :: start, own
+    integer :: q, r
+    q = n / np
+    r = mod(n, np)
+    start = c * q + min(c, r)
+    own = q
+    if (c < r) own = q + 1
+  end subroutine block
+
+  !> The global cell a local one stands for; whether anyone owns it; on how
+  !> many axes it lies outside the owned box.
+  logical function global_of(idx, start, own, periodic, gc, outside)
+    integer, intent(in) :: idx(3), start(3), own(3)
+    logical, intent(in) :: periodic(3)
+    integer, intent(out) :: gc(3), outside
+    integer :: a
+    global_of = .true.
+    outside = 0
+    do a = 1, 3
+       gc(a) = start(a) + idx(a) - 1
+       if (idx(a) < 1 .or. idx(a) > own(a)) outside = outside + 1
+       if (gc(a) < 0 .or. gc(a) >= GLOBAL(a)) then
+          if (.not. periodic(a)) global_of = .false.
+          gc(a) = modulo(gc(a), GLOBAL(a))
+       end if
+    end do
+  end function global_of
+
+  subroutine run(grid, periods_of, box)
+    integer, intent(in) :: grid(3)
+    logical, intent(in) :: periods_of(3), box
+    integer :: a, it, shape, ierr
+    type(sode_comm) :: sc
+    type(sode_exchange) :: x
+    integer :: me, total_filled, cells, total_cells
+    character(len=4) :: name
+
+    dims = grid
+    periodic = periods_of
+    is_box = box
+    call mpi_cart_create(MPI_COMM_WORLD, 3, dims, periodic, .true., cart, ierr)
+    call mpi_comm_rank(cart, me, ierr)
+    call mpi_cart_coords(cart, me, 3, coords, ierr)
+    do a = 1, 3
+       call block(GLOBAL(a), dims(a), coords(a), start(a), own(a))
+    end do
+    allocate (us(1 - U_LO(1):own(1) + U_HI(1), 1 - U_LO(2):own(2) + U_HI(2), 1 - U_LO(3):own(3) + U_HI(3)))
+    allocate (um, mold=us)
+    allocate (vs(1 - V_LO(1):own(1) + V_HI(1), 1 - V_LO(2):own(2) + V_HI(2), 1 - V_LO(3):own(3) + V_HI(3)))
+    allocate (vm, mold=vs)
+
+    shape = SODE_STAR
+    if (is_box) shape = SODE_BOX
+    call sode_comm_create_mpi(cart, sc)
+    call sode_exchange_create_mpi_cart(sc, cart, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
+    call sode_add_field(x, us, first=[1, 1, 1], last=own, halo_lo=U_LO, halo_hi=U_HI)
+    call sode_add_field(x, vs, first=[1, 1, 1], last=own, halo_lo=V_LO, halo_hi=V_HI)
+    call sode_commit(x)
+
+    filled = 0
+    cells = 0
+    do it = 1, 3
+       call fill_u(us, it)
+       call fill_u(um, it)
+       call fill_v(vs, it)
+       call fill_v(vm, it)
+       call sode_start(x)
+       call sode_wait(x, 30d0)
+       call mpi_exchange()
+       if (any(transfer(us, [0_int64]) /= transfer(um, [0_int64])) .or. any(vs /= vm)) then
+          write (error_unit, '(a, i0, a)') 'rank ', rank, ': sode and MPI differ'
+          call mpi_abort(MPI_COMM_WORLD, 1, ierr)
+       end if
+       call check_u(us, it)
+       call check_v(vs, it)
+       cells = cells + int(product(ubound(us) - lbound(us) + 1) + product(ubound(vs) - lbound(vs) + 1))
+    end do
+    call mpi_reduce(filled, total_filled, 1, MPI_INTEGER, MPI_SUM, 0, MPI_COMM_WORLD, ierr)
+    call mpi_reduce(cells, total_cells, 1, MPI_INTEGER, MPI_SUM, 0, MPI_COMM_WORLD, ierr)
+    name = 'star'
+    if (is_box) name = 'box'
+    if (rank == 0) then
+       write (output_unit, '(a, i0, a, i0, a, i0, a, 3l1, 1x, a, a, i0, a, i0, a)') 'ok grid ', dims(1), 'x', &
+            dims(2), 'x', dims(3), ' periodic ', periodic, trim(name), ': ', total_cells, &
+            ' cells equal to MPI''s, bit for bit, ', total_filled, ' halo cells filled'
+    end if
+    call sode_exchange_free(x)
+    call sode_comm_free(sc)
+    call mpi_comm_free(cart, ierr)
+    deallocate (us, um, vs, vm)
+
+  end subroutine run
+
+
+  subroutine fill_u(f, it)
+    real(real64), intent(out) :: f(lbound(us, 1):, lbound(us, 2):, lbound(us, 3):)
+    integer, intent(in) :: it
+    integer :: i, j, k, gc(3), outside
+    logical :: owned
+    do k = lbound(f, 3), ubound(f, 3)
+       do j = lbound(f, 2), ubound(f, 2)
+          do i = lbound(f, 1), ubound(f, 1)
+             owned = global_of([i, j, k], start, own, periodic, gc, outside)
+             f(i, j, k) = U_SENTINEL
+             if (outside == 0) f(i, j, k) = u_value(it, gc)
+          end do
+       end do
+    end do
+  end subroutine fill_u
+
+  subroutine fill_v(f, it)
+    integer(int32), intent(out) :: f(lbound(vs, 1):, lbound(vs, 2):, lbound(vs, 3):)
+    integer, intent(in) :: it
+    integer :: i, j, k, gc(3), outside
+    logical :: owned
+    do k = lbound(f, 3), ubound(f, 3)
+       do j = lbound(f, 2), ubound(f, 2)
+          do i = lbound(f, 1), ubound(f, 1)
+             owned = global_of([i, j, k], start, own, periodic, gc, outside)
+             f(i, j, k) = V_SENTINEL
+             if (outside == 0) f(i, j, k) = v_value(it, gc)
+          end do
+       end do
+    end do
+  end subroutine fill_v
+
+  !> A halo cell is reached when its owner exists and the stencil reads
+  !> it (a star reads no edge or corner).
+  logical function reached(idx, gc, outside)
+    integer, intent(in) :: idx(3)
+    integer, intent(out) :: gc(3), outside
+    reached = global_of(idx, start, own, periodic, gc, outside)
+    reached = reached .and. (outside < 2 .or. is_box)
+  end function reached
+
+  subroutine check_u(f, it)
+    real(real64), intent(in) :: f(lbound(us, 1):, lbound(us, 2):, lbound(us, 3):)
+    integer, intent(in) :: it
+    integer :: i, j, k, gc(3), outside
+    real(real64) :: want
+    do k = lbound(f, 3), ubound(f, 3)
+       do j = lbound(f, 2), ubound(f, 2)
+          do i = lbound(f, 1), ubound(f, 1)
+             want = U_SENTINEL
+             if (reached([i, j, k], gc, outside)) want = u_value(it, gc)
+             if (f(i, j, k) /= want) call wrong('real64', [i, j, k])
+             if (outside > 0 .and. f(i, j, k) /= U_SENTINEL) filled = filled + 1
+          end do
+       end do
+    end do
+  end subroutine check_u
+
+  subroutine check_v(f, it)
+    integer(int32), intent(in) :: f(lbound(vs, 1):, lbound(vs, 2):, lbound(vs, 3):)
+    integer, intent(in) :: it
+    integer :: i, j, k, gc(3), outside
+    integer(int32) :: want
+    do k = lbound(f, 3), ubound(f, 3)
+       do j = lbound(f, 2), ubound(f, 2)
+          do i = lbound(f, 1), ubound(f, 1)
+             want = V_SENTINEL
+             if (reached([i, j, k], gc, outside)) want = v_value(it, gc)
+             if (f(i, j, k) /= want) call wrong('int32', [i, j, k])
+             if (outside > 0 .and. f(i, j, k) /= V_SENTINEL) filled = filled + 1
+          end do
+       end do
+    end do
+  end subroutine check_v
+
+  subroutine wrong(what, idx)
+    character(len=*), intent(in) :: what
+    integer, intent(in) :: idx(3)
+    integer :: ierr2
+    write (error_unit, '(a, i0, 3a, 3(1x, i0))') 'rank ', rank, ': the ', what, ' field is wrong at', idx
+    call mpi_abort(MPI_COMM_WORLD, 1, ierr2)
+  end subroutine wrong
+
+  !> The same exchange through MPI: Isend/Irecv of subarrays.
+  subroutine mpi_exchange()
+    integer :: req(2 * 26 * 2), n, o(3), c(3), peer, nonzero, d1, d2, d3, ierr2, st, rt
+    logical :: exists, has_send, has_recv
+    n = 0
+    do d1 = -1, 1
+       do d2 = -1, 1
+          do d3 = -1, 1
+             o = [d1, d2, d3]
+             nonzero = count(o /= 0)
+             if (nonzero == 0 .or. (nonzero > 1 .and. .not. is_box)) cycle
+             c = coords + o
+             exists = all(c >= 0 .and. c < dims .or. periodic)
+             if (.not. exists) cycle
+             c = modulo(c, dims)
+             call mpi_cart_rank(cart, c, peer, ierr2)
+             call regions(U_LO, U_HI, shape_of(lbound(um), ubound(um)), MPI_DOUBLE_PRECISION)
+             if (has_send) call mpi_isend(um, 1, st, peer, tag(o), cart, req(n + 1), ierr2)
+             if (has_send) n = n + 1
+             if (has_recv) call mpi_irecv(um, 1, rt, peer, tag(-o), cart, req(n + 1), ierr2)
+             if (has_recv) n = n + 1
+             call free_types()
+             call regions(V_LO, V_HI, shape_of(lbound(vm), ubound(vm)), MPI_INTEGER4)
+             if (has_send) call mpi_isend(vm, 1, st, peer, 100 + tag(o), cart, req(n + 1), ierr2)
+             if (has_send) n = n + 1
+             if (has_recv) call mpi_irecv(vm, 1, rt, peer, 100 + tag(-o), cart, req(n + 1), ierr2)
+             if (has_recv) n = n + 1
+             call free_types()
+          end do
+       end do
+    end do
+    call mpi_waitall(n, req, MPI_STATUSES_IGNORE, ierr2)
+  contains
+    function shape_of(lb, ub) result(s)
+      integer, intent(in) :: lb(3), ub(3)
+      integer :: s(3)
+      s = ub - lb + 1
+    end function shape_of
+
+    !> The send and receive subarrays towards `o`, committed.
+    subroutine regions(lo, hi, sizes, dtype)
+      integer, intent(in) :: lo(3), hi(3), sizes(3), dtype
+      integer :: ss(3), sn(3), rs(3), rn(3), a2, ierr3
+      do a2 = 1, 3
+         select case (o(a2))
+         case (-1)
+            ss(a2) = lo(a2); sn(a2) = hi(a2); rs(a2) = 0; rn(a2) = lo(a2)
+         case (1)
+            ss(a2) = own(a2); sn(a2) = lo(a2); rs(a2) = lo(a2) + own(a2); rn(a2) = hi(a2)
+         case default
+            ss(a2) = lo(a2); sn(a2) = own(a2); rs(a2) = lo(a2); rn(a2) = own(a2)
+         end select
+      end do
+      has_send = all(sn > 0)
+      has_recv = all(rn > 0)
+      if (has_send) then
+         call mpi_type_create_subarray(3, sizes, sn, ss, MPI_ORDER_FORTRAN, dtype, st, ierr3)
+         call mpi_type_commit(st, ierr3)
+      end if
+      if (has_recv) then
+         call mpi_type_create_subarray(3, sizes, rn, rs, MPI_ORDER_FORTRAN, dtype, rt, ierr3)
+         call mpi_type_commit(rt, ierr3)
+      end if
+    end subroutine regions
+
+    subroutine free_types()
+      integer :: ierr3
+      if (has_send) call mpi_type_free(st, ierr3)
+      if (has_recv) call mpi_type_free(rt, ierr3)
+    end subroutine free_types
+
+    integer function tag(off)
+      integer, intent(in) :: off(3)
+      tag = (off(1) + 1) * 9 + (off(2) + 1) * 3 + (off(3) + 1)
+    end function tag
+  end subroutine mpi_exchange
+end module stencil3d_run
+
+program stencil3d
+  use, intrinsic :: iso_fortran_env, only: error_unit
+  use mpi
+  use sode
+  use stencil3d_run
+  implicit none
+
+  integer :: ierr, size, g, p, box, ngrids
+  integer :: grids(3, 3)
+
+  call mpi_init(ierr)
+  call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call mpi_comm_size(MPI_COMM_WORLD, size, ierr)
+  if (sode_abi_version() /= SODE_MODULE_ABI) then
+     write (error_unit, *) 'the sode module and library disagree on the ABI version'
+     call mpi_abort(MPI_COMM_WORLD, 3, ierr)
+  end if
+  grids(:, 1) = [1, size, 1]
+  grids(:, 2) = [size, 1, 1]
+  grids(:, 3) = [2, 2, 1]
+  ngrids = 2
+  if (size == 1) ngrids = 1
+  if (size == 4) ngrids = 3
+  do g = 1, ngrids
+     do p = 1, 3
+        do box = 0, 1
+           call run(grids(:, g), PERIODS(:, p), box == 1)
+        end do
+     end do
+  end do
+  call mpi_finalize(ierr)
+
+end program stencil3d
