@@ -10,9 +10,11 @@ set -euo pipefail
 # builds its libibverbs loader with cmake and its bindings with bindgen.
 # libibverbs1: loaded at run time (without it the transport says so).
 # openmpi-bin, libopenmpi-dev, gfortran: the C and Fortran examples, built
-# against an installed sode and run under mpirun (ci/capi.sh).
+# against an installed sode and run under mpirun (ci/capi.sh); libpmix-dev:
+# the PMIx headers sode's layouts are checked against (ci/pmix.sh; sode
+# itself loads libpmix.so.2 at run time).
 apt_packages=(gcc pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1
-              openmpi-bin libopenmpi-dev gfortran)
+              openmpi-bin libopenmpi-dev gfortran libpmix-dev)
 
 missing=()
 for p in "${apt_packages[@]}"; do

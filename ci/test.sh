@@ -36,6 +36,9 @@ TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
 echo "== the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
 
+echo "== PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
+bash ci/pmix.sh
+
 echo "== SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
 # Built here, run in the guest (emulated code is 10-50x slower).
 # The test executables that need RDMA: the transport's and the halo exchange's.

@@ -65,6 +65,9 @@ pub struct LaunchInfo {
     pub secret: Option<Secret>,
     /// The variable the rank came from.
     pub source: &'static str,
+    /// Whether a PMIx server is there to meet the other ranks through
+    /// (`PMIX_NAMESPACE` and a `PMIX_SERVER_URI*`), when `root` is not set.
+    pub pmix: bool,
 }
 
 /// Whether this process was started as a rank: a launcher set one of the
@@ -144,13 +147,14 @@ impl LaunchInfo {
             .map(|v| parse_count(launcher.local_rank, v))
             .transpose()?;
         let root = get(ROOT_VAR).filter(|r| !r.trim().is_empty());
-        if size > 1 && root.is_none() {
+        let pmix = crate::pmix::available(&get);
+        if size > 1 && root.is_none() && !pmix {
             return Err(JobError::Launch {
-                why: "SODE_ROOT=host:port is not set: it names where the ranks meet (rank 0 listens there); sode-run sets it".into(),
+                why: format!("{rank_var}={rank} of {size}, but neither SODE_ROOT=host:port (where the ranks meet; sode-run sets it, with SODE_JOB_SECRET) nor a PMIx server (PMIX_NAMESPACE and PMIX_SERVER_URI*, set by Open MPI's mpirun and srun --mpi=pmix) is in the environment: start the job with sode-run -n N, mpirun, or srun --mpi=pmix, or set SODE_ROOT and SODE_JOB_SECRET"),
             });
         }
         let secret = get(SECRET_VAR).map(|s| Secret::from_hex(&s)).transpose()?;
-        if size > 1 && secret.is_none() {
+        if size > 1 && root.is_some() && secret.is_none() {
             return Err(JobError::Launch {
                 why: format!("{SECRET_VAR} is not set: the ranks prove to each other with it that they belong to the job; sode-run sets it; by hand, give every rank the same 64 hex digits (export {SECRET_VAR}=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'), and mpirun -x {SECRET_VAR})"),
             });
@@ -163,6 +167,7 @@ impl LaunchInfo {
             root,
             secret,
             source: rank_var,
+            pmix,
         })
     }
 
@@ -176,6 +181,7 @@ impl LaunchInfo {
             root: None,
             secret: None,
             source: "single process",
+            pmix: false,
         }
     }
 }

@@ -49,6 +49,9 @@ pub mod launcher;
 mod lifecycle;
 mod node;
 mod oob;
+pub mod pmix;
+#[allow(unsafe_code)]
+mod sys;
 mod tcp;
 mod world;
 

@@ -621,6 +621,7 @@ mod tests {
                     root: Some(format!("{host}:{port}")),
                     secret: Some(secret.clone()),
                     source: "test",
+                    pmix: false,
                 };
                 std::thread::spawn(move || {
                     TcpRendezvous::join(&launch, Instant::now() + Duration::from_secs(20)).unwrap()

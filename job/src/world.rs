@@ -45,7 +45,9 @@ impl World {
         Self::init_with(&LaunchInfo::from_env()?, timeout)
     }
 
-    /// Meets the other ranks as `launch` says (TCP rendezvous); collective.
+    /// Meets the other ranks as `launch` says: at `SODE_ROOT` (TCP
+    /// rendezvous) when it is set, else through the launcher's PMIx server;
+    /// collective.
     pub fn init_with(launch: &LaunchInfo, timeout: Duration) -> Result<World> {
         if launch.size == 1 {
             let mut w = Self::single();
@@ -55,6 +57,23 @@ impl World {
             return Ok(w);
         }
         let deadline = Instant::now() + timeout;
+        if launch.root.is_none() && launch.pmix {
+            let (oob, namespace) = crate::pmix::join()?;
+            if (oob.rank(), oob.size()) != (launch.rank, launch.size) {
+                return Err(JobError::Launch {
+                    why: format!(
+                        "{} says rank {} of {}, the PMIx server rank {} of {}",
+                        launch.source,
+                        launch.rank,
+                        launch.size,
+                        oob.rank(),
+                        oob.size()
+                    ),
+                });
+            }
+            let job_id = launch.job_id.clone().or(Some(namespace));
+            return Self::over(Box::new(oob), job_id, deadline);
+        }
         let oob = TcpRendezvous::join(launch, deadline)?;
         Self::over(Box::new(oob), launch.job_id.clone(), deadline)
     }
@@ -222,6 +241,7 @@ mod tests {
             root: Some(format!("127.0.0.1:{port}")),
             secret: Some(secret()),
             source: "test",
+            pmix: false,
         }
     }
 

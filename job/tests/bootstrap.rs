@@ -27,6 +27,7 @@ fn launch(rank: usize, size: usize, port: u16, secret: &Secret) -> LaunchInfo {
         root: Some(format!("127.0.0.1:{port}")),
         secret: Some(secret.clone()),
         source: "test",
+        pmix: false,
     }
 }
 

@@ -74,6 +74,7 @@ fn random_bytes_from_strangers_never_stop_a_rendezvous() {
         root: Some(root.to_string()),
         secret: Some(secret.clone()),
         source: "test",
+        pmix: false,
     };
     let l0 = launch(0);
     let rank0 = std::thread::spawn(move || World::init_with(&l0, Duration::from_secs(60)));

@@ -1,7 +1,7 @@
 //! The C functions, and every `unsafe` of the crate: pointers and arrays
 //! from C are checked for null and turned into owned Rust values here, at
 //! the boundary; the user's field memory is reached only through
-//! [`UserMemory`]. Each function runs inside [`call`], which catches panics
+//! [`UserMemory`]. Each function runs inside `call`, which catches panics
 //! and records the message for `sode_last_error`.
 
 use std::cell::RefCell;

@@ -1,0 +1,61 @@
+//! The bootstrap under a PMIx server (Open MPI's `mpirun`, Slurm's `srun
+//! --mpi=pmix`): rank and size from the server, collectives through
+//! put/commit/fence/get, peer links over [`ExternalOob`]'s authenticated TCP
+//! mesh (the secret travels through PMIx, which the launcher trusts).
+
+use crate::error::{JobError, Result};
+use crate::external::{AllgatherFn, ExternalOob};
+use crate::sys::pmix::{Pmix, RANK_WILDCARD};
+
+/// Whether the environment names a PMIx server to connect to.
+pub fn available(get: &impl Fn(&str) -> Option<String>) -> bool {
+    get("PMIX_NAMESPACE").is_some()
+        && [
+            "PMIX_SERVER_URI41",
+            "PMIX_SERVER_URI4",
+            "PMIX_SERVER_URI3",
+            "PMIX_SERVER_URI21",
+            "PMIX_SERVER_URI2",
+        ]
+        .iter()
+        .any(|v| get(v).is_some())
+}
+
+fn failed(step: &str) -> impl Fn(String) -> JobError + '_ {
+    move |why| JobError::External {
+        step: format!("PMIx {step}"),
+        why,
+    }
+}
+
+/// Connects to the PMIx server: this rank, the job's size and namespace,
+/// and an out-of-band exchange over it.
+pub fn join() -> Result<(ExternalOob, String)> {
+    let pmix = Pmix::connect().map_err(failed("connect"))?;
+    let rank = pmix.rank() as usize;
+    let size = pmix
+        .get_number(RANK_WILDCARD, "pmix.job.size")
+        .map_err(failed("job size"))? as usize;
+    let namespace = pmix.namespace();
+    tracing::debug!(rank, size, namespace, "joined through PMIx");
+    let mut round = 0u64;
+    let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8]| {
+        round += 1;
+        let key = format!("sode.gather.{round}");
+        pmix.put_bytes(&key, mine)?;
+        pmix.fence()?;
+        for (r, block) in all.chunks_mut(mine.len().max(1)).enumerate().take(size) {
+            let theirs = pmix.get_bytes(r as u32, &key)?;
+            if theirs.len() != mine.len() {
+                return Err(format!(
+                    "rank {r} put {} bytes under {key}, this rank {}",
+                    theirs.len(),
+                    mine.len()
+                ));
+            }
+            block[..theirs.len()].copy_from_slice(&theirs);
+        }
+        Ok(())
+    });
+    Ok((ExternalOob::new(rank, size, gather)?, namespace))
+}
