@@ -32,10 +32,7 @@ impl Comm {
     /// one.
     pub fn from_env(timeout: Duration) -> Result<Comm> {
         let op = "sode_comm_create_env";
-        let launch =
-            LaunchInfo::from_env().map_err(|source| CapiError::Bootstrap { op, source })?;
-        let world = World::init_with(&launch, timeout)
-            .map_err(|source| CapiError::Bootstrap { op, source })?;
+        let world = World::init(timeout).map_err(|source| CapiError::Bootstrap { op, source })?;
         Ok(Comm { world, timeout })
     }
 

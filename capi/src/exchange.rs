@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, Link, LinkExchange, Message};
+use sode::{HaloError, Link, LinkExchange, Message, Region};
 use sode_job::World;
 
 use crate::cart::{self, Card, Cart};
@@ -22,10 +22,12 @@ pub struct Field {
     pub memory: UserMemory,
 }
 
-/// One neighbour's link, with the offset its regions are computed for.
+/// One neighbour's link: each field's region sent to it and received from
+/// it (computed once, at commit).
 #[derive(Debug)]
 struct Planned {
-    offset: Vec<i32>,
+    send: Vec<Region>,
+    recv: Vec<Region>,
     sends: bool,
     recvs: bool,
 }
@@ -232,7 +234,8 @@ impl Exchange {
                 continue;
             }
             planned.push(Planned {
-                offset: n.offset.clone(),
+                send: specs.iter().map(|f| f.send_region(&n.offset)).collect(),
+                recv: specs.iter().map(|f| f.recv_region(&n.offset)).collect(),
                 sends: send.is_some(),
                 recvs: recv.is_some(),
             });
@@ -283,10 +286,9 @@ impl Exchange {
         for (i, p) in planned.iter().enumerate().filter(|(_, p)| p.sends) {
             let out = links.send_buf(i).map_err(exchange)?;
             let mut at = 0;
-            for f in fields.iter() {
-                let r = f.spec.send_region(&p.offset);
+            for (f, r) in fields.iter().zip(&p.send) {
                 let n = r.cells() * f.spec.ty.size();
-                f.spec.pack(f.memory.bytes(), &r, &mut out[at..at + n]);
+                f.spec.pack(f.memory.bytes(), r, &mut out[at..at + n]);
                 at += n;
             }
         }
@@ -305,10 +307,9 @@ impl Exchange {
                 .recv_buf(i)
                 .map_err(|source| CapiError::Exchange { op, source })?;
             let mut at = 0;
-            for f in fields.iter_mut() {
-                let r = f.spec.recv_region(&p.offset);
+            for (f, r) in fields.iter_mut().zip(&p.recv) {
                 let n = r.cells() * f.spec.ty.size();
-                f.spec.unpack(&data[at..at + n], &r, f.memory.bytes_mut());
+                f.spec.unpack(&data[at..at + n], r, f.memory.bytes_mut());
                 at += n;
             }
         }

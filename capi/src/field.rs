@@ -6,6 +6,9 @@ use serde::{Deserialize, Serialize};
 
 use sode::Region;
 
+/// Most axes a field may have.
+pub(crate) const MAX_AXES: usize = 8;
+
 /// The element types a field may have; only their size matters to the
 /// copies (bit for bit), the type is checked to agree across ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -144,10 +147,10 @@ impl FieldSpec {
         {
             return Err("the field's per-axis arrays have different lengths".into());
         }
-        if d < grid_axes || d > 8 {
+        if d < grid_axes || d > MAX_AXES {
             return Err(format!(
                 "a field of {d} axes in an exchange of {grid_axes}: a field has the process grid's axes first, then at most {} more",
-                8 - grid_axes
+                MAX_AXES - grid_axes
             ));
         }
         for a in 0..d {
@@ -245,37 +248,44 @@ impl FieldSpec {
     }
 
     /// Calls `run(element_offset, elements)` for each contiguous run of
-    /// `r`, in memory order (fastest axis innermost).
+    /// `r`, in memory order (fastest axis innermost). Allocates nothing.
     fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
+        let d = self.extents.len().min(MAX_AXES);
         if r.cells() == 0 {
             return;
         }
-        let order = self.order();
-        let inner = order[0];
-        let contiguous = self.strides[inner] == 1;
-        let (run_len, outer) = if contiguous {
-            (r.size[inner], &order[1..])
-        } else {
-            (1, &order[..])
-        };
-        let mut idx = vec![0usize; outer.len()];
-        loop {
-            let mut at = 0;
-            for a in 0..self.extents.len() {
-                let i = outer.iter().position(|&x| x == a).map_or(0, |k| idx[k]);
-                at += (r.start[a] + i) * self.strides[a];
+        // Axes fastest first (insertion sort: at most 8).
+        let mut order = [0usize; MAX_AXES];
+        for a in 0..d {
+            let mut k = a;
+            while k > 0 && (self.strides[order[k - 1]], order[k - 1]) > (self.strides[a], a) {
+                order[k] = order[k - 1];
+                k -= 1;
             }
+            order[k] = a;
+        }
+        let contiguous = self.strides[order[0]] == 1;
+        let (run_len, outer) = if contiguous {
+            (r.size[order[0]], &order[1..d])
+        } else {
+            (1, &order[..d])
+        };
+        let mut idx = [0usize; MAX_AXES];
+        let mut at: usize = (0..d).map(|a| r.start[a] * self.strides[a]).sum();
+        loop {
             run(at, run_len);
             // Odometer over the outer axes, fastest first.
             let mut k = 0;
             loop {
-                if k == outer.len() {
+                let Some(&a) = outer.get(k) else {
                     return;
-                }
+                };
                 idx[k] += 1;
-                if idx[k] < r.size[outer[k]] {
+                at += self.strides[a];
+                if idx[k] < r.size[a] {
                     break;
                 }
+                at -= idx[k] * self.strides[a];
                 idx[k] = 0;
                 k += 1;
             }

@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The two-node test: the stencil example as a 4-rank job across two VMs
 # joined by a wire (ci/softroce/cluster.sh), in 2-D (8 neighbours) and 3-D
-# (26 neighbours), periodic. Passes only if every rank matched the
-# single-process solve bit for bit and used both shared memory (its
-# same-node peer) and RDMA (the other node's ranks).
+# (26 neighbours), periodic, then the C example (examples/c/stencil2d,
+# built by ci/capi.sh against the installed libsode) on a 2 x 2 grid, every
+# periodicity and shape. Passes only if every rank matched the
+# single-process solve (the owners' values, for C) bit for bit and used
+# both shared memory (its same-node peer) and RDMA (the other node's ranks).
 #   bash ci/softroce/two-nodes.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 stencil=${STENCIL:-$root/target/release/examples/stencil}
+c_stencil=${C_STENCIL:-$root/target/capi-examples/stencil2d}
+[ -x "$c_stencil" ] || { echo "two-nodes: $c_stencil is missing: run ci/capi.sh first" >&2; exit 1; }
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 bash "$root/ci/softroce/cluster.sh" bash -c \
-  "$stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20 && $stencil --dims 3 --size 16 --neighbours 26 --periodic --iters 5" \
+  "$stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20 && $stencil --dims 3 --size 16 --neighbours 26 --periodic --iters 5 && $c_stencil --env 2 2" \
   2>&1 | tee "$log"
 fail=0
 for r in 0 1 2 3; do
@@ -20,6 +24,11 @@ for r in 0 1 2 3; do
     echo "two-nodes: rank $r did not finish both runs over shared memory and RDMA, bit for bit" >&2
     fail=1
   fi
+  c=$(grep -E "^\[node [ab] rank $r\] ok rank $r grid 2x2 .*bit for bit" "$log" | wc -l)
+  if [ "$c" != 6 ]; then
+    echo "two-nodes: rank $r of the C stencil did not finish its 6 configurations bit for bit" >&2
+    fail=1
+  fi
 done
-[ $fail = 0 ] && echo "two-nodes: 4 ranks on 2 nodes, 2 runs each: shared memory inside a node, RDMA between, all bit for bit"
+[ $fail = 0 ] && echo "two-nodes: 4 ranks on 2 nodes, 2 Rust runs and 6 C configurations each: shared memory inside a node, RDMA between, all bit for bit"
 exit $fail

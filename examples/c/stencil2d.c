@@ -3,7 +3,10 @@
  * against the values the neighbours own.
  *
  *   mpirun -n 4 ./stencil2d            every configuration for 4 ranks
- *   mpirun -n 4 ./stencil2d --bench    sode vs MPI, us per exchange, by size
+ *   ./stencil2d --env PX PY            without MPI: ranks started by sode-run
+ *                                      or SODE_* variables (the two-VM test),
+ *                                      on a PX x PY grid, checked against
+ *                                      the owners' values only
  *
  * Configurations: process grids 1xN, Nx1 (and 2x2 for 4 ranks), periodic
  * on no, both or one axis, star and box stencils; two fields of different
@@ -24,11 +27,21 @@
         if (rc_ != SODE_OK) {                                                        \
             fprintf(stderr, "rank %d: %s failed (%d): %s\n", world_rank, #call, rc_, \
                     sode_last_error());                                              \
-            MPI_Abort(MPI_COMM_WORLD, 2);                                            \
+            die(2);                                                                  \
         }                                                                            \
     } while (0)
 
 static int world_rank;
+/* Whether MPI runs beside sode (else: --env, sode alone, over env_comm). */
+static int use_mpi = 1;
+static sode_comm *env_comm;
+
+static void die(int code) {
+    if (use_mpi) {
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    exit(code);
+}
 
 /* Halo widths: the exchange's are the widest of its fields'. */
 static const int U_LO[2] = {1, 2}, U_HI[2] = {2, 1};
@@ -127,7 +140,7 @@ static long check_expected(const struct config *cf, const struct rank_view *v,
                         "axes) is wrong\n",
                         world_rank, who, f->elem == 8 ? "double" : "int32", i, j, g[0], g[1],
                         outside);
-                MPI_Abort(MPI_COMM_WORLD, 1);
+                die(1);
             }
             filled += outside && reached;
         }
@@ -192,10 +205,16 @@ static void mpi_exchange(const struct config *cf, const struct rank_view *v, str
 }
 
 static void setup(const struct config *cf, struct rank_view *v, struct field fs[2]) {
-    MPI_Cart_create(MPI_COMM_WORLD, 2, cf->dims, cf->periods, 1, &v->cart);
-    int me;
-    MPI_Comm_rank(v->cart, &me);
-    MPI_Cart_coords(v->cart, me, 2, v->coords);
+    if (use_mpi) {
+        MPI_Cart_create(MPI_COMM_WORLD, 2, cf->dims, cf->periods, 1, &v->cart);
+        int me;
+        MPI_Comm_rank(v->cart, &me);
+        MPI_Cart_coords(v->cart, me, 2, v->coords);
+    } else {
+        /* Row-major, as MPI_Cart_create without reordering. */
+        v->coords[0] = world_rank / cf->dims[1];
+        v->coords[1] = world_rank % cf->dims[1];
+    }
     for (int a = 0; a < 2; a++) {
         block(cf->global[a], cf->dims[a], v->coords[a], &v->start[a], &v->own[a]);
     }
@@ -214,12 +233,19 @@ static void setup(const struct config *cf, struct rank_view *v, struct field fs[
     }
 }
 
-static sode_exchange *sode_setup(struct rank_view *v, struct field fs[2], int box,
+static sode_exchange *sode_setup(const struct config *cf, struct rank_view *v, struct field fs[2],
                                  sode_comm **comm) {
     int lo[2] = {1, 2}, hi[2] = {2, 1}; /* the widest of the fields' */
+    int shape = cf->box ? SODE_BOX : SODE_STAR;
     sode_exchange *x;
-    CHECK_SODE(sode_comm_create_mpi(v->cart, 60.0, comm));
-    CHECK_SODE(sode_exchange_create_mpi_cart(*comm, v->cart, lo, hi, box ? SODE_BOX : SODE_STAR, &x));
+    if (use_mpi) {
+        CHECK_SODE(sode_comm_create_mpi(v->cart, 60.0, comm));
+        CHECK_SODE(sode_exchange_create_mpi_cart(*comm, v->cart, lo, hi, shape, &x));
+    } else {
+        *comm = NULL;
+        CHECK_SODE(sode_exchange_create_cart(env_comm, 2, cf->dims, v->coords, cf->periods, lo, hi,
+                                             shape, &x));
+    }
     for (int fi = 0; fi < 2; fi++) {
         struct field *f = &fs[fi];
         int64_t owned_lo[2] = {f->lo[0], f->lo[1]}, own[2] = {v->own[0], v->own[1]};
@@ -237,7 +263,9 @@ static void teardown(struct rank_view *v, struct field fs[2], sode_exchange **x,
         free(fs[fi].sode);
         free(fs[fi].mpi);
     }
-    MPI_Comm_free(&v->cart);
+    if (use_mpi) {
+        MPI_Comm_free(&v->cart);
+    }
 }
 
 static void run(const struct config *cf) {
@@ -245,7 +273,7 @@ static void run(const struct config *cf) {
     struct field fs[2];
     sode_comm *comm;
     setup(cf, &v, fs);
-    sode_exchange *x = sode_setup(&v, fs, cf->box, &comm);
+    sode_exchange *x = sode_setup(cf, &v, fs, &comm);
     long filled = 0, cells = 0;
     for (int it = 1; it <= 3; it++) {
         for (int fi = 0; fi < 2; fi++) {
@@ -253,18 +281,28 @@ static void run(const struct config *cf) {
             fill(cf, &v, &fs[fi], it, fs[fi].mpi);
         }
         CHECK_SODE(sode_exchange_start(x));
-        CHECK_SODE(sode_exchange_wait(x, 30.0));
-        mpi_exchange(cf, &v, fs, 2);
+        CHECK_SODE(sode_exchange_wait(x, 60.0));
+        if (use_mpi) {
+            mpi_exchange(cf, &v, fs, 2);
+        }
         for (int fi = 0; fi < 2; fi++) {
             struct field *f = &fs[fi];
             size_t bytes = (size_t)f->ext[0] * f->ext[1] * f->elem;
-            if (memcmp(f->sode, f->mpi, bytes) != 0) {
+            if (use_mpi && memcmp(f->sode, f->mpi, bytes) != 0) {
                 fprintf(stderr, "rank %d: sode and MPI differ in field %d\n", world_rank, fi);
-                MPI_Abort(MPI_COMM_WORLD, 1);
+                die(1);
             }
             filled += check_expected(cf, &v, f, it, f->sode, "sode");
             cells += f->ext[0] * f->ext[1];
         }
+    }
+    if (!use_mpi) {
+        printf("ok rank %d grid %dx%d periodic %d%d %s: %ld cells equal to the owners' values, bit "
+               "for bit, %ld halo cells filled\n",
+               world_rank, cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1],
+               cf->box ? "box" : "star", cells, filled);
+        teardown(&v, fs, &x, &comm);
+        return;
     }
     long total_filled = 0, total_cells = 0;
     MPI_Reduce(&filled, &total_filled, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -278,7 +316,31 @@ static void run(const struct config *cf) {
     teardown(&v, fs, &x, &comm);
 }
 
+/* --env PX PY: sode alone, every periodicity and shape on one grid. */
+static int env_main(int argc, char **argv) {
+    use_mpi = 0;
+    int px = argc > 3 ? atoi(argv[2]) : 0, py = argc > 3 ? atoi(argv[3]) : 0;
+    if (px < 1 || py < 1) {
+        fprintf(stderr, "usage: stencil2d --env PX PY\n");
+        return 2;
+    }
+    CHECK_SODE(sode_comm_create_env(60.0, &env_comm));
+    CHECK_SODE(sode_comm_rank(env_comm, &world_rank));
+    int periods[3][2] = {{0, 0}, {1, 1}, {1, 0}};
+    for (int p = 0; p < 3; p++) {
+        for (int box = 0; box <= 1; box++) {
+            struct config cf = {{px, py}, {periods[p][0], periods[p][1]}, box, {13, 10}};
+            run(&cf);
+        }
+    }
+    CHECK_SODE(sode_comm_free(&env_comm));
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--env") == 0) {
+        return env_main(argc, argv);
+    }
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     int size;

@@ -38,10 +38,14 @@ pub struct World {
 }
 
 impl World {
-    /// Reads the launcher's environment and meets the other ranks at
-    /// `SODE_ROOT`; collective over the whole job. A process nothing
-    /// launched is a job of one.
+    /// Reads the launcher's environment and meets the other ranks (at
+    /// `SODE_ROOT`, or through the launcher's PMIx server); collective over
+    /// the whole job. A process nothing launched (no rank variable set) is a
+    /// job of one.
     pub fn init(timeout: Duration) -> Result<World> {
+        if !crate::launch::launched() {
+            return Ok(Self::single());
+        }
         Self::init_with(&LaunchInfo::from_env()?, timeout)
     }
 

@@ -39,7 +39,12 @@ fn call(op: &'static str, f: impl FnOnce() -> Result<()>) -> c_int {
     });
     match outcome {
         Ok(()) => {
-            set_last_error("");
+            // Clearing an empty message would allocate on every call.
+            LAST_ERROR.with(|l| {
+                if !l.borrow().as_bytes().is_empty() {
+                    *l.borrow_mut() = CString::default();
+                }
+            });
             SODE_OK
         }
         Err(e) => {
