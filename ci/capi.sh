@@ -24,6 +24,11 @@ for n in 1 2 4; do
   timeout 300 "${mpirun[@]}" -n "$n" "$build/stencil2d"
 done
 
+for n in 1 3; do
+  echo "-- mpirun -n $n explicit (boxes between named ranks)"
+  timeout 300 "${mpirun[@]}" -n "$n" "$build/explicit"
+done
+
 echo "-- the Fortran example (use sode), from the installed CMake package"
 fbuild=target/capi-examples-fortran
 rm -rf "$fbuild"

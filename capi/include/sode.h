@@ -229,6 +229,45 @@ int sode_exchange_create_cart(struct sode_comm *comm,
                               struct sode_exchange **exchange);
 
 /**
+ * An exchange described by its messages, for codes with their own
+ * decomposition: boxes of `ndims` axes (the fields' first axes) sent to
+ * and received from named ranks, added with `sode_exchange_add_send` and
+ * `sode_exchange_add_recv`.
+ *
+ * # Safety
+ * `comm` from a `sode_comm_create_*`; `exchange` valid for a write.
+ */
+int sode_exchange_create(struct sode_comm *comm, int ndims, struct sode_exchange **exchange);
+
+/**
+ * Sends the box `lo .. lo + size` (0-based, the exchange's `ndims` axes)
+ * of every field to `rank` each iteration; it fills that rank's receive
+ * from this one with the same `tag`.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create`, not freed; `lo` and `size` hold
+ * the exchange's `ndims` values.
+ */
+int sode_exchange_add_send(struct sode_exchange *exchange,
+                           int rank,
+                           int tag,
+                           const int64_t *lo,
+                           const int64_t *size);
+
+/**
+ * Receives into the box `lo .. lo + size` of every field what `rank` sends
+ * this one with `tag`.
+ *
+ * # Safety
+ * As `sode_exchange_add_send`.
+ */
+int sode_exchange_add_recv(struct sode_exchange *exchange,
+                           int rank,
+                           int tag,
+                           const int64_t *lo,
+                           const int64_t *size);
+
+/**
  * Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array
  * of `ndims` axes with `extents` elements each (halos included), in
  * `order` (`SODE_ORDER_C` or `SODE_ORDER_FORTRAN`), owning the box

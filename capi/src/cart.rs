@@ -149,7 +149,7 @@ impl<'a> Job<'a> {
                     c.cart.dims, c.cart.periodic, c.cart.halo_lo, c.cart.halo_hi, c.cart.shape
                 ));
             }
-            check_same_fields(first, c, r)?;
+            check_same_fields(&first.fields, &c.fields, r)?;
         }
         let cells: usize = first.cart.dims.iter().product();
         if cells != cards.len() {
@@ -228,7 +228,13 @@ impl<'a> Job<'a> {
     }
 }
 
-fn check_same_fields(first: &Card, c: &Card, r: usize) -> Result<(), String> {
+/// Whether rank `r`'s fields are rank 0's: count, types, halo widths,
+/// memory order and axes.
+pub fn check_same_fields(
+    first: &[FieldCard],
+    theirs: &[FieldCard],
+    r: usize,
+) -> Result<(), String> {
     let agree = |a: &FieldCard, b: &FieldCard| {
         a.ty == b.ty
             && a.halo_lo == b.halo_lo
@@ -236,13 +242,12 @@ fn check_same_fields(first: &Card, c: &Card, r: usize) -> Result<(), String> {
             && a.order == b.order
             && a.owned_size.len() == b.owned_size.len()
     };
-    let same = c.fields.len() == first.fields.len()
-        && c.fields.iter().zip(&first.fields).all(|(a, b)| agree(a, b));
+    let same = theirs.len() == first.len() && theirs.iter().zip(first).all(|(a, b)| agree(a, b));
     if same {
         return Ok(());
     }
-    let list = |c: &Card| {
-        c.fields
+    let list = |fields: &[FieldCard]| {
+        fields
             .iter()
             .map(FieldCard::describe)
             .collect::<Vec<_>>()
@@ -251,7 +256,7 @@ fn check_same_fields(first: &Card, c: &Card, r: usize) -> Result<(), String> {
     Err(format!(
         "ranks 0 and {r} added different fields (every rank must add the same fields, in the same order, with the same type, halo widths and memory order): rank 0 [{}], rank {r} [{}]",
         list(first),
-        list(c)
+        list(theirs)
     ))
 }
 

@@ -7,8 +7,9 @@ use std::time::{Duration, Instant};
 use sode::{HaloError, Link, LinkExchange, Message, Region};
 use sode_job::World;
 
-use crate::cart::{self, Card, Cart};
+use crate::cart::{self, Cart};
 use crate::error::{CapiError, Result};
+use crate::explicit::{self, BoxMessage};
 use crate::field::FieldSpec;
 use crate::sys::UserMemory;
 use crate::SODE_OK;
@@ -43,14 +44,43 @@ enum State {
     Broken(String),
 }
 
+/// How the exchange's messages are described.
+#[derive(Debug)]
+enum Layout {
+    /// A Cartesian process grid and halo widths.
+    Cartesian(Cart),
+    /// Boxes sent to and received from named ranks.
+    Explicit {
+        ndims: usize,
+        sends: Vec<BoxMessage>,
+        recvs: Vec<BoxMessage>,
+    },
+}
+
 /// An exchange, from description to free.
 #[derive(Debug)]
 pub struct Exchange {
     world: World,
     timeout: Duration,
-    cart: Cart,
+    layout: Layout,
     fields: Vec<Field>,
     state: State,
+}
+
+/// Whether box `m` lies inside `field`'s array.
+fn box_fits(m: &BoxMessage, field: &FieldSpec) -> std::result::Result<(), String> {
+    for (a, (lo, size)) in m.lo.iter().zip(&m.size).enumerate() {
+        let extent = field.extents.get(a).copied().unwrap_or(0);
+        if lo.checked_add(*size).is_none_or(|end| end > extent) {
+            return Err(format!(
+                "the box {lo}..{} along axis {a} (to or from rank {}, tag {}) leaves the array's {extent} cells",
+                lo.saturating_add(*size),
+                m.peer,
+                m.tag
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The status and message a rank reports to the others after commit.
@@ -71,20 +101,111 @@ impl Exchange {
         Ok(Exchange {
             world,
             timeout,
-            cart,
+            layout: Layout::Cartesian(cart),
             fields: Vec::new(),
             state: State::Described,
         })
     }
 
-    /// Process-grid axes.
-    pub fn dims(&self) -> usize {
-        self.cart.dims.len()
+    /// An exchange of boxes between named ranks, over `world`, in the first
+    /// `ndims` axes of its fields: add them with
+    /// [`add_box`](Self::add_box).
+    pub fn explicit(world: World, timeout: Duration, ndims: usize) -> Result<Exchange> {
+        if !(1..=crate::field::MAX_AXES).contains(&ndims) {
+            return Err(CapiError::Invalid {
+                op: "sode_exchange_create",
+                why: format!("ndims is {ndims}: boxes have 1 to 8 axes"),
+            });
+        }
+        Ok(Exchange {
+            world,
+            timeout,
+            layout: Layout::Explicit {
+                ndims,
+                sends: Vec::new(),
+                recvs: Vec::new(),
+            },
+            fields: Vec::new(),
+            state: State::Described,
+        })
     }
 
-    /// The exchange's halo widths (below, above), per axis.
-    pub fn halo_widths(&self) -> (&[usize], &[usize]) {
-        (&self.cart.halo_lo, &self.cart.halo_hi)
+    /// Axes of the process grid (or of the boxes).
+    pub fn dims(&self) -> usize {
+        match &self.layout {
+            Layout::Cartesian(c) => c.dims.len(),
+            Layout::Explicit { ndims, .. } => *ndims,
+        }
+    }
+
+    /// The exchange's halo widths (below, above), per axis; none for boxes.
+    pub fn halo_widths(&self) -> (Vec<usize>, Vec<usize>) {
+        match &self.layout {
+            Layout::Cartesian(c) => (c.halo_lo.clone(), c.halo_hi.clone()),
+            Layout::Explicit { ndims, .. } => (vec![0; *ndims], vec![0; *ndims]),
+        }
+    }
+
+    /// Adds a box this rank sends (`send`) to, or receives from, `m.peer`.
+    pub fn add_box(&mut self, m: BoxMessage, send: bool) -> Result<()> {
+        let op = if send {
+            "sode_exchange_add_send"
+        } else {
+            "sode_exchange_add_recv"
+        };
+        if !matches!(self.state, State::Described) {
+            return Err(CapiError::State {
+                op,
+                why: "the exchange is committed: add every box before sode_exchange_commit".into(),
+            });
+        }
+        let Layout::Explicit {
+            ndims,
+            sends,
+            recvs,
+        } = &mut self.layout
+        else {
+            return Err(CapiError::State {
+                op,
+                why: "a Cartesian exchange derives its messages from the grid: make an explicit one with sode_exchange_create".into(),
+            });
+        };
+        if m.lo.len() != *ndims || m.size.len() != *ndims || m.size.contains(&0) {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!(
+                    "a box needs {ndims} axes of at least 1 cell, got size {:?}",
+                    m.size
+                ),
+            });
+        }
+        if m.peer >= self.world.size() {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("rank {} in a job of {} ranks", m.peer, self.world.size()),
+            });
+        }
+        for (f, field) in self.fields.iter().enumerate() {
+            box_fits(&m, &field.spec).map_err(|why| CapiError::Invalid {
+                op,
+                why: format!("field {f}: {why}"),
+            })?;
+        }
+        if send {
+            sends.push(m)
+        } else {
+            recvs.push(m)
+        }
+        Ok(())
+    }
+
+    /// The boxes of an explicit exchange (none for a Cartesian one).
+    fn boxes(&self) -> impl Iterator<Item = &BoxMessage> {
+        let (s, r): (&[BoxMessage], &[BoxMessage]) = match &self.layout {
+            Layout::Explicit { sends, recvs, .. } => (sends, recvs),
+            Layout::Cartesian(_) => (&[], &[]),
+        };
+        s.iter().chain(r)
     }
 
     /// Adds a field; its description is checked against the exchange.
@@ -101,12 +222,19 @@ impl Exchange {
                     .into(),
             });
         }
+        let (max_lo, max_hi) = self.halo_widths();
         let span = spec
-            .check(self.dims(), &self.cart.halo_lo, &self.cart.halo_hi)
+            .check(self.dims(), &max_lo, &max_hi)
             .map_err(|why| CapiError::Invalid {
                 op,
                 why: format!("field {}: {why}", self.fields.len()),
             })?;
+        for m in self.boxes() {
+            box_fits(m, &spec).map_err(|why| CapiError::Invalid {
+                op,
+                why: format!("field {}: {why}", self.fields.len()),
+            })?;
+        }
         self.fields.push(Field {
             memory: memory(span),
             spec,
@@ -190,18 +318,17 @@ impl Exchange {
         Ok(())
     }
 
-    fn build(&self) -> Result<(LinkExchange, Vec<Planned>)> {
+    /// Every rank's `mine`, through the job's allgather.
+    fn gather<T: serde::Serialize + serde::de::DeserializeOwned>(
+        &self,
+        mine: &T,
+    ) -> Result<Vec<T>> {
         let op = "sode_exchange_commit";
-        let mine = Card {
-            cart: self.cart.clone(),
-            fields: self.fields.iter().map(|f| f.spec.card()).collect(),
-        };
-        let body = serde_json::to_vec(&mine).map_err(|e| CapiError::Internal {
+        let body = serde_json::to_vec(mine).map_err(|e| CapiError::Internal {
             op,
             why: e.to_string(),
         })?;
-        let cards: Vec<Card> = self
-            .world
+        self.world
             .allgather(&body, self.timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?
             .iter()
@@ -209,27 +336,36 @@ impl Exchange {
             .map(|(r, b)| {
                 serde_json::from_slice(b).map_err(|e| CapiError::Mismatch {
                     why: format!(
-                        "rank {r} sent an unreadable description ({e}): is it the same sode?"
+                        "rank {r} sent an unreadable description ({e}): is it the same sode, and the same kind of exchange?"
                     ),
                 })
             })
-            .collect::<Result<_>>()?;
+            .collect()
+    }
+
+    /// The links of a Cartesian exchange, checked across the job.
+    fn cartesian_links(
+        &self,
+        cart: &Cart,
+        specs: &[FieldSpec],
+    ) -> Result<(Vec<Link>, Vec<Planned>)> {
+        let mine = cart::Card {
+            cart: cart.clone(),
+            fields: specs.iter().map(FieldSpec::card).collect(),
+        };
+        let cards = self.gather(&mine)?;
         let neighbours = cart::neighbours_of(self.world.rank(), &cards)
             .map_err(|why| CapiError::Mismatch { why })?;
-        let specs: Vec<FieldSpec> = self.fields.iter().map(|f| f.spec.clone()).collect();
         let mut links = Vec::new();
         let mut planned = Vec::new();
         for n in neighbours {
             let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
             let message = |len: usize, tag: u32| (len > 0).then_some(Message { len, tag });
             let send = message(
-                cart::message_len(&specs, &n.offset, true),
+                cart::message_len(specs, &n.offset, true),
                 cart::tag(&n.offset),
             );
-            let recv = message(
-                cart::message_len(&specs, &n.offset, false),
-                cart::tag(&back),
-            );
+            let recv = message(cart::message_len(specs, &n.offset, false), cart::tag(&back));
             if send.is_none() && recv.is_none() {
                 continue;
             }
@@ -247,6 +383,69 @@ impl Exchange {
                 offset: n.offset,
             });
         }
+        Ok((links, planned))
+    }
+
+    /// The links of an explicit exchange (one per box), checked across the
+    /// job.
+    fn explicit_links(
+        &self,
+        ndims: usize,
+        sends: &[BoxMessage],
+        recvs: &[BoxMessage],
+        specs: &[FieldSpec],
+    ) -> Result<(Vec<Link>, Vec<Planned>)> {
+        let mine = explicit::Card {
+            ndims,
+            fields: specs.iter().map(FieldSpec::card).collect(),
+            sends: sends.iter().map(BoxMessage::side).collect(),
+            recvs: recvs.iter().map(BoxMessage::side).collect(),
+        };
+        let cards = self.gather(&mine)?;
+        explicit::check(&cards).map_err(|why| CapiError::Mismatch { why })?;
+        let mut links = Vec::new();
+        let mut planned = Vec::new();
+        for (m, send) in sends
+            .iter()
+            .map(|m| (m, true))
+            .chain(recvs.iter().map(|m| (m, false)))
+        {
+            let regions: Vec<Region> = specs.iter().map(|f| f.box_region(&m.lo, &m.size)).collect();
+            let len = specs
+                .iter()
+                .zip(&regions)
+                .map(|(f, r)| r.cells() * f.ty.size())
+                .sum();
+            let message = Some(Message { len, tag: m.tag });
+            let verb = if send { "to" } else { "from" };
+            links.push(Link {
+                peer: m.peer,
+                send: if send { message } else { None },
+                recv: if send { None } else { message },
+                offset: Vec::new(),
+                name: format!("rank {} (box {verb} it, tag {})", m.peer, m.tag),
+            });
+            planned.push(Planned {
+                send: if send { regions.clone() } else { Vec::new() },
+                recv: if send { Vec::new() } else { regions },
+                sends: send,
+                recvs: !send,
+            });
+        }
+        Ok((links, planned))
+    }
+
+    fn build(&self) -> Result<(LinkExchange, Vec<Planned>)> {
+        let op = "sode_exchange_commit";
+        let specs: Vec<FieldSpec> = self.fields.iter().map(|f| f.spec.clone()).collect();
+        let (links, planned) = match &self.layout {
+            Layout::Cartesian(cart) => self.cartesian_links(cart, &specs)?,
+            Layout::Explicit {
+                ndims,
+                sends,
+                recvs,
+            } => self.explicit_links(*ndims, sends, recvs, &specs)?,
+        };
         let links = LinkExchange::builder(&self.world, links)
             .setup_timeout(self.timeout)
             .build()

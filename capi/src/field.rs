@@ -229,6 +229,18 @@ impl FieldSpec {
         })
     }
 
+    /// Box `lo .. lo + size` on the first axes; the owned range on the
+    /// others.
+    pub fn box_region(&self, lo: &[usize], size: &[usize]) -> Region {
+        let (start, size) = (0..self.extents.len())
+            .map(|a| match (lo.get(a), size.get(a)) {
+                (Some(&l), Some(&n)) => (l, n),
+                _ => (self.owned_lo[a], self.owned_size[a]),
+            })
+            .unzip();
+        Region { start, size }
+    }
+
     fn region(
         &self,
         offset: &[i32],

@@ -29,6 +29,7 @@ pub mod cart;
 pub mod comm;
 pub mod error;
 pub mod exchange;
+pub mod explicit;
 pub mod field;
 #[allow(unsafe_code)]
 pub mod sys;

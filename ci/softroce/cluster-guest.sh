@@ -5,29 +5,9 @@
 set -uo pipefail
 out=${SODE_VM_OUT:?}
 node=${SODE_NODE:?}
-{
-  set -e
-  modprobe rdma_rxe
-  ip link set lo up
-  ifname=""
-  for i in /sys/class/net/*; do
-    [ "$(cat "$i/address")" = "$SODE_NODE_MAC" ] && ifname=$(basename "$i")
-  done
-  [ -n "$ifname" ] || { echo "no interface with MAC $SODE_NODE_MAC" >&2; exit 1; }
-  ip addr add "$SODE_NODE_IP/24" dev "$ifname"
-  ip link set "$ifname" up
-  rdma link add rxe0 type rxe netdev "$ifname"
-  ulimit -l unlimited
-} || { echo 90 > "$out/$node.status"; exit 90; }
-ulimit -l unlimited
-# Both nodes ready before any rank starts (the boots are tens of seconds
-# apart under emulation); the shared directory carries the marks.
-touch "$out/$node.ready"
-for _ in $(seq 3000); do
-  [ -f "$out/$SODE_PEER_NODE.ready" ] && break
-  sleep 0.1
-done
-[ -f "$out/$SODE_PEER_NODE.ready" ] || { echo 91 > "$out/$node.status"; exit 91; }
+# shellcheck source=ci/softroce/cluster-net.sh
+. "$(dirname "$0")/cluster-net.sh"
+bring_up_node
 case $node in a) ranks="0 1" ;; *) ranks="2 3" ;; esac
 pids=()
 for r in $ranks; do

@@ -6,10 +6,14 @@
 # others talk RDMA over the wire), and exits non-zero if any rank fails.
 #
 #   bash ci/softroce/cluster.sh PROGRAM ARGS...
+#
+# With SODE_CLUSTER_GUEST=ci/softroce/cluster-mpi-guest.sh, Open MPI's
+# mpirun on node a starts PROGRAM instead (2 ranks a node).
 set -euo pipefail
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 export PATH
 here=$(cd "$(dirname "$0")" && pwd)
+guest=${SODE_CLUSTER_GUEST:-$here/cluster-guest.sh}
 kernel=$(bash "$here/install.sh" | tail -n 1)
 out=$(mktemp -d /tmp/sode-cluster.XXXXXX)
 trap 'rm -rf "$out"' EXIT
@@ -26,7 +30,7 @@ start=$(date +%s)
 boot() { # node, ip, listen|connect, mac
   timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$1" \
     --rwdir "$out" --cwd "$PWD" \
-    --exec "SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $here/cluster-guest.sh $cmd" \
+    --exec "SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
     --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
     >"$out/vm-$1.log" 2>&1 || true
 }

@@ -14,6 +14,7 @@ use crate::cart::{Cart, Shape};
 use crate::comm::{seconds, Comm};
 use crate::error::{CapiError, Result};
 use crate::exchange::Exchange;
+use crate::explicit::BoxMessage;
 use crate::field::{ElemType, FieldSpec};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
 
@@ -408,6 +409,102 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
     })
 }
 
+/// An exchange described by its messages, for codes with their own
+/// decomposition: boxes of `ndims` axes (the fields' first axes) sent to
+/// and received from named ranks, added with `sode_exchange_add_send` and
+/// `sode_exchange_add_recv`.
+///
+/// # Safety
+/// `comm` from a `sode_comm_create_*`; `exchange` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_create(
+    comm: *mut Comm,
+    ndims: c_int,
+    exchange: *mut *mut Exchange,
+) -> c_int {
+    let op = "sode_exchange_create";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        let d = sizes(op, "ndims", &[ndims])?[0];
+        let x = Exchange::explicit(c.world.clone(), c.timeout, d)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(op, exchange, x) }
+    })
+}
+
+/// # Safety
+/// As `sode_exchange_add_send`.
+unsafe fn add_box(
+    op: &'static str,
+    exchange: *mut Exchange,
+    rank: c_int,
+    tag: c_int,
+    lo: *const i64,
+    size: *const i64,
+    send: bool,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let x = unsafe { handle(op, "exchange", exchange) }?;
+    let d = x.dims();
+    let peer = sizes(op, "rank", &[rank])?[0];
+    let tag = u32::try_from(tag).map_err(|_| CapiError::Invalid {
+        op,
+        why: format!("tag {tag}: tags are non-negative"),
+    })?;
+    // SAFETY: the caller's contract: the exchange's `ndims` values each.
+    let (lo, size) = unsafe { (array(op, "lo", lo, d)?, array(op, "size", size, d)?) };
+    let m = BoxMessage {
+        peer,
+        tag,
+        lo: sizes(op, "lo", &lo)?,
+        size: sizes(op, "size", &size)?,
+    };
+    x.add_box(m, send)
+}
+
+/// Sends the box `lo .. lo + size` (0-based, the exchange's `ndims` axes)
+/// of every field to `rank` each iteration; it fills that rank's receive
+/// from this one with the same `tag`.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create`, not freed; `lo` and `size` hold
+/// the exchange's `ndims` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_send(
+    exchange: *mut Exchange,
+    rank: c_int,
+    tag: c_int,
+    lo: *const i64,
+    size: *const i64,
+) -> c_int {
+    let op = "sode_exchange_add_send";
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        add_box(op, exchange, rank, tag, lo, size, true)
+    })
+}
+
+/// Receives into the box `lo .. lo + size` of every field what `rank` sends
+/// this one with `tag`.
+///
+/// # Safety
+/// As `sode_exchange_add_send`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_recv(
+    exchange: *mut Exchange,
+    rank: c_int,
+    tag: c_int,
+    lo: *const i64,
+    size: *const i64,
+) -> c_int {
+    let op = "sode_exchange_add_recv";
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        add_box(op, exchange, rank, tag, lo, size, false)
+    })
+}
+
 /// Strides in elements for C (last axis contiguous) or Fortran order.
 fn strides_of(op: &'static str, extents: &[usize], order: c_int) -> Result<Vec<usize>> {
     let mut axes: Vec<usize> = (0..extents.len()).collect();
@@ -501,8 +598,8 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
     };
     let spec = FieldSpec {
         ty,
-        halo_lo: widths(args.halo_lo, "halo_lo", max_lo)?,
-        halo_hi: widths(args.halo_hi, "halo_hi", max_hi)?,
+        halo_lo: widths(args.halo_lo, "halo_lo", &max_lo)?,
+        halo_hi: widths(args.halo_hi, "halo_hi", &max_hi)?,
         extents,
         strides,
         owned_lo,
