@@ -58,6 +58,9 @@ bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests"
 echo "== two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
 bash ci/softroce/two-nodes.sh
 
+echo "== two nodes under mpirun: the C and Fortran examples against MPI (UCX over rxe), bit for bit"
+bash ci/softroce/two-nodes-mpi.sh
+
 echo "== cargo test"
 cargo test --workspace --release --locked 2>&1 | tee -a "$log"
 # One closing line for the whole run: the sum over every test binary, the

@@ -13,13 +13,16 @@ if [ "${1:-}" = agent ]; then
   host=$2
   shift 2
   if [ "$host" = 10.78.0.1 ] || [ "$host" = node-a ]; then
-    exec "$@"
+    exec bash -c "$*"
   fi
   rm -f "$out/remote.exit"
-  printf '%q ' "$@" > "$out/remote.cmd.tmp"
+  # Like ssh: the rest is a shell command line.
+  echo "$*" > "$out/remote.cmd.tmp"
   mv "$out/remote.cmd.tmp" "$out/remote.cmd"
   while [ ! -f "$out/remote.exit" ]; do sleep 0.2; done
-  exit "$(cat "$out/remote.exit")"
+  s=$(cat "$out/remote.exit")
+  echo "agent: node b's daemon exited with $s" >&2
+  exit "$s"
 fi
 
 node=${SODE_NODE:?}
@@ -33,7 +36,7 @@ if [ "$node" = b ]; then
     if [ -f "$out/remote.cmd" ]; then
       mv "$out/remote.cmd" "$out/remote.running"
       s=0
-      bash "$out/remote.running" >"$out/b-daemon.log" 2>&1 || s=$?
+      { echo "daemon: $(cat "$out/remote.running")"; bash "$out/remote.running"; } >>"$out/b-r0.log" 2>&1 || s=$?
       echo "$s" > "$out/remote.exit"
     fi
     sleep 0.2
@@ -54,7 +57,6 @@ run() {
     --mca oob_tcp_if_include 10.78.0.0/24 --mca btl_tcp_if_include 10.78.0.0/24 \
     --mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any \
     -x UCX_TLS=rc,self,sm -x UCX_NET_DEVICES=rxe0:1 -x UCX_UD_VERBS_ETH_DGID_CHECK=n \
-    -x SODE_LOG \
     "${job[@]}" >"$out/a-r$runs.log" 2>&1 || status=$?
   runs=$((runs + 1))
   job=()

@@ -5,7 +5,10 @@
  * microseconds per exchange (the slowest rank's mean over a round), median
  * and minimum of the rounds, and sode / MPI of the medians.
  *
- *   mpirun -n 4 ./bench2d [rounds]
+ *   mpirun -n 4 ./bench2d [rounds [divisor [largest block]]]
+ *
+ * (divisor: fewer iterations per round, for emulated machines; largest
+ * block: skip the larger rows.)
  */
 #include <mpi.h>
 #include <sode_mpi.h>
@@ -88,7 +91,7 @@ static double time_mpi(MPI_Request *req, int k, int iters) {
     return slowest;
 }
 
-static void row(MPI_Comm cart, int n, int rounds) {
+static void row(MPI_Comm cart, int n, int rounds, int divisor) {
     size_t cells = (size_t)(n + 2) * (n + 2);
     double *us = calloc(cells, sizeof *us), *um = calloc(cells, sizeof *um);
     sode_comm *sc;
@@ -101,7 +104,10 @@ static void row(MPI_Comm cart, int n, int rounds) {
     check(sode_exchange_commit(x), "commit");
     MPI_Request req[16];
     int k = mpi_requests(cart, um, n, req);
-    int iters = n <= 64 ? 2000 : n <= 256 ? 300 : 30;
+    int iters = (n <= 64 ? 2000 : n <= 256 ? 300 : 30) / divisor;
+    if (iters < 10) {
+        iters = 10;
+    }
     time_sode(x, iters / 10);
     time_mpi(req, k, iters / 10);
     double *s = malloc(rounds * sizeof *s), *m = malloc(rounds * sizeof *m);
@@ -136,6 +142,10 @@ static void row(MPI_Comm cart, int n, int rounds) {
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int size, dims[2] = {0, 0}, periods[2] = {1, 1}, rounds = argc > 1 ? atoi(argv[1]) : 7;
+    int divisor = argc > 2 ? atoi(argv[2]) : 1, largest = argc > 3 ? atoi(argv[3]) : 1024;
+    if (divisor < 1) {
+        divisor = 1;
+    }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (rounds < 1) {
@@ -152,8 +162,8 @@ int main(int argc, char **argv) {
                "median | MPI min | sode / MPI |\n|---|---:|---:|---:|---:|---:|---:|\n");
     }
     int sizes[4] = {16, 64, 256, 1024};
-    for (int i = 0; i < 4; i++) {
-        row(cart, sizes[i], rounds);
+    for (int i = 0; i < 4 && sizes[i] <= largest; i++) {
+        row(cart, sizes[i], rounds, divisor);
     }
     MPI_Comm_free(&cart);
     MPI_Finalize();
