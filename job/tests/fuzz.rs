@@ -88,8 +88,10 @@ fn random_bytes_from_strangers_never_stop_a_rendezvous() {
         .map(|_| {
             let len = (rng.next() % 200) as usize;
             let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            // Connected before the real rank joins (after it, the
+            // rendezvous stops listening and a stranger would be refused).
+            let mut s = TcpStream::connect(root).expect("rank 0 still listens");
             std::thread::spawn(move || {
-                let mut s = TcpStream::connect(root).unwrap();
                 s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                 let _ = s.write_all(&bytes);
                 let _ = s.shutdown(std::net::Shutdown::Write);
