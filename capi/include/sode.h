@@ -100,6 +100,21 @@
 #define SODE_BOX 2
 
 /**
+ * Shared memory with ranks on this node, RDMA with the others (default).
+ */
+#define SODE_TRANSPORT_AUTO 0
+
+/**
+ * Shared memory only (every neighbour on this node).
+ */
+#define SODE_TRANSPORT_SHM 1
+
+/**
+ * RDMA with every other rank, on this node too.
+ */
+#define SODE_TRANSPORT_RDMA 2
+
+/**
  * The last axis is contiguous (`a[i][j]`).
  */
 #define SODE_ORDER_C 0
@@ -227,6 +242,17 @@ int sode_exchange_create_cart(struct sode_comm *comm,
                               const int *halo_hi,
                               int shape,
                               struct sode_exchange **exchange);
+
+/**
+ * Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
+ * (shared memory inside a node, RDMA between; the default),
+ * `SODE_TRANSPORT_SHM` or `SODE_TRANSPORT_RDMA` (RDMA inside a node too).
+ * Before commit, the same on every rank.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed.
+ */
+int sode_exchange_set_transport(struct sode_exchange *exchange, int transport);
 
 /**
  * An exchange described by its messages, for codes with their own

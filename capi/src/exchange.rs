@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, Link, LinkExchange, Message, Region};
+use sode::{HaloError, Link, LinkExchange, Message, Region, Transport};
 use sode_job::World;
 
 use crate::cart::{self, Cart};
@@ -64,6 +64,7 @@ pub struct Exchange {
     timeout: Duration,
     layout: Layout,
     fields: Vec<Field>,
+    transport: Transport,
     state: State,
 }
 
@@ -103,6 +104,7 @@ impl Exchange {
             timeout,
             layout: Layout::Cartesian(cart),
             fields: Vec::new(),
+            transport: Transport::Auto,
             state: State::Described,
         })
     }
@@ -126,6 +128,7 @@ impl Exchange {
                 recvs: Vec::new(),
             },
             fields: Vec::new(),
+            transport: Transport::Auto,
             state: State::Described,
         })
     }
@@ -144,6 +147,21 @@ impl Exchange {
             Layout::Cartesian(c) => (c.halo_lo.clone(), c.halo_hi.clone()),
             Layout::Explicit { ndims, .. } => (vec![0; *ndims], vec![0; *ndims]),
         }
+    }
+
+    /// Which channels carry the messages (default [`Transport::Auto`]:
+    /// shared memory inside a node, RDMA between); set before commit, the
+    /// same on every rank.
+    pub fn set_transport(&mut self, t: Transport) -> Result<()> {
+        if !matches!(self.state, State::Described) {
+            return Err(CapiError::State {
+                op: "sode_exchange_set_transport",
+                why: "the exchange is committed: choose the transport before sode_exchange_commit"
+                    .into(),
+            });
+        }
+        self.transport = t;
+        Ok(())
     }
 
     /// Adds a box this rank sends (`send`) to, or receives from, `m.peer`.
@@ -318,17 +336,20 @@ impl Exchange {
         Ok(())
     }
 
-    /// Every rank's `mine`, through the job's allgather.
+    /// Every rank's `mine`, through the job's allgather, with the transport
+    /// each chose (which must agree).
     fn gather<T: serde::Serialize + serde::de::DeserializeOwned>(
         &self,
         mine: &T,
     ) -> Result<Vec<T>> {
         let op = "sode_exchange_commit";
-        let body = serde_json::to_vec(mine).map_err(|e| CapiError::Internal {
+        let transport = self.transport as u8;
+        let body = serde_json::to_vec(&(transport, mine)).map_err(|e| CapiError::Internal {
             op,
             why: e.to_string(),
         })?;
-        self.world
+        let all: Vec<(u8, T)> = self
+            .world
             .allgather(&body, self.timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?
             .iter()
@@ -340,7 +361,15 @@ impl Exchange {
                     ),
                 })
             })
-            .collect()
+            .collect::<Result<_>>()?;
+        if let Some(r) = all.iter().position(|(t, _)| *t != all[0].0) {
+            return Err(CapiError::Mismatch {
+                why: format!(
+                    "ranks 0 and {r} chose different transports (sode_exchange_set_transport)"
+                ),
+            });
+        }
+        Ok(all.into_iter().map(|(_, card)| card).collect())
     }
 
     /// The links of a Cartesian exchange, checked across the job.
@@ -447,6 +476,7 @@ impl Exchange {
             } => self.explicit_links(*ndims, sends, recvs, &specs)?,
         };
         let links = LinkExchange::builder(&self.world, links)
+            .transport(self.transport)
             .setup_timeout(self.timeout)
             .build()
             .map_err(|source| CapiError::Exchange { op, source })?;

@@ -76,6 +76,13 @@ pub const SODE_STAR_EDGES: c_int = 1;
 /// Faces, edges and corners.
 pub const SODE_BOX: c_int = 2;
 
+/// Shared memory with ranks on this node, RDMA with the others (default).
+pub const SODE_TRANSPORT_AUTO: c_int = 0;
+/// Shared memory only (every neighbour on this node).
+pub const SODE_TRANSPORT_SHM: c_int = 1;
+/// RDMA with every other rank, on this node too.
+pub const SODE_TRANSPORT_RDMA: c_int = 2;
+
 /// The last axis is contiguous (`a[i][j]`).
 pub const SODE_ORDER_C: c_int = 0;
 /// The first axis is contiguous (`a(i, j)`).

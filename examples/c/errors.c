@@ -74,10 +74,14 @@ static void misuse(sode_comm *c, int size) {
            sode_exchange_add_field(x, u, SODE_F64, 2, big, LO, OWN, NULL, NULL, SODE_ORDER_C), SODE_ERR_ARG,
            "does not fit");
     expect("start before commit", sode_exchange_start(x), SODE_ERR_STATE, "not committed");
+    expect("an unknown transport", sode_exchange_set_transport(x, 9), SODE_ERR_ARG, "transport 9");
+    expect("shared memory only", sode_exchange_set_transport(x, SODE_TRANSPORT_SHM), SODE_OK, "");
     expect("add a field", add_u(x), SODE_OK, "");
     expect("commit", sode_exchange_commit(x), SODE_OK, "");
     expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
     expect("a field after commit", add_u(x), SODE_ERR_STATE, "before sode_exchange_commit");
+    expect("a transport after commit", sode_exchange_set_transport(x, SODE_TRANSPORT_AUTO), SODE_ERR_STATE,
+           "before sode_exchange_commit");
     expect("wait without start", sode_exchange_wait(x, 5.0), SODE_ERR_STATE, "start");
     expect("start", sode_exchange_start(x), SODE_OK, "");
     expect("start twice", sode_exchange_start(x), SODE_ERR_STATE, "in flight");
@@ -105,6 +109,15 @@ static void mismatch(sode_comm *c, int size) {
            "different fields");
     expect("start after a failed commit", sode_exchange_start(x), SODE_ERR_STATE, "commit failed");
     expect("free after a failed commit", sode_exchange_free(&x), SODE_OK, "");
+    /* Rank 0 asks for shared memory only, the others for the default. */
+    x = cart(c, size);
+    expect("add a field", add_u(x), SODE_OK, "");
+    if (rank == 0) {
+        expect("shared memory only", sode_exchange_set_transport(x, SODE_TRANSPORT_SHM), SODE_OK, "");
+    }
+    expect("different transports on different ranks", sode_exchange_commit(x), SODE_ERR_MISMATCH,
+           "different transports");
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
 }
 
 static int kill_mode(void) {
@@ -156,6 +169,14 @@ int main(int argc, char **argv) {
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size < 2) {
+        /* The disagreements need two ranks to disagree. */
+        if (rank == 0) {
+            fprintf(stderr, "errors: run it with at least 2 ranks (mpirun -n 2 ./errors)\n");
+        }
+        MPI_Finalize();
+        return 2;
+    }
     sode_comm *c = NULL;
     expect("a null out pointer", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, NULL), SODE_ERR_NULL, "`out`");
     expect("a zero timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 0.0, &c), SODE_ERR_ARG, "timeout of 0");

@@ -409,6 +409,40 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
     })
 }
 
+/// Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
+/// (shared memory inside a node, RDMA between; the default),
+/// `SODE_TRANSPORT_SHM` or `SODE_TRANSPORT_RDMA` (RDMA inside a node too).
+/// Before commit, the same on every rank.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_set_transport(
+    exchange: *mut Exchange,
+    transport: c_int,
+) -> c_int {
+    let op = "sode_exchange_set_transport";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let t = match transport {
+                crate::SODE_TRANSPORT_AUTO => sode::Transport::Auto,
+                crate::SODE_TRANSPORT_SHM => sode::Transport::Shm,
+                crate::SODE_TRANSPORT_RDMA => sode::Transport::Rdma,
+                other => {
+                    return Err(CapiError::Invalid {
+                        op,
+                        why: format!(
+                            "transport {other}: use SODE_TRANSPORT_AUTO, SODE_TRANSPORT_SHM or SODE_TRANSPORT_RDMA"
+                        ),
+                    })
+                }
+            };
+            x.set_transport(t)
+        })
+    }
+}
+
 /// An exchange described by its messages, for codes with their own
 /// decomposition: boxes of `ndims` axes (the fields' first axes) sent to
 /// and received from named ranks, added with `sode_exchange_add_send` and
