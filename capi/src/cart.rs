@@ -4,7 +4,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::field::{FieldCard, FieldSpec};
+use sode::{stencil_offsets, Stencil};
+
+use crate::field::FieldCard;
 
 /// Which neighbours the stencil reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,11 +31,12 @@ impl Shape {
         })
     }
 
-    fn wants(self, nonzero: usize) -> bool {
+    /// sode's name for it.
+    pub fn stencil(self) -> Stencil {
         match self {
-            Shape::Star => nonzero == 1,
-            Shape::Edges => nonzero == 1 || nonzero == 2,
-            Shape::Box => nonzero >= 1,
+            Shape::Star => Stencil::Faces,
+            Shape::Edges => Stencil::FacesEdges,
+            Shape::Box => Stencil::Full,
         }
     }
 }
@@ -97,32 +100,6 @@ pub struct Neighbour {
     pub rank: usize,
 }
 
-/// `x+y-`: a direction's name.
-pub fn direction(offset: &[i32]) -> String {
-    offset
-        .iter()
-        .zip(['x', 'y', 'z'])
-        .filter(|(&o, _)| o != 0)
-        .map(|(&o, a)| format!("{a}{}", if o > 0 { '+' } else { '-' }))
-        .collect()
-}
-
-/// The tag of the message sent towards `offset` (the same at both ends).
-pub fn tag(offset: &[i32]) -> u32 {
-    offset.iter().fold(0u32, |t, &o| t * 3 + (o + 1) as u32)
-}
-
-fn offsets(d: usize, shape: Shape) -> Vec<Vec<i32>> {
-    (0..3usize.pow(d as u32))
-        .map(|code| {
-            (0..d)
-                .map(|a| ((code / 3usize.pow((d - 1 - a) as u32)) % 3) as i32 - 1)
-                .collect::<Vec<i32>>()
-        })
-        .filter(|o| shape.wants(o.iter().filter(|&&x| x != 0).count()))
-        .collect()
-}
-
 /// The job as every rank described it: checked for agreement.
 struct Job<'a> {
     cards: &'a [Card],
@@ -177,7 +154,7 @@ impl<'a> Job<'a> {
     /// non-periodic axes.
     fn neighbours(&self, rank: usize) -> Vec<Neighbour> {
         let cart = &self.cards[rank].cart;
-        offsets(cart.dims.len(), cart.shape)
+        stencil_offsets(cart.dims.len(), cart.shape.stencil())
             .into_iter()
             .filter_map(|offset| {
                 let mut c = Vec::with_capacity(offset.len());
@@ -209,7 +186,7 @@ impl<'a> Job<'a> {
                         if o == 0 && mine.owned_size[a] != other.owned_size[a] {
                             return Err(format!(
                                 "field {f}: rank {r} owns {} cells along axis {a} and its neighbour rank {} ({}) owns {}: neighbours across an axis must own as many cells along the other axes",
-                                mine.owned_size[a], n.rank, direction(&n.offset), other.owned_size[a]
+                                mine.owned_size[a], n.rank, sode::axes_name(&n.offset), other.owned_size[a]
                             ));
                         }
                     }
@@ -273,22 +250,6 @@ pub fn neighbours_of(me: usize, cards: &[Card]) -> Result<Vec<Neighbour>, String
     let job = Job::new(cards)?;
     job.check_shapes()?;
     Ok(job.neighbours(me))
-}
-
-/// The bytes of the message to (or from) a neighbour: every field's
-/// region, in field order.
-pub fn message_len(fields: &[FieldSpec], offset: &[i32], send: bool) -> usize {
-    fields
-        .iter()
-        .map(|f| {
-            let r = if send {
-                f.send_region(offset)
-            } else {
-                f.recv_region(offset)
-            };
-            r.cells() * f.ty.size()
-        })
-        .sum()
 }
 
 #[cfg(test)]
@@ -362,11 +323,9 @@ mod tests {
     }
 
     #[test]
-    fn tags_and_directions() {
-        assert_eq!(direction(&[1, 0, -1]), "x+z-");
-        assert_ne!(tag(&[1, 0]), tag(&[-1, 0]));
-        assert_eq!(offsets(3, Shape::Star).len(), 6);
-        assert_eq!(offsets(3, Shape::Edges).len(), 18);
-        assert_eq!(offsets(3, Shape::Box).len(), 26);
+    fn shapes_are_sodes_stencils() {
+        assert_eq!(stencil_offsets(3, Shape::Star.stencil()).len(), 6);
+        assert_eq!(stencil_offsets(3, Shape::Edges.stencil()).len(), 18);
+        assert_eq!(stencil_offsets(3, Shape::Box.stencil()).len(), 26);
     }
 }

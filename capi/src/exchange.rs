@@ -27,10 +27,19 @@ pub struct Field {
 /// it (computed once, at commit).
 #[derive(Debug)]
 struct Planned {
-    send: Vec<Region>,
-    recv: Vec<Region>,
-    sends: bool,
-    recvs: bool,
+    /// Per field, what is sent (`None`: nothing is).
+    send: Option<Vec<Region>>,
+    /// Per field, what is received (`None`: nothing is).
+    recv: Option<Vec<Region>>,
+}
+
+/// The bytes of a message made of `regions`, one per field.
+fn message_bytes(specs: &[FieldSpec], regions: &[Region]) -> usize {
+    specs
+        .iter()
+        .zip(regions)
+        .map(|(f, r)| r.cells() * f.ty.size())
+        .sum()
 }
 
 #[derive(Debug)]
@@ -389,26 +398,23 @@ impl Exchange {
         let mut planned = Vec::new();
         for n in neighbours {
             let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
+            let send: Vec<Region> = specs.iter().map(|f| f.send_region(&n.offset)).collect();
+            let recv: Vec<Region> = specs.iter().map(|f| f.recv_region(&n.offset)).collect();
             let message = |len: usize, tag: u32| (len > 0).then_some(Message { len, tag });
-            let send = message(
-                cart::message_len(specs, &n.offset, true),
-                cart::tag(&n.offset),
-            );
-            let recv = message(cart::message_len(specs, &n.offset, false), cart::tag(&back));
-            if send.is_none() && recv.is_none() {
+            let send_msg = message(message_bytes(specs, &send), sode::direction_tag(&n.offset));
+            let recv_msg = message(message_bytes(specs, &recv), sode::direction_tag(&back));
+            if send_msg.is_none() && recv_msg.is_none() {
                 continue;
             }
             planned.push(Planned {
-                send: specs.iter().map(|f| f.send_region(&n.offset)).collect(),
-                recv: specs.iter().map(|f| f.recv_region(&n.offset)).collect(),
-                sends: send.is_some(),
-                recvs: recv.is_some(),
+                send: send_msg.is_some().then_some(send),
+                recv: recv_msg.is_some().then_some(recv),
             });
             links.push(Link {
                 peer: n.rank,
-                send,
-                recv,
-                name: format!("rank {} ({})", n.rank, cart::direction(&n.offset)),
+                send: send_msg,
+                recv: recv_msg,
+                name: format!("rank {} ({})", n.rank, sode::axes_name(&n.offset)),
                 offset: n.offset,
             });
         }
@@ -440,11 +446,7 @@ impl Exchange {
             .chain(recvs.iter().map(|m| (m, false)))
         {
             let regions: Vec<Region> = specs.iter().map(|f| f.box_region(&m.lo, &m.size)).collect();
-            let len = specs
-                .iter()
-                .zip(&regions)
-                .map(|(f, r)| r.cells() * f.ty.size())
-                .sum();
+            let len = message_bytes(specs, &regions);
             let message = Some(Message { len, tag: m.tag });
             let verb = if send { "to" } else { "from" };
             links.push(Link {
@@ -454,11 +456,14 @@ impl Exchange {
                 offset: Vec::new(),
                 name: format!("rank {} (box {verb} it, tag {})", m.peer, m.tag),
             });
+            let (out, back) = if send {
+                (Some(regions), None)
+            } else {
+                (None, Some(regions))
+            };
             planned.push(Planned {
-                send: if send { regions.clone() } else { Vec::new() },
-                recv: if send { Vec::new() } else { regions },
-                sends: send,
-                recvs: !send,
+                send: out,
+                recv: back,
             });
         }
         Ok((links, planned))
@@ -512,10 +517,14 @@ impl Exchange {
                     .into(),
             });
         }
-        for (i, p) in planned.iter().enumerate().filter(|(_, p)| p.sends) {
+        for (i, regions) in planned
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
+        {
             let out = links.send_buf(i).map_err(exchange)?;
             let mut at = 0;
-            for (f, r) in fields.iter().zip(&p.send) {
+            for (f, r) in fields.iter().zip(regions) {
                 let n = r.cells() * f.spec.ty.size();
                 f.spec.pack(f.memory.bytes(), r, &mut out[at..at + n]);
                 at += n;
@@ -531,12 +540,16 @@ impl Exchange {
         fields: &mut [Field],
         op: &'static str,
     ) -> Result<()> {
-        for (i, p) in planned.iter().enumerate().filter(|(_, p)| p.recvs) {
+        for (i, regions) in planned
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
+        {
             let data = links
                 .recv_buf(i)
                 .map_err(|source| CapiError::Exchange { op, source })?;
             let mut at = 0;
-            for (f, r) in fields.iter_mut().zip(&p.recv) {
+            for (f, r) in fields.iter_mut().zip(regions) {
                 let n = r.cells() * f.spec.ty.size();
                 f.spec.unpack(&data[at..at + n], r, f.memory.bytes_mut());
                 at += n;

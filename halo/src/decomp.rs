@@ -84,8 +84,39 @@ impl Neighbour {
     }
 }
 
-fn direction_tag(offset: &[i32]) -> u32 {
+/// A tag unique to a direction in the process grid (each axis -1, 0, +1).
+pub fn direction_tag(offset: &[i32]) -> u32 {
     offset.iter().fold(0u32, |t, &o| t * 3 + (o + 1) as u32)
+}
+
+/// A direction's name by axes, `x+y-` (empty for none).
+pub fn axes_name(offset: &[i32]) -> String {
+    offset
+        .iter()
+        .zip(['x', 'y', 'z'])
+        .filter(|(&o, _)| o != 0)
+        .map(|(&o, axis)| format!("{axis}{}", if o > 0 { '+' } else { '-' }))
+        .collect()
+}
+
+/// The directions `stencil` reads in a `d`-axis grid, in lexicographic
+/// order (axis 0 slowest).
+pub fn stencil_offsets(d: usize, stencil: Stencil) -> Vec<Vec<i32>> {
+    (0..3usize.pow(d as u32))
+        .map(|code| {
+            (0..d)
+                .map(|a| ((code / 3usize.pow((d - 1 - a) as u32)) % 3) as i32 - 1)
+                .collect::<Vec<i32>>()
+        })
+        .filter(|o| {
+            let nonzero = o.iter().filter(|&&x| x != 0).count();
+            match stencil {
+                Stencil::Faces => nonzero == 1,
+                Stencil::FacesEdges => nonzero == 1 || nonzero == 2,
+                Stencil::Full => nonzero >= 1,
+            }
+        })
+        .collect()
 }
 
 /// A global grid split over a grid of processes, block by block. Axis 0 is
@@ -213,20 +244,7 @@ impl Decomposition {
         let (_, size) = self.block(rank);
         let h = self.halo;
         let mut out = Vec::new();
-        let total = 3usize.pow(d as u32);
-        for code in 0..total {
-            let offset: Vec<i32> = (0..d)
-                .map(|a| ((code / 3usize.pow((d - 1 - a) as u32)) % 3) as i32 - 1)
-                .collect();
-            let nonzero = offset.iter().filter(|&&o| o != 0).count();
-            let wanted = match self.stencil {
-                Stencil::Faces => nonzero == 1,
-                Stencil::FacesEdges => nonzero == 1 || nonzero == 2,
-                Stencil::Full => nonzero >= 1,
-            };
-            if !wanted {
-                continue;
-            }
+        for offset in stencil_offsets(d, self.stencil) {
             let mut nc = Vec::with_capacity(d);
             let mut exists = true;
             for a in 0..d {

@@ -11,7 +11,7 @@ use sode_scheduler::{Algorithm, Machine};
 use crate::channel::Locality;
 use crate::decomp::{pack, unpack, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
-use crate::links::{Link, LinkExchange, Message};
+use crate::links::{Link, LinkExchange, LinkExchangeBuilder, Message};
 
 /// Which channel carries the messages between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -82,24 +82,20 @@ pub struct HaloExchangeBuilder<'w> {
     decomp: Decomposition,
     elem: usize,
     fields: usize,
-    transport: Transport,
-    engines: usize,
-    algorithm: Algorithm,
-    timeout: Duration,
-    sync: SyncMode,
-    model: Model,
+    /// The channel settings, for the link exchange underneath.
+    links: LinkExchangeBuilder<'w>,
 }
 
 impl HaloExchangeBuilder<'_> {
     /// The machine model for scheduling (default: calibrated on this device).
     pub fn model(mut self, m: Model) -> Self {
-        self.model = m;
+        self.links = self.links.model(m);
         self
     }
 
     /// Pairwise credits (default) or pseudo-collective barriers.
     pub fn sync(mut self, s: SyncMode) -> Self {
-        self.sync = s;
+        self.links = self.links.sync(s);
         self
     }
 
@@ -117,25 +113,25 @@ impl HaloExchangeBuilder<'_> {
 
     /// Which channels (default [`Transport::Auto`]).
     pub fn transport(mut self, t: Transport) -> Self {
-        self.transport = t;
+        self.links = self.links.transport(t);
         self
     }
 
     /// RDMA queue pairs per neighbour (default 2).
     pub fn engines(mut self, e: usize) -> Self {
-        self.engines = e;
+        self.links = self.links.engines(e);
         self
     }
 
     /// The scheduling algorithm for the RDMA writes (default `auto`).
     pub fn algorithm(mut self, a: Algorithm) -> Self {
-        self.algorithm = a;
+        self.links = self.links.algorithm(a);
         self
     }
 
     /// How long setup may wait for the other ranks (default 60 s).
     pub fn setup_timeout(mut self, t: Duration) -> Self {
-        self.timeout = t;
+        self.links = self.links.setup_timeout(t);
         self
     }
 
@@ -194,14 +190,7 @@ impl HaloExchangeBuilder<'_> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let exchange = LinkExchange::builder(self.world, links)
-            .transport(self.transport)
-            .engines(self.engines)
-            .algorithm(self.algorithm)
-            .setup_timeout(self.timeout)
-            .sync(self.sync)
-            .model(self.model)
-            .build()?;
+        let exchange = self.links.with_links(links).build()?;
         Ok(HaloExchange {
             ext: self.decomp.local_extent(me),
             elem: self.elem,
@@ -232,12 +221,7 @@ impl HaloExchange {
             decomp: decomp.clone(),
             elem: 8,
             fields: 1,
-            transport: Transport::Auto,
-            engines: 2,
-            algorithm: Algorithm::Auto,
-            timeout: Duration::from_secs(60),
-            sync: SyncMode::Pairwise,
-            model: Model::Calibrated,
+            links: LinkExchangeBuilder::new(world, Vec::new()),
         }
     }
 

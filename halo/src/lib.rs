@@ -46,7 +46,10 @@ mod links;
 pub mod plan;
 
 pub use channel::Locality;
-pub use decomp::{pack, unpack, Decomposition, Neighbour, Region, Stencil};
+pub use decomp::{
+    axes_name, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour, Region,
+    Stencil,
+};
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};
 pub use links::{Link, LinkExchange, LinkExchangeBuilder, Message};

@@ -82,6 +82,12 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
     }
 
+    /// Replaces the links (a builder configured before its links are known).
+    pub(crate) fn with_links(mut self, links: Vec<Link>) -> Self {
+        self.links = links;
+        self
+    }
+
     /// The machine model for scheduling (default: calibrated on this device).
     pub fn model(mut self, m: Model) -> Self {
         self.model = m;
@@ -597,6 +603,6 @@ impl LinkExchange {
 
     /// Whether an iteration is in flight (started, not yet waited for).
     pub fn in_flight(&self) -> bool {
-        self.lifecycle.require_in_flight("").is_ok()
+        matches!(self.lifecycle, Lifecycle::InFlight)
     }
 }

@@ -197,12 +197,7 @@ fn pattern(messages: &[RdmaSend], machine: Machine) -> Pattern {
 /// in a process grid all count as `x+`: the scheduler then assumes they share
 /// one link, the conservative guess.
 fn direction_of(offset: &[i32]) -> String {
-    let s: String = offset
-        .iter()
-        .zip(['x', 'y', 'z'])
-        .filter(|(&o, _)| o != 0)
-        .map(|(&o, axis)| format!("{axis}{}", if o > 0 { '+' } else { '-' }))
-        .collect();
+    let s = crate::decomp::axes_name(offset);
     if s.is_empty() {
         "x+".into()
     } else {
