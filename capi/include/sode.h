@@ -115,6 +115,21 @@
 #define SODE_TRANSPORT_RDMA 2
 
 /**
+ * Faces of long contiguous runs travel in place over RDMA (default).
+ */
+#define SODE_ZERO_COPY_AUTO 0
+
+/**
+ * Every face travels in place over RDMA.
+ */
+#define SODE_ZERO_COPY_ALWAYS 1
+
+/**
+ * Every face is packed and unpacked.
+ */
+#define SODE_ZERO_COPY_NEVER 2
+
+/**
  * The last axis is contiguous (`a[i][j]`).
  */
 #define SODE_ORDER_C 0
@@ -123,6 +138,23 @@
  * The first axis is contiguous (`a(i, j)`).
  */
 #define SODE_ORDER_FORTRAN 1
+
+/**
+ * Shortest mean run, in bytes, of a face of several runs that travels in
+ * place. Measured over rxe (`ci/softroce/zerocopy.sh`, the README's
+ * table): a face of one run is faster in place at every size (0.83-0.97x
+ * the packed time from 256 B), since it is one write either way; a face of
+ * 4 runs costs 4 writes in place against 1 packed, and broke even at runs
+ * of 1-4 KiB (1.61x at 256 B, 1.00x at 1 KiB, 0.99x at 4 KiB, 0.84x from
+ * 16 KiB).
+ */
+#define MIN_MEAN_RUN 4096
+
+/**
+ * Most runs a face in place may have: each is a write per iteration (or a
+ * gather entry) and, on the receiving side, a registration per writer.
+ */
+#define MAX_RUNS 64
 
 /**
  * The ranks of a job and how long collective steps may take.
@@ -244,6 +276,20 @@ int sode_exchange_create_cart(struct sode_comm *comm,
                               struct sode_exchange **exchange);
 
 /**
+ * Which faces travel in place over RDMA (read from the sender's field and
+ * written into the receiver's halo by the device, with no copy):
+ * `SODE_ZERO_COPY_AUTO` (faces of long contiguous runs; the default, or
+ * what the `SODE_ZERO_COPY` variable says: `auto`, `always`, `never`),
+ * `SODE_ZERO_COPY_ALWAYS` or `SODE_ZERO_COPY_NEVER` (pack every face).
+ * Before commit; ranks may choose differently (each side of a message
+ * decides for itself).
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed.
+ */
+int sode_exchange_set_zero_copy(struct sode_exchange *exchange, int mode);
+
+/**
  * Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
  * (shared memory inside a node, RDMA between; the default),
  * `SODE_TRANSPORT_SHM` or `SODE_TRANSPORT_RDMA` (RDMA inside a node too).
@@ -302,9 +348,16 @@ int sode_exchange_add_recv(struct sode_exchange *exchange,
  * at most the exchange's). Axes beyond the grid's travel whole (their
  * owned range). Every rank adds the same fields in the same order.
  *
+ * Over RDMA, faces made of long contiguous runs are read from and written
+ * into the field in place (no copy; `SODE_ZERO_COPY=auto|always|never`
+ * chooses, see `sode_exchange_describe`): between `sode_exchange_start`
+ * and the end of the wait that completes it, the cells a rank sends must
+ * not be written and its halos must be neither read nor written.
+ *
  * # Safety
  * `base` must stay valid for the whole array until the exchange is freed,
- * and not be accessed by other threads during sode calls on it; the arrays
+ * and not be accessed by other threads during sode calls on it, nor, while
+ * an exchange is in flight, where it sends or receives (above); the arrays
  * hold `ndims` values (the halo arrays the exchange's `ndims`).
  */
 int sode_exchange_add_field(struct sode_exchange *exchange,
@@ -346,7 +399,22 @@ int sode_exchange_add_field_strided(struct sode_exchange *exchange,
 int sode_exchange_commit(struct sode_exchange *exchange);
 
 /**
- * Packs every field's faces and starts the exchange; returns at once.
+ * Writes how each neighbour is reached, one line per link (after a
+ * commit): `rank 1 (x+): rdma; sends 8192 bytes in place (2 runs);
+ * receives 8192 bytes packed`. The text goes into `buf` (`size` bytes,
+ * NUL-terminated, cut short when too small; `buf` may be NULL when `size`
+ * is 0); `*needed` (when not NULL) receives the bytes the whole text needs,
+ * its NUL included.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; `buf` valid for
+ * `size` bytes; `needed` NULL or valid for a write.
+ */
+int sode_exchange_describe(struct sode_exchange *exchange, char *buf, size_t size, size_t *needed);
+
+/**
+ * Packs every field's faces (but those read in place, see
+ * `sode_exchange_add_field`) and starts the exchange; returns at once.
  *
  * # Safety
  * `exchange` from `sode_exchange_create_*`, not freed.

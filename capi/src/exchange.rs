@@ -11,6 +11,7 @@ use crate::cart::{self, Cart};
 use crate::error::{CapiError, Result};
 use crate::explicit::{self, BoxMessage};
 use crate::field::FieldSpec;
+use crate::inplace;
 use crate::sys::UserMemory;
 use crate::SODE_OK;
 
@@ -74,6 +75,8 @@ pub struct Exchange {
     layout: Layout,
     fields: Vec<Field>,
     transport: Transport,
+    /// Which faces travel in place (`None`: as `SODE_ZERO_COPY` says).
+    zero_copy: Option<inplace::ZeroCopy>,
     state: State,
 }
 
@@ -114,6 +117,7 @@ impl Exchange {
             layout: Layout::Cartesian(cart),
             fields: Vec::new(),
             transport: Transport::Auto,
+            zero_copy: None,
             state: State::Described,
         })
     }
@@ -138,6 +142,7 @@ impl Exchange {
             },
             fields: Vec::new(),
             transport: Transport::Auto,
+            zero_copy: None,
             state: State::Described,
         })
     }
@@ -170,6 +175,20 @@ impl Exchange {
             });
         }
         self.transport = t;
+        Ok(())
+    }
+
+    /// Which faces travel in place over RDMA (default: as `SODE_ZERO_COPY`
+    /// says, else [`ZeroCopy::Auto`](inplace::ZeroCopy::Auto)); before
+    /// commit. Ranks may differ.
+    pub fn set_zero_copy(&mut self, mode: inplace::ZeroCopy) -> Result<()> {
+        if !matches!(self.state, State::Described) {
+            return Err(CapiError::State {
+                op: "sode_exchange_set_zero_copy",
+                why: "the exchange is committed: choose before sode_exchange_commit".into(),
+            });
+        }
+        self.zero_copy = Some(mode);
         Ok(())
     }
 
@@ -480,12 +499,99 @@ impl Exchange {
                 recvs,
             } => self.explicit_links(*ndims, sends, recvs, &specs)?,
         };
-        let links = LinkExchange::builder(&self.world, links)
+        let builder = LinkExchange::builder(&self.world, links)
             .transport(self.transport)
-            .setup_timeout(self.timeout)
+            .setup_timeout(self.timeout);
+        let links = self
+            .in_place(builder, &specs, &planned)?
             .build()
             .map_err(|source| CapiError::Exchange { op, source })?;
         Ok((links, planned))
+    }
+
+    /// Lends the fields to the RDMA channel and asks for the faces
+    /// `SODE_ZERO_COPY` chooses to travel in place.
+    #[cfg(feature = "rdma")]
+    fn in_place<'w>(
+        &self,
+        mut builder: sode::LinkExchangeBuilder<'w>,
+        specs: &[FieldSpec],
+        planned: &[Planned],
+    ) -> Result<sode::LinkExchangeBuilder<'w>> {
+        use inplace::ZeroCopy;
+        use sode::InPlace;
+        let op = "sode_exchange_commit";
+        let mode = match self.zero_copy {
+            Some(m) => m,
+            None => ZeroCopy::from_env().map_err(|why| CapiError::Invalid { op, why })?,
+        };
+        if mode == ZeroCopy::Never {
+            return Ok(builder);
+        }
+        let lent = self
+            .fields
+            .iter()
+            .map(|f| f.memory.lend())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| CapiError::Internal {
+                op,
+                why: "a field without memory".into(),
+            })?;
+        builder = builder.lend(lent);
+        for (i, p) in planned.iter().enumerate() {
+            let side = |regions: &Option<Vec<Region>>| {
+                let spans = inplace::spans(specs, regions.as_deref()?);
+                mode.in_place(&spans).then_some(spans)
+            };
+            let how = InPlace {
+                send: side(&p.send),
+                recv: side(&p.recv),
+            };
+            if how != InPlace::default() {
+                builder = builder.in_place(i, how);
+            }
+        }
+        Ok(builder)
+    }
+
+    #[cfg(not(feature = "rdma"))]
+    fn in_place<'w>(
+        &self,
+        builder: sode::LinkExchangeBuilder<'w>,
+        _: &[FieldSpec],
+        _: &[Planned],
+    ) -> Result<sode::LinkExchangeBuilder<'w>> {
+        Ok(builder)
+    }
+
+    /// How each link's peer is reached and which sides travel in place,
+    /// one line per link.
+    pub fn describe(&mut self) -> Result<String> {
+        let (links, planned, fields) = self.committed("sode_exchange_describe")?;
+        let specs: Vec<FieldSpec> = fields.iter().map(|f| f.spec.clone()).collect();
+        let mut text = String::new();
+        for (i, (l, locality)) in links.links().iter().zip(links.localities()).enumerate() {
+            let sides = links.in_place(i);
+            let side = |verb: &str, regions: &Option<Vec<Region>>, in_place: bool| {
+                let regions = regions.as_deref()?;
+                let bytes = message_bytes(&specs, regions);
+                Some(if in_place {
+                    let runs = inplace::spans(&specs, regions).len();
+                    format!("; {verb} {bytes} bytes in place ({runs} runs)")
+                } else {
+                    format!("; {verb} {bytes} bytes packed")
+                })
+            };
+            let p = &planned[i];
+            text.push_str(&format!(
+                "{}: {}{}{}\n",
+                l.name,
+                locality.name(),
+                side("sends", &p.send, sides.send).unwrap_or_default(),
+                side("receives", &p.recv, sides.recv).unwrap_or_default(),
+            ));
+        }
+        Ok(text)
     }
 
     fn committed(
@@ -505,7 +611,8 @@ impl Exchange {
         }
     }
 
-    /// Packs every field's faces and starts the exchange.
+    /// Packs every field's faces (but those read in place) and starts the
+    /// exchange.
     pub fn start(&mut self) -> Result<()> {
         let op = "sode_exchange_start";
         let (links, planned, fields) = self.committed(op)?;
@@ -522,6 +629,9 @@ impl Exchange {
             .enumerate()
             .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
         {
+            if links.in_place(i).send {
+                continue;
+            }
             let out = links.send_buf(i).map_err(exchange)?;
             let mut at = 0;
             for (f, r) in fields.iter().zip(regions) {
@@ -533,7 +643,8 @@ impl Exchange {
         links.start().map_err(exchange)
     }
 
-    /// Unpacks every halo once the exchange is complete.
+    /// Unpacks every halo (but those received in place) once the exchange
+    /// is complete.
     fn unpack(
         links: &LinkExchange,
         planned: &[Planned],
@@ -543,6 +654,7 @@ impl Exchange {
         for (i, regions) in planned
             .iter()
             .enumerate()
+            .filter(|(i, _)| !links.in_place(*i).recv)
             .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
         {
             let data = links

@@ -261,7 +261,7 @@ impl FieldSpec {
 
     /// Calls `run(element_offset, elements)` for each contiguous run of
     /// `r`, in memory order (fastest axis innermost). Allocates nothing.
-    fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
+    pub(crate) fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
         let d = self.extents.len().min(MAX_AXES);
         if r.cells() == 0 {
             return;

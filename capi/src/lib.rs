@@ -31,6 +31,7 @@ pub mod error;
 pub mod exchange;
 pub mod explicit;
 pub mod field;
+pub mod inplace;
 #[allow(unsafe_code)]
 pub mod sys;
 
@@ -82,6 +83,13 @@ pub const SODE_TRANSPORT_AUTO: c_int = 0;
 pub const SODE_TRANSPORT_SHM: c_int = 1;
 /// RDMA with every other rank, on this node too.
 pub const SODE_TRANSPORT_RDMA: c_int = 2;
+
+/// Faces of long contiguous runs travel in place over RDMA (default).
+pub const SODE_ZERO_COPY_AUTO: c_int = 0;
+/// Every face travels in place over RDMA.
+pub const SODE_ZERO_COPY_ALWAYS: c_int = 1;
+/// Every face is packed and unpacked.
+pub const SODE_ZERO_COPY_NEVER: c_int = 2;
 
 /// The last axis is contiguous (`a[i][j]`).
 pub const SODE_ORDER_C: c_int = 0;

@@ -76,12 +76,28 @@ static void misuse(sode_comm *c, int size) {
     expect("start before commit", sode_exchange_start(x), SODE_ERR_STATE, "not committed");
     expect("an unknown transport", sode_exchange_set_transport(x, 9), SODE_ERR_ARG, "transport 9");
     expect("shared memory only", sode_exchange_set_transport(x, SODE_TRANSPORT_SHM), SODE_OK, "");
+    expect("an unknown zero-copy mode", sode_exchange_set_zero_copy(x, 5), SODE_ERR_ARG, "mode 5");
+    expect("describe before commit", sode_exchange_describe(x, NULL, 0, NULL), SODE_ERR_STATE,
+           "not committed");
     expect("add a field", add_u(x), SODE_OK, "");
     expect("commit", sode_exchange_commit(x), SODE_OK, "");
     expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
     expect("a field after commit", add_u(x), SODE_ERR_STATE, "before sode_exchange_commit");
     expect("a transport after commit", sode_exchange_set_transport(x, SODE_TRANSPORT_AUTO), SODE_ERR_STATE,
            "before sode_exchange_commit");
+    expect("a zero-copy mode after commit", sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER),
+           SODE_ERR_STATE, "before sode_exchange_commit");
+    size_t needed = 0;
+    expect("describe into no buffer", sode_exchange_describe(x, NULL, 64, &needed), SODE_ERR_NULL,
+           "`buf`");
+    char text[16];
+    expect("describe into a short buffer", sode_exchange_describe(x, text, sizeof text, &needed),
+           SODE_OK, "");
+    if (strlen(text) != sizeof text - 1 || needed <= sizeof text || strstr(text, "rank") != text) {
+        fprintf(stderr, "rank %d: a short description is cut at %zu bytes of %zu: '%s'\n", rank,
+                strlen(text), needed, text);
+        failures++;
+    }
     expect("wait without start", sode_exchange_wait(x, 5.0), SODE_ERR_STATE, "start");
     expect("start", sode_exchange_start(x), SODE_OK, "");
     expect("start twice", sode_exchange_start(x), SODE_ERR_STATE, "in flight");

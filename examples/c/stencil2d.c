@@ -3,10 +3,13 @@
  * against the values the neighbours own.
  *
  *   mpirun -n 4 ./stencil2d            every configuration for 4 ranks
- *   ./stencil2d --env PX PY            without MPI: ranks started by sode-run
+ *   ./stencil2d --env PX PY [--rdma] [--global NX NY]
+ *                                      without MPI: ranks started by sode-run
  *                                      or SODE_* variables (the two-VM test),
- *                                      on a PX x PY grid, checked against
- *                                      the owners' values only
+ *                                      on a PX x PY grid (of NX x NY cells,
+ *                                      default 13 x 10), checked against
+ *                                      the owners' values only; --rdma: RDMA
+ *                                      between ranks of one node too
  *
  * Configurations: process grids 1xN, Nx1 (and 2x2 for 4 ranks), periodic
  * on no, both or one axis, star and box stencils; two fields of different
@@ -35,6 +38,8 @@ static int world_rank;
 /* Whether MPI runs beside sode (else: --env, sode alone, over env_comm). */
 static int use_mpi = 1;
 static sode_comm *env_comm;
+/* --rdma: every neighbour over RDMA, on this node too. */
+static int force_rdma = 0;
 
 static void die(int code) {
     if (use_mpi) {
@@ -245,6 +250,9 @@ static sode_exchange *sode_setup(const struct config *cf, struct rank_view *v, s
         *comm = NULL;
         CHECK_SODE(sode_exchange_create_cart(env_comm, 2, cf->dims, v->coords, cf->periods, lo, hi,
                                              shape, &x));
+        if (force_rdma) {
+            CHECK_SODE(sode_exchange_set_transport(x, SODE_TRANSPORT_RDMA));
+        }
     }
     for (int fi = 0; fi < 2; fi++) {
         struct field *f = &fs[fi];
@@ -254,6 +262,30 @@ static sode_exchange *sode_setup(const struct config *cf, struct rank_view *v, s
     }
     CHECK_SODE(sode_exchange_commit(x));
     return x;
+}
+
+/* How many sides of the exchange's messages travel in place (read from or
+ * written into the fields by the device), from sode_exchange_describe. */
+static void count_in_place(sode_exchange *x, int *sends, int *recvs) {
+    char text[8192];
+    size_t needed = 0;
+    CHECK_SODE(sode_exchange_describe(x, text, sizeof text, &needed));
+    if (needed > sizeof text) {
+        fprintf(stderr, "rank %d: the description needs %zu bytes\n", world_rank, needed);
+        die(2);
+    }
+    *sends = *recvs = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        for (char *side = strchr(line, ';'); side; side = strchr(side + 1, ';')) {
+            char *end = strchr(side + 1, ';');
+            size_t n = end ? (size_t)(end - side) : strlen(side);
+            char part[256];
+            snprintf(part, sizeof part, "%.*s", (int)n, side);
+            if (strstr(part, "in place")) {
+                *(strstr(part, "sends") ? sends : recvs) += 1;
+            }
+        }
+    }
 }
 
 static void teardown(struct rank_view *v, struct field fs[2], sode_exchange **x, sode_comm **c) {
@@ -297,10 +329,12 @@ static void run(const struct config *cf) {
         }
     }
     if (!use_mpi) {
+        int sends, recvs;
+        count_in_place(x, &sends, &recvs);
         printf("ok rank %d grid %dx%d periodic %d%d %s: %ld cells equal to the owners' values, bit "
-               "for bit, %ld halo cells filled\n",
+               "for bit, %ld halo cells filled; in place: %d sends, %d receives\n",
                world_rank, cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1],
-               cf->box ? "box" : "star", cells, filled);
+               cf->box ? "box" : "star", cells, filled, sends, recvs);
         teardown(&v, fs, &x, &comm);
         return;
     }
@@ -320,8 +354,22 @@ static void run(const struct config *cf) {
 static int env_main(int argc, char **argv) {
     use_mpi = 0;
     int px = argc > 3 ? atoi(argv[2]) : 0, py = argc > 3 ? atoi(argv[3]) : 0;
-    if (px < 1 || py < 1) {
-        fprintf(stderr, "usage: stencil2d --env PX PY\n");
+    int global[2] = {13, 10}, bad = px < 1 || py < 1;
+    for (int a = 4; a < argc && !bad; a++) {
+        if (strcmp(argv[a], "--rdma") == 0) {
+            force_rdma = 1;
+        } else if (strcmp(argv[a], "--global") == 0 && a + 2 < argc) {
+            global[0] = atoi(argv[a + 1]);
+            global[1] = atoi(argv[a + 2]);
+            a += 2;
+            bad = global[0] < 2 * px || global[1] < 2 * py;
+        } else {
+            bad = 1;
+        }
+    }
+    if (bad) {
+        fprintf(stderr, "usage: stencil2d --env PX PY [--rdma] [--global NX NY] (at least 2 cells "
+                        "per rank and axis)\n");
         return 2;
     }
     CHECK_SODE(sode_comm_create_env(60.0, &env_comm));
@@ -329,7 +377,7 @@ static int env_main(int argc, char **argv) {
     int periods[3][2] = {{0, 0}, {1, 1}, {1, 0}};
     for (int p = 0; p < 3; p++) {
         for (int box = 0; box <= 1; box++) {
-            struct config cf = {{px, py}, {periods[p][0], periods[p][1]}, box, {13, 10}};
+            struct config cf = {{px, py}, {periods[p][0], periods[p][1]}, box, {global[0], global[1]}};
             run(&cf);
         }
     }

@@ -52,4 +52,6 @@ pub use decomp::{
 };
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};
-pub use links::{Link, LinkExchange, LinkExchangeBuilder, Message};
+pub use links::{InPlace, Link, LinkExchange, LinkExchangeBuilder, Message, Sides, Span};
+#[cfg(feature = "rdma")]
+pub use sode_transport::UserMemory;

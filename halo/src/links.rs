@@ -45,6 +45,50 @@ pub struct Link {
     pub name: String,
 }
 
+/// `len` bytes at `offset` of the memory lent as number `memory` (see
+/// [`LinkExchangeBuilder::lend`]): a run of a message read or received in
+/// place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// Which lent memory.
+    pub memory: usize,
+    /// Where the run starts in it.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// A link's messages in place: the runs of lent memory its send is read
+/// from and its receive lands in, in stream order. Honoured on links that
+/// travel over RDMA (no copy at either end: the device reads and writes the
+/// caller's memory); elsewhere the message is packed as usual.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InPlace {
+    /// The send's runs (`None`: packed into [`LinkExchange::send_buf`]).
+    pub send: Option<Vec<Span>>,
+    /// The receive's runs (`None`: unpacked from [`LinkExchange::recv_buf`]).
+    pub recv: Option<Vec<Span>>,
+}
+
+/// Which sides of a link travel in place (no send or receive buffer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sides {
+    /// The send is read straight from lent memory.
+    pub send: bool,
+    /// The receive lands straight in lent memory.
+    pub recv: bool,
+}
+
+/// A receiver's windows for one message, as every rank learns them: the
+/// sender, the tag, and the bytes of each window in stream order.
+#[cfg(feature = "rdma")]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct WindowList {
+    from: usize,
+    tag: u32,
+    runs: Vec<usize>,
+}
+
 /// Where one side of a link travels.
 #[derive(Debug, Clone, Copy)]
 enum Route {
@@ -65,6 +109,10 @@ pub struct LinkExchangeBuilder<'w> {
     timeout: Duration,
     sync: SyncMode,
     model: Model,
+    /// Per link, what travels in place (empty: nothing).
+    in_place: Vec<InPlace>,
+    #[cfg(feature = "rdma")]
+    lent: Vec<sode_transport::UserMemory>,
 }
 
 impl<'w> LinkExchangeBuilder<'w> {
@@ -79,7 +127,30 @@ impl<'w> LinkExchangeBuilder<'w> {
             timeout: Duration::from_secs(60),
             sync: SyncMode::Pairwise,
             model: Model::Calibrated,
+            in_place: Vec::new(),
+            #[cfg(feature = "rdma")]
+            lent: Vec::new(),
         }
+    }
+
+    /// Lends memory that links may read from and receive into in place
+    /// ([`in_place`](Self::in_place)), numbered from 0 in the order lent.
+    /// The promises that make this safe were made when each
+    /// [`UserMemory`](sode_transport::UserMemory) was created.
+    #[cfg(feature = "rdma")]
+    pub fn lend(mut self, memory: Vec<sode_transport::UserMemory>) -> Self {
+        self.lent = memory;
+        self
+    }
+
+    /// Link `link`'s messages read and received in place, where it travels
+    /// over RDMA; see [`LinkExchange::in_place`] for what was honoured.
+    pub fn in_place(mut self, link: usize, how: InPlace) -> Self {
+        if self.in_place.len() <= link {
+            self.in_place.resize(link + 1, InPlace::default());
+        }
+        self.in_place[link] = how;
+        self
     }
 
     /// Replaces the links (a builder configured before its links are known).
@@ -166,6 +237,7 @@ impl<'w> LinkExchangeBuilder<'w> {
                     ));
                 }
             }
+            self.check_in_place(i, l)?;
             if l.peer == me {
                 continue;
             }
@@ -183,6 +255,55 @@ impl<'w> LinkExchangeBuilder<'w> {
                     direction: l.name.clone(),
                     why: "it needs RDMA, and this sode was built without the rdma feature: run the job on one node, or build with --features rdma".into(),
                 });
+            }
+        }
+        Ok(())
+    }
+
+    /// Link `i`'s runs in place: only for a message it has, covering its
+    /// bytes exactly, inside memory that was lent.
+    fn check_in_place(&self, i: usize, l: &Link) -> Result<()> {
+        let Some(how) = self.in_place.get(i) else {
+            return Ok(());
+        };
+        #[cfg(feature = "rdma")]
+        let lent: Vec<usize> = self.lent.iter().map(|m| m.len()).collect();
+        #[cfg(not(feature = "rdma"))]
+        let lent: Vec<usize> = Vec::new();
+        for (side, spans, message) in [("send", &how.send, l.send), ("receive", &how.recv, l.recv)]
+        {
+            let Some(spans) = spans else { continue };
+            let usage = |why: String| HaloError::Usage {
+                op: "build",
+                why: format!("link {i} ({}): its {side} in place {why}", l.name),
+            };
+            let Some(m) = message else {
+                return Err(usage("names runs, but the link has no such message".into()));
+            };
+            let mut total = 0usize;
+            for s in spans {
+                let Some(&len) = lent.get(s.memory) else {
+                    return Err(usage(format!(
+                        "names lent memory {}, but {} were lent",
+                        s.memory,
+                        lent.len()
+                    )));
+                };
+                if s.len == 0 || s.offset.checked_add(s.len).is_none_or(|end| end > len) {
+                    return Err(usage(format!(
+                        "has a run {}..{}+{} outside lent memory {} of {len} bytes (or empty)",
+                        s.offset, s.offset, s.len, s.memory
+                    )));
+                }
+                total = total
+                    .checked_add(s.len)
+                    .ok_or_else(|| usage("overflows".into()))?;
+            }
+            if total != m.len {
+                return Err(usage(format!(
+                    "covers {total} bytes, but the message has {}",
+                    m.len
+                )));
             }
         }
         Ok(())
@@ -230,7 +351,7 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// Decides each link's channel, sets up shared memory with the peers on
     /// this node and RDMA (device, keys, scheduled chains) with the others.
     /// Collective: every rank of the job calls it.
-    pub fn build(self) -> Result<LinkExchange> {
+    pub fn build(mut self) -> Result<LinkExchange> {
         self.check()?;
         let n = self.links.len();
         let (mut sends, mut recvs) = (vec![None; n], vec![None; n]);
@@ -272,8 +393,10 @@ impl<'w> LinkExchangeBuilder<'w> {
             }
             channels.push(Box::new(ch));
         }
-        let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels)?;
+        let mut in_place = vec![Sides::default(); n];
+        let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
         Ok(LinkExchange {
+            in_place,
             rank: self.world.rank(),
             sends,
             recvs,
@@ -307,75 +430,83 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     #[cfg(not(feature = "rdma"))]
     fn build_rdma(
-        &self,
+        &mut self,
         _: &mut [Option<Route>],
         _: &mut [Option<Route>],
         _: &mut Vec<Box<dyn Channel>>,
+        _: &mut [Sides],
     ) -> Result<Option<String>> {
         Ok(None)
     }
 
     /// The RDMA channel, if any rank of the job needs one; its plan's
-    /// summary.
+    /// summary. Records in `in_place` which sides travel in place.
     #[cfg(feature = "rdma")]
     fn build_rdma(
-        &self,
+        &mut self,
         sends: &mut [Option<Route>],
         recvs: &mut [Option<Route>],
         channels: &mut Vec<Box<dyn Channel>>,
+        in_place: &mut [Sides],
     ) -> Result<Option<String>> {
         use crate::channel::{RdmaChannel, RdmaRecv, RdmaSend, RdmaSettings};
         if !self.job_uses_rdma() {
             return Ok(None);
         }
         let members = self.members(Locality::Rdma);
+        let how = |i: usize| self.in_place.get(i).cloned().unwrap_or_default();
         // Each receiver numbers its windows in the order of its RDMA
-        // receives; every rank learns every numbering.
-        let mine: Vec<(usize, u32)> = members
-            .iter()
-            .filter_map(|&i| self.links[i].recv.map(|m| (self.links[i].peer, m.tag)))
-            .collect();
-        let windows = self.gather_windows(&mine)?;
-        if members.is_empty() {
-            return Ok(None);
-        }
-        let me = self.world.rank();
-        let mut rdma_sends = Vec::new();
+        // receives (a message received in place has a window per run);
+        // every rank learns every numbering.
         let mut rdma_recvs = Vec::new();
         for &i in &members {
             let l = &self.links[i];
-            if let Some(m) = l.send {
-                let target = windows[l.peer]
-                    .iter()
-                    .position(|&w| w == (me, m.tag))
-                    .ok_or_else(|| HaloError::Usage {
-                        op: "build",
-                        why: format!(
-                            "rank {} does not expect a message with tag {} from rank {me} ({}): the two ranks' links disagree",
-                            l.peer, m.tag, l.name
-                        ),
-                    })?;
-                sends[i] = Some(Route::Channel {
-                    channel: channels.len(),
-                    message: rdma_sends.len(),
-                });
-                rdma_sends.push(RdmaSend {
-                    peer: l.peer,
-                    len: m.len,
-                    target,
-                    offset: l.offset.clone(),
-                });
-            }
             if let Some(m) = l.recv {
                 recvs[i] = Some(Route::Channel {
                     channel: channels.len(),
                     message: rdma_recvs.len(),
                 });
-                rdma_recvs.push(RdmaRecv {
-                    peer: l.peer,
-                    len: m.len,
-                });
+                in_place[i].recv = how(i).recv.is_some();
+                rdma_recvs.push((
+                    m.tag,
+                    RdmaRecv {
+                        peer: l.peer,
+                        len: m.len,
+                        into: how(i).recv,
+                    },
+                ));
             }
+        }
+        let mine: Vec<WindowList> = rdma_recvs
+            .iter()
+            .map(|(tag, r)| WindowList {
+                from: r.peer,
+                tag: *tag,
+                runs: r.runs(),
+            })
+            .collect();
+        let windows = self.gather_windows(&mine)?;
+        if members.is_empty() {
+            return Ok(None);
+        }
+        let mut rdma_sends = Vec::new();
+        for &i in &members {
+            let l = &self.links[i];
+            let Some(m) = l.send else { continue };
+            let (target, target_runs) = self.target_windows(&windows[l.peer], i, m)?;
+            sends[i] = Some(Route::Channel {
+                channel: channels.len(),
+                message: rdma_sends.len(),
+            });
+            in_place[i].send = how(i).send.is_some();
+            rdma_sends.push(RdmaSend {
+                peer: l.peer,
+                len: m.len,
+                target,
+                target_runs,
+                from: how(i).send,
+                offset: l.offset.clone(),
+            });
         }
         let settings = RdmaSettings {
             engines: self.engines,
@@ -383,16 +514,53 @@ impl<'w> LinkExchangeBuilder<'w> {
             model: self.model,
             timeout: self.timeout,
         };
+        let rdma_recvs: Vec<RdmaRecv> = rdma_recvs.into_iter().map(|(_, r)| r).collect();
         let ch = RdmaChannel::build(
             self.world,
             &rdma_sends,
             &rdma_recvs,
+            std::mem::take(&mut self.lent),
             &settings,
             self.names(&members),
         )?;
         let summary = ch.summary().to_string();
         channels.push(Box::new(ch));
         Ok(Some(summary))
+    }
+
+    /// The windows link `i`'s peer made for message `m` of this rank: the
+    /// index of the first in its numbering, and the bytes of each.
+    #[cfg(feature = "rdma")]
+    fn target_windows(
+        &self,
+        theirs: &[WindowList],
+        i: usize,
+        m: Message,
+    ) -> Result<(usize, Vec<usize>)> {
+        let me = self.world.rank();
+        let l = &self.links[i];
+        let disagree = |why: String| HaloError::Usage {
+            op: "build",
+            why: format!("{why} ({}): the two ranks' links disagree", l.name),
+        };
+        let mut first = 0;
+        for w in theirs {
+            if (w.from, w.tag) == (me, m.tag) {
+                let total = w.runs.iter().try_fold(0usize, |a, &r| a.checked_add(r));
+                if total != Some(m.len) || w.runs.contains(&0) {
+                    return Err(disagree(format!(
+                        "rank {} expects {:?} bytes with tag {} from rank {me}, which sends {}",
+                        l.peer, total, m.tag, m.len
+                    )));
+                }
+                return Ok((first, w.runs.clone()));
+            }
+            first += w.runs.len();
+        }
+        Err(disagree(format!(
+            "rank {} does not expect a message with tag {} from rank {me}",
+            l.peer, m.tag
+        )))
     }
 
     /// Whether any pair of ranks of the job would talk over RDMA (the same
@@ -409,7 +577,7 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     /// Every rank's RDMA receives, `(from, tag)` in window order.
     #[cfg(feature = "rdma")]
-    fn gather_windows(&self, mine: &[(usize, u32)]) -> Result<Vec<Vec<(usize, u32)>>> {
+    fn gather_windows(&self, mine: &[WindowList]) -> Result<Vec<Vec<WindowList>>> {
         let body = serde_json::to_vec(mine).map_err(|e| HaloError::Usage {
             op: "build",
             why: e.to_string(),
@@ -451,6 +619,8 @@ pub(crate) fn locality(world: &World, transport: Transport, a: usize, b: usize) 
 #[derive(Debug)]
 pub struct LinkExchange {
     rank: usize,
+    /// Per link, which sides travel in place.
+    in_place: Vec<Sides>,
     links: Vec<Link>,
     sends: Vec<Option<Route>>,
     recvs: Vec<Option<Route>>,
@@ -491,6 +661,13 @@ impl LinkExchange {
                 _ => Locality::SelfCopy,
             })
             .collect()
+    }
+
+    /// Which sides of link `link` travel in place (asked for with
+    /// [`LinkExchangeBuilder::in_place`] and honoured because the link is
+    /// reached over RDMA): those have no send or receive buffer.
+    pub fn in_place(&self, link: usize) -> Sides {
+        self.in_place.get(link).copied().unwrap_or_default()
     }
 
     /// The RDMA schedule, if any link is reached over RDMA.
@@ -604,5 +781,66 @@ impl LinkExchange {
     /// Whether an iteration is in flight (started, not yet waited for).
     pub fn in_flight(&self) -> bool {
         matches!(self.lifecycle, Lifecycle::InFlight)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_link() -> Link {
+        Link {
+            peer: 0,
+            send: Some(Message { len: 64, tag: 1 }),
+            recv: Some(Message { len: 64, tag: 1 }),
+            offset: vec![1, 0],
+            name: "rank 0 (x+)".into(),
+        }
+    }
+
+    fn build_error(how: InPlace) -> String {
+        let world = World::single();
+        let e = LinkExchange::builder(&world, vec![self_link()])
+            .in_place(0, how)
+            .build()
+            .unwrap_err();
+        e.to_string()
+    }
+
+    #[test]
+    fn runs_in_place_are_checked_before_anything_is_built() {
+        let span = Span {
+            memory: 0,
+            offset: 0,
+            len: 64,
+        };
+        let e = build_error(InPlace {
+            send: Some(vec![span]),
+            recv: None,
+        });
+        assert!(
+            e.contains(
+                "link 0 (rank 0 (x+)): its send in place names lent memory 0, but 0 were lent"
+            ),
+            "{e}"
+        );
+        let world = World::single();
+        let mut only_send = self_link();
+        only_send.recv = None;
+        let e = LinkExchange::builder(&world, vec![only_send])
+            .in_place(
+                0,
+                InPlace {
+                    send: None,
+                    recv: Some(vec![span]),
+                },
+            )
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("its receive in place names runs, but the link has no such message"),
+            "{e}"
+        );
     }
 }

@@ -2,8 +2,10 @@
 //! persistent exchange, and a calibration of the device becomes the
 //! scheduler's machine model.
 
+use std::ops::Range;
+
 use sode_scheduler::{Machine, Plan};
-use sode_transport::{Calibration, Write};
+use sode_transport::{BufferId, Calibration, WindowId, Write};
 
 use crate::error::{HaloError, Result};
 
@@ -22,19 +24,25 @@ pub fn machine_of(c: &Calibration) -> Machine {
     }
 }
 
-/// The writes that carry out `plan`: every piece of every put goes on the
-/// engine the plan put it on, and each engine's writes keep the plan's order
-/// (so each (peer, engine) chain is posted in that order). `put(id)` gives
-/// put `id` as one whole write (its peer, source and target; its engine is
-/// ignored); a split put becomes one write per piece, at the piece's offset.
-pub fn writes_from_plan(
-    plan: &Plan,
-    mut put: impl FnMut(u32) -> Option<Write>,
-) -> Result<Vec<Write>> {
-    let mut writes = Vec::new();
+/// One piece of the plan: bytes `range` of put `put`, on `engine`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanPiece {
+    /// The put (the pattern's request id).
+    pub put: u32,
+    /// The engine the plan put it on.
+    pub engine: usize,
+    /// Its bytes within the put.
+    pub range: Range<usize>,
+}
+
+/// The pieces of `plan`, engine by engine in the plan's order, each checked
+/// to lie within its put's bytes (`len(id)`, `None` for a put the exchange
+/// does not have).
+pub fn plan_pieces(plan: &Plan, len: impl Fn(u32) -> Option<usize>) -> Result<Vec<PlanPiece>> {
+    let mut pieces = Vec::new();
     for (engine, commands) in plan.engines.iter().enumerate() {
         for c in commands {
-            let Some(whole) = put(c.id) else {
+            let Some(whole) = len(c.id) else {
                 return Err(HaloError::Plan {
                     why: format!(
                         "engine {engine} names put {}, which the exchange does not have",
@@ -43,29 +51,151 @@ pub fn writes_from_plan(
                 });
             };
             let offset = c.offset.unwrap_or(0) as usize;
-            let len = c
-                .bytes
-                .map_or(whole.len.saturating_sub(offset), |b| b as usize);
-            if offset.checked_add(len).is_none_or(|end| end > whole.len) {
+            let n = c.bytes.map_or(whole.saturating_sub(offset), |b| b as usize);
+            if offset.checked_add(n).is_none_or(|end| end > whole) {
                 return Err(HaloError::Plan {
                     why: format!(
-                        "a piece {offset}..{} of put {} lies outside its {} bytes",
-                        offset + len,
+                        "a piece {offset}..{} of put {} lies outside its {whole} bytes",
+                        offset + n,
                         c.id,
-                        whole.len
                     ),
                 });
             }
-            writes.push(Write {
+            pieces.push(PlanPiece {
+                put: c.id,
                 engine,
-                src_offset: whole.src_offset + offset,
-                dst_offset: whole.dst_offset + offset,
-                len,
-                ..whole
+                range: offset..offset + n,
             });
         }
     }
-    Ok(writes)
+    Ok(pieces)
+}
+
+/// The writes that carry out `plan`: every piece of every put goes on the
+/// engine the plan put it on, and each engine's writes keep the plan's order
+/// (so each (peer, engine) chain is posted in that order). `put(id)` gives
+/// put `id` as one whole write (its peer, source and target; its engine is
+/// ignored); a split put becomes one write per piece, at the piece's offset.
+pub fn writes_from_plan(plan: &Plan, put: impl Fn(u32) -> Option<Write>) -> Result<Vec<Write>> {
+    let pieces = plan_pieces(plan, |id| put(id).map(|w| w.len))?;
+    Ok(pieces
+        .into_iter()
+        .filter_map(|p| {
+            let whole = put(p.put)?;
+            Some(Write {
+                engine: p.engine,
+                src_offset: whole.src_offset + p.range.start,
+                dst_offset: whole.dst_offset + p.range.start,
+                len: p.range.len(),
+                ..whole
+            })
+        })
+        .collect())
+}
+
+/// `len` bytes at `offset` of `buffer`: the next piece of a message's byte
+/// stream on the sending side (a packed send region, or a run of the
+/// caller's field read in place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SourcePiece {
+    /// The buffer.
+    pub buffer: BufferId,
+    /// Where the piece starts in it.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// A receiving window holding the next `len` bytes of a message's stream
+/// (the whole message when the receiver unpacks it, a run of its field
+/// when it receives in place).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TargetWindow {
+    /// The receiver's window.
+    pub window: WindowId,
+    /// Bytes.
+    pub len: usize,
+}
+
+/// One RDMA write of a message: `write` (contiguous at its target), read
+/// from `gather` pieces (offset, bytes) of `write.src` when there is more
+/// than one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamWrite {
+    /// Peer, engine, source buffer, target window and offset, bytes.
+    pub write: Write,
+    /// The source pieces in order (empty: contiguous from `src_offset`).
+    pub gather: Vec<(usize, usize)>,
+}
+
+/// The writes that carry bytes `range` of a message whose stream is
+/// `sources` on this side and `targets` on the receiver's, towards `peer`
+/// on `engine`. Each write lands inside one target window and reads from
+/// one buffer in at most `max_sge` pieces (adjacent pieces merged), so a
+/// run-by-run receiver costs one write per run, and a sender reading in
+/// place costs one gather entry per run. `None` when the range reaches past
+/// either side's stream.
+pub fn stream_writes(
+    peer: usize,
+    engine: usize,
+    sources: &[SourcePiece],
+    targets: &[TargetWindow],
+    range: Range<usize>,
+    max_sge: usize,
+) -> Option<Vec<StreamWrite>> {
+    let max_sge = max_sge.max(1);
+    let mut out = Vec::new();
+    // Stream positions where the current source piece and window start.
+    let (mut s, mut s_start) = (0usize, 0usize);
+    let (mut t, mut t_start) = (0usize, 0usize);
+    let mut at = range.start;
+    while at < range.end {
+        while s_start + sources.get(s)?.len <= at {
+            s_start += sources[s].len;
+            s += 1;
+        }
+        while t_start + targets.get(t)?.len <= at {
+            t_start += targets[t].len;
+            t += 1;
+        }
+        let limit = range.end.min(t_start + targets[t].len);
+        let buffer = sources[s].buffer;
+        let dst_offset = at - t_start;
+        let mut gather: Vec<(usize, usize)> = Vec::new();
+        while at < limit && sources[s].buffer == buffer {
+            let piece = sources[s];
+            let n = limit.min(s_start + piece.len) - at;
+            let off = piece.offset + (at - s_start);
+            let full = gather.len() == max_sge;
+            match gather.last_mut() {
+                Some(last) if last.0 + last.1 == off => last.1 += n,
+                _ if full => break,
+                _ => gather.push((off, n)),
+            }
+            at += n;
+            if at == s_start + piece.len {
+                s_start += piece.len;
+                s += 1;
+                if at < limit && s >= sources.len() {
+                    return None;
+                }
+            }
+        }
+        let len = gather.iter().map(|p| p.1).sum();
+        out.push(StreamWrite {
+            write: Write {
+                peer,
+                engine,
+                src: buffer,
+                src_offset: gather[0].0,
+                window: targets[t].window,
+                dst_offset,
+                len,
+            },
+            gather: if gather.len() > 1 { gather } else { Vec::new() },
+        });
+    }
+    Some(out)
 }
 
 #[cfg(test)]
@@ -175,5 +305,117 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("outside its 4096 bytes"), "{e}");
+    }
+
+    /// A stream of `pieces` source lengths (alternating buffers 0 and 1
+    /// every `per_buffer` pieces, with gaps between pieces) and `runs`
+    /// window lengths: every stream byte arrives exactly once, at its place.
+    fn check_stream(pieces: &[usize], runs: &[usize], per_buffer: usize, max_sge: usize) {
+        let total: usize = pieces.iter().sum();
+        assert_eq!(total, runs.iter().sum::<usize>());
+        // Source byte k of the stream lives at (buffer, offset); fill both
+        // buffers with the stream index of each byte.
+        let mut bufs = vec![vec![usize::MAX; 4 * total + 64]; 2];
+        let mut sources = Vec::new();
+        let (mut at, mut next) = (0usize, [3usize, 5]);
+        for (i, &len) in pieces.iter().enumerate() {
+            let b = (i / per_buffer.max(1)) % 2;
+            for k in 0..len {
+                bufs[b][next[b] + k] = at + k;
+            }
+            sources.push(SourcePiece {
+                buffer: BufferId(b),
+                offset: next[b],
+                len,
+            });
+            next[b] += len + 2;
+            at += len;
+        }
+        let targets: Vec<TargetWindow> = runs
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| TargetWindow {
+                window: WindowId(10 + i),
+                len,
+            })
+            .collect();
+        // Two plan pieces, as a split plan would cut the message.
+        let cut = total / 3;
+        let mut writes = stream_writes(7, 1, &sources, &targets, 0..cut, max_sge).unwrap();
+        writes.extend(stream_writes(7, 0, &sources, &targets, cut..total, max_sge).unwrap());
+        let mut windows: Vec<Vec<usize>> = runs.iter().map(|&n| vec![usize::MAX; n]).collect();
+        for w in &writes {
+            let gather = if w.gather.is_empty() {
+                vec![(w.write.src_offset, w.write.len)]
+            } else {
+                w.gather.clone()
+            };
+            assert!(gather.len() <= max_sge.max(1), "{gather:?}");
+            assert_eq!(gather.iter().map(|p| p.1).sum::<usize>(), w.write.len);
+            let win = &mut windows[w.write.window.0 - 10];
+            let mut d = w.write.dst_offset;
+            for (off, len) in gather {
+                for k in 0..len {
+                    assert_eq!(win[d], usize::MAX, "a byte written twice");
+                    win[d] = bufs[w.write.src.0][off + k];
+                    d += 1;
+                }
+            }
+            assert_eq!(w.write.peer, 7);
+        }
+        let arrived: Vec<usize> = windows.concat();
+        assert_eq!(arrived, (0..total).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn streams_arrive_whole_whatever_the_pieces_and_runs() {
+        // Packed to packed: one write (per plan piece).
+        check_stream(&[100], &[100], 1, 4);
+        // In place to packed: a gather per buffer, split at max_sge.
+        check_stream(&[8; 20], &[160], 5, 3);
+        // Packed to in place: a write per run.
+        check_stream(&[90], &[30, 30, 30], 1, 1);
+        // In place both sides, runs that do not line up.
+        check_stream(&[7, 13, 1, 29, 50], &[25, 25, 25, 25], 2, 2);
+        check_stream(&[1; 64], &[3, 61], 64, 30);
+    }
+
+    #[test]
+    fn a_range_past_either_stream_is_refused() {
+        let sources = [SourcePiece {
+            buffer: BufferId(0),
+            offset: 0,
+            len: 10,
+        }];
+        let targets = [TargetWindow {
+            window: WindowId(0),
+            len: 12,
+        }];
+        assert!(stream_writes(1, 0, &sources, &targets, 0..10, 4).is_some());
+        assert!(stream_writes(1, 0, &sources, &targets, 0..12, 4).is_none());
+        assert!(stream_writes(1, 0, &sources, &targets[..0], 0..1, 4).is_none());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_pieces_and_runs(
+            pieces in proptest::collection::vec(1usize..40, 1..30),
+            split in proptest::collection::vec(1usize..50, 1..30),
+            per_buffer in 1usize..5,
+            max_sge in 1usize..6,
+        ) {
+            let total: usize = pieces.iter().sum();
+            // Runs: cut the same total at the proposed lengths.
+            let mut runs = Vec::new();
+            let mut left = total;
+            for s in split {
+                if left == 0 { break; }
+                let n = s.min(left);
+                runs.push(n);
+                left -= n;
+            }
+            if left > 0 { runs.push(left); }
+            check_stream(&pieces, &runs, per_buffer, max_sge);
+        }
     }
 }

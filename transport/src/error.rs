@@ -156,6 +156,14 @@ pub enum TransportError {
         /// How many exist.
         count: usize,
     },
+    /// A buffer of the caller's memory was asked for as a slice.
+    #[error("{op}: buffer {buffer} is memory the caller lent (RdmaExchangeBuilder::user_buffer): read and write it through the caller's own pointer")]
+    LentMemory {
+        /// The method.
+        op: &'static str,
+        /// The buffer.
+        buffer: usize,
+    },
     /// A work request completed with an error.
     #[error("{what} to rank {peer} on engine {engine} ({bytes} bytes) failed: {status} (verbs status {status_code}, vendor error {vendor_err:#x}){hint}")]
     Completion {

@@ -63,3 +63,4 @@ pub use exchange::{
     calibrate, BufferId, Calibration, CqLayout, ExchangeStats, PersistentWrites, PostMode,
     RdmaExchangeBuilder, WindowId, Write, MAX_WRITE,
 };
+pub use verbs::UserMemory;

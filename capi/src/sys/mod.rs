@@ -68,7 +68,10 @@ impl UserMemory {
     /// # Safety
     /// `base` must be valid for reads and writes of `len` bytes for as long
     /// as the exchange that holds this exists, and nothing else may access
-    /// those bytes while a sode call on that exchange runs.
+    /// those bytes while a sode call on that exchange runs, nor, while an
+    /// exchange is in flight (from `start` to the end of `wait`), write the
+    /// cells it sends or access the halos it receives (the device reads and
+    /// writes them in place).
     unsafe fn new(base: *mut u8, len: usize) -> UserMemory {
         UserMemory { base, len }
     }
@@ -78,6 +81,17 @@ impl UserMemory {
         // SAFETY: `new`'s contract: valid for `len` bytes while the
         // exchange exists, and not written by others during this call.
         unsafe { std::slice::from_raw_parts(self.base, self.len) }
+    }
+
+    /// The same memory, lent to the RDMA channel to be read and received in
+    /// place.
+    #[cfg(feature = "rdma")]
+    pub fn lend(&self) -> Option<sode::UserMemory> {
+        // SAFETY: `new`'s contract is `sode::UserMemory::new`'s: valid and
+        // in place until the exchange (which drops its channels, and their
+        // registrations, before it returns from free) is freed, and left
+        // alone by the caller where the device works while in flight.
+        unsafe { sode::UserMemory::new(self.base, self.len) }
     }
 
     /// The field's bytes, for unpacking.
@@ -409,6 +423,43 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
     })
 }
 
+/// Which faces travel in place over RDMA (read from the sender's field and
+/// written into the receiver's halo by the device, with no copy):
+/// `SODE_ZERO_COPY_AUTO` (faces of long contiguous runs; the default, or
+/// what the `SODE_ZERO_COPY` variable says: `auto`, `always`, `never`),
+/// `SODE_ZERO_COPY_ALWAYS` or `SODE_ZERO_COPY_NEVER` (pack every face).
+/// Before commit; ranks may choose differently (each side of a message
+/// decides for itself).
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_set_zero_copy(
+    exchange: *mut Exchange,
+    mode: c_int,
+) -> c_int {
+    let op = "sode_exchange_set_zero_copy";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let m = match mode {
+                crate::SODE_ZERO_COPY_AUTO => crate::inplace::ZeroCopy::Auto,
+                crate::SODE_ZERO_COPY_ALWAYS => crate::inplace::ZeroCopy::Always,
+                crate::SODE_ZERO_COPY_NEVER => crate::inplace::ZeroCopy::Never,
+                other => {
+                    return Err(CapiError::Invalid {
+                        op,
+                        why: format!(
+                            "mode {other}: use SODE_ZERO_COPY_AUTO, SODE_ZERO_COPY_ALWAYS or SODE_ZERO_COPY_NEVER"
+                        ),
+                    })
+                }
+            };
+            x.set_zero_copy(m)
+        })
+    }
+}
+
 /// Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
 /// (shared memory inside a node, RDMA between; the default),
 /// `SODE_TRANSPORT_SHM` or `SODE_TRANSPORT_RDMA` (RDMA inside a node too).
@@ -653,9 +704,16 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
 /// at most the exchange's). Axes beyond the grid's travel whole (their
 /// owned range). Every rank adds the same fields in the same order.
 ///
+/// Over RDMA, faces made of long contiguous runs are read from and written
+/// into the field in place (no copy; `SODE_ZERO_COPY=auto|always|never`
+/// chooses, see `sode_exchange_describe`): between `sode_exchange_start`
+/// and the end of the wait that completes it, the cells a rank sends must
+/// not be written and its halos must be neither read nor written.
+///
 /// # Safety
 /// `base` must stay valid for the whole array until the exchange is freed,
-/// and not be accessed by other threads during sode calls on it; the arrays
+/// and not be accessed by other threads during sode calls on it, nor, while
+/// an exchange is in flight, where it sends or receives (above); the arrays
 /// hold `ndims` values (the halo arrays the exchange's `ndims`).
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_field(
@@ -751,7 +809,49 @@ pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut Exchange) -> c_int 
     unsafe { with_exchange("sode_exchange_commit", exchange, Exchange::commit) }
 }
 
-/// Packs every field's faces and starts the exchange; returns at once.
+/// Writes how each neighbour is reached, one line per link (after a
+/// commit): `rank 1 (x+): rdma; sends 8192 bytes in place (2 runs);
+/// receives 8192 bytes packed`. The text goes into `buf` (`size` bytes,
+/// NUL-terminated, cut short when too small; `buf` may be NULL when `size`
+/// is 0); `*needed` (when not NULL) receives the bytes the whole text needs,
+/// its NUL included.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `buf` valid for
+/// `size` bytes; `needed` NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_describe(
+    exchange: *mut Exchange,
+    buf: *mut c_char,
+    size: usize,
+    needed: *mut usize,
+) -> c_int {
+    let op = "sode_exchange_describe";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let text = x.describe()?;
+            let bytes = text.as_bytes();
+            if let Some(n) = needed.as_mut() {
+                *n = bytes.len() + 1;
+            }
+            if size == 0 {
+                return Ok(());
+            }
+            if buf.is_null() {
+                return Err(CapiError::Null { op, arg: "buf" });
+            }
+            let n = bytes.len().min(size - 1);
+            // SAFETY: `buf` holds `size` > n bytes (the caller's contract).
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+            *buf.add(n) = 0;
+            Ok(())
+        })
+    }
+}
+
+/// Packs every field's faces (but those read in place, see
+/// `sode_exchange_add_field`) and starts the exchange; returns at once.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.

@@ -8,13 +8,14 @@ use sode_job::World;
 use sode_scheduler::{Algorithm, Machine, Pattern, Request};
 use sode_transport::{
     BufferId, Device, DeviceSelector, PersistentWrites, RdmaExchangeBuilder, TransportError,
-    WindowId, Write,
+    UserMemory, WindowId,
 };
 
 use super::{Channel, Locality};
 use crate::error::{HaloError, Result};
 use crate::exchange::Model;
-use crate::plan::{machine_of, writes_from_plan};
+use crate::links::Span;
+use crate::plan::{machine_of, plan_pieces, stream_writes, SourcePiece, StreamWrite, TargetWindow};
 
 /// How the RDMA writes are set up.
 #[derive(Debug, Clone, Copy)]
@@ -29,48 +30,83 @@ pub(crate) struct RdmaSettings {
     pub timeout: Duration,
 }
 
-/// One RDMA message this rank writes: the peer, its bytes, and the index
-/// of the window the peer made for it in the peer's numbering.
+/// One RDMA message this rank writes: the peer, its bytes, where they come
+/// from, and the windows the peer made for it (in the peer's numbering).
 #[derive(Debug, Clone)]
 pub(crate) struct RdmaSend {
     /// The peer.
     pub peer: usize,
     /// Bytes per exchange.
     pub len: usize,
-    /// Index of the peer's window for it.
+    /// The peer's index of the first of its windows for it (one window
+    /// when the peer unpacks the message, one per run when it receives in
+    /// place; numbered consecutively in stream order).
     pub target: usize,
+    /// Bytes of each of those windows.
+    pub target_runs: Vec<usize>,
+    /// Read in place from lent memory (`None`: packed into the channel's
+    /// buffer by the caller).
+    pub from: Option<Vec<Span>>,
     /// The direction to the peer in the process grid (empty when none).
     pub offset: Vec<i32>,
 }
 
-/// One RDMA message this rank receives: a window the peer writes into.
-#[derive(Debug, Clone, Copy)]
+/// One RDMA message this rank receives: windows the peer writes into.
+#[derive(Debug, Clone)]
 pub(crate) struct RdmaRecv {
     /// The peer allowed to write it.
     pub peer: usize,
     /// Bytes per exchange.
     pub len: usize,
+    /// Received in place into lent memory, a window per span (`None`: one
+    /// window in the channel's buffer, unpacked by the caller).
+    pub into: Option<Vec<Span>>,
 }
 
-/// A persistent set of scheduled RDMA writes: one buffer holding every send
-/// region and every receive window.
+impl RdmaRecv {
+    /// The bytes of each window, in stream order (what the sender learns).
+    pub(crate) fn runs(&self) -> Vec<usize> {
+        match &self.into {
+            Some(spans) => spans.iter().map(|s| s.len).collect(),
+            None => vec![self.len],
+        }
+    }
+}
+
+/// A persistent set of scheduled RDMA writes: one buffer holding every
+/// packed send region and every unpacked receive window; messages read or
+/// received in place use the lent memory instead.
 #[derive(Debug)]
 pub(crate) struct RdmaChannel {
     writes: PersistentWrites,
     buf: BufferId,
-    sends: Vec<Range<usize>>,
-    windows: Vec<WindowId>,
+    /// Per message: its range of `buf`, or `None` when read in place.
+    sends: Vec<Option<Range<usize>>>,
+    /// Per received message: its window, or `None` when received in place.
+    windows: Vec<Option<WindowId>>,
     names: String,
     summary: String,
 }
 
+/// Where one side of every message lives once laid out.
+struct Layout {
+    /// The channel's own buffer.
+    buf: BufferId,
+    sends: Vec<Option<Range<usize>>>,
+    windows: Vec<Option<WindowId>>,
+    /// Per message, its stream on this side.
+    sources: Vec<Vec<SourcePiece>>,
+}
+
 impl RdmaChannel {
     /// Opens the device, lays out the buffer, plans the writes and builds
-    /// them; collective with every RDMA neighbour.
+    /// them; collective with every RDMA neighbour. `lent` is the memory
+    /// the messages' spans name.
     pub(crate) fn build(
         world: &World,
         messages: &[RdmaSend],
         receives: &[RdmaRecv],
+        lent: Vec<UserMemory>,
         settings: &RdmaSettings,
         names: String,
     ) -> Result<RdmaChannel> {
@@ -79,30 +115,15 @@ impl RdmaChannel {
             source: Box::new(source),
         };
         let dev = Device::open(&DeviceSelector::from_env().map_err(wrap)?).map_err(wrap)?;
+        let max_sge = dev.caps().max_sge.clamp(1, MAX_GATHER) as usize;
         let mut b = RdmaExchangeBuilder::new(&dev).engines(settings.engines);
-        let overflow = || HaloError::Usage {
-            op: "build",
-            why: "the RDMA messages' bytes overflow the address space".into(),
-        };
-        let total = messages
-            .iter()
-            .map(|m| m.len)
-            .chain(receives.iter().map(|r| r.len))
-            .try_fold(0usize, usize::checked_add)
-            .ok_or_else(overflow)?;
-        // Sends first, then the windows.
-        let buf = b.buffer(total).map_err(wrap)?;
-        let mut sends = Vec::with_capacity(messages.len());
-        let mut at = 0;
-        for m in messages {
-            sends.push(at..at + m.len);
-            at += m.len;
-        }
-        let mut windows = Vec::with_capacity(receives.len());
-        for r in receives {
-            windows.push(b.window_in(buf, at, r.len, &[r.peer]).map_err(wrap)?);
-            at += r.len;
-        }
+        let layout = lay_out(&mut b, messages, receives, lent).map_err(|e| match e {
+            LayoutError::Overflow => HaloError::Usage {
+                op: "build",
+                why: "the RDMA messages' bytes overflow the address space".into(),
+            },
+            LayoutError::Transport(t) => wrap(t),
+        })?;
         let machine = machine(&dev, settings).map_err(wrap)?;
         let plan = sode_scheduler::plan(&pattern(messages, machine), settings.algorithm)
             .map_err(Box::new)?;
@@ -110,29 +131,20 @@ impl RdmaChannel {
             "{} on {} engines, simulated {:.1} us for a model of {:.3} GB/s per queue pair, {:.1} us per command",
             plan.algorithm, settings.engines, plan.simulated_us, machine.engine_gbps, machine.command_overhead_us
         );
-        let writes = writes_from_plan(&plan, |id| {
-            let j = id as usize;
-            let m = messages.get(j)?;
-            Some(Write {
-                peer: m.peer,
-                engine: 0,
-                src: buf,
-                src_offset: sends[j].start,
-                window: WindowId(m.target),
-                dst_offset: 0,
-                len: m.len,
-            })
-        })?;
-        for w in writes {
-            b.write(w);
+        for w in plan_writes(&plan, messages, &layout.sources, max_sge)? {
+            if w.gather.is_empty() {
+                b.write(w.write);
+            } else {
+                b.write_gather(w.write, &w.gather);
+            }
         }
         let writes = b.build(world, settings.timeout).map_err(wrap)?;
         tracing::debug!(plan = %summary, "RDMA writes scheduled");
         Ok(RdmaChannel {
             writes,
-            buf,
-            sends,
-            windows,
+            buf: layout.buf,
+            sends: layout.sends,
+            windows: layout.windows,
             names,
             summary,
         })
@@ -149,6 +161,125 @@ impl RdmaChannel {
             source: Box::new(source),
         }
     }
+}
+
+/// Most gather entries one write reads (fewer when the device allows
+/// fewer): a longer list only moves the cost into the device's fetches.
+const MAX_GATHER: u32 = 16;
+
+enum LayoutError {
+    Overflow,
+    Transport(TransportError),
+}
+
+impl From<TransportError> for LayoutError {
+    fn from(e: TransportError) -> Self {
+        LayoutError::Transport(e)
+    }
+}
+
+/// The channel's buffer (packed sends first, then unpacked windows), the
+/// lent memory as buffers, the in-place windows over it, and each
+/// message's stream on this side.
+fn lay_out(
+    b: &mut RdmaExchangeBuilder<'_>,
+    messages: &[RdmaSend],
+    receives: &[RdmaRecv],
+    lent: Vec<UserMemory>,
+) -> std::result::Result<Layout, LayoutError> {
+    let packed = messages
+        .iter()
+        .filter(|m| m.from.is_none())
+        .map(|m| m.len)
+        .chain(receives.iter().filter(|r| r.into.is_none()).map(|r| r.len))
+        .try_fold(0usize, usize::checked_add)
+        .ok_or(LayoutError::Overflow)?;
+    let buf = b.buffer(packed)?;
+    let lent: Vec<BufferId> = lent.into_iter().map(|m| b.user_buffer(m)).collect();
+    let mut at = 0;
+    let mut sends = Vec::with_capacity(messages.len());
+    let mut sources = Vec::with_capacity(messages.len());
+    for m in messages {
+        match &m.from {
+            Some(spans) => {
+                sends.push(None);
+                sources.push(
+                    spans
+                        .iter()
+                        .map(|s| SourcePiece {
+                            buffer: lent[s.memory],
+                            offset: s.offset,
+                            len: s.len,
+                        })
+                        .collect(),
+                );
+            }
+            None => {
+                sends.push(Some(at..at + m.len));
+                sources.push(vec![SourcePiece {
+                    buffer: buf,
+                    offset: at,
+                    len: m.len,
+                }]);
+                at += m.len;
+            }
+        }
+    }
+    let mut windows = Vec::with_capacity(receives.len());
+    for r in receives {
+        match &r.into {
+            Some(spans) => {
+                for s in spans {
+                    b.window_in(lent[s.memory], s.offset, s.len, &[r.peer])?;
+                }
+                windows.push(None);
+            }
+            None => {
+                windows.push(Some(b.window_in(buf, at, r.len, &[r.peer])?));
+                at += r.len;
+            }
+        }
+    }
+    Ok(Layout {
+        buf,
+        sends,
+        windows,
+        sources,
+    })
+}
+
+/// Every write of the plan: each piece of each put becomes the writes that
+/// carry that range of the message's stream into the peer's windows.
+fn plan_writes(
+    plan: &sode_scheduler::Plan,
+    messages: &[RdmaSend],
+    sources: &[Vec<SourcePiece>],
+    max_sge: usize,
+) -> Result<Vec<StreamWrite>> {
+    let pieces = plan_pieces(plan, |id| messages.get(id as usize).map(|m| m.len))?;
+    let mut out = Vec::new();
+    for p in pieces {
+        let j = p.put as usize;
+        let m = &messages[j];
+        let targets: Vec<TargetWindow> = m
+            .target_runs
+            .iter()
+            .enumerate()
+            .map(|(k, &len)| TargetWindow {
+                window: WindowId(m.target + k),
+                len,
+            })
+            .collect();
+        let writes = stream_writes(m.peer, p.engine, &sources[j], &targets, p.range, max_sge)
+            .ok_or_else(|| HaloError::Plan {
+                why: format!(
+                    "message {j} to rank {} has {} bytes, but its pieces or the peer's windows do not cover them",
+                    m.peer, m.len
+                ),
+            })?;
+        out.extend(writes);
+    }
+    Ok(out)
 }
 
 /// The model the writes are scheduled for.
@@ -211,7 +342,9 @@ impl Channel for RdmaChannel {
     }
 
     fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]> {
-        let range = self.sends[msg].clone();
+        let Some(range) = self.sends[msg].clone() else {
+            return Err(in_place("send_buf", "read in place from lent memory"));
+        };
         match self.writes.buffer_mut(self.buf) {
             Ok(all) => Ok(&mut all[range]),
             Err(e) => Err(HaloError::Rdma {
@@ -222,9 +355,10 @@ impl Channel for RdmaChannel {
     }
 
     fn recv_buf(&self, msg: usize) -> Result<&[u8]> {
-        self.writes
-            .window(self.windows[msg])
-            .map_err(|e| self.wrap(e))
+        let Some(window) = self.windows[msg] else {
+            return Err(in_place("recv_buf", "received in place into lent memory"));
+        };
+        self.writes.window(window).map_err(|e| self.wrap(e))
     }
 
     fn start(&mut self) -> Result<()> {
@@ -241,5 +375,12 @@ impl Channel for RdmaChannel {
             self.names,
             self.writes.outstanding_report()
         )
+    }
+}
+
+fn in_place(op: &'static str, how: &str) -> HaloError {
+    HaloError::Usage {
+        op,
+        why: format!("this message is {how}: it has no buffer of its own"),
     }
 }

@@ -14,7 +14,9 @@ use sideway::ibverbs::protection_domain::ProtectionDomain;
 
 use crate::device::Device;
 use crate::error::{Result, TransportError};
-use crate::verbs::{ChainSet, CompletionPoller, Keys, Posting, RecvRing, RegisteredBuffer};
+use crate::verbs::{
+    ChainSet, CompletionPoller, Keys, Posting, RecvRing, RegisteredBuffer, UserMemory,
+};
 pub use calibrate::{calibrate, Calibration};
 pub use run::ExchangeStats;
 
@@ -218,6 +220,18 @@ impl<'d> RdmaExchangeBuilder<'d> {
             .map_err(|source| TransportError::Allocate { len, source })?;
         self.buffers.push(b);
         Ok(BufferId(self.buffers.len() - 1))
+    }
+
+    /// The caller's memory as a buffer: writes read straight from it and
+    /// its windows receive straight into it, with no copy. It is
+    /// registered like an owned buffer (once per peer for reads, once per
+    /// window and writer for remote writes); [`PersistentWrites::buffer`]
+    /// and [`PersistentWrites::window`] refuse it (the caller has its own
+    /// pointer). The promises that make this safe were made when the
+    /// [`UserMemory`] was created.
+    pub fn user_buffer(&mut self, memory: UserMemory) -> BufferId {
+        self.buffers.push(RegisteredBuffer::user(memory));
+        BufferId(self.buffers.len() - 1)
     }
 
     /// A buffer that is only a window of `len` bytes that the ranks in

@@ -649,32 +649,36 @@ impl PersistentWrites {
     pub fn buffer_mut(&mut self, id: BufferId) -> Result<&mut [u8]> {
         self.state.lifecycle.require_idle("buffer_mut")?;
         let count = self.set.buffers().len();
-        self.set
+        let b = self
+            .set
             .buffers_mut()
             .get_mut(id.0)
-            .map(|b| b.as_mut_slice())
             .ok_or(TransportError::NoSuch {
                 op: "buffer_mut",
                 what: "buffer",
                 index: id.0,
                 count,
-            })
+            })?;
+        b.as_mut_slice().ok_or(TransportError::LentMemory {
+            op: "buffer_mut",
+            buffer: id.0,
+        })
     }
 
     /// A buffer, between exchanges.
     pub fn buffer(&self, id: BufferId) -> Result<&[u8]> {
         self.state.lifecycle.require_idle("buffer")?;
         let count = self.set.buffers().len();
-        self.set
-            .buffers()
-            .get(id.0)
-            .map(|b| b.as_slice())
-            .ok_or(TransportError::NoSuch {
-                op: "buffer",
-                what: "buffer",
-                index: id.0,
-                count,
-            })
+        let b = self.set.buffers().get(id.0).ok_or(TransportError::NoSuch {
+            op: "buffer",
+            what: "buffer",
+            index: id.0,
+            count,
+        })?;
+        b.as_slice().ok_or(TransportError::LentMemory {
+            op: "buffer",
+            buffer: id.0,
+        })
     }
 
     fn window_range(
@@ -695,13 +699,25 @@ impl PersistentWrites {
     /// A receive window (its range of its buffer), to read after `wait`.
     pub fn window(&self, id: WindowId) -> Result<&[u8]> {
         let (b, range) = self.window_range("window", id)?;
-        Ok(&self.set.buffers()[b].as_slice()[range])
+        let all = self.set.buffers()[b]
+            .as_slice()
+            .ok_or(TransportError::LentMemory {
+                op: "window",
+                buffer: b,
+            })?;
+        Ok(&all[range])
     }
 
     /// A receive window, writable (e.g. to clear it) between exchanges.
     pub fn window_mut(&mut self, id: WindowId) -> Result<&mut [u8]> {
         let (b, range) = self.window_range("window_mut", id)?;
-        Ok(&mut self.set.buffers_mut()[b].as_mut_slice()[range])
+        let all = self.set.buffers_mut()[b]
+            .as_mut_slice()
+            .ok_or(TransportError::LentMemory {
+                op: "window_mut",
+                buffer: b,
+            })?;
+        Ok(&mut all[range])
     }
 
     /// Where peer `peer` told this rank to write into its window `window`

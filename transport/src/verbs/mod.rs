@@ -5,7 +5,8 @@
 //! it does not offer, and the data path needs, is here, on its raw
 //! `rdma-mummy-sys` handles:
 //!
-//! - [`RegisteredBuffer`]: an owned, page-aligned mapping with the
+//! - [`RegisteredBuffer`]: an owned, page-aligned mapping (or a
+//!   [`UserMemory`] the caller lends, under its `# Safety` contract) with the
 //!   registrations made over it (cached: one per range and access), always
 //!   dropped before its memory;
 //! - [`WriteChain`]: a work-request chain built once (requests, gather
@@ -27,6 +28,7 @@ mod set;
 pub(crate) use chain::ChainEntry;
 pub(crate) use poll::{status_str, Completion, CompletionPoller};
 pub(crate) use recv::RecvRing;
+pub use region::UserMemory;
 pub(crate) use region::{Keys, RegisteredBuffer};
 pub(crate) use set::{ChainId, ChainSet, Posting};
 

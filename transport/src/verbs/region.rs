@@ -1,6 +1,8 @@
-//! Owned mappings and the registrations made over them, cached.
+//! Owned mappings, or memory the caller lends, and the registrations made
+//! over them, cached.
 
 use std::io;
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 use memmap2::MmapMut;
@@ -26,7 +28,78 @@ struct Registration {
     mr: Arc<MemoryRegion>,
 }
 
-/// Page-aligned anonymous memory and every registration over it. The cache
+/// Memory the caller lends an exchange, so that RDMA writes read from it
+/// and land in it without a copy (a field and its halo).
+#[derive(Debug)]
+pub struct UserMemory {
+    base: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a `UserMemory` is an address range, not a borrow of anything
+// thread-bound; `new`'s contract makes the caller keep it valid for the
+// exchange's life and keep its own accesses apart from sode's, from
+// whichever thread sode runs on.
+unsafe impl Send for UserMemory {}
+
+impl UserMemory {
+    /// `len` bytes (at least 1) from `base`; `None` when `base` is null or
+    /// `len` is 0.
+    ///
+    /// # Safety
+    /// From this call until every exchange built with it is dropped:
+    /// - `base` is valid for reads and writes of `len` bytes, and the
+    ///   memory is neither freed nor unmapped, nor remapped (the device keeps
+    ///   translating the addresses it registered);
+    /// - while an exchange is in flight (from its `start` to the end of its
+    ///   `wait`), nothing else writes the bytes its writes read or accesses
+    ///   the bytes its windows receive.
+    pub unsafe fn new(base: *mut u8, len: usize) -> Option<UserMemory> {
+        if len == 0 {
+            return None;
+        }
+        Some(UserMemory {
+            base: NonNull::new(base)?,
+            len,
+        })
+    }
+
+    /// Bytes lent.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never: a `UserMemory` has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// The memory a [`RegisteredBuffer`] registers: its own mapping, or the
+/// caller's.
+enum Memory {
+    Owned(MmapMut),
+    User(UserMemory),
+}
+
+impl Memory {
+    fn base(&self) -> *const u8 {
+        match self {
+            Memory::Owned(m) => m.as_ptr(),
+            Memory::User(u) => u.base.as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Memory::Owned(m) => m.len(),
+            Memory::User(u) => u.len,
+        }
+    }
+}
+
+/// Page-aligned anonymous memory (or memory the caller lent) and every
+/// registration over it. The cache
 /// is here: the whole buffer is registered once per protection domain for
 /// local access however many writes read from it, and each remote-write
 /// range once per protection domain however many windows name it. Field order matters: the registrations are dropped
@@ -34,7 +107,7 @@ struct Registration {
 /// key to freed memory.
 pub(crate) struct RegisteredBuffer {
     regs: Vec<Registration>,
-    map: MmapMut,
+    map: Memory,
 }
 
 impl RegisteredBuffer {
@@ -43,8 +116,21 @@ impl RegisteredBuffer {
     pub(crate) fn new(len: usize) -> io::Result<Self> {
         Ok(RegisteredBuffer {
             regs: Vec::new(),
-            map: MmapMut::map_anon(len.max(1))?,
+            map: Memory::Owned(MmapMut::map_anon(len.max(1))?),
         })
+    }
+
+    /// The caller's memory, registered like an owned buffer.
+    pub(crate) fn user(memory: UserMemory) -> Self {
+        RegisteredBuffer {
+            regs: Vec::new(),
+            map: Memory::User(memory),
+        }
+    }
+
+    /// Whether the memory is the caller's (sode hands out no slices of it).
+    pub(crate) fn is_user(&self) -> bool {
+        matches!(self.map, Memory::User(_))
     }
 
     /// Keys for reading the whole buffer locally (as a write's source).
@@ -84,7 +170,7 @@ impl RegisteredBuffer {
 
     fn keys(&self, r: &Registration, offset: usize) -> Keys {
         Keys {
-            addr: self.map.as_ptr() as u64 + offset as u64,
+            addr: self.map.base() as u64 + offset as u64,
             lkey: r.mr.lkey(),
             rkey: r.mr.rkey(),
         }
@@ -103,16 +189,20 @@ impl RegisteredBuffer {
             AccessFlags::LocalWrite
         };
         // SAFETY: offset + len <= map.len() (checked by the callers), so the
-        // range lies in `map`, a live mapping owned by this struct, which
-        // drops every registration (`regs`, declared first) before `map`;
-        // the mapping is never moved or resized (MmapMut's pointer is
-        // stable), so the registered range outlives its registration.
-        let mr = unsafe { pd.reg_mr(self.map.as_ptr() as usize + offset, len, access) }.map_err(
-            |e| match e.0 {
-                RegisterMemoryRegionErrorKind::Ibverbs(io) => io,
-                other => io::Error::other(other.to_string()),
-            },
-        )?;
+        // range lies in `map`: either a live mapping owned by this struct,
+        // which drops every registration (`regs`, declared first) before
+        // `map`, and is never moved or resized (MmapMut's pointer is
+        // stable); or the caller's memory, which `UserMemory::new`'s
+        // contract keeps valid and in place until the exchange (and so this
+        // registration) is dropped. Either way the registered range
+        // outlives its registration.
+        let mr =
+            unsafe { pd.reg_mr(self.map.base() as usize + offset, len, access) }.map_err(|e| {
+                match e.0 {
+                    RegisterMemoryRegionErrorKind::Ibverbs(io) => io,
+                    other => io::Error::other(other.to_string()),
+                }
+            })?;
         self.regs.push(Registration {
             offset,
             len,
@@ -127,7 +217,7 @@ impl RegisteredBuffer {
     /// data is copied at post time (`inline`), under a registration of it
     /// whose local key is `lkey`.
     pub(crate) fn reads_under(&self, addr: u64, len: u64, lkey: u32, inline: bool) -> bool {
-        let base = self.map.as_ptr() as u64;
+        let base = self.map.base() as u64;
         let Some(offset) = addr.checked_sub(base) else {
             return false;
         };
@@ -152,12 +242,20 @@ impl RegisteredBuffer {
         self.map.len()
     }
 
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        &self.map
+    /// The bytes of an owned buffer (`None` for the caller's memory).
+    pub(crate) fn as_slice(&self) -> Option<&[u8]> {
+        match &self.map {
+            Memory::Owned(m) => Some(m),
+            Memory::User(_) => None,
+        }
     }
 
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.map
+    /// The bytes of an owned buffer, writable (`None` for the caller's).
+    pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match &mut self.map {
+            Memory::Owned(m) => Some(m),
+            Memory::User(_) => None,
+        }
     }
 }
 
@@ -165,6 +263,7 @@ impl std::fmt::Debug for RegisteredBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegisteredBuffer")
             .field("len", &self.map.len())
+            .field("user", &self.is_user())
             .field("registrations", &self.regs.len())
             .finish()
     }

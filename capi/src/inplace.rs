@@ -1,0 +1,169 @@
+//! Which faces travel in place over RDMA: read by the device straight from
+//! the sender's field and written straight into the receiver's halo, with
+//! no pack or unpack. A face is a list of contiguous runs of a field; in
+//! place, a sender gathers its runs into each write (one gather entry per
+//! run) and a receiver takes one write per run, so a face of one run or of
+//! a few long runs goes in place and a face of many short runs (a column of
+//! a C array) is packed. Each side decides for itself; the sender adapts
+//! its writes to the windows the receiver made. `SODE_ZERO_COPY` (or
+//! `sode_exchange_set_zero_copy`) overrides the choice.
+
+use sode::{Region, Span};
+
+use crate::field::FieldSpec;
+
+/// `SODE_ZERO_COPY`: when faces travel in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// Faces of long runs (the default).
+    Auto,
+    /// Every face over RDMA.
+    Always,
+    /// None: every face is packed and unpacked.
+    Never,
+}
+
+/// Shortest mean run, in bytes, of a face of several runs that travels in
+/// place. Measured over rxe (`ci/softroce/zerocopy.sh`, the README's
+/// table): a face of one run is faster in place at every size (0.83-0.97x
+/// the packed time from 256 B), since it is one write either way; a face of
+/// 4 runs costs 4 writes in place against 1 packed, and broke even at runs
+/// of 1-4 KiB (1.61x at 256 B, 1.00x at 1 KiB, 0.99x at 4 KiB, 0.84x from
+/// 16 KiB).
+pub const MIN_MEAN_RUN: usize = 4096;
+
+/// Most runs a face in place may have: each is a write per iteration (or a
+/// gather entry) and, on the receiving side, a registration per writer.
+pub const MAX_RUNS: usize = 64;
+
+impl ZeroCopy {
+    /// The mode `SODE_ZERO_COPY` names (unset or empty: auto).
+    pub fn from_env() -> Result<ZeroCopy, String> {
+        match std::env::var("SODE_ZERO_COPY") {
+            Err(std::env::VarError::NotPresent) => Ok(ZeroCopy::Auto),
+            Ok(v) => ZeroCopy::parse(&v),
+            Err(std::env::VarError::NotUnicode(v)) => ZeroCopy::parse(&v.to_string_lossy()),
+        }
+    }
+
+    fn parse(v: &str) -> Result<ZeroCopy, String> {
+        match v {
+            "" | "auto" => Ok(ZeroCopy::Auto),
+            "always" => Ok(ZeroCopy::Always),
+            "never" => Ok(ZeroCopy::Never),
+            other => Err(format!(
+                "SODE_ZERO_COPY is '{other}': use auto (the default), always or never"
+            )),
+        }
+    }
+
+    /// Whether a face of `spans` (on this rank's side) travels in place.
+    pub fn in_place(self, spans: &[Span]) -> bool {
+        if spans.is_empty() {
+            return false;
+        }
+        match self {
+            ZeroCopy::Always => true,
+            ZeroCopy::Never => false,
+            ZeroCopy::Auto => {
+                let bytes: usize = spans.iter().map(|s| s.len).sum();
+                spans.len() == 1 || (spans.len() <= MAX_RUNS && bytes / spans.len() >= MIN_MEAN_RUN)
+            }
+        }
+    }
+}
+
+/// The runs of a message made of `regions` (one per field; field `f` lent
+/// as memory `f`), in message order, adjacent runs merged.
+pub fn spans(specs: &[FieldSpec], regions: &[Region]) -> Vec<Span> {
+    let mut out: Vec<Span> = Vec::new();
+    for (memory, (f, r)) in specs.iter().zip(regions).enumerate() {
+        let e = f.ty.size();
+        f.runs(r, |at, n| {
+            let (offset, len) = (at * e, n * e);
+            match out.last_mut() {
+                Some(last) if last.memory == memory && last.offset + last.len == offset => {
+                    last.len += len
+                }
+                _ => out.push(Span {
+                    memory,
+                    offset,
+                    len,
+                }),
+            }
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::ElemType;
+
+    /// A C-order 2-D f64 field, `rows` x `cols` owned, halo `h` all round.
+    fn field(rows: usize, cols: usize, h: usize) -> FieldSpec {
+        FieldSpec {
+            ty: ElemType::F64,
+            extents: vec![rows + 2 * h, cols + 2 * h],
+            strides: vec![cols + 2 * h, 1],
+            owned_lo: vec![h, h],
+            owned_size: vec![rows, cols],
+            halo_lo: vec![h, h],
+            halo_hi: vec![h, h],
+        }
+    }
+
+    #[test]
+    fn rows_go_in_place_and_columns_are_packed() {
+        let f = field(64, 1024, 2);
+        let rows = spans(std::slice::from_ref(&f), &[f.recv_region(&[1, 0])]);
+        // Two rows of 1024 doubles, apart (the halo columns between them).
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|s| s.len == 8192 && s.memory == 0));
+        assert_eq!(rows[1].offset - rows[0].offset, 1028 * 8);
+        assert!(ZeroCopy::Auto.in_place(&rows));
+        let cols = spans(std::slice::from_ref(&f), &[f.send_region(&[0, 1])]);
+        assert_eq!(cols.len(), 64);
+        assert!(!ZeroCopy::Auto.in_place(&cols));
+        assert!(ZeroCopy::Always.in_place(&cols) && !ZeroCopy::Never.in_place(&rows));
+        // One run goes in place whatever its length (one write either way);
+        // several short ones are packed.
+        let f = field(64, 32, 1);
+        let row = spans(std::slice::from_ref(&f), &[f.recv_region(&[1, 0])]);
+        assert_eq!((row.len(), row[0].len), (1, 256));
+        assert!(ZeroCopy::Auto.in_place(&row));
+        let f = field(64, 32, 4);
+        let rows = spans(std::slice::from_ref(&f), &[f.recv_region(&[1, 0])]);
+        assert!(rows.len() == 4 && !ZeroCopy::Auto.in_place(&rows));
+    }
+
+    #[test]
+    fn a_face_spanning_whole_rows_is_one_run_and_fields_stay_apart() {
+        // No halo along the fast axis: the face's rows touch, one run.
+        let f = FieldSpec {
+            extents: vec![68, 1024],
+            strides: vec![1024, 1],
+            owned_lo: vec![2, 0],
+            owned_size: vec![64, 1024],
+            halo_lo: vec![2, 0],
+            halo_hi: vec![2, 0],
+            ..field(64, 1024, 2)
+        };
+        let two = [f.clone(), f.clone()];
+        let r = f.send_region(&[-1, 0]);
+        let s = spans(&two, &[r.clone(), r]);
+        assert_eq!(s.len(), 2, "{s:?}");
+        assert_eq!((s[0].memory, s[0].len), (0, 2 * 1024 * 8));
+        assert_eq!((s[1].memory, s[1].offset), (1, s[0].offset));
+    }
+
+    #[test]
+    fn the_variable_is_checked() {
+        assert_eq!(ZeroCopy::parse(""), Ok(ZeroCopy::Auto));
+        assert_eq!(ZeroCopy::parse("never"), Ok(ZeroCopy::Never));
+        assert!(ZeroCopy::parse("yes")
+            .unwrap_err()
+            .contains("always or never"));
+    }
+}
