@@ -1,0 +1,127 @@
+//! The hot path allocates nothing: after a warm-up, `start`, every `test`
+//! poll and `wait` of a halo exchange make no heap allocation (so format no
+//! string), counted per thread by this test binary's allocator
+//! (`allocation-counter`). Two ranks run as two threads of this process
+//! over loopback: shared memory here; over RDMA too where a device works
+//! (the SoftRoCE guest).
+
+use std::time::{Duration, Instant};
+
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_job::{LaunchInfo, Secret, World};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn world(rank: usize, size: usize, port: u16) -> World {
+    let launch = LaunchInfo {
+        rank,
+        size,
+        local_rank: None,
+        job_id: (rank == 0).then(|| "alloc-test".to_string()),
+        root: Some(format!("127.0.0.1:{port}")),
+        secret: Some(Secret::from_hex(&"3c".repeat(32)).unwrap()),
+        source: "test",
+        pmix: false,
+    };
+    World::init_with(&launch, Duration::from_secs(30)).unwrap()
+}
+
+/// Allocations of one rank's steady state, by phase.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    start: u64,
+    polls: u64,
+    poll_calls: u64,
+    wait: u64,
+}
+
+/// Runs `iters` exchanges after a warm-up on each of 2 ranks (a periodic
+/// 2 x 1 grid, 8 neighbours: messages to the other rank and copies within
+/// each) and returns each rank's counts.
+fn counted(transport: Transport, iters: usize) -> Vec<Counts> {
+    let port = free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let w = world(rank, 2, port);
+                let d = Decomposition::new(&[64, 48], &[2, 1], &[true, true], 2, Stencil::Full)
+                    .unwrap();
+                let mut halo = HaloExchange::builder(&w, &d)
+                    .transport(transport)
+                    .fields(2)
+                    .build()
+                    .unwrap();
+                let cells: usize = halo.local_extent().iter().product();
+                let (mut u, mut v) = (vec![rank as f64; cells], vec![1.5; cells]);
+                let deadline = || Instant::now() + Duration::from_secs(30);
+                let mut c = Counts::default();
+                for it in 0..iters + 3 {
+                    let warm = it >= 3;
+                    let n = allocation_counter::measure(|| halo.start(&[&u, &v]).unwrap());
+                    c.start += u64::from(warm) * n.count_total;
+                    let mut done = false;
+                    while !done {
+                        let n = allocation_counter::measure(|| done = halo.test().unwrap());
+                        c.polls += u64::from(warm) * n.count_total;
+                        c.poll_calls += u64::from(warm);
+                    }
+                    let n = allocation_counter::measure(|| {
+                        halo.wait(deadline(), &mut [&mut u, &mut v]).unwrap()
+                    });
+                    c.wait += u64::from(warm) * n.count_total;
+                }
+                c
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+fn assert_none(what: &str, counts: &[Counts]) {
+    for (rank, c) in counts.iter().enumerate() {
+        println!("{what}, rank {rank}: {c:?}");
+        assert!(c.poll_calls > 0, "{what}: no test() poll was counted");
+        assert_eq!(
+            (c.start, c.polls, c.wait),
+            (0, 0, 0),
+            "{what}, rank {rank}: allocations in start, {} test() polls, wait",
+            c.poll_calls
+        );
+    }
+}
+
+#[test]
+fn start_test_and_wait_allocate_nothing_over_shared_memory() {
+    assert_none("shared memory", &counted(Transport::Shm, 50));
+}
+
+#[test]
+fn the_counter_sees_an_allocation() {
+    // The counter counts on this thread: a test that cannot fail is no test.
+    let n = allocation_counter::measure(|| {
+        std::hint::black_box(vec![1u8; 100]);
+    });
+    assert!(n.count_total >= 1);
+}
+
+#[test]
+fn start_test_and_wait_allocate_nothing_over_rdma() {
+    let ok = std::path::Path::new("/sys/class/infiniband")
+        .read_dir()
+        .is_ok_and(|mut d| d.next().is_some());
+    if !ok {
+        assert!(
+            std::env::var_os("SODE_REQUIRE_RDMA").is_none(),
+            "SODE_REQUIRE_RDMA is set but /sys/class/infiniband lists no device"
+        );
+        eprintln!("skipped: no RDMA device (CI runs this test in the SoftRoCE VM)");
+        return;
+    }
+    assert_none("RDMA", &counted(Transport::Rdma, 20));
+}
