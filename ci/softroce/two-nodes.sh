@@ -4,8 +4,9 @@
 # (26 neighbours), periodic, then the C example (examples/c/stencil2d,
 # built by ci/capi.sh against the installed libsode) on a 2 x 2 grid, every
 # periodicity and shape. Passes only if every rank matched the
-# single-process solve (the owners' values, for C) bit for bit and used
-# both shared memory (its same-node peer) and RDMA (the other node's ranks).
+# single-process solve (the owners' values, for C) bit for bit, used both
+# shared memory (its same-node peer) and RDMA (the other node's ranks), and
+# planned from the job's one model (the median of the two nodes').
 #   bash ci/softroce/two-nodes.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -27,6 +28,17 @@ for r in 0 1 2 3; do
   c=$(grep -E "^\[node [ab] rank $r\] ok rank $r grid 2x2 .*bit for bit" "$log" | wc -l)
   if [ "$c" != 6 ]; then
     echo "two-nodes: rank $r of the C stencil did not finish its 6 configurations bit for bit" >&2
+    fail=1
+  fi
+done
+# One model per job: every rank of a run plans from the same measurement,
+# one node's, the median of the two.
+for nb in 8 26; do
+  lines=$(grep -E "^\[node [ab] rank [0-3]\] rank [0-3]: .* $nb neighbours .*median of 2 nodes\)" "$log" || true)
+  ranks=$(printf '%s\n' "$lines" | grep -c "for a model of" || true)
+  models=$(printf '%s\n' "$lines" | grep -oE "for a model of .*" | sort -u | wc -l)
+  if [ "$ranks" != 4 ] || [ "$models" != 1 ]; then
+    echo "two-nodes: the $nb-neighbour run did not plan from one model agreed by both nodes ($ranks ranks, $models models)" >&2
     fail=1
   fi
 done

@@ -43,6 +43,8 @@ mod error;
 mod exchange;
 mod links;
 #[cfg(feature = "rdma")]
+mod model;
+#[cfg(feature = "rdma")]
 pub mod plan;
 
 pub use channel::Locality;

@@ -89,6 +89,15 @@ struct WindowList {
     runs: Vec<usize>,
 }
 
+/// What each rank tells the job before the RDMA channel is built: its
+/// windows and, from one rank per node, that node's measured model.
+#[cfg(feature = "rdma")]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct RdmaCard {
+    windows: Vec<WindowList>,
+    model: Option<sode_scheduler::Machine>,
+}
+
 /// Where one side of a link travels.
 #[derive(Debug, Clone, Copy)]
 enum Route {
@@ -485,10 +494,16 @@ impl<'w> LinkExchangeBuilder<'w> {
                 runs: r.runs(),
             })
             .collect();
-        let windows = self.gather_windows(&mine)?;
+        let card = RdmaCard {
+            windows: mine,
+            model: self.node_model(),
+        };
+        let cards = self.gather_cards(&card)?;
         if members.is_empty() {
             return Ok(None);
         }
+        let agreed = self.agree_model(&cards);
+        let windows: Vec<Vec<WindowList>> = cards.into_iter().map(|c| c.windows).collect();
         let mut rdma_sends = Vec::new();
         for &i in &members {
             let l = &self.links[i];
@@ -511,7 +526,11 @@ impl<'w> LinkExchangeBuilder<'w> {
         let settings = RdmaSettings {
             engines: self.engines,
             algorithm: self.algorithm,
-            model: self.model,
+            model: match agreed {
+                Some(a) => Model::Given(a.machine),
+                None => self.model,
+            },
+            model_source: agreed.map(|a| a.describe()),
             timeout: self.timeout,
         };
         let rdma_recvs: Vec<RdmaRecv> = rdma_recvs.into_iter().map(|(_, r)| r).collect();
@@ -575,9 +594,56 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
     }
 
-    /// Every rank's RDMA receives, `(from, tag)` in window order.
+    /// This node's model, measured by its lowest rank when the model is
+    /// to be calibrated (`None` elsewhere, or when this node has no device
+    /// that works: the other nodes' measurements stand for it).
     #[cfg(feature = "rdma")]
-    fn gather_windows(&self, mine: &[WindowList]) -> Result<Vec<Vec<WindowList>>> {
+    fn node_model(&self) -> Option<sode_scheduler::Machine> {
+        if self.model != Model::Calibrated || self.world.local_rank() != 0 {
+            return None;
+        }
+        let measured = sode_transport::DeviceSelector::from_env()
+            .and_then(|s| sode_transport::Device::open(&s))
+            .and_then(|dev| sode_transport::calibrate(&dev, self.engines));
+        match measured {
+            Ok(c) => Some(crate::plan::machine_of(&c)),
+            Err(e) => {
+                tracing::debug!(error = %e, "this node's device was not calibrated");
+                None
+            }
+        }
+    }
+
+    /// The job's model, the same on every rank: `None` when it is not to be
+    /// calibrated, or when no node measured (each rank then calibrates its
+    /// own device, as a last resort).
+    #[cfg(feature = "rdma")]
+    fn agree_model(&self, cards: &[RdmaCard]) -> Option<crate::model::Agreed> {
+        if self.model != Model::Calibrated {
+            return None;
+        }
+        // Each node by its lowest rank.
+        let mut first_on = HashMap::new();
+        let reports: Vec<crate::model::Report> = cards
+            .iter()
+            .enumerate()
+            .map(|(rank, c)| crate::model::Report {
+                rank,
+                node: *first_on.entry(self.world.node_of(rank)).or_insert(rank),
+                machine: c.model,
+            })
+            .collect();
+        let agreed = crate::model::agree(&reports);
+        if agreed.is_none() {
+            tracing::warn!("no node calibrated its device: each rank calibrates its own");
+        }
+        agreed
+    }
+
+    /// Every rank's card: its RDMA receives, `(from, tag, runs)` in window
+    /// order, and its node's model if it measured one.
+    #[cfg(feature = "rdma")]
+    fn gather_cards(&self, mine: &RdmaCard) -> Result<Vec<RdmaCard>> {
         let body = serde_json::to_vec(mine).map_err(|e| HaloError::Usage {
             op: "build",
             why: e.to_string(),
@@ -593,7 +659,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             .map(|(r, b)| {
                 serde_json::from_slice(b).map_err(|e| HaloError::Usage {
                     op: "build",
-                    why: format!("rank {r} sent an unreadable window list: {e}"),
+                    why: format!("rank {r} sent an unreadable window list and model: {e}"),
                 })
             })
             .collect()

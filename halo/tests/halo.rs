@@ -115,6 +115,21 @@ fn over_rdma_every_neighbour_count() {
         "every neighbour over RDMA: {t}"
     );
     assert!(t.contains("plan auto"), "{t}");
+    // One model for the job: measured once on this node, the same on every
+    // rank.
+    let models: Vec<&str> = t
+        .lines()
+        .filter_map(|l| Some(l.split_once("for a model of ")?.1))
+        .collect();
+    assert_eq!(models.len(), 4, "every rank reports its plan: {t}");
+    assert!(
+        models.iter().all(|m| *m == models[0]),
+        "ranks planned from different models: {models:?}"
+    );
+    assert!(
+        models[0].ends_with("(calibrated on rank 0, the median of 1 node)"),
+        "{t}"
+    );
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport rdma --engines 4");
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma");
     check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");

@@ -18,7 +18,7 @@ use crate::links::Span;
 use crate::plan::{machine_of, plan_pieces, stream_writes, SourcePiece, StreamWrite, TargetWindow};
 
 /// How the RDMA writes are set up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct RdmaSettings {
     /// Queue pairs per neighbour.
     pub engines: usize,
@@ -26,6 +26,8 @@ pub(crate) struct RdmaSettings {
     pub algorithm: Algorithm,
     /// The machine model it schedules for.
     pub model: Model,
+    /// Where an agreed model came from, for the summary.
+    pub model_source: Option<String>,
     /// How long setup may wait for the peers.
     pub timeout: Duration,
 }
@@ -128,8 +130,9 @@ impl RdmaChannel {
         let plan = sode_scheduler::plan(&pattern(messages, machine), settings.algorithm)
             .map_err(Box::new)?;
         let summary = format!(
-            "{} on {} engines, simulated {:.1} us for a model of {:.3} GB/s per queue pair, {:.1} us per command",
-            plan.algorithm, settings.engines, plan.simulated_us, machine.engine_gbps, machine.command_overhead_us
+            "{} on {} engines, simulated {:.1} us for a model of {:.3} GB/s per queue pair, {:.1} us per command{}",
+            plan.algorithm, settings.engines, plan.simulated_us, machine.engine_gbps, machine.command_overhead_us,
+            settings.model_source.as_ref().map(|s| format!(" ({s})")).unwrap_or_default()
         );
         for w in plan_writes(&plan, messages, &layout.sources, max_sge)? {
             if w.gather.is_empty() {
