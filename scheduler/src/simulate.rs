@@ -177,15 +177,17 @@ impl<'a> SimState<'a> {
             }
             out.push(node);
         };
+        // Users per resource among the flows not yet frozen: counted once,
+        // then decremented as flows freeze (what recounting each round
+        // would give).
+        for f in &self.flows {
+            resources(f, scratch);
+            for &r in scratch.iter() {
+                users[r] += 1;
+            }
+        }
         let mut left = n;
         while left > 0 {
-            users.fill(0);
-            for (f, _) in self.flows.iter().zip(frozen.iter()).filter(|(_, fr)| !**fr) {
-                resources(f, scratch);
-                for &r in scratch.iter() {
-                    users[r] += 1;
-                }
-            }
             let (bottleneck, share) = users
                 .iter()
                 .enumerate()
@@ -209,6 +211,7 @@ impl<'a> SimState<'a> {
                     flow.rate = share;
                     for &r in scratch.iter() {
                         capacity[r] -= share;
+                        users[r] -= 1;
                     }
                 }
             }
@@ -302,6 +305,18 @@ impl<'a> SimState<'a> {
 
 /// Runs engine lists to completion; returns what ran and the makespan.
 pub(crate) fn run_lists(instance: &Instance, lists: &[Vec<Piece>]) -> (Vec<Vec<Ran>>, f64) {
+    run_lists_within(instance, lists, f64::INFINITY).expect("an unbounded run always finishes")
+}
+
+/// [`run_lists`], given up (`None`) as soon as the simulated clock passes
+/// `bound`: the makespan is then certain to exceed `bound` plus the fixed
+/// overhead, so a search comparing against a known makespan need not
+/// finish the run.
+pub(crate) fn run_lists_within(
+    instance: &Instance,
+    lists: &[Vec<Piece>],
+    bound: f64,
+) -> Option<(Vec<Vec<Ran>>, f64)> {
     let mut state = SimState::new(instance);
     let mut cursor = vec![0usize; instance.machine.engines];
     loop {
@@ -317,9 +332,12 @@ pub(crate) fn run_lists(instance: &Instance, lists: &[Vec<Piece>]) -> (Vec<Vec<R
         if !state.advance() {
             break;
         }
+        if state.now > bound {
+            return None;
+        }
     }
     let makespan = state.makespan();
-    (state.ran, makespan)
+    Some((state.ran, makespan))
 }
 
 /// The outcome of simulating a plan.

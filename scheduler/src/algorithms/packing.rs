@@ -8,6 +8,8 @@
 //! exchange, so receive engine r sees exactly the commands of send engine r,
 //! which never overlap.
 
+use std::collections::HashMap;
+
 use crate::instance::{Instance, Piece};
 use crate::plan::Timed;
 
@@ -50,23 +52,74 @@ pub(crate) fn height(instance: &Instance, bytes: u64, rules: &Rules) -> f64 {
     overhead + bytes as f64 / rate
 }
 
-/// The most rectangles among `placed` (filtered) overlapping at any instant of [t, t + d).
-fn peak(placed: &[Placed], keep: impl Fn(&Placed) -> bool, t: f64, d: f64) -> usize {
-    const EPS: f64 = 1e-9;
-    let mut edges: Vec<(f64, i32)> = Vec::new();
-    for p in placed.iter().filter(|p| keep(p)) {
-        if p.start < t + d - EPS && t < p.end - EPS && p.end > p.start {
-            edges.push((p.start.max(t), 1));
-            edges.push((p.end.min(t + d), -1));
+/// Rectangles sorted by start with the running maximum of their ends: the
+/// question "does any overlap [t, t + d)?" in O(log n), for the rules that
+/// allow no overlap at all (BLbased's links and bl:1's diagonals).
+struct Sorted {
+    starts: Vec<f64>,
+    max_end: Vec<f64>,
+}
+
+impl Sorted {
+    fn new(rects: &[&Placed]) -> Sorted {
+        let mut r: Vec<(f64, f64)> = rects
+            .iter()
+            .filter(|p| p.end > p.start)
+            .map(|p| (p.start, p.end))
+            .collect();
+        r.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut most = f64::NEG_INFINITY;
+        let max_end = r
+            .iter()
+            .map(|&(_, end)| {
+                most = most.max(end);
+                most
+            })
+            .collect();
+        Sorted {
+            starts: r.into_iter().map(|(start, _)| start).collect(),
+            max_end,
         }
     }
-    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let (mut now, mut most) = (0i32, 0i32);
-    for (_, delta) in edges {
-        now += delta;
-        most = most.max(now);
+
+    /// What `below(rects, 1, t, d)` says: no rectangle starts before
+    /// t + d (less EPS) and ends after t (plus EPS). Rounding is monotone,
+    /// so the largest end stands for them all.
+    fn none_overlap(&self, t: f64, d: f64) -> bool {
+        const EPS: f64 = 1e-9;
+        let bound = t + d - EPS;
+        let k = self.starts.partition_point(|&s| s < bound);
+        // (Times are finite: not less is at least.)
+        k == 0 || t >= self.max_end[k - 1] - EPS
     }
-    most as usize
+}
+
+/// Whether fewer than `limit` of `rects` overlap at every instant of
+/// [t, t + d).
+fn below(rects: &[&Placed], limit: usize, t: f64, d: f64, edges: &mut Vec<(f64, i32)>) -> bool {
+    const EPS: f64 = 1e-9;
+    let overlaps = |p: &Placed| p.start < t + d - EPS && t < p.end - EPS && p.end > p.start;
+    if limit == 1 {
+        // The common case (BLbased): no rectangle may overlap at all.
+        return !rects.iter().any(|p| overlaps(p));
+    }
+    edges.clear();
+    for p in rects.iter().filter(|p| overlaps(p)) {
+        edges.push((p.start.max(t), 1));
+        edges.push((p.end.min(t + d), -1));
+    }
+    if edges.len() < 2 * limit {
+        return true;
+    }
+    edges.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let mut now = 0i32;
+    for &(_, delta) in edges.iter() {
+        now += delta;
+        if now as usize >= limit {
+            return false;
+        }
+    }
+    true
 }
 
 /// Packs the puts in `order` and returns each engine's timed pieces.
@@ -75,38 +128,56 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
     let mut top = vec![0.0f64; rules.engines];
     let mut placed: Vec<Placed> = Vec::with_capacity(order.len());
     let mut columns: Vec<Vec<Timed>> = vec![Vec::new(); rules.engines];
+    let mut edges = Vec::new();
     for &i in order {
         let put = &instance.puts[i];
         let d = height(instance, put.bytes, rules);
         let small = rules.small_puts_fill
             && put.bytes as f64 / instance.engine_rate() < instance.machine.command_overhead_us;
+        // The rectangles that can block this one: on a shared link, or
+        // diagonal when it is. Feasibility does not depend on the engine,
+        // so it is computed once per start time and reused across engines.
+        let (on_links, diagonals): (Vec<&Placed>, Vec<&Placed>) = if small {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                placed.iter().filter(|p| p.links & put.links != 0).collect(),
+                if put.diagonal {
+                    placed.iter().filter(|p| p.diagonal).collect()
+                } else {
+                    Vec::new()
+                },
+            )
+        };
+        let mut ends: Vec<f64> = on_links.iter().chain(&diagonals).map(|p| p.end).collect();
+        ends.sort_by(f64::total_cmp);
+        let links_sorted = (rules.link_share == 1).then(|| Sorted::new(&on_links));
+        let diagonals_sorted = (rules.diagonal_limit == 1).then(|| Sorted::new(&diagonals));
+        // Answers of the general check by start time, per rule.
+        let mut known: [HashMap<u64, bool>; 2] = [HashMap::new(), HashMap::new()];
+        let mut fits = |t: f64| {
+            if small {
+                return true;
+            }
+            let mut check =
+                |rule: usize, sorted: &Option<Sorted>, rects: &[&Placed], limit| match sorted {
+                    Some(s) => s.none_overlap(t, d),
+                    None => *known[rule]
+                        .entry(t.to_bits())
+                        .or_insert_with(|| below(rects, limit, t, d, &mut edges)),
+                };
+            check(0, &links_sorted, &on_links, rules.link_share)
+                && (!put.diagonal || check(1, &diagonals_sorted, &diagonals, rules.diagonal_limit))
+        };
         let mut best: Option<(f64, usize)> = None;
         for (e, &column_top) in top.iter().enumerate() {
-            let fits = |t: f64| {
-                if small {
-                    return true;
-                }
-                let links_ok = peak(&placed, |p| p.links & put.links != 0, t, d) < rules.link_share;
-                let diagonal_ok =
-                    !put.diagonal || peak(&placed, |p| p.diagonal, t, d) < rules.diagonal_limit;
-                links_ok && diagonal_ok
-            };
             // The lowest feasible start is the column top or the end of a
             // rectangle that blocks it.
-            let mut candidates: Vec<f64> = vec![column_top];
-            if !small {
-                candidates.extend(
-                    placed
-                        .iter()
-                        .filter(|p| {
-                            (p.links & put.links != 0 || (put.diagonal && p.diagonal))
-                                && p.end > column_top
-                        })
-                        .map(|p| p.end),
-                );
-            }
-            candidates.sort_by(f64::total_cmp);
-            if let Some(t) = candidates.into_iter().find(|&t| fits(t)) {
+            let first_end = ends.partition_point(|&x| x <= column_top);
+            let found = std::iter::once(column_top)
+                .chain(ends[first_end..].iter().copied())
+                .find(|&t| fits(t));
+            if let Some(t) = found {
                 if best.is_none_or(|(bt, _)| t < bt - EPS) {
                     best = Some((t, e));
                 }

@@ -3,7 +3,7 @@
 //! engine, while that ends the exchange sooner.
 
 use crate::instance::{Instance, Piece};
-use crate::simulate::run_lists;
+use crate::simulate::{run_lists, run_lists_within};
 
 /// Pieces are cut at multiples of this many bytes (a cache line), so a cut
 /// never tears an element.
@@ -24,15 +24,27 @@ struct Score {
 
 impl Score {
     fn of(instance: &Instance, lists: &[Vec<Piece>]) -> Score {
-        let (ran, makespan) = run_lists(instance, lists);
+        Score::within(instance, lists, f64::INFINITY).expect("an unbounded run always finishes")
+    }
+
+    /// The score of `lists`, or `None` when it cannot beat `current` (its
+    /// simulation passed `current`'s makespan by more than the gain a move
+    /// must make, and was cut short there).
+    fn against(instance: &Instance, lists: &[Vec<Piece>], current: &Score) -> Option<Score> {
+        let bound = current.makespan - instance.machine.fixed_overhead_us + 2.0 * MIN_GAIN_US;
+        Score::within(instance, lists, bound)
+    }
+
+    fn within(instance: &Instance, lists: &[Vec<Piece>], bound: f64) -> Option<Score> {
+        let (ran, makespan) = run_lists_within(instance, lists, bound)?;
         let mut done = vec![0.0f64; instance.puts.len()];
         for r in ran.iter().flatten() {
             done[r.piece.put] = done[r.piece.put].max(r.end_us);
         }
-        Score {
+        Some(Score {
             makespan,
             completion_sum: done.iter().sum(),
-        }
+        })
     }
 
     fn beats(&self, other: &Score) -> bool {
@@ -86,7 +98,7 @@ fn first_improvement(
     allow_split: bool,
 ) -> Option<(Score, Vec<Vec<Piece>>)> {
     let better = |candidate: Vec<Vec<Piece>>| {
-        let score = Score::of(instance, &candidate);
+        let score = Score::against(instance, &candidate, current)?;
         score.beats(current).then_some((score, candidate))
     };
     for &e in critical {
