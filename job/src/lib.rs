@@ -56,7 +56,7 @@ mod tcp;
 mod world;
 
 pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};
-pub use backoff::Backoff;
+pub use backoff::{node_cores, Backoff, WaitPolicy, WAIT_VAR};
 pub use error::{JobError, Result};
 pub use external::{AllgatherFn, ExternalOob};
 pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};

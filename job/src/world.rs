@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::backoff::WaitPolicy;
 use crate::error::{JobError, Result};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::node::NodeId;
@@ -35,6 +36,23 @@ pub struct World {
     job_id: String,
     nodes: Arc<Vec<NodeId>>,
     oob: Option<Arc<Mutex<Box<dyn OutOfBand>>>>,
+}
+
+/// Puts the data path's wait policy for `local_ranks` ranks on this node in
+/// force (`SODE_WAIT`, auto: yield when they outnumber the cores).
+fn adopt_wait_policy(local_ranks: usize) -> Result<()> {
+    let value = std::env::var(crate::backoff::WAIT_VAR).ok();
+    let cores = crate::backoff::node_cores();
+    let policy = WaitPolicy::choose(value.as_deref(), local_ranks, cores).map_err(|why| {
+        JobError::InvalidSetting {
+            name: crate::backoff::WAIT_VAR.into(),
+            value: value.clone().unwrap_or_default(),
+            why,
+        }
+    })?;
+    tracing::debug!(?policy, local_ranks, cores, "data-path wait policy");
+    policy.adopt();
+    Ok(())
 }
 
 impl World {
@@ -117,13 +135,15 @@ impl World {
         let base: String = sanitise_job_id(&base).chars().take(keep).collect();
         let job_id = sanitise_job_id(&format!("{base}-{}", root.nonce));
         tracing::debug!(rank, size, job_id, "joined the job");
-        Ok(World {
+        let world = World {
             rank,
             size,
             job_id,
             nodes: Arc::new(intros.into_iter().map(|i| i.node).collect()),
             oob: Some(Arc::new(Mutex::new(oob))),
-        })
+        };
+        adopt_wait_policy(world.local_size())?;
+        Ok(world)
     }
 
     /// A job of one process (no network).
