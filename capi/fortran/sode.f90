@@ -28,6 +28,10 @@ module sode
        SODE_ERR_STATE = 3, SODE_ERR_TIMEOUT = 4, SODE_ERR_BOOTSTRAP = 5, &
        SODE_ERR_MISMATCH = 6, SODE_ERR_CHANNEL = 7, SODE_ERR_INTERNAL = 8
   integer, parameter, public :: SODE_STAR = 0, SODE_STAR_EDGES = 1, SODE_BOX = 2
+  integer, parameter, public :: SODE_TRANSPORT_AUTO = 0, SODE_TRANSPORT_SHM = 1, &
+       SODE_TRANSPORT_RDMA = 2
+  integer, parameter, public :: SODE_ZERO_COPY_AUTO = 0, SODE_ZERO_COPY_ALWAYS = 1, &
+       SODE_ZERO_COPY_NEVER = 2
   !> The ABI version this module was written for (compare with sode_abi_version()).
   integer, parameter, public :: SODE_MODULE_ABI = 1
   integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, ORDER_FORTRAN = 1
@@ -45,6 +49,7 @@ module sode
   public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
   public :: sode_add_field, sode_commit, sode_start, sode_wait, sode_test
+  public :: sode_set_transport, sode_set_zero_copy, sode_describe
   public :: sode_last_error, sode_abi_version
 
   !> Adds a field: a real32, real64 or int32 array of rank 2 to 4 (Fortran
@@ -148,6 +153,26 @@ module sode
        type(c_ptr) :: x
        integer(c_int) :: rc
      end function c_exchange_free
+     function c_set_transport(x, t) bind(C, name="sode_exchange_set_transport") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: t
+       integer(c_int) :: rc
+     end function c_set_transport
+     function c_set_zero_copy(x, m) bind(C, name="sode_exchange_set_zero_copy") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: m
+       integer(c_int) :: rc
+     end function c_set_zero_copy
+     function c_describe(x, buf, size, needed) bind(C, name="sode_exchange_describe") result(rc)
+       import :: c_int, c_ptr, c_size_t, c_char
+       type(c_ptr), value :: x
+       character(kind=c_char) :: buf(*)
+       integer(c_size_t), value :: size
+       integer(c_size_t) :: needed
+       integer(c_int) :: rc
+     end function c_describe
      function c_report_error(status, message) bind(C, name="sode_report_error") result(rc)
        import :: c_int, c_char
        integer(c_int), value :: status
@@ -406,6 +431,56 @@ contains
     integer, intent(out), optional :: ierr
     call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
   end subroutine add_i32_4
+
+  !> Which channels carry the messages (before commit, the same on every
+  !> rank): SODE_TRANSPORT_AUTO (shared memory on the node, RDMA between;
+  !> the default), SODE_TRANSPORT_SHM or SODE_TRANSPORT_RDMA.
+  subroutine sode_set_transport(x, transport, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: transport
+    integer, intent(out), optional :: ierr
+    call finish(c_set_transport(x%ptr, int(transport, c_int)), ierr)
+  end subroutine sode_set_transport
+
+  !> Which faces travel in place over RDMA (before commit): SODE_ZERO_COPY_AUTO
+  !> (the default, or what SODE_ZERO_COPY says), SODE_ZERO_COPY_ALWAYS or
+  !> SODE_ZERO_COPY_NEVER. In place, between sode_start and the end of
+  !> sode_wait the cells sent must not be written nor the halos touched.
+  subroutine sode_set_zero_copy(x, mode, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: mode
+    integer, intent(out), optional :: ierr
+    call finish(c_set_zero_copy(x%ptr, int(mode, c_int)), ierr)
+  end subroutine sode_set_zero_copy
+
+  !> How each neighbour is reached, one line per link (after commit):
+  !> `rank 1 (y+): rdma; sends 8192 bytes in place (1 runs); ...`.
+  function sode_describe(x, ierr) result(text)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: text
+    character(kind=c_char), allocatable :: buf(:)
+    integer(c_size_t) :: needed
+    integer(c_int) :: rc
+    integer :: i
+    needed = 0
+    allocate (buf(1))
+    rc = c_describe(x%ptr, buf, 0_c_size_t, needed)
+    if (rc == SODE_OK) then
+       deallocate (buf)
+       allocate (buf(max(needed, 1_c_size_t)))
+       rc = c_describe(x%ptr, buf, size(buf, kind=c_size_t), needed)
+    end if
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) then
+       text = ''
+       return
+    end if
+    allocate (character(len=max(int(needed) - 1, 0)) :: text)
+    do i = 1, len(text)
+       text(i:i) = buf(i)
+    end do
+  end function sode_describe
 
   !> Checks the exchange across the job and sets up its channels;
   !> collective, every rank gets the same status.

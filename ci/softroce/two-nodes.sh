@@ -3,7 +3,8 @@
 # joined by a wire (ci/softroce/cluster.sh), in 2-D (8 neighbours) and 3-D
 # (26 neighbours), periodic, then the C example (examples/c/stencil2d,
 # built by ci/capi.sh against the installed libsode) on a 2 x 2 grid, every
-# periodicity and shape. Passes only if every rank matched the
+# periodicity and shape, small and with rows long enough to travel in place
+# over RDMA. Passes only if every rank matched the
 # single-process solve (the owners' values, for C) bit for bit, used both
 # shared memory (its same-node peer) and RDMA (the other node's ranks), and
 # planned from the job's one model (the median of the two nodes').
@@ -16,7 +17,7 @@ c_stencil=${C_STENCIL:-$root/target/capi-examples/stencil2d}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 bash "$root/ci/softroce/cluster.sh" bash -c \
-  "$stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20 && $stencil --dims 3 --size 16 --neighbours 26 --periodic --iters 5 && $c_stencil --env 2 2" \
+  "$stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20 && $stencil --dims 3 --size 16 --neighbours 26 --periodic --iters 5 && $c_stencil --env 2 2 && $c_stencil --env 2 2 --global 16 1024" \
   2>&1 | tee "$log"
 fail=0
 for r in 0 1 2 3; do
@@ -26,11 +27,16 @@ for r in 0 1 2 3; do
     fail=1
   fi
   c=$(grep -E "^\[node [ab] rank $r\] ok rank $r grid 2x2 .*bit for bit" "$log" | wc -l)
-  if [ "$c" != 6 ]; then
-    echo "two-nodes: rank $r of the C stencil did not finish its 6 configurations bit for bit" >&2
+  if [ "$c" != 12 ]; then
+    echo "two-nodes: rank $r of the C stencil did not finish its 2 x 6 configurations bit for bit" >&2
     fail=1
   fi
 done
+# The larger C grid's rows go in place over the wire (RDMA between the VMs).
+if ! grep -qE "^\[node [ab] rank [0-3]\] ok rank [0-3] grid 2x2 .*in place: [1-9][0-9]* sends, [1-9][0-9]* receives" "$log"; then
+  echo "two-nodes: no C configuration sent and received faces in place between the VMs" >&2
+  fail=1
+fi
 # One model per job: every rank of a run plans from the same measurement,
 # one node's, the median of the two.
 for nb in 8 26; do
@@ -42,5 +48,5 @@ for nb in 8 26; do
     fail=1
   fi
 done
-[ $fail = 0 ] && echo "two-nodes: 4 ranks on 2 nodes, 2 Rust runs and 6 C configurations each: shared memory inside a node, RDMA between, all bit for bit"
+[ $fail = 0 ] && echo "two-nodes: 4 ranks on 2 nodes, 2 Rust runs and 12 C configurations each (faces in place over RDMA in the larger ones): shared memory inside a node, RDMA between, all bit for bit"
 exit $fail

@@ -102,7 +102,17 @@ contains
     call sode_exchange_create_mpi_cart(sc, cart, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
     call sode_add_field(x, us, first=[1, 1, 1], last=own, halo_lo=U_LO, halo_hi=U_HI)
     call sode_add_field(x, vs, first=[1, 1, 1], last=own, halo_lo=V_LO, halo_hi=V_HI)
+    ! The defaults, said out loud: channels by locality, faces in place
+    ! over RDMA where their runs are long.
+    call sode_set_transport(x, SODE_TRANSPORT_AUTO)
+    call sode_set_zero_copy(x, SODE_ZERO_COPY_AUTO)
     call sode_commit(x)
+    ! Every rank has a neighbour but on one process without a periodic axis.
+    if (index(sode_describe(x), 'rank ') /= 1 .and. (product(dims) > 1 .or. any(periodic))) then
+       write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': no description of the neighbours: ', &
+            sode_describe(x)
+       error stop 1
+    end if
 
     filled = 0
     cells = 0

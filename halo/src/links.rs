@@ -786,7 +786,17 @@ impl LinkExchange {
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         self.job_barrier()?;
-        for c in 0..self.channels.len() {
+        // The device's channels first (two passes, no allocation): their
+        // writes are in flight while this rank's CPU does the
+        // shared-memory copies.
+        let n = self.channels.len();
+        let order = [true, false]
+            .into_iter()
+            .flat_map(|device| (0..n).map(move |c| (device, c)));
+        for (device, c) in order {
+            if (self.channels[c].locality() == Locality::Rdma) != device {
+                continue;
+            }
             if let Err(e) = self.channels[c].start() {
                 self.lifecycle.fail(&e);
                 return Err(e);
