@@ -108,3 +108,66 @@ fn two_threads_exchange_and_misuse_is_refused() {
     ));
     assert_eq!(peer.join().unwrap(), vec![2u8; 16]);
 }
+
+#[test]
+fn a_fast_sender_never_overwrites_a_window_its_receiver_still_reads() {
+    // One direction only, on the window path: the sender runs as fast as
+    // its credits allow, the receiver is slow between its wait and its
+    // next start, re-reading its buffer after a pause. The credit for
+    // iteration n + 1 comes with the receiver's start of n (two slots), so
+    // the sender may be a full iteration ahead, but never into the slot
+    // the receiver still reads.
+    const ITERS: u8 = 40;
+    let job = format!("slow{}", std::process::id());
+    let j2 = job.clone();
+    let sender = std::thread::spawn(move || {
+        let mut c = Context::new(&j2, 1).unwrap();
+        let mut ex = c
+            .exchange()
+            .path_policy(sode_shm::PathPolicy::Force(sode_shm::Path::Window))
+            .neighbour(Peer::new(0).send(4096, 0))
+            .build()
+            .unwrap();
+        for it in 1..=ITERS {
+            ex.send_buf_mut(0).unwrap().fill(it);
+            ex.start().unwrap();
+            ex.wait_for(Duration::from_secs(30)).unwrap();
+        }
+    });
+    let mut c = Context::new(&job, 0).unwrap();
+    let mut ex = c
+        .exchange()
+        .path_policy(sode_shm::PathPolicy::Force(sode_shm::Path::Window))
+        .neighbour(Peer::new(1).recv(4096, 0))
+        .build()
+        .unwrap();
+    assert_eq!(ex.report().recvs[0].path, sode_shm::Path::Window);
+    let mut early = 0;
+    for it in 1..=ITERS {
+        ex.start().unwrap();
+        // Already there the moment this rank starts: the sender wrote it
+        // on the credit granted one iteration before.
+        if ex.test().unwrap() {
+            early += 1;
+        } else {
+            ex.wait_for(Duration::from_secs(30)).unwrap();
+        }
+        assert!(
+            ex.recv_buf(0).unwrap().iter().all(|&b| b == it),
+            "iteration {it} arrived"
+        );
+        // Slow: meanwhile the sender writes iteration it + 1 (the other
+        // slot) and waits for the credit of it + 2.
+        std::thread::sleep(Duration::from_millis(3));
+        assert!(
+            ex.recv_buf(0).unwrap().iter().all(|&b| b == it),
+            "iteration {it}'s data was overwritten while the receiver still read it"
+        );
+    }
+    sender.join().unwrap();
+    // The credit was off the critical path: the data was waiting.
+    assert!(
+        early >= ITERS / 2,
+        "only {early} of {ITERS} iterations had arrived when the receiver started"
+    );
+}

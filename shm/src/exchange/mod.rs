@@ -54,7 +54,9 @@ pub enum Path {
     Get,
     /// The receiver's buffer lives in its segment, mapped by the sender,
     /// which copies its data straight in once the receiver has granted a
-    /// credit (one copy, no system call).
+    /// credit (one copy, no system call). Windows up to 128 KiB have two
+    /// slots, and the receiver grants iteration `n + 1` when it starts `n`,
+    /// so a sender rarely waits for the credit.
     Window,
 }
 

@@ -79,9 +79,11 @@ impl Exchange {
         match &r.storage {
             Storage::Private(b) => Ok(b.as_ref()),
             Storage::Window(off) => {
+                // The slot of the iteration last completed.
+                let slot = layout::window_slot(*off, r.len as u64, self.iteration);
                 self.own
                     .map
-                    .bytes(*off, r.len)
+                    .bytes(slot, r.len)
                     .map_err(|e| ShmError::Protocol {
                         peer: self.peers[r.peer].rank,
                         what: e.to_string(),
@@ -109,7 +111,11 @@ impl Exchange {
                         peer: self.peers[r.peer].rank,
                         what: e.to_string(),
                     })?;
-                credit.store(n, Ordering::Release);
+                // With two slots, iteration n + 1 may be written now, into
+                // the slot that held iteration n - 1's data: the caller
+                // consumed that before this start (iteration 1 was granted
+                // at build). With one, iteration n, as its data is consumed.
+                credit.store(layout::window_credit(r.len as u64, n), Ordering::Release);
             }
         }
         for s in &mut self.sends {
@@ -381,14 +387,18 @@ impl Exchange {
                         .atomic(entry + layout::R_FREE_FOR)
                         .map_err(|e| protocol(e.to_string()))?
                         .load(Ordering::Acquire);
-                    if free > n {
+                    // The receiver grants at most one slot ahead: a credit
+                    // further ahead means the ranks are out of step.
+                    if free > layout::window_credit(s.buf.as_ref().len() as u64, n) {
                         return Err(protocol(format!(
                             "credit for iteration {free} while we are at {n}"
                         )));
                     }
-                    if free == n {
+                    if free >= n {
+                        let data = s.buf.as_ref();
+                        let slot = layout::window_slot(window, data.len() as u64, n);
                         link.map
-                            .write(window, s.buf.as_ref())
+                            .write(slot, data)
                             .map_err(|e| protocol(e.to_string()))?;
                         link.map
                             .atomic(entry + layout::R_ARRIVED)
@@ -624,7 +634,10 @@ impl Exchange {
                     what: e.to_string(),
                 })?
                 .load(Ordering::Acquire);
-            if arrived > n {
+            // With two slots the writer may be one iteration ahead (its
+            // data in the other slot); its iterations land in order, so
+            // arrived >= n means iteration n's data is in place.
+            if arrived > layout::window_credit(r.len as u64, n) {
                 return Err(ShmError::Protocol {
                     peer: rank,
                     what: format!(
@@ -633,7 +646,7 @@ impl Exchange {
                     ),
                 });
             }
-            if arrived == n {
+            if arrived >= n {
                 r.state = OpState::Done;
                 progress = true;
             }
