@@ -18,6 +18,15 @@
 //! order (`n + 1` after `n`, checked); and credit `n + 2` cannot exist before
 //! the writer's data of `n + 1` has arrived, so at most one credit is ever
 //! early.
+//!
+//! With two slots per window (a lead of one: [`PeerRole::grant_lead`]),
+//! iteration `n` lands in slot `n % 2` and the receiver grants `n + 1` in
+//! its `start` of `n`, so the credit is off the critical path: the writer
+//! holds it before it needs it. Still safe: writing `n + 1` needs that
+//! credit, and by its `start` of `n` the receiver has consumed `n - 1`, the
+//! last data of slot `(n + 1) % 2`. The writer's data of `n + 1` may then
+//! arrive while the receiver is still in `n`; it is counted for `n + 1`
+//! ([`CreditBook::on_data`]). Iteration 1's credit is implied at setup.
 
 /// Iteration numbers travel in 31 bits of an immediate; they wrap.
 pub const EPOCH_MASK: u32 = (1 << 31) - 1;
@@ -70,6 +79,25 @@ pub struct PeerRole {
     pub we_write: bool,
     /// Chains the peer writes to this rank per iteration (one arrival each).
     pub arrivals_per_iteration: usize,
+    /// How far ahead this rank grants the peer: 1 when every window the
+    /// peer writes here has two slots (credit `n + 1` at the start of `n`),
+    /// else 0.
+    pub grant_lead: u32,
+    /// How far ahead the peer grants this rank (its `grant_lead` towards
+    /// us): 1 makes iteration 1's credit implied at setup.
+    pub credit_lead: u32,
+}
+
+impl PeerRole {
+    /// A peer whose windows have one slot each way (no lead).
+    pub fn new(we_write: bool, arrivals_per_iteration: usize) -> PeerRole {
+        PeerRole {
+            we_write,
+            arrivals_per_iteration,
+            grant_lead: 0,
+            credit_lead: 0,
+        }
+    }
 }
 
 /// What a credit lets the writer do.
@@ -97,6 +125,8 @@ struct PeerBook {
     credit: u32,
     /// Chains arrived this iteration.
     arrivals: usize,
+    /// Chains of the next iteration arrived already (with a lead).
+    early: usize,
 }
 
 /// One rank's credit and epoch bookkeeping over all its peers.
@@ -118,8 +148,9 @@ impl CreditBook {
                 .into_iter()
                 .map(|role| PeerBook {
                     role,
-                    credit: 0,
+                    credit: role.credit_lead.min(1),
                     arrivals: 0,
+                    early: 0,
                 })
                 .collect(),
         }
@@ -131,9 +162,16 @@ impl CreditBook {
         self.epoch = next(self.epoch);
         self.in_flight = true;
         for p in &mut self.peers {
-            p.arrivals = 0;
+            p.arrivals = std::mem::take(&mut p.early);
         }
         self.epoch
+    }
+
+    /// The credit to grant `peer` at this start: the iteration in flight,
+    /// or the next one with a lead.
+    pub fn grant(&self, peer: usize) -> u32 {
+        let lead = self.peers.get(peer).map_or(0, |p| p.role.grant_lead.min(1));
+        self.epoch.wrapping_add(lead) & EPOCH_MASK
     }
 
     /// The iteration in flight (or the last one).
@@ -152,7 +190,7 @@ impl CreditBook {
             && self
                 .peers
                 .get(peer)
-                .is_some_and(|p| p.role.we_write && p.credit == self.epoch)
+                .is_some_and(|p| p.role.we_write && not_behind(p.credit, self.epoch))
     }
 
     fn peer(&mut self, index: usize) -> Result<&mut PeerBook, ProtocolViolation> {
@@ -185,6 +223,19 @@ impl CreditBook {
     pub fn on_data(&mut self, peer: usize, epoch: u32) -> Result<Arrival, ProtocolViolation> {
         let (current, in_flight) = (self.epoch, self.in_flight);
         let p = self.peer(peer)?;
+        let announced = p.role.arrivals_per_iteration;
+        // With a lead, the next iteration's data may come before this
+        // rank's start of it: counted for then.
+        if p.role.grant_lead > 0 && epoch == next(current) {
+            p.early += 1;
+            if p.early > announced {
+                return Err(ProtocolViolation::TooManyArrivals {
+                    arrived: p.early,
+                    announced,
+                });
+            }
+            return Ok(Arrival::Partial);
+        }
         if epoch != current || !in_flight {
             return Err(ProtocolViolation::DataOutOfStep {
                 got: epoch,
@@ -193,7 +244,6 @@ impl CreditBook {
             });
         }
         p.arrivals += 1;
-        let announced = p.role.arrivals_per_iteration;
         match p.arrivals.cmp(&announced) {
             std::cmp::Ordering::Less => Ok(Arrival::Partial),
             std::cmp::Ordering::Equal => Ok(Arrival::PeerComplete),
@@ -228,6 +278,12 @@ fn next(epoch: u32) -> u32 {
     epoch.wrapping_add(1) & EPOCH_MASK
 }
 
+/// Whether credit `credit` covers iteration `epoch` (it is that iteration
+/// or a later one, in 31-bit wrapping order: a credit is never far ahead).
+fn not_behind(credit: u32, epoch: u32) -> bool {
+    credit.wrapping_sub(epoch) & EPOCH_MASK < 1 << 30
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,11 +298,12 @@ mod tests {
         Data { epoch: u32 },
     }
 
-    /// One rank of a pair, with the iteration whose data its receive
-    /// window holds and the iterations it consumed.
+    /// One rank of a pair, with the iteration whose data each slot of its
+    /// receive window holds (two slots with a lead, else one) and the
+    /// iterations it consumed.
     struct Rank {
         book: CreditBook,
-        window: Option<u32>,
+        slots: Vec<Option<u32>>,
         consumed: Vec<u32>,
         posted: bool,
         /// Queues towards the peer, one per engine (engine 0 carries credits).
@@ -256,12 +313,17 @@ mod tests {
 
     impl Rank {
         fn new(engines: usize) -> Rank {
+            Rank::with_lead(engines, 0)
+        }
+
+        fn with_lead(engines: usize, lead: u32) -> Rank {
             Rank {
                 book: CreditBook::new([PeerRole {
-                    we_write: true,
-                    arrivals_per_iteration: engines,
+                    grant_lead: lead,
+                    credit_lead: lead,
+                    ..PeerRole::new(true, engines)
                 }]),
-                window: None,
+                slots: vec![None; 1 + lead as usize],
                 consumed: Vec::new(),
                 posted: false,
                 out: vec![VecDeque::new(); engines],
@@ -269,10 +331,14 @@ mod tests {
             }
         }
 
+        fn slot(&self, epoch: u32) -> usize {
+            epoch as usize % self.slots.len()
+        }
+
         fn start(&mut self) {
-            let n = self.book.start();
+            self.book.start();
             self.posted = false;
-            self.out[0].push_back(Msg::Credit(n));
+            self.out[0].push_back(Msg::Credit(self.book.grant(0)));
             self.try_post();
         }
 
@@ -297,14 +363,14 @@ mod tests {
                 }
                 Msg::Data { epoch } => {
                     self.book.on_data(0, epoch)?;
-                    if let Some(held) = self.window.filter(|&w| w != epoch) {
-                        assert_eq!(
-                            self.consumed.last(),
-                            Some(&held),
+                    let slot = self.slot(epoch);
+                    if let Some(held) = self.slots[slot].filter(|&w| w != epoch) {
+                        assert!(
+                            self.consumed.contains(&held),
                             "data of iteration {epoch} overwrote unconsumed iteration {held}"
                         );
                     }
-                    self.window = Some(epoch);
+                    self.slots[slot] = Some(epoch);
                 }
             }
             Ok(())
@@ -317,7 +383,10 @@ mod tests {
         /// `wait` returned: consume what arrived.
         fn finish(&mut self) {
             self.book.finish();
-            self.consumed.push(self.window.expect("data arrived"));
+            let epoch = self.book.epoch();
+            let held = self.slots[self.slot(epoch)].expect("data arrived");
+            assert_eq!(held, epoch, "the slot of this iteration holds its data");
+            self.consumed.push(held);
         }
     }
 
@@ -338,7 +407,14 @@ mod tests {
     /// random rank finish its iteration if it can; rank `slow` gets its turn
     /// only one time in `lag`.
     fn drive(engines: usize, iters: usize, seed: u64, slow: usize, lag: usize) {
-        let mut ranks = [Rank::new(engines), Rank::new(engines)];
+        drive_with(engines, 0, iters, seed, slow, lag);
+    }
+
+    fn drive_with(engines: usize, lead: u32, iters: usize, seed: u64, slow: usize, lag: usize) {
+        let mut ranks = [
+            Rank::with_lead(engines, lead),
+            Rank::with_lead(engines, lead),
+        ];
         ranks.iter_mut().for_each(Rank::start);
         let mut rng = Lcg(seed);
         let mut steps = 0;
@@ -390,6 +466,45 @@ mod tests {
     }
 
     #[test]
+    fn with_two_slots_a_fast_writer_runs_ahead_but_never_overwrites() {
+        for seed in 0..50 {
+            drive_with(1, 1, 40, seed, 2, 1);
+            drive_with(3, 1, 40, seed, 2, 1);
+            drive_with(2, 1, 40, seed, 1, 20);
+            drive_with(2, 1, 40, seed, 0, 50);
+        }
+    }
+
+    #[test]
+    fn with_a_lead_the_first_credit_is_implied_and_data_may_come_early() {
+        let mut a = Rank::with_lead(1, 1);
+        let mut b = Rank::with_lead(1, 1);
+        a.start();
+        assert!(a.posted, "iteration 1 needs no credit message");
+        assert_eq!(
+            a.out[0].front(),
+            Some(&Msg::Credit(2)),
+            "a grants 2 at its start of 1"
+        );
+        b.start();
+        // b's data of 1 reaches a, which finishes 1 and starts 2 ...
+        let Some(Msg::Data { epoch: 1 }) = b.out[0].pop_back() else {
+            panic!("b posted 1 at once: {:?}", b.out[0]);
+        };
+        a.deliver(Msg::Data { epoch: 1 }).unwrap();
+        // ... while a's credit of 2 reaches b, still in iteration 1: b
+        // posts 2 at its next start, and a may see that data early.
+        assert_eq!(b.book.on_credit(0, 2), Ok(CreditEvent::Early));
+        assert_eq!(a.book.on_data(0, 2), Ok(Arrival::Partial), "counted for 2");
+        a.finish();
+        a.start();
+        assert!(
+            a.book.arrivals_complete(),
+            "2's early data counts at 2's start"
+        );
+    }
+
+    #[test]
     fn a_peer_that_stops_holds_the_writer_back_and_is_named() {
         let mut a = Rank::new(2);
         let mut b = Rank::new(2);
@@ -418,10 +533,7 @@ mod tests {
 
     #[test]
     fn out_of_step_events_are_violations() {
-        let role = PeerRole {
-            we_write: true,
-            arrivals_per_iteration: 1,
-        };
+        let role = PeerRole::new(true, 1);
         let mut book = CreditBook::new([role]);
         assert_eq!(
             book.on_data(0, 1),
@@ -464,10 +576,7 @@ mod tests {
 
     #[test]
     fn iteration_numbers_wrap_in_31_bits() {
-        let mut book = CreditBook::new([PeerRole {
-            we_write: true,
-            arrivals_per_iteration: 1,
-        }]);
+        let mut book = CreditBook::new([PeerRole::new(true, 1)]);
         book.epoch = EPOCH_MASK;
         book.peers[0].credit = EPOCH_MASK;
         assert_eq!(book.start(), 0);

@@ -166,6 +166,21 @@ impl RdmaChannel {
     }
 }
 
+/// Largest unpacked window with two slots (as in `sode-shm`): with two,
+/// the receiver grants each writer iteration `n + 1` when it starts `n`, so
+/// the credit is off the critical path; above, the second slot's memory
+/// costs more than the credit saves. Windows received in place (the
+/// caller's halo) have one.
+const TWO_SLOTS_MAX: usize = 128 << 10;
+
+fn window_slots(len: usize) -> usize {
+    if len <= TWO_SLOTS_MAX {
+        2
+    } else {
+        1
+    }
+}
+
 /// Most gather entries one write reads (fewer when the device allows
 /// fewer): a longer list only moves the cost into the device's fetches.
 const MAX_GATHER: u32 = 16;
@@ -193,9 +208,14 @@ fn lay_out(
     let packed = messages
         .iter()
         .filter(|m| m.from.is_none())
-        .map(|m| m.len)
-        .chain(receives.iter().filter(|r| r.into.is_none()).map(|r| r.len))
-        .try_fold(0usize, usize::checked_add)
+        .map(|m| Some(m.len))
+        .chain(
+            receives
+                .iter()
+                .filter(|r| r.into.is_none())
+                .map(|r| r.len.checked_mul(window_slots(r.len))),
+        )
+        .try_fold(0usize, |total, len| total.checked_add(len?))
         .ok_or(LayoutError::Overflow)?;
     let buf = b.buffer(packed)?;
     let lent: Vec<BufferId> = lent.into_iter().map(|m| b.user_buffer(m)).collect();
@@ -238,8 +258,9 @@ fn lay_out(
                 windows.push(None);
             }
             None => {
-                windows.push(Some(b.window_in(buf, at, r.len, &[r.peer])?));
-                at += r.len;
+                let slots = window_slots(r.len);
+                windows.push(Some(b.window_in_slots(buf, at, r.len, slots, &[r.peer])?));
+                at += r.len * slots;
             }
         }
     }

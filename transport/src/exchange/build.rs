@@ -73,7 +73,11 @@ impl RdmaExchangeBuilder<'_> {
                 source: Box::new(source),
             })?;
         let remote = self.swap_details(world.rank(), &mut links, &peers, &queues, deadline)?;
-        let entries = self.entries(world.rank(), &remote, &src_keys, queues.inline)?;
+        // Each write twice: into slot 0 and (for two-slot windows) slot 1.
+        let entries = [
+            self.entries(world.rank(), &remote, &src_keys, queues.inline, 0)?,
+            self.entries(world.rank(), &remote, &src_keys, queues.inline, 1)?,
+        ];
         for (pi, &p) in peers.list.iter().enumerate() {
             for e in 0..self.engines {
                 let slot = pi * self.engines + e;
@@ -185,7 +189,8 @@ impl RdmaExchangeBuilder<'_> {
     fn register_windows(&mut self, peers: &Peers, pds: &[Arc<ProtectionDomain>]) -> Result<()> {
         for w in 0..self.windows.len() {
             let spec = &self.windows[w];
-            let (buffer, offset, len) = (spec.buffer, spec.offset, spec.len);
+            // Every slot: the key covers them all and nothing else.
+            let (buffer, offset, len) = (spec.buffer, spec.offset, spec.len * spec.slots);
             let writers: Vec<usize> = spec.writers.iter().copied().collect();
             for writer in writers {
                 let pd = &pds[peer_index(peers, writer)?];
@@ -325,6 +330,7 @@ impl RdmaExchangeBuilder<'_> {
                 engines_used: (0..e_count)
                     .filter(|e| peers.chain_len.contains_key(&(p, *e)))
                     .collect(),
+                lead: self.grant_lead(p),
             };
             link(links, p)?
                 .send(&info)
@@ -352,6 +358,18 @@ impl RdmaExchangeBuilder<'_> {
         Ok(remote)
     }
 
+    /// How far ahead this rank grants `peer` credits: 1 when every window
+    /// it writes here has two slots, else 0.
+    fn grant_lead(&self, peer: usize) -> u32 {
+        let mut theirs = self.windows.iter().filter(|w| w.writers.contains(&peer));
+        let mut any = false;
+        let all_double = theirs.all(|w| {
+            any = true;
+            w.slots == 2
+        });
+        u32::from(any && all_double)
+    }
+
     /// The windows `peer` may write into: only those that name it.
     fn windows_for(&self, peer: usize) -> Vec<WindowDesc> {
         self.windows
@@ -364,6 +382,7 @@ impl RdmaExchangeBuilder<'_> {
                     addr: keys.addr,
                     len: w.len as u64,
                     rkey: keys.rkey,
+                    slots: w.slots as u32,
                 })
             })
             .collect()
@@ -377,6 +396,7 @@ impl RdmaExchangeBuilder<'_> {
         remote: &BTreeMap<usize, ConnInfo>,
         src_keys: &BTreeMap<(usize, usize), Keys>,
         inline: u32,
+        parity: u64,
     ) -> Result<Vec<ChainEntry>> {
         let mut entries = Vec::with_capacity(self.writes.len());
         for (i, PlannedWrite { write: w, gather }) in self.writes.iter().enumerate() {
@@ -404,7 +424,8 @@ impl RdmaExchangeBuilder<'_> {
                 )));
             }
             let src = src_keys[&(w.src.0, w.peer)];
-            let mut target = (win.addr + w.dst_offset as u64, win.rkey);
+            let slot = if win.slots == 2 { parity * win.len } else { 0 };
+            let mut target = (win.addr + slot + w.dst_offset as u64, win.rkey);
             if self.wrong_rkey == Some(i) {
                 target.1 ^= 0x5a5a_0000;
             }
@@ -439,8 +460,9 @@ impl RdmaExchangeBuilder<'_> {
         queues: Queues,
         mut links: BTreeMap<usize, PeerLink>,
         remote: &BTreeMap<usize, ConnInfo>,
-        entries: Vec<ChainEntry>,
+        entries: [Vec<ChainEntry>; 2],
     ) -> Result<PersistentWrites> {
+        let grant_leads: Vec<u32> = peers.list.iter().map(|&p| self.grant_lead(p)).collect();
         let mut set = ChainSet::new(queues.qps, self.buffers);
         let mut add = |entries: &[ChainEntry]| {
             set.add(entries)
@@ -458,11 +480,24 @@ impl RdmaExchangeBuilder<'_> {
                     .filter(|&i| writes[i].peer == p && writes[i].engine == e)
                     .collect();
                 let Some(&last) = ids.last() else { continue };
-                let mut chain: Vec<ChainEntry> = ids.iter().map(|&i| entries[i].clone()).collect();
-                let tail = chain.last_mut().expect("non-empty");
-                tail.with_imm = true;
-                tail.signaled = true;
-                chains.push(Chain::new(pi, e, add(&chain)?, chain.len(), last));
+                // The chain into slot 0 and into slot 1: one chain when the
+                // windows it writes have one slot.
+                let chain = |parity: usize| {
+                    let mut chain: Vec<ChainEntry> =
+                        ids.iter().map(|&i| entries[parity][i].clone()).collect();
+                    let tail = chain.last_mut().expect("non-empty");
+                    tail.with_imm = true;
+                    tail.signaled = true;
+                    chain
+                };
+                let (even, odd) = (chain(0), chain(1));
+                let even_id = add(&even)?;
+                let odd_id = if even.iter().zip(&odd).all(|(a, b)| a.remote == b.remote) {
+                    even_id
+                } else {
+                    add(&odd)?
+                };
+                chains.push(Chain::new(pi, e, [even_id, odd_id], even.len(), last));
             }
             let credit = if peers.writers_here.contains(&p) {
                 Some(add(&[credit_entry(p)])?)
@@ -470,7 +505,17 @@ impl RdmaExchangeBuilder<'_> {
                 None
             };
             let link = links.remove(&p).ok_or_else(|| missing_link(p))?;
-            run_peers.push(Peer::new(p, link, credit, remote[&p].engines_used.len()));
+            let leads = run::Leads {
+                grant: grant_leads[pi],
+                credit: remote[&p].lead.min(1),
+            };
+            run_peers.push(Peer::new(
+                p,
+                link,
+                credit,
+                remote[&p].engines_used.len(),
+                leads,
+            ));
         }
         Ok(PersistentWrites {
             state: run::State::new(me, self.engines, writes, chains, run_peers, self.post_mode),

@@ -75,6 +75,7 @@ impl Loop {
                 mtu: caps.active_mtu,
                 windows: Vec::new(),
                 engines_used: Vec::new(),
+                lead: 0,
             })
             .collect();
         for (i, qp) in qps.iter_mut().enumerate() {

@@ -19,8 +19,17 @@ use crate::error::{Result, TransportError};
 pub(crate) struct WindowDesc {
     pub id: usize,
     pub addr: u64,
+    /// Bytes of one slot.
     pub len: u64,
     pub rkey: u32,
+    /// Slots (1 or 2): iteration `n` writes slot `n % slots`, at
+    /// `addr + (n % slots) * len`.
+    #[serde(default = "one_slot")]
+    pub slots: u32,
+}
+
+fn one_slot() -> u32 {
+    1
 }
 
 /// What one rank tells one peer to connect their queue pairs.
@@ -36,6 +45,10 @@ pub(crate) struct ConnInfo {
     /// The engines on which this rank writes to the peer: one immediate
     /// arrives from each per exchange.
     pub engines_used: Vec<usize>,
+    /// How far ahead this rank grants the peer credits (1: every window the
+    /// peer writes here has two slots).
+    #[serde(default)]
+    pub lead: u32,
 }
 
 pub(crate) struct QpSizes {

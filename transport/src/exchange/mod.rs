@@ -34,7 +34,10 @@ pub struct WindowId(pub usize);
 pub(crate) struct WindowSpec {
     pub buffer: BufferId,
     pub offset: usize,
+    /// Bytes of one slot.
     pub len: usize,
+    /// Slots, 1 or 2, one after the other from `offset`.
+    pub slots: usize,
     pub writers: BTreeSet<usize>,
     pub keys: std::collections::BTreeMap<usize, Keys>,
 }
@@ -254,7 +257,30 @@ impl<'d> RdmaExchangeBuilder<'d> {
         len: usize,
         writers: &[usize],
     ) -> Result<WindowId> {
+        self.window_in_slots(buffer, offset, len, 1, writers)
+    }
+
+    /// As [`window_in`](Self::window_in), with `slots` (1 or 2) slots of
+    /// `len` bytes one after the other from `offset`: iteration `n` lands
+    /// in slot `n % slots`, and with two the receiver grants each writer
+    /// iteration `n + 1` when it starts `n` (when every window that writer
+    /// writes here has two), so the credit is off the critical path.
+    /// [`PersistentWrites::window`] gives the slot of the last iteration.
+    pub fn window_in_slots(
+        &mut self,
+        buffer: BufferId,
+        offset: usize,
+        len: usize,
+        slots: usize,
+        writers: &[usize],
+    ) -> Result<WindowId> {
         let id = self.windows.len();
+        if !(1..=2).contains(&slots) {
+            return Err(TransportError::InvalidWindow {
+                window: id,
+                why: format!("{slots} slots: a window has 1 or 2"),
+            });
+        }
         let Some(buf) = self.buffers.get(buffer.0) else {
             return Err(TransportError::InvalidWindow {
                 window: id,
@@ -265,29 +291,35 @@ impl<'d> RdmaExchangeBuilder<'d> {
                 ),
             });
         };
-        if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
+        let span = len.checked_mul(slots);
+        if span
+            .and_then(|span| offset.checked_add(span))
+            .is_none_or(|end| end > buf.len())
+        {
             return Err(TransportError::InvalidWindow {
                 window: id,
                 why: format!(
-                    "range {offset}..{offset}+{len} is outside buffer {} of {} bytes",
+                    "range {offset}..{offset}+{slots}x{len} is outside buffer {} of {} bytes",
                     buffer.0,
                     buf.len()
                 ),
             });
         }
+        let span = span.unwrap_or(len);
         // What registering it for every writer will lock, checked now.
         let planned: u64 = self
             .windows
             .iter()
-            .map(|w| (w.len.max(1) * w.writers.len().max(1)) as u64)
+            .map(|w| ((w.len * w.slots).max(1) * w.writers.len().max(1)) as u64)
             .sum();
         self.dev.check_memlock(
-            self.registered + planned + (len.max(1) * writers.len().max(1)) as u64,
+            self.registered + planned + (span.max(1) * writers.len().max(1)) as u64,
         )?;
         self.windows.push(WindowSpec {
             buffer,
             offset,
             len,
+            slots,
             writers: writers.iter().copied().collect(),
             keys: std::collections::BTreeMap::new(),
         });

@@ -28,7 +28,10 @@ const PEER_GRACE: Duration = Duration::from_millis(200);
 pub(crate) struct Chain {
     peer: usize,
     engine: usize,
-    id: ChainId,
+    /// The chain into slot 0 and into slot 1 of two-slot windows (the same
+    /// id twice when its windows have one slot); iteration `n` posts
+    /// `ids[n % 2]`.
+    ids: [ChainId; 2],
     len: usize,
     /// The command whose completion ends the chain (the only signalled one).
     last: usize,
@@ -37,17 +40,32 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
-    pub(crate) fn new(peer: usize, engine: usize, id: ChainId, len: usize, last: usize) -> Chain {
+    pub(crate) fn new(
+        peer: usize,
+        engine: usize,
+        ids: [ChainId; 2],
+        len: usize,
+        last: usize,
+    ) -> Chain {
         Chain {
             peer,
             engine,
-            id,
+            ids,
             len,
             last,
             posted: false,
             done: false,
         }
     }
+}
+
+/// How far ahead credits go between this rank and a peer (0 or 1 each way).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Leads {
+    /// This rank grants the peer.
+    pub grant: u32,
+    /// The peer grants this rank.
+    pub credit: u32,
 }
 
 /// One peer of the exchange.
@@ -67,6 +85,7 @@ pub(crate) struct Peer {
     /// Its chains (indices into the state's chains), so posting to one peer
     /// does not scan every chain.
     chains: Vec<usize>,
+    leads: Leads,
 }
 
 impl Peer {
@@ -75,6 +94,7 @@ impl Peer {
         link: PeerLink,
         credit: Option<ChainId>,
         arrivals: usize,
+        leads: Leads,
     ) -> Peer {
         Peer {
             rank,
@@ -85,6 +105,7 @@ impl Peer {
             closed_since: None,
             recv_posted: Vec::new(),
             chains: Vec::new(),
+            leads,
         }
     }
 }
@@ -148,8 +169,9 @@ impl State {
             peers[c.peer].chains.push(ci);
         }
         let book = CreditBook::new(peers.iter().map(|p| PeerRole {
-            we_write: !p.chains.is_empty(),
-            arrivals_per_iteration: p.arrivals,
+            grant_lead: p.leads.grant,
+            credit_lead: p.leads.credit,
+            ..PeerRole::new(!p.chains.is_empty(), p.arrivals)
         }));
         State {
             me,
@@ -209,12 +231,12 @@ impl PersistentWrites {
     }
 
     fn post_credits(&mut self) -> Result<()> {
-        let epoch = self.state.book.epoch();
         for pi in 0..self.state.peers.len() {
             let Some(credit) = self.state.peers[pi].credit else {
                 continue;
             };
-            self.set.set_imm(credit, IMM_CREDIT | epoch, &[0]);
+            let granted = self.state.book.grant(pi);
+            self.set.set_imm(credit, IMM_CREDIT | granted, &[0]);
             let qp = pi * self.state.engines;
             self.set
                 .post(credit, qp, verbs::Posting::Chain)
@@ -244,7 +266,8 @@ impl PersistentWrites {
             if c.posted {
                 continue;
             }
-            let (id, len, qp) = (c.id, c.len, pi * self.state.engines + c.engine);
+            let id = c.ids[(epoch % 2) as usize];
+            let (len, qp) = (c.len, pi * self.state.engines + c.engine);
             self.set.set_imm(id, epoch, &[len - 1]);
             let t0 = Instant::now();
             let posted = self.set.post(id, qp, how.posting());
@@ -693,10 +716,13 @@ impl PersistentWrites {
             index: id.0,
             count: self.windows.len(),
         })?;
-        Ok((w.buffer.0, w.offset..w.offset + w.len))
+        // A two-slot window: the slot of the last iteration.
+        let at = w.offset + (self.state.book.epoch() as usize % w.slots) * w.len;
+        Ok((w.buffer.0, at..at + w.len))
     }
 
-    /// A receive window (its range of its buffer), to read after `wait`.
+    /// A receive window (its range of its buffer, the slot of the last
+    /// iteration for a two-slot window), to read after `wait`.
     pub fn window(&self, id: WindowId) -> Result<&[u8]> {
         let (b, range) = self.window_range("window", id)?;
         let all = self.set.buffers()[b]
