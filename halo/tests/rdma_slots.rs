@@ -128,8 +128,10 @@ fn two_slots_let_the_data_arrive_before_the_receiver_starts() {
         two >= u32::from(ITERS) / 2,
         "two slots: only {two} of {ITERS} early"
     );
+    // With one slot the credit goes out at the receiver's start: the data
+    // can beat the first poll only by chance.
     assert!(
-        one <= 2,
-        "one slot: the credit is granted at the start, so data cannot be early ({one})"
+        two >= one + u32::from(ITERS) / 3,
+        "two slots ({two} early) no better than one ({one})"
     );
 }
