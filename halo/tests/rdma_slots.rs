@@ -75,9 +75,11 @@ fn run(slots: usize) -> u32 {
             x.start().unwrap();
             x.wait_for(Duration::from_secs(30)).unwrap();
         }
-        // Keep the queue pairs until the receiver is done too: its last
-        // credit still needs this side's acknowledgement (a one-way
-        // exchange has no data back to order it before the end).
+        // Keep the queue pairs until the receiver is done too: with one
+        // slot its last credit (for the last iteration) still needs this
+        // side's acknowledgement, and a one-way exchange has no data back
+        // to order it before the end. (A credit a step ahead is not waited
+        // for.)
         w.barrier(Duration::from_secs(30)).unwrap();
     });
     let w = world(1, port);

@@ -248,8 +248,13 @@ impl PersistentWrites {
                     device: self.device.clone(),
                     source,
                 })?;
-            self.state.credits_posted += 1;
-            self.state.peers[pi].credit_pending = true;
+            // A credit for this iteration must be acknowledged before it
+            // ends; one a step ahead (two slots) need not: the peer may
+            // never use it (the last iteration's), and may already be gone.
+            if self.state.peers[pi].leads.grant == 0 {
+                self.state.credits_posted += 1;
+                self.state.peers[pi].credit_pending = true;
+            }
         }
         Ok(())
     }
@@ -482,8 +487,10 @@ impl PersistentWrites {
             if c.status != verbs::WC_SUCCESS {
                 return Err(self.completion_error(&c, "credit", None, pi, 0, 0));
             }
-            self.state.credits_done += 1;
-            self.state.peers[pi].credit_pending = false;
+            if self.state.peers[pi].leads.grant == 0 {
+                self.state.credits_done += 1;
+                self.state.peers[pi].credit_pending = false;
+            }
             return Ok(());
         }
         let command = c.wr_id as usize;
