@@ -8,29 +8,8 @@
 use std::time::{Duration, Instant};
 
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
-use sode_job::{LaunchInfo, Secret, World};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn world(rank: usize, size: usize, port: u16) -> World {
-    let launch = LaunchInfo {
-        rank,
-        size,
-        local_rank: None,
-        job_id: (rank == 0).then(|| "alloc-test".to_string()),
-        root: Some(format!("127.0.0.1:{port}")),
-        secret: Some(Secret::from_hex(&"3c".repeat(32)).unwrap()),
-        source: "test",
-        pmix: false,
-    };
-    World::init_with(&launch, Duration::from_secs(30)).unwrap()
-}
+mod common;
+use common::{free_port, rdma_available, thread_world};
 
 /// Allocations of one rank's steady state, by phase.
 #[derive(Debug, Default, Clone, Copy)]
@@ -49,7 +28,7 @@ fn counted(transport: Transport, iters: usize) -> Vec<Counts> {
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
             std::thread::spawn(move || {
-                let w = world(rank, 2, port);
+                let w = thread_world(rank, 2, port, "alloc-test");
                 let d = Decomposition::new(&[64, 48], &[2, 1], &[true, true], 2, Stencil::Full)
                     .unwrap();
                 let mut halo = HaloExchange::builder(&w, &d)
@@ -112,15 +91,7 @@ fn the_counter_sees_an_allocation() {
 
 #[test]
 fn start_test_and_wait_allocate_nothing_over_rdma() {
-    let ok = std::path::Path::new("/sys/class/infiniband")
-        .read_dir()
-        .is_ok_and(|mut d| d.next().is_some());
-    if !ok {
-        assert!(
-            std::env::var_os("SODE_REQUIRE_RDMA").is_none(),
-            "SODE_REQUIRE_RDMA is set but /sys/class/infiniband lists no device"
-        );
-        eprintln!("skipped: no RDMA device (CI runs this test in the SoftRoCE VM)");
+    if !rdma_available() {
         return;
     }
     assert_none("RDMA", &counted(Transport::Rdma, 20));

@@ -5,6 +5,9 @@
 
 use std::process::Command;
 
+mod common;
+use common::rdma_available;
+
 const CHECK: &str = env!("CARGO_BIN_EXE_sode-halo-check");
 
 fn check(n: usize, args: &str) -> String {
@@ -27,20 +30,6 @@ fn check(n: usize, args: &str) -> String {
         );
     }
     t
-}
-
-fn rdma_available() -> bool {
-    let ok = std::path::Path::new("/sys/class/infiniband")
-        .read_dir()
-        .is_ok_and(|mut d| d.next().is_some());
-    if !ok {
-        assert!(
-            std::env::var_os("SODE_REQUIRE_RDMA").is_none(),
-            "SODE_REQUIRE_RDMA is set but /sys/class/infiniband lists no device"
-        );
-        eprintln!("skipped: no RDMA device (CI runs this test in the SoftRoCE VM)");
-    }
-    ok
 }
 
 #[test]

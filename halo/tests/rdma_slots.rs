@@ -7,25 +7,14 @@
 
 use std::time::Duration;
 
-use sode_job::{LaunchInfo, Secret, World};
+use sode_job::World;
 use sode_transport::{Device, DeviceSelector, PersistentWrites, RdmaExchangeBuilder, Write};
+
+mod common;
+use common::{free_port, rdma_available, thread_world};
 
 const LEN: usize = 4096;
 const ITERS: u8 = 30;
-
-fn world(rank: usize, port: u16) -> World {
-    let launch = LaunchInfo {
-        rank,
-        size: 2,
-        local_rank: None,
-        job_id: (rank == 0).then(|| "slots-test".to_string()),
-        root: Some(format!("127.0.0.1:{port}")),
-        secret: Some(Secret::from_hex(&"6e".repeat(32)).unwrap()),
-        source: "test",
-        pmix: false,
-    };
-    World::init_with(&launch, Duration::from_secs(30)).unwrap()
-}
 
 /// Rank 0 writes `LEN` bytes into rank 1's window of `slots` slots.
 fn exchange(
@@ -62,13 +51,9 @@ fn exchange(
 /// Iterations whose data was in place the moment the receiver started
 /// them; panics if the slow receiver's data changed under it.
 fn run(slots: usize) -> u32 {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let writer = std::thread::spawn(move || {
-        let w = world(0, port);
+        let w = thread_world(0, 2, port, "slots-test");
         let (mut x, src, _) = exchange(&w, slots);
         for it in 1..=ITERS {
             x.buffer_mut(src).unwrap().fill(it);
@@ -82,7 +67,7 @@ fn run(slots: usize) -> u32 {
         // for.)
         w.barrier(Duration::from_secs(30)).unwrap();
     });
-    let w = world(1, port);
+    let w = thread_world(1, 2, port, "slots-test");
     let (mut x, _, window) = exchange(&w, slots);
     let mut early = 0;
     for it in 1..=ITERS {
@@ -110,15 +95,7 @@ fn run(slots: usize) -> u32 {
 
 #[test]
 fn two_slots_let_the_data_arrive_before_the_receiver_starts() {
-    let ok = std::path::Path::new("/sys/class/infiniband")
-        .read_dir()
-        .is_ok_and(|mut d| d.next().is_some());
-    if !ok {
-        assert!(
-            std::env::var_os("SODE_REQUIRE_RDMA").is_none(),
-            "SODE_REQUIRE_RDMA is set but /sys/class/infiniband lists no device"
-        );
-        eprintln!("skipped: no RDMA device (CI runs this test in the SoftRoCE VM)");
+    if !rdma_available() {
         return;
     }
     let one = run(1);

@@ -128,11 +128,6 @@ impl RegisteredBuffer {
         }
     }
 
-    /// Whether the memory is the caller's (sode hands out no slices of it).
-    pub(crate) fn is_user(&self) -> bool {
-        matches!(self.map, Memory::User(_))
-    }
-
     /// Keys for reading the whole buffer locally (as a write's source).
     pub(crate) fn local(&mut self, pd: &Arc<ProtectionDomain>) -> Result<Keys, io::Error> {
         if let Some(r) = self
@@ -263,7 +258,7 @@ impl std::fmt::Debug for RegisteredBuffer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RegisteredBuffer")
             .field("len", &self.map.len())
-            .field("user", &self.is_user())
+            .field("user", &matches!(self.map, Memory::User(_)))
             .field("registrations", &self.regs.len())
             .finish()
     }
