@@ -27,6 +27,9 @@ struct Peers {
     writers_here: BTreeSet<usize>,
     /// Writes per (peer, engine): each such chain is one post per exchange.
     chain_len: BTreeMap<(usize, usize), usize>,
+    /// Per peer in `list`, how far ahead this rank grants it credits: 1
+    /// when every window it writes here has two slots, else 0.
+    grant_lead: Vec<u32>,
 }
 
 /// The queues of the exchange, before they are connected.
@@ -222,10 +225,13 @@ impl RdmaExchangeBuilder<'_> {
         for p in &self.writes {
             *chain_len.entry((p.write.peer, p.write.engine)).or_default() += 1;
         }
+        let list: Vec<usize> = all.into_iter().collect();
+        let grant_lead = list.iter().map(|&p| self.grant_lead(p)).collect();
         Ok(Peers {
-            list: all.into_iter().collect(),
+            list,
             writers_here,
             chain_len,
+            grant_lead,
         })
     }
 
@@ -330,7 +336,7 @@ impl RdmaExchangeBuilder<'_> {
                 engines_used: (0..e_count)
                     .filter(|e| peers.chain_len.contains_key(&(p, *e)))
                     .collect(),
-                lead: self.grant_lead(p),
+                lead: peers.grant_lead[pi],
             };
             link(links, p)?
                 .send(&info)
@@ -361,13 +367,12 @@ impl RdmaExchangeBuilder<'_> {
     /// How far ahead this rank grants `peer` credits: 1 when every window
     /// it writes here has two slots, else 0.
     fn grant_lead(&self, peer: usize) -> u32 {
-        let mut theirs = self.windows.iter().filter(|w| w.writers.contains(&peer));
-        let mut any = false;
-        let all_double = theirs.all(|w| {
-            any = true;
-            w.slots == 2
-        });
-        u32::from(any && all_double)
+        let mut theirs = self
+            .windows
+            .iter()
+            .filter(|w| w.writers.contains(&peer))
+            .peekable();
+        u32::from(theirs.peek().is_some() && theirs.all(|w| w.slots == 2))
     }
 
     /// The windows `peer` may write into: only those that name it.
@@ -462,7 +467,6 @@ impl RdmaExchangeBuilder<'_> {
         remote: &BTreeMap<usize, ConnInfo>,
         entries: [Vec<ChainEntry>; 2],
     ) -> Result<PersistentWrites> {
-        let grant_leads: Vec<u32> = peers.list.iter().map(|&p| self.grant_lead(p)).collect();
         let mut set = ChainSet::new(queues.qps, self.buffers);
         let mut add = |entries: &[ChainEntry]| {
             set.add(entries)
@@ -506,7 +510,7 @@ impl RdmaExchangeBuilder<'_> {
             };
             let link = links.remove(&p).ok_or_else(|| missing_link(p))?;
             let leads = run::Leads {
-                grant: grant_leads[pi],
+                grant: peers.grant_lead[pi],
                 credit: remote[&p].lead.min(1),
             };
             run_peers.push(Peer::new(

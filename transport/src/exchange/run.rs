@@ -89,6 +89,14 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
+    /// Whether the iteration waits for the acknowledgement of the credit
+    /// this rank grants the peer: yes for a credit of this iteration; no
+    /// for one a step ahead (two slots), which the peer may never use (the
+    /// last iteration's) and may already be gone.
+    fn awaits_credit_ack(&self) -> bool {
+        self.leads.grant == 0
+    }
+
     pub(crate) fn new(
         rank: usize,
         link: PeerLink,
@@ -248,10 +256,7 @@ impl PersistentWrites {
                     device: self.device.clone(),
                     source,
                 })?;
-            // A credit for this iteration must be acknowledged before it
-            // ends; one a step ahead (two slots) need not: the peer may
-            // never use it (the last iteration's), and may already be gone.
-            if self.state.peers[pi].leads.grant == 0 {
+            if self.state.peers[pi].awaits_credit_ack() {
                 self.state.credits_posted += 1;
                 self.state.peers[pi].credit_pending = true;
             }
@@ -487,7 +492,7 @@ impl PersistentWrites {
             if c.status != verbs::WC_SUCCESS {
                 return Err(self.completion_error(&c, "credit", None, pi, 0, 0));
             }
-            if self.state.peers[pi].leads.grant == 0 {
+            if self.state.peers[pi].awaits_credit_ack() {
                 self.state.credits_done += 1;
                 self.state.peers[pi].credit_pending = false;
             }
