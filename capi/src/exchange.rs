@@ -163,17 +163,23 @@ impl Exchange {
         }
     }
 
+    /// Refuses `op` once the exchange is committed: `what` ("add every
+    /// field") must come before `sode_exchange_commit`.
+    fn before_commit(&self, op: &'static str, what: &str) -> Result<()> {
+        if matches!(self.state, State::Described) {
+            return Ok(());
+        }
+        Err(CapiError::State {
+            op,
+            why: format!("the exchange is committed: {what} before sode_exchange_commit"),
+        })
+    }
+
     /// Which channels carry the messages (default [`Transport::Auto`]:
     /// shared memory inside a node, RDMA between); set before commit, the
     /// same on every rank.
     pub fn set_transport(&mut self, t: Transport) -> Result<()> {
-        if !matches!(self.state, State::Described) {
-            return Err(CapiError::State {
-                op: "sode_exchange_set_transport",
-                why: "the exchange is committed: choose the transport before sode_exchange_commit"
-                    .into(),
-            });
-        }
+        self.before_commit("sode_exchange_set_transport", "choose the transport")?;
         self.transport = t;
         Ok(())
     }
@@ -182,12 +188,7 @@ impl Exchange {
     /// says, else [`ZeroCopy::Auto`](inplace::ZeroCopy::Auto)); before
     /// commit. Ranks may differ.
     pub fn set_zero_copy(&mut self, mode: inplace::ZeroCopy) -> Result<()> {
-        if !matches!(self.state, State::Described) {
-            return Err(CapiError::State {
-                op: "sode_exchange_set_zero_copy",
-                why: "the exchange is committed: choose before sode_exchange_commit".into(),
-            });
-        }
+        self.before_commit("sode_exchange_set_zero_copy", "choose the zero-copy mode")?;
         self.zero_copy = Some(mode);
         Ok(())
     }
@@ -199,12 +200,7 @@ impl Exchange {
         } else {
             "sode_exchange_add_recv"
         };
-        if !matches!(self.state, State::Described) {
-            return Err(CapiError::State {
-                op,
-                why: "the exchange is committed: add every box before sode_exchange_commit".into(),
-            });
-        }
+        self.before_commit(op, "add every box")?;
         let Layout::Explicit {
             ndims,
             sends,
@@ -261,13 +257,7 @@ impl Exchange {
         memory: impl FnOnce(usize) -> UserMemory,
     ) -> Result<()> {
         let op = "sode_exchange_add_field";
-        if !matches!(self.state, State::Described) {
-            return Err(CapiError::State {
-                op,
-                why: "the exchange is committed: add every field before sode_exchange_commit"
-                    .into(),
-            });
-        }
+        self.before_commit(op, "add every field")?;
         let (max_lo, max_hi) = self.halo_widths();
         let span = spec
             .check(self.dims(), &max_lo, &max_hi)
