@@ -41,8 +41,9 @@ bash ci/pmix.sh
 
 echo "== SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
 # Built here, run in the guest (emulated code is 10-50x slower).
-# The test executables that need RDMA: the transport's, the halo exchange's
-# and the allocation count's; and the RDMA criterion bench, run once.
+# The test executables that need RDMA: the transport's, the halo exchange's,
+# the allocation count's, the two-slot windows' and the blocking waits'; and
+# the RDMA criterion bench, run once.
 test_exe() { # package, test target
   cargo test --release --locked -p "$1" --test "$2" --no-run --message-format=json \
     | python3 -c 'import json, sys
@@ -55,14 +56,15 @@ rdma_tests=$(test_exe sode rdma)
 halo_tests=$(test_exe sode halo)
 alloc_tests=$(test_exe sode alloc)
 slots_tests=$(test_exe sode rdma_slots)
+blocking_tests=$(test_exe sode blocking)
 rdma_bench=$(cargo bench --locked -p sode-benches --bench rdma_writes --no-run --message-format=json \
   | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma_writes":
         print(m["executable"])')
-[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
-bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$rdma_bench" 2>&1 | tee -a "$log"
+[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$blocking_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
+bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$blocking_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 
 echo "== two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
 bash ci/softroce/two-nodes.sh

@@ -848,10 +848,33 @@ impl LinkExchange {
                     outstanding: outstanding.join("; "),
                 });
             }
-            backoff.snooze();
+            if !(backoff.blocks() && self.park_on_last(deadline)?) {
+                backoff.snooze();
+            }
         }
         self.lifecycle.complete();
         self.job_barrier()
+    }
+
+    /// When a single channel is still pending and it can block, blocks on
+    /// it (until a peer signals or `until`) and says so; with several
+    /// pending, no one signal covers them all, and the caller polls.
+    fn park_on_last(&mut self, until: Instant) -> Result<bool> {
+        let mut pending = self.done.iter().enumerate().filter(|(_, d)| !**d);
+        let (Some((c, _)), None) = (pending.next(), pending.next()) else {
+            return Ok(false);
+        };
+        match self.channels[c].park(until) {
+            None => Ok(false),
+            Some(Ok(done)) => {
+                self.done[c] = done;
+                Ok(true)
+            }
+            Some(Err(e)) => {
+                self.lifecycle.fail(&e);
+                Err(e)
+            }
+        }
     }
 
     /// Whether an iteration is in flight (started, not yet waited for).

@@ -18,33 +18,44 @@ pub enum WaitPolicy {
     /// 4 ranks on 2 cores, 59 us an exchange spinning first, 14 us
     /// yielding at once).
     Yield,
+    /// Yield a few times, then sleep in the kernel until a peer signals
+    /// (a futex in the shared-memory segment) where the channel can; for
+    /// ranks that wait long and should leave their core to other work.
+    Block,
 }
 
-/// The process's policy: 0 spin (the default), 1 yield.
+/// The process's policy: 0 spin (the default), 1 yield, 2 block.
 static POLICY: AtomicU8 = AtomicU8::new(0);
 
 /// The variable that chooses the policy: `auto` (or unset), `spin`,
-/// `yield`.
+/// `yield`, `block`.
 pub const WAIT_VAR: &str = "SODE_WAIT";
 
 impl WaitPolicy {
     /// The policy in force for this process.
     pub fn current() -> WaitPolicy {
-        if POLICY.load(Ordering::Relaxed) == 1 {
-            WaitPolicy::Yield
-        } else {
-            WaitPolicy::Spin
+        match POLICY.load(Ordering::Relaxed) {
+            1 => WaitPolicy::Yield,
+            2 => WaitPolicy::Block,
+            _ => WaitPolicy::Spin,
         }
     }
 
     /// Puts `self` in force for every later [`Backoff::exchange`].
     pub fn adopt(self) {
-        POLICY.store(u8::from(self == WaitPolicy::Yield), Ordering::Relaxed);
+        let code = match self {
+            WaitPolicy::Spin => 0,
+            WaitPolicy::Yield => 1,
+            WaitPolicy::Block => 2,
+        };
+        POLICY.store(code, Ordering::Relaxed);
     }
 
     /// What `SODE_WAIT` (`value`, unset: auto) asks for, with `local_ranks`
-    /// ranks of the job on a node of `cores` CPUs: auto yields when the
-    /// ranks outnumber the cores. An unknown value is an error naming the
+    /// ranks of the job on a node of `cores` CPUs: auto blocks when the
+    /// ranks outnumber the cores (measured with `bench2d`, 4 ranks on 2
+    /// cores: at least as fast as yielding, and an idle rank leaves its
+    /// core to the others). An unknown value is an error naming the
     /// choices.
     pub fn choose(
         value: Option<&str>,
@@ -53,14 +64,15 @@ impl WaitPolicy {
     ) -> Result<WaitPolicy, String> {
         match value.map(str::trim) {
             None | Some("") | Some("auto") => Ok(if local_ranks > cores.max(1) {
-                WaitPolicy::Yield
+                WaitPolicy::Block
             } else {
                 WaitPolicy::Spin
             }),
             Some("spin") => Ok(WaitPolicy::Spin),
             Some("yield") => Ok(WaitPolicy::Yield),
+            Some("block") => Ok(WaitPolicy::Block),
             Some(other) => Err(format!(
-                "'{other}': use auto (yield when a node has more ranks than cores), spin or yield"
+                "'{other}': use auto (block when a node has more ranks than cores), spin, yield or block"
             )),
         }
     }
@@ -90,6 +102,9 @@ pub fn node_cores() -> usize {
 #[derive(Debug, Clone)]
 pub struct Backoff {
     idle: u32,
+    /// Passes after which a caller that can should block on its channel's
+    /// signal ([`Backoff::blocks`]); `None`: never.
+    block_after: Option<u32>,
     spins: u32,
     yields: u32,
     /// The first sleep; each further one doubles, up to `max_sleep`.
@@ -102,13 +117,18 @@ impl Backoff {
     /// For a data path: spins for latency (a few microseconds), then yields
     /// (other ranks may share this core), then sleeps 10 us per pass once a
     /// wait has lasted long enough that the peer is evidently late.
-    /// Under [`WaitPolicy::Yield`] it does not spin.
+    /// Under [`WaitPolicy::Yield`] it does not spin; under
+    /// [`WaitPolicy::Block`] it does not spin either, and after 20 yields
+    /// a caller that can block [`blocks`](Self::blocks) (one that cannot
+    /// goes on as under `Yield`).
     pub fn exchange() -> Backoff {
+        let policy = WaitPolicy::current();
         Backoff {
             idle: 0,
-            spins: match WaitPolicy::current() {
+            block_after: (policy == WaitPolicy::Block).then_some(20),
+            spins: match policy {
                 WaitPolicy::Spin => 200,
-                WaitPolicy::Yield => 0,
+                WaitPolicy::Yield | WaitPolicy::Block => 0,
             },
             yields: 20_000,
             sleep: Duration::from_micros(10),
@@ -125,6 +145,7 @@ impl Backoff {
         let first = period.min(Duration::from_micros(20));
         Backoff {
             idle: 0,
+            block_after: None,
             spins: 0,
             yields: 0,
             sleep: first,
@@ -152,6 +173,13 @@ impl Backoff {
         self.sleep = self.first_sleep;
     }
 
+    /// Whether the caller should now sleep on its channel's signal rather
+    /// than [`snooze`](Self::snooze) (under [`WaitPolicy::Block`], after
+    /// 20 yields). A caller that cannot block snoozes on.
+    pub fn blocks(&self) -> bool {
+        self.block_after.is_some_and(|after| self.idle >= after)
+    }
+
     /// Passes without progress since the last reset.
     pub fn idle_passes(&self) -> u32 {
         self.idle
@@ -165,16 +193,39 @@ mod tests {
 
     #[test]
     fn the_wait_policy_follows_ranks_per_core_unless_told() {
-        assert_eq!(WaitPolicy::choose(None, 4, 2), Ok(WaitPolicy::Yield));
+        assert_eq!(WaitPolicy::choose(None, 4, 2), Ok(WaitPolicy::Block));
         assert_eq!(WaitPolicy::choose(Some("auto"), 2, 2), Ok(WaitPolicy::Spin));
         assert_eq!(WaitPolicy::choose(Some("spin"), 8, 2), Ok(WaitPolicy::Spin));
         assert_eq!(
             WaitPolicy::choose(Some(" yield "), 1, 64),
             Ok(WaitPolicy::Yield)
         );
-        let e = WaitPolicy::choose(Some("block"), 1, 1).unwrap_err();
-        assert!(e.contains("'block'") && e.contains("spin or yield"), "{e}");
+        assert_eq!(
+            WaitPolicy::choose(Some("block"), 1, 1),
+            Ok(WaitPolicy::Block)
+        );
+        let e = WaitPolicy::choose(Some("sleep"), 1, 1).unwrap_err();
+        assert!(e.contains("'sleep'") && e.contains("yield or block"), "{e}");
         assert!(node_cores() >= 1);
+    }
+
+    #[test]
+    fn a_blocking_backoff_yields_twenty_times_then_blocks() {
+        // (Built by hand: the policy is process-wide, and tests run in
+        // parallel.)
+        let mut b = Backoff {
+            block_after: Some(20),
+            spins: 0,
+            ..Backoff::exchange()
+        };
+        for _ in 0..20 {
+            assert!(!b.blocks());
+            b.snooze();
+        }
+        assert!(b.blocks());
+        b.reset();
+        assert!(!b.blocks());
+        assert!(!Backoff::setup(Duration::from_millis(1)).blocks());
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub struct World {
 }
 
 /// Puts the data path's wait policy for `local_ranks` ranks on this node in
-/// force (`SODE_WAIT`, auto: yield when they outnumber the cores).
+/// force (`SODE_WAIT`, auto: block when they outnumber the cores).
 fn adopt_wait_policy(local_ranks: usize) -> Result<()> {
     let value = std::env::var(crate::backoff::WAIT_VAR).ok();
     let cores = crate::backoff::node_cores();

@@ -10,8 +10,8 @@ use crate::ring::RingLayout;
 use crate::sys::shared::SharedMap;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
-/// 2: windows of two slots (credits a step ahead).
-pub(crate) const VERSION: u64 = 2;
+/// 2: windows of two slots (credits a step ahead); 3: the doorbell.
+pub(crate) const VERSION: u64 = 3;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -28,6 +28,15 @@ pub(crate) const H_N_RECV: u64 = 88;
 pub(crate) const H_RECV: u64 = 96;
 pub(crate) const H_N_SEND: u64 = 104;
 pub(crate) const H_SEND: u64 = 112;
+/// How many of the owner's waits sleep on its doorbell (a line of its own,
+/// away from the fields peers only read).
+pub(crate) const H_SLEEPERS: u64 = 128;
+/// The owner's doorbell: peers bump it and wake the owner (a futex on its
+/// low 32 bits) after an event, when it has sleepers.
+pub(crate) const H_DOORBELL: u64 = 136;
+/// 1 when the owner may sleep on its doorbell (its wait policy is
+/// `block`): only then do peers pay a fence to check for sleepers.
+pub(crate) const H_BLOCKS: u64 = 144;
 pub(crate) const HEADER_LEN: u64 = 256;
 
 /// Segment states, in order.
@@ -205,6 +214,7 @@ impl SegmentLayout {
         map: &SharedMap,
         rank: usize,
         probe: (u64, u64),
+        blocks: bool,
     ) -> Result<(), crate::sys::shared::OutOfBounds> {
         let w = |off: u64, v: u64| map.write_u64(off, v);
         w(H_MAGIC, MAGIC)?;
@@ -213,6 +223,7 @@ impl SegmentLayout {
         w(H_RANK, rank as u64)?;
         w(H_PROBE_ADDR, probe.0)?;
         w(H_PROBE_VALUE, probe.1)?;
+        w(H_BLOCKS, u64::from(blocks))?;
         w(H_TOTAL, self.total)?;
         w(H_N_PEERS, self.peers.len() as u64)?;
         w(H_PEERS, self.peers_off)?;
@@ -252,6 +263,8 @@ impl SegmentLayout {
 pub(crate) struct PeerView {
     pub(crate) pid: i32,
     pub(crate) probe: (u64, u64),
+    /// Whether it may sleep on its doorbell, to be rung after events.
+    pub(crate) blocks: bool,
     /// The ring in the peer's segment that carries our records to it.
     pub(crate) ring_to_peer: RingLayout,
     /// The peer's receive entries for messages from us.
@@ -346,6 +359,7 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
     Ok(PeerView {
         pid,
         probe: (r(H_PROBE_ADDR)?, r(H_PROBE_VALUE)?),
+        blocks: r(H_BLOCKS)? == 1,
         ring_to_peer,
         recvs_from_us,
         sends_to_us,

@@ -306,6 +306,16 @@ impl Device {
     }
 
     pub(crate) fn create_cq(&self, depth: u32) -> Result<Arc<BasicCompletionQueue>> {
+        self.create_cq_reporting(depth, None)
+    }
+
+    /// A completion queue of `depth` entries that reports its completions
+    /// to `events` when armed (for blocking waits), if given.
+    pub(crate) fn create_cq_reporting(
+        &self,
+        depth: u32,
+        events: Option<&crate::verbs::CqEvents>,
+    ) -> Result<Arc<BasicCompletionQueue>> {
         if depth > self.caps.max_cqe {
             return Err(TransportError::Capability {
                 device: self.caps.device.clone(),
@@ -314,8 +324,12 @@ impl Device {
                 limit: self.caps.max_cqe.into(),
             });
         }
-        CompletionQueueBuilder::new(&self.ctx)
-            .setup_cqe(depth)
+        let mut builder = CompletionQueueBuilder::new(&self.ctx);
+        builder.setup_cqe(depth);
+        if let Some(events) = events {
+            builder.setup_comp_channel(events.channel(), 0);
+        }
+        builder
             .build()
             .map_err(|e| verbs_err(&format!("ibv_create_cq({depth})"), &self.caps.device, e))
     }

@@ -59,4 +59,13 @@ pub(crate) trait Channel: std::fmt::Debug {
 
     /// What is outstanding, for a timeout.
     fn outstanding(&self) -> String;
+
+    /// For a channel that can block (shared memory: a futex its peers
+    /// ring): a pass, then, if nothing moved, a sleep until a peer signals
+    /// or `until`; whether the iteration is complete. `None` for a channel
+    /// that cannot block, whose caller keeps polling.
+    fn park(&mut self, until: std::time::Instant) -> Option<Result<bool>> {
+        let _ = until;
+        None
+    }
 }

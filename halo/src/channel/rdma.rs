@@ -393,6 +393,13 @@ impl Channel for RdmaChannel {
         self.writes.test().map_err(|e| self.wrap(e))
     }
 
+    fn park(&mut self, until: std::time::Instant) -> Option<Result<bool>> {
+        if !self.writes.parks() {
+            return None;
+        }
+        Some(self.writes.park(until).map_err(|e| self.wrap(e)))
+    }
+
     fn outstanding(&self) -> String {
         format!(
             "RDMA with {}: {}",

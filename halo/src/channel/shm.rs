@@ -68,6 +68,13 @@ impl Channel for ShmChannel {
         self.exchange.test().map_err(|e| self.wrap(e))
     }
 
+    fn park(&mut self, until: std::time::Instant) -> Option<Result<bool>> {
+        if !self.exchange.parks() {
+            return None;
+        }
+        Some(self.exchange.park(until).map_err(|e| self.wrap(e)))
+    }
+
     fn outstanding(&self) -> String {
         format!(
             "shared memory with {}: {}",

@@ -60,6 +60,14 @@ pub(super) struct Segment {
     /// Read by peers with cross-memory attach during setup.
     pub(super) probe: Box<u64>,
     pub(super) rank: usize,
+    /// What [`blocks`] said when the segment was published.
+    pub(super) blocks: bool,
+}
+
+/// Whether this process's waits may sleep on their doorbell: decided once
+/// per exchange, at build, and published to the peers.
+pub(super) fn blocks() -> bool {
+    sode_job::WaitPolicy::current() == sode_job::WaitPolicy::Block
 }
 
 /// A peer whose segment we mapped.
@@ -392,8 +400,14 @@ impl<'a> ShmExchangeBuilder<'a> {
         let probe = Box::new(std::process::id() as u64 ^ 0x50de_5eed_0000_0000);
         let path = segment_path(&self.ctx.dir, &self.ctx.job, &local.name, rank);
         let mut own = OwnSegment::create(path, layout.total)?;
+        let blocks = blocks();
         layout
-            .write(&own.map, rank, (&*probe as *const u64 as u64, *probe))
+            .write(
+                &own.map,
+                rank,
+                (&*probe as *const u64 as u64, *probe),
+                blocks,
+            )
             .map_err(own_bounds)?;
         let pinned = self.pin && self.lock(&own, layout.total, local);
         // Fault the pages in here, on this process's NUMA node.
@@ -416,6 +430,7 @@ impl<'a> ShmExchangeBuilder<'a> {
             pinned,
             probe,
             rank,
+            blocks,
         })
     }
 

@@ -181,6 +181,8 @@ impl ShmExchangeBuilder<'_> {
                 tx: RingTx::new(m.view.ring_to_peer),
                 rx: RingRx::new(inbound),
                 outbox: VecDeque::new(),
+                notify: false,
+                sleeps: m.view.blocks,
                 map: m.map,
             });
         }
@@ -352,6 +354,7 @@ impl Operations {
             lifecycle: Lifecycle::Idle,
             liveness: Liveness::new(watch),
             get_chunk: 1 << 20,
+            parks: segment.blocks,
             report,
             _probe: segment.probe,
         }

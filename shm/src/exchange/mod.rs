@@ -212,6 +212,11 @@ struct PeerSegment {
     tx: RingTx,
     rx: RingRx,
     outbox: VecDeque<Record>,
+    /// Something this peer may wait for happened since its doorbell was
+    /// last checked (data, a record, a credit, ring space).
+    notify: bool,
+    /// Whether it may sleep on its doorbell, so that events must ring it.
+    sleeps: bool,
 }
 
 #[derive(Debug)]
@@ -267,6 +272,8 @@ pub struct Exchange {
     lifecycle: Lifecycle,
     liveness: Liveness,
     get_chunk: usize,
+    /// Whether waits may sleep on our doorbell (peers ring it only then).
+    parks: bool,
     report: ExchangeReport,
     // Read by peers with cross-memory attach during setup.
     _probe: Box<u64>,

@@ -1,6 +1,6 @@
 //! Running an exchange: `start`, `wait`, and the progress engine.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Exchange, ExchangeReport, OpState, Path, Storage};
@@ -116,6 +116,7 @@ impl Exchange {
                 // consumed that before this start (iteration 1 was granted
                 // at build). With one, iteration n, as its data is consumed.
                 credit.store(layout::window_credit(r.len as u64, n), Ordering::Release);
+                self.peers[r.peer].notify = true;
             }
         }
         for s in &mut self.sends {
@@ -125,7 +126,7 @@ impl Exchange {
         }
         self.liveness.suspect = false;
         self.lifecycle.start();
-        if let Err(e) = self.progress_sends() {
+        if let Err(e) = self.progress_sends().and_then(|_| self.ring_doorbells()) {
             return Err(self.fail(e));
         }
         Ok(())
@@ -139,7 +140,12 @@ impl Exchange {
         self.lifecycle.require_in_flight("wait")?;
         let mut backoff = Backoff::exchange();
         loop {
-            let pass = self.pass().map_err(|e| self.fail(e))?;
+            let pass = if backoff.blocks() && self.parks {
+                self.park_pass(deadline)
+            } else {
+                self.pass()
+            };
+            let pass = pass.map_err(|e| self.fail(e))?;
             if pass.complete {
                 self.lifecycle.complete();
                 return Ok(());
@@ -155,8 +161,122 @@ impl Exchange {
                     pending: self.pending_description(),
                 });
             }
-            backoff.snooze();
+            if !(backoff.blocks() && self.parks) {
+                backoff.snooze();
+            }
         }
+    }
+
+    /// [`test`](Exchange::test), but when the pass makes no progress it
+    /// sleeps until a peer signals this process (a futex in its segment)
+    /// or `until` passes — at most 2 ms at a time, so a dead peer is still
+    /// noticed. For callers that progress several channels and have only
+    /// this one left to wait for. Returns whether the iteration is
+    /// complete. An exchange built while the wait policy was not `block`
+    /// ([`parks`](Exchange::parks) false) is never woken: it only passes.
+    pub fn park(&mut self, until: Instant) -> Result<bool> {
+        if !self.parks {
+            return self.test();
+        }
+        self.lifecycle.require_in_flight("park")?;
+        let pass = self.park_pass(until).map_err(|e| self.fail(e))?;
+        if pass.complete {
+            self.lifecycle.complete();
+        }
+        Ok(pass.complete)
+    }
+
+    /// Whether [`park`](Exchange::park) sleeps: the wait policy was
+    /// `block` (`SODE_WAIT=block`) when the exchange was built, so its
+    /// peers ring its doorbell.
+    pub fn parks(&self) -> bool {
+        self.parks
+    }
+
+    /// A pass with our doorbell armed, then a sleep on it if nothing moved.
+    ///
+    /// Ordering: we count ourselves a sleeper and fence before the pass
+    /// reads the peers' data; a peer publishes its data and fences before
+    /// it reads our sleeper count (`ring_doorbells`). So either our pass
+    /// sees its data or it sees us asleep and rings, and the doorbell value
+    /// read before the pass makes the futex return at once if it rang
+    /// since.
+    fn park_pass(&mut self, until: Instant) -> Result<Pass> {
+        let own = |e: crate::sys::shared::OutOfBounds| ShmError::Io {
+            what: "reading our own segment's doorbell".into(),
+            source: std::io::Error::other(e.to_string()),
+        };
+        self.own
+            .map
+            .atomic(layout::H_SLEEPERS)
+            .map_err(own)?
+            .fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let seen = self
+            .own
+            .map
+            .atomic(layout::H_DOORBELL)
+            .map_err(own)?
+            .load(Ordering::Acquire);
+        let pass = self.pass();
+        if let Ok(Pass {
+            progressed: false,
+            complete: false,
+        }) = pass
+        {
+            let nap = until
+                .saturating_duration_since(Instant::now())
+                .min(super::LIVENESS_PERIOD);
+            if !nap.is_zero() {
+                let bell = self.own.map.atomic(layout::H_DOORBELL).map_err(own)?;
+                crate::sys::futex::wait(bell, seen, nap).map_err(|e| ShmError::Io {
+                    what: "sleeping on our doorbell".into(),
+                    source: e,
+                })?;
+            }
+        }
+        self.own
+            .map
+            .atomic(layout::H_SLEEPERS)
+            .map_err(own)?
+            .fetch_sub(1, Ordering::SeqCst);
+        pass
+    }
+
+    /// Wakes each peer that something happened for since its last check
+    /// and that sleeps on its doorbell: a fence and a read of a line the
+    /// peer rarely writes, a system call only when it sleeps.
+    fn ring_doorbells(&mut self) -> Result<()> {
+        if !self.peers.iter().any(|p| p.notify && p.sleeps) {
+            return Ok(());
+        }
+        // Pairs with the fence in `park_pass`.
+        fence(Ordering::SeqCst);
+        for p in &mut self.peers {
+            if !std::mem::take(&mut p.notify) || !p.sleeps {
+                continue;
+            }
+            let rank = p.rank;
+            let protocol = move |e: crate::sys::shared::OutOfBounds| ShmError::Protocol {
+                peer: rank,
+                what: e.to_string(),
+            };
+            if p.map
+                .atomic(layout::H_SLEEPERS)
+                .map_err(protocol)?
+                .load(Ordering::Relaxed)
+                == 0
+            {
+                continue;
+            }
+            let bell = p.map.atomic(layout::H_DOORBELL).map_err(protocol)?;
+            bell.fetch_add(1, Ordering::Release);
+            crate::sys::futex::wake(bell).map_err(|e| ShmError::Io {
+                what: format!("waking rank {rank}"),
+                source: e,
+            })?;
+        }
+        Ok(())
     }
 
     /// One non-blocking pass of [`wait`](Exchange::wait): moves every
@@ -218,6 +338,7 @@ impl Exchange {
         progressed |= self.drain_rings()?;
         progressed |= self.progress_gets()?;
         progressed |= self.check_windows()?;
+        self.ring_doorbells()?;
         let complete = self.complete();
         if !complete && !progressed {
             self.check_liveness()?;
@@ -317,6 +438,7 @@ impl Exchange {
                     break;
                 }
                 p.outbox.pop_front();
+                p.notify = true;
                 progress = true;
             }
         }
@@ -355,6 +477,7 @@ impl Exchange {
                             break;
                         }
                         progress = true;
+                        link.notify = true;
                         s.pushed_any = true;
                         s.sent += len;
                     }
@@ -376,6 +499,7 @@ impl Exchange {
                         .map_err(|e| protocol(e.0))?
                     {
                         s.state = OpState::AwaitingDone;
+                        link.notify = true;
                         progress = true;
                     }
                 }
@@ -405,6 +529,7 @@ impl Exchange {
                             .map_err(|e| protocol(e.to_string()))?
                             .store(n, Ordering::Release);
                         s.state = OpState::Done;
+                        link.notify = true;
                         progress = true;
                     }
                 }
@@ -456,6 +581,8 @@ impl Exchange {
             .rx
             .consume(&self.own.map, &p)
             .map_err(|e| protocol(e.0))?;
+        // Ring space: the peer may be waiting for it.
+        self.peers[pi].notify = true;
         Ok(true)
     }
 

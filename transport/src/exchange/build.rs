@@ -17,7 +17,7 @@ use super::{
     CqLayout, PersistentWrites, PlannedWrite, RdmaExchangeBuilder, Write, MAX_WRITE, RECV_DEPTH,
 };
 use crate::error::{Result, TransportError};
-use crate::verbs::{ChainEntry, ChainSet, CompletionPoller, Keys, RecvRing};
+use crate::verbs::{ChainEntry, ChainSet, CompletionPoller, CqEvents, Keys, RecvRing};
 
 /// Who this rank exchanges with: every peer it writes to and every writer
 /// of one of its windows, in rank order.
@@ -41,6 +41,8 @@ struct Queues {
     recv_cq: Arc<BasicCompletionQueue>,
     recv_rings: Vec<RecvRing>,
     inline: u32,
+    /// The channel the queues report to, when waits may block.
+    events: Option<CqEvents>,
 }
 
 impl RdmaExchangeBuilder<'_> {
@@ -259,11 +261,26 @@ impl RdmaExchangeBuilder<'_> {
         };
         let qps_per_cq = peers.list.len() * engines / n_send_cqs;
         let send_cq_depth = ((send_wr as usize) * qps_per_cq.max(1)).max(16) as u32;
-        let recv_cq = self
-            .dev
-            .create_cq((RECV_DEPTH * peers.list.len() * engines).max(16) as u32)?;
+        // Only a process whose waits may block pays for the channel (and
+        // the system call that arms it, on some providers).
+        let events = if sode_job::WaitPolicy::current() == sode_job::WaitPolicy::Block {
+            let device = self.dev.caps().device.clone();
+            Some(
+                CqEvents::new(&self.dev.ctx).map_err(|source| TransportError::Verbs {
+                    op: "ibv_create_comp_channel".into(),
+                    device,
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
+        let recv_cq = self.dev.create_cq_reporting(
+            (RECV_DEPTH * peers.list.len() * engines).max(16) as u32,
+            events.as_ref(),
+        )?;
         let send_cqs: Vec<Arc<BasicCompletionQueue>> = (0..n_send_cqs)
-            .map(|_| self.dev.create_cq(send_cq_depth))
+            .map(|_| self.dev.create_cq_reporting(send_cq_depth, events.as_ref()))
             .collect::<Result<_>>()?;
         let sizes = QpSizes {
             send_wr,
@@ -307,6 +324,7 @@ impl RdmaExchangeBuilder<'_> {
             recv_cq,
             recv_rings,
             inline,
+            events,
         })
     }
 
@@ -529,6 +547,7 @@ impl RdmaExchangeBuilder<'_> {
             recv_poller: CompletionPoller::new(64),
             send_cqs: queues.send_cqs,
             recv_cq: queues.recv_cq,
+            events: queues.events,
             windows: self.windows,
             offered: remote
                 .iter()

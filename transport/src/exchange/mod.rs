@@ -376,6 +376,8 @@ pub struct PersistentWrites {
     recv_poller: CompletionPoller,
     send_cqs: Vec<Arc<BasicCompletionQueue>>,
     recv_cq: Arc<BasicCompletionQueue>,
+    /// Where the queues report when armed (`SODE_WAIT=block` at build).
+    events: Option<crate::verbs::CqEvents>,
     windows: Vec<WindowSpec>,
     /// The windows each peer offered this rank (for fault-injection tests).
     offered: std::collections::BTreeMap<usize, Vec<connect::WindowDesc>>,

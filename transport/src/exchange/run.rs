@@ -310,9 +310,20 @@ impl PersistentWrites {
         let began = Instant::now();
         let mut backoff = Backoff::exchange();
         loop {
-            let pass = self.pass()?;
-            if pass.complete {
-                return Ok(());
+            if backoff.blocks() && self.parks() {
+                if self.park(deadline)? {
+                    return Ok(());
+                }
+            } else {
+                let pass = self.pass()?;
+                if pass.complete {
+                    return Ok(());
+                }
+                if pass.progressed {
+                    backoff.reset();
+                } else {
+                    backoff.snooze();
+                }
             }
             let now = Instant::now();
             if now >= deadline {
@@ -321,12 +332,60 @@ impl PersistentWrites {
                     outstanding: self.outstanding(),
                 });
             }
-            if pass.progressed {
-                backoff.reset();
-            } else {
-                backoff.snooze();
-            }
         }
+    }
+
+    /// Whether [`park`](PersistentWrites::park) sleeps: the wait policy was
+    /// `block` (`SODE_WAIT=block`) at build, so the queues report to a
+    /// completion channel.
+    pub fn parks(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// [`test`](PersistentWrites::test), but when the pass finds nothing it
+    /// sleeps on the completion channel until a queue reports or `until`
+    /// passes — at most 2 ms at a time, so a dead peer is still noticed.
+    /// For callers with only this exchange left to wait for. Returns
+    /// whether the iteration is complete. Without a channel
+    /// ([`parks`](PersistentWrites::parks) false) it only passes.
+    pub fn park(&mut self, until: Instant) -> Result<bool> {
+        self.state.lifecycle.require_in_flight("park")?;
+        let Some(events) = &self.events else {
+            return self.test();
+        };
+        // Armed before the pass: a completion after it is reported, one
+        // before it is reaped by it.
+        let armed = std::iter::once(&self.recv_cq)
+            .chain(&self.send_cqs)
+            .try_for_each(|cq| events.arm(cq));
+        if let Err(source) = armed {
+            let e = TransportError::Verbs {
+                op: "ibv_req_notify_cq".into(),
+                device: self.device.clone(),
+                source,
+            };
+            return Err(self.fail(e));
+        }
+        let pass = self.pass()?;
+        if pass.complete || pass.progressed {
+            return Ok(pass.complete);
+        }
+        let nap = until
+            .saturating_duration_since(Instant::now())
+            .min(LIVENESS_PERIOD);
+        if nap.is_zero() {
+            return Ok(false);
+        }
+        let slept = self.events.as_ref().map_or(Ok(()), |ev| ev.sleep(nap));
+        if let Err(source) = slept {
+            let e = TransportError::Verbs {
+                op: "waiting on the completion channel".into(),
+                device: self.device.clone(),
+                source,
+            };
+            return Err(self.fail(e));
+        }
+        Ok(false)
     }
 
     /// One non-blocking pass of [`wait`](PersistentWrites::wait): reaps what

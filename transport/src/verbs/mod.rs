@@ -17,15 +17,19 @@
 //! - [`ChainSet`]: queue pairs, buffers and chains owned together, so that
 //!   posting a chain that was checked against the buffers is safe;
 //! - [`RecvRing`]: zero-length receives for write-with-immediate arrivals,
-//!   re-posted from a pre-linked array.
+//!   re-posted from a pre-linked array;
+//! - [`CqEvents`]: sleeping on a completion channel until a queue reports,
+//!   for `SODE_WAIT=block`.
 
 mod chain;
+mod notify;
 mod poll;
 mod recv;
 mod region;
 mod set;
 
 pub(crate) use chain::ChainEntry;
+pub(crate) use notify::CqEvents;
 pub(crate) use poll::{status_str, Completion, CompletionPoller};
 pub(crate) use recv::RecvRing;
 pub use region::UserMemory;
