@@ -1,6 +1,6 @@
-//! Process-private message buffers: page-aligned anonymous memory, with the
-//! message starting `misalign` bytes in (tests use it to check unaligned
-//! copies).
+//! Process-private receive buffers (eager and get paths): page-aligned
+//! anonymous memory, with the message starting `misalign` bytes in (tests
+//! use it to check unaligned copies).
 
 use crate::sys::shared::SharedMap;
 
@@ -18,8 +18,7 @@ pub(crate) struct PrivateBuf {
 impl PrivateBuf {
     pub(crate) fn new(len: usize, misalign: usize) -> std::io::Result<PrivateBuf> {
         // Large buffers start on a 2 MiB boundary and ask for transparent
-        // huge pages: cross-memory attach pins 512x fewer pages and copies
-        // miss the TLB less.
+        // huge pages: copies into them miss the TLB less.
         let huge = len >= HUGE_FROM;
         let extra = if huge { HUGE } else { 0 };
         let map = SharedMap::anonymous(len + misalign + extra)?;
@@ -51,10 +50,5 @@ impl PrivateBuf {
         self.map
             .bytes_mut(self.offset, self.len)
             .expect("buffer range is inside its own mapping")
-    }
-
-    /// The address a peer reads with cross-memory attach.
-    pub(crate) fn address(&self) -> u64 {
-        self.as_ref().as_ptr() as u64
     }
 }

@@ -109,12 +109,6 @@ impl Context {
         &self.caps
     }
 
-    /// Lets same-user peers read this process for the get path (see
-    /// [`ShmCaps::allow_peers_to_attach`]).
-    pub(crate) fn allow_peers_to_attach(&mut self) {
-        self.caps.allow_peers_to_attach();
-    }
-
     /// The crossover sizes: measured on first use (a few milliseconds), with
     /// `SODE_SHM_EAGER_MAX` / `SODE_SHM_GET_MIN` applied.
     pub fn thresholds(&mut self) -> Result<Thresholds> {

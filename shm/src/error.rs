@@ -114,18 +114,6 @@ pub enum ShmError {
         /// What is outstanding, by peer and tag.
         pending: String,
     },
-    /// A cross-memory-attach read failed after the capability probe passed.
-    #[error("cross-memory attach from peer rank {peer} (pid {pid}), tag {tag}")]
-    CrossMemoryAttach {
-        /// The peer's rank.
-        peer: usize,
-        /// Its process id.
-        pid: i32,
-        /// The message tag.
-        tag: u32,
-        /// The system error.
-        source: std::io::Error,
-    },
     /// `start` and `wait` were called out of order, a buffer was touched
     /// while the exchange was in flight, or an earlier error failed it.
     #[error(transparent)]

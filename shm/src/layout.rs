@@ -1,7 +1,11 @@
 //! The layout of a process's segment: a header, a peer table (one inbound
 //! ring per peer), a receive table (one control block per message this
-//! process receives), a send table (what it sends, for validation), the
-//! rings, and the receive windows.
+//! process receives), a send table (what it sends, and where its buffer
+//! lies), the rings, the receive windows and the send buffers.
+//!
+//! The send buffers live in the segment, which every peer maps, so the get
+//! path is a plain copy out of the sender's mapping: no cross-memory attach,
+//! no page pinning per call, no ptrace permission.
 //!
 //! The owner writes the tables before publishing the segment; peers read
 //! them through [`SharedMap`]'s bounds checks and validate every offset.
@@ -10,8 +14,9 @@ use crate::ring::RingLayout;
 use crate::sys::shared::SharedMap;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
-/// 2: windows of two slots (credits a step ahead); 3: the doorbell.
-pub(crate) const VERSION: u64 = 3;
+/// 2: windows of two slots (credits a step ahead); 3: the doorbell; 4: send
+/// buffers in the segment.
+pub(crate) const VERSION: u64 = 4;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -19,8 +24,6 @@ pub(crate) const H_STATE: u64 = 16;
 pub(crate) const H_PID: u64 = 24;
 pub(crate) const H_RANK: u64 = 32;
 pub(crate) const H_MAPPED: u64 = 40;
-pub(crate) const H_PROBE_ADDR: u64 = 48;
-pub(crate) const H_PROBE_VALUE: u64 = 56;
 pub(crate) const H_TOTAL: u64 = 64;
 pub(crate) const H_N_PEERS: u64 = 72;
 pub(crate) const H_PEERS: u64 = 80;
@@ -126,6 +129,17 @@ pub(crate) struct SendSpec {
     pub(crate) to: usize,
     pub(crate) tag: u32,
     pub(crate) len: u64,
+    /// Bytes past a page boundary the buffer starts.
+    pub(crate) misalign: u64,
+}
+
+/// A message this process sends, placed: its buffer's offset.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SendSlot {
+    pub(crate) to: usize,
+    pub(crate) tag: u32,
+    pub(crate) len: u64,
+    pub(crate) buffer: u64,
 }
 
 /// A peer's receive entry for a message from us.
@@ -144,6 +158,8 @@ pub(crate) struct TheirRecv {
 pub(crate) struct TheirSend {
     pub(crate) tag: u32,
     pub(crate) len: u64,
+    /// Offset of its buffer in the peer's segment (checked to lie inside).
+    pub(crate) buffer: u64,
 }
 
 /// Offsets of everything in a segment about to be created.
@@ -152,7 +168,7 @@ pub(crate) struct SegmentLayout {
     pub(crate) total: u64,
     pub(crate) peers: Vec<(usize, RingLayout)>,
     pub(crate) recvs: Vec<RecvSlot>,
-    pub(crate) sends: Vec<SendSpec>,
+    pub(crate) sends: Vec<SendSlot>,
     peers_off: u64,
     recv_off: u64,
     send_off: u64,
@@ -197,11 +213,22 @@ impl SegmentLayout {
                 entry: recv_off + RECV_ENTRY * i as u64,
             });
         }
+        let mut placed = Vec::with_capacity(sends.len());
+        for s in sends {
+            let buffer = align(at, 4096) + s.misalign;
+            at = buffer + s.len;
+            placed.push(SendSlot {
+                to: s.to,
+                tag: s.tag,
+                len: s.len,
+                buffer,
+            });
+        }
         SegmentLayout {
             total: align(at, 4096),
             peers: rings,
             recvs: slots,
-            sends: sends.to_vec(),
+            sends: placed,
             peers_off,
             recv_off,
             send_off,
@@ -213,7 +240,6 @@ impl SegmentLayout {
         &self,
         map: &SharedMap,
         rank: usize,
-        probe: (u64, u64),
         blocks: bool,
     ) -> Result<(), crate::sys::shared::OutOfBounds> {
         let w = |off: u64, v: u64| map.write_u64(off, v);
@@ -221,8 +247,6 @@ impl SegmentLayout {
         w(H_VERSION, VERSION)?;
         w(H_PID, std::process::id() as u64)?;
         w(H_RANK, rank as u64)?;
-        w(H_PROBE_ADDR, probe.0)?;
-        w(H_PROBE_VALUE, probe.1)?;
         w(H_BLOCKS, u64::from(blocks))?;
         w(H_TOTAL, self.total)?;
         w(H_N_PEERS, self.peers.len() as u64)?;
@@ -253,6 +277,7 @@ impl SegmentLayout {
             w(e, s.to as u64)?;
             w(e + 8, s.tag as u64)?;
             w(e + 16, s.len)?;
+            w(e + 24, s.buffer)?;
         }
         Ok(())
     }
@@ -262,7 +287,6 @@ impl SegmentLayout {
 #[derive(Debug, Clone)]
 pub(crate) struct PeerView {
     pub(crate) pid: i32,
-    pub(crate) probe: (u64, u64),
     /// Whether it may sleep on its doorbell, to be rung after events.
     pub(crate) blocks: bool,
     /// The ring in the peer's segment that carries our records to it.
@@ -350,15 +374,14 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
         let e = send_off + SEND_ENTRY * i;
         if r(e)? == me as u64 {
             let tag = u32::try_from(r(e + 8)?).map_err(|_| "tag out of range".to_string())?;
-            sends_to_us.push(TheirSend {
-                tag,
-                len: r(e + 16)?,
-            });
+            let (len, buffer) = (r(e + 16)?, r(e + 24)?);
+            map.check(buffer, len)
+                .map_err(|e| format!("send buffer of tag {tag}: {e}"))?;
+            sends_to_us.push(TheirSend { tag, len, buffer });
         }
     }
     Ok(PeerView {
         pid,
-        probe: (r(H_PROBE_ADDR)?, r(H_PROBE_VALUE)?),
         blocks: r(H_BLOCKS)? == 1,
         ring_to_peer,
         recvs_from_us,

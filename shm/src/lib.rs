@@ -9,16 +9,18 @@
 //! - **eager**: copied through a lock-free single-producer single-consumer
 //!   ring in the receiver's segment (two copies, no handshake; large
 //!   messages are pipelined in fragments);
-//! - **get**: the sender posts a receive_request with its buffer's address,
-//!   the receiver copies straight out of the sender's memory with
-//!   `process_vm_readv` in chunks and answers receive_done (one copy; the
-//!   MPICH-PM/CLUMP get protocol);
+//! - **get**: the sender posts a receive_request naming its buffer, which
+//!   lives in its own segment (mapped by the receiver since build); the
+//!   receiver copies straight out of it in chunks and answers receive_done
+//!   (one copy, the MPICH-PM/CLUMP get protocol, with no system call, no
+//!   page pinning and no ptrace permission: cross-memory attach is not
+//!   used);
 //! - **window**: the receive buffer lives in the receiver's segment and the
 //!   sender copies into it once the receiver has granted a credit (one copy,
 //!   no system call).
 //!
 //! The crossover sizes are measured at start-up ([`Thresholds`]), the
-//! machine's capabilities probed with reasons ([`ShmCaps`]), and a peer
+//! machine's capabilities probed ([`ShmCaps`]), and a peer
 //! that dies is reported by [`Exchange::wait`] within its deadline.
 //!
 //! ## Quick start
@@ -60,7 +62,7 @@ mod thresholds;
 #[cfg(feature = "hwloc")]
 pub mod topology;
 
-pub use caps::{Availability, ShmCaps, PTRACE_VAR};
+pub use caps::ShmCaps;
 pub use context::Context;
 pub use error::{Result, ShmError};
 pub use exchange::{

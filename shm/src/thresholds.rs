@@ -5,15 +5,14 @@
 //! threads (so data and flags cross cores as they do between processes):
 //! for each size, the round-trip time of an eager transfer (fragments pushed
 //! through a ring and copied out, then an acknowledgement), a window put
-//! (credit, one copy, arrival flag) and a get (receive_request, a
-//! cross-memory-attach read, receive_done). It takes a few milliseconds.
+//! (credit, one copy, arrival flag) and a get (receive_request, a copy out
+//! of the sender's buffer, receive_done). It takes a few milliseconds.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::buffer::PrivateBuf;
-use crate::caps::cma_read;
 use crate::error::{Result, ShmError};
 use crate::ring::{Peeked, Record, RecordKind, RingLayout, RingRx, RingTx};
 use crate::sys::shared::SharedMap;
@@ -31,9 +30,7 @@ pub struct Thresholds {
     pub measured: bool,
 }
 
-// Up to 256 KiB: beyond that, a get between two threads of one process
-// (one address space, one mmap lock) is far slower than between processes
-// and would no longer predict the real crossover.
+// Up to 256 KiB, which keeps the probe to a few milliseconds.
 const SIZES: [usize; 10] = [8, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144];
 const CAP: u64 = 64 * 1024;
 
@@ -101,7 +98,6 @@ fn responder(b: &Bench) {
     let mut rx = RingRx::new(layout());
     let mut back = RingTx::new(layout());
     let mut dst = vec![0u8; *SIZES.last().unwrap_or(&0)];
-    let pid = std::process::id() as i32;
     let give_up = Instant::now() + Duration::from_secs(2);
     loop {
         let mut cmd = 0;
@@ -153,9 +149,11 @@ fn responder(b: &Bench) {
                     let Some(p) = next_record(&mut rx, &b.ring, give_up) else {
                         return;
                     };
-                    let (addr, len) = (p.record.at, p.record.len as usize);
+                    let (at, len) = (p.record.at as usize, p.record.len as usize);
                     let _ = rx.consume(&b.ring, &p);
-                    let _ = cma_read(pid, addr, &mut dst[..len]);
+                    if let Some(src) = b.src.as_ref().get(at..at + len) {
+                        dst[..len].copy_from_slice(src);
+                    }
                     let _ = back.try_push(&b.back, &control(RecordKind::ReceiveDone, 0, 0), &[]);
                 }
             }
@@ -233,7 +231,7 @@ fn measure_one(
                     arrived.store(round, Ordering::Release);
                 }
                 Probe::Get => {
-                    let rec = control(RecordKind::ReceiveRequest, b.src.address(), size as u64);
+                    let rec = control(RecordKind::ReceiveRequest, 0, size as u64);
                     if !spin_until(give_up, || {
                         matches!(tx.try_push(&b.ring, &rec, &[]), Ok(true))
                     }) {
@@ -298,9 +296,6 @@ impl Thresholds {
             .ok()?;
         let mut tx = RingTx::new(layout());
         let mut back_rx = RingRx::new(layout());
-        let pid = std::process::id() as i32;
-        let mut probe_word = [0u8; 8];
-        let cma_ok = cma_read(pid, bench.src.address(), &mut probe_word).is_ok();
         // The whole probe gives up after a second (an oversubscribed node),
         // falling back to fixed values marked as not measured.
         let give_up = Instant::now() + Duration::from_secs(1);
@@ -309,11 +304,7 @@ impl Thresholds {
         for &size in &SIZES {
             let e = measure_one(&bench, &mut tx, &mut back_rx, Probe::Eager, size, give_up);
             let w = measure_one(&bench, &mut tx, &mut back_rx, Probe::Window, size, give_up);
-            let g = if cma_ok {
-                measure_one(&bench, &mut tx, &mut back_rx, Probe::Get, size, give_up)
-            } else {
-                Some(f64::INFINITY)
-            };
+            let g = measure_one(&bench, &mut tx, &mut back_rx, Probe::Get, size, give_up);
             match (e, w, g) {
                 (Some(e), Some(w), Some(g)) => rows.push((size, e, w, g)),
                 _ => {

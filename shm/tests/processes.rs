@@ -235,8 +235,12 @@ fn a_stalled_peer_times_out_naming_what_is_outstanding() {
 }
 
 #[test]
-fn cross_memory_attach_denied_by_seccomp_falls_back_to_eager() {
+fn the_get_path_needs_no_cross_memory_attach() {
     let _serial = serial();
+    // A seccomp filter (a container's profile, say) denies
+    // process_vm_readv to rank 0: its gets copy out of the sender's
+    // segment, which it maps, so every message still takes the get path
+    // and arrives (sode-shm-check verifies the bytes).
     let sizes = "sizes=7,65539,1048576";
     let t = run_all(
         "deny",
@@ -246,10 +250,7 @@ fn cross_memory_attach_denied_by_seccomp_falls_back_to_eager() {
             &["path=get", "iters=3", sizes],
         ],
     );
-    // Rank 0 cannot read rank 1's memory: it says why and receives eager.
-    assert!(t[0].contains("seccomp"), "{}", t[0]);
-    assert_eq!(paths_seen(&t[0], "eager"), 3, "{}", t[0]);
-    // Rank 1 still gets from rank 0 (reading is denied to rank 0 only).
+    assert_eq!(paths_seen(&t[0], "get"), 3, "{}", t[0]);
     assert_eq!(paths_seen(&t[1], "get"), 3, "{}", t[1]);
 }
 

@@ -45,8 +45,6 @@ fn parse_list(v: &str) -> Result<Vec<usize>, String> {
 
 fn probe() -> Result<(), String> {
     let caps = sode_shm::ShmCaps::probe();
-    println!("cross-memory attach: {:?}", caps.cross_memory_attach);
-    println!("yama ptrace_scope:   {:?}", caps.yama_ptrace_scope);
     println!("seccomp mode:        {:?}", caps.seccomp_mode);
     println!(
         "memlock limit:       {}",
@@ -54,9 +52,6 @@ fn probe() -> Result<(), String> {
             .map(|l| format!("{} KiB", l / 1024))
             .unwrap_or_else(|| "unlimited".into())
     );
-    for n in &caps.notes {
-        println!("note: {n}");
-    }
     let t = Thresholds::from_env_or_measure().map_err(|e| e.to_string())?;
     println!(
         "thresholds:          eager up to {} B (window beyond), get from {} B (private receive buffers){}",

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Exchange, MessageSpec, Path, PathPolicy, Peer};
-use crate::caps::{cma_denied_reason, cma_read, warn_once, Availability};
+use crate::caps::warn_once;
 use crate::context::Context;
 use crate::error::{Result, ShmError};
 use crate::layout::{self, PeerView, RecvSpec, SegmentLayout, SendSpec};
@@ -57,8 +57,6 @@ pub(super) struct Segment {
     pub(super) own: OwnSegment,
     pub(super) layout: SegmentLayout,
     pub(super) pinned: bool,
-    /// Read by peers with cross-memory attach during setup.
-    pub(super) probe: Box<u64>,
     pub(super) rank: usize,
     /// What [`blocks`] said when the segment was published.
     pub(super) blocks: bool,
@@ -283,7 +281,6 @@ impl<'a> ShmExchangeBuilder<'a> {
             timeout: self.setup_timeout,
         };
         let mapped = self.map_peers(&setup, &local.name)?;
-        self.probe_gets(&mapped, &mut local);
         segment.publish_paths(&self.neighbours, &local.recv_paths)?;
         for peer in &mapped {
             setup.until(
@@ -337,30 +334,12 @@ impl<'a> ShmExchangeBuilder<'a> {
             recv_paths: Vec::new(),
             notes: Vec::new(),
         };
-        // An exchange that may get lets its peers get from this process too
-        // (its ranks run the same code): only then is attach allowed.
-        if self.policy == PathPolicy::Force(Path::Get) || self.private_receive {
-            self.ctx.allow_peers_to_attach();
-            for n in &self.ctx.capabilities().notes {
-                local.note("ptracer", n.clone());
-            }
-        }
         // Receive paths, decided by us (the receiver) before the segment is
-        // sized; only get can still change (to eager) after the probe.
-        let cma = self.ctx.capabilities().cross_memory_attach.clone();
+        // sized.
         for n in &self.neighbours {
-            let path = n.recv.map(|m| {
-                match choose(m.len, self.policy, self.private_receive, &thresholds) {
-                    Path::Get => match &cma {
-                        Availability::Unavailable(why) => {
-                            local.note("cma-local", format!("cross-memory attach unavailable ({why}); the get path falls back to eager"));
-                            Path::Eager
-                        }
-                        Availability::Available => Path::Get,
-                    },
-                    p => p,
-                }
-            });
+            let path = n
+                .recv
+                .map(|m| choose(m.len, self.policy, self.private_receive, &thresholds));
             local.recv_paths.push(path);
         }
         Ok(local)
@@ -392,23 +371,16 @@ impl<'a> ShmExchangeBuilder<'a> {
                     to: n.peer,
                     tag: m.tag,
                     len: m.len as u64,
+                    misalign: n.misalign as u64,
                 })
             })
             .collect();
         let layout =
             SegmentLayout::plan(&local.peer_ranks, self.ring_capacity as u64, &recvs, &sends);
-        let probe = Box::new(std::process::id() as u64 ^ 0x50de_5eed_0000_0000);
         let path = segment_path(&self.ctx.dir, &self.ctx.job, &local.name, rank);
         let mut own = OwnSegment::create(path, layout.total)?;
         let blocks = blocks();
-        layout
-            .write(
-                &own.map,
-                rank,
-                (&*probe as *const u64 as u64, *probe),
-                blocks,
-            )
-            .map_err(own_bounds)?;
+        layout.write(&own.map, rank, blocks).map_err(own_bounds)?;
         let pinned = self.pin && self.lock(&own, layout.total, local);
         // Fault the pages in here, on this process's NUMA node.
         let mut page = 0;
@@ -428,7 +400,6 @@ impl<'a> ShmExchangeBuilder<'a> {
             own,
             layout,
             pinned,
-            probe,
             rank,
             blocks,
         })
@@ -475,39 +446,6 @@ impl<'a> ShmExchangeBuilder<'a> {
             });
         }
         Ok(mapped)
-    }
-
-    /// Probes cross-memory attach towards each peer we get from; a get
-    /// from a peer we cannot read falls back to eager.
-    fn probe_gets(&self, mapped: &[MappedPeer], local: &mut Local) {
-        let mut cma_by_peer = HashMap::new();
-        for (i, n) in self.neighbours.iter().enumerate() {
-            if local.recv_paths[i] != Some(Path::Get) {
-                continue;
-            }
-            let Some(peer) = mapped.iter().find(|m| m.rank == n.peer) else {
-                continue;
-            };
-            let view = &peer.view;
-            let ok = cma_by_peer.entry(n.peer).or_insert_with(|| {
-                let mut got = [0u8; 8];
-                match cma_read(view.pid, view.probe.0, &mut got) {
-                    Ok(8) if u64::from_ne_bytes(got) == view.probe.1 => Availability::Available,
-                    Ok(_) => Availability::Unavailable("the probe word read back wrong".into()),
-                    Err(e) => Availability::Unavailable(cma_denied_reason(
-                        e,
-                        &format!("rank {} (pid {})", n.peer, view.pid),
-                    )),
-                }
-            });
-            if let Availability::Unavailable(why) = ok {
-                local.note(
-                    "cma-peer",
-                    format!("{why}; the get path falls back to eager"),
-                );
-                local.recv_paths[i] = Some(Path::Eager);
-            }
-        }
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 
 use super::build::{Local, MappedPeer, Segment, Setup};
 use super::{
-    Exchange, ExchangeReport, Liveness, MessageReport, OpState, Path, Peer, PeerSegment, RecvOp,
-    SendOp, ShmExchangeBuilder, Storage,
+    Exchange, ExchangeReport, Liveness, MessageReport, OpState, OwnRange, Path, Peer, PeerSegment,
+    RecvOp, SendOp, ShmExchangeBuilder, Storage,
 };
 use crate::buffer::PrivateBuf;
 use crate::error::{Result, ShmError};
@@ -163,6 +163,7 @@ impl ShmExchangeBuilder<'_> {
     ) -> Result<Exchange> {
         let mut peers = Vec::with_capacity(mapped.len());
         let mut theirs = Vec::with_capacity(mapped.len());
+        let mut their_sends = Vec::with_capacity(mapped.len());
         for m in mapped {
             let inbound = segment
                 .layout
@@ -174,6 +175,7 @@ impl ShmExchangeBuilder<'_> {
             // The table read at mapping time; only the path codes in it were
             // written since, and are read when the sends are made.
             theirs.push(m.view.recvs_from_us.clone());
+            their_sends.push(m.view.sends_to_us.clone());
             peers.push(PeerSegment {
                 rank: m.rank,
                 pid: m.view.pid,
@@ -188,13 +190,16 @@ impl ShmExchangeBuilder<'_> {
         }
         let mut ops = Operations::default();
         let mut slot = 0;
+        let mut send_slot = 0;
         for (i, n) in self.neighbours.iter().enumerate() {
             let pi = peers
                 .iter()
                 .position(|p| p.rank == n.peer)
                 .ok_or_else(|| protocol(n.peer, "not mapped".into()))?;
             if let Some(m) = n.send {
-                let send = send_op(&peers[pi], pi, &theirs[pi], n, m.tag, m.len)?;
+                let placed = &segment.layout.sends[send_slot];
+                send_slot += 1;
+                let send = send_op(&peers[pi], pi, &theirs[pi], n, placed)?;
                 ops.report_sends
                     .push(report(i, n.peer, m.tag, m.len, send.path));
                 ops.send_of.push(Some(ops.sends.len()));
@@ -204,7 +209,14 @@ impl ShmExchangeBuilder<'_> {
             }
             if let Some(m) = n.recv {
                 let path = local.recv_paths[i].unwrap_or(Path::Eager);
-                let recv = recv_op(&segment.layout.recvs[slot], pi, n, m.tag, m.len, path)?;
+                // Checked against its send table when the peer was mapped.
+                let their_buffer = their_sends[pi]
+                    .iter()
+                    .find(|s| s.tag == m.tag)
+                    .map(|s| s.buffer)
+                    .ok_or_else(|| protocol(n.peer, format!("no send of tag {}", m.tag)))?;
+                let mut recv = recv_op(&segment.layout.recvs[slot], pi, n, m.tag, m.len, path)?;
+                recv.their_buffer = their_buffer;
                 slot += 1;
                 ops.report_recvs.push(report(i, n.peer, m.tag, m.len, path));
                 ops.recv_of.push(Some(ops.recvs.len()));
@@ -238,9 +250,13 @@ fn send_op(
     pi: usize,
     theirs: &[TheirRecv],
     n: &Peer,
-    tag: u32,
-    len: usize,
+    placed: &layout::SendSlot,
 ) -> Result<SendOp> {
+    let tag = placed.tag;
+    let buf = OwnRange {
+        offset: placed.buffer,
+        len: placed.len as usize,
+    };
     let entry = theirs
         .iter()
         .find(|r| r.tag == tag)
@@ -264,10 +280,7 @@ fn send_op(
     Ok(SendOp {
         peer: pi,
         tag,
-        buf: PrivateBuf::new(len, n.misalign).map_err(|e| ShmError::Io {
-            what: "allocating a send buffer".into(),
-            source: e,
-        })?,
+        buf,
         path,
         window,
         state: OpState::Idle,
@@ -302,6 +315,7 @@ fn recv_op(
         state: OpState::Idle,
         received: 0,
         get_from: None,
+        their_buffer: 0,
     })
 }
 
@@ -356,7 +370,6 @@ impl Operations {
             get_chunk: 1 << 20,
             parks: segment.blocks,
             report,
-            _probe: segment.probe,
         }
     }
 }

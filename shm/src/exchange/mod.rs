@@ -48,9 +48,10 @@ pub enum Path {
     /// (two copies, no handshake before sending; pipelined in fragments for
     /// large messages).
     Eager,
-    /// The sender posts a receive_request with its buffer's address; the
-    /// receiver copies straight out of the sender's memory with
-    /// `process_vm_readv` and answers receive_done (one copy).
+    /// The sender posts a receive_request naming its buffer, which lies in
+    /// its segment (mapped by the receiver at build); the receiver copies
+    /// straight out of it and answers receive_done (one copy, no system
+    /// call).
     Get,
     /// The receiver's buffer lives in its segment, mapped by the sender,
     /// which copies its data straight in once the receiver has granted a
@@ -219,11 +220,19 @@ struct PeerSegment {
     sleeps: bool,
 }
 
+/// A send buffer: bytes of this process's own segment, which the peers map
+/// (the get path copies straight out of it).
+#[derive(Debug, Clone, Copy)]
+struct OwnRange {
+    offset: u64,
+    len: usize,
+}
+
 #[derive(Debug)]
 struct SendOp {
     peer: usize,
     tag: u32,
-    buf: PrivateBuf,
+    buf: OwnRange,
     path: Path,
     /// Window data offset and receive-entry offset in the peer's segment.
     window: Option<(u64, u64)>,
@@ -249,6 +258,9 @@ struct RecvOp {
     state: OpState,
     received: usize,
     get_from: Option<u64>,
+    /// Where the sender's buffer lies in its segment (from its send
+    /// table): the only place a receive_request may name.
+    their_buffer: u64,
 }
 
 /// A persistent halo exchange with intra-node neighbours.
@@ -275,6 +287,4 @@ pub struct Exchange {
     /// Whether waits may sleep on our doorbell (peers ring it only then).
     parks: bool,
     report: ExchangeReport,
-    // Read by peers with cross-memory attach during setup.
-    _probe: Box<u64>,
 }

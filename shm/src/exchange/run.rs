@@ -3,11 +3,11 @@
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Exchange, ExchangeReport, OpState, Path, Storage};
-use crate::caps::cma_read;
+use super::{Exchange, ExchangeReport, OpState, OwnRange, Path, Storage};
 use crate::error::{Result, ShmError};
 use crate::layout;
 use crate::ring::{Record, RecordKind};
+use crate::sys::shared::SharedMap;
 use sode_job::Backoff;
 
 /// What one pass of progress achieved.
@@ -33,6 +33,14 @@ fn op_for(
             peer: rank,
             what: format!("{what} for unknown tag {}", rec.tag),
         })
+}
+
+/// A send buffer's bytes in our own segment.
+fn own_bytes(map: &SharedMap, r: OwnRange) -> Result<&[u8]> {
+    map.bytes(r.offset, r.len).map_err(|e| ShmError::Io {
+        what: "reading a send buffer in our own segment".into(),
+        source: std::io::Error::other(e.to_string()),
+    })
 }
 
 /// The operation behind neighbour `index`, or which buffer does not exist.
@@ -68,7 +76,14 @@ impl Exchange {
     pub fn send_buf_mut(&mut self, index: usize) -> Result<&mut [u8]> {
         self.lifecycle.require_idle("send_buf_mut")?;
         let op = op_of(&self.send_of, index, "send")?;
-        Ok(self.sends[op].buf.as_mut())
+        let buf = self.sends[op].buf;
+        self.own
+            .map
+            .bytes_mut(buf.offset, buf.len)
+            .map_err(|e| ShmError::Io {
+                what: "a send buffer in our own segment".into(),
+                source: std::io::Error::other(e.to_string()),
+            })
     }
 
     /// The receive buffer of neighbour `index`, valid after `wait` until the
@@ -459,7 +474,7 @@ impl Exchange {
             };
             match s.path {
                 Path::Eager => {
-                    let data = s.buf.as_ref();
+                    let data = own_bytes(&self.own.map, s.buf)?;
                     while !s.pushed_any || s.sent < data.len() {
                         let len = (data.len() - s.sent).min(link.tx.max_payload());
                         let rec = Record {
@@ -490,8 +505,8 @@ impl Exchange {
                         kind: RecordKind::ReceiveRequest,
                         tag: s.tag,
                         seq: n,
-                        at: s.buf.address(),
-                        len: s.buf.as_ref().len() as u64,
+                        at: s.buf.offset,
+                        len: s.buf.len as u64,
                     };
                     if link
                         .tx
@@ -513,13 +528,13 @@ impl Exchange {
                         .load(Ordering::Acquire);
                     // The receiver grants at most one slot ahead: a credit
                     // further ahead means the ranks are out of step.
-                    if free > layout::window_credit(s.buf.as_ref().len() as u64, n) {
+                    if free > layout::window_credit(s.buf.len as u64, n) {
                         return Err(protocol(format!(
                             "credit for iteration {free} while we are at {n}"
                         )));
                     }
                     if free >= n {
-                        let data = s.buf.as_ref();
+                        let data = own_bytes(&self.own.map, s.buf)?;
                         let slot = layout::window_slot(window, data.len() as u64, n);
                         link.map
                             .write(slot, data)
@@ -639,6 +654,12 @@ impl Exchange {
                 rec.tag
             )));
         }
+        if rec.at != r.their_buffer {
+            return Err(protocol(format!(
+                "receive_request for tag {} names offset {:#x}; its send table says {:#x}",
+                rec.tag, rec.at, r.their_buffer
+            )));
+        }
         if rec.len != r.len as u64 {
             return Err(ShmError::Mismatch {
                 peer: rank,
@@ -684,49 +705,18 @@ impl Exchange {
                     });
                 };
                 let dst = &mut buf.as_mut()[r.received..r.received + chunk];
-                match cma_read(link.pid, addr + r.received as u64, dst) {
-                    Ok(0) => {
-                        return Err(ShmError::Protocol {
-                            peer: link.rank,
-                            what: format!("tag {}: its buffer at {addr:#x} ended early", r.tag),
-                        })
-                    }
-                    // The pid was read by number: if the peer exited, it
-                    // may have been reused, and these bytes are another
-                    // process's. Its pidfd tells, without that race.
-                    Ok(_) if link.pidfd.exited().unwrap_or(true) => {
-                        return Err(ShmError::PeerDied {
-                            peer: link.rank,
-                            pid: link.pid,
-                            during: format!("while we read tag {} from it (the bytes read are discarded)", r.tag),
-                        })
-                    }
-                    Ok(k) => r.received += k,
-                    Err(nix::Error::ESRCH) => {
-                        return Err(ShmError::PeerDied {
-                            peer: link.rank,
-                            pid: link.pid,
-                            during: format!("while we read tag {} from it", r.tag),
-                        })
-                    }
-                    Err(nix::Error::EFAULT) => {
-                        return Err(ShmError::Protocol {
-                            peer: link.rank,
-                            what: format!(
-                                "tag {}: receive_request names {} bytes at {addr:#x} that it cannot read",
-                                r.tag, r.len
-                            ),
-                        })
-                    }
-                    Err(e) => {
-                        return Err(ShmError::CrossMemoryAttach {
-                            peer: link.rank,
-                            pid: link.pid,
-                            tag: r.tag,
-                            source: e.into(),
-                        })
-                    }
-                }
+                // Out of the sender's segment, mapped here since build: the
+                // mapping's bounds check is the only trust needed.
+                link.map
+                    .read(addr + r.received as u64, dst)
+                    .map_err(|e| ShmError::Protocol {
+                        peer: link.rank,
+                        what: format!(
+                            "tag {}: its receive_request names bytes outside its segment ({e})",
+                            r.tag
+                        ),
+                    })?;
+                r.received += chunk;
                 progress = true;
             }
             if r.received == r.len {

@@ -1,11 +1,10 @@
 //! Every `unsafe` block of sode-shm lives under this module: the shared
 //! mapping and its bounds-checked accessors, pidfd handles, the memory
-//! policy system call, futexes, and the seccomp filter used to force the
-//! cross-memory-attach fallback in tests.
+//! policy system call, futexes, and the seccomp filter that tests use to
+//! show that no path needs cross-memory attach.
 
 pub(crate) mod futex;
 pub(crate) mod mempolicy;
 pub(crate) mod pidfd;
-pub(crate) mod ptrace_permit;
 pub mod seccomp;
 pub(crate) mod shared;
