@@ -200,19 +200,25 @@ impl<'a> SimState<'a> {
                         best
                     }
                 });
+            // Whether a flow uses the bottleneck, without listing its
+            // resources: send engine, receive engine, a link bit, the node.
+            let uses = |f: &Flow| match bottleneck {
+                r if r < e => f.engine == r,
+                r if r < 2 * e => f.piece.recv_engine == r - e,
+                r if r < node => f.links & (1u64 << (r - 2 * e)) != 0,
+                _ => true,
+            };
             for (flow, is_frozen) in self.flows.iter_mut().zip(frozen.iter_mut()) {
-                if *is_frozen {
+                if *is_frozen || !uses(flow) {
                     continue;
                 }
                 resources(flow, scratch);
-                if scratch.contains(&bottleneck) {
-                    *is_frozen = true;
-                    left -= 1;
-                    flow.rate = share;
-                    for &r in scratch.iter() {
-                        capacity[r] -= share;
-                        users[r] -= 1;
-                    }
+                *is_frozen = true;
+                left -= 1;
+                flow.rate = share;
+                for &r in scratch.iter() {
+                    capacity[r] -= share;
+                    users[r] -= 1;
                 }
             }
         }

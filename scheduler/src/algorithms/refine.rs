@@ -88,6 +88,45 @@ pub(crate) fn refine(
     lists
 }
 
+/// What each engine's list takes at the least: its pieces one after
+/// another, each alone on an idle machine (the simulator runs one piece at
+/// a time per engine, at no more than the slowest resource's full rate).
+/// A move whose floor cannot beat the current makespan is rejected without
+/// simulating it.
+#[derive(Debug, Clone)]
+struct Floors {
+    busy: Vec<f64>,
+    fixed: f64,
+    /// Above this makespan floor a candidate cannot beat `current` (with a
+    /// margin far above the simulator's rounding).
+    limit: f64,
+}
+
+impl Floors {
+    fn of(instance: &Instance, lists: &[Vec<Piece>], current: &Score) -> Floors {
+        Floors {
+            busy: lists
+                .iter()
+                .map(|l| l.iter().map(|p| instance.alone_us(p.bytes)).sum())
+                .collect(),
+            fixed: instance.machine.fixed_overhead_us,
+            limit: current.makespan + MIN_GAIN_US + 1e-9 * current.makespan.abs().max(1.0),
+        }
+    }
+
+    /// Whether the lists after a move, which change engine `a`'s floor by
+    /// `da` and engine `b`'s by `db`, can still beat the current plan.
+    fn admits(&self, (a, da): (usize, f64), (b, db): (usize, f64)) -> bool {
+        let floor = self
+            .busy
+            .iter()
+            .enumerate()
+            .map(|(e, &t)| t + if e == a { da } else { 0.0 } + if e == b { db } else { 0.0 })
+            .fold(0.0, f64::max);
+        floor + self.fixed <= self.limit
+    }
+}
+
 /// The first move of a piece on a `critical` engine that beats `current`.
 fn first_improvement(
     instance: &Instance,
@@ -101,14 +140,17 @@ fn first_improvement(
         let score = Score::against(instance, &candidate, current)?;
         score.beats(current).then_some((score, candidate))
     };
+    let floors = Floors::of(instance, lists, current);
     for &e in critical {
         for i in (0..lists[e].len()).rev() {
             let piece = lists[e][i];
+            let alone = instance.alone_us(piece.bytes);
             for &f in targets {
                 // Relocate: take it out, insert it anywhere on engine f.
                 let mut without = lists.to_vec();
                 without[e].remove(i);
-                for j in positions(without[f].len()) {
+                let relocate = floors.admits((e, -alone), (f, alone));
+                for j in positions(without[f].len()).filter(|_| relocate) {
                     if f == e && j == i {
                         continue;
                     }
@@ -127,6 +169,13 @@ fn first_improvement(
                 // Halve: keep the first half here, the second on engine f.
                 if allow_split && f != e && worth_halving(instance, piece.bytes) {
                     let first = (piece.bytes / 2).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
+                    let (kept, moved) = (
+                        instance.alone_us(first),
+                        instance.alone_us(piece.bytes - first),
+                    );
+                    if !floors.admits((e, kept - alone), (f, moved)) {
+                        continue;
+                    }
                     let mut base = lists.to_vec();
                     base[e][i].bytes = first;
                     let second = Piece {
