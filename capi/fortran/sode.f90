@@ -29,7 +29,7 @@ module sode
        SODE_ERR_MISMATCH = 6, SODE_ERR_CHANNEL = 7, SODE_ERR_INTERNAL = 8
   integer, parameter, public :: SODE_STAR = 0, SODE_STAR_EDGES = 1, SODE_BOX = 2
   integer, parameter, public :: SODE_TRANSPORT_AUTO = 0, SODE_TRANSPORT_SHM = 1, &
-       SODE_TRANSPORT_RDMA = 2
+       SODE_TRANSPORT_RDMA = 2, SODE_TRANSPORT_TCP = 3
   integer, parameter, public :: SODE_ZERO_COPY_AUTO = 0, SODE_ZERO_COPY_ALWAYS = 1, &
        SODE_ZERO_COPY_NEVER = 2
   !> The ABI version this module was written for (compare with sode_abi_version()).
@@ -433,8 +433,9 @@ contains
   end subroutine add_i32_4
 
   !> Which channels carry the messages (before commit, the same on every
-  !> rank): SODE_TRANSPORT_AUTO (shared memory on the node, RDMA between;
-  !> the default), SODE_TRANSPORT_SHM or SODE_TRANSPORT_RDMA.
+  !> rank): SODE_TRANSPORT_AUTO (shared memory on the node, RDMA or TCP
+  !> between; the default), SODE_TRANSPORT_SHM, SODE_TRANSPORT_RDMA or
+  !> SODE_TRANSPORT_TCP.
   subroutine sode_set_transport(x, transport, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: transport

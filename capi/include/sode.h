@@ -100,7 +100,8 @@
 #define SODE_BOX 2
 
 /**
- * Shared memory with ranks on this node, RDMA with the others (default).
+ * Shared memory with ranks on this node; RDMA with the others where both
+ * nodes have a working device, TCP otherwise (default).
  */
 #define SODE_TRANSPORT_AUTO 0
 
@@ -113,6 +114,11 @@
  * RDMA with every other rank, on this node too.
  */
 #define SODE_TRANSPORT_RDMA 2
+
+/**
+ * TCP with every other rank, on this node too.
+ */
+#define SODE_TRANSPORT_TCP 3
 
 /**
  * Faces of long contiguous runs travel in place over RDMA (default).
@@ -291,8 +297,10 @@ int sode_exchange_set_zero_copy(struct sode_exchange *exchange, int mode);
 
 /**
  * Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
- * (shared memory inside a node, RDMA between; the default),
- * `SODE_TRANSPORT_SHM` or `SODE_TRANSPORT_RDMA` (RDMA inside a node too).
+ * (shared memory inside a node; between nodes RDMA where both have a
+ * device, TCP otherwise; the default),
+ * `SODE_TRANSPORT_SHM`, `SODE_TRANSPORT_RDMA` (RDMA inside a node too) or
+ * `SODE_TRANSPORT_TCP` (TCP inside a node too). Overrides `SODE_TRANSPORT`.
  * Before commit, the same on every rank.
  *
  * # Safety

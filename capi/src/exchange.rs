@@ -103,6 +103,19 @@ struct Verdict {
     message: String,
 }
 
+/// The transport `SODE_TRANSPORT` names (`auto`, `shm`, `rdma`, `tcp`;
+/// unset or empty: auto), the default of every exchange.
+fn transport_from_env(op: &'static str) -> Result<Transport> {
+    match std::env::var("SODE_TRANSPORT") {
+        Err(_) => Ok(Transport::Auto),
+        Ok(v) if v.trim().is_empty() => Ok(Transport::Auto),
+        Ok(v) => v.trim().parse().map_err(|why: String| CapiError::Invalid {
+            op,
+            why: format!("SODE_TRANSPORT: {why}"),
+        }),
+    }
+}
+
 impl Exchange {
     /// A Cartesian exchange over `world`; checked for this rank now, across
     /// the job at commit.
@@ -111,12 +124,13 @@ impl Exchange {
             op: "sode_exchange_create_cart",
             why,
         })?;
+        let transport = transport_from_env("sode_exchange_create_cart")?;
         Ok(Exchange {
             world,
             timeout,
             layout: Layout::Cartesian(cart),
             fields: Vec::new(),
-            transport: Transport::Auto,
+            transport,
             zero_copy: None,
             state: State::Described,
         })
@@ -132,6 +146,7 @@ impl Exchange {
                 why: format!("ndims is {ndims}: boxes have 1 to 8 axes"),
             });
         }
+        let transport = transport_from_env("sode_exchange_create")?;
         Ok(Exchange {
             world,
             timeout,
@@ -141,7 +156,7 @@ impl Exchange {
                 recvs: Vec::new(),
             },
             fields: Vec::new(),
-            transport: Transport::Auto,
+            transport,
             zero_copy: None,
             state: State::Described,
         })
@@ -175,9 +190,9 @@ impl Exchange {
         })
     }
 
-    /// Which channels carry the messages (default [`Transport::Auto`]:
-    /// shared memory inside a node, RDMA between); set before commit, the
-    /// same on every rank.
+    /// Which channels carry the messages (default: `SODE_TRANSPORT`, else
+    /// [`Transport::Auto`]: shared memory inside a node, RDMA or TCP
+    /// between); set before commit, the same on every rank.
     pub fn set_transport(&mut self, t: Transport) -> Result<()> {
         self.before_commit("sode_exchange_set_transport", "choose the transport")?;
         self.transport = t;

@@ -77,12 +77,15 @@ pub const SODE_STAR_EDGES: c_int = 1;
 /// Faces, edges and corners.
 pub const SODE_BOX: c_int = 2;
 
-/// Shared memory with ranks on this node, RDMA with the others (default).
+/// Shared memory with ranks on this node; RDMA with the others where both
+/// nodes have a working device, TCP otherwise (default).
 pub const SODE_TRANSPORT_AUTO: c_int = 0;
 /// Shared memory only (every neighbour on this node).
 pub const SODE_TRANSPORT_SHM: c_int = 1;
 /// RDMA with every other rank, on this node too.
 pub const SODE_TRANSPORT_RDMA: c_int = 2;
+/// TCP with every other rank, on this node too.
+pub const SODE_TRANSPORT_TCP: c_int = 3;
 
 /// Faces of long contiguous runs travel in place over RDMA (default).
 pub const SODE_ZERO_COPY_AUTO: c_int = 0;

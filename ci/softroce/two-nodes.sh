@@ -7,7 +7,10 @@
 # over RDMA. Passes only if every rank matched the
 # single-process solve (the owners' values, for C) bit for bit, used both
 # shared memory (its same-node peer) and RDMA (the other node's ranks), and
-# planned from the job's one model (the median of the two nodes').
+# planned from the job's one model (the median of the two nodes'). Then the
+# 2-D stencil once more with RDMA unusable (SODE_DEVICE names no device):
+# the automatic choice must fall back to TCP between the nodes, bit for
+# bit.
 #   bash ci/softroce/two-nodes.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -17,13 +20,18 @@ c_stencil=${C_STENCIL:-$root/target/capi-examples/stencil2d}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 bash "$root/ci/softroce/cluster.sh" bash -c \
-  "$stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20 && $stencil --dims 3 --size 16 --neighbours 26 --periodic --iters 5 && $c_stencil --env 2 2 && $c_stencil --env 2 2 --global 16 1024" \
+  "$stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20 && $stencil --dims 3 --size 16 --neighbours 26 --periodic --iters 5 && $c_stencil --env 2 2 && $c_stencil --env 2 2 --global 16 1024 && SODE_DEVICE=no-such-device $stencil --dims 2 --size 64 --neighbours 8 --periodic --iters 20" \
   2>&1 | tee "$log"
 fail=0
 for r in 0 1 2 3; do
   n=$(grep -E "^\[node [ab] rank $r\] rank $r: .*\(shm [1-9][0-9]*, rdma [1-9][0-9]*, .*bit for bit" "$log" | wc -l)
   if [ "$n" != 2 ]; then
     echo "two-nodes: rank $r did not finish both runs over shared memory and RDMA, bit for bit" >&2
+    fail=1
+  fi
+  t=$(grep -E "^\[node [ab] rank $r\] rank $r: .*\(shm [1-9][0-9]*, rdma 0, tcp [1-9][0-9]*, .*bit for bit" "$log" | wc -l)
+  if [ "$t" != 1 ]; then
+    echo "two-nodes: rank $r did not fall back to TCP between the nodes (shared memory inside), bit for bit" >&2
     fail=1
   fi
   c=$(grep -E "^\[node [ab] rank $r\] ok rank $r grid 2x2 .*bit for bit" "$log" | wc -l)
@@ -48,5 +56,5 @@ for nb in 8 26; do
     fail=1
   fi
 done
-[ $fail = 0 ] && echo "two-nodes: 4 ranks on 2 nodes, 2 Rust runs and 12 C configurations each (faces in place over RDMA in the larger ones): shared memory inside a node, RDMA between, all bit for bit"
+[ $fail = 0 ] && echo "two-nodes: 4 ranks on 2 nodes, 2 Rust runs and 12 C configurations each (faces in place over RDMA in the larger ones): shared memory inside a node, RDMA between; and a Rust run without RDMA over TCP between; all bit for bit"
 exit $fail

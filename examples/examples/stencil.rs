@@ -39,7 +39,8 @@ struct Args {
     periodic: bool,
     #[arg(long, default_value_t = 100)]
     iters: usize,
-    /// auto (shared memory on this node, RDMA between nodes), shm or rdma.
+    /// auto (shared memory on this node; RDMA between nodes, TCP where a
+    /// node has no RDMA device), shm, rdma or tcp.
     #[arg(long, default_value = "auto")]
     transport: String,
     /// RDMA queue pairs per neighbour.
@@ -486,11 +487,12 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let ch = halo.channels();
     let count = |k: &str| ch.iter().filter(|c| **c == k).count();
     println!(
-        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, local {}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}",
+        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, tcp {}, local {}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}",
         d.block(me).1,
         ch.len(),
         count("shm"),
         count("rdma"),
+        count("tcp"),
         count("local"),
         total.as_secs_f64() * 1e6 / it,
         per_exchange * 1e6,

@@ -60,6 +60,26 @@ pub enum HaloError {
         /// What failed.
         source: Box<sode_transport::TransportError>,
     },
+    /// The TCP channel could not connect to these neighbours.
+    #[error("connecting over TCP to {neighbours}")]
+    TcpSetup {
+        /// The neighbours on that channel.
+        neighbours: String,
+        /// What failed.
+        source: Box<sode_job::JobError>,
+    },
+    /// The TCP channel failed with one peer.
+    #[error("TCP with {neighbours}: {op} with rank {rank}")]
+    Tcp {
+        /// The neighbours on that channel.
+        neighbours: String,
+        /// The peer whose stream failed.
+        rank: usize,
+        /// What the channel was doing.
+        op: String,
+        /// The system error, or what the peer sent that is not valid.
+        source: std::io::Error,
+    },
     /// A barrier of the job (pseudo-collective mode) failed.
     #[error("job barrier")]
     Barrier {

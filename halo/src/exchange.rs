@@ -16,13 +16,16 @@ use crate::links::{Link, LinkExchange, LinkExchangeBuilder, Message};
 /// Which channel carries the messages between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Transport {
-    /// Shared memory with ranks on this node, RDMA with the others.
+    /// Shared memory with ranks on this node; RDMA with ranks on other
+    /// nodes where both nodes have a working RDMA device, TCP otherwise.
     #[default]
     Auto,
     /// Shared memory only (every neighbour must be on this node).
     Shm,
     /// RDMA with every other rank, on this node too.
     Rdma,
+    /// TCP with every other rank, on this node too.
+    Tcp,
 }
 
 impl std::str::FromStr for Transport {
@@ -32,7 +35,8 @@ impl std::str::FromStr for Transport {
             "auto" => Ok(Transport::Auto),
             "shm" => Ok(Transport::Shm),
             "rdma" => Ok(Transport::Rdma),
-            o => Err(format!("unknown transport {o:?} (auto, shm, rdma)")),
+            "tcp" => Ok(Transport::Tcp),
+            o => Err(format!("unknown transport {o:?} (auto, shm, rdma, tcp)")),
         }
     }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sode_job::{Backoff, Lifecycle, World};
 use sode_scheduler::Algorithm;
 
-use crate::channel::{Channel, Locality, ShmChannel};
+use crate::channel::{Channel, Locality, ShmChannel, TcpChannel, TcpMessage};
 use crate::error::{HaloError, Result};
 use crate::exchange::{Model, SyncMode, Transport};
 
@@ -120,6 +120,9 @@ pub struct LinkExchangeBuilder<'w> {
     model: Model,
     /// Per link, what travels in place (empty: nothing).
     in_place: Vec<InPlace>,
+    /// Per rank, whether it can use RDMA (gathered at build when the
+    /// automatic choice spans nodes; empty otherwise).
+    rdma_ranks: Vec<bool>,
     #[cfg(feature = "rdma")]
     lent: Vec<sode_transport::UserMemory>,
 }
@@ -137,6 +140,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             sync: SyncMode::Pairwise,
             model: Model::Calibrated,
             in_place: Vec::new(),
+            rdma_ranks: Vec::new(),
             #[cfg(feature = "rdma")]
             lent: Vec::new(),
         }
@@ -206,7 +210,38 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     /// How rank `a` reaches rank `b`: the same answer on every rank.
     fn locality(&self, a: usize, b: usize) -> Locality {
-        locality(self.world, self.transport, a, b)
+        locality(self.world, self.transport, &self.rdma_ranks, a, b)
+    }
+
+    /// Under the automatic choice across nodes, which ranks can use RDMA
+    /// (a device that opens, in a build with the `rdma` feature): every
+    /// rank's answer, gathered, so that both ends of a link choose alike.
+    fn gather_rdma_ranks(&mut self) -> Result<()> {
+        let size = self.world.size();
+        let spans_nodes = (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0));
+        if self.transport != Transport::Auto || !spans_nodes {
+            return Ok(());
+        }
+        #[cfg(feature = "rdma")]
+        let mine = match sode_transport::DeviceSelector::from_env()
+            .and_then(|s| sode_transport::Device::open(&s))
+        {
+            Ok(_) => true,
+            Err(e) => {
+                tracing::info!(error = %e, "no RDMA here: neighbours on other nodes use TCP");
+                false
+            }
+        };
+        #[cfg(not(feature = "rdma"))]
+        let mine = false;
+        let all = self
+            .world
+            .allgather(&[u8::from(mine)], self.timeout)
+            .map_err(|source| HaloError::Barrier {
+                source: Box::new(source),
+            })?;
+        self.rdma_ranks = all.iter().map(|b| b.first() == Some(&1)).collect();
+        Ok(())
     }
 
     fn check(&self) -> Result<()> {
@@ -254,7 +289,7 @@ impl<'w> LinkExchangeBuilder<'w> {
                 return Err(HaloError::Locality {
                     rank: l.peer,
                     direction: l.name.clone(),
-                    why: "it runs on another node, and the transport is shm: use auto or rdma"
+                    why: "it runs on another node, and the transport is shm: use auto, rdma or tcp"
                         .into(),
                 });
             }
@@ -361,6 +396,7 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// this node and RDMA (device, keys, scheduled chains) with the others.
     /// Collective: every rank of the job calls it.
     pub fn build(mut self) -> Result<LinkExchange> {
+        self.gather_rdma_ranks()?;
         self.check()?;
         let n = self.links.len();
         let (mut sends, mut recvs) = (vec![None; n], vec![None; n]);
@@ -404,6 +440,7 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
         let mut in_place = vec![Sides::default(); n];
         let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
+        self.build_tcp(&mut sends, &mut recvs, &mut channels)?;
         Ok(LinkExchange {
             in_place,
             rank: self.world.rank(),
@@ -435,6 +472,49 @@ impl<'w> LinkExchangeBuilder<'w> {
             .map(|&i| self.links[i].name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
+    }
+
+    /// The TCP channel, if this rank has TCP neighbours; collective with
+    /// them.
+    fn build_tcp(
+        &self,
+        sends: &mut [Option<Route>],
+        recvs: &mut [Option<Route>],
+        channels: &mut Vec<Box<dyn Channel>>,
+    ) -> Result<()> {
+        let members = self.members(Locality::Tcp);
+        if members.is_empty() {
+            return Ok(());
+        }
+        let (mut out, mut inn) = (Vec::new(), Vec::new());
+        for &i in &members {
+            let l = &self.links[i];
+            if let Some(m) = l.send {
+                sends[i] = Some(Route::Channel {
+                    channel: channels.len(),
+                    message: out.len(),
+                });
+                out.push(TcpMessage {
+                    peer: l.peer,
+                    tag: m.tag,
+                    len: m.len,
+                });
+            }
+            if let Some(m) = l.recv {
+                recvs[i] = Some(Route::Channel {
+                    channel: channels.len(),
+                    message: inn.len(),
+                });
+                inn.push(TcpMessage {
+                    peer: l.peer,
+                    tag: m.tag,
+                    len: m.len,
+                });
+            }
+        }
+        let ch = TcpChannel::build(self.world, out, inn, self.names(&members), self.timeout)?;
+        channels.push(Box::new(ch));
+        Ok(())
     }
 
     #[cfg(not(feature = "rdma"))]
@@ -588,9 +668,15 @@ impl<'w> LinkExchangeBuilder<'w> {
     fn job_uses_rdma(&self) -> bool {
         let size = self.world.size();
         match self.transport {
-            Transport::Shm => false,
+            Transport::Shm | Transport::Tcp => false,
             Transport::Rdma => size > 1,
-            Transport::Auto => (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0)),
+            // Two ranks on different nodes that can both use it.
+            Transport::Auto => {
+                let mut nodes = (0..size)
+                    .filter(|&r| self.rdma_ranks.get(r) == Some(&true))
+                    .map(|r| self.world.node_of(r));
+                nodes.next().is_some_and(|first| nodes.any(|n| n != first))
+            }
         }
     }
 
@@ -666,16 +752,26 @@ impl<'w> LinkExchangeBuilder<'w> {
     }
 }
 
-/// How rank `a` reaches rank `b` under `transport`.
-pub(crate) fn locality(world: &World, transport: Transport, a: usize, b: usize) -> Locality {
+/// How rank `a` reaches rank `b` under `transport`, given which ranks can
+/// use RDMA (`rdma_ranks`, gathered under the automatic choice).
+pub(crate) fn locality(
+    world: &World,
+    transport: Transport,
+    rdma_ranks: &[bool],
+    a: usize,
+    b: usize,
+) -> Locality {
     if a == b {
         return Locality::SelfCopy;
     }
+    let rdma = |r: usize| rdma_ranks.get(r) == Some(&true);
     match transport {
         Transport::Shm => Locality::Shm,
         Transport::Rdma => Locality::Rdma,
+        Transport::Tcp => Locality::Tcp,
         Transport::Auto if world.node_of(a) == world.node_of(b) => Locality::Shm,
-        Transport::Auto => Locality::Rdma,
+        Transport::Auto if rdma(a) && rdma(b) => Locality::Rdma,
+        Transport::Auto => Locality::Tcp,
     }
 }
 

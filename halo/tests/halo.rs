@@ -123,3 +123,22 @@ fn over_rdma_every_neighbour_count() {
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma");
     check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");
 }
+
+#[test]
+fn over_tcp_every_neighbour_count() {
+    // Every neighbour over TCP (forced: these ranks share a node).
+    let t = check(6, "--global 13,11 --grid 3,2 --periodic 1,1 --halo 2 --neighbours 8 --fields 2 --transport tcp");
+    assert!(t.contains("tcp 8"), "every neighbour over TCP: {t}");
+    check(
+        4,
+        "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport tcp",
+    );
+    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,1,0 --halo 3 --neighbours 18 --fields 2 --transport tcp --sync pseudo-collective");
+    check(
+        2,
+        "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport tcp",
+    );
+    // Faces of 9.6 MB, far beyond a socket's buffer: written and read in
+    // many parts.
+    check(2, "--global 8,400000 --grid 2,1 --periodic 1,1 --halo 3 --neighbours 8 --fields 2 --transport tcp");
+}

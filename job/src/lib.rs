@@ -50,6 +50,7 @@ mod lifecycle;
 mod node;
 mod oob;
 pub mod pmix;
+mod streams;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
@@ -63,5 +64,6 @@ pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
 pub use lifecycle::{Lifecycle, StateError};
 pub use node::NodeId;
 pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
+pub use streams::TCP_ADDR_VAR;
 pub use tcp::TcpRendezvous;
 pub use world::World;

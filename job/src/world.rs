@@ -216,6 +216,20 @@ impl World {
         }
     }
 
+    /// Opens a data connection (a TCP stream, `TCP_NODELAY`, blocking) to
+    /// each of `peers`, each proved to be that rank's by a token sent over
+    /// the setup link; collective among them (each must name this rank
+    /// too). See [`crate::TCP_ADDR_VAR`] for the address used.
+    pub fn connect_streams(
+        &self,
+        peers: &BTreeSet<usize>,
+        timeout: Duration,
+    ) -> Result<BTreeMap<usize, std::net::TcpStream>> {
+        let deadline = Instant::now() + timeout;
+        let links = self.connect_peers(peers, timeout)?;
+        crate::streams::connect_streams(self.rank, links, peers, deadline)
+    }
+
     /// Opens a setup link to each of `peers` (collective among them: each
     /// must name this rank too).
     pub fn connect_peers(

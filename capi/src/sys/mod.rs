@@ -461,8 +461,10 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
 }
 
 /// Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
-/// (shared memory inside a node, RDMA between; the default),
-/// `SODE_TRANSPORT_SHM` or `SODE_TRANSPORT_RDMA` (RDMA inside a node too).
+/// (shared memory inside a node; between nodes RDMA where both have a
+/// device, TCP otherwise; the default),
+/// `SODE_TRANSPORT_SHM`, `SODE_TRANSPORT_RDMA` (RDMA inside a node too) or
+/// `SODE_TRANSPORT_TCP` (TCP inside a node too). Overrides `SODE_TRANSPORT`.
 /// Before commit, the same on every rank.
 ///
 /// # Safety
@@ -480,11 +482,12 @@ pub unsafe extern "C" fn sode_exchange_set_transport(
                 crate::SODE_TRANSPORT_AUTO => sode::Transport::Auto,
                 crate::SODE_TRANSPORT_SHM => sode::Transport::Shm,
                 crate::SODE_TRANSPORT_RDMA => sode::Transport::Rdma,
+                crate::SODE_TRANSPORT_TCP => sode::Transport::Tcp,
                 other => {
                     return Err(CapiError::Invalid {
                         op,
                         why: format!(
-                            "transport {other}: use SODE_TRANSPORT_AUTO, SODE_TRANSPORT_SHM or SODE_TRANSPORT_RDMA"
+                            "transport {other}: use SODE_TRANSPORT_AUTO, SODE_TRANSPORT_SHM, SODE_TRANSPORT_RDMA or SODE_TRANSPORT_TCP"
                         ),
                     })
                 }

@@ -1,11 +1,14 @@
 //! The channels behind the halo exchange, one interface: shared memory on
-//! the node, RDMA between nodes (and, later, TCP). GHEX's layering: the
+//! the node, RDMA between nodes, TCP between nodes without a common RDMA
+//! fabric. GHEX's layering: the
 //! pattern (the decomposition's neighbours) is built once, the halo exchange
 //! is the communication object that runs it, and each neighbour's messages
 //! travel on the channel its locality called for, decided once at build.
 
 mod shm;
 pub(crate) use shm::ShmChannel;
+mod tcp;
+pub(crate) use tcp::{TcpChannel, TcpMessage};
 
 #[cfg(feature = "rdma")]
 mod rdma;
@@ -24,15 +27,19 @@ pub enum Locality {
     Shm,
     /// RDMA writes: the neighbour runs on another node (or RDMA was asked for).
     Rdma,
+    /// TCP: the neighbour runs on another node and the two cannot both use
+    /// RDMA (or TCP was asked for).
+    Tcp,
 }
 
 impl Locality {
-    /// `local`, `shm` or `rdma`.
+    /// `local`, `shm`, `rdma` or `tcp`.
     pub fn name(self) -> &'static str {
         match self {
             Locality::SelfCopy => "local",
             Locality::Shm => "shm",
             Locality::Rdma => "rdma",
+            Locality::Tcp => "tcp",
         }
     }
 }

@@ -1,0 +1,461 @@
+//! TCP with the neighbours no faster channel reaches: one stream per peer
+//! (from [`sode_job::World::connect_streams`], each proved to be its rank's),
+//! non-blocking; every message is a 16-byte header (iteration, tag, length)
+//! and its bytes, written with one vectored write straight from the send
+//! buffer. Nothing is allocated per exchange.
+//!
+//! Ordering: a peer's messages of iteration n precede its messages of n + 1
+//! on the stream, and a rank reads from a peer only while it still expects
+//! messages of its current iteration from it; so a fast peer's next
+//! iteration waits in the socket, never in a buffer the caller still reads.
+
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
+
+use super::{Channel, Locality};
+use crate::error::{HaloError, Result};
+
+const HEADER: usize = 16;
+/// I/O vectors per write: two per message (header, payload).
+const MAX_SLICES: usize = 64;
+
+/// A message this rank sends or receives over TCP.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct TcpMessage {
+    /// The other rank.
+    pub peer: usize,
+    /// Its tag (unique per peer and direction).
+    pub tag: u32,
+    /// Bytes per iteration.
+    pub len: usize,
+}
+
+/// Where one peer's stream stands in the current iteration.
+#[derive(Debug)]
+struct Conn {
+    rank: usize,
+    stream: TcpStream,
+    /// Indices into the channel's sends to this peer, in the order written.
+    sends: Vec<usize>,
+    /// (tag, index into the channel's receives) of this peer's messages.
+    recvs: Vec<(u32, usize)>,
+    /// The send being written (index into `sends`) and bytes of its header
+    /// and payload written so far.
+    next_send: usize,
+    sent: usize,
+    /// Each send's header for this iteration, filled at `start`.
+    headers_out: Vec<[u8; HEADER]>,
+    /// Messages received from it this iteration.
+    received: usize,
+    header_in: [u8; HEADER],
+    header_got: usize,
+    /// The receive whose payload is being read, and its bytes read.
+    reading: Option<usize>,
+    payload_got: usize,
+}
+
+/// Every TCP neighbour's messages, one stream per peer.
+#[derive(Debug)]
+pub(crate) struct TcpChannel {
+    conns: Vec<Conn>,
+    sends: Vec<TcpMessage>,
+    send_bufs: Vec<Vec<u8>>,
+    recvs: Vec<TcpMessage>,
+    recv_bufs: Vec<Vec<u8>>,
+    /// Per receive: arrived this iteration.
+    arrived: Vec<bool>,
+    iteration: u64,
+    names: String,
+}
+
+impl TcpChannel {
+    /// Connects to every peer of `sends` and `recvs` (message `i` of each is
+    /// number `i` on this channel); collective with each of them.
+    pub(crate) fn build(
+        world: &sode_job::World,
+        sends: Vec<TcpMessage>,
+        recvs: Vec<TcpMessage>,
+        names: String,
+        timeout: std::time::Duration,
+    ) -> Result<TcpChannel> {
+        if let Some(m) = sends
+            .iter()
+            .chain(&recvs)
+            .find(|m| u32::try_from(m.len).is_err())
+        {
+            return Err(HaloError::Usage {
+                op: "build",
+                why: format!(
+                    "a {}-byte message with rank {}: TCP messages are limited to 4 GiB - 1",
+                    m.len, m.peer
+                ),
+            });
+        }
+        let peers: std::collections::BTreeSet<usize> =
+            sends.iter().chain(&recvs).map(|m| m.peer).collect();
+        let streams =
+            world
+                .connect_streams(&peers, timeout)
+                .map_err(|source| HaloError::TcpSetup {
+                    neighbours: names.clone(),
+                    source: Box::new(source),
+                })?;
+        let mut conns = Vec::with_capacity(streams.len());
+        for (rank, stream) in streams {
+            stream
+                .set_nonblocking(true)
+                .map_err(|source| HaloError::Tcp {
+                    neighbours: names.clone(),
+                    rank,
+                    op: "making the stream non-blocking".into(),
+                    source,
+                })?;
+            let to_it: Vec<usize> = (0..sends.len())
+                .filter(|&i| sends[i].peer == rank)
+                .collect();
+            conns.push(Conn {
+                rank,
+                stream,
+                headers_out: vec![[0; HEADER]; to_it.len()],
+                sends: to_it,
+                recvs: (0..recvs.len())
+                    .filter(|&i| recvs[i].peer == rank)
+                    .map(|i| (recvs[i].tag, i))
+                    .collect(),
+                next_send: 0,
+                sent: 0,
+                received: 0,
+                header_in: [0; HEADER],
+                header_got: 0,
+                reading: None,
+                payload_got: 0,
+            });
+        }
+        Ok(TcpChannel {
+            send_bufs: sends.iter().map(|m| vec![0u8; m.len]).collect(),
+            recv_bufs: recvs.iter().map(|m| vec![0u8; m.len]).collect(),
+            arrived: vec![false; recvs.len()],
+            conns,
+            sends,
+            recvs,
+            iteration: 0,
+            names,
+        })
+    }
+
+    fn io_error(&self, rank: usize, op: &str, source: std::io::Error) -> HaloError {
+        HaloError::Tcp {
+            neighbours: self.names.clone(),
+            rank,
+            op: op.into(),
+            source,
+        }
+    }
+
+    fn violation(&self, rank: usize, why: String) -> HaloError {
+        HaloError::Tcp {
+            neighbours: self.names.clone(),
+            rank,
+            op: "reading a message header".into(),
+            source: std::io::Error::new(ErrorKind::InvalidData, why),
+        }
+    }
+
+    /// Writes as much of conn `c`'s sends as the socket takes: every
+    /// header and payload still owed, in one vectored write per call.
+    fn progress_sends(&mut self, c: usize) -> Result<bool> {
+        let mut moved = false;
+        loop {
+            let conn = &mut self.conns[c];
+            if conn.next_send == conn.sends.len() {
+                return Ok(moved);
+            }
+            let mut slices = [IoSlice::new(&[]); MAX_SLICES];
+            let mut used = 0;
+            for (k, &s) in conn.sends.iter().enumerate().skip(conn.next_send) {
+                if used + 2 > MAX_SLICES {
+                    break;
+                }
+                let skip = if k == conn.next_send { conn.sent } else { 0 };
+                let (head, body) = (&conn.headers_out[k][..], &self.send_bufs[s][..]);
+                if skip < HEADER {
+                    slices[used] = IoSlice::new(&head[skip..]);
+                    slices[used + 1] = IoSlice::new(body);
+                } else {
+                    slices[used + 1] = IoSlice::new(&body[skip - HEADER..]);
+                }
+                used += 2;
+            }
+            match conn.stream.write_vectored(&slices[..used]) {
+                Ok(0) => {
+                    let rank = conn.rank;
+                    return Err(self.io_error(rank, "sending", ErrorKind::WriteZero.into()));
+                }
+                Ok(mut n) => {
+                    moved = true;
+                    // Whole messages written, then part of the next.
+                    while n > 0 {
+                        let s = conn.sends[conn.next_send];
+                        let left = HEADER + self.send_bufs[s].len() - conn.sent;
+                        if n < left {
+                            conn.sent += n;
+                            break;
+                        }
+                        n -= left;
+                        conn.next_send += 1;
+                        conn.sent = 0;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(moved),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    let rank = conn.rank;
+                    return Err(self.io_error(rank, "sending", e));
+                }
+            }
+        }
+    }
+
+    /// Reads what conn `c` has of this iteration's messages: a header,
+    /// then its payload together with the next header when another
+    /// message is due (one system call per message, not two).
+    fn progress_recvs(&mut self, c: usize) -> Result<bool> {
+        let mut moved = false;
+        while self.conns[c].received < self.conns[c].recvs.len() {
+            let rank = self.conns[c].rank;
+            let read = {
+                let conn = &mut self.conns[c];
+                match conn.reading {
+                    None => conn.stream.read(&mut conn.header_in[conn.header_got..]),
+                    Some(r) => {
+                        let more = conn.received + 1 < conn.recvs.len();
+                        let next = if more {
+                            &mut conn.header_in[..]
+                        } else {
+                            &mut [][..]
+                        };
+                        conn.stream.read_vectored(&mut [
+                            IoSliceMut::new(&mut self.recv_bufs[r][conn.payload_got..]),
+                            IoSliceMut::new(next),
+                        ])
+                    }
+                }
+            };
+            let n = match read {
+                Ok(0) => {
+                    return Err(self.io_error(
+                        rank,
+                        "receiving (the peer closed the connection: it exited or died)",
+                        ErrorKind::UnexpectedEof.into(),
+                    ))
+                }
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(moved),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(self.io_error(rank, "receiving", e)),
+            };
+            moved = true;
+            let spill = match self.conns[c].reading {
+                None => n,
+                Some(r) => {
+                    let want = self.recvs[r].len - self.conns[c].payload_got;
+                    self.conns[c].payload_got += n.min(want);
+                    if n >= want {
+                        self.finish_recv(c, r);
+                    }
+                    n.saturating_sub(want)
+                }
+            };
+            // Header bytes: after a header read, or past a payload's end.
+            if spill > 0 || self.conns[c].reading.is_none() {
+                self.conns[c].header_got += spill;
+                if self.conns[c].header_got == HEADER {
+                    self.start_payload(c)?;
+                }
+            }
+        }
+        Ok(moved)
+    }
+
+    /// A full header from conn `c`: which receive it opens, checked.
+    fn start_payload(&mut self, c: usize) -> Result<()> {
+        let conn = &self.conns[c];
+        let h = conn.header_in;
+        let field = |a: usize, b: usize| {
+            h[a..b]
+                .iter()
+                .rev()
+                .fold(0u64, |v, &x| v << 8 | u64::from(x))
+        };
+        let (iteration, tag, len) = (field(0, 8), field(8, 12) as u32, field(12, 16) as usize);
+        if iteration != self.iteration {
+            return Err(self.violation(
+                conn.rank,
+                format!(
+                    "a message of iteration {iteration} while this rank is at {}",
+                    self.iteration
+                ),
+            ));
+        }
+        let Some(&(_, r)) = conn.recvs.iter().find(|(t, _)| *t == tag) else {
+            return Err(self.violation(
+                conn.rank,
+                format!("a message with tag {tag}, which this rank does not receive from it"),
+            ));
+        };
+        if self.arrived[r] {
+            return Err(self.violation(
+                conn.rank,
+                format!("tag {tag} twice in iteration {iteration}"),
+            ));
+        }
+        if len != self.recvs[r].len {
+            return Err(self.violation(
+                conn.rank,
+                format!(
+                    "{len} bytes for tag {tag}, this rank expects {}",
+                    self.recvs[r].len
+                ),
+            ));
+        }
+        let conn = &mut self.conns[c];
+        conn.header_got = 0;
+        conn.reading = Some(r);
+        conn.payload_got = 0;
+        if len == 0 {
+            self.finish_recv(c, r);
+        }
+        Ok(())
+    }
+
+    fn finish_recv(&mut self, c: usize, r: usize) {
+        let conn = &mut self.conns[c];
+        conn.reading = None;
+        conn.received += 1;
+        self.arrived[r] = true;
+    }
+
+    fn pass(&mut self) -> Result<bool> {
+        let mut complete = true;
+        for c in 0..self.conns.len() {
+            self.progress_sends(c)?;
+            self.progress_recvs(c)?;
+            let conn = &self.conns[c];
+            complete &= conn.next_send == conn.sends.len() && conn.received == conn.recvs.len();
+        }
+        Ok(complete)
+    }
+}
+
+impl Channel for TcpChannel {
+    fn locality(&self) -> Locality {
+        Locality::Tcp
+    }
+
+    fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]> {
+        let count = self.send_bufs.len();
+        self.send_bufs
+            .get_mut(msg)
+            .map(|b| &mut b[..])
+            .ok_or_else(|| HaloError::Usage {
+                op: "send_buf",
+                why: format!("no TCP send {msg} (of {count})"),
+            })
+    }
+
+    fn recv_buf(&self, msg: usize) -> Result<&[u8]> {
+        self.recv_bufs
+            .get(msg)
+            .map(|b| &b[..])
+            .ok_or_else(|| HaloError::Usage {
+                op: "recv_buf",
+                why: format!("no TCP receive {msg} (of {})", self.recv_bufs.len()),
+            })
+    }
+
+    fn start(&mut self) -> Result<()> {
+        self.iteration += 1;
+        self.arrived.iter_mut().for_each(|a| *a = false);
+        for conn in &mut self.conns {
+            conn.next_send = 0;
+            conn.sent = 0;
+            conn.received = 0;
+            for (h, &s) in conn.headers_out.iter_mut().zip(&conn.sends) {
+                h[..8].copy_from_slice(&self.iteration.to_le_bytes());
+                h[8..12].copy_from_slice(&self.sends[s].tag.to_le_bytes());
+                // Checked at build to fit.
+                h[12..].copy_from_slice(&(self.sends[s].len as u32).to_le_bytes());
+            }
+        }
+        // Hand the kernel what it takes now; the rest goes in `test`.
+        for c in 0..self.conns.len() {
+            self.progress_sends(c)?;
+        }
+        Ok(())
+    }
+
+    fn test(&mut self) -> Result<bool> {
+        self.pass()
+    }
+
+    fn park(&mut self, until: Instant) -> Option<Result<bool>> {
+        if sode_job::WaitPolicy::current() != sode_job::WaitPolicy::Block {
+            return None;
+        }
+        Some(self.park_on_sockets(until))
+    }
+
+    fn outstanding(&self) -> String {
+        let mut out = Vec::new();
+        for conn in &self.conns {
+            let sends = conn.sends.len() - conn.next_send;
+            let recvs = conn.recvs.len() - conn.received;
+            if sends + recvs > 0 {
+                out.push(format!(
+                    "rank {}: {sends} sends not yet written, {recvs} receives not arrived",
+                    conn.rank
+                ));
+            }
+        }
+        format!("TCP with {}: {}", self.names, out.join("; "))
+    }
+}
+
+impl TcpChannel {
+    /// A pass, then, if incomplete, a `poll` on the streams that still owe
+    /// or are owed bytes, until one is ready or `until` (at most 2 ms).
+    fn park_on_sockets(&mut self, until: Instant) -> Result<bool> {
+        use std::os::fd::AsFd;
+        if self.pass()? {
+            return Ok(true);
+        }
+        let nap = until
+            .saturating_duration_since(Instant::now())
+            .min(std::time::Duration::from_millis(2));
+        // (Allocates: only a blocking wait parks.)
+        let mut polled: Vec<nix::poll::PollFd<'_>> = Vec::with_capacity(self.conns.len());
+        for conn in &self.conns {
+            let mut flags = nix::poll::PollFlags::empty();
+            if conn.next_send < conn.sends.len() {
+                flags |= nix::poll::PollFlags::POLLOUT;
+            }
+            if conn.received < conn.recvs.len() {
+                flags |= nix::poll::PollFlags::POLLIN;
+            }
+            if !flags.is_empty() {
+                polled.push(nix::poll::PollFd::new(conn.stream.as_fd(), flags));
+            }
+        }
+        let ms = u16::try_from(nap.as_millis().max(1)).unwrap_or(u16::MAX);
+        match nix::poll::poll(&mut polled, nix::poll::PollTimeout::from(ms)) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(false),
+            Err(e) => Err(HaloError::Tcp {
+                neighbours: self.names.clone(),
+                rank: self.conns.first().map_or(0, |c| c.rank),
+                op: "waiting on the streams".into(),
+                source: e.into(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! Data connections between ranks: one TCP stream per pair, each proving
+//! it belongs to the job.
+//!
+//! The lower rank of a pair listens; it sends the higher one, over their
+//! setup link (authenticated by whatever bootstrap the job has: the TCP
+//! rendezvous's secret, PMIx, an MPI communicator), the addresses it
+//! listens on and a fresh random token. The higher rank connects and
+//! presents its rank and the token; anything else that connects is
+//! dropped. So a stream's peer is the rank it claims, whatever the
+//! bootstrap, and nothing else on the network can join.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::backoff::Backoff;
+use crate::error::{JobError, Result};
+use crate::oob::PeerLink;
+
+const MAGIC: &[u8; 8] = b"SODETCP1";
+const TOKEN: usize = 32;
+/// Magic, rank (u64 little-endian), token.
+const HELLO: usize = 8 + 8 + TOKEN;
+/// Per address tried, at most.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a lower rank listens for a higher one, and the token it expects.
+#[derive(Debug, Serialize, Deserialize)]
+struct Offer {
+    addrs: Vec<SocketAddr>,
+    token: String,
+}
+
+/// The variable that names the address to listen on and advertise (an
+/// interface's IPv4 or IPv6 address), where the automatic choice (every
+/// address of every interface that is up, loopback last) is not wanted.
+pub const TCP_ADDR_VAR: &str = "SODE_TCP_ADDR";
+
+/// Opens a stream to each of `peers` over `links` (setup links to exactly
+/// those peers, as [`crate::World::connect_peers`] returns them); collective
+/// among them. Streams are blocking, with `TCP_NODELAY` set.
+pub(crate) fn connect_streams(
+    me: usize,
+    mut links: BTreeMap<usize, PeerLink>,
+    peers: &BTreeSet<usize>,
+    deadline: Instant,
+) -> Result<BTreeMap<usize, TcpStream>> {
+    let higher: Vec<usize> = peers.iter().copied().filter(|&p| p > me).collect();
+    let lower: Vec<usize> = peers.iter().copied().filter(|&p| p < me).collect();
+    let mut tokens = BTreeMap::new();
+    let listener = if higher.is_empty() {
+        None
+    } else {
+        let (listener, addrs) = listen()?;
+        for &p in &higher {
+            let token = fresh_token()?;
+            let link = link_to(&mut links, p)?;
+            link.send(&Offer {
+                addrs: addrs.clone(),
+                token: hex(&token),
+            })?;
+            tokens.insert(p, token);
+        }
+        Some(listener)
+    };
+    let mut streams = BTreeMap::new();
+    for &p in &lower {
+        let offer: Offer = link_to(&mut links, p)?.recv(deadline)?;
+        streams.insert(p, dial(me, p, &offer, deadline)?);
+    }
+    if let Some(listener) = listener {
+        accept_all(&listener, &mut tokens, &mut streams, deadline)?;
+    }
+    Ok(streams)
+}
+
+fn link_to(links: &mut BTreeMap<usize, PeerLink>, p: usize) -> Result<&mut PeerLink> {
+    links.get_mut(&p).ok_or_else(|| JobError::Protocol {
+        whom: format!("rank {p}"),
+        why: "no setup link to it".into(),
+    })
+}
+
+/// A listener on every interface, and the addresses peers should try.
+fn listen() -> Result<(TcpListener, Vec<SocketAddr>)> {
+    let chosen = std::env::var(TCP_ADDR_VAR).ok();
+    let bind_ip = match chosen.as_deref().map(str::trim) {
+        None | Some("") => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        Some(text) => text.parse().map_err(|_| JobError::InvalidSetting {
+            name: TCP_ADDR_VAR.into(),
+            value: text.into(),
+            why: "expected an IPv4 or IPv6 address of this host".into(),
+        })?,
+    };
+    let listener = TcpListener::bind((bind_ip, 0)).map_err(|source| JobError::Bootstrap {
+        step: format!("listening for data connections on {bind_ip}"),
+        whom: "this host".into(),
+        source,
+    })?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| JobError::Bootstrap {
+            step: "reading the data listener's port".into(),
+            whom: "this host".into(),
+            source,
+        })?
+        .port();
+    let ips = if bind_ip.is_unspecified() {
+        interface_addresses()
+    } else {
+        vec![bind_ip]
+    };
+    Ok((
+        listener,
+        ips.into_iter()
+            .map(|ip| SocketAddr::new(ip, port))
+            .collect(),
+    ))
+}
+
+/// This host's IPv4 addresses on interfaces that are up, loopback last
+/// (a peer on another node cannot use it; one on this node can).
+fn interface_addresses() -> Vec<IpAddr> {
+    let mut out: Vec<IpAddr> = Vec::new();
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs {
+            if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+                continue;
+            }
+            let Some(sin) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) else {
+                continue;
+            };
+            let ip = IpAddr::V4(sin.ip());
+            if !out.contains(&ip) {
+                out.push(ip);
+            }
+        }
+    }
+    out.sort_by_key(|ip| ip.is_loopback());
+    if out.is_empty() {
+        out.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    out
+}
+
+fn fresh_token() -> Result<[u8; TOKEN]> {
+    let mut t = [0u8; TOKEN];
+    getrandom::fill(&mut t).map_err(|e| JobError::Start {
+        why: format!("no randomness for a data connection's token: {e}"),
+        source: None,
+    })?;
+    Ok(t)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<[u8; TOKEN]> {
+    if text.len() != 2 * TOKEN {
+        return None;
+    }
+    let mut out = [0u8; TOKEN];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Connects to the lower rank `p` at one of its addresses and presents the
+/// token; waits for its acknowledgement.
+fn dial(me: usize, p: usize, offer: &Offer, deadline: Instant) -> Result<TcpStream> {
+    let whom = format!("rank {p}");
+    let token = unhex(&offer.token).ok_or_else(|| JobError::Protocol {
+        whom: whom.clone(),
+        why: "its data-connection token is not 64 hex digits".into(),
+    })?;
+    let mut last = None;
+    for addr in &offer.addrs {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(addr, left.min(CONNECT_TIMEOUT)) {
+            Ok(mut s) => {
+                let step = |what: &str| format!("{what} data connection at {addr}");
+                let io = |step: String| {
+                    move |source| JobError::Bootstrap {
+                        step,
+                        whom: format!("rank {p}"),
+                        source,
+                    }
+                };
+                let mut hello = [0u8; HELLO];
+                hello[..8].copy_from_slice(MAGIC);
+                hello[8..16].copy_from_slice(&(me as u64).to_le_bytes());
+                hello[16..].copy_from_slice(&token);
+                s.set_nodelay(true).map_err(io(step("configuring the")))?;
+                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                    .map_err(io(step("configuring the")))?;
+                s.write_all(&hello).map_err(io(step("greeting over the")))?;
+                let mut ack = [0u8; 1];
+                s.read_exact(&mut ack)
+                    .map_err(io(step("awaiting the acknowledgement on the")))?;
+                s.set_read_timeout(None)
+                    .map_err(io(step("configuring the")))?;
+                return Ok(s);
+            }
+            Err(e) => last = Some((addr, e)),
+        }
+    }
+    match last {
+        Some((addr, source)) => Err(JobError::Bootstrap {
+            step: format!(
+                "connecting for data to any of {:?} (the last tried: {addr}; set {TCP_ADDR_VAR} to the address to use)",
+                offer.addrs
+            ),
+            whom,
+            source,
+        }),
+        None => Err(JobError::BootstrapTimeout {
+            step: "connecting for data".into(),
+            whom,
+            waited: Duration::ZERO,
+            hint: "the deadline passed before any address was tried".into(),
+        }),
+    }
+}
+
+/// Accepts until every higher peer in `tokens` has connected with its
+/// token; drops any other connection.
+fn accept_all(
+    listener: &TcpListener,
+    tokens: &mut BTreeMap<usize, [u8; TOKEN]>,
+    streams: &mut BTreeMap<usize, TcpStream>,
+    deadline: Instant,
+) -> Result<()> {
+    let began = Instant::now();
+    let io = |source| JobError::Bootstrap {
+        step: "accepting data connections".into(),
+        whom: "the listener".into(),
+        source,
+    };
+    listener.set_nonblocking(true).map_err(io)?;
+    let mut backoff = Backoff::setup(Duration::from_millis(5));
+    while !tokens.is_empty() {
+        match listener.accept() {
+            Ok((s, from)) => {
+                backoff.reset();
+                match greeted(s, tokens, deadline) {
+                    Some((p, s)) => {
+                        tokens.remove(&p);
+                        streams.insert(p, s);
+                    }
+                    None => {
+                        tracing::debug!(%from, "dropped a data connection without a valid token")
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                if Instant::now() >= deadline {
+                    let missing: Vec<String> = tokens.keys().map(|p| format!("rank {p}")).collect();
+                    return Err(JobError::BootstrapTimeout {
+                        step: "accepting data connections".into(),
+                        whom: missing.join(", "),
+                        waited: began.elapsed(),
+                        hint: "they did not connect: a firewall between the nodes, or an address they cannot reach (set SODE_TCP_ADDR)".into(),
+                    });
+                }
+                backoff.snooze();
+            }
+            Err(e) => return Err(io(e)),
+        }
+    }
+    Ok(())
+}
+
+/// The peer a new connection proves to be, or `None` (dropped).
+fn greeted(
+    mut s: TcpStream,
+    tokens: &BTreeMap<usize, [u8; TOKEN]>,
+    deadline: Instant,
+) -> Option<(usize, TcpStream)> {
+    s.set_nonblocking(false).ok()?;
+    let left = deadline.saturating_duration_since(Instant::now());
+    s.set_read_timeout(Some(left.clamp(Duration::from_millis(1), CONNECT_TIMEOUT)))
+        .ok()?;
+    let mut hello = [0u8; HELLO];
+    s.read_exact(&mut hello).ok()?;
+    if &hello[..8] != MAGIC {
+        return None;
+    }
+    let rank = usize::try_from(u64::from_le_bytes(hello[8..16].try_into().ok()?)).ok()?;
+    let expected = tokens.get(&rank)?;
+    // Constant time: the comparison does not tell how much matched.
+    let differ = expected
+        .iter()
+        .zip(&hello[16..])
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    if differ != 0 {
+        return None;
+    }
+    s.write_all(&[1]).ok()?;
+    s.set_read_timeout(None).ok()?;
+    s.set_nodelay(true).ok()?;
+    Some((rank, s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_round_trip_through_hex_and_bad_ones_are_refused() {
+        let t = fresh_token().unwrap();
+        assert_eq!(unhex(&hex(&t)), Some(t));
+        assert_eq!(unhex("00"), None);
+        assert_eq!(unhex(&"zz".repeat(TOKEN)), None);
+        assert!(!interface_addresses().is_empty());
+    }
+
+    #[test]
+    fn a_connection_without_the_token_is_dropped_and_the_right_one_accepted() {
+        let (listener, addrs) = listen().unwrap();
+        let token = fresh_token().unwrap();
+        let mut tokens = BTreeMap::from([(5usize, token)]);
+        let addr = *addrs.iter().find(|a| a.ip().is_loopback()).unwrap();
+        let intruder = std::thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            let mut hello = [0u8; HELLO];
+            hello[..8].copy_from_slice(MAGIC);
+            hello[8..16].copy_from_slice(&5u64.to_le_bytes());
+            // A wrong token: dropped without an acknowledgement.
+            s.write_all(&hello).unwrap();
+            let mut ack = [0u8; 1];
+            assert!(s.read_exact(&mut ack).is_err());
+            let offer = Offer {
+                addrs: vec![addr],
+                token: hex(&token),
+            };
+            dial(5, 0, &offer, Instant::now() + Duration::from_secs(10)).unwrap()
+        });
+        let mut streams = BTreeMap::new();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        accept_all(&listener, &mut tokens, &mut streams, deadline).unwrap();
+        let mut theirs = intruder.join().unwrap();
+        assert!(streams.contains_key(&5));
+        theirs.write_all(b"x").unwrap();
+        let mut got = [0u8; 1];
+        streams.get_mut(&5).unwrap().read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"x");
+    }
+}
