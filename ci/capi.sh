@@ -49,17 +49,24 @@ timeout 300 "${mpirun[@]}" -n 2 "$build/stencil2d-pc" | tail -1
 echo "-- misuse, on 2 ranks"
 timeout 120 "${mpirun[@]}" -n 2 "$build/errors" | tail -1
 
-echo "-- a rank killed during an exchange (started by hand: mpirun would stop the job)"
-secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-pids=()
-for r in 0 1; do
-  SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
-    timeout 60 "$build/errors" kill > "$build/kill$r.log" 2>&1 &
-  pids+=($!)
-done
-status=0
-wait "${pids[0]}" || status=$?
-wait "${pids[1]}" 2>/dev/null || true   # killed by its own hand
-cat "$build/kill0.log"
-[ "$status" -eq 0 ] || { echo "error: rank 0 did not report its dead peer" >&2; exit 1; }
+# A rank killed during an exchange (started by hand: mpirun would stop the
+# job), over shared memory and over TCP: its peer must report it, naming
+# the channel, within the wait's deadline.
+killed_peer() { # transport, what rank 0's message must name
+  echo "-- a rank killed during an exchange, SODE_TRANSPORT=$1"
+  local secret port status=0 pids=()
+  secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  for r in 0 1; do
+    SODE_TRANSPORT=$1 SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
+      timeout 60 "$build/errors" kill > "$build/kill$r.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[0]}" || status=$?
+  wait "${pids[1]}" 2>/dev/null || true   # killed by its own hand
+  cat "$build/kill0.log"
+  [ "$status" -eq 0 ] || { echo "error: rank 0 did not report its dead peer over $1" >&2; exit 1; }
+  grep -q "$2" "$build/kill0.log" || { echo "error: rank 0's report does not name $2" >&2; exit 1; }
+}
+killed_peer auto "shared memory with"
+killed_peer tcp "TCP with"

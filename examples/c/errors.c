@@ -61,6 +61,10 @@ static void misuse(sode_comm *c, int size) {
            SODE_ERR_ARG, "ndims is 1");
     expect("an unknown shape", sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, 7, &x),
            SODE_ERR_ARG, "shape 7");
+    setenv("SODE_TRANSPORT", "carrier-pigeon", 1);
+    expect("an unknown SODE_TRANSPORT", sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, SODE_BOX, &x),
+           SODE_ERR_ARG, "SODE_TRANSPORT: unknown transport \"carrier-pigeon\" (auto, shm, rdma, tcp)");
+    unsetenv("SODE_TRANSPORT");
     x = cart(c, size);
     expect("a null field", sode_exchange_add_field(x, NULL, SODE_F64, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C),
            SODE_ERR_NULL, "`base`");

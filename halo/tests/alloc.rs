@@ -96,3 +96,8 @@ fn start_test_and_wait_allocate_nothing_over_rdma() {
     }
     assert_none("RDMA", &counted(Transport::Rdma, 20));
 }
+
+#[test]
+fn start_test_and_wait_allocate_nothing_over_tcp() {
+    assert_none("TCP", &counted(Transport::Tcp, 50));
+}
