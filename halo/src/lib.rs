@@ -41,6 +41,8 @@ mod channel;
 mod decomp;
 mod error;
 mod exchange;
+#[cfg(feature = "rdma")]
+mod fabric;
 mod links;
 #[cfg(feature = "rdma")]
 mod model;

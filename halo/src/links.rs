@@ -120,9 +120,9 @@ pub struct LinkExchangeBuilder<'w> {
     model: Model,
     /// Per link, what travels in place (empty: nothing).
     in_place: Vec<InPlace>,
-    /// Per rank, whether it can use RDMA (gathered at build when the
-    /// automatic choice spans nodes; empty otherwise).
-    rdma_ranks: Vec<bool>,
+    /// Per rank, the RDMA fabric its device is on (empty: it cannot use
+    /// RDMA), gathered at build when the automatic choice spans nodes.
+    fabrics: Vec<String>,
     #[cfg(feature = "rdma")]
     lent: Vec<sode_transport::UserMemory>,
 }
@@ -140,7 +140,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             sync: SyncMode::Pairwise,
             model: Model::Calibrated,
             in_place: Vec::new(),
-            rdma_ranks: Vec::new(),
+            fabrics: Vec::new(),
             #[cfg(feature = "rdma")]
             lent: Vec::new(),
         }
@@ -210,13 +210,14 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     /// How rank `a` reaches rank `b`: the same answer on every rank.
     fn locality(&self, a: usize, b: usize) -> Locality {
-        locality(self.world, self.transport, &self.rdma_ranks, a, b)
+        locality(self.world, self.transport, &self.fabrics, a, b)
     }
 
-    /// Under the automatic choice across nodes, which ranks can use RDMA
-    /// (a device that opens, in a build with the `rdma` feature): every
-    /// rank's answer, gathered, so that both ends of a link choose alike.
-    fn gather_rdma_ranks(&mut self) -> Result<()> {
+    /// Under the automatic choice across nodes, the RDMA fabric of each
+    /// rank's device (none without a device that opens, or without the
+    /// `rdma` feature): every rank's answer, gathered, so that both ends of
+    /// a link choose alike.
+    fn gather_fabrics(&mut self) -> Result<()> {
         let size = self.world.size();
         let spans_nodes = (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0));
         if self.transport != Transport::Auto || !spans_nodes {
@@ -226,21 +227,27 @@ impl<'w> LinkExchangeBuilder<'w> {
         let mine = match sode_transport::DeviceSelector::from_env()
             .and_then(|s| sode_transport::Device::open(&s))
         {
-            Ok(_) => true,
+            Ok(dev) => {
+                let caps = dev.caps();
+                crate::fabric::fabric_of(caps.link_layer, caps.gid, &crate::fabric::host_networks())
+            }
             Err(e) => {
                 tracing::info!(error = %e, "no RDMA here: neighbours on other nodes use TCP");
-                false
+                String::new()
             }
         };
         #[cfg(not(feature = "rdma"))]
-        let mine = false;
+        let mine = String::new();
         let all = self
             .world
-            .allgather(&[u8::from(mine)], self.timeout)
+            .allgather(mine.as_bytes(), self.timeout)
             .map_err(|source| HaloError::Barrier {
                 source: Box::new(source),
             })?;
-        self.rdma_ranks = all.iter().map(|b| b.first() == Some(&1)).collect();
+        self.fabrics = all
+            .iter()
+            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .collect();
         Ok(())
     }
 
@@ -396,7 +403,7 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// this node and RDMA (device, keys, scheduled chains) with the others.
     /// Collective: every rank of the job calls it.
     pub fn build(mut self) -> Result<LinkExchange> {
-        self.gather_rdma_ranks()?;
+        self.gather_fabrics()?;
         self.check()?;
         let n = self.links.len();
         let (mut sends, mut recvs) = (vec![None; n], vec![None; n]);
@@ -670,13 +677,13 @@ impl<'w> LinkExchangeBuilder<'w> {
         match self.transport {
             Transport::Shm | Transport::Tcp => false,
             Transport::Rdma => size > 1,
-            // Two ranks on different nodes that can both use it.
-            Transport::Auto => {
-                let mut nodes = (0..size)
-                    .filter(|&r| self.rdma_ranks.get(r) == Some(&true))
-                    .map(|r| self.world.node_of(r));
-                nodes.next().is_some_and(|first| nodes.any(|n| n != first))
-            }
+            // Two ranks on different nodes whose devices share a fabric.
+            Transport::Auto => (0..size).any(|a| {
+                (a + 1..size).any(|b| {
+                    self.world.node_of(a) != self.world.node_of(b)
+                        && same_fabric(&self.fabrics, a, b)
+                })
+            }),
         }
     }
 
@@ -752,25 +759,32 @@ impl<'w> LinkExchangeBuilder<'w> {
     }
 }
 
-/// How rank `a` reaches rank `b` under `transport`, given which ranks can
-/// use RDMA (`rdma_ranks`, gathered under the automatic choice).
+/// Whether ranks `a` and `b` have RDMA devices on one fabric.
+fn same_fabric(fabrics: &[String], a: usize, b: usize) -> bool {
+    match (fabrics.get(a), fabrics.get(b)) {
+        (Some(fa), Some(fb)) => !fa.is_empty() && fa == fb,
+        _ => false,
+    }
+}
+
+/// How rank `a` reaches rank `b` under `transport`, given each rank's RDMA
+/// fabric (`fabrics`, gathered under the automatic choice).
 pub(crate) fn locality(
     world: &World,
     transport: Transport,
-    rdma_ranks: &[bool],
+    fabrics: &[String],
     a: usize,
     b: usize,
 ) -> Locality {
     if a == b {
         return Locality::SelfCopy;
     }
-    let rdma = |r: usize| rdma_ranks.get(r) == Some(&true);
     match transport {
         Transport::Shm => Locality::Shm,
         Transport::Rdma => Locality::Rdma,
         Transport::Tcp => Locality::Tcp,
         Transport::Auto if world.node_of(a) == world.node_of(b) => Locality::Shm,
-        Transport::Auto if rdma(a) && rdma(b) => Locality::Rdma,
+        Transport::Auto if same_fabric(fabrics, a, b) => Locality::Rdma,
         Transport::Auto => Locality::Tcp,
     }
 }
