@@ -26,6 +26,13 @@ const TOKEN: usize = 32;
 const HELLO: usize = 8 + 8 + TOKEN;
 /// Per address tried, at most.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// A peer whose node vanished (no FIN, no reset) while this rank waits for
+/// it is declared gone after about this long: keepalive probes every 2 s
+/// after 2 s idle, 4 unanswered. A busy peer's kernel still answers, so
+/// only a dead node or a cut network trips it. (No `TCP_USER_TIMEOUT`: it
+/// would also close a stream whose peer computes for longer without
+/// reading, its window full.)
+const DEAD_AFTER: Duration = Duration::from_secs(10);
 
 /// Where a lower rank listens for a higher one, and the token it expects.
 #[derive(Debug, Serialize, Deserialize)]
@@ -198,7 +205,7 @@ fn dial(me: usize, p: usize, offer: &Offer, deadline: Instant) -> Result<TcpStre
                 hello[..8].copy_from_slice(MAGIC);
                 hello[8..16].copy_from_slice(&(me as u64).to_le_bytes());
                 hello[16..].copy_from_slice(&token);
-                s.set_nodelay(true).map_err(io(step("configuring the")))?;
+                configure(&s).map_err(io(step("configuring the")))?;
                 s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
                     .map_err(io(step("configuring the")))?;
                 s.write_all(&hello).map_err(io(step("greeting over the")))?;
@@ -305,8 +312,22 @@ fn greeted(
     }
     s.write_all(&[1]).ok()?;
     s.set_read_timeout(None).ok()?;
-    s.set_nodelay(true).ok()?;
+    configure(&s).ok()?;
     Some((rank, s))
+}
+
+/// `TCP_NODELAY` (halos are latency-bound), and keepalive so that a
+/// vanished peer is an error within [`DEAD_AFTER`], not a silence until
+/// the caller's deadline.
+fn configure(s: &TcpStream) -> std::io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    s.set_nodelay(true)?;
+    let probe = (DEAD_AFTER.as_secs() / 5).max(1) as u32;
+    setsockopt(s, sockopt::KeepAlive, &true)?;
+    setsockopt(s, sockopt::TcpKeepIdle, &probe)?;
+    setsockopt(s, sockopt::TcpKeepInterval, &probe)?;
+    setsockopt(s, sockopt::TcpKeepCount, &4)?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -348,6 +369,14 @@ mod tests {
         accept_all(&listener, &mut tokens, &mut streams, deadline).unwrap();
         let mut theirs = intruder.join().unwrap();
         assert!(streams.contains_key(&5));
+        // Both ends watch for a vanished peer.
+        use nix::sys::socket::{getsockopt, sockopt};
+        for s in [&theirs, &streams[&5]] {
+            assert!(getsockopt(s, sockopt::KeepAlive).unwrap());
+            assert_eq!(getsockopt(s, sockopt::TcpKeepCount).unwrap(), 4);
+            assert_eq!(getsockopt(s, sockopt::TcpKeepIdle).unwrap(), 2);
+            assert!(getsockopt(s, sockopt::TcpNoDelay).unwrap());
+        }
         theirs.write_all(b"x").unwrap();
         let mut got = [0u8; 1];
         streams.get_mut(&5).unwrap().read_exact(&mut got).unwrap();
