@@ -101,3 +101,14 @@ fn a_rank_waiting_for_late_rdma_neighbours_sleeps_on_the_completion_channel() {
         "woken {median:?} after the peer started (median): not by a completion event"
     );
 }
+
+#[test]
+fn a_rank_waiting_for_late_tcp_neighbours_sleeps_in_poll() {
+    let (cpu, wall, median) = late_peer(Transport::Tcp, "block-tcp");
+    assert!(cpu < wall / 4, "waiting used {cpu:?} of CPU in {wall:?}");
+    // Woken by the data's arrival on the socket, not by the 2 ms nap.
+    assert!(
+        median < Duration::from_micros(500),
+        "woken {median:?} after the peer started (median)"
+    );
+}

@@ -19,6 +19,8 @@ use crate::error::{HaloError, Result};
 const HEADER: usize = 16;
 /// I/O vectors per write: two per message (header, payload).
 const MAX_SLICES: usize = 64;
+/// Streams one blocking wait polls at once.
+const POLL_MAX: usize = 16;
 
 /// A message this rank sends or receives over TCP.
 #[derive(Debug, Clone, Copy)]
@@ -433,9 +435,10 @@ impl TcpChannel {
         let nap = until
             .saturating_duration_since(Instant::now())
             .min(std::time::Duration::from_millis(2));
-        // (Allocates: only a blocking wait parks.)
-        let mut polled: Vec<nix::poll::PollFd<'_>> = Vec::with_capacity(self.conns.len());
-        for conn in &self.conns {
+        // The streams still owing or owed bytes, the first POLL_MAX of them
+        // (the nap is short: the rest are served at the next pass), in an
+        // array on the stack: parking allocates nothing.
+        let wants = |conn: &Conn| {
             let mut flags = nix::poll::PollFlags::empty();
             if conn.next_send < conn.sends.len() {
                 flags |= nix::poll::PollFlags::POLLOUT;
@@ -443,12 +446,27 @@ impl TcpChannel {
             if conn.received < conn.recvs.len() {
                 flags |= nix::poll::PollFlags::POLLIN;
             }
-            if !flags.is_empty() {
-                polled.push(nix::poll::PollFd::new(conn.stream.as_fd(), flags));
+            flags
+        };
+        let mut pending = self.conns.iter().filter(|c| !wants(c).is_empty());
+        let Some(first) = pending.next() else {
+            return Ok(false);
+        };
+        let mut count = 1;
+        let mut polled: [nix::poll::PollFd<'_>; POLL_MAX] = std::array::from_fn(|i| {
+            // Unused slots repeat the first stream with no events asked.
+            let conn = if i == 0 { Some(first) } else { pending.next() };
+            match conn {
+                Some(c) => {
+                    count += usize::from(i > 0);
+                    nix::poll::PollFd::new(c.stream.as_fd(), wants(c))
+                }
+                None => nix::poll::PollFd::new(first.stream.as_fd(), nix::poll::PollFlags::empty()),
             }
-        }
+        });
+        let polled = &mut polled[..count];
         let ms = u16::try_from(nap.as_millis().max(1)).unwrap_or(u16::MAX);
-        match nix::poll::poll(&mut polled, nix::poll::PollTimeout::from(ms)) {
+        match nix::poll::poll(polled, nix::poll::PollTimeout::from(ms)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(false),
             Err(e) => Err(HaloError::Tcp {
                 neighbours: self.names.clone(),
