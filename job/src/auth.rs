@@ -56,12 +56,7 @@ impl fmt::Debug for Secret {
 impl Secret {
     /// A fresh random secret, for a launcher to hand its ranks.
     pub fn random() -> Result<Secret> {
-        let mut s = [0u8; 32];
-        getrandom::fill(&mut s).map_err(|e| JobError::Start {
-            why: format!("no randomness for the job secret: {e}"),
-            source: None,
-        })?;
-        Ok(Secret(s))
+        random_bytes("the job secret").map(Secret)
     }
 
     /// The secret from 64 hex digits (as in `SODE_JOB_SECRET`).
@@ -118,12 +113,18 @@ fn verify(key: &[u8], label: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
 }
 
 fn nonce() -> Result<[u8; NONCE]> {
-    let mut n = [0u8; NONCE];
-    getrandom::fill(&mut n).map_err(|e| JobError::Start {
-        why: format!("no randomness for a bootstrap challenge: {e}"),
+    random_bytes("a bootstrap challenge")
+}
+
+/// `N` random bytes from the operating system, for `what` (named in the
+/// error when there is no randomness).
+pub(crate) fn random_bytes<const N: usize>(what: &str) -> Result<[u8; N]> {
+    let mut b = [0u8; N];
+    getrandom::fill(&mut b).map_err(|e| JobError::Start {
+        why: format!("no randomness for {what}: {e}"),
         source: None,
     })?;
-    Ok(n)
+    Ok(b)
 }
 
 /// An authenticated connection: every frame carries a MAC under the

@@ -38,7 +38,7 @@ const DEAD_AFTER: Duration = Duration::from_secs(10);
 #[derive(Debug, Serialize, Deserialize)]
 struct Offer {
     addrs: Vec<SocketAddr>,
-    token: String,
+    token: [u8; TOKEN],
 }
 
 /// The variable that names the address to listen on and advertise (an
@@ -67,7 +67,7 @@ pub(crate) fn connect_streams(
             let link = link_to(&mut links, p)?;
             link.send(&Offer {
                 addrs: addrs.clone(),
-                token: hex(&token),
+                token,
             })?;
             tokens.insert(p, token);
         }
@@ -154,37 +154,14 @@ fn interface_addresses() -> Vec<IpAddr> {
 }
 
 fn fresh_token() -> Result<[u8; TOKEN]> {
-    let mut t = [0u8; TOKEN];
-    getrandom::fill(&mut t).map_err(|e| JobError::Start {
-        why: format!("no randomness for a data connection's token: {e}"),
-        source: None,
-    })?;
-    Ok(t)
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<[u8; TOKEN]> {
-    if text.len() != 2 * TOKEN {
-        return None;
-    }
-    let mut out = [0u8; TOKEN];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
+    crate::auth::random_bytes("a data connection's token")
 }
 
 /// Connects to the lower rank `p` at one of its addresses and presents the
 /// token; waits for its acknowledgement.
 fn dial(me: usize, p: usize, offer: &Offer, deadline: Instant) -> Result<TcpStream> {
     let whom = format!("rank {p}");
-    let token = unhex(&offer.token).ok_or_else(|| JobError::Protocol {
-        whom: whom.clone(),
-        why: "its data-connection token is not 64 hex digits".into(),
-    })?;
+    let token = offer.token;
     let mut last = None;
     for addr in &offer.addrs {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -335,11 +312,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_round_trip_through_hex_and_bad_ones_are_refused() {
-        let t = fresh_token().unwrap();
-        assert_eq!(unhex(&hex(&t)), Some(t));
-        assert_eq!(unhex("00"), None);
-        assert_eq!(unhex(&"zz".repeat(TOKEN)), None);
+    fn tokens_are_fresh_and_offers_carry_them_whole() {
+        let (a, b) = (fresh_token().unwrap(), fresh_token().unwrap());
+        assert_ne!(a, b);
+        let offer = Offer {
+            addrs: Vec::new(),
+            token: a,
+        };
+        let back: Offer = serde_json::from_slice(&serde_json::to_vec(&offer).unwrap()).unwrap();
+        assert_eq!(back.token, a);
+        // A token of the wrong length does not decode.
+        assert!(serde_json::from_str::<Offer>(r#"{"addrs":[],"token":[1,2]}"#).is_err());
         assert!(!interface_addresses().is_empty());
     }
 
@@ -360,7 +343,7 @@ mod tests {
             assert!(s.read_exact(&mut ack).is_err());
             let offer = Offer {
                 addrs: vec![addr],
-                token: hex(&token),
+                token,
             };
             dial(5, 0, &offer, Instant::now() + Duration::from_secs(10)).unwrap()
         });
