@@ -33,6 +33,52 @@ pub(crate) struct TcpMessage {
     pub len: usize,
 }
 
+/// What precedes each message on the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Header {
+    iteration: u64,
+    tag: u32,
+    /// Checked at build to fit.
+    len: u32,
+}
+
+impl Header {
+    fn encode(self) -> [u8; HEADER] {
+        let mut h = [0u8; HEADER];
+        h[..8].copy_from_slice(&self.iteration.to_le_bytes());
+        h[8..12].copy_from_slice(&self.tag.to_le_bytes());
+        h[12..].copy_from_slice(&self.len.to_le_bytes());
+        h
+    }
+
+    fn decode(h: &[u8; HEADER]) -> Header {
+        let [i0, i1, i2, i3, i4, i5, i6, i7, t0, t1, t2, t3, l0, l1, l2, l3] = *h;
+        Header {
+            iteration: u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]),
+            tag: u32::from_le_bytes([t0, t1, t2, t3]),
+            len: u32::from_le_bytes([l0, l1, l2, l3]),
+        }
+    }
+}
+
+/// A message this rank sends: its bytes, and its header for the current
+/// iteration (filled at `start`).
+#[derive(Debug)]
+struct Outgoing {
+    tag: u32,
+    buf: Vec<u8>,
+    header: [u8; HEADER],
+}
+
+/// A message this rank receives.
+#[derive(Debug)]
+struct Incoming {
+    tag: u32,
+    buf: Vec<u8>,
+    /// Arrived in the current iteration.
+    arrived: bool,
+}
+
 /// Where one peer's stream stands in the current iteration.
 #[derive(Debug)]
 struct Conn {
@@ -40,14 +86,12 @@ struct Conn {
     stream: TcpStream,
     /// Indices into the channel's sends to this peer, in the order written.
     sends: Vec<usize>,
-    /// (tag, index into the channel's receives) of this peer's messages.
-    recvs: Vec<(u32, usize)>,
+    /// Indices into the channel's receives from this peer.
+    recvs: Vec<usize>,
     /// The send being written (index into `sends`) and bytes of its header
     /// and payload written so far.
     next_send: usize,
     sent: usize,
-    /// Each send's header for this iteration, filled at `start`.
-    headers_out: Vec<[u8; HEADER]>,
     /// Messages received from it this iteration.
     received: usize,
     header_in: [u8; HEADER],
@@ -61,12 +105,8 @@ struct Conn {
 #[derive(Debug)]
 pub(crate) struct TcpChannel {
     conns: Vec<Conn>,
-    sends: Vec<TcpMessage>,
-    send_bufs: Vec<Vec<u8>>,
-    recvs: Vec<TcpMessage>,
-    recv_bufs: Vec<Vec<u8>>,
-    /// Per receive: arrived this iteration.
-    arrived: Vec<bool>,
+    sends: Vec<Outgoing>,
+    recvs: Vec<Incoming>,
     iteration: u64,
     names: String,
 }
@@ -113,18 +153,12 @@ impl TcpChannel {
                     op: "making the stream non-blocking".into(),
                     source,
                 })?;
-            let to_it: Vec<usize> = (0..sends.len())
-                .filter(|&i| sends[i].peer == rank)
-                .collect();
+            let with = |ms: &[TcpMessage]| (0..ms.len()).filter(|&i| ms[i].peer == rank).collect();
             conns.push(Conn {
                 rank,
                 stream,
-                headers_out: vec![[0; HEADER]; to_it.len()],
-                sends: to_it,
-                recvs: (0..recvs.len())
-                    .filter(|&i| recvs[i].peer == rank)
-                    .map(|i| (recvs[i].tag, i))
-                    .collect(),
+                sends: with(&sends),
+                recvs: with(&recvs),
                 next_send: 0,
                 sent: 0,
                 received: 0,
@@ -135,12 +169,23 @@ impl TcpChannel {
             });
         }
         Ok(TcpChannel {
-            send_bufs: sends.iter().map(|m| vec![0u8; m.len]).collect(),
-            recv_bufs: recvs.iter().map(|m| vec![0u8; m.len]).collect(),
-            arrived: vec![false; recvs.len()],
             conns,
-            sends,
-            recvs,
+            sends: sends
+                .iter()
+                .map(|m| Outgoing {
+                    tag: m.tag,
+                    buf: vec![0u8; m.len],
+                    header: [0; HEADER],
+                })
+                .collect(),
+            recvs: recvs
+                .iter()
+                .map(|m| Incoming {
+                    tag: m.tag,
+                    buf: vec![0u8; m.len],
+                    arrived: false,
+                })
+                .collect(),
             iteration: 0,
             names,
         })
@@ -180,7 +225,7 @@ impl TcpChannel {
                     break;
                 }
                 let skip = if k == conn.next_send { conn.sent } else { 0 };
-                let (head, body) = (&conn.headers_out[k][..], &self.send_bufs[s][..]);
+                let (head, body) = (&self.sends[s].header[..], &self.sends[s].buf[..]);
                 if skip < HEADER {
                     slices[used] = IoSlice::new(&head[skip..]);
                     slices[used + 1] = IoSlice::new(body);
@@ -199,7 +244,7 @@ impl TcpChannel {
                     // Whole messages written, then part of the next.
                     while n > 0 {
                         let s = conn.sends[conn.next_send];
-                        let left = HEADER + self.send_bufs[s].len() - conn.sent;
+                        let left = HEADER + self.sends[s].buf.len() - conn.sent;
                         if n < left {
                             conn.sent += n;
                             break;
@@ -238,7 +283,7 @@ impl TcpChannel {
                             &mut [][..]
                         };
                         conn.stream.read_vectored(&mut [
-                            IoSliceMut::new(&mut self.recv_bufs[r][conn.payload_got..]),
+                            IoSliceMut::new(&mut self.recvs[r].buf[conn.payload_got..]),
                             IoSliceMut::new(next),
                         ])
                     }
@@ -261,7 +306,7 @@ impl TcpChannel {
             let spill = match self.conns[c].reading {
                 None => n,
                 Some(r) => {
-                    let want = self.recvs[r].len - self.conns[c].payload_got;
+                    let want = self.recvs[r].buf.len() - self.conns[c].payload_got;
                     self.conns[c].payload_got += n.min(want);
                     if n >= want {
                         self.finish_recv(c, r);
@@ -283,14 +328,11 @@ impl TcpChannel {
     /// A full header from conn `c`: which receive it opens, checked.
     fn start_payload(&mut self, c: usize) -> Result<()> {
         let conn = &self.conns[c];
-        let h = conn.header_in;
-        let field = |a: usize, b: usize| {
-            h[a..b]
-                .iter()
-                .rev()
-                .fold(0u64, |v, &x| v << 8 | u64::from(x))
-        };
-        let (iteration, tag, len) = (field(0, 8), field(8, 12) as u32, field(12, 16) as usize);
+        let Header {
+            iteration,
+            tag,
+            len,
+        } = Header::decode(&conn.header_in);
         if iteration != self.iteration {
             return Err(self.violation(
                 conn.rank,
@@ -300,24 +342,25 @@ impl TcpChannel {
                 ),
             ));
         }
-        let Some(&(_, r)) = conn.recvs.iter().find(|(t, _)| *t == tag) else {
+        let Some(&r) = conn.recvs.iter().find(|&&r| self.recvs[r].tag == tag) else {
             return Err(self.violation(
                 conn.rank,
                 format!("a message with tag {tag}, which this rank does not receive from it"),
             ));
         };
-        if self.arrived[r] {
+        let m = &self.recvs[r];
+        if m.arrived {
             return Err(self.violation(
                 conn.rank,
                 format!("tag {tag} twice in iteration {iteration}"),
             ));
         }
-        if len != self.recvs[r].len {
+        if len as usize != m.buf.len() {
             return Err(self.violation(
                 conn.rank,
                 format!(
                     "{len} bytes for tag {tag}, this rank expects {}",
-                    self.recvs[r].len
+                    m.buf.len()
                 ),
             ));
         }
@@ -335,7 +378,7 @@ impl TcpChannel {
         let conn = &mut self.conns[c];
         conn.reading = None;
         conn.received += 1;
-        self.arrived[r] = true;
+        self.recvs[r].arrived = true;
     }
 
     fn pass(&mut self) -> Result<bool> {
@@ -356,10 +399,10 @@ impl Channel for TcpChannel {
     }
 
     fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]> {
-        let count = self.send_bufs.len();
-        self.send_bufs
+        let count = self.sends.len();
+        self.sends
             .get_mut(msg)
-            .map(|b| &mut b[..])
+            .map(|m| &mut m.buf[..])
             .ok_or_else(|| HaloError::Usage {
                 op: "send_buf",
                 why: format!("no TCP send {msg} (of {count})"),
@@ -367,28 +410,30 @@ impl Channel for TcpChannel {
     }
 
     fn recv_buf(&self, msg: usize) -> Result<&[u8]> {
-        self.recv_bufs
+        self.recvs
             .get(msg)
-            .map(|b| &b[..])
+            .map(|m| &m.buf[..])
             .ok_or_else(|| HaloError::Usage {
                 op: "recv_buf",
-                why: format!("no TCP receive {msg} (of {})", self.recv_bufs.len()),
+                why: format!("no TCP receive {msg} (of {})", self.recvs.len()),
             })
     }
 
     fn start(&mut self) -> Result<()> {
         self.iteration += 1;
-        self.arrived.iter_mut().for_each(|a| *a = false);
+        self.recvs.iter_mut().for_each(|m| m.arrived = false);
+        for m in &mut self.sends {
+            m.header = Header {
+                iteration: self.iteration,
+                tag: m.tag,
+                len: m.buf.len() as u32,
+            }
+            .encode();
+        }
         for conn in &mut self.conns {
             conn.next_send = 0;
             conn.sent = 0;
             conn.received = 0;
-            for (h, &s) in conn.headers_out.iter_mut().zip(&conn.sends) {
-                h[..8].copy_from_slice(&self.iteration.to_le_bytes());
-                h[8..12].copy_from_slice(&self.sends[s].tag.to_le_bytes());
-                // Checked at build to fit.
-                h[12..].copy_from_slice(&(self.sends[s].len as u32).to_le_bytes());
-            }
         }
         // Hand the kernel what it takes now; the rest goes in `test`.
         for c in 0..self.conns.len() {
@@ -475,5 +520,23 @@ impl TcpChannel {
                 source: e.into(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_little_endian() {
+        let h = Header {
+            iteration: 0x0102_0304_0506_0708,
+            tag: 0x0a0b_0c0d,
+            len: 4096,
+        };
+        let bytes = h.encode();
+        assert_eq!(bytes[0], 0x08, "little-endian on the wire");
+        assert_eq!(bytes[8], 0x0d);
+        assert_eq!(Header::decode(&bytes), h);
     }
 }
