@@ -15,6 +15,20 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* `n` round trips of `bytes` between ranks 0 and 1. */
+static void round_trips(char *buf, int bytes, int n, int rank) {
+    int peer = 1 - rank;
+    for (int i = 0; i < n; i++) {
+        if (rank == 0) {
+            MPI_Send(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+            MPI_Recv(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Recv(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
@@ -27,28 +41,15 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     char *buf = calloc((size_t)bytes, 1);
+    if (buf == NULL) {
+        fprintf(stderr, "pingpong: no memory for %d bytes\n", bytes);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     double one_way[100], sum = 0;
-    int peer = 1 - rank;
     for (int r = 0; r < rounds; r++) {
-        for (int i = 0; i < iters / 10 + 1; i++) { /* warm-up */
-            if (rank == 0) {
-                MPI_Send(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-                MPI_Recv(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            } else {
-                MPI_Recv(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-            }
-        }
+        round_trips(buf, bytes, iters / 10 + 1, rank); /* warm-up */
         double t = MPI_Wtime();
-        for (int i = 0; i < iters; i++) {
-            if (rank == 0) {
-                MPI_Send(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-                MPI_Recv(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-            } else {
-                MPI_Recv(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-                MPI_Send(buf, bytes, MPI_BYTE, peer, 0, MPI_COMM_WORLD);
-            }
-        }
+        round_trips(buf, bytes, iters, rank);
         one_way[r] = (MPI_Wtime() - t) / iters / 2 * 1e6;
         sum += one_way[r];
     }

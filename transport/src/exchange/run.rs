@@ -359,11 +359,7 @@ impl PersistentWrites {
             .chain(&self.send_cqs)
             .try_for_each(|cq| events.arm(cq));
         if let Err(source) = armed {
-            let e = TransportError::Verbs {
-                op: "ibv_req_notify_cq".into(),
-                device: self.device.clone(),
-                source,
-            };
+            let e = self.verbs_error("ibv_req_notify_cq".into(), source);
             return Err(self.fail(e));
         }
         let pass = self.pass()?;
@@ -378,11 +374,7 @@ impl PersistentWrites {
         }
         let slept = self.events.as_ref().map_or(Ok(()), |ev| ev.sleep(nap));
         if let Err(source) = slept {
-            let e = TransportError::Verbs {
-                op: "waiting on the completion channel".into(),
-                device: self.device.clone(),
-                source,
-            };
+            let e = self.verbs_error("waiting on the completion channel".into(), source);
             return Err(self.fail(e));
         }
         Ok(false)
@@ -465,8 +457,12 @@ impl PersistentWrites {
     }
 
     fn poll_err(&self, which: &str, source: std::io::Error) -> TransportError {
+        self.verbs_error(format!("ibv_poll_cq({which})"), source)
+    }
+
+    fn verbs_error(&self, op: String, source: std::io::Error) -> TransportError {
         TransportError::Verbs {
-            op: format!("ibv_poll_cq({which})"),
+            op,
             device: self.device.clone(),
             source,
         }
