@@ -27,7 +27,7 @@ fn late_peer(transport: Transport, job: &'static str) -> (Duration, Duration, Du
     // both tests of this binary set the same value.
     std::env::set_var("SODE_WAIT", "block");
     const ITERS: usize = 20;
-    const LATE: Duration = Duration::from_millis(5);
+    const LATE: Duration = Duration::from_millis(10);
     let port = free_port();
     let (started_tx, started) = mpsc::channel::<Instant>();
     let run = move |rank: usize, started_tx: Option<mpsc::Sender<Instant>>| {
@@ -92,12 +92,13 @@ fn a_rank_waiting_for_late_rdma_neighbours_sleeps_on_the_completion_channel() {
     }
     let (cpu, wall, median) = late_peer(Transport::Rdma, "block-rdma");
     // Measured in the SoftRoCE VM, where rxe's work is charged to the
-    // posting thread: 25-26 % of the wall time blocking, 97-100 %
-    // yielding; woken 0.58-0.71 ms after the peer's start with the
-    // completion channel, 1.5-1.8 ms sleeping to the timeout without it.
+    // posting thread: 26-28 % of the wall time blocking (with the peer 5 ms
+    // late), 97-100 % yielding; woken 0.70-0.73 ms after the peer's start
+    // by the completion event, against tens of milliseconds sleeping out
+    // the 50 ms nap without it.
     assert!(cpu < wall / 2, "waiting used {cpu:?} of CPU in {wall:?}");
     assert!(
-        median < Duration::from_micros(1200),
+        median < Duration::from_millis(5),
         "woken {median:?} after the peer started (median): not by a completion event"
     );
 }
@@ -106,9 +107,12 @@ fn a_rank_waiting_for_late_rdma_neighbours_sleeps_on_the_completion_channel() {
 fn a_rank_waiting_for_late_tcp_neighbours_sleeps_in_poll() {
     let (cpu, wall, median) = late_peer(Transport::Tcp, "block-tcp");
     assert!(cpu < wall / 4, "waiting used {cpu:?} of CPU in {wall:?}");
-    // Woken by the data's arrival on the socket, not by the 2 ms nap.
+    // Woken by the data's arrival on the socket, not at the end of the
+    // poll's 50 ms nap (29 ms after the peer's start with a plain sleep in
+    // place of the poll). Measured: 37-44 us on the host, 0.6 ms in the
+    // SoftRoCE guest's emulation.
     assert!(
-        median < Duration::from_micros(500),
+        median < Duration::from_millis(5),
         "woken {median:?} after the peer started (median)"
     );
 }

@@ -313,11 +313,10 @@ fn a_bad_rkey_is_a_remote_access_error_naming_the_command() {
     );
 }
 
-#[test]
-fn a_peer_killed_mid_exchange_is_reported_within_the_deadline() {
-    if !rdma_available() {
-        return;
-    }
+/// Two ranks of `sode-rdma-check exchange` under the wait policy `wait`,
+/// rank 1 killing itself mid-exchange: how long rank 0 took to report it,
+/// after checking that it did, naming the dead peer, before its deadline.
+fn killed_peer_reported_after(wait: &str) -> Duration {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -348,6 +347,7 @@ fn a_peer_killed_mid_exchange_is_reported_within_the_deadline() {
             .env("SODE_SIZE", "2")
             .env("SODE_ROOT", format!("127.0.0.1:{port}"))
             .env("SODE_JOB_SECRET", "9e".repeat(32))
+            .env("SODE_WAIT", wait)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -390,6 +390,30 @@ fn a_peer_killed_mid_exchange_is_reported_within_the_deadline() {
         "the error must name the dead peer: {line}"
     );
     assert!(t0.elapsed() < Duration::from_secs(120));
+    Duration::from_millis(ms)
+}
+
+#[test]
+fn a_peer_killed_mid_exchange_is_reported_within_the_deadline() {
+    if !rdma_available() {
+        return;
+    }
+    killed_peer_reported_after("yield");
+}
+
+#[test]
+fn a_peer_killed_while_its_neighbour_sleeps_wakes_it() {
+    if !rdma_available() {
+        return;
+    }
+    // Rank 0 sleeps on the completion channel, which no completion will
+    // ever wake: its peer's closed link must, and the error follows the
+    // 200 ms grace for completions in flight.
+    let took = killed_peer_reported_after("block");
+    assert!(
+        took < Duration::from_secs(3),
+        "a sleeping rank reported its dead peer after {took:?}"
+    );
 }
 
 #[test]

@@ -52,6 +52,13 @@ pub trait PeerChannel: Send + std::fmt::Debug {
     /// True once the peer is known to be gone (it exited or died), without
     /// blocking; false where the bootstrap cannot tell.
     fn closed(&self) -> bool;
+
+    /// A descriptor that `poll` reports (`POLLRDHUP`, `POLLHUP` or
+    /// `POLLERR`) when the peer goes, so a sleeping rank can wake for it;
+    /// `None` where only [`closed`](PeerChannel::closed) can tell.
+    fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
 }
 
 /// A setup link to one peer, carrying typed messages (JSON).
@@ -87,6 +94,12 @@ impl PeerLink {
     /// True once the peer has gone (exited or died), without blocking.
     pub fn closed(&self) -> bool {
         self.channel.closed()
+    }
+
+    /// A descriptor to `poll` for the peer's going, where the link has one
+    /// (see [`PeerChannel::liveness_fd`]).
+    pub fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.channel.liveness_fd()
     }
 }
 

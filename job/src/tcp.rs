@@ -357,6 +357,11 @@ impl PeerChannel for TcpPeer {
         let _ = stream.set_nonblocking(false);
         closed
     }
+
+    fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.session.stream().as_fd())
+    }
 }
 
 /// A connection that proved it belongs to the job, with its first message.

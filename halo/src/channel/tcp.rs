@@ -21,6 +21,10 @@ const HEADER: usize = 16;
 const MAX_SLICES: usize = 64;
 /// Streams one blocking wait polls at once.
 const POLL_MAX: usize = 16;
+/// The longest sleep in `poll` while every pending stream is polled.
+const LONG_NAP: std::time::Duration = std::time::Duration::from_millis(50);
+/// The longest sleep while more than [`POLL_MAX`] streams are pending.
+const SHORT_NAP: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// A message this rank sends or receives over TCP.
 #[derive(Debug, Clone, Copy)]
@@ -471,18 +475,14 @@ impl Channel for TcpChannel {
 
 impl TcpChannel {
     /// A pass, then, if incomplete, a `poll` on the streams that still owe
-    /// or are owed bytes, until one is ready or `until` (at most 2 ms).
+    /// or are owed bytes, until one is ready or `until` (at most [`LONG_NAP`]).
     fn park_on_sockets(&mut self, until: Instant) -> Result<bool> {
         use std::os::fd::AsFd;
         if self.pass()? {
             return Ok(true);
         }
-        let nap = until
-            .saturating_duration_since(Instant::now())
-            .min(std::time::Duration::from_millis(2));
         // The streams still owing or owed bytes, the first POLL_MAX of them
-        // (the nap is short: the rest are served at the next pass), in an
-        // array on the stack: parking allocates nothing.
+        // in an array on the stack: parking allocates nothing.
         let wants = |conn: &Conn| {
             let mut flags = nix::poll::PollFlags::empty();
             if conn.next_send < conn.sends.len() {
@@ -510,6 +510,15 @@ impl TcpChannel {
             }
         });
         let polled = &mut polled[..count];
+        // A peer's data, its death (end of stream) and a vanished node
+        // (keepalive) all wake the poll, so with every pending stream in it
+        // the nap can be long; streams left out are served by the next pass.
+        let cap = if pending.next().is_some() {
+            SHORT_NAP
+        } else {
+            LONG_NAP
+        };
+        let nap = until.saturating_duration_since(Instant::now()).min(cap);
         let ms = u16::try_from(nap.as_millis().max(1)).unwrap_or(u16::MAX);
         match nix::poll::poll(polled, nix::poll::PollTimeout::from(ms)) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(false),

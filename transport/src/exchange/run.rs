@@ -3,6 +3,7 @@
 //! [`CreditBook`](crate::CreditBook); this module feeds it what the device
 //! reports and posts what it allows.
 
+use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
 use sode_job::{Backoff, Lifecycle, PeerLink};
@@ -10,6 +11,7 @@ use sode_job::{Backoff, Lifecycle, PeerLink};
 use super::{BufferId, PersistentWrites, PostMode, WindowId, Write, RECV_DEPTH};
 use crate::credit::{CreditBook, CreditEvent, PeerRole, ProtocolViolation, EPOCH_MASK};
 use crate::error::{Result, TransportError};
+use crate::verbs::notify::WATCH_MAX;
 use crate::verbs::{self, ChainId, Completion};
 
 /// `wr_id` bit of credit sends (the rest is the peer's rank).
@@ -18,6 +20,10 @@ pub(crate) const CREDIT_TAG: u64 = 1 << 63;
 const IMM_CREDIT: u32 = 1 << 31;
 /// How often `wait` checks that the peers it waits for are alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
+/// The longest sleep of [`PersistentWrites::park`] while the links of all
+/// the peers it waits for are watched (a peer's death wakes it); without
+/// them it sleeps [`LIVENESS_PERIOD`] at most.
+const LONG_NAP: Duration = Duration::from_millis(50);
 /// How long work with a peer may stay outstanding after its connection
 /// closed before the peer is declared dead: completions already on their way
 /// (from a peer that finished and exited) arrive well within it.
@@ -343,8 +349,9 @@ impl PersistentWrites {
     }
 
     /// [`test`](PersistentWrites::test), but when the pass finds nothing it
-    /// sleeps on the completion channel until a queue reports or `until`
-    /// passes — at most 2 ms at a time, so a dead peer is still noticed.
+    /// sleeps on the completion channel until a queue reports, a peer's
+    /// link closes or `until` passes (at most 50 ms at a time; 2 ms when a
+    /// peer's link cannot be watched, so a dead peer is still noticed).
     /// For callers with only this exchange left to wait for. Returns
     /// whether the iteration is complete. Without a channel
     /// ([`parks`](PersistentWrites::parks) false) it only passes.
@@ -366,16 +373,44 @@ impl PersistentWrites {
         if pass.complete || pass.progressed {
             return Ok(pass.complete);
         }
-        let nap = until
-            .saturating_duration_since(Instant::now())
-            .min(LIVENESS_PERIOD);
+        // The links of the peers we wait for, watched while we sleep: when
+        // every one is, a peer's death wakes us and the nap can be long.
+        let mut links: [Option<BorrowedFd<'_>>; WATCH_MAX] = [None; WATCH_MAX];
+        let mut watched = 0;
+        let mut all_watched = true;
+        for (pi, peer) in self.state.peers.iter().enumerate() {
+            if !self.outstanding_with_peer(pi) {
+                continue;
+            }
+            match (peer.closed_since, peer.link.liveness_fd()) {
+                (None, Some(fd)) if watched < WATCH_MAX => {
+                    links[watched] = Some(fd);
+                    watched += 1;
+                }
+                _ => all_watched = false,
+            }
+        }
+        let cap = if all_watched {
+            LONG_NAP
+        } else {
+            LIVENESS_PERIOD
+        };
+        let nap = until.saturating_duration_since(Instant::now()).min(cap);
         if nap.is_zero() {
             return Ok(false);
         }
-        let slept = self.events.as_ref().map_or(Ok(()), |ev| ev.sleep(nap));
-        if let Err(source) = slept {
-            let e = self.verbs_error("waiting on the completion channel".into(), source);
-            return Err(self.fail(e));
+        let slept = match &self.events {
+            Some(ev) => ev.sleep(nap, links.iter().flatten().copied()),
+            None => Ok(false),
+        };
+        match slept {
+            // A peer's link closed: check the peers at the next pass.
+            Ok(true) => self.state.next_liveness = Instant::now(),
+            Ok(false) => {}
+            Err(source) => {
+                let e = self.verbs_error("waiting on the completion channel".into(), source);
+                return Err(self.fail(e));
+            }
         }
         Ok(false)
     }

@@ -22,7 +22,7 @@
 //!   for `SODE_WAIT=block`.
 
 mod chain;
-mod notify;
+pub(crate) mod notify;
 mod poll;
 mod recv;
 mod region;

@@ -11,7 +11,10 @@ use std::time::Duration;
 use rdma_mummy_sys::{ibv_ack_cq_events, ibv_cq, ibv_get_cq_event, ibv_req_notify_cq};
 use sideway::ibverbs::completion::{BasicCompletionQueue, CompletionChannel, CompletionQueue};
 use sideway::ibverbs::device_context::DeviceContext;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+/// Peers' links one sleep watches at most.
+pub(crate) const WATCH_MAX: usize = 32;
 
 /// A completion channel, its descriptor non-blocking.
 #[derive(Debug)]
@@ -42,30 +45,57 @@ impl CqEvents {
         Ok(())
     }
 
-    /// Sleeps until an armed queue reports or `timeout` passes, then takes
-    /// and acknowledges every event waiting. Returns early, without error,
-    /// on a signal.
-    pub(crate) fn sleep(&self, timeout: Duration) -> io::Result<()> {
-        let mut fds = libc::pollfd {
-            fd: self.channel.as_raw_fd(),
-            events: libc::POLLIN,
+    /// Sleeps until an armed queue reports, one of `links` reports its
+    /// peer gone (`POLLRDHUP`, `POLLHUP`, `POLLERR`) or `timeout` passes,
+    /// then takes and acknowledges every event waiting. Watches the first
+    /// [`WATCH_MAX`] links. Returns whether a link reported; returns early,
+    /// without error, on a signal.
+    pub(crate) fn sleep<'a>(
+        &self,
+        timeout: Duration,
+        links: impl Iterator<Item = BorrowedFd<'a>>,
+    ) -> io::Result<bool> {
+        let watch = |fd: i32, events: i16| libc::pollfd {
+            fd,
+            events,
             revents: 0,
         };
+        // Unused slots hold -1, which poll skips.
+        let mut fds = [watch(-1, 0); 1 + WATCH_MAX];
+        fds[0] = watch(self.channel.as_raw_fd(), libc::POLLIN);
+        for (slot, link) in fds[1..].iter_mut().zip(links) {
+            *slot = watch(link.as_raw_fd(), libc::POLLRDHUP);
+        }
         let ts = libc::timespec {
             tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
             // Below 10^9: fits every c_long.
             tv_nsec: timeout.subsec_nanos() as libc::c_long,
         };
-        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let rc = unsafe { libc::ppoll(&mut fds, 1, &ts, std::ptr::null()) };
+        // SAFETY: `fds` is a valid array of its length, `ts` a valid
+        // timespec, no signal mask.
+        let rc = unsafe {
+            libc::ppoll(
+                fds.as_mut_ptr(),
+                fds.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
         if rc < 0 {
             let e = io::Error::last_os_error();
             return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
+                Ok(false)
             } else {
                 Err(e)
             };
         }
+        let link_reported = fds[1..].iter().any(|f| f.revents != 0);
+        self.take_events()?;
+        Ok(link_reported)
+    }
+
+    /// Takes and acknowledges every event waiting on the channel.
+    fn take_events(&self) -> io::Result<()> {
         loop {
             let mut cq: *mut ibv_cq = std::ptr::null_mut();
             let mut cq_context = std::ptr::null_mut();
