@@ -55,7 +55,8 @@
 #define SODE_ERR_MISMATCH 6
 
 /**
- * A channel failed: a peer died, the device or shared memory failed.
+ * A channel failed: a peer died (a neighbour, or any rank of the job, as
+ * its health watcher found), the device or shared memory failed.
  */
 #define SODE_ERR_CHANNEL 7
 

@@ -56,7 +56,8 @@ pub const SODE_ERR_TIMEOUT: c_int = 4;
 pub const SODE_ERR_BOOTSTRAP: c_int = 5;
 /// The ranks described different exchanges.
 pub const SODE_ERR_MISMATCH: c_int = 6;
-/// A channel failed: a peer died, the device or shared memory failed.
+/// A channel failed: a peer died (a neighbour, or any rank of the job, as
+/// its health watcher found), the device or shared memory failed.
 pub const SODE_ERR_CHANNEL: c_int = 7;
 /// A bug in sode (a caught panic).
 pub const SODE_ERR_INTERNAL: c_int = 8;

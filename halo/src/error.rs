@@ -101,6 +101,16 @@ pub enum HaloError {
         /// What is outstanding, per channel and neighbour.
         outstanding: String,
     },
+    /// A rank of the job died (found by the job's health watcher, which may
+    /// be far from here): nothing this rank waits for can be trusted to
+    /// come.
+    #[error("the job failed: {failure}; outstanding here: {outstanding}")]
+    JobFailed {
+        /// The dead rank, its host and how it was found dead.
+        failure: sode_job::Failure,
+        /// What this rank still waited for, per channel and neighbour.
+        outstanding: String,
+    },
 }
 
 /// `Result` with [`HaloError`].

@@ -459,6 +459,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             lifecycle: Lifecycle::Idle,
             plan_summary: summary,
             barrier: (self.sync == SyncMode::PseudoCollective).then(|| self.world.clone()),
+            health: self.world.health(),
             timeout: self.timeout,
             links: self.links,
         })
@@ -808,6 +809,8 @@ pub struct LinkExchange {
     plan_summary: Option<String>,
     /// The job, for the barriers of the pseudo-collective mode.
     barrier: Option<World>,
+    /// The job's health: a rank dead anywhere fails this exchange.
+    health: Option<std::sync::Arc<sode_job::Health>>,
     timeout: Duration,
 }
 
@@ -895,6 +898,7 @@ impl LinkExchange {
     /// barrier of the pseudo-collective mode).
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
+        self.check_health(false)?;
         self.job_barrier()?;
         // The device's channels first (two passes, no allocation): their
         // writes are in flight while this rank's CPU does the
@@ -934,7 +938,42 @@ impl LinkExchange {
             }
             all &= *done;
         }
+        if !all {
+            self.check_health(true)?;
+        }
         Ok(all)
+    }
+
+    /// Fails (the object too, when `in_flight`) once the job's health
+    /// watcher has found a rank dead: one atomic load when none is.
+    fn check_health(&mut self, in_flight: bool) -> Result<()> {
+        let Some(failure) = self.health.as_ref().and_then(|h| h.failure()) else {
+            return Ok(());
+        };
+        let e = HaloError::JobFailed {
+            failure: failure.clone(),
+            outstanding: if in_flight {
+                self.outstanding()
+            } else {
+                "nothing (between iterations)".into()
+            },
+        };
+        if in_flight {
+            self.lifecycle.fail(&e);
+        }
+        Err(e)
+    }
+
+    /// What the channels not yet complete still wait for, per neighbour.
+    fn outstanding(&self) -> String {
+        let outstanding: Vec<String> = self
+            .channels
+            .iter()
+            .zip(&self.done)
+            .filter(|(_, &d)| !d)
+            .map(|(c, _)| c.outstanding())
+            .collect();
+        outstanding.join("; ")
     }
 
     /// Progresses every channel until every message has arrived (or
@@ -947,15 +986,8 @@ impl LinkExchange {
         let mut backoff = Backoff::exchange();
         while !self.test()? {
             if Instant::now() >= deadline {
-                let outstanding: Vec<String> = self
-                    .channels
-                    .iter()
-                    .zip(&self.done)
-                    .filter(|(_, &d)| !d)
-                    .map(|(c, _)| c.outstanding())
-                    .collect();
                 return Err(HaloError::Timeout {
-                    outstanding: outstanding.join("; "),
+                    outstanding: self.outstanding(),
                 });
             }
             if !(backoff.blocks() && self.park_on_last(deadline)?) {

@@ -86,6 +86,14 @@ pub enum JobError {
         /// The system error, if one.
         source: Option<std::io::Error>,
     },
+    /// The job's health watcher could not be started.
+    #[error("starting the job's health watcher: {step}")]
+    Health {
+        /// What failed.
+        step: &'static str,
+        /// The system error.
+        source: std::io::Error,
+    },
 }
 
 /// `Result` with [`JobError`].

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backoff::WaitPolicy;
 use crate::error::{JobError, Result};
+use crate::health::{Failure, Health};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::node::NodeId;
 use crate::oob::{check_peers, decode, OutOfBand, PeerLink};
@@ -36,6 +37,8 @@ pub struct World {
     job_id: String,
     nodes: Arc<Vec<NodeId>>,
     oob: Option<Arc<Mutex<Box<dyn OutOfBand>>>>,
+    /// The job's health watcher (none for a job of one).
+    health: Option<Arc<Health>>,
 }
 
 /// Puts the data path's wait policy for `local_ranks` ranks on this node in
@@ -135,15 +138,41 @@ impl World {
         let base: String = sanitise_job_id(&base).chars().take(keep).collect();
         let job_id = sanitise_job_id(&format!("{base}-{}", root.nonce));
         tracing::debug!(rank, size, job_id, "joined the job");
+        let nodes: Vec<NodeId> = intros.into_iter().map(|i| i.node).collect();
+        let health = Self::watch_health(oob.as_mut(), &nodes, deadline)?;
         let world = World {
             rank,
             size,
             job_id,
-            nodes: Arc::new(intros.into_iter().map(|i| i.node).collect()),
+            nodes: Arc::new(nodes),
             oob: Some(Arc::new(Mutex::new(oob))),
+            health: Some(Arc::new(health)),
         };
         adopt_wait_policy(world.local_size())?;
         Ok(world)
+    }
+
+    /// Opens the health links (rank 0 to every rank) and starts this
+    /// rank's watcher; collective.
+    fn watch_health(
+        oob: &mut dyn OutOfBand,
+        nodes: &[NodeId],
+        deadline: Instant,
+    ) -> Result<Health> {
+        let silence =
+            crate::health::parse_silence(std::env::var(crate::HEALTH_TIMEOUT_VAR).ok().as_deref())?;
+        let (rank, size) = (oob.rank(), oob.size());
+        let peers: BTreeSet<usize> = if rank == 0 {
+            (1..size).collect()
+        } else {
+            [0].into()
+        };
+        let links = oob.connect(&peers, deadline)?;
+        // No rank opens other links before every health link is accepted:
+        // a leaf's listener would otherwise meet a neighbour's link while
+        // it expects only rank 0's.
+        oob.barrier(deadline)?;
+        Health::start(rank, links, nodes, silence)
     }
 
     /// A job of one process (no network).
@@ -154,7 +183,20 @@ impl World {
             job_id: format!("single{}", std::process::id()),
             nodes: Arc::new(vec![NodeId::local()]),
             oob: None,
+            health: None,
         }
+    }
+
+    /// The first rank of the job found dead, if any (one atomic load):
+    /// see [`Health`].
+    pub fn failure(&self) -> Option<&Failure> {
+        self.health.as_ref().and_then(|h| h.failure())
+    }
+
+    /// The job's health, for objects that outlive this handle (none for a
+    /// job of one).
+    pub fn health(&self) -> Option<Arc<Health>> {
+        self.health.clone()
     }
 
     /// This process's rank.
@@ -324,6 +366,45 @@ mod tests {
         std::thread::sleep(Duration::from_millis(50));
         assert!(all[0][&2].closed());
         assert!(!all[0][&1].closed());
+    }
+
+    #[test]
+    fn a_rank_that_finishes_early_is_not_a_death() {
+        let port = free_port();
+        let size = 3;
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let w = World::init_with(&launch(rank, size, port), Duration::from_secs(10))
+                        .unwrap();
+                    assert!(w.failure().is_none());
+                    // Rank 2 leaves at once (saying goodbye); rank 0, the
+                    // health root, and rank 1 stay for three heartbeats.
+                    let stay = if rank == 2 { 10 } else { 1500 };
+                    std::thread::sleep(Duration::from_millis(stay));
+                    let failure = w.failure().cloned();
+                    drop(w);
+                    failure
+                })
+            })
+            .collect();
+        for (rank, h) in handles.into_iter().enumerate() {
+            assert_eq!(h.join().unwrap(), None, "rank {rank} saw a death");
+        }
+    }
+
+    #[test]
+    fn the_health_timeout_is_checked() {
+        use crate::health::parse_silence;
+        for bad in ["0.5", "-3", "nan", "1e9", "ten"] {
+            let e = parse_silence(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("SODE_HEALTH_TIMEOUT") && e.contains("from 1 to 86400"),
+                "{e}"
+            );
+        }
+        assert_eq!(parse_silence(Some(" 3 ")).unwrap(), Duration::from_secs(3));
+        assert_eq!(parse_silence(None).unwrap(), crate::DEFAULT_SILENCE);
     }
 
     #[test]

@@ -1,0 +1,195 @@
+//! A rank's death reaches every rank of the job, not only its neighbours:
+//! four ranks in a chain (0 - 1 - 2 - 3) exchange halos as separate
+//! processes; one dies (SIGKILL) or stops (SIGSTOP) mid-run; every survivor's
+//! wait fails within a bound, naming the dead rank, although ranks 0 and 1
+//! never exchange with rank 3. Survivors keep their processes (and links)
+//! alive after reporting, so the news cannot travel by a chain of exits.
+//!
+//! The ranks are this test executable run again, by the `rank` test below
+//! (a no-op unless `SODE_HEALTH_TEST` is set).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_job::World;
+mod common;
+use common::free_port;
+
+const ROLE: &str = "SODE_HEALTH_TEST";
+const SIZE: usize = 4;
+/// The iteration the doomed rank dies in.
+const DIE_AT: usize = 5;
+/// Each wait's deadline: far beyond the bound the test asserts.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// How the doomed rank goes.
+#[derive(Clone, Copy, Debug)]
+enum Death {
+    /// Killed: its links close at once.
+    Kill,
+    /// Stopped: its links stay open; only its silence tells.
+    Stop,
+}
+
+/// One rank of the job, when run as a child (`ROLE` is
+/// `transport,doomed,kill|stop`).
+#[test]
+fn rank() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let mut it = role.split(',');
+    let transport = match it.next() {
+        Some("tcp") => Transport::Tcp,
+        _ => Transport::Auto,
+    };
+    let doomed: usize = it.next().unwrap().parse().unwrap();
+    let signal = match it.next() {
+        Some("stop") => nix::sys::signal::Signal::SIGSTOP,
+        _ => nix::sys::signal::Signal::SIGKILL,
+    };
+    let w = World::init(Duration::from_secs(30)).unwrap();
+    let me = w.rank();
+    let d = Decomposition::new(&[64, 8], &[SIZE, 1], &[false, false], 1, Stencil::Full).unwrap();
+    let mut halo = HaloExchange::builder(&w, &d)
+        .transport(transport)
+        .build()
+        .unwrap();
+    let cells: usize = halo.local_extent().iter().product();
+    let mut u = vec![me as f64; cells];
+    for iteration in 0..100_000 {
+        if me == doomed && iteration == DIE_AT {
+            nix::sys::signal::raise(signal).unwrap();
+        }
+        let t0 = Instant::now();
+        let step = halo
+            .start(&[&u])
+            .and_then(|()| halo.wait(Instant::now() + DEADLINE, &mut [&mut u]));
+        if let Err(e) = step {
+            println!(
+                "rank {me}: failed after {} ms in iteration {iteration}: {e}",
+                t0.elapsed().as_millis()
+            );
+            // Alive, links open, until the test has read every report.
+            std::thread::sleep(Duration::from_secs(3));
+            return;
+        }
+    }
+    panic!("rank {me}: no failure in 100000 iterations");
+}
+
+/// Runs the job with rank `doomed` going by `death`; per survivor, its
+/// report line.
+fn run_job(transport: &str, doomed: usize, death: Death) -> Vec<String> {
+    // One job at a time: four processes each on two cores are enough.
+    static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
+    let port = free_port();
+    let secret: String = "7d".repeat(32);
+    let job = format!("health{}{doomed}{:?}", std::process::id(), death);
+    let kind = match death {
+        Death::Kill => "kill",
+        Death::Stop => "stop",
+    };
+    let children: Vec<_> = (0..SIZE)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "rank", "--nocapture", "--test-threads=1"])
+                .env(ROLE, format!("{transport},{doomed},{kind}"))
+                .env("SODE_RANK", r.to_string())
+                .env("SODE_SIZE", SIZE.to_string())
+                .env("SODE_ROOT", format!("127.0.0.1:{port}"))
+                .env("SODE_JOB_SECRET", &secret)
+                .env("SODE_JOB_ID", &job)
+                .env("SODE_HEALTH_TIMEOUT", "2")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut children: Vec<Option<std::process::Child>> = children.into_iter().map(Some).collect();
+    let doomed_child = children[doomed].take().unwrap();
+    let survivors: Vec<(usize, String)> = children
+        .into_iter()
+        .enumerate()
+        .filter_map(|(r, c)| c.map(|c| (r, output(c))))
+        .collect();
+    // A stopped rank is killed now; a killed one is reaped.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(doomed_child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let doomed_text = output(doomed_child);
+    let mut reports = Vec::new();
+    for (r, text) in survivors {
+        println!("rank {r}:\n{text}");
+        // The harness's "test rank ... " may precede the report.
+        let start = format!("rank {r}: failed after");
+        let line = text
+            .lines()
+            .find_map(|l| l.find(&start).map(|i| &l[i..]))
+            .unwrap_or_else(|| {
+                panic!("rank {r} reported no failure:\n{text}\nthe doomed rank {doomed}:\n{doomed_text}")
+            });
+        reports.push(line.to_string());
+    }
+    reports
+}
+
+/// A child's stdout and stderr, once it has ended.
+fn output(child: std::process::Child) -> String {
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
+}
+
+/// Every report names rank `doomed` and came within `bound`.
+fn check(reports: &[String], doomed: usize, bound: Duration) {
+    assert_eq!(reports.len(), SIZE - 1, "{reports:?}");
+    for line in reports {
+        // The job's verdict, or a neighbour's own channel naming it.
+        assert!(
+            line.contains(&format!("rank {doomed} (on "))
+                || line.contains(&format!("with rank {doomed}")),
+            "a survivor does not name the dead rank {doomed}: {line}"
+        );
+        let ms: u64 = line
+            .split("failed after ")
+            .nth(1)
+            .and_then(|t| t.split(' ').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            Duration::from_millis(ms) < bound,
+            "reported after {ms} ms (bound {bound:?}): {line}"
+        );
+    }
+}
+
+#[test]
+fn a_killed_rank_is_reported_by_every_rank_over_shared_memory() {
+    check(&run_job("auto", 3, Death::Kill), 3, Duration::from_secs(2));
+}
+
+#[test]
+fn a_killed_rank_is_reported_by_every_rank_over_tcp() {
+    check(&run_job("tcp", 2, Death::Kill), 2, Duration::from_secs(2));
+}
+
+#[test]
+fn a_killed_rank_0_is_reported_by_every_rank() {
+    // Rank 0 is the one every health link goes through.
+    check(&run_job("tcp", 0, Death::Kill), 0, Duration::from_secs(2));
+}
+
+#[test]
+fn a_stopped_rank_is_declared_dead_after_its_silence() {
+    // SODE_HEALTH_TIMEOUT=2: two seconds without a heartbeat, then the news.
+    let reports = run_job("auto", 3, Death::Stop);
+    check(&reports, 3, Duration::from_secs(6));
+    assert!(
+        reports.iter().any(|l| l.contains("no heartbeat")),
+        "{reports:?}"
+    );
+}

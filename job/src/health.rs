@@ -1,0 +1,312 @@
+//! The job's health: a watcher thread per rank, on a link of its own to
+//! rank 0 (rank 0 has one to every rank). Ranks send heartbeats; rank 0
+//! declares a rank dead when its link closes without a goodbye (the process
+//! exited or was killed) or when it falls silent, and tells every other rank.
+//! A rank that loses rank 0 the same way declares rank 0 dead. The data path
+//! reads the verdict with one atomic load ([`Health::failure`]), so every
+//! blocked wait of the job can fail naming the dead rank, not only the dead
+//! rank's neighbours.
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+use crate::node::NodeId;
+use crate::oob::PeerLink;
+
+/// Seconds a rank may stay silent before rank 0 declares it dead (and a
+/// rank declares rank 0 dead); default [`DEFAULT_SILENCE`].
+pub const HEALTH_TIMEOUT_VAR: &str = "SODE_HEALTH_TIMEOUT";
+/// Silence after which a rank is declared dead, unless set otherwise.
+pub const DEFAULT_SILENCE: Duration = Duration::from_secs(10);
+/// How often each side of a health link sends a heartbeat.
+const BEAT: Duration = Duration::from_millis(500);
+/// How long a message that `poll` said is there may take to arrive whole.
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What travels on a health link.
+#[derive(Debug, Serialize, Deserialize)]
+enum Note {
+    /// Still here.
+    Beat,
+    /// Finished normally: its link closing is not a death.
+    Bye,
+    /// Rank 0 telling a rank that `rank` died.
+    Dead { rank: usize, why: String },
+}
+
+/// A rank of the job found dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Its rank.
+    pub rank: usize,
+    /// The host it ran on.
+    pub host: String,
+    /// How it was found dead.
+    pub why: String,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} (on {}) {}", self.rank, self.host, self.why)
+    }
+}
+
+/// What the watcher thread and the data path share.
+#[derive(Debug)]
+struct Verdict {
+    failure: OnceLock<Failure>,
+    hosts: Vec<String>,
+}
+
+impl Verdict {
+    /// Records the first death seen; later ones add nothing (the job has
+    /// already failed).
+    fn declare(&self, rank: usize, why: String) {
+        let host = self.hosts.get(rank).cloned().unwrap_or_default();
+        let failure = Failure { rank, host, why };
+        if self.failure.set(failure.clone()).is_ok() {
+            tracing::warn!(%failure, "a rank of the job died");
+        }
+    }
+}
+
+/// The job's health, as this rank knows it; its watcher thread stops (and
+/// says goodbye to rank 0, or rank 0 to every rank) when this is dropped.
+#[derive(Debug)]
+pub struct Health {
+    verdict: Arc<Verdict>,
+    /// Dropped to wake and stop the watcher.
+    stop: Option<UnixStream>,
+    watcher: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Health {
+    /// Starts watching over `links` (to rank 0, or from rank 0 to every
+    /// rank), declaring a rank dead after `silence` without a heartbeat.
+    pub(crate) fn start(
+        rank: usize,
+        links: BTreeMap<usize, PeerLink>,
+        nodes: &[NodeId],
+        silence: Duration,
+    ) -> Result<Health> {
+        let verdict = Arc::new(Verdict {
+            failure: OnceLock::new(),
+            hosts: nodes.iter().map(|n| n.hostname.clone()).collect(),
+        });
+        let (stop, stopped) = UnixStream::pair().map_err(|source| JobError::Health {
+            step: "creating its stop socket",
+            source,
+        })?;
+        let watch = Watch {
+            rank,
+            links: links
+                .into_values()
+                .map(|link| Watched {
+                    link,
+                    heard: Instant::now(),
+                })
+                .collect(),
+            verdict: Arc::clone(&verdict),
+            stopped,
+            silence,
+        };
+        let watcher = std::thread::Builder::new()
+            .name(format!("sode-health-{rank}"))
+            .spawn(move || watch.run())
+            .map_err(|source| JobError::Health {
+                step: "spawning its thread",
+                source,
+            })?;
+        Ok(Health {
+            verdict,
+            stop: Some(stop),
+            watcher: Mutex::new(Some(watcher)),
+        })
+    }
+
+    /// The first rank found dead, if any: one atomic load.
+    pub fn failure(&self) -> Option<&Failure> {
+        self.verdict.failure.get()
+    }
+}
+
+impl Drop for Health {
+    fn drop(&mut self) {
+        // Closing our end wakes the watcher, which says goodbye and ends.
+        drop(self.stop.take());
+        let watcher = self
+            .watcher
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(w) = watcher {
+            let _ = w.join();
+        }
+    }
+}
+
+/// A link being watched and when it was last heard from.
+#[derive(Debug)]
+struct Watched {
+    link: PeerLink,
+    heard: Instant,
+}
+
+/// The watcher thread's state.
+struct Watch {
+    rank: usize,
+    links: Vec<Watched>,
+    verdict: Arc<Verdict>,
+    stopped: UnixStream,
+    silence: Duration,
+}
+
+impl Watch {
+    fn run(mut self) {
+        let mut next_beat = Instant::now();
+        loop {
+            let now = Instant::now();
+            if now >= next_beat {
+                self.beat();
+                next_beat = now + BEAT;
+            }
+            let ready = match self.poll(next_beat.saturating_duration_since(now)) {
+                Some(ready) => ready,
+                None => break,
+            };
+            for i in ready.into_iter().rev() {
+                self.read(i);
+            }
+            self.check_silence();
+        }
+        for w in &mut self.links {
+            let _ = w.link.send(&Note::Bye);
+        }
+    }
+
+    /// Sends a heartbeat on every link; one that cannot be written to is
+    /// a dead peer.
+    fn beat(&mut self) {
+        let mut i = 0;
+        while i < self.links.len() {
+            match self.links[i].link.send(&Note::Beat) {
+                Ok(()) => i += 1,
+                Err(e) => self.lost(i, format!("could not be sent a heartbeat: {e}")),
+            }
+        }
+    }
+
+    /// Waits up to `nap` for a message or a closed link; the links that
+    /// have something (in order), or None when the watcher is to stop.
+    fn poll(&mut self, nap: Duration) -> Option<Vec<usize>> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        let mut fds = vec![PollFd::new(self.stopped.as_fd(), PollFlags::POLLIN)];
+        // The links without a descriptor are only beaten and timed.
+        let watched: Vec<usize> = (0..self.links.len())
+            .filter(|&i| self.links[i].link.liveness_fd().is_some())
+            .collect();
+        for &i in &watched {
+            if let Some(fd) = self.links[i].link.liveness_fd() {
+                fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            }
+        }
+        let ms = u16::try_from(nap.as_millis().max(1)).unwrap_or(u16::MAX);
+        if nix::poll::poll(&mut fds, PollTimeout::from(ms)).is_err() {
+            return Some(Vec::new());
+        }
+        let has = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+        // Nothing writes to the stop socket: it reports only its other
+        // end's closing.
+        if has(&fds[0]) {
+            return None;
+        }
+        Some(
+            watched
+                .into_iter()
+                .zip(&fds[1..])
+                .filter(|(_, fd)| has(fd))
+                .map(|(i, _)| i)
+                .collect(),
+        )
+    }
+
+    /// Takes one message from link `i`.
+    fn read(&mut self, i: usize) {
+        let w = &mut self.links[i];
+        match w.link.recv::<Note>(Instant::now() + READ_TIMEOUT) {
+            Ok(Note::Beat) => w.heard = Instant::now(),
+            Ok(Note::Bye) => {
+                // It finished: no longer watched.
+                self.links.swap_remove(i);
+            }
+            Ok(Note::Dead { rank, why }) => {
+                w.heard = Instant::now();
+                // Only rank 0 announces deaths; it is the one link a rank
+                // other than 0 has.
+                if self.rank != 0 {
+                    self.verdict.declare(rank, why);
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %crate::diag::chain(&e), "health link lost");
+                self.lost(
+                    i,
+                    "closed its health link without finishing (it exited, was killed or its node went down)".into(),
+                );
+            }
+        }
+    }
+
+    fn check_silence(&mut self) {
+        let now = Instant::now();
+        if let Some(i) = self
+            .links
+            .iter()
+            .position(|w| now.duration_since(w.heard) > self.silence)
+        {
+            let s = self.silence;
+            self.lost(i, format!("sent no heartbeat for {s:?}"));
+        }
+    }
+
+    /// Link `i`'s rank is dead: declared here, and by rank 0 to every
+    /// other rank.
+    fn lost(&mut self, i: usize, why: String) {
+        let gone = self.links.swap_remove(i);
+        let rank = gone.link.peer();
+        self.verdict.declare(rank, why.clone());
+        if self.rank == 0 {
+            for w in &mut self.links {
+                let _ = w.link.send(&Note::Dead {
+                    rank,
+                    why: why.clone(),
+                });
+            }
+        }
+    }
+}
+
+/// The silence after which a rank is declared dead, from the value of
+/// `SODE_HEALTH_TIMEOUT` (seconds), or [`DEFAULT_SILENCE`] without one.
+pub(crate) fn parse_silence(value: Option<&str>) -> Result<Duration> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_SILENCE);
+    };
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s >= 1.0 && *s <= 86_400.0)
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| JobError::InvalidSetting {
+            name: HEALTH_TIMEOUT_VAR.into(),
+            value: v.into(),
+            why: "seconds from 1 to 86400 that a rank may stay silent before the job declares it dead".into(),
+        })
+}
