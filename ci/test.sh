@@ -69,6 +69,9 @@ bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests"
 echo "== two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
 bash ci/softroce/two-nodes.sh
 
+echo "== a node vanishes mid-run: the ranks of the other node report its silent rank (job health)"
+bash ci/softroce/node-death.sh "$(test_exe sode health)"
+
 echo "== two nodes under mpirun: the C and Fortran examples against MPI (UCX over rxe), bit for bit"
 bash ci/softroce/two-nodes-mpi.sh
 

@@ -33,7 +33,7 @@ enum Death {
 }
 
 /// One rank of the job, when run as a child (`ROLE` is
-/// `transport,doomed,kill|stop`).
+/// `transport,doomed,kill|stop|poweroff`).
 #[test]
 fn rank() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -45,10 +45,7 @@ fn rank() {
         _ => Transport::Auto,
     };
     let doomed: usize = it.next().unwrap().parse().unwrap();
-    let signal = match it.next() {
-        Some("stop") => nix::sys::signal::Signal::SIGSTOP,
-        _ => nix::sys::signal::Signal::SIGKILL,
-    };
+    let how = it.next().unwrap_or("kill").to_string();
     let w = World::init(Duration::from_secs(30)).unwrap();
     let me = w.rank();
     let d = Decomposition::new(&[64, 8], &[SIZE, 1], &[false, false], 1, Stencil::Full).unwrap();
@@ -60,7 +57,7 @@ fn rank() {
     let mut u = vec![me as f64; cells];
     for iteration in 0..100_000 {
         if me == doomed && iteration == DIE_AT {
-            nix::sys::signal::raise(signal).unwrap();
+            go(&how);
         }
         let t0 = Instant::now();
         let step = halo
@@ -77,6 +74,25 @@ fn rank() {
         }
     }
     panic!("rank {me}: no failure in 100000 iterations");
+}
+
+/// Ends this process as `how` says: `kill` (SIGKILL), `stop` (SIGSTOP), or
+/// `poweroff`: the whole node goes at once, its connections neither closed
+/// nor reset (run by `ci/softroce/node-death.sh` in a VM, as root).
+fn go(how: &str) {
+    use nix::sys::signal::{raise, Signal};
+    match how {
+        "stop" => raise(Signal::SIGSTOP).unwrap(),
+        "poweroff" => {
+            println!(
+                "rank {}: powering the node off",
+                std::env::var("SODE_RANK").unwrap_or_default()
+            );
+            std::fs::write("/proc/sysrq-trigger", "o").unwrap();
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        _ => raise(Signal::SIGKILL).unwrap(),
+    }
 }
 
 /// Runs the job with rank `doomed` going by `death`; per survivor, its
