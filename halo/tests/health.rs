@@ -65,8 +65,9 @@ fn rank() {
             .and_then(|()| halo.wait(Instant::now() + DEADLINE, &mut [&mut u]));
         if let Err(e) = step {
             println!(
-                "rank {me}: failed after {} ms in iteration {iteration}: {e}",
-                t0.elapsed().as_millis()
+                "rank {me}: failed after {} ms in iteration {iteration}: {}",
+                t0.elapsed().as_millis(),
+                sode_job::diag::chain(&e)
             );
             // Alive, links open, until the test has read every report.
             std::thread::sleep(Duration::from_secs(3));
@@ -167,7 +168,8 @@ fn check(reports: &[String], doomed: usize, bound: Duration) {
         // The job's verdict, or a neighbour's own channel naming it.
         assert!(
             line.contains(&format!("rank {doomed} (on "))
-                || line.contains(&format!("with rank {doomed}")),
+                || line.contains(&format!("with rank {doomed}"))
+                || line.contains(&format!("peer rank {doomed} ")),
             "a survivor does not name the dead rank {doomed}: {line}"
         );
         let ms: u64 = line

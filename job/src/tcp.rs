@@ -537,6 +537,22 @@ fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpS
             .max(Duration::from_millis(10))
             .min(Duration::from_secs(2));
         match TcpStream::connect_timeout(&addr, attempt) {
+            // Connecting to a local port nobody listens on yet, the kernel
+            // may pick that very port as ours and connect the socket to
+            // itself, keeping the listener from binding: drop it and retry.
+            Ok(s) if s.local_addr().ok() == Some(addr) => {
+                drop(s);
+                if Instant::now() >= deadline {
+                    return Err(JobError::Bootstrap {
+                        step: format!("connect to {addr}"),
+                        whom: whom.into(),
+                        source: std::io::Error::other(
+                            "nothing listens there (the connection reached itself)",
+                        ),
+                    });
+                }
+                backoff.snooze();
+            }
             Ok(s) => {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
