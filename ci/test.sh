@@ -72,6 +72,9 @@ bash ci/softroce/two-nodes.sh
 echo "== a node vanishes mid-run: the ranks of the other node report its silent rank (job health)"
 bash ci/softroce/node-death.sh "$(test_exe sode health)"
 
+echo "== reordered ranks: a scrambled 8-rank job across the two VMs moves fewer bytes between them with --reorder"
+ROUNDS=1 ITERS=50 bash ci/softroce/reorder.sh
+
 echo "== two nodes under mpirun: the C and Fortran examples against MPI (UCX over rxe), bit for bit"
 bash ci/softroce/two-nodes-mpi.sh
 

@@ -4,6 +4,8 @@
 # with its own rxe0 on its virtio NIC. Runs PROGRAM as a 4-rank job, ranks
 # 0 and 1 on node a, 2 and 3 on node b (ranks of one node share memory, the
 # others talk RDMA over the wire), and exits non-zero if any rank fails.
+# SODE_CLUSTER_RANKS_A and SODE_CLUSTER_RANKS_B list other ranks per node
+# (the job's size is their number).
 #
 #   bash ci/softroce/cluster.sh PROGRAM ARGS...
 #
@@ -30,7 +32,7 @@ start=$(date +%s)
 boot() { # node, ip, listen|connect, mac
   timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$1" \
     --rwdir "$out" --cwd "$PWD" \
-    --exec "SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
+    --exec "SODE_CLUSTER_RANKS_A='${SODE_CLUSTER_RANKS_A:-0 1}' SODE_CLUSTER_RANKS_B='${SODE_CLUSTER_RANKS_B:-2 3}' SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
     --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
     >"$out/vm-$1.log" 2>&1 || true
 }

@@ -48,6 +48,7 @@ mod links;
 mod model;
 #[cfg(feature = "rdma")]
 pub mod plan;
+mod reorder;
 
 pub use channel::Locality;
 pub use decomp::{
@@ -57,5 +58,6 @@ pub use decomp::{
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};
 pub use links::{InPlace, Link, LinkExchange, LinkExchangeBuilder, Message, Sides, Span};
+pub use reorder::{reorder, Reordered};
 #[cfg(feature = "rdma")]
 pub use sode_transport::UserMemory;

@@ -459,7 +459,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             lifecycle: Lifecycle::Idle,
             plan_summary: summary,
             barrier: (self.sync == SyncMode::PseudoCollective).then(|| self.world.clone()),
-            health: self.world.health(),
+            job: self.world.clone(),
             timeout: self.timeout,
             links: self.links,
         })
@@ -809,8 +809,9 @@ pub struct LinkExchange {
     plan_summary: Option<String>,
     /// The job, for the barriers of the pseudo-collective mode.
     barrier: Option<World>,
-    /// The job's health: a rank dead anywhere fails this exchange.
-    health: Option<std::sync::Arc<sode_job::Health>>,
+    /// The job, whose health it watches: a rank dead anywhere fails this
+    /// exchange.
+    job: World,
     timeout: Duration,
 }
 
@@ -947,11 +948,11 @@ impl LinkExchange {
     /// Fails (the object too, when `in_flight`) once the job's health
     /// watcher has found a rank dead: one atomic load when none is.
     fn check_health(&mut self, in_flight: bool) -> Result<()> {
-        let Some(failure) = self.health.as_ref().and_then(|h| h.failure()) else {
+        let Some(failure) = self.job.failure() else {
             return Ok(());
         };
         let e = HaloError::JobFailed {
-            failure: failure.clone(),
+            failure,
             outstanding: if in_flight {
                 self.outstanding()
             } else {

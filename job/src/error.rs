@@ -86,6 +86,12 @@ pub enum JobError {
         /// The system error, if one.
         source: Option<std::io::Error>,
     },
+    /// A renumbering of the ranks that is not a permutation.
+    #[error("cannot renumber the ranks: {why}")]
+    Renumbering {
+        /// What is wrong with it.
+        why: String,
+    },
     /// The job's health watcher could not be started.
     #[error("starting the job's health watcher: {step}")]
     Health {

@@ -44,8 +44,10 @@ enum Note {
 /// A rank of the job found dead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
-    /// Its rank.
+    /// Its rank (in the numbering of the world that reports it).
     pub rank: usize,
+    /// Its rank in launch order.
+    pub launch_rank: usize,
     /// The host it ran on.
     pub host: String,
     /// How it was found dead.
@@ -54,7 +56,15 @@ pub struct Failure {
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "rank {} (on {}) {}", self.rank, self.host, self.why)
+        if self.rank == self.launch_rank {
+            write!(f, "rank {} (on {}) {}", self.rank, self.host, self.why)
+        } else {
+            write!(
+                f,
+                "rank {} (launched as rank {}, on {}) {}",
+                self.rank, self.launch_rank, self.host, self.why
+            )
+        }
     }
 }
 
@@ -70,7 +80,12 @@ impl Verdict {
     /// already failed).
     fn declare(&self, rank: usize, why: String) {
         let host = self.hosts.get(rank).cloned().unwrap_or_default();
-        let failure = Failure { rank, host, why };
+        let failure = Failure {
+            rank,
+            launch_rank: rank,
+            host,
+            why,
+        };
         if self.failure.set(failure.clone()).is_ok() {
             tracing::warn!(%failure, "a rank of the job died");
         }

@@ -79,6 +79,11 @@ impl PeerLink {
         self.peer
     }
 
+    /// The same link, its peer called `peer` (in a renumbered world).
+    pub fn renumbered(self, peer: usize) -> PeerLink {
+        PeerLink { peer, ..self }
+    }
+
     /// Sends one message.
     pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<()> {
         let body = encode(msg, self.peer)?;

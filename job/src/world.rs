@@ -39,6 +39,17 @@ pub struct World {
     oob: Option<Arc<Mutex<Box<dyn OutOfBand>>>>,
     /// The job's health watcher (none for a job of one).
     health: Option<Arc<Health>>,
+    /// When the ranks were renumbered: each rank's launch rank, and back.
+    order: Option<Arc<Order>>,
+}
+
+/// A renumbering of the ranks (see [`World::renumbered`]).
+#[derive(Debug)]
+struct Order {
+    /// `launch[rank]`: the rank's number in launch order.
+    launch: Vec<usize>,
+    /// `rank[launch_rank]`: its number here.
+    rank: Vec<usize>,
 }
 
 /// Puts the data path's wait policy for `local_ranks` ranks on this node in
@@ -147,6 +158,7 @@ impl World {
             nodes: Arc::new(nodes),
             oob: Some(Arc::new(Mutex::new(oob))),
             health: Some(Arc::new(health)),
+            order: None,
         };
         adopt_wait_policy(world.local_size())?;
         Ok(world)
@@ -184,13 +196,71 @@ impl World {
             nodes: Arc::new(vec![NodeId::local()]),
             oob: None,
             health: None,
+            order: None,
         }
     }
 
     /// The first rank of the job found dead, if any (one atomic load):
     /// see [`Health`].
-    pub fn failure(&self) -> Option<&Failure> {
-        self.health.as_ref().and_then(|h| h.failure())
+    pub fn failure(&self) -> Option<Failure> {
+        let f = self.health.as_ref().and_then(|h| h.failure())?;
+        let mut f = f.clone();
+        f.rank = self.rank_of_launch(f.launch_rank);
+        Some(f)
+    }
+
+    /// The same job with its ranks renumbered: the rank launched as
+    /// `order[r]` is rank `r` of the returned world (its channels, nodes,
+    /// collectives and setup links all speak the new numbers). Local: every
+    /// rank must pass the same order (see `sode::reorder`, which has rank
+    /// 0 choose it). Renumbering a renumbered world composes.
+    pub fn renumbered(&self, order: &[usize]) -> Result<World> {
+        let mut seen = vec![false; self.size];
+        let bad = order.len() != self.size
+            || order
+                .iter()
+                .any(|&r| r >= self.size || std::mem::replace(&mut seen[r], true));
+        if bad {
+            return Err(JobError::Renumbering {
+                why: format!(
+                    "{order:?} is not an order of the {} ranks 0..{}: each must appear once",
+                    self.size, self.size
+                ),
+            });
+        }
+        let launch: Vec<usize> = order.iter().map(|&r| self.launch_of(r)).collect();
+        let mut rank = vec![0; self.size];
+        for (new, &l) in launch.iter().enumerate() {
+            rank[l] = new;
+        }
+        let me = rank[self.launch_of(self.rank)];
+        Ok(World {
+            rank: me,
+            size: self.size,
+            job_id: self.job_id.clone(),
+            nodes: Arc::new(order.iter().map(|&r| self.nodes[r].clone()).collect()),
+            oob: self.oob.clone(),
+            health: self.health.clone(),
+            order: Some(Arc::new(Order { launch, rank })),
+        })
+    }
+
+    /// This world's rank `rank` in launch order (the out-of-band exchange's
+    /// numbering).
+    fn launch_of(&self, rank: usize) -> usize {
+        self.order.as_ref().map_or(rank, |o| o.launch[rank])
+    }
+
+    /// The launch rank `launch` in this world's numbering.
+    fn rank_of_launch(&self, launch: usize) -> usize {
+        self.order
+            .as_ref()
+            .map_or(launch, |o| o.rank.get(launch).copied().unwrap_or(launch))
+    }
+
+    /// This rank's number in launch order.
+    pub fn launch_rank(&self) -> usize {
+        self.launch_of(self.rank)
     }
 
     /// The job's health, for objects that outlive this handle (none for a
@@ -252,10 +322,19 @@ impl World {
 
     /// Every rank's `mine`, indexed by rank; collective.
     pub fn allgather(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        match self.exchange() {
-            Some(mut oob) => oob.allgather(mine, Instant::now() + timeout),
-            None => Ok(vec![mine.to_vec()]),
+        let mut all = match self.exchange() {
+            Some(mut oob) => oob.allgather(mine, Instant::now() + timeout)?,
+            None => vec![mine.to_vec()],
+        };
+        if let Some(o) = &self.order {
+            // Launch order to ours.
+            all = o
+                .launch
+                .iter()
+                .map(|&l| std::mem::take(&mut all[l]))
+                .collect();
         }
+        Ok(all)
     }
 
     /// Opens a data connection (a TCP stream, `TCP_NODELAY`, blocking) to
@@ -280,10 +359,18 @@ impl World {
         timeout: Duration,
     ) -> Result<BTreeMap<usize, PeerLink>> {
         check_peers(self.rank, self.size, peers)?;
-        match self.exchange() {
-            Some(mut oob) => oob.connect(peers, Instant::now() + timeout),
-            None => Ok(BTreeMap::new()),
-        }
+        let launch: BTreeSet<usize> = peers.iter().map(|&p| self.launch_of(p)).collect();
+        let links = match self.exchange() {
+            Some(mut oob) => oob.connect(&launch, Instant::now() + timeout)?,
+            None => BTreeMap::new(),
+        };
+        Ok(links
+            .into_values()
+            .map(|link| {
+                let p = self.rank_of_launch(link.peer());
+                (p, link.renumbered(p))
+            })
+            .collect())
     }
 }
 
@@ -312,7 +399,7 @@ mod tests {
         crate::Secret::from_hex(&"5a".repeat(32)).unwrap()
     }
 
-    fn launch(rank: usize, size: usize, port: u16) -> LaunchInfo {
+    fn launch_info(rank: usize, size: usize, port: u16) -> LaunchInfo {
         LaunchInfo {
             rank,
             size,
@@ -332,8 +419,9 @@ mod tests {
         let handles: Vec<_> = (0..size)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let w = World::init_with(&launch(rank, size, port), Duration::from_secs(10))
-                        .unwrap();
+                    let w =
+                        World::init_with(&launch_info(rank, size, port), Duration::from_secs(10))
+                            .unwrap();
                     assert!(w.same_node((rank + 1) % size));
                     assert!(w.job_id().starts_with("t-job-"), "rank 0's job id wins");
                     assert_eq!(w.job_id().len(), "t-job-".len() + 16, "with rank 0's nonce");
@@ -375,14 +463,15 @@ mod tests {
         let handles: Vec<_> = (0..size)
             .map(|rank| {
                 std::thread::spawn(move || {
-                    let w = World::init_with(&launch(rank, size, port), Duration::from_secs(10))
-                        .unwrap();
+                    let w =
+                        World::init_with(&launch_info(rank, size, port), Duration::from_secs(10))
+                            .unwrap();
                     assert!(w.failure().is_none());
                     // Rank 2 leaves at once (saying goodbye); rank 0, the
                     // health root, and rank 1 stay for three heartbeats.
                     let stay = if rank == 2 { 10 } else { 1500 };
                     std::thread::sleep(Duration::from_millis(stay));
-                    let failure = w.failure().cloned();
+                    let failure = w.failure();
                     drop(w);
                     failure
                 })
@@ -390,6 +479,59 @@ mod tests {
             .collect();
         for (rank, h) in handles.into_iter().enumerate() {
             assert_eq!(h.join().unwrap(), None, "rank {rank} saw a death");
+        }
+    }
+
+    #[test]
+    fn a_renumbered_world_speaks_the_new_numbers() {
+        let port = free_port();
+        let size = 3;
+        // Launch rank 2 becomes rank 0, launch 0 rank 1, launch 1 rank 2.
+        let order = [2, 0, 1];
+        let handles: Vec<_> = (0..size)
+            .map(|launch| {
+                std::thread::spawn(move || {
+                    let w =
+                        World::init_with(&launch_info(launch, size, port), Duration::from_secs(10))
+                            .unwrap();
+                    let r = w.renumbered(&order).unwrap();
+                    assert_eq!(r.launch_rank(), launch);
+                    assert_eq!(order[r.rank()], launch);
+                    let me = r.rank();
+                    let all = r.allgather(&[me as u8], Duration::from_secs(10)).unwrap();
+                    assert_eq!(
+                        all,
+                        vec![vec![0], vec![1], vec![2]],
+                        "gathered in the new order"
+                    );
+                    // A chain in the new numbering: 0 - 1 - 2.
+                    let peers: BTreeSet<usize> = [me.wrapping_sub(1), me + 1]
+                        .into_iter()
+                        .filter(|&p| p < size)
+                        .collect();
+                    let mut links = r.connect_peers(&peers, Duration::from_secs(10)).unwrap();
+                    assert_eq!(links.keys().copied().collect::<BTreeSet<_>>(), peers);
+                    for (p, l) in links.iter_mut() {
+                        assert_eq!(l.peer(), *p);
+                        l.send(&(me * 10 + p)).unwrap();
+                    }
+                    for (p, l) in links.iter_mut() {
+                        let got: usize = l.recv(Instant::now() + Duration::from_secs(10)).unwrap();
+                        assert_eq!(got, p * 10 + me, "from new rank {p}");
+                    }
+                    // Composes: undoing the order gives launch order back.
+                    let back = r.renumbered(&[1, 2, 0]).unwrap();
+                    assert_eq!(back.rank(), launch);
+                    r.barrier(Duration::from_secs(10)).unwrap();
+                    for bad in [&[0, 1][..], &[0, 0, 1], &[0, 1, 3]] {
+                        let e = r.renumbered(bad).unwrap_err().to_string();
+                        assert!(e.contains("each must appear once"), "{e}");
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
         }
     }
 
@@ -409,7 +551,7 @@ mod tests {
 
     #[test]
     fn a_missing_rank_times_out_with_its_name() {
-        let e = World::init_with(&launch(0, 2, free_port()), Duration::from_millis(200))
+        let e = World::init_with(&launch_info(0, 2, free_port()), Duration::from_millis(200))
             .unwrap_err()
             .to_string();
         assert!(e.contains("ranks 1") && e.contains("SODE_ROOT"), "{e}");
