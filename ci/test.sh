@@ -57,14 +57,15 @@ halo_tests=$(test_exe sode halo)
 alloc_tests=$(test_exe sode alloc)
 slots_tests=$(test_exe sode rdma_slots)
 blocking_tests=$(test_exe sode blocking)
+alltoall_tests=$(test_exe sode alltoall)
 rdma_bench=$(cargo bench --locked -p sode-benches --bench rdma_writes --no-run --message-format=json \
   | python3 -c 'import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma_writes":
         print(m["executable"])')
-[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$blocking_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
-bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$blocking_tests" "$rdma_bench" 2>&1 | tee -a "$log"
+[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
+bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$blocking_tests" "$alltoall_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 
 echo "== two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
 bash ci/softroce/two-nodes.sh

@@ -37,6 +37,7 @@
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
+mod alltoall;
 mod channel;
 mod decomp;
 mod error;
@@ -50,6 +51,7 @@ mod model;
 pub mod plan;
 mod reorder;
 
+pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use channel::Locality;
 pub use decomp::{
     axes_name, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour, Region,

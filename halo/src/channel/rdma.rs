@@ -329,11 +329,8 @@ fn pattern(messages: &[RdmaSend], machine: Machine) -> Pattern {
         requests: messages
             .iter()
             .enumerate()
-            .map(|(j, m)| Request {
-                id: j as u32,
-                dest: m.peer as u32,
-                direction: direction_of(&m.offset),
-                links: m
+            .map(|(j, m)| {
+                let mut links: Vec<String> = m
                     .offset
                     .iter()
                     .enumerate()
@@ -341,8 +338,19 @@ fn pattern(messages: &[RdmaSend], machine: Machine) -> Pattern {
                     .map(|(a, &o)| {
                         format!("{}{}", ['x', 'y', 'z'][a], if o > 0 { '+' } else { '-' })
                     })
-                    .collect(),
-                bytes: m.len as u64,
+                    .collect();
+                if links.is_empty() {
+                    // No direction (an all-to-all, links given without
+                    // offsets): the one link of `direction_of`.
+                    links.push("x+".into());
+                }
+                Request {
+                    id: j as u32,
+                    dest: m.peer as u32,
+                    direction: direction_of(&m.offset),
+                    links,
+                    bytes: m.len as u64,
+                }
             })
             .collect(),
     }

@@ -1,0 +1,157 @@
+//! A persistent all-to-all: every rank sends every rank (itself included)
+//! one block of the same size each iteration, over the channels of the
+//! halo exchange (shared memory on the node; RDMA or TCP between nodes,
+//! chosen per peer as for halos). It is a [`LinkExchange`] with one link
+//! per peer, listed in the order of the shift schedule (at phase k a rank
+//! sends to rank + k), which is the order the channels post them in.
+
+use std::time::{Duration, Instant};
+
+use sode_job::World;
+
+use crate::error::{HaloError, Result};
+use crate::exchange::Transport;
+use crate::links::{Link, LinkExchange, Message};
+
+/// Builds an [`AllToAll`]; collective over the job.
+#[derive(Debug)]
+pub struct AllToAllBuilder<'w> {
+    world: &'w World,
+    block: usize,
+    transport: Transport,
+    engines: usize,
+    timeout: Duration,
+}
+
+impl AllToAllBuilder<'_> {
+    /// Which channels to use (default [`Transport::Auto`]).
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.transport = t;
+        self
+    }
+
+    /// RDMA queue pairs per peer (default 2).
+    pub fn engines(mut self, e: usize) -> Self {
+        self.engines = e;
+        self
+    }
+
+    /// Deadline for setting up (default 60 s).
+    pub fn setup_timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Connects the channels; collective.
+    pub fn build(self) -> Result<AllToAll> {
+        let (n, me) = (self.world.size(), self.world.rank());
+        if self.block == 0 {
+            return Err(HaloError::Usage {
+                op: "AllToAll::build",
+                why: "a block of 0 bytes per pair: give at least 1".into(),
+            });
+        }
+        // Phase k: send to me + k, receive from me - k (every pair's
+        // messages meet in the same phase on both sides).
+        let links: Vec<Link> = (0..n)
+            .map(|k| {
+                let peer = (me + k) % n;
+                Link {
+                    peer,
+                    send: Some(Message {
+                        len: self.block,
+                        tag: 1,
+                    }),
+                    recv: Some(Message {
+                        len: self.block,
+                        tag: 1,
+                    }),
+                    offset: Vec::new(),
+                    name: format!("rank {peer}"),
+                }
+            })
+            .collect();
+        let x = LinkExchange::builder(self.world, links)
+            .transport(self.transport)
+            .engines(self.engines)
+            .setup_timeout(self.timeout)
+            .build()?;
+        Ok(AllToAll {
+            x,
+            size: n,
+            rank: me,
+        })
+    }
+}
+
+/// A persistent all-to-all of equal blocks: fill [`send_block`]s, `start`,
+/// `wait`, read [`recv_block`]s.
+///
+/// [`send_block`]: AllToAll::send_block
+/// [`recv_block`]: AllToAll::recv_block
+#[derive(Debug)]
+pub struct AllToAll {
+    x: LinkExchange,
+    size: usize,
+    rank: usize,
+}
+
+impl AllToAll {
+    /// A builder for blocks of `bytes_per_pair` bytes between every two
+    /// ranks of `world`.
+    pub fn builder(world: &World, bytes_per_pair: usize) -> AllToAllBuilder<'_> {
+        AllToAllBuilder {
+            world,
+            block: bytes_per_pair,
+            transport: Transport::Auto,
+            engines: 2,
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The link that carries this rank's blocks with `peer`.
+    fn link(&self, op: &'static str, peer: usize) -> Result<usize> {
+        if peer >= self.size {
+            return Err(HaloError::Usage {
+                op,
+                why: format!("rank {peer} is not in the job (ranks 0..{})", self.size),
+            });
+        }
+        Ok((peer + self.size - self.rank) % self.size)
+    }
+
+    /// The block for `peer`, to fill before [`start`](Self::start).
+    pub fn send_block(&mut self, peer: usize) -> Result<&mut [u8]> {
+        let l = self.link("send_block", peer)?;
+        self.x.send_buf(l)
+    }
+
+    /// The block from `peer`, complete after [`wait`](Self::wait).
+    pub fn recv_block(&self, peer: usize) -> Result<&[u8]> {
+        let l = self.link("recv_block", peer)?;
+        self.x.recv_buf(l)
+    }
+
+    /// Sends every block; never blocks.
+    pub fn start(&mut self) -> Result<()> {
+        self.x.start()
+    }
+
+    /// Progresses without blocking; true once every block has arrived.
+    pub fn test(&mut self) -> Result<bool> {
+        self.x.test()
+    }
+
+    /// Waits until every block has arrived, or `deadline`.
+    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+        self.x.wait(deadline)
+    }
+
+    /// Which channel reaches each rank, by rank (`local` for this one).
+    pub fn channels(&self) -> Vec<&'static str> {
+        let by_link = self.x.localities();
+        (0..self.size)
+            .map(|peer| by_link[(peer + self.size - self.rank) % self.size].name())
+            .collect()
+    }
+}
