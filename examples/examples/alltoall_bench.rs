@@ -64,7 +64,11 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
                 *b = byte(me, peer, block, o);
             }
         }
-        let iters = if block >= 1 << 20 { a.iters.div_ceil(10) } else { a.iters };
+        let iters = if block >= 1 << 20 {
+            a.iters.div_ceil(10)
+        } else {
+            a.iters
+        };
         let once = |x: &mut AllToAll| -> Result<(), sode::HaloError> {
             x.start()?;
             x.wait(Instant::now() + Duration::from_secs(60))
@@ -88,12 +92,18 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         for peer in 0..n {
             let got = x.recv_block(peer)?;
             if let Some(o) = (0..block).find(|&o| got[o] != byte(peer, me, block, o)) {
-                return Err(format!("rank {me}: byte {o} of the block from rank {peer} is wrong").into());
+                return Err(
+                    format!("rank {me}: byte {o} of the block from rank {peer} is wrong").into(),
+                );
             }
         }
         if me == 0 {
             rounds.sort_by(f64::total_cmp);
-            println!("sode {block} {:.2} {:.2}", rounds[rounds.len() / 2], rounds[0]);
+            println!(
+                "sode {block} {:.2} {:.2}",
+                rounds[rounds.len() / 2],
+                rounds[0]
+            );
         }
     }
     Ok(())

@@ -2,8 +2,9 @@
 //! one block of the same size each iteration, over the channels of the
 //! halo exchange (shared memory on the node; RDMA or TCP between nodes,
 //! chosen per peer as for halos). It is a [`LinkExchange`] with one link
-//! per peer, listed in the order of the shift schedule (at phase k a rank
-//! sends to rank + k), which is the order the channels post them in.
+//! per peer, listed in the order of the schedule's phases (shift: at phase
+//! k a rank sends to rank + k; or the contention-free phases of a
+//! Latin-square fat-tree), which is the order the channels post them in.
 
 use std::time::{Duration, Instant};
 
@@ -21,9 +22,59 @@ pub struct AllToAllBuilder<'w> {
     transport: Transport,
     engines: usize,
     timeout: Duration,
+    /// The Latin-square fat-tree (n, k, m) the ranks sit on, in order.
+    latin: Option<(usize, usize, usize)>,
 }
 
 impl AllToAllBuilder<'_> {
+    /// The ranks are, in order, the n k m servers of a partial Latin-square
+    /// fat-tree (`sode-sched alltoall`): each rank then sends in the order
+    /// of the contention-free schedule's phases rather than by shift.
+    pub fn latin_square(mut self, n: usize, k: usize, m: usize) -> Self {
+        self.latin = Some((n, k, m));
+        self
+    }
+
+    /// The peers this rank sends to, phase by phase.
+    fn peer_order(&self) -> Result<Vec<usize>> {
+        let (size, me) = (self.world.size(), self.world.rank());
+        let Some((n, k, m)) = self.latin else {
+            // Phase k: send to me + k, receive from me - k.
+            return Ok((0..size).map(|k| (me + k) % size).collect());
+        };
+        let bad = |why: String| HaloError::Usage {
+            op: "AllToAll::latin_square",
+            why,
+        };
+        let schedule = sode_scheduler::topology::Schedule::partial(
+            n,
+            k,
+            m,
+            sode_scheduler::topology::PartialRule::Geometric,
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let servers = schedule.servers();
+        if servers.len() != size {
+            return Err(bad(format!(
+                "n k m = {n} x {k} x {m} = {} servers for a job of {size} ranks: they must match",
+                servers.len()
+            )));
+        }
+        let mine = servers[me] as u32;
+        let order: Vec<usize> = schedule
+            .phases()
+            .filter_map(|phase| phase.into_iter().find(|r| r.src == mine))
+            .filter_map(|r| servers.iter().position(|&s| s as u32 == r.dst))
+            .collect();
+        let mut seen = vec![false; size];
+        order.iter().for_each(|&p| seen[p] = true);
+        if order.len() != size || seen.contains(&false) {
+            return Err(bad(format!(
+                "the schedule's phases do not send rank {me} to every rank once ({order:?})"
+            )));
+        }
+        Ok(order)
+    }
     /// Which channels to use (default [`Transport::Auto`]).
     pub fn transport(mut self, t: Transport) -> Self {
         self.transport = t;
@@ -44,31 +95,28 @@ impl AllToAllBuilder<'_> {
 
     /// Connects the channels; collective.
     pub fn build(self) -> Result<AllToAll> {
-        let (n, me) = (self.world.size(), self.world.rank());
+        let n = self.world.size();
         if self.block == 0 {
             return Err(HaloError::Usage {
                 op: "AllToAll::build",
                 why: "a block of 0 bytes per pair: give at least 1".into(),
             });
         }
-        // Phase k: send to me + k, receive from me - k (every pair's
-        // messages meet in the same phase on both sides).
-        let links: Vec<Link> = (0..n)
-            .map(|k| {
-                let peer = (me + k) % n;
-                Link {
-                    peer,
-                    send: Some(Message {
-                        len: self.block,
-                        tag: 1,
-                    }),
-                    recv: Some(Message {
-                        len: self.block,
-                        tag: 1,
-                    }),
-                    offset: Vec::new(),
-                    name: format!("rank {peer}"),
-                }
+        let order = self.peer_order()?;
+        let links: Vec<Link> = order
+            .iter()
+            .map(|&peer| Link {
+                peer,
+                send: Some(Message {
+                    len: self.block,
+                    tag: 1,
+                }),
+                recv: Some(Message {
+                    len: self.block,
+                    tag: 1,
+                }),
+                offset: Vec::new(),
+                name: format!("rank {peer}"),
             })
             .collect();
         let x = LinkExchange::builder(self.world, links)
@@ -76,10 +124,14 @@ impl AllToAllBuilder<'_> {
             .engines(self.engines)
             .setup_timeout(self.timeout)
             .build()?;
+        let mut link_of = vec![0; n];
+        for (l, &peer) in order.iter().enumerate() {
+            link_of[peer] = l;
+        }
         Ok(AllToAll {
             x,
             size: n,
-            rank: me,
+            link_of,
         })
     }
 }
@@ -93,7 +145,8 @@ impl AllToAllBuilder<'_> {
 pub struct AllToAll {
     x: LinkExchange,
     size: usize,
-    rank: usize,
+    /// The link of each peer.
+    link_of: Vec<usize>,
 }
 
 impl AllToAll {
@@ -106,6 +159,7 @@ impl AllToAll {
             transport: Transport::Auto,
             engines: 2,
             timeout: Duration::from_secs(60),
+            latin: None,
         }
     }
 
@@ -117,7 +171,7 @@ impl AllToAll {
                 why: format!("rank {peer} is not in the job (ranks 0..{})", self.size),
             });
         }
-        Ok((peer + self.size - self.rank) % self.size)
+        Ok(self.link_of[peer])
     }
 
     /// The block for `peer`, to fill before [`start`](Self::start).
@@ -151,7 +205,7 @@ impl AllToAll {
     pub fn channels(&self) -> Vec<&'static str> {
         let by_link = self.x.localities();
         (0..self.size)
-            .map(|peer| by_link[(peer + self.size - self.rank) % self.size].name())
+            .map(|peer| by_link[self.link_of[peer]].name())
             .collect()
     }
 }

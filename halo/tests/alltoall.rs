@@ -14,17 +14,29 @@ fn byte(from: usize, to: usize, it: usize, o: usize) -> u8 {
 }
 
 /// `n` ranks as threads, `iters` iterations of blocks of `block` bytes over
-/// `transport`: every received byte checked.
+/// `transport`: every received byte checked; with `latin`, in the order of
+/// the Latin-square fat-tree's phases.
 fn run(n: usize, block: usize, transport: Transport, job: &'static str) {
+    run_on(n, block, transport, None, job)
+}
+
+fn run_on(
+    n: usize,
+    block: usize,
+    transport: Transport,
+    latin: Option<(usize, usize, usize)>,
+    job: &'static str,
+) {
     let port = free_port();
     let handles: Vec<_> = (0..n)
         .map(|rank| {
             std::thread::spawn(move || {
                 let w = thread_world(rank, n, port, job);
-                let mut x = AllToAll::builder(&w, block)
-                    .transport(transport)
-                    .build()
-                    .unwrap();
+                let mut b = AllToAll::builder(&w, block).transport(transport);
+                if let Some((ln, lk, lm)) = latin {
+                    b = b.latin_square(ln, lk, lm);
+                }
+                let mut x = b.build().unwrap();
                 let channels = x.channels();
                 assert_eq!(channels[rank], "local");
                 for it in 0..4 {
@@ -74,6 +86,33 @@ fn every_block_arrives_over_shared_memory() {
 }
 
 #[test]
+fn every_block_arrives_in_the_latin_square_order() {
+    // n, k, m = 2, 2, 2: eight servers of the partial schedule.
+    run_on(8, 500, Transport::Shm, Some((2, 2, 2)), "a2a-latin");
+}
+
+#[test]
+fn a_latin_square_of_the_wrong_size_is_named() {
+    let port = free_port();
+    let hs: Vec<_> = (0..2)
+        .map(|r| {
+            std::thread::spawn(move || {
+                let w = thread_world(r, 2, port, "a2a-latin-bad");
+                AllToAll::builder(&w, 8)
+                    .latin_square(2, 2, 2)
+                    .build()
+                    .unwrap_err()
+                    .to_string()
+            })
+        })
+        .collect();
+    for h in hs {
+        let e = h.join().unwrap();
+        assert!(e.contains("8 servers for a job of 2 ranks"), "{e}");
+    }
+}
+
+#[test]
 fn every_block_arrives_over_tcp() {
     run(4, 1000, Transport::Tcp, "a2a-tcp");
     run(3, 200_000, Transport::Tcp, "a2a-tcp-big");
@@ -99,7 +138,10 @@ fn misuse_is_named() {
     x.send_block(0).unwrap().fill(7);
     x.start().unwrap();
     let e = x.recv_block(0).unwrap_err().to_string();
-    assert!(e.contains("recv_buf"), "reading before wait is refused: {e}");
+    assert!(
+        e.contains("recv_buf"),
+        "reading before wait is refused: {e}"
+    );
     x.wait(Instant::now() + Duration::from_secs(5)).unwrap();
     assert_eq!(x.recv_block(0).unwrap(), &[7u8; 8]);
 }
