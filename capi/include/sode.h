@@ -253,6 +253,33 @@ int sode_comm_rank(struct sode_comm *comm, int *rank);
 int sode_comm_size(struct sode_comm *comm, int *size);
 
 /**
+ * A communicator with the ranks of `comm` renumbered for a Cartesian
+ * process grid, as `MPI_Cart_create` with `reorder`: `ndims` (2 or 3)
+ * axes of `dims` processes, `periodic` axes (non-zero), each rank owning
+ * `block` cells per axis of `cell_bytes` bytes (every field together),
+ * halos `halo` cells wide, `shape` neighbours (`SODE_STAR`,
+ * `SODE_STAR_EDGES`, `SODE_BOX`). The neighbours that exchange the most
+ * bytes end up on one node; launch order is kept when that moves no fewer
+ * bytes between nodes. `coords` receives this rank's place in the grid,
+ * for `sode_exchange_create_cart` on `*reordered`. Collective: every rank
+ * passes the same grid, and a rank's bad argument fails every rank.
+ *
+ * # Safety
+ * `comm` from a `sode_comm_create_*`; the arrays hold `ndims` values;
+ * `coords` writable for `ndims` values; `reordered` valid for a write.
+ */
+int sode_comm_reorder_cart(struct sode_comm *comm,
+                           int ndims,
+                           const int *dims,
+                           const int *periodic,
+                           const int *block,
+                           int halo,
+                           int shape,
+                           size_t cell_bytes,
+                           int *coords,
+                           struct sode_comm **reordered);
+
+/**
  * Frees a communicator and sets `*comm` to NULL (exchanges made from it
  * keep what they need). NULL or `*comm == NULL` is a no-op.
  *

@@ -119,6 +119,36 @@ static void misuse(sode_comm *c, int size) {
     expect("free NULL", sode_exchange_free(&x), SODE_OK, "");
 }
 
+static void reorder(sode_comm *c, int size) {
+    int dims[2] = {size, 1}, periodic[2] = {0, 0}, block[2] = {8, 8}, coords[2] = {-1, -1};
+    sode_comm *r = NULL;
+    expect("a reordered communicator",
+           sode_comm_reorder_cart(c, 2, dims, periodic, block, 1, SODE_STAR, 8, coords, &r), SODE_OK, "");
+    int rr = -1;
+    sode_comm_rank(r, &rr);
+    /* One node: launch order is kept, and the coordinates are the rank's. */
+    if (rr != rank || coords[0] != rank || coords[1] != 0) {
+        fprintf(stderr, "rank %d: reordered to rank %d at (%d, %d) on one node\n", rank, rr, coords[0], coords[1]);
+        failures++;
+    }
+    sode_exchange *x = cart(r, size);
+    expect("an exchange on the reordered communicator", add_u(x) || sode_exchange_commit(x) ||
+           sode_exchange_start(x) || sode_exchange_wait(x, 10.0), SODE_OK, "");
+    sode_exchange_free(&x);
+    expect("free the reordered communicator", sode_comm_free(&r), SODE_OK, "");
+    int wrong[2] = {size + 1, 1};
+    expect("a grid of the wrong size",
+           sode_comm_reorder_cart(c, 2, wrong, periodic, block, 1, SODE_STAR, 8, coords, &r), SODE_ERR_ARG,
+           "gave no decomposition of this job's");
+    int other[2] = {8, rank == 0 ? 8 : 16};
+    expect("different grids on different ranks",
+           sode_comm_reorder_cart(c, 2, dims, periodic, other, 1, SODE_STAR, 8, coords, &r), SODE_ERR_ARG,
+           "another decomposition");
+    expect("one rank's bad argument fails every rank",
+           sode_comm_reorder_cart(c, rank == 1 ? 4 : 2, dims, periodic, block, 1, SODE_STAR, 8, coords, &r),
+           SODE_ERR_ARG, rank == 1 ? "ndims is 4" : "ranks [1] gave no decomposition");
+}
+
 static void mismatch(sode_comm *c, int size) {
     /* Rank 0 adds a double field, the others an int32 one. */
     sode_exchange *x = cart(c, size);
@@ -203,6 +233,7 @@ int main(int argc, char **argv) {
     expect("a communicator", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c), SODE_OK, "");
     misuse(c, size);
     mismatch(c, size);
+    reorder(c, size);
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

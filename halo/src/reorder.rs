@@ -51,25 +51,25 @@ pub fn reorder(
     timeout: Duration,
 ) -> Result<Reordered> {
     let n = world.size();
-    if decomp.ranks() != n {
-        return Err(HaloError::Usage {
-            op: "reorder",
-            why: format!(
-                "the decomposition has {} ranks and the job {n}: they must match",
-                decomp.ranks()
-            ),
-        });
-    }
-    let traffic = traffic(decomp, cell_bytes);
-    let node: Vec<_> = (0..n).map(|r| world.node_of(r).cloned()).collect();
-    let between = |order: &[usize]| bytes_between_nodes(&traffic, &node, order);
-    let identity: Vec<usize> = (0..n).collect();
-    let mine = if world.rank() == 0 {
-        choose(&traffic, &node, &between)?
+    // Every rank takes part in the allgather, even with bad input, so that
+    // all fail alike rather than some waiting for the others.
+    let valid = decomp.ranks() == n;
+    let traffic = if valid {
+        traffic(decomp, cell_bytes)
     } else {
         Vec::new()
     };
-    let body = serde_json::to_vec(&mine).map_err(|e| HaloError::Usage {
+    let node: Vec<_> = (0..n).map(|r| world.node_of(r).cloned()).collect();
+    let between = |order: &[usize]| bytes_between_nodes(&traffic, &node, order);
+    let identity: Vec<usize> = (0..n).collect();
+    let card = Card {
+        fingerprint: valid.then(|| fingerprint(decomp, cell_bytes)),
+        order: match (world.rank(), valid) {
+            (0, true) => choose(&traffic, &node, &between)?,
+            _ => Vec::new(),
+        },
+    };
+    let body = serde_json::to_vec(&card).map_err(|e| HaloError::Usage {
         op: "reorder",
         why: format!("the order does not serialise: {e}"),
     })?;
@@ -78,10 +78,16 @@ pub fn reorder(
         .map_err(|source| HaloError::Barrier {
             source: Box::new(source),
         })?;
-    let order: Vec<usize> = serde_json::from_slice(&all[0]).map_err(|e| HaloError::Usage {
-        op: "reorder",
-        why: format!("rank 0's order is not a list of ranks: {e}"),
-    })?;
+    let cards: Vec<Card> = all
+        .iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| HaloError::Usage {
+            op: "reorder",
+            why: format!("a rank's reorder card does not parse: {e}"),
+        })?;
+    check_cards(&cards, decomp.ranks(), n)?;
+    let order = cards[0].order.clone();
     let renumbered = world
         .renumbered(&order)
         .map_err(|source| HaloError::Barrier {
@@ -89,15 +95,6 @@ pub fn reorder(
         })?;
     let launch_bytes_between_nodes = between(&identity);
     let bytes_between_nodes = between(&order);
-    if order.len() != n {
-        return Err(HaloError::Usage {
-            op: "reorder",
-            why: format!(
-                "rank 0 chose an order of {} ranks for a job of {n}",
-                order.len()
-            ),
-        });
-    }
     tracing::debug!(
         ?order,
         launch_bytes_between_nodes,
@@ -110,6 +107,51 @@ pub fn reorder(
         launch_bytes_between_nodes,
         bytes_between_nodes,
     })
+}
+
+/// What each rank contributes: a digest of what it described (none when
+/// its decomposition does not fit the job), and rank 0 its order.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Card {
+    fingerprint: Option<u64>,
+    order: Vec<usize>,
+}
+
+/// Fails, on every rank alike, unless every rank described the same
+/// decomposition of this job's `n` ranks (`ranks` is this rank's).
+fn check_cards(cards: &[Card], ranks: usize, n: usize) -> Result<()> {
+    let usage = |why: String| HaloError::Usage { op: "reorder", why };
+    let unfit: Vec<usize> = (0..n).filter(|&r| cards[r].fingerprint.is_none()).collect();
+    if !unfit.is_empty() {
+        return Err(usage(format!(
+            "ranks {unfit:?} gave no decomposition of this job's {n} ranks (a bad argument, or a grid of another size: this rank's has {ranks} ranks)"
+        )));
+    }
+    let differ: Vec<usize> = (1..n)
+        .filter(|&r| cards[r].fingerprint != cards[0].fingerprint)
+        .collect();
+    if !differ.is_empty() {
+        return Err(usage(format!(
+            "ranks {differ:?} described another decomposition or cell size than rank 0: every rank must pass the same"
+        )));
+    }
+    if cards[0].order.len() != n {
+        return Err(usage(format!(
+            "rank 0 chose an order of {} ranks for a job of {n}",
+            cards[0].order.len()
+        )));
+    }
+    Ok(())
+}
+
+/// A digest of the decomposition and cell size a rank described (FNV-1a
+/// over its description).
+fn fingerprint(decomp: &Decomposition, cell_bytes: usize) -> u64 {
+    format!("{decomp:?} {cell_bytes}")
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        })
 }
 
 /// Jobs up to this many ranks are placed by the QAP search; larger ones

@@ -339,6 +339,139 @@ pub unsafe extern "C" fn sode_comm_size(comm: *mut Comm, size: *mut c_int) -> c_
     })
 }
 
+/// A communicator with the ranks of `comm` renumbered for a Cartesian
+/// process grid, as `MPI_Cart_create` with `reorder`: `ndims` (2 or 3)
+/// axes of `dims` processes, `periodic` axes (non-zero), each rank owning
+/// `block` cells per axis of `cell_bytes` bytes (every field together),
+/// halos `halo` cells wide, `shape` neighbours (`SODE_STAR`,
+/// `SODE_STAR_EDGES`, `SODE_BOX`). The neighbours that exchange the most
+/// bytes end up on one node; launch order is kept when that moves no fewer
+/// bytes between nodes. `coords` receives this rank's place in the grid,
+/// for `sode_exchange_create_cart` on `*reordered`. Collective: every rank
+/// passes the same grid, and a rank's bad argument fails every rank.
+///
+/// # Safety
+/// `comm` from a `sode_comm_create_*`; the arrays hold `ndims` values;
+/// `coords` writable for `ndims` values; `reordered` valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_reorder_cart(
+    comm: *mut Comm,
+    ndims: c_int,
+    dims: *const c_int,
+    periodic: *const c_int,
+    block: *const c_int,
+    halo: c_int,
+    shape: c_int,
+    cell_bytes: usize,
+    coords: *mut c_int,
+    reordered: *mut *mut Comm,
+) -> c_int {
+    let op = "sode_comm_reorder_cart";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        // SAFETY: the caller's contract: `ndims` values each.
+        let grid =
+            unsafe { reorder_grid(op, ndims, dims, periodic, block, halo, shape, cell_bytes) };
+        let size = c.world.size();
+        let (decomp, local_error) = match grid {
+            Ok(d) => (d, None),
+            // Still take part, with a grid that fits no job of more than
+            // one rank, so every rank fails rather than waits.
+            Err(e) if size > 1 => {
+                let one = sode::Decomposition::new(
+                    &[1, 1],
+                    &[1, 1],
+                    &[false, false],
+                    1,
+                    sode::Stencil::Faces,
+                )
+                .map_err(|source| CapiError::Exchange { op, source })?;
+                (one, Some(e))
+            }
+            Err(e) => return Err(e),
+        };
+        let r = sode::reorder(&c.world, &decomp, cell_bytes.max(1), c.timeout);
+        if let Some(e) = local_error {
+            return Err(e);
+        }
+        let r = r.map_err(|source| CapiError::Exchange { op, source })?;
+        let mine = decomp.coords(r.world.rank());
+        if coords.is_null() {
+            return Err(CapiError::Null { op, arg: "coords" });
+        }
+        for (a, &v) in mine.iter().enumerate() {
+            // SAFETY: the caller's contract: `ndims` writable values.
+            unsafe { *coords.add(a) = v as c_int };
+        }
+        let out = Comm {
+            world: r.world,
+            timeout: c.timeout,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(op, reordered, out) }
+    })
+}
+
+/// The decomposition `sode_comm_reorder_cart` describes, checked.
+///
+/// # Safety
+/// Non-null arrays hold `ndims` values.
+#[allow(clippy::too_many_arguments)]
+unsafe fn reorder_grid(
+    op: &'static str,
+    ndims: c_int,
+    dims: *const c_int,
+    periodic: *const c_int,
+    block: *const c_int,
+    halo: c_int,
+    shape: c_int,
+    cell_bytes: usize,
+) -> Result<sode::Decomposition> {
+    let d = match ndims {
+        2 | 3 => ndims as usize,
+        _ => {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("ndims is {ndims}: sode exchanges 2-D and 3-D process grids"),
+            })
+        }
+    };
+    let shape = Shape::from_code(shape).ok_or_else(|| CapiError::Invalid {
+        op,
+        why: format!("shape {shape}: use SODE_STAR, SODE_STAR_EDGES or SODE_BOX"),
+    })?;
+    // SAFETY: the caller's contract: `ndims` values each.
+    let (dims, periodic, block) = unsafe {
+        (
+            array(op, "dims", dims, d)?,
+            array(op, "periodic", periodic, d)?,
+            array(op, "block", block, d)?,
+        )
+    };
+    let dims = sizes(op, "dims", &dims)?;
+    let block = sizes(op, "block", &block)?;
+    let halo = sizes(op, "halo", &[halo])?[0];
+    if cell_bytes == 0 {
+        return Err(CapiError::Invalid {
+            op,
+            why: "cell_bytes is 0: give the bytes of one cell of every field together".into(),
+        });
+    }
+    let global = dims
+        .iter()
+        .zip(&block)
+        .map(|(&p, &b)| p.checked_mul(b))
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| CapiError::Invalid {
+            op,
+            why: "dims times block overflows".into(),
+        })?;
+    let periodic: Vec<bool> = periodic.iter().map(|&p| p != 0).collect();
+    sode::Decomposition::new(&global, &dims, &periodic, halo, shape.stencil())
+        .map_err(|source| CapiError::Exchange { op, source })
+}
+
 /// Frees a communicator and sets `*comm` to NULL (exchanges made from it
 /// keep what they need). NULL or `*comm == NULL` is a no-op.
 ///
