@@ -47,6 +47,7 @@ module sode
   end type sode_exchange
 
   public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
+  public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
   public :: sode_add_field, sode_commit, sode_start, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_describe
@@ -109,6 +110,16 @@ module sode
        type(c_ptr) :: out
        integer(c_int) :: rc
      end function c_create_mpi_cart_f
+     function c_reorder_cart(sc, ndims, dims, periodic, block, halo, shape, cell_bytes, coords, out) &
+          bind(C, name="sode_comm_reorder_cart") result(rc)
+       import :: c_int, c_ptr, c_size_t
+       type(c_ptr), value :: sc
+       integer(c_int), value :: ndims, halo, shape
+       integer(c_int) :: dims(*), periodic(*), block(*), coords(*)
+       integer(c_size_t), value :: cell_bytes
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_reorder_cart
      function c_create_cart(sc, ndims, dims, coords, periodic, lo, hi, shape, out) &
           bind(C, name="sode_exchange_create_cart") result(rc)
        import :: c_int, c_ptr
@@ -286,6 +297,45 @@ contains
     end if
     call finish(c_create_mpi_cart_f(sc%ptr, int(cart, c_int), lo, hi, int(shape, c_int), x%ptr), ierr)
   end subroutine sode_exchange_create_mpi_cart
+
+  !> A communicator with the ranks of `sc` renumbered for a Cartesian grid
+  !> (MPI_Cart_create with reorder): processes per axis, periodic axes,
+  !> cells each rank owns per axis, halo width, shape, bytes of one cell of
+  !> every field together. The neighbours that exchange the most end up on
+  !> one node. `coords` receives this rank's place in the grid (from 0, the
+  !> first axis varying fastest with the new rank), for
+  !> sode_exchange_create_cart on `reordered`. Collective: a rank's bad
+  !> argument fails every rank.
+  subroutine sode_comm_reorder_cart(sc, dims, periodic, block, halo, shape, cell_bytes, coords, &
+       reordered, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(in) :: dims(:), block(:), halo, shape, cell_bytes
+    logical, intent(in) :: periodic(:)
+    integer, intent(out) :: coords(:)
+    type(sode_comm), intent(out) :: reordered
+    integer, intent(out), optional :: ierr
+    integer :: n, rc
+    integer(c_int) :: p(3), c(3)
+    logical :: fits
+    n = size(dims)
+    fits = n >= 2 .and. n <= 3 .and. size(periodic) == n .and. size(block) == n .and. size(coords) == n
+    p = 0
+    if (fits) then
+       where (periodic) p(1:n) = 1
+    end if
+    c = -1
+    ! With arrays that do not fit, ndims 0 still takes part, so that every
+    ! rank fails rather than waits; then the message says why here.
+    rc = c_reorder_cart(sc%ptr, int(merge(n, 0, fits), c_int), widths(dims, 3), p, widths(block, 3), &
+         int(halo, c_int), int(shape, c_int), int(cell_bytes, c_size_t), c, reordered%ptr)
+    if (.not. fits) then
+       rc = c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_comm_reorder_cart: dims, periodic, block and coords need one value per axis (2 or 3)' &
+            // c_null_char)
+    end if
+    coords = int(c(1:min(3, size(coords))))
+    call finish(rc, ierr)
+  end subroutine sode_comm_reorder_cart
 
   !> A Cartesian exchange described by hand: processes per axis, this
   !> rank's coordinates (from 0), periodic axes, halo widths, shape.

@@ -99,6 +99,7 @@ contains
     shape = SODE_STAR
     if (is_box) shape = SODE_BOX
     call sode_comm_create_mpi(cart, sc)
+    call check_reorder(sc, shape)
     call sode_exchange_create_mpi_cart(sc, cart, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
     call sode_add_field(x, us, first=[1, 1, 1], last=own, halo_lo=U_LO, halo_hi=U_HI)
     call sode_add_field(x, vs, first=[1, 1, 1], last=own, halo_lo=V_LO, halo_hi=V_HI)
@@ -147,6 +148,33 @@ contains
     deallocate (us, um, vs, vm)
 
   end subroutine run
+
+  !> sode_comm_reorder_cart from Fortran: rank r of the reordered
+  !> communicator gets sode's coordinates of r (first axis fastest); a
+  !> misdescribed grid is a named error on every rank.
+  subroutine check_reorder(sc, shape)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(in) :: shape
+    type(sode_comm) :: r
+    integer :: c(3), rr, me, st, a, rest
+    call sode_comm_rank(sc, me)
+    call sode_comm_reorder_cart(sc, dims, periodic, GLOBAL / dims, 1, shape, 16, c, r)
+    call sode_comm_rank(r, rr)
+    rest = rr
+    do a = 1, 3
+       if (c(a) /= mod(rest, dims(a))) then
+          write (error_unit, '(a, i0, a, 3i3)') 'rank ', me, ': reordered coordinates ', c
+          error stop 1
+       end if
+       rest = rest / dims(a)
+    end do
+    call sode_comm_free(r)
+    call sode_comm_reorder_cart(sc, dims(1:2), periodic, GLOBAL / dims, 1, shape, 16, c, r, st)
+    if (st /= SODE_ERR_ARG .or. index(sode_last_error(), 'one value per axis') == 0) then
+       write (error_unit, '(a, i0, a)') 'rank ', me, ': a short dims gave ' // sode_last_error()
+       error stop 1
+    end if
+  end subroutine check_reorder
 
 
   subroutine fill_u(f, it)
