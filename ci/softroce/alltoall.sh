@@ -18,7 +18,7 @@ done
 args=()
 for r in $(seq "$rounds"); do
   [ "$r" = 1 ] || args+=(--next)
-  args+=("$mpi" "$iters" 5 --next "$sode" --iters "$iters" --rounds 5)
+  args+=("$mpi" "$iters" 5 --next "$sode" --iters "$iters" --rounds 5 --engines "${ENGINES:-2}")
 done
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

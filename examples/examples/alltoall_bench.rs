@@ -30,6 +30,9 @@ struct Args {
     /// auto, shm, rdma or tcp.
     #[arg(long, default_value = "auto")]
     transport: String,
+    /// RDMA queue pairs per peer.
+    #[arg(long, default_value_t = 2)]
+    engines: usize,
 }
 
 fn main() -> ExitCode {
@@ -58,6 +61,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     for block in [8usize, 1024, 65536, 1 << 20] {
         let mut x = AllToAll::builder(&world, block)
             .transport(transport)
+            .engines(a.engines)
             .build()?;
         for peer in 0..n {
             for (o, b) in x.send_block(peer)?.iter_mut().enumerate() {
