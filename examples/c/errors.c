@@ -144,6 +144,9 @@ static void reorder(sode_comm *c, int size) {
     expect("different grids on different ranks",
            sode_comm_reorder_cart(c, 2, dims, periodic, other, 1, SODE_STAR, 8, coords, &r), SODE_ERR_ARG,
            "another decomposition");
+    expect("a null coords on one rank fails every rank",
+           sode_comm_reorder_cart(c, 2, dims, periodic, block, 1, SODE_STAR, 8, rank == 1 ? NULL : coords, &r),
+           rank == 1 ? SODE_ERR_NULL : SODE_ERR_ARG, rank == 1 ? "`coords`" : "ranks [1] gave no decomposition");
     expect("one rank's bad argument fails every rank",
            sode_comm_reorder_cart(c, rank == 1 ? 4 : 2, dims, periodic, block, 1, SODE_STAR, 8, coords, &r),
            SODE_ERR_ARG, rank == 1 ? "ndims is 4" : "ranks [1] gave no decomposition");

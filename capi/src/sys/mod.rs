@@ -372,7 +372,15 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
         let c = unsafe { handle(op, "comm", comm) }?;
         // SAFETY: the caller's contract: `ndims` values each.
         let grid =
-            unsafe { reorder_grid(op, ndims, dims, periodic, block, halo, shape, cell_bytes) };
+            unsafe { reorder_grid(op, ndims, dims, periodic, block, halo, shape, cell_bytes) }
+                .and_then(|d| match (coords.is_null(), reordered.is_null()) {
+                    (true, _) => Err(CapiError::Null { op, arg: "coords" }),
+                    (_, true) => Err(CapiError::Null {
+                        op,
+                        arg: "reordered",
+                    }),
+                    _ => Ok(d),
+                });
         let size = c.world.size();
         let (decomp, local_error) = match grid {
             Ok(d) => (d, None),
@@ -397,9 +405,6 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
         }
         let r = r.map_err(|source| CapiError::Exchange { op, source })?;
         let mine = decomp.coords(r.world.rank());
-        if coords.is_null() {
-            return Err(CapiError::Null { op, arg: "coords" });
-        }
         for (a, &v) in mine.iter().enumerate() {
             // SAFETY: the caller's contract: `ndims` writable values.
             unsafe { *coords.add(a) = v as c_int };
