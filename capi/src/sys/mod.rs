@@ -418,6 +418,25 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
     })
 }
 
+/// The axes of a process grid: 2 or 3.
+fn grid_axes(op: &'static str, ndims: c_int) -> Result<usize> {
+    match ndims {
+        2 | 3 => Ok(ndims as usize),
+        _ => Err(CapiError::Invalid {
+            op,
+            why: format!("ndims is {ndims}: sode exchanges 2-D and 3-D process grids"),
+        }),
+    }
+}
+
+/// A stencil shape code, checked.
+fn grid_shape(op: &'static str, shape: c_int) -> Result<Shape> {
+    Shape::from_code(shape).ok_or_else(|| CapiError::Invalid {
+        op,
+        why: format!("shape {shape}: use SODE_STAR, SODE_STAR_EDGES or SODE_BOX"),
+    })
+}
+
 /// The decomposition `sode_comm_reorder_cart` describes, checked.
 ///
 /// # Safety
@@ -433,19 +452,8 @@ unsafe fn reorder_grid(
     shape: c_int,
     cell_bytes: usize,
 ) -> Result<sode::Decomposition> {
-    let d = match ndims {
-        2 | 3 => ndims as usize,
-        _ => {
-            return Err(CapiError::Invalid {
-                op,
-                why: format!("ndims is {ndims}: sode exchanges 2-D and 3-D process grids"),
-            })
-        }
-    };
-    let shape = Shape::from_code(shape).ok_or_else(|| CapiError::Invalid {
-        op,
-        why: format!("shape {shape}: use SODE_STAR, SODE_STAR_EDGES or SODE_BOX"),
-    })?;
+    let d = grid_axes(op, ndims)?;
+    let shape = grid_shape(op, shape)?;
     // SAFETY: the caller's contract: `ndims` values each.
     let (dims, periodic, block) = unsafe {
         (
@@ -524,19 +532,8 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
     call(op, || {
         // SAFETY: the caller's contract.
         let c = unsafe { handle(op, "comm", comm) }?;
-        let d = match ndims {
-            2 | 3 => ndims as usize,
-            _ => {
-                return Err(CapiError::Invalid {
-                    op,
-                    why: format!("ndims is {ndims}: sode exchanges 2-D and 3-D process grids"),
-                })
-            }
-        };
-        let shape = Shape::from_code(shape).ok_or_else(|| CapiError::Invalid {
-            op,
-            why: format!("shape {shape}: use SODE_STAR, SODE_STAR_EDGES or SODE_BOX"),
-        })?;
+        let d = grid_axes(op, ndims)?;
+        let shape = grid_shape(op, shape)?;
         // SAFETY: the caller's contract: `ndims` values each.
         let (dims, coords, periodic, lo, hi) = unsafe {
             (
