@@ -458,7 +458,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             channels,
             lifecycle: Lifecycle::Idle,
             plan_summary: summary,
-            barrier: (self.sync == SyncMode::PseudoCollective).then(|| self.world.clone()),
+            pseudo_collective: self.sync == SyncMode::PseudoCollective,
             job: self.world.clone(),
             timeout: self.timeout,
             links: self.links,
@@ -807,10 +807,10 @@ pub struct LinkExchange {
     done: Vec<bool>,
     lifecycle: Lifecycle,
     plan_summary: Option<String>,
-    /// The job, for the barriers of the pseudo-collective mode.
-    barrier: Option<World>,
-    /// The job, whose health it watches: a rank dead anywhere fails this
-    /// exchange.
+    /// Whether every iteration ends in a barrier over `job`.
+    pseudo_collective: bool,
+    /// The job, whose health it watches (a rank dead anywhere fails this
+    /// exchange) and whose barriers the pseudo-collective mode takes.
     job: World,
     timeout: Duration,
 }
@@ -886,8 +886,9 @@ impl LinkExchange {
     }
 
     fn job_barrier(&mut self) -> Result<()> {
-        if let Some(w) = &self.barrier {
-            w.barrier(self.timeout)
+        if self.pseudo_collective {
+            self.job
+                .barrier(self.timeout)
                 .map_err(|source| HaloError::Barrier {
                     source: Box::new(source),
                 })?;
