@@ -63,7 +63,7 @@ pub fn reorder(
     let between = |order: &[usize]| bytes_between_nodes(&traffic, &node, order);
     let identity: Vec<usize> = (0..n).collect();
     let card = Card {
-        fingerprint: valid.then(|| fingerprint(decomp, cell_bytes)),
+        described: valid.then(|| format!("{decomp:?} {cell_bytes}")),
         order: match (world.rank(), valid) {
             (0, true) => choose(&traffic, &node, &between)?,
             _ => Vec::new(),
@@ -109,11 +109,12 @@ pub fn reorder(
     })
 }
 
-/// What each rank contributes: a digest of what it described (none when
-/// its decomposition does not fit the job), and rank 0 its order.
+/// What each rank contributes: the decomposition and cell size it
+/// described, as text (none when its decomposition does not fit the job),
+/// and rank 0 its order.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Card {
-    fingerprint: Option<u64>,
+    described: Option<String>,
     order: Vec<usize>,
 }
 
@@ -121,14 +122,14 @@ struct Card {
 /// decomposition of this job's `n` ranks (`ranks` is this rank's).
 fn check_cards(cards: &[Card], ranks: usize, n: usize) -> Result<()> {
     let usage = |why: String| HaloError::Usage { op: "reorder", why };
-    let unfit: Vec<usize> = (0..n).filter(|&r| cards[r].fingerprint.is_none()).collect();
+    let unfit: Vec<usize> = (0..n).filter(|&r| cards[r].described.is_none()).collect();
     if !unfit.is_empty() {
         return Err(usage(format!(
             "ranks {unfit:?} gave no decomposition of this job's {n} ranks (a bad argument, or a grid of another size: this rank's has {ranks} ranks)"
         )));
     }
     let differ: Vec<usize> = (1..n)
-        .filter(|&r| cards[r].fingerprint != cards[0].fingerprint)
+        .filter(|&r| cards[r].described != cards[0].described)
         .collect();
     if !differ.is_empty() {
         return Err(usage(format!(
@@ -142,16 +143,6 @@ fn check_cards(cards: &[Card], ranks: usize, n: usize) -> Result<()> {
         )));
     }
     Ok(())
-}
-
-/// A digest of the decomposition and cell size a rank described (FNV-1a
-/// over its description).
-fn fingerprint(decomp: &Decomposition, cell_bytes: usize) -> u64 {
-    format!("{decomp:?} {cell_bytes}")
-        .bytes()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        })
 }
 
 /// Jobs up to this many ranks are placed by the QAP search; larger ones
