@@ -128,11 +128,7 @@ impl AllToAllBuilder<'_> {
         for (l, &peer) in order.iter().enumerate() {
             link_of[peer] = l;
         }
-        Ok(AllToAll {
-            x,
-            size: n,
-            link_of,
-        })
+        Ok(AllToAll { x, link_of })
     }
 }
 
@@ -144,7 +140,6 @@ impl AllToAllBuilder<'_> {
 #[derive(Debug)]
 pub struct AllToAll {
     x: LinkExchange,
-    size: usize,
     /// The link of each peer.
     link_of: Vec<usize>,
 }
@@ -165,13 +160,16 @@ impl AllToAll {
 
     /// The link that carries this rank's blocks with `peer`.
     fn link(&self, op: &'static str, peer: usize) -> Result<usize> {
-        if peer >= self.size {
-            return Err(HaloError::Usage {
+        self.link_of
+            .get(peer)
+            .copied()
+            .ok_or_else(|| HaloError::Usage {
                 op,
-                why: format!("rank {peer} is not in the job (ranks 0..{})", self.size),
-            });
-        }
-        Ok(self.link_of[peer])
+                why: format!(
+                    "rank {peer} is not in the job (ranks 0..{})",
+                    self.link_of.len()
+                ),
+            })
     }
 
     /// The block for `peer`, to fill before [`start`](Self::start).
@@ -204,8 +202,6 @@ impl AllToAll {
     /// Which channel reaches each rank, by rank (`local` for this one).
     pub fn channels(&self) -> Vec<&'static str> {
         let by_link = self.x.localities();
-        (0..self.size)
-            .map(|peer| by_link[self.link_of[peer]].name())
-            .collect()
+        self.link_of.iter().map(|&l| by_link[l].name()).collect()
     }
 }
