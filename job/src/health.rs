@@ -95,7 +95,7 @@ impl Verdict {
 /// The job's health, as this rank knows it; its watcher thread stops (and
 /// says goodbye to rank 0, or rank 0 to every rank) when this is dropped.
 #[derive(Debug)]
-pub struct Health {
+pub(crate) struct Health {
     verdict: Arc<Verdict>,
     /// Dropped to wake and stop the watcher.
     stop: Option<UnixStream>,

@@ -263,12 +263,6 @@ impl World {
         self.launch_of(self.rank)
     }
 
-    /// The job's health, for objects that outlive this handle (none for a
-    /// job of one).
-    pub fn health(&self) -> Option<Arc<Health>> {
-        self.health.clone()
-    }
-
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.rank
