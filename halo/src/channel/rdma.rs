@@ -341,8 +341,8 @@ fn pattern(messages: &[RdmaSend], machine: Machine) -> Pattern {
                     .collect();
                 if links.is_empty() {
                     // No direction (an all-to-all, links given without
-                    // offsets): the one link of `direction_of`.
-                    links.push("x+".into());
+                    // offsets).
+                    links.push(UNDIRECTED_LINK.into());
                 }
                 Request {
                     id: j as u32,
@@ -356,13 +356,17 @@ fn pattern(messages: &[RdmaSend], machine: Machine) -> Pattern {
     }
 }
 
-/// The scheduler's name for a direction (`x+y-`). Links with no direction
-/// in a process grid all count as `x+`: the scheduler then assumes they share
-/// one link, the conservative guess.
+/// The link that puts with no direction in a process grid all count as
+/// taking: the scheduler then assumes they share one link, the
+/// conservative guess.
+const UNDIRECTED_LINK: &str = "x+";
+
+/// The scheduler's name for a direction (`x+y-`), [`UNDIRECTED_LINK`] for
+/// none.
 fn direction_of(offset: &[i32]) -> String {
     let s = crate::decomp::axes_name(offset);
     if s.is_empty() {
-        "x+".into()
+        UNDIRECTED_LINK.into()
     } else {
         s
     }
