@@ -90,6 +90,7 @@ impl ExternalOob {
                 secret: Secret::random()?,
                 listener,
                 listen: Vec::new(),
+                routes: None,
             },
         };
         let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
@@ -208,6 +209,10 @@ impl OutOfBand for ExternalOob {
         deadline: Instant,
     ) -> Result<BTreeMap<usize, PeerLink>> {
         self.mesh.connect(peers, deadline)
+    }
+
+    fn route_through(&mut self, routes: std::sync::Arc<crate::Routes>) {
+        self.mesh.routes = Some(routes);
     }
 }
 

@@ -53,6 +53,8 @@ mod lifecycle;
 mod node;
 mod oob;
 pub mod pmix;
+mod relay;
+mod routes;
 mod streams;
 #[allow(unsafe_code)]
 mod sys;
@@ -68,6 +70,7 @@ pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
 pub use lifecycle::{Lifecycle, StateError};
 pub use node::NodeId;
 pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
+pub use routes::{Routes, GROUPS_VAR};
 pub use streams::TCP_ADDR_VAR;
 pub use tcp::TcpRendezvous;
 pub use world::World;

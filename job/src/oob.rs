@@ -38,6 +38,12 @@ pub trait OutOfBand: Send + std::fmt::Debug {
         peers: &BTreeSet<usize>,
         deadline: Instant,
     ) -> Result<BTreeMap<usize, PeerLink>>;
+
+    /// Takes the job's routes (known once every rank has reported how it
+    /// can be reached): a bootstrap that opens TCP links of its own sends
+    /// those between ranks that do not reach each other through the
+    /// gateways between them. Others need not do anything.
+    fn route_through(&mut self, _routes: std::sync::Arc<crate::Routes>) {}
 }
 
 /// One point-to-point link of an [`OutOfBand`] exchange: whole messages, in

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::backoff::Backoff;
 use crate::error::{JobError, Result};
 use crate::oob::PeerLink;
+use crate::routes::Routes;
 
 const MAGIC: &[u8; 8] = b"SODETCP1";
 const TOKEN: usize = 32;
@@ -41,9 +42,10 @@ struct Offer {
     token: [u8; TOKEN],
 }
 
-/// The variable that names the address to listen on and advertise (an
-/// interface's IPv4 or IPv6 address), where the automatic choice (every
-/// address of every interface that is up, loopback last) is not wanted.
+/// The variable that names the address data streams and setup links listen
+/// on and advertise (an interface's IPv4 or IPv6 address), where the
+/// automatic choice (every address of every interface that is up, loopback
+/// last) is not wanted.
 pub const TCP_ADDR_VAR: &str = "SODE_TCP_ADDR";
 
 /// Opens a stream to each of `peers` over `links` (setup links to exactly
@@ -53,6 +55,7 @@ pub(crate) fn connect_streams(
     me: usize,
     mut links: BTreeMap<usize, PeerLink>,
     peers: &BTreeSet<usize>,
+    dialer: &Dialer<'_>,
     deadline: Instant,
 ) -> Result<BTreeMap<usize, TcpStream>> {
     let higher: Vec<usize> = peers.iter().copied().filter(|&p| p > me).collect();
@@ -76,12 +79,19 @@ pub(crate) fn connect_streams(
     let mut streams = BTreeMap::new();
     for &p in &lower {
         let offer: Offer = link_to(&mut links, p)?.recv(deadline)?;
-        streams.insert(p, dial(me, p, &offer, deadline)?);
+        streams.insert(p, dial(me, p, &offer, dialer, deadline)?);
     }
     if let Some(listener) = listener {
         accept_all(&listener, &mut tokens, &mut streams, deadline)?;
     }
     Ok(streams)
+}
+
+/// How a rank reaches another: the job's routes, which speak launch ranks.
+pub(crate) struct Dialer<'a> {
+    pub(crate) routes: &'a Routes,
+    /// A rank's launch rank.
+    pub(crate) launch_of: &'a dyn Fn(usize) -> usize,
 }
 
 fn link_to(links: &mut BTreeMap<usize, PeerLink>, p: usize) -> Result<&mut PeerLink> {
@@ -92,7 +102,7 @@ fn link_to(links: &mut BTreeMap<usize, PeerLink>, p: usize) -> Result<&mut PeerL
 }
 
 /// A listener on every interface, and the addresses peers should try.
-fn listen() -> Result<(TcpListener, Vec<SocketAddr>)> {
+pub(crate) fn listen() -> Result<(TcpListener, Vec<SocketAddr>)> {
     let chosen = std::env::var(TCP_ADDR_VAR).ok();
     let bind_ip = match chosen.as_deref().map(str::trim) {
         None | Some("") => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -157,61 +167,51 @@ fn fresh_token() -> Result<[u8; TOKEN]> {
     crate::auth::random_bytes("a data connection's token")
 }
 
-/// Connects to the lower rank `p` at one of its addresses and presents the
-/// token; waits for its acknowledgement.
-fn dial(me: usize, p: usize, offer: &Offer, deadline: Instant) -> Result<TcpStream> {
+/// Connects to the lower rank `p` at one of its addresses (or through the
+/// gateways between the two) and presents the token; waits for its
+/// acknowledgement.
+fn dial(
+    me: usize,
+    p: usize,
+    offer: &Offer,
+    dialer: &Dialer<'_>,
+    deadline: Instant,
+) -> Result<TcpStream> {
     let whom = format!("rank {p}");
-    let token = offer.token;
-    let mut last = None;
-    for addr in &offer.addrs {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match TcpStream::connect_timeout(addr, left.min(CONNECT_TIMEOUT)) {
-            Ok(mut s) => {
-                let step = |what: &str| format!("{what} data connection at {addr}");
-                let io = |step: String| {
-                    move |source| JobError::Bootstrap {
-                        step,
-                        whom: format!("rank {p}"),
-                        source,
-                    }
-                };
-                let mut hello = [0u8; HELLO];
-                hello[..8].copy_from_slice(MAGIC);
-                hello[8..16].copy_from_slice(&(me as u64).to_le_bytes());
-                hello[16..].copy_from_slice(&token);
-                configure(&s).map_err(io(step("configuring the")))?;
-                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
-                    .map_err(io(step("configuring the")))?;
-                s.write_all(&hello).map_err(io(step("greeting over the")))?;
-                let mut ack = [0u8; 1];
-                s.read_exact(&mut ack)
-                    .map_err(io(step("awaiting the acknowledgement on the")))?;
-                s.set_read_timeout(None)
-                    .map_err(io(step("configuring the")))?;
-                return Ok(s);
-            }
-            Err(e) => last = Some((addr, e)),
-        }
-    }
-    match last {
-        Some((addr, source)) => Err(JobError::Bootstrap {
-            step: format!(
-                "connecting for data to any of {:?} (the last tried: {addr}; set {TCP_ADDR_VAR} to the address to use)",
-                offer.addrs
-            ),
+    let (from, to) = ((dialer.launch_of)(me), (dialer.launch_of)(p));
+    let mut s = dialer
+        .routes
+        .dial(from, to, &offer.addrs, deadline, &whom)
+        .map_err(|e| match e {
+            JobError::Bootstrap { step, whom, source } => JobError::Bootstrap {
+                step: format!("{step} for data (set {TCP_ADDR_VAR} to the address to use)"),
+                whom,
+                source,
+            },
+            other => other,
+        })?;
+    let io = |step: &'static str| {
+        let whom = whom.clone();
+        move |source| JobError::Bootstrap {
+            step: format!("{step} data connection"),
             whom,
             source,
-        }),
-        None => Err(JobError::BootstrapTimeout {
-            step: "connecting for data".into(),
-            whom,
-            waited: Duration::ZERO,
-            hint: "the deadline passed before any address was tried".into(),
-        }),
-    }
+        }
+    };
+    let mut hello = [0u8; HELLO];
+    hello[..8].copy_from_slice(MAGIC);
+    hello[8..16].copy_from_slice(&(me as u64).to_le_bytes());
+    hello[16..].copy_from_slice(&offer.token);
+    let left = deadline.saturating_duration_since(Instant::now());
+    configure(&s).map_err(io("configuring the"))?;
+    s.set_read_timeout(Some(left.max(Duration::from_millis(1))))
+        .map_err(io("configuring the"))?;
+    s.write_all(&hello).map_err(io("greeting over the"))?;
+    let mut ack = [0u8; 1];
+    s.read_exact(&mut ack)
+        .map_err(io("awaiting the acknowledgement on the"))?;
+    s.set_read_timeout(None).map_err(io("configuring the"))?;
+    Ok(s)
 }
 
 /// Accepts until every higher peer in `tokens` has connected with its
@@ -296,7 +296,7 @@ fn greeted(
 /// `TCP_NODELAY` (halos are latency-bound), and keepalive so that a
 /// vanished peer is an error within [`DEAD_AFTER`], not a silence until
 /// the caller's deadline.
-fn configure(s: &TcpStream) -> std::io::Result<()> {
+pub(crate) fn configure(s: &TcpStream) -> std::io::Result<()> {
     use nix::sys::socket::{setsockopt, sockopt};
     s.set_nodelay(true)?;
     let probe = (DEAD_AFTER.as_secs() / 5).max(1) as u32;
@@ -345,7 +345,20 @@ mod tests {
                 addrs: vec![addr],
                 token,
             };
-            dial(5, 0, &offer, Instant::now() + Duration::from_secs(10)).unwrap()
+            let node = crate::node::NodeId::local();
+            let routes = Routes::new(vec![Default::default(); 6], &vec![node; 6]);
+            let dialer = Dialer {
+                routes: &routes,
+                launch_of: &|r| r,
+            };
+            dial(
+                5,
+                0,
+                &offer,
+                &dialer,
+                Instant::now() + Duration::from_secs(10),
+            )
+            .unwrap()
         });
         let mut streams = BTreeMap::new();
         let deadline = Instant::now() + Duration::from_secs(10);

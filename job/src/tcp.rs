@@ -21,7 +21,7 @@ use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
 struct Hello {
     rank: usize,
     size: usize,
-    listen: SocketAddr,
+    listen: Vec<SocketAddr>,
 }
 
 /// Rank 0 keeps a link to every rank, the others one to rank 0.
@@ -50,6 +50,9 @@ pub(crate) struct Mesh {
     pub(crate) listener: TcpListener,
     /// Every rank's peer listener: the addresses to try, in order.
     pub(crate) listen: Vec<Vec<SocketAddr>>,
+    /// The job's routes, once known: links between ranks that do not
+    /// reach each other go through gateways.
+    pub(crate) routes: Option<std::sync::Arc<crate::routes::Routes>>,
 }
 
 impl TcpRendezvous {
@@ -81,13 +84,14 @@ impl TcpRendezvous {
             whom: "the other ranks".into(),
             source: e,
         })?;
-        let listener = bind_peer_listener(root_addr.ip())?;
+        let (listener, mine) = peer_listener(root_addr.ip())?;
+        let on_every_interface = local_addr(&listener)?.ip().is_unspecified();
         let size = launch.size;
         let mut joined = Joined {
             listen: vec![None; size],
             links: (0..size).map(|_| None).collect(),
         };
-        joined.listen[0] = Some(local_addr(&listener)?);
+        joined.listen[0] = Some(mine);
         let acceptor = Acceptor {
             listener: &root,
             secret: &secret,
@@ -100,19 +104,19 @@ impl TcpRendezvous {
             |joined, greeted| joined.admit(greeted),
             |joined| format!("ranks {}", joined.missing()),
         )?;
-        let listen: Vec<SocketAddr> = joined.listen.into_iter().flatten().collect();
+        let listen: Vec<Vec<SocketAddr>> = joined.listen.into_iter().flatten().collect();
         let mut links = joined.links;
         for (r, link) in links.iter_mut().enumerate().skip(1) {
             let link = joined_link(link)?;
-            // Rank 0's listener may be bound to every interface: tell each
-            // rank the address it reached rank 0 at, which it can route to.
+            // Tell each rank first the address it reached rank 0 at, which
+            // it can route to, then rank 0's others.
             let mut theirs = listen.clone();
-            if theirs[0].ip().is_unspecified() {
+            if on_every_interface {
                 let here = link
                     .stream()
                     .local_addr()
                     .map_err(io_err("local_addr", "the root"))?;
-                theirs[0].set_ip(here.ip());
+                prefer(&mut theirs[0], here.ip());
             }
             let body = serde_json::to_vec(&theirs).map_err(protocol_bug)?;
             link.send(&body)
@@ -124,7 +128,8 @@ impl TcpRendezvous {
                 size,
                 secret,
                 listener,
-                listen: listen.into_iter().map(|a| vec![a]).collect(),
+                listen,
+                routes: None,
             },
             star: Star::Root(links),
         })
@@ -144,14 +149,14 @@ impl TcpRendezvous {
             .map_err(io_err("local_addr", "the root"))?
             .ip();
         let mut root = Session::connect(s, &secret, &whom, deadline)?;
-        let listener = bind_peer_listener(local_ip)?;
+        let (listener, mine) = peer_listener(local_ip)?;
         let hello = Hello {
             rank: launch.rank,
             size: launch.size,
-            listen: local_addr(&listener)?,
+            listen: mine,
         };
         root.send(&serde_json::to_vec(&hello).map_err(protocol_bug)?)?;
-        let listen: Vec<SocketAddr> = decode(&root.recv(deadline)?, &whom)?;
+        let listen: Vec<Vec<SocketAddr>> = decode(&root.recv(deadline)?, &whom)?;
         if listen.len() != launch.size {
             return Err(JobError::Protocol {
                 whom,
@@ -164,7 +169,8 @@ impl TcpRendezvous {
                 size: launch.size,
                 secret,
                 listener,
-                listen: listen.into_iter().map(|a| vec![a]).collect(),
+                listen,
+                routes: None,
             },
             star: Star::Leaf(Box::new(root)),
         })
@@ -178,7 +184,7 @@ impl TcpRendezvous {
 
 /// The ranks that joined the rendezvous so far.
 struct Joined {
-    listen: Vec<Option<SocketAddr>>,
+    listen: Vec<Option<Vec<SocketAddr>>>,
     links: Vec<Option<Session>>,
 }
 
@@ -270,6 +276,10 @@ impl OutOfBand for TcpRendezvous {
     ) -> Result<BTreeMap<usize, PeerLink>> {
         self.mesh.connect(peers, deadline)
     }
+
+    fn route_through(&mut self, routes: std::sync::Arc<crate::Routes>) {
+        self.mesh.routes = Some(routes);
+    }
 }
 
 impl Mesh {
@@ -283,7 +293,10 @@ impl Mesh {
         let mut links = BTreeMap::new();
         for &p in peers.iter().filter(|&&p| p > self.rank) {
             let whom = format!("rank {p}");
-            let s = connect_any(&self.listen[p], deadline, &whom)?;
+            let s = match &self.routes {
+                Some(routes) => routes.dial(self.rank, p, &self.listen[p], deadline, &whom)?,
+                None => connect_any(&self.listen[p], deadline, &whom)?,
+            };
             let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
             session.send(self.rank.to_string().as_bytes())?;
             links.insert(p, PeerLink::new(p, Box::new(TcpPeer { session })));
@@ -521,12 +534,29 @@ fn resolve(name: &str) -> Result<SocketAddr> {
         })
 }
 
-fn bind_peer_listener(ip: IpAddr) -> Result<TcpListener> {
-    TcpListener::bind((ip, 0)).map_err(|e| JobError::Bootstrap {
-        step: format!("listen on {ip}"),
-        whom: "peers".into(),
-        source: e,
-    })
+/// The listener for peer links, on every interface (or the address in
+/// `SODE_TCP_ADDR`), and the addresses to advertise: `reached` (the address
+/// this rank reached rank 0 from) first.
+fn peer_listener(reached: IpAddr) -> Result<(TcpListener, Vec<SocketAddr>)> {
+    let (listener, mut addrs) = crate::streams::listen()?;
+    if local_addr(&listener)?.ip().is_unspecified() {
+        prefer(&mut addrs, reached);
+    }
+    Ok((listener, addrs))
+}
+
+/// Moves (or adds) `ip`, with the port of the others, to the front of
+/// `addrs` unless it names no one address (unspecified).
+fn prefer(addrs: &mut Vec<SocketAddr>, ip: IpAddr) {
+    let Some(port) = addrs.first().map(SocketAddr::port) else {
+        return;
+    };
+    if ip.is_unspecified() {
+        return;
+    }
+    let a = SocketAddr::new(ip, port);
+    addrs.retain(|&x| x != a);
+    addrs.insert(0, a);
 }
 
 fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpStream> {

@@ -13,6 +13,8 @@ use crate::health::{Failure, Health};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::node::NodeId;
 use crate::oob::{check_peers, decode, OutOfBand, PeerLink};
+use crate::relay::{Relay, RelayListener};
+use crate::routes::{Reach, Routes};
 use crate::tcp::TcpRendezvous;
 
 /// What each rank tells the others when the world is made.
@@ -24,6 +26,8 @@ struct Introduction {
     /// Random hex that rank 0 adds to the job id, so names derived from it
     /// (shared-memory segments) cannot be guessed by other users.
     nonce: String,
+    /// Its networks, and the relay it offers.
+    reach: Reach,
 }
 
 /// The job: every rank's node, the job id the ranks agreed on, and the
@@ -41,6 +45,12 @@ pub struct World {
     health: Option<Arc<Health>>,
     /// When the ranks were renumbered: each rank's launch rank, and back.
     order: Option<Arc<Order>>,
+    /// Who reaches whom directly, and the gateways between the others.
+    routes: Arc<Routes>,
+    /// This rank forwarding for others, when it is its node's gateway
+    /// (last: dropped after the health watcher, it lingers while
+    /// connections through it are open).
+    relay: Option<Arc<Relay>>,
 }
 
 /// A renumbering of the ranks (see [`World::renumbered`]).
@@ -123,11 +133,17 @@ impl World {
         deadline: Instant,
     ) -> Result<World> {
         let (rank, size) = (oob.rank(), oob.size());
+        let nets = crate::routes::host_nets();
+        let relay_listener = RelayListener::bind(&nets)?;
         let mine = Introduction {
             node: NodeId::local(),
             job_id,
             pid: std::process::id(),
             nonce: crate::auth::Secret::random()?.to_hex()[..16].to_string(),
+            reach: Reach::local(
+                nets.clone(),
+                relay_listener.as_ref().map(|l| l.offer().clone()),
+            )?,
         };
         let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
             whom: "this rank".into(),
@@ -139,17 +155,16 @@ impl World {
             .enumerate()
             .map(|(r, b)| decode(b, &format!("rank {r}")))
             .collect::<Result<_>>()?;
-        let root = &intros[0];
-        let base = match &root.job_id {
-            Some(j) => j.clone(),
-            None => format!("job{}-{}", root.pid, short_hash(&root.node.boot_id)),
-        };
-        // The nonce last, where truncation to 64 characters cannot cut it.
-        let keep = 64usize.saturating_sub(root.nonce.len() + 1);
-        let base: String = sanitise_job_id(&base).chars().take(keep).collect();
-        let job_id = sanitise_job_id(&format!("{base}-{}", root.nonce));
+        let job_id = agreed_job_id(&intros[0]);
         tracing::debug!(rank, size, job_id, "joined the job");
-        let nodes: Vec<NodeId> = intros.into_iter().map(|i| i.node).collect();
+        let (nodes, reach): (Vec<NodeId>, Vec<Reach>) =
+            intros.into_iter().map(|i| (i.node, i.reach)).unzip();
+        let routes = Arc::new(Routes::new(reach, &nodes));
+        let relay = match relay_listener {
+            Some(l) if routes.forwards(rank) => Some(Arc::new(Relay::start(l, nets)?)),
+            _ => None,
+        };
+        oob.route_through(routes.clone());
         let health = Self::watch_health(oob.as_mut(), &nodes, deadline)?;
         let world = World {
             rank,
@@ -159,6 +174,8 @@ impl World {
             oob: Some(Arc::new(Mutex::new(oob))),
             health: Some(Arc::new(health)),
             order: None,
+            routes,
+            relay,
         };
         adopt_wait_policy(world.local_size())?;
         Ok(world)
@@ -189,19 +206,25 @@ impl World {
 
     /// A job of one process (no network).
     pub fn single() -> World {
+        let node = NodeId::local();
         World {
             rank: 0,
             size: 1,
             job_id: format!("single{}", std::process::id()),
-            nodes: Arc::new(vec![NodeId::local()]),
+            routes: Arc::new(Routes::new(
+                vec![Reach::default()],
+                std::slice::from_ref(&node),
+            )),
+            nodes: Arc::new(vec![node]),
             oob: None,
             health: None,
             order: None,
+            relay: None,
         }
     }
 
-    /// The first rank of the job found dead, if any (one atomic load):
-    /// see [`Health`].
+    /// The first rank of the job found dead, if any (one atomic load; rank
+    /// 0 watches every rank's heartbeats and tells the others).
     pub fn failure(&self) -> Option<Failure> {
         let f = self.health.as_ref().and_then(|h| h.failure())?;
         let mut f = f.clone();
@@ -242,6 +265,8 @@ impl World {
             oob: self.oob.clone(),
             health: self.health.clone(),
             order: Some(Arc::new(Order { launch, rank })),
+            routes: self.routes.clone(),
+            relay: self.relay.clone(),
         })
     }
 
@@ -256,6 +281,20 @@ impl World {
         self.order
             .as_ref()
             .map_or(launch, |o| o.rank.get(launch).copied().unwrap_or(launch))
+    }
+
+    /// The gateway ranks a connection from this rank to `peer` passes
+    /// through, in order: none when the two reach each other directly (on
+    /// one node, one network, or as named in [`crate::GROUPS_VAR`]).
+    pub fn gateways_to(&self, peer: usize) -> Vec<usize> {
+        if peer >= self.size {
+            return Vec::new();
+        }
+        self.routes
+            .gateways(self.launch_of(self.rank), self.launch_of(peer))
+            .into_iter()
+            .map(|g| self.rank_of_launch(g))
+            .collect()
     }
 
     /// This rank's number in launch order.
@@ -342,7 +381,11 @@ impl World {
     ) -> Result<BTreeMap<usize, std::net::TcpStream>> {
         let deadline = Instant::now() + timeout;
         let links = self.connect_peers(peers, timeout)?;
-        crate::streams::connect_streams(self.rank, links, peers, deadline)
+        let dialer = crate::streams::Dialer {
+            routes: &self.routes,
+            launch_of: &|r| self.launch_of(r),
+        };
+        crate::streams::connect_streams(self.rank, links, peers, &dialer, deadline)
     }
 
     /// Opens a setup link to each of `peers` (collective among them: each
@@ -366,6 +409,19 @@ impl World {
             })
             .collect())
     }
+}
+
+/// The job id every rank adopts: rank 0's (or one made from its process),
+/// with its nonce.
+fn agreed_job_id(root: &Introduction) -> String {
+    let base = match &root.job_id {
+        Some(j) => j.clone(),
+        None => format!("job{}-{}", root.pid, short_hash(&root.node.boot_id)),
+    };
+    // The nonce last, where truncation to 64 characters cannot cut it.
+    let keep = 64usize.saturating_sub(root.nonce.len() + 1);
+    let base: String = sanitise_job_id(&base).chars().take(keep).collect();
+    sanitise_job_id(&format!("{base}-{}", root.nonce))
 }
 
 /// A few hex digits that tell boots apart in a made-up job id.

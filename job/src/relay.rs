@@ -1,0 +1,497 @@
+//! Forwarding between ranks that cannot reach each other: a gateway rank,
+//! on a node of two networks, splices a connection from one to a
+//! connection to the other (MPI/SP's gateway nodes), below whatever the
+//! two ends then say to each other. So the ends still prove to each other
+//! who they are (the setup links' secret, the data streams' tokens), and a
+//! gateway sees only bytes it passes on.
+//!
+//! A connection to a relay presents the relay's token (every rank of the
+//! job learns it at start-up, nothing else does), then asks for the rest of
+//! its route: further relays, then the addresses where the far end
+//! listens. The relay connects onward (asking the next relay in turn),
+//! answers whether that worked, and from then on copies bytes both ways,
+//! on a thread per direction, until either side closes.
+
+use std::io::{ErrorKind, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::auth::HANDSHAKE_TIMEOUT;
+use crate::error::{JobError, Result};
+use crate::routes::{usable_order, Net};
+
+const MAGIC: &[u8; 8] = b"SODERLY1";
+const TOKEN: usize = 32;
+/// A route request is a few addresses: anything longer is not one.
+const MAX_REQUEST: usize = 64 << 10;
+/// How long a gateway that finished keeps forwarding for connections still
+/// open through it (its neighbours across it may be an iteration behind).
+const LINGER: Duration = Duration::from_secs(60);
+
+/// Where a gateway relays, and the token that proves a connection to it
+/// comes from the job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RelayOffer {
+    pub(crate) addrs: Vec<SocketAddr>,
+    pub(crate) token: [u8; TOKEN],
+}
+
+/// The rest of a route, sent to a relay after its token.
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    /// Relays still to pass, in order.
+    hops: Vec<RelayOffer>,
+    /// Where the far end listens.
+    target: Vec<SocketAddr>,
+    /// The time left to the initiator's deadline.
+    millis_left: u64,
+}
+
+/// A relay's answer: the connection onward is open, or why not.
+#[derive(Debug, Serialize, Deserialize)]
+struct Reply {
+    error: Option<String>,
+}
+
+/// A relay's listener, bound before the job knows whether this rank will
+/// forward (its address and token go out with the rank's report).
+#[derive(Debug)]
+pub(crate) struct RelayListener {
+    listener: TcpListener,
+    offer: RelayOffer,
+}
+
+impl RelayListener {
+    /// A listener on every interface when this host is on more than one of
+    /// `nets` (one that could join two networks); none otherwise.
+    pub(crate) fn bind(nets: &[Net]) -> Result<Option<RelayListener>> {
+        if nets.len() < 2 {
+            return Ok(None);
+        }
+        let io = |step: &str| {
+            let step = step.to_string();
+            move |source| JobError::Bootstrap {
+                step,
+                whom: "this rank's relay".into(),
+                source,
+            }
+        };
+        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("listen"))?;
+        let port = listener.local_addr().map_err(io("local_addr"))?.port();
+        let addrs = nets
+            .iter()
+            .map(|n| SocketAddr::new(n.addr.into(), port))
+            .collect();
+        let token = crate::auth::random_bytes("a relay's token")?;
+        Ok(Some(RelayListener {
+            listener,
+            offer: RelayOffer { addrs, token },
+        }))
+    }
+
+    /// What the other ranks need to use this relay.
+    pub(crate) fn offer(&self) -> &RelayOffer {
+        &self.offer
+    }
+}
+
+/// A running relay; dropping it stops accepting and waits (up to
+/// [`LINGER`]) for the connections it forwards to close.
+#[derive(Debug)]
+pub(crate) struct Relay {
+    /// Dropped to wake and stop the acceptor.
+    stop: Option<UnixStream>,
+    acceptor: Option<JoinHandle<()>>,
+    /// Connections being forwarded.
+    active: Arc<AtomicUsize>,
+}
+
+impl Relay {
+    /// Starts forwarding on `listener`, connecting onward from a host on
+    /// `nets`.
+    pub(crate) fn start(listener: RelayListener, nets: Vec<Net>) -> Result<Relay> {
+        let fail = |step: &str| {
+            let step = step.to_string();
+            move |source| JobError::Bootstrap {
+                step,
+                whom: "this rank's relay".into(),
+                source,
+            }
+        };
+        let (stop, stopped) = UnixStream::pair().map_err(fail("socketpair"))?;
+        listener
+            .listener
+            .set_nonblocking(true)
+            .map_err(fail("set_nonblocking"))?;
+        let active = Arc::new(AtomicUsize::new(0));
+        let count = active.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("sode-relay".into())
+            .spawn(move || accept_loop(listener, stopped, nets, count))
+            .map_err(fail("spawning the relay thread"))?;
+        tracing::debug!("forwarding for ranks on networks that do not meet");
+        Ok(Relay {
+            stop: Some(stop),
+            acceptor: Some(acceptor),
+            active,
+        })
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(a) = self.acceptor.take() {
+            let _ = a.join();
+        }
+        let until = Instant::now() + LINGER;
+        let mut backoff = crate::backoff::Backoff::setup(Duration::from_millis(20));
+        while self.active.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            backoff.snooze();
+        }
+        let cut = self.active.load(Ordering::Acquire);
+        if cut > 0 {
+            tracing::warn!(
+                cut,
+                "this gateway ended while it still forwarded connections; they are cut"
+            );
+        }
+    }
+}
+
+/// Accepts until `stopped` closes; serves each connection on a thread.
+fn accept_loop(
+    relay: RelayListener,
+    stopped: UnixStream,
+    nets: Vec<Net>,
+    active: Arc<AtomicUsize>,
+) {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let nets = Arc::new(nets);
+    loop {
+        let mut fds = [
+            PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
+            PollFd::new(relay.listener.as_fd(), PollFlags::POLLIN),
+        ];
+        if let Err(e) = nix::poll::poll(&mut fds, PollTimeout::NONE) {
+            if e == nix::errno::Errno::EINTR {
+                continue;
+            }
+            tracing::warn!("the relay stops: poll failed: {e}");
+            return;
+        }
+        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+            return;
+        }
+        loop {
+            match relay.listener.accept() {
+                Ok((conn, from)) => {
+                    let (token, nets, count) = (relay.offer.token, nets.clone(), active.clone());
+                    count.fetch_add(1, Ordering::AcqRel);
+                    let spawned = std::thread::Builder::new()
+                        .name("sode-relay-conn".into())
+                        .spawn(move || {
+                            if let Err(e) = serve(conn, &token, &nets) {
+                                tracing::warn!(%from, "relay: {}", crate::diag::chain(&e));
+                            }
+                            count.fetch_sub(1, Ordering::AcqRel);
+                        });
+                    if spawned.is_err() {
+                        active.fetch_sub(1, Ordering::AcqRel);
+                        tracing::warn!(%from, "relay: no thread for a connection; dropped");
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(e) => {
+                    tracing::warn!("relay: accept failed: {e}");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One forwarded connection: checks the token, connects onward, answers,
+/// then copies both ways until both directions are closed.
+fn serve(mut conn: TcpStream, token: &[u8; TOKEN], nets: &[Net]) -> Result<()> {
+    let whom = format!(
+        "a connection from {}",
+        conn.peer_addr().map_or("?".into(), |a| a.to_string())
+    );
+    conn.set_nonblocking(false)
+        .map_err(io_at("configure", &whom))?;
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut hello = [0u8; 8 + TOKEN];
+    crate::auth::read_exact_by(&mut conn, &mut hello, deadline, &whom)?;
+    // Constant time: the comparison does not tell how much matched.
+    let differ = token
+        .iter()
+        .zip(&hello[8..])
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    if &hello[..8] != MAGIC || differ != 0 {
+        return Err(JobError::Unauthenticated { whom });
+    }
+    let request: Request = read_frame(&mut conn, deadline, &whom)?;
+    let onward_deadline = Instant::now() + Duration::from_millis(request.millis_left);
+    let onward = if request.hops.is_empty() {
+        let ordered = usable_order(nets, false, &request.target);
+        crate::tcp::connect_any(&ordered, onward_deadline, "the far end")
+    } else {
+        through(
+            nets,
+            &request.hops,
+            &request.target,
+            onward_deadline,
+            "the far end",
+        )
+    };
+    let reply = Reply {
+        error: onward
+            .as_ref()
+            .err()
+            .map(|e| crate::diag::chain(e).to_string()),
+    };
+    write_frame(&mut conn, &reply, &whom)?;
+    let onward = onward?;
+    splice(conn, onward, &whom)
+}
+
+/// Copies each way on a thread of its own until both ends have closed.
+fn splice(a: TcpStream, b: TcpStream, whom: &str) -> Result<()> {
+    for s in [&a, &b] {
+        crate::streams::configure(s).map_err(io_at("configure", whom))?;
+    }
+    let (a2, b2) = (
+        a.try_clone().map_err(io_at("clone", whom))?,
+        b.try_clone().map_err(io_at("clone", whom))?,
+    );
+    let back = std::thread::Builder::new()
+        .name("sode-relay-back".into())
+        .spawn(move || pump(b2, a2))
+        .map_err(io_at("spawning a relay thread", whom))?;
+    pump(a, b);
+    let _ = back.join();
+    Ok(())
+}
+
+/// Copies `from` into `to` until `from` ends; then passes the end on (or,
+/// when either failed, cuts both, so that neither end waits on a relay that
+/// can no longer carry its bytes).
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    match std::io::copy(&mut from, &mut to) {
+        Ok(_) => {
+            let _ = to.shutdown(Shutdown::Write);
+        }
+        Err(_) => {
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Connects through `hops` (relays, in order) to `target`, from a host on
+/// `nets`; the stream returned reaches the far end.
+pub(crate) fn through(
+    nets: &[Net],
+    hops: &[impl AsOffer],
+    target: &[SocketAddr],
+    deadline: Instant,
+    whom: &str,
+) -> Result<TcpStream> {
+    let (first, rest) = hops.split_first().ok_or_else(|| JobError::Protocol {
+        whom: whom.into(),
+        why: "a route through no relay".into(),
+    })?;
+    let (gateway, offer) = first.offer();
+    let at = format!("{whom} through {gateway}");
+    let ordered = usable_order(nets, false, &offer.addrs);
+    let mut s = crate::tcp::connect_any(&ordered, deadline, &at)?;
+    let mut hello = [0u8; 8 + TOKEN];
+    hello[..8].copy_from_slice(MAGIC);
+    hello[8..].copy_from_slice(&offer.token);
+    s.write_all(&hello).map_err(io_at("greet the relay", &at))?;
+    let request = Request {
+        hops: rest.iter().map(|h| h.offer().1.clone()).collect(),
+        target: target.to_vec(),
+        millis_left: deadline
+            .saturating_duration_since(Instant::now())
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64,
+    };
+    write_frame(&mut s, &request, &at)?;
+    // The relay answers once its own connection onward is made, which it
+    // tries until our deadline: allow it that and a little more.
+    let reply: Reply = read_frame(&mut s, deadline + HANDSHAKE_TIMEOUT, &at)?;
+    if let Some(why) = reply.error {
+        return Err(JobError::Bootstrap {
+            step: format!("connect through {gateway}"),
+            whom: whom.into(),
+            source: std::io::Error::other(why),
+        });
+    }
+    Ok(s)
+}
+
+/// A hop of a route: the gateway's name for messages, and its relay.
+pub(crate) trait AsOffer {
+    /// The gateway's name and relay.
+    fn offer(&self) -> (String, &RelayOffer);
+}
+
+impl AsOffer for (usize, RelayOffer) {
+    fn offer(&self) -> (String, &RelayOffer) {
+        (format!("gateway rank {}", self.0), &self.1)
+    }
+}
+
+impl AsOffer for RelayOffer {
+    fn offer(&self) -> (String, &RelayOffer) {
+        (format!("the relay at {:?}", self.addrs), self)
+    }
+}
+
+fn write_frame<T: Serialize>(s: &mut TcpStream, msg: &T, whom: &str) -> Result<()> {
+    let body = serde_json::to_vec(msg).map_err(|e| JobError::Protocol {
+        whom: whom.into(),
+        why: format!("a relay message does not serialise: {e}"),
+    })?;
+    let len = u32::try_from(body.len())
+        .ok()
+        .filter(|&l| (l as usize) <= MAX_REQUEST)
+        .ok_or_else(|| JobError::Protocol {
+            whom: whom.into(),
+            why: format!("a route of {} bytes (at most {MAX_REQUEST})", body.len()),
+        })?;
+    let mut frame = len.to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    s.write_all(&frame)
+        .map_err(io_at("send to the relay", whom))
+}
+
+fn read_frame<T: for<'de> Deserialize<'de>>(
+    s: &mut TcpStream,
+    deadline: Instant,
+    whom: &str,
+) -> Result<T> {
+    let mut len = [0u8; 4];
+    crate::auth::read_exact_by(s, &mut len, deadline, whom)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_REQUEST {
+        return Err(JobError::Protocol {
+            whom: whom.into(),
+            why: format!("a relay message of {len} bytes (at most {MAX_REQUEST})"),
+        });
+    }
+    let mut body = vec![0u8; len];
+    crate::auth::read_exact_by(s, &mut body, deadline, whom)?;
+    s.set_read_timeout(None).map_err(io_at("configure", whom))?;
+    crate::oob::decode(&body, whom)
+}
+
+fn io_at<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobError + 'a {
+    move |source| JobError::Bootstrap {
+        step: step.into(),
+        whom: whom.into(),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn nets() -> Vec<Net> {
+        // Two networks, so that the listener binds; both this host's
+        // loopback in effect (the relay connects onward to 127.0.0.1).
+        vec![
+            Net {
+                addr: "127.0.0.1".parse().unwrap(),
+                prefix: 8,
+            },
+            Net {
+                addr: "127.0.0.2".parse().unwrap(),
+                prefix: 8,
+            },
+        ]
+    }
+
+    /// A relay on loopback, and its offer.
+    fn relay() -> (Relay, RelayOffer) {
+        let l = RelayListener::bind(&nets()).unwrap().unwrap();
+        let mut offer = l.offer().clone();
+        let port = offer.addrs[0].port();
+        offer.addrs = vec![SocketAddr::from(([127, 0, 0, 1], port))];
+        (Relay::start(l, Vec::new()).unwrap(), offer)
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(10)
+    }
+
+    #[test]
+    fn bytes_cross_one_relay_and_two_both_ways_and_ends_pass_on() {
+        let far = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = vec![far.local_addr().unwrap()];
+        let (r1, o1) = relay();
+        let (r2, o2) = relay();
+        for hops in [
+            vec![(1, o1.clone())],
+            vec![(1, o1.clone()), (2, o2.clone())],
+        ] {
+            let mut near = through(&[], &hops, &target, deadline(), "the far end").unwrap();
+            let (mut end, _) = far.accept().unwrap();
+            let big: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
+            let sent = big.clone();
+            let writer = std::thread::spawn(move || {
+                near.write_all(&sent).unwrap();
+                near.shutdown(Shutdown::Write).unwrap();
+                let mut back = Vec::new();
+                near.read_to_end(&mut back).unwrap();
+                back
+            });
+            let mut got = Vec::new();
+            end.read_to_end(&mut got).unwrap();
+            assert!(
+                got == big,
+                "{} hops: the far end got other bytes",
+                hops.len()
+            );
+            end.write_all(b"and back").unwrap();
+            drop(end);
+            assert_eq!(writer.join().unwrap(), b"and back");
+        }
+        drop((r1, r2));
+    }
+
+    #[test]
+    fn a_wrong_token_is_refused_and_a_dead_end_is_named() {
+        let (_r, mut offer) = relay();
+        let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+        let nowhere = vec![closed.local_addr().unwrap()];
+        drop(closed);
+        let soon = Instant::now() + Duration::from_millis(300);
+        let e = through(&[], &[(4, offer.clone())], &nowhere, soon, "rank 9").unwrap_err();
+        let text = crate::diag::chain(&e).to_string();
+        assert!(
+            text.contains("through gateway rank 4") && text.contains("rank 9"),
+            "{text}"
+        );
+        offer.token[0] ^= 1;
+        let e = through(&[], &[(4, offer)], &nowhere, deadline(), "rank 9").unwrap_err();
+        let text = crate::diag::chain(&e).to_string();
+        assert!(text.contains("gateway rank 4"), "{text}");
+    }
+}

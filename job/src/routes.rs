@@ -1,0 +1,448 @@
+//! Which ranks reach each other directly over TCP, and through which
+//! gateway ranks the others do (MPI/SP's gateway nodes between clusters).
+//!
+//! Every rank reports the IPv4 networks of its node's interfaces (or the
+//! group names the user gave in [`GROUPS_VAR`]) and, when its node is on
+//! more than one network, a relay it can run. Two ranks reach each other
+//! directly when they share a node, a network (an address of each inside
+//! one subnet, the two addresses different) or a group name; when either
+//! reports nothing, directly too, as before routes existed (the network
+//! may route between subnets). Otherwise the route is the shortest chain of
+//! nodes that reach each other directly, each intermediate node's gateway
+//! (its lowest rank that offered a relay) forwarding ([`crate::relay`]).
+//! Every rank computes the same routes from the same reports.
+
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+use crate::node::NodeId;
+use crate::relay::RelayOffer;
+
+/// The variable naming the networks this node is on, comma-separated (for
+/// example `site-a,site-b` on a gateway node), where the subnets of its
+/// interfaces do not tell (networks routed between subnets, or subnets
+/// that look alike on unconnected clusters). Ranks that both name groups
+/// reach each other directly exactly when they share one.
+pub const GROUPS_VAR: &str = "SODE_GROUPS";
+
+/// An IPv4 network an interface of a node is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Net {
+    pub(crate) addr: Ipv4Addr,
+    pub(crate) prefix: u8,
+}
+
+impl Net {
+    fn contains(&self, ip: Ipv4Addr) -> bool {
+        let keep = u32::MAX
+            .checked_shl(32 - u32::from(self.prefix.min(32)))
+            .unwrap_or(0);
+        u32::from(self.addr) & keep == u32::from(ip) & keep
+    }
+}
+
+/// What a rank tells the others about how it can be reached.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(crate) struct Reach {
+    /// Its node's networks (loopback left out).
+    pub(crate) nets: Vec<Net>,
+    /// The groups the user named ([`GROUPS_VAR`]).
+    pub(crate) groups: Option<Vec<String>>,
+    /// Where it forwards for others, when its node is on several networks.
+    pub(crate) relay: Option<RelayOffer>,
+}
+
+impl Reach {
+    /// A rank on `nets` offering `relay`, with the groups in
+    /// [`GROUPS_VAR`], checked.
+    pub(crate) fn local(nets: Vec<Net>, relay: Option<RelayOffer>) -> Result<Reach> {
+        Ok(Reach {
+            nets,
+            groups: parse_groups(std::env::var(GROUPS_VAR).ok().as_deref())?,
+            relay,
+        })
+    }
+}
+
+/// `SODE_GROUPS`: names separated by commas; unset or blank for none.
+pub(crate) fn parse_groups(value: Option<&str>) -> Result<Option<Vec<String>>> {
+    let Some(text) = value.map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let names: Vec<String> = text.split(',').map(|n| n.trim().to_string()).collect();
+    if names.iter().any(|n| n.is_empty()) {
+        return Err(JobError::InvalidSetting {
+            name: GROUPS_VAR.into(),
+            value: text.into(),
+            why: "a group name is empty: give names separated by single commas, such as site-a,site-b".into(),
+        });
+    }
+    Ok(Some(names))
+}
+
+/// The IPv4 networks of this host's interfaces that are up, loopback left
+/// out.
+pub(crate) fn host_nets() -> Vec<Net> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for a in addrs {
+        if !a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP) {
+            continue;
+        }
+        let (Some(addr), Some(mask)) = (a.address, a.netmask) else {
+            continue;
+        };
+        if let (Some(ip), Some(m)) = (addr.as_sockaddr_in(), mask.as_sockaddr_in()) {
+            let net = Net {
+                addr: ip.ip(),
+                prefix: m.ip().to_bits().count_ones() as u8,
+            };
+            if !net.addr.is_loopback() && !out.contains(&net) {
+                out.push(net);
+            }
+        }
+    }
+    out
+}
+
+/// The job's routes: who reaches whom directly, and the gateways between
+/// the others. Ranks here are launch ranks.
+#[derive(Debug)]
+pub struct Routes {
+    reach: Vec<Reach>,
+    /// Each rank's node, as an index into `gateway`.
+    node: Vec<usize>,
+    /// Each node's gateway: its lowest rank that offered a relay.
+    gateway: Vec<Option<usize>>,
+    /// A rank of each node, whose report speaks for the node.
+    speaker: Vec<usize>,
+}
+
+impl Routes {
+    /// Routes from every rank's report and node.
+    pub(crate) fn new(reach: Vec<Reach>, nodes: &[NodeId]) -> Routes {
+        let mut distinct: Vec<&NodeId> = Vec::new();
+        let mut node = Vec::with_capacity(nodes.len());
+        for n in nodes {
+            let i = match distinct.iter().position(|d| *d == n) {
+                Some(i) => i,
+                None => {
+                    distinct.push(n);
+                    distinct.len() - 1
+                }
+            };
+            node.push(i);
+        }
+        let mut gateway = vec![None; distinct.len()];
+        let mut speaker = vec![usize::MAX; distinct.len()];
+        for (rank, &n) in node.iter().enumerate() {
+            if speaker[n] == usize::MAX {
+                speaker[n] = rank;
+            }
+            if gateway[n].is_none() && reach[rank].relay.is_some() {
+                gateway[n] = Some(rank);
+            }
+        }
+        Routes {
+            reach,
+            node,
+            gateway,
+            speaker,
+        }
+    }
+
+    /// Whether ranks `a` and `b` reach each other without a gateway.
+    fn direct(&self, a: usize, b: usize) -> bool {
+        if self.node[a] == self.node[b] {
+            return true;
+        }
+        let (ra, rb) = (&self.reach[a], &self.reach[b]);
+        if let (Some(ga), Some(gb)) = (&ra.groups, &rb.groups) {
+            return ga.iter().any(|g| gb.contains(g));
+        }
+        if ra.nets.is_empty() || rb.nets.is_empty() {
+            return true;
+        }
+        ra.nets.iter().any(|na| {
+            rb.nets
+                .iter()
+                .any(|nb| na.prefix == nb.prefix && na.contains(nb.addr) && na.addr != nb.addr)
+        })
+    }
+
+    /// The gateway ranks a connection from `from` to `to` passes, in order:
+    /// none when they reach each other directly, or when no chain of
+    /// gateways joins them (then directly as well: the network may route).
+    pub fn gateways(&self, from: usize, to: usize) -> Vec<usize> {
+        if from >= self.node.len() || to >= self.node.len() || self.direct(from, to) {
+            return Vec::new();
+        }
+        // Breadth first over nodes, passing only through nodes with a
+        // gateway; nodes few, so a direct check per pair is cheap.
+        let nodes = self.gateway.len();
+        let mut came_from = vec![usize::MAX; nodes];
+        let (start, goal) = (self.node[from], self.node[to]);
+        came_from[start] = start;
+        let mut queue = VecDeque::from([start]);
+        while let Some(n) = queue.pop_front() {
+            let via = if n == start {
+                from
+            } else {
+                match self.gateway[n] {
+                    Some(g) => g,
+                    None => continue,
+                }
+            };
+            for m in 0..nodes {
+                if came_from[m] != usize::MAX {
+                    continue;
+                }
+                let target = if m == goal { to } else { self.speaker[m] };
+                if !self.direct(via, target) {
+                    continue;
+                }
+                came_from[m] = n;
+                if m == goal {
+                    return self.path_back(&came_from, start, goal);
+                }
+                queue.push_back(m);
+            }
+        }
+        Vec::new()
+    }
+
+    /// The gateways of the nodes between `start` and `goal`, in order.
+    fn path_back(&self, came_from: &[usize], start: usize, goal: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut n = came_from[goal];
+        while n != start {
+            out.extend(self.gateway[n]);
+            n = came_from[n];
+        }
+        out.reverse();
+        out
+    }
+
+    /// Whether `rank` forwards for others: its node's gateway, with
+    /// ranks of other nodes that do not reach each other directly.
+    pub(crate) fn forwards(&self, rank: usize) -> bool {
+        let n = self.node[rank];
+        self.gateway[n] == Some(rank) && self.any_pair_needs(n)
+    }
+
+    /// Whether two other nodes that reach node `n` do not reach each other.
+    fn any_pair_needs(&self, n: usize) -> bool {
+        let gw = self.speaker[n];
+        let near: Vec<usize> = (0..self.speaker.len())
+            .filter(|&m| m != n && self.direct(gw, self.speaker[m]))
+            .collect();
+        near.iter().enumerate().any(|(i, &a)| {
+            near[i + 1..]
+                .iter()
+                .any(|&b| !self.direct(self.speaker[a], self.speaker[b]))
+        })
+    }
+
+    /// Connects rank `from` to `addrs`, where rank `to` listens: directly
+    /// or through the gateways between them.
+    pub(crate) fn dial(
+        &self,
+        from: usize,
+        to: usize,
+        addrs: &[SocketAddr],
+        deadline: Instant,
+        whom: &str,
+    ) -> Result<TcpStream> {
+        let hops: Vec<(usize, RelayOffer)> = self
+            .gateways(from, to)
+            .into_iter()
+            .filter_map(|g| self.reach[g].relay.clone().map(|offer| (g, offer)))
+            .collect();
+        if hops.is_empty() {
+            let same_node = self.node.get(from) == self.node.get(to);
+            let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
+            let ordered = usable_order(mine, same_node, addrs);
+            return crate::tcp::connect_any(&ordered, deadline, whom);
+        }
+        let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
+        crate::relay::through(mine, &hops, addrs, deadline, whom)
+    }
+}
+
+/// `addrs` of a peer in the order worth trying from a host on `mine`:
+/// on the same node, loopback first; on another, addresses inside one of
+/// `mine` first, and none of this host's own addresses (a peer's address
+/// equal to one of ours is another host's copy of a private network).
+pub(crate) fn usable_order(mine: &[Net], same_node: bool, addrs: &[SocketAddr]) -> Vec<SocketAddr> {
+    if same_node {
+        let mut out = addrs.to_vec();
+        out.sort_by_key(|a| !a.ip().is_loopback());
+        return out;
+    }
+    let v4 = |a: &SocketAddr| match a.ip() {
+        IpAddr::V4(ip) => Some(ip),
+        IpAddr::V6(_) => None,
+    };
+    let mut near = Vec::new();
+    let mut rest = Vec::new();
+    for a in addrs {
+        let ip = v4(a);
+        if a.ip().is_loopback() || ip.is_some_and(|ip| mine.iter().any(|n| n.addr == ip)) {
+            continue;
+        }
+        if ip.is_some_and(|ip| mine.iter().any(|n| n.contains(ip))) {
+            near.push(*a);
+        } else {
+            rest.push(*a);
+        }
+    }
+    near.extend(rest);
+    if near.is_empty() {
+        return addrs.to_vec();
+    }
+    near
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn net(text: &str) -> Net {
+        let (a, p) = text.split_once('/').unwrap();
+        Net {
+            addr: a.parse().unwrap(),
+            prefix: p.parse().unwrap(),
+        }
+    }
+
+    fn node(name: &str) -> NodeId {
+        NodeId {
+            hostname: name.into(),
+            boot_id: name.into(),
+        }
+    }
+
+    fn offer() -> Option<RelayOffer> {
+        Some(RelayOffer {
+            addrs: vec!["127.0.0.1:1".parse().unwrap()],
+            token: [7; 32],
+        })
+    }
+
+    fn reach(nets: &[&str], relay: bool) -> Reach {
+        Reach {
+            nets: nets.iter().map(|n| net(n)).collect(),
+            groups: None,
+            relay: if relay { offer() } else { None },
+        }
+    }
+
+    /// The three VMs of ci/softroce/three-nodes.sh: a and b on one wire,
+    /// b and c on another, a and c on none; two ranks per node.
+    fn three_nodes() -> Routes {
+        let a = reach(&["10.78.0.1/24"], false);
+        let b = reach(&["10.78.0.2/24", "10.79.0.2/24"], true);
+        let c = reach(&["10.79.0.3/24"], false);
+        let nodes = ["a", "a", "b", "b", "c", "c"].map(node);
+        Routes::new(vec![a.clone(), a, b.clone(), b, c.clone(), c], &nodes)
+    }
+
+    #[test]
+    fn nodes_on_no_common_network_go_through_the_gateway_between_them() {
+        let r = three_nodes();
+        assert_eq!(r.gateways(0, 4), vec![2]);
+        assert_eq!(r.gateways(5, 1), vec![2]);
+        assert!(r.gateways(0, 1).is_empty(), "the same node");
+        assert!(r.gateways(0, 3).is_empty(), "one wire");
+        assert!(r.gateways(3, 5).is_empty(), "the other wire");
+        assert!(r.forwards(2));
+        assert!(!r.forwards(3), "rank 2 is node b's gateway");
+        assert!(!r.forwards(0));
+    }
+
+    #[test]
+    fn a_chain_of_clusters_passes_every_gateway_in_order() {
+        let nodes = ["a", "b", "c", "d"].map(node);
+        let reaches = vec![
+            reach(&["10.1.0.1/24"], false),
+            reach(&["10.1.0.2/24", "10.2.0.2/24"], true),
+            reach(&["10.2.0.3/24", "10.3.0.3/24"], true),
+            reach(&["10.3.0.4/24"], false),
+        ];
+        let r = Routes::new(reaches, &nodes);
+        assert_eq!(r.gateways(0, 3), vec![1, 2]);
+        assert_eq!(r.gateways(3, 0), vec![2, 1]);
+        assert_eq!(r.gateways(0, 2), vec![1]);
+    }
+
+    #[test]
+    fn unknown_or_unjoined_networks_are_tried_directly() {
+        // No gateway between them: directly (the network may route).
+        let nodes = ["a", "b"].map(node);
+        let r = Routes::new(
+            vec![
+                reach(&["10.1.0.1/24"], false),
+                reach(&["10.2.0.1/24"], false),
+            ],
+            &nodes,
+        );
+        assert!(r.gateways(0, 1).is_empty());
+        // A node that reports no network is reached directly.
+        let r = Routes::new(
+            vec![reach(&[], false), reach(&["10.2.0.1/24"], true)],
+            &nodes,
+        );
+        assert!(r.gateways(0, 1).is_empty());
+    }
+
+    #[test]
+    fn the_same_private_address_on_two_hosts_is_not_a_shared_network() {
+        // docker0 on every host: 172.17.0.1/16 twice is not one network.
+        let nodes = ["a", "g", "b"].map(node);
+        let r = Routes::new(
+            vec![
+                reach(&["10.1.0.1/24", "172.17.0.1/16"], false),
+                reach(&["10.1.0.2/24", "10.2.0.2/24"], true),
+                reach(&["10.2.0.3/24", "172.17.0.1/16"], false),
+            ],
+            &nodes,
+        );
+        assert_eq!(r.gateways(0, 2), vec![1]);
+        let mine = [net("10.1.0.1/24"), net("172.17.0.1/16")];
+        let theirs: Vec<SocketAddr> = ["172.17.0.1:9", "10.9.0.3:9", "10.1.0.7:9", "127.0.0.1:9"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(
+            usable_order(&mine, false, &theirs),
+            vec![theirs[2], theirs[1]],
+            "the peer's address on our network first, our own and loopback never"
+        );
+        assert_eq!(usable_order(&mine, true, &theirs)[0], theirs[3]);
+    }
+
+    #[test]
+    fn named_groups_replace_the_subnets() {
+        let mut a = reach(&["10.1.0.1/24"], false);
+        let mut b = reach(&["10.1.0.2/24", "10.2.0.2/24"], true);
+        let mut c = reach(&["10.1.0.3/24"], false);
+        a.groups = Some(vec!["x".into()]);
+        b.groups = Some(vec!["x".into(), "y".into()]);
+        c.groups = Some(vec!["y".into()]);
+        let r = Routes::new(vec![a, b, c], &["a", "b", "c"].map(node));
+        assert_eq!(r.gateways(0, 2), vec![1], "one subnet, but other groups");
+        assert_eq!(
+            parse_groups(Some(" x, y ")).unwrap(),
+            Some(vec!["x".into(), "y".into()])
+        );
+        assert_eq!(parse_groups(Some(" ")).unwrap(), None);
+        let e = parse_groups(Some("x,,y")).unwrap_err().to_string();
+        assert!(e.contains("SODE_GROUPS"), "{e}");
+    }
+}
