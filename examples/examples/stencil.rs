@@ -503,8 +503,20 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let per_exchange = times.per_exchange_us() * 1e-6;
     let ch = halo.channels();
     let count = |k: &str| ch.iter().filter(|c| **c == k).count();
+    let forwarded: Vec<String> = halo
+        .paths()
+        .into_iter()
+        .zip(d.neighbours(me))
+        .filter(|(p, _)| p.contains(" via "))
+        .map(|(p, n)| format!("rank {} {p}", n.rank))
+        .collect();
+    let forwarded = if forwarded.is_empty() {
+        String::new()
+    } else {
+        format!(", forwarded: {}", forwarded.join("; "))
+    };
     println!(
-        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, tcp {}, local {}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}{order_report}",
+        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, tcp {}, local {}{forwarded}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}{order_report}",
         d.block(me).1,
         ch.len(),
         count("shm"),

@@ -244,6 +244,12 @@ impl HaloExchange {
         self.exchange.localities()
     }
 
+    /// How each neighbour is reached, in the decomposition's order, as
+    /// text: the channel, and for TCP the gateways passed (`tcp via rank 2`).
+    pub fn paths(&self) -> Vec<String> {
+        self.exchange.paths()
+    }
+
     /// Which channel each neighbour uses: `shm`, `rdma` or `local`.
     pub fn channels(&self) -> Vec<&'static str> {
         self.localities().into_iter().map(Locality::name).collect()

@@ -831,6 +831,23 @@ impl LinkExchange {
         self.rank
     }
 
+    /// How each link's peer is reached, in the links' order, as text: the
+    /// channel, and for TCP the gateway ranks it passes (`tcp via rank 2`).
+    pub fn paths(&self) -> Vec<String> {
+        self.localities()
+            .into_iter()
+            .zip(&self.links)
+            .map(|(l, link)| {
+                let via = self.job.gateways_to(link.peer);
+                if l != Locality::Tcp || via.is_empty() {
+                    return l.name().to_string();
+                }
+                let via: Vec<String> = via.iter().map(|g| format!("rank {g}")).collect();
+                format!("tcp via {}", via.join(", "))
+            })
+            .collect()
+    }
+
     /// How each link's peer is reached, in the links' order.
     pub fn localities(&self) -> Vec<Locality> {
         self.sends
