@@ -73,6 +73,9 @@ bash ci/softroce/two-nodes.sh
 echo "== a node vanishes mid-run: the ranks of the other node report its silent rank (job health)"
 bash ci/softroce/node-death.sh "$(test_exe sode health)"
 
+echo "== three nodes on two networks: a-c traffic forwarded by node b's gateway; a rank killed and the gateway stopped (job health across the networks)"
+bash ci/softroce/three-nodes.sh "$(test_exe sode health)"
+
 echo "== reordered ranks: a scrambled 8-rank job across the two VMs moves fewer bytes between them with --reorder"
 ROUNDS=1 ITERS=50 bash ci/softroce/reorder.sh
 
