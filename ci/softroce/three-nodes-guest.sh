@@ -97,4 +97,8 @@ meet killed
 SODE_STOPPED=0 SODE_HEALTH_TEST=auto,0,stop SODE_HEALTH_TIMEOUT=3 \
   run_job stopped 7703 "$SODE_CHAIN_RANKS" 4 "$SODE_HEALTH_EXE" --exact rank --nocapture --test-threads=1
 meet stopped
+# 4. The stencil again, reordered: round trips measured between the nodes
+#    (a-c forwarded by b) weigh the placement.
+run_job reorder 7704 "$SODE_STENCIL_RANKS" 6 "$SODE_STENCIL" --dims 2 --size 48 --neighbours 4 --iters 10 --reorder
+meet reorder
 echo 0 > "$out/$node.status"

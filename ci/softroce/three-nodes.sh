@@ -13,7 +13,11 @@
 #    within BOUND_MS (rank 1 hears it through the health root on b, across
 #    the networks), and leave no shared-memory segment;
 # 3. the same chain with rank 0 stopped (SIGSTOP): the gateway and the
-#    health root at once; ranks 1, 2 and 3 report it silent within BOUND_MS.
+#    health root at once; ranks 1, 2 and 3 report it silent within BOUND_MS;
+# 4. the stencil (4 neighbours, walls) with --reorder: the round trips
+#    measured between the nodes (a-c through the gateway) must make the
+#    chosen order cost less (bytes x distance) than launch order, with no
+#    neighbour left forwarded between a and c, bit for bit.
 #
 # Rank 0 runs on b, the one node every node reaches (SODE_ROOT must be
 # reachable from every rank). Exits non-zero on any failure.
@@ -79,7 +83,7 @@ boot c "$(mac 13)=10.79.0.3/24" \
 vm_c=$!
 wait $vm_a $vm_b $vm_c || true
 log=$out/all.log
-for job in stencil killed stopped; do
+for job in stencil killed stopped reorder; do
   for node in a b c; do
     for f in "$out"/"$node-$job"-r*.log; do
       [ -f "$f" ] || continue
@@ -135,6 +139,21 @@ if grep -q "leftover segments: \[.\+\]" "$out"/*-killed-leftover.log 2>/dev/null
   echo "three-nodes: segments of the killed job were left behind" >&2
   fail=1
 fi
+# 4. Reordered by measured distance: cheaper than launch order.
+for r in 0 1 2 3 4 5; do
+  # Logs are named by launch rank; the line speaks the new rank.
+  line=$(grep -E "^\[reorder node . rank $r\] rank [0-9]+: .*bit for bit.*cost [0-9]+, [0-9]+ in launch order" "$log" || true)
+  [ -n "$line" ] || { echo "three-nodes: reorder: rank $r did not finish reordered, bit for bit" >&2; fail=1; continue; }
+  read -r cost launch_cost <<<"$(printf '%s\n' "$line" | sed -E 's/.*cost ([0-9]+), ([0-9]+) in launch order.*/\1 \2/')"
+  [ "$cost" -lt "$launch_cost" ] || { echo "three-nodes: reorder: rank $r: cost $cost, not below launch order's $launch_cost" >&2; fail=1; }
+done
+# Launched, a's ranks had c's as neighbours through the gateway; the
+# order chosen keeps a and c apart.
+if grep -E "^\[reorder node" "$log" | grep -q "forwarded:"; then
+  echo "three-nodes: reorder: neighbours still forwarded between a and c" >&2
+  fail=1
+fi
+grep -E "^\[reorder node . rank 0\]" "$log" | grep -oE "cost [0-9]+, [0-9]+ in launch order.*" | head -n 1 || true
 echo "three-nodes: done in $(( $(date +%s) - start )) s" >&2
-[ $fail = 0 ] && echo "three-nodes: a-b RDMA, b-c TCP, a-c TCP forwarded by node b's gateway, bit for bit; node c's rank killed and the gateway stopped: every other rank reported within ${bound_ms} ms"
+[ $fail = 0 ] && echo "three-nodes: a-b RDMA, b-c TCP, a-c TCP forwarded by node b's gateway, bit for bit; node c's rank killed and the gateway stopped: every other rank reported within ${bound_ms} ms; reordered by measured round trips, cheaper than launch order"
 exit $fail

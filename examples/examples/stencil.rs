@@ -72,6 +72,41 @@ fn main() -> ExitCode {
 }
 
 /// A process grid for `n` ranks over `dims` axes, as square as possible.
+/// What reordering chose and what it measured, for the report line.
+fn reorder_report(r: &sode::Reordered) -> String {
+    let trips: Vec<String> = r
+        .round_trips
+        .iter()
+        .map(|(a, b, us)| format!("{a}-{b} {us:.0} us"))
+        .collect();
+    format!(
+        "; reordered (launched as rank {}): {:.0} bytes an exchange between nodes, {:.0} in launch order; cost {:.0}, {:.0} in launch order (bytes x distance; round trips between nodes' first ranks: {})",
+        r.world.launch_rank(),
+        r.bytes_between_nodes,
+        r.launch_bytes_between_nodes,
+        r.cost,
+        r.launch_cost,
+        if trips.is_empty() { "none".to_string() } else { trips.join(", ") }
+    )
+}
+
+/// The neighbours reached through gateways (`, forwarded: rank 4 tcp via
+/// rank 0`), or nothing.
+fn forwarded_report(halo: &HaloExchange, d: &Decomposition, me: usize) -> String {
+    let forwarded: Vec<String> = halo
+        .paths()
+        .into_iter()
+        .zip(d.neighbours(me))
+        .filter(|(p, _)| p.contains(" via "))
+        .map(|(p, n)| format!("rank {} {p}", n.rank))
+        .collect();
+    if forwarded.is_empty() {
+        String::new()
+    } else {
+        format!(", forwarded: {}", forwarded.join("; "))
+    }
+}
+
 fn process_grid(n: usize, dims: usize) -> Vec<usize> {
     let mut grid = vec![1; dims];
     let mut rest = n;
@@ -444,12 +479,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let d = Decomposition::new(&global, &grid, &vec![a.periodic; a.dims], 1, stencil)?;
     let (world, order_report) = if a.reorder {
         let r = sode::reorder(&launched, &d, 8, Duration::from_secs(60))?;
-        let report = format!(
-            "; reordered (launched as rank {}): {:.0} bytes an exchange between nodes, {:.0} in launch order",
-            r.world.launch_rank(),
-            r.bytes_between_nodes,
-            r.launch_bytes_between_nodes
-        );
+        let report = reorder_report(&r);
         (r.world, report)
     } else {
         (launched, String::new())
@@ -503,18 +533,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let per_exchange = times.per_exchange_us() * 1e-6;
     let ch = halo.channels();
     let count = |k: &str| ch.iter().filter(|c| **c == k).count();
-    let forwarded: Vec<String> = halo
-        .paths()
-        .into_iter()
-        .zip(d.neighbours(me))
-        .filter(|(p, _)| p.contains(" via "))
-        .map(|(p, n)| format!("rank {} {p}", n.rank))
-        .collect();
-    let forwarded = if forwarded.is_empty() {
-        String::new()
-    } else {
-        format!(", forwarded: {}", forwarded.join("; "))
-    };
+    let forwarded = forwarded_report(&halo, &d, me);
     println!(
         "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, tcp {}, local {}{forwarded}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}{order_report}",
         d.block(me).1,

@@ -40,6 +40,7 @@
 mod alltoall;
 mod channel;
 mod decomp;
+mod distance;
 mod error;
 mod exchange;
 #[cfg(feature = "rdma")]
