@@ -29,6 +29,10 @@ pub const DEFAULT_SILENCE: Duration = Duration::from_secs(10);
 const BEAT: Duration = Duration::from_millis(500);
 /// How long a message that `poll` said is there may take to arrive whole.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one note may take to leave: longer means the peer has not read
+/// its link for a long time (it is stopped or hung), and it is declared
+/// dead.
+const SEND_LIMIT: Duration = Duration::from_secs(2);
 
 /// What travels on a health link.
 #[derive(Debug, Serialize, Deserialize)]
@@ -119,15 +123,21 @@ impl Health {
             step: "creating its stop socket",
             source,
         })?;
+        let mut watched = Vec::with_capacity(links.len());
+        for mut link in links.into_values() {
+            // A peer that stops reading fills its link in time (a heartbeat
+            // is tens of bytes: about half an hour with common buffers);
+            // then a send must not hold the watcher, which would neither
+            // judge silences nor let `Drop` finish.
+            link.bound_sends(Some(SEND_LIMIT))?;
+            watched.push(Watched {
+                link,
+                heard: Instant::now(),
+            });
+        }
         let watch = Watch {
             rank,
-            links: links
-                .into_values()
-                .map(|link| Watched {
-                    link,
-                    heard: Instant::now(),
-                })
-                .collect(),
+            links: watched,
             verdict: Arc::clone(&verdict),
             stopped,
             silence,

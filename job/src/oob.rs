@@ -65,6 +65,14 @@ pub trait PeerChannel: Send + std::fmt::Debug {
     fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
+
+    /// Bounds how long one [`send`](PeerChannel::send) may block on a peer
+    /// that does not read (none: as long as it takes); a send that runs
+    /// out fails, and the link is unusable after it. Links that never
+    /// block need not do anything.
+    fn bound_sends(&mut self, _limit: Option<std::time::Duration>) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// A setup link to one peer, carrying typed messages (JSON).
@@ -111,6 +119,11 @@ impl PeerLink {
     /// (see [`PeerChannel::liveness_fd`]).
     pub fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         self.channel.liveness_fd()
+    }
+
+    /// Bounds how long one send may block (see [`PeerChannel::bound_sends`]).
+    pub fn bound_sends(&mut self, limit: Option<std::time::Duration>) -> Result<()> {
+        self.channel.bound_sends(limit)
     }
 }
 

@@ -375,6 +375,13 @@ impl PeerChannel for TcpPeer {
         use std::os::fd::AsFd;
         Some(self.session.stream().as_fd())
     }
+
+    fn bound_sends(&mut self, limit: Option<Duration>) -> Result<()> {
+        self.session
+            .stream()
+            .set_write_timeout(limit)
+            .map_err(io_err("set_write_timeout", "a peer link"))
+    }
 }
 
 /// A connection that proved it belongs to the job, with its first message.
@@ -652,6 +659,50 @@ fn io_err<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_send_to_a_peer_that_never_reads_fails_in_time() {
+        let secret = Secret::random().unwrap();
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let theirs = secret.clone();
+        let acceptor = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            Session::accept(s, &theirs, "connector").unwrap()
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let s = TcpStream::connect(addr).unwrap();
+        let session = Session::connect(s, &secret, "acceptor", deadline).unwrap();
+        // The other end is kept open and never read.
+        let _silent = acceptor.join().unwrap();
+        let mut link = PeerLink::new(1, Box::new(TcpPeer { session }));
+        link.bound_sends(Some(Duration::from_millis(200))).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let block = vec![7u8; 64 << 10];
+            let mut sent = 0usize;
+            let began = Instant::now();
+            let result = loop {
+                let t0 = Instant::now();
+                match link.send(&block) {
+                    Ok(()) => sent += 1,
+                    Err(e) => break (sent, t0.elapsed(), e.to_string()),
+                }
+                if began.elapsed() > Duration::from_secs(30) {
+                    break (sent, Duration::ZERO, "never blocked".into());
+                }
+            };
+            let _ = tx.send(result);
+        });
+        let (sent, last, why) = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a send blocked past its bound");
+        assert!(sent > 0 && why != "never blocked", "{sent} sent: {why}");
+        assert!(
+            last >= Duration::from_millis(150) && last < Duration::from_secs(5),
+            "the failing send took {last:?}: {why}"
+        );
+    }
 
     #[test]
     fn a_root_bound_to_every_interface_is_advertised_at_a_routable_address() {
