@@ -268,7 +268,17 @@ impl Routes {
             let same_node = self.node.get(from) == self.node.get(to);
             let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
             let ordered = usable_order(mine, same_node, addrs);
-            return crate::tcp::connect_any(&ordered, deadline, whom);
+            let joined = from >= self.node.len() || to >= self.node.len() || self.direct(from, to);
+            return crate::tcp::connect_any(&ordered, deadline, whom).map_err(|e| match e {
+                JobError::Bootstrap { step, whom, source } if !joined => JobError::Bootstrap {
+                    step: format!(
+                        "{step}; the two ranks share no network and no gateway joins them (run a rank on a node of both networks, or name the networks in {GROUPS_VAR})"
+                    ),
+                    whom,
+                    source,
+                },
+                other => other,
+            });
         }
         let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
         crate::relay::through(mine, &hops, addrs, deadline, whom)
@@ -393,6 +403,19 @@ mod tests {
             &nodes,
         );
         assert!(r.gateways(0, 1).is_empty());
+        // Trying it anyway, a failure says why the two may not meet.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let nowhere = [closed.local_addr().unwrap()];
+        drop(closed);
+        let soon = Instant::now() + std::time::Duration::from_millis(200);
+        let e = r
+            .dial(0, 1, &nowhere, soon, "rank 1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no gateway joins them") && e.contains(GROUPS_VAR),
+            "{e}"
+        );
         // A node that reports no network is reached directly.
         let r = Routes::new(
             vec![reach(&[], false), reach(&["10.2.0.1/24"], true)],
