@@ -55,6 +55,7 @@ mod oob;
 pub mod pmix;
 mod relay;
 mod routes;
+mod splice;
 mod streams;
 #[allow(unsafe_code)]
 mod sys;

@@ -9,11 +9,11 @@
 //! job learns it at start-up, nothing else does), then asks for the rest of
 //! its route: further relays, then the addresses where the far end
 //! listens. The relay connects onward (asking the next relay in turn),
-//! answers whether that worked, and from then on copies bytes both ways,
-//! on a thread per direction, until either side closes.
+//! answers whether that worked, and from then on its one copying thread
+//! ([`crate::splice`]) carries bytes both ways until both sides close.
 
 use std::io::{ErrorKind, Write};
-use std::net::{Ipv4Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -26,6 +26,7 @@ use serde::{Deserialize, Serialize};
 use crate::auth::HANDSHAKE_TIMEOUT;
 use crate::error::{JobError, Result};
 use crate::routes::{usable_order, Net};
+use crate::splice::{SpliceHandle, Splicer};
 
 const MAGIC: &[u8; 8] = b"SODERLY1";
 const TOKEN: usize = 32;
@@ -109,7 +110,19 @@ pub(crate) struct Relay {
     /// Dropped to wake and stop the acceptor.
     stop: Option<UnixStream>,
     acceptor: Option<JoinHandle<()>>,
-    /// Connections being forwarded.
+    /// Connections being set up or forwarded.
+    active: Arc<AtomicUsize>,
+    /// The one thread that copies for every forwarded connection.
+    splicer: Option<Splicer>,
+}
+
+/// What serving one connection needs.
+#[derive(Debug, Clone)]
+struct Serving {
+    token: [u8; TOKEN],
+    /// This host's networks, to choose the far end's address by.
+    nets: Arc<Vec<Net>>,
+    splice: SpliceHandle,
     active: Arc<AtomicUsize>,
 }
 
@@ -131,16 +144,26 @@ impl Relay {
             .set_nonblocking(true)
             .map_err(fail("set_nonblocking"))?;
         let active = Arc::new(AtomicUsize::new(0));
-        let count = active.clone();
+        let splicer = Splicer::start(active.clone())?;
+        let serving = Serving {
+            token: listener.offer.token,
+            nets: Arc::new(nets),
+            splice: splicer.handle().ok_or_else(|| JobError::Protocol {
+                whom: "this rank's relay".into(),
+                why: "its copying thread has no handle".into(),
+            })?,
+            active: active.clone(),
+        };
         let acceptor = std::thread::Builder::new()
             .name("sode-relay".into())
-            .spawn(move || accept_loop(listener, stopped, nets, count))
+            .spawn(move || accept_loop(&listener, &stopped, &serving))
             .map_err(fail("spawning the relay thread"))?;
         tracing::debug!("forwarding for ranks on networks that do not meet");
         Ok(Relay {
             stop: Some(stop),
             acceptor: Some(acceptor),
             active,
+            splicer: Some(splicer),
         })
     }
 }
@@ -163,18 +186,15 @@ impl Drop for Relay {
                 "this gateway ended while it still forwarded connections; they are cut"
             );
         }
+        drop(self.splicer.take());
     }
 }
 
-/// Accepts until `stopped` closes; serves each connection on a thread.
-fn accept_loop(
-    relay: RelayListener,
-    stopped: UnixStream,
-    nets: Vec<Net>,
-    active: Arc<AtomicUsize>,
-) {
+/// Accepts until `stopped` closes; sets up each connection on a thread of
+/// its own (its handshake and connection onward may take a while), then
+/// hands it to the splicer.
+fn accept_loop(relay: &RelayListener, stopped: &UnixStream, serving: &Serving) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
-    let nets = Arc::new(nets);
     loop {
         let mut fds = [
             PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
@@ -193,18 +213,21 @@ fn accept_loop(
         loop {
             match relay.listener.accept() {
                 Ok((conn, from)) => {
-                    let (token, nets, count) = (relay.offer.token, nets.clone(), active.clone());
-                    count.fetch_add(1, Ordering::AcqRel);
+                    let serving = serving.clone();
+                    serving.active.fetch_add(1, Ordering::AcqRel);
+                    let count = serving.active.clone();
                     let spawned = std::thread::Builder::new()
                         .name("sode-relay-conn".into())
                         .spawn(move || {
-                            if let Err(e) = serve(conn, &token, &nets) {
+                            // Handed to the splicer, the connection is
+                            // counted off there when it closes.
+                            if let Err(e) = serve(conn, &serving) {
                                 tracing::warn!(%from, "relay: {}", crate::diag::chain(&e));
+                                serving.active.fetch_sub(1, Ordering::AcqRel);
                             }
-                            count.fetch_sub(1, Ordering::AcqRel);
                         });
                     if spawned.is_err() {
-                        active.fetch_sub(1, Ordering::AcqRel);
+                        count.fetch_sub(1, Ordering::AcqRel);
                         tracing::warn!(%from, "relay: no thread for a connection; dropped");
                     }
                 }
@@ -224,8 +247,9 @@ fn accept_loop(
 }
 
 /// One forwarded connection: checks the token, connects onward, answers,
-/// then copies both ways until both directions are closed.
-fn serve(mut conn: TcpStream, token: &[u8; TOKEN], nets: &[Net]) -> Result<()> {
+/// then hands the two to the splicer.
+fn serve(mut conn: TcpStream, serving: &Serving) -> Result<()> {
+    let (token, nets) = (&serving.token, &serving.nets[..]);
     let whom = format!(
         "a connection from {}",
         conn.peer_addr().map_or("?".into(), |a| a.to_string())
@@ -265,40 +289,13 @@ fn serve(mut conn: TcpStream, token: &[u8; TOKEN], nets: &[Net]) -> Result<()> {
     };
     write_frame(&mut conn, &reply, &whom)?;
     let onward = onward?;
-    splice(conn, onward, &whom)
-}
-
-/// Copies each way on a thread of its own until both ends have closed.
-fn splice(a: TcpStream, b: TcpStream, whom: &str) -> Result<()> {
-    for s in [&a, &b] {
-        crate::streams::configure(s).map_err(io_at("configure", whom))?;
+    for s in [&conn, &onward] {
+        crate::streams::configure(s).map_err(io_at("configure", &whom))?;
     }
-    let (a2, b2) = (
-        a.try_clone().map_err(io_at("clone", whom))?,
-        b.try_clone().map_err(io_at("clone", whom))?,
-    );
-    let back = std::thread::Builder::new()
-        .name("sode-relay-back".into())
-        .spawn(move || pump(b2, a2))
-        .map_err(io_at("spawning a relay thread", whom))?;
-    pump(a, b);
-    let _ = back.join();
-    Ok(())
-}
-
-/// Copies `from` into `to` until `from` ends; then passes the end on (or,
-/// when either failed, cuts both, so that neither end waits on a relay that
-/// can no longer carry its bytes).
-fn pump(mut from: TcpStream, mut to: TcpStream) {
-    match std::io::copy(&mut from, &mut to) {
-        Ok(_) => {
-            let _ = to.shutdown(Shutdown::Write);
-        }
-        Err(_) => {
-            let _ = to.shutdown(Shutdown::Both);
-            let _ = from.shutdown(Shutdown::Both);
-        }
-    }
+    serving
+        .splice
+        .add(conn, onward)
+        .map_err(io_at("hand to the relay's copying thread", &whom))
 }
 
 /// Connects through `hops` (relays, in order) to `target`, from a host on
@@ -412,6 +409,7 @@ fn io_at<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobErro
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::net::Shutdown;
 
     fn nets() -> Vec<Net> {
         // Two networks, so that the listener binds; both this host's
@@ -453,6 +451,10 @@ mod tests {
         ] {
             let mut near = through(&[], &hops, &target, deadline(), "the far end").unwrap();
             let (mut end, _) = far.accept().unwrap();
+            // A relay that lost a close fails the test, not hangs it.
+            for s in [&near, &end] {
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            }
             let big: Vec<u8> = (0..1 << 20).map(|i| (i * 7 % 251) as u8).collect();
             let sent = big.clone();
             let writer = std::thread::spawn(move || {
@@ -474,6 +476,63 @@ mod tests {
             assert_eq!(writer.join().unwrap(), b"and back");
         }
         drop((r1, r2));
+    }
+
+    #[test]
+    fn one_relay_carries_many_connections_at_once_and_counts_them_off() {
+        let far = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = vec![far.local_addr().unwrap()];
+        let (relay, offer) = relay();
+        const N: usize = 40;
+        let echo = std::thread::spawn(move || {
+            // The far end echoes every connection, each on its own thread.
+            let mut threads = Vec::new();
+            for _ in 0..N {
+                let (mut s, _) = far.accept().unwrap();
+                // A relay that lost a close fails the test, not hangs it.
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                threads.push(std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    s.read_to_end(&mut got).unwrap();
+                    s.write_all(&got).unwrap();
+                }));
+            }
+            threads.into_iter().for_each(|t| t.join().unwrap());
+        });
+        let clients: Vec<_> = (0..N)
+            .map(|i| {
+                let hops = vec![(1, offer.clone())];
+                let mut s = through(&[], &hops, &target, deadline(), "the far end").unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                std::thread::spawn(move || {
+                    let sent: Vec<u8> = (0..100_000).map(|k| ((k * 31 + i) % 256) as u8).collect();
+                    s.write_all(&sent).unwrap();
+                    s.shutdown(Shutdown::Write).unwrap();
+                    let mut back = Vec::new();
+                    s.read_to_end(&mut back).unwrap();
+                    back == sent
+                })
+            })
+            .collect();
+        let same = clients
+            .into_iter()
+            .filter(|_| true)
+            .map(|c| c.join().unwrap());
+        assert_eq!(
+            same.filter(|&ok| ok).count(),
+            N,
+            "every echo came back whole"
+        );
+        echo.join().unwrap();
+        let until = Instant::now() + Duration::from_secs(5);
+        while relay.active.load(Ordering::Acquire) > 0 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(
+            relay.active.load(Ordering::Acquire),
+            0,
+            "closed pairs counted off"
+        );
     }
 
     #[test]
