@@ -77,6 +77,8 @@ impl std::fmt::Display for Failure {
 struct Verdict {
     failure: OnceLock<Failure>,
     hosts: Vec<String>,
+    /// Written once, with the verdict: wakes ranks asleep in `poll`.
+    ring: UnixStream,
 }
 
 impl Verdict {
@@ -92,6 +94,10 @@ impl Verdict {
         };
         if self.failure.set(failure.clone()).is_ok() {
             tracing::warn!(%failure, "a rank of the job died");
+            // Never read: the other end stays readable, waking every poll
+            // that includes it from now on.
+            use std::io::Write;
+            let _ = (&self.ring).write(&[1]);
         }
     }
 }
@@ -103,6 +109,8 @@ pub(crate) struct Health {
     verdict: Arc<Verdict>,
     /// Dropped to wake and stop the watcher.
     stop: Option<UnixStream>,
+    /// Readable once a rank is found dead.
+    told: UnixStream,
     watcher: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -115,9 +123,19 @@ impl Health {
         nodes: &[NodeId],
         silence: Duration,
     ) -> Result<Health> {
+        let (ring, told) = UnixStream::pair().map_err(|source| JobError::Health {
+            step: "creating its verdict socket",
+            source,
+        })?;
+        ring.set_nonblocking(true)
+            .map_err(|source| JobError::Health {
+                step: "configuring its verdict socket",
+                source,
+            })?;
         let verdict = Arc::new(Verdict {
             failure: OnceLock::new(),
             hosts: nodes.iter().map(|n| n.hostname.clone()).collect(),
+            ring,
         });
         let (stop, stopped) = UnixStream::pair().map_err(|source| JobError::Health {
             step: "creating its stop socket",
@@ -152,8 +170,15 @@ impl Health {
         Ok(Health {
             verdict,
             stop: Some(stop),
+            told,
             watcher: Mutex::new(Some(watcher)),
         })
+    }
+
+    /// A descriptor that `poll` reports readable once a rank is found
+    /// dead, so that a rank asleep in `poll` wakes for the verdict.
+    pub(crate) fn verdict_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.told.as_fd()
     }
 
     /// The first rank found dead, if any: one atomic load.

@@ -232,6 +232,13 @@ impl World {
         Some(f)
     }
 
+    /// A descriptor that `poll` reports readable once a rank of the job is
+    /// found dead (none for a job of one): a rank that sleeps in `poll`
+    /// includes it to wake for [`failure`](World::failure).
+    pub fn failure_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.health.as_ref().map(|h| h.verdict_fd())
+    }
+
     /// The same job with its ranks renumbered: the rank launched as
     /// `order[r]` is rank `r` of the returned world (its channels, nodes,
     /// collectives and setup links all speak the new numbers). Local: every

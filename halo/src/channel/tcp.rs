@@ -113,6 +113,8 @@ pub(crate) struct TcpChannel {
     recvs: Vec<Incoming>,
     iteration: u64,
     names: String,
+    /// The job, whose verdict on a dead rank wakes a sleeping wait.
+    job: sode_job::World,
 }
 
 impl TcpChannel {
@@ -173,6 +175,7 @@ impl TcpChannel {
             });
         }
         Ok(TcpChannel {
+            job: world.clone(),
             conns,
             sends: sends
                 .iter()
@@ -498,9 +501,14 @@ impl TcpChannel {
             return Ok(false);
         };
         let mut count = 1;
-        let mut polled: [nix::poll::PollFd<'_>; POLL_MAX] = std::array::from_fn(|i| {
+        // One slot more than streams: the job's verdict.
+        let mut polled: [nix::poll::PollFd<'_>; POLL_MAX + 1] = std::array::from_fn(|i| {
             // Unused slots repeat the first stream with no events asked.
-            let conn = if i == 0 { Some(first) } else { pending.next() };
+            let conn = match i {
+                0 => Some(first),
+                _ if i < POLL_MAX => pending.next(),
+                _ => None,
+            };
             match conn {
                 Some(c) => {
                     count += usize::from(i > 0);
@@ -509,10 +517,16 @@ impl TcpChannel {
                 None => nix::poll::PollFd::new(first.stream.as_fd(), nix::poll::PollFlags::empty()),
             }
         });
+        // A rank found dead anywhere in the job wakes it too.
+        if let Some(fd) = self.job.failure_fd() {
+            polled[count] = nix::poll::PollFd::new(fd, nix::poll::PollFlags::POLLIN);
+            count += 1;
+        }
         let polled = &mut polled[..count];
-        // A peer's data, its death (end of stream) and a vanished node
-        // (keepalive) all wake the poll, so with every pending stream in it
-        // the nap can be long; streams left out are served by the next pass.
+        // A peer's data, its death (end of stream), a vanished node
+        // (keepalive) and the job's verdict all wake the poll, so with every
+        // pending stream in it the nap can be long; streams left out are
+        // served by the next pass.
         let cap = if pending.next().is_some() {
             SHORT_NAP
         } else {

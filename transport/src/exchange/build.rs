@@ -97,7 +97,7 @@ impl RdmaExchangeBuilder<'_> {
         }
         // Nobody sends before both ends of every pair are ready to receive.
         handshake(&mut links, &peers.list, deadline)?;
-        self.assemble(world.rank(), peers, queues, links, &remote, entries)
+        self.assemble(world, peers, queues, links, &remote, entries)
     }
 
     /// Every write against what this rank knows alone: peers, engines,
@@ -478,13 +478,14 @@ impl RdmaExchangeBuilder<'_> {
     /// [`ChainSet`] with the buffers they read.
     fn assemble(
         self,
-        me: usize,
+        world: &World,
         peers: Peers,
         queues: Queues,
         mut links: BTreeMap<usize, PeerLink>,
         remote: &BTreeMap<usize, ConnInfo>,
         entries: [Vec<ChainEntry>; 2],
     ) -> Result<PersistentWrites> {
+        let me = world.rank();
         let mut set = ChainSet::new(queues.qps, self.buffers);
         let mut add = |entries: &[ChainEntry]| {
             set.add(entries)
@@ -554,6 +555,7 @@ impl RdmaExchangeBuilder<'_> {
                 .map(|(&p, info)| (p, info.windows.clone()))
                 .collect(),
             device: self.dev.caps().device.clone(),
+            job: world.clone(),
         })
     }
 }

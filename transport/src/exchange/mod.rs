@@ -382,6 +382,8 @@ pub struct PersistentWrites {
     /// The windows each peer offered this rank (for fault-injection tests).
     offered: std::collections::BTreeMap<usize, Vec<connect::WindowDesc>>,
     device: String,
+    /// The job, whose verdict on a dead rank wakes a sleeping wait.
+    job: sode_job::World,
 }
 
 impl std::fmt::Debug for PersistentWrites {

@@ -400,11 +400,12 @@ impl PersistentWrites {
             return Ok(false);
         }
         let slept = match &self.events {
-            Some(ev) => ev.sleep(nap, links.iter().flatten().copied()),
+            Some(ev) => ev.sleep(nap, self.job.failure_fd(), links.iter().flatten().copied()),
             None => Ok(false),
         };
         match slept {
-            // A peer's link closed: check the peers at the next pass.
+            // A peer's link closed (or a rank died somewhere): check the
+            // peers at the next pass.
             Ok(true) => self.state.next_liveness = Instant::now(),
             Ok(false) => {}
             Err(source) => {

@@ -46,13 +46,15 @@ impl CqEvents {
     }
 
     /// Sleeps until an armed queue reports, one of `links` reports its
-    /// peer gone (`POLLRDHUP`, `POLLHUP`, `POLLERR`) or `timeout` passes,
-    /// then takes and acknowledges every event waiting. Watches the first
-    /// [`WATCH_MAX`] links. Returns whether a link reported; returns early,
-    /// without error, on a signal.
+    /// peer gone (`POLLRDHUP`, `POLLHUP`, `POLLERR`), `verdict` turns
+    /// readable (the job found a rank dead) or `timeout` passes, then takes
+    /// and acknowledges every event waiting. Watches the first
+    /// [`WATCH_MAX`] links. Returns whether a link or the verdict reported;
+    /// returns early, without error, on a signal.
     pub(crate) fn sleep<'a>(
         &self,
         timeout: Duration,
+        verdict: Option<BorrowedFd<'a>>,
         links: impl Iterator<Item = BorrowedFd<'a>>,
     ) -> io::Result<bool> {
         let watch = |fd: i32, events: i16| libc::pollfd {
@@ -61,9 +63,12 @@ impl CqEvents {
             revents: 0,
         };
         // Unused slots hold -1, which poll skips.
-        let mut fds = [watch(-1, 0); 1 + WATCH_MAX];
+        let mut fds = [watch(-1, 0); 2 + WATCH_MAX];
         fds[0] = watch(self.channel.as_raw_fd(), libc::POLLIN);
-        for (slot, link) in fds[1..].iter_mut().zip(links) {
+        if let Some(v) = verdict {
+            fds[1] = watch(v.as_raw_fd(), libc::POLLIN);
+        }
+        for (slot, link) in fds[2..].iter_mut().zip(links) {
             *slot = watch(link.as_raw_fd(), libc::POLLRDHUP);
         }
         let ts = libc::timespec {
