@@ -44,26 +44,14 @@ echo "== SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
 # The test executables that need RDMA: the transport's, the halo exchange's,
 # the allocation count's, the two-slot windows' and the blocking waits'; and
 # the RDMA criterion bench, run once.
-test_exe() { # package, test target
-  cargo test --release --locked -p "$1" --test "$2" --no-run --message-format=json \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
-        print(m["executable"])' "$2"
-}
+test_exe() { bash ci/built-exe.sh test "$1" "$2"; }  # package, test target
 rdma_tests=$(test_exe sode rdma)
 halo_tests=$(test_exe sode halo)
 alloc_tests=$(test_exe sode alloc)
 slots_tests=$(test_exe sode rdma_slots)
 blocking_tests=$(test_exe sode blocking)
 alltoall_tests=$(test_exe sode alltoall)
-rdma_bench=$(cargo bench --locked -p sode-benches --bench rdma_writes --no-run --message-format=json \
-  | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma_writes":
-        print(m["executable"])')
+rdma_bench=$(bash ci/built-exe.sh bench sode-benches rdma_writes)
 [ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
 bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$blocking_tests" "$alltoall_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 

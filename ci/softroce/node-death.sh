@@ -11,12 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 exe=${1:-}
 if [ -z "$exe" ]; then
-  exe=$(cd "$root" && cargo test --release --locked -p sode --test health --no-run --message-format=json \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "health":
-        print(m["executable"])')
+  exe=$(bash "$root/ci/built-exe.sh" test sode health)
 fi
 [ -x "$exe" ] || { echo "node-death: the health test executable is missing" >&2; exit 1; }
 silence=3

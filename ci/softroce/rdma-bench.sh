@@ -9,12 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 if [ "${1:-}" != --guest ]; then
-  exe=$(cd "$root" && cargo bench --locked -p sode-benches --bench rdma_writes --no-run --message-format=json 2>/dev/null \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "rdma_writes":
-        print(m["executable"])')
+  exe=$(bash "$root/ci/built-exe.sh" bench sode-benches rdma_writes 2>/dev/null)
   [ -n "$exe" ] || { echo "rdma-bench: the bench did not build" >&2; exit 1; }
   exec bash "$here/run.sh" env QUICK="${QUICK:-0}" bash "$here/rdma-bench.sh" --guest "$exe"
 fi

@@ -30,12 +30,7 @@ root=$(cd "$here/../.." && pwd)
 stencil=${STENCIL:-$root/target/release/examples/stencil}
 health=${1:-}
 if [ -z "$health" ]; then
-  health=$(cd "$root" && cargo test --release --locked -p sode --test health --no-run --message-format=json \
-    | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == "health":
-        print(m["executable"])')
+  health=$(bash "$root/ci/built-exe.sh" test sode health)
 fi
 [ -x "$stencil" ] || { echo "three-nodes: $stencil is missing: cargo build --release --examples" >&2; exit 1; }
 [ -x "$health" ] || { echo "three-nodes: the health test executable is missing" >&2; exit 1; }
