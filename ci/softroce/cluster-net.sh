@@ -1,22 +1,27 @@
-# Sourced by the guests of ci/softroce/cluster.sh: brings up the wire and
-# rxe0 over it on this node, then waits until the other node is as far.
+# Sourced by the guests of ci/softroce/cluster.sh (and nic_up by
+# three-nodes-guest.sh): brings up the wire and rxe0 over it on this node,
+# then waits until the other node is as far.
 # Needs $out, $node and the SODE_NODE_* variables; on failure writes this
 # node's status (90: network, 91: the other node never came) and exits.
+# Gives the interface with MAC $1 the address $2 (with its prefix) and
+# brings it up; with a third argument "rxe", puts rxe0 on it.
+nic_up() {
+  local ifname="" i
+  for i in /sys/class/net/*; do
+    [ "$(cat "$i/address")" = "$1" ] && ifname=$(basename "$i")
+  done
+  [ -n "$ifname" ] || { echo "no interface with MAC $1" >&2; return 1; }
+  # Explicit: `set -e` does not hold where callers test the result.
+  ip addr add "$2" dev "$ifname" || return 1
+  ip link set "$ifname" up || return 1
+  if [ "${3:-}" = rxe ]; then
+    rdma link add rxe0 type rxe netdev "$ifname" || return 1
+  fi
+}
+
 bring_up_node() {
-  {
-    set -e
-    modprobe rdma_rxe
-    ip link set lo up
-    ifname=""
-    for i in /sys/class/net/*; do
-      [ "$(cat "$i/address")" = "$SODE_NODE_MAC" ] && ifname=$(basename "$i")
-    done
-    [ -n "$ifname" ] || { echo "no interface with MAC $SODE_NODE_MAC" >&2; exit 1; }
-    ip addr add "$SODE_NODE_IP/24" dev "$ifname"
-    ip link set "$ifname" up
-    rdma link add rxe0 type rxe netdev "$ifname"
-    ulimit -l unlimited
-  } || { echo 90 > "$out/$node.status"; exit 90; }
+  { modprobe rdma_rxe && ip link set lo up && nic_up "$SODE_NODE_MAC" "$SODE_NODE_IP/24" rxe; } \
+    || { echo 90 > "$out/$node.status"; exit 90; }
   ulimit -l unlimited
   # Both nodes ready before any rank starts (the boots are tens of seconds
   # apart under emulation); the shared directory carries the marks.

@@ -12,24 +12,16 @@
 set -uo pipefail
 out=${SODE_VM_OUT:?}
 node=${SODE_NODE:?}
-(
-  set -e
-  modprobe rdma_rxe
-  ip link set lo up
+# shellcheck source=ci/softroce/cluster-net.sh
+. "$(dirname "$0")/cluster-net.sh"
+up() {
+  modprobe rdma_rxe && ip link set lo up || return 1
   for nic in $SODE_NICS; do
     mac=${nic%%=*}; rest=${nic#*=}; addr=${rest%%=*}; rxe=${rest#"$addr"}
-    ifname=""
-    for i in /sys/class/net/*; do
-      [ "$(cat "$i/address")" = "$mac" ] && ifname=$(basename "$i")
-    done
-    [ -n "$ifname" ] || { echo "no interface with MAC $mac" >&2; exit 1; }
-    ip addr add "$addr" dev "$ifname"
-    ip link set "$ifname" up
-    if [ "$rxe" = "=rxe" ]; then
-      rdma link add rxe0 type rxe netdev "$ifname"
-    fi
+    nic_up "$mac" "$addr" "${rxe#=}" || return 1
   done
-) || { echo 90 > "$out/$node.status"; exit 90; }
+}
+up || { echo 90 > "$out/$node.status"; exit 90; }
 ulimit -l unlimited
 ip -br addr >&2
 rdma link >&2 || true
