@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sode_job::World;
 
+use crate::bounded::BoundedExchange;
 use crate::error::{HaloError, Result};
 use crate::exchange::Transport;
 use crate::links::{Link, LinkExchange, Message};
@@ -24,6 +25,8 @@ pub struct AllToAllBuilder<'w> {
     timeout: Duration,
     /// The Latin-square fat-tree (n, k, m) the ranks sit on, in order.
     latin: Option<(usize, usize, usize)>,
+    /// At most this many connections per rank, the rest forwarded.
+    bound: Option<usize>,
 }
 
 impl AllToAllBuilder<'_> {
@@ -75,6 +78,14 @@ impl AllToAllBuilder<'_> {
         }
         Ok(order)
     }
+    /// At most `bound` connections per rank: the blocks of the other pairs
+    /// are forwarded by the ranks between ([`BoundedExchange`]; one RDMA
+    /// queue pair per connection).
+    pub fn bound(mut self, bound: usize) -> Self {
+        self.bound = Some(bound);
+        self
+    }
+
     /// Which channels to use (default [`Transport::Auto`]).
     pub fn transport(mut self, t: Transport) -> Self {
         self.transport = t;
@@ -119,11 +130,22 @@ impl AllToAllBuilder<'_> {
                 name: format!("rank {peer}"),
             })
             .collect();
-        let x = LinkExchange::builder(self.world, links)
-            .transport(self.transport)
-            .engines(self.engines)
-            .setup_timeout(self.timeout)
-            .build()?;
+        let x = match self.bound {
+            None => Runner::Direct(Box::new(
+                LinkExchange::builder(self.world, links)
+                    .transport(self.transport)
+                    .engines(self.engines)
+                    .setup_timeout(self.timeout)
+                    .build()?,
+            )),
+            Some(bound) => Runner::Bounded(Box::new(
+                BoundedExchange::builder(self.world, links)
+                    .bound(bound)
+                    .transport(self.transport)
+                    .setup_timeout(self.timeout)
+                    .build()?,
+            )),
+        };
         let mut link_of = vec![0; n];
         for (l, &peer) in order.iter().enumerate() {
             link_of[peer] = l;
@@ -139,7 +161,7 @@ impl AllToAllBuilder<'_> {
 /// [`recv_block`]: AllToAll::recv_block
 #[derive(Debug)]
 pub struct AllToAll {
-    x: LinkExchange,
+    x: Runner,
     /// The link of each peer.
     link_of: Vec<usize>,
 }
@@ -155,6 +177,7 @@ impl AllToAll {
             engines: 2,
             timeout: Duration::from_secs(60),
             latin: None,
+            bound: None,
         }
     }
 
@@ -175,33 +198,78 @@ impl AllToAll {
     /// The block for `peer`, to fill before [`start`](Self::start).
     pub fn send_block(&mut self, peer: usize) -> Result<&mut [u8]> {
         let l = self.link("send_block", peer)?;
-        self.x.send_buf(l)
+        match &mut self.x {
+            Runner::Direct(x) => x.send_buf(l),
+            Runner::Bounded(x) => x.send_buf(l),
+        }
     }
 
     /// The block from `peer`, complete after [`wait`](Self::wait).
     pub fn recv_block(&self, peer: usize) -> Result<&[u8]> {
         let l = self.link("recv_block", peer)?;
-        self.x.recv_buf(l)
+        match &self.x {
+            Runner::Direct(x) => x.recv_buf(l),
+            Runner::Bounded(x) => x.recv_buf(l),
+        }
     }
 
     /// Sends every block; never blocks.
     pub fn start(&mut self) -> Result<()> {
-        self.x.start()
+        match &mut self.x {
+            Runner::Direct(x) => x.start(),
+            Runner::Bounded(x) => x.start(),
+        }
     }
 
     /// Progresses without blocking; true once every block has arrived.
     pub fn test(&mut self) -> Result<bool> {
-        self.x.test()
+        match &mut self.x {
+            Runner::Direct(x) => x.test(),
+            Runner::Bounded(x) => x.test(),
+        }
     }
 
     /// Waits until every block has arrived, or `deadline`.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
-        self.x.wait(deadline)
+        match &mut self.x {
+            Runner::Direct(x) => x.wait(deadline),
+            Runner::Bounded(x) => x.wait(deadline),
+        }
     }
 
-    /// Which channel reaches each rank, by rank (`local` for this one).
+    /// Which channel reaches each rank, by rank (`local` for this one;
+    /// `forwarded` for a rank beyond the bound).
     pub fn channels(&self) -> Vec<&'static str> {
-        let by_link = self.x.localities();
-        self.link_of.iter().map(|&l| by_link[l].name()).collect()
+        match &self.x {
+            Runner::Direct(x) => {
+                let by_link = x.localities();
+                self.link_of.iter().map(|&l| by_link[l].name()).collect()
+            }
+            Runner::Bounded(x) => {
+                let connected = x.connections();
+                (0..self.link_of.len())
+                    .map(|peer| match connected.get(&peer) {
+                        Some(name) => name,
+                        None if peer == x.rank() => "local",
+                        None => "forwarded",
+                    })
+                    .collect()
+            }
+        }
     }
+
+    /// The bounded exchange underneath, when a bound was given.
+    pub fn bounded(&self) -> Option<&BoundedExchange> {
+        match &self.x {
+            Runner::Bounded(x) => Some(x),
+            Runner::Direct(_) => None,
+        }
+    }
+}
+
+/// What runs the blocks: every pair connected, or at most a bound.
+#[derive(Debug)]
+enum Runner {
+    Direct(Box<LinkExchange>),
+    Bounded(Box<BoundedExchange>),
 }

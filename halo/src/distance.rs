@@ -285,6 +285,62 @@ impl Layout {
     }
 }
 
+/// Every rank's `mine`, through the job's allgather (as JSON); `op` names
+/// the caller in errors.
+pub(crate) fn gather<T: serde::Serialize + serde::de::DeserializeOwned>(
+    world: &World,
+    mine: &T,
+    timeout: Duration,
+    op: &'static str,
+) -> Result<Vec<T>> {
+    let body = serde_json::to_vec(mine).map_err(|e| HaloError::Usage {
+        op,
+        why: format!("a message of the job's allgather does not serialise: {e}"),
+    })?;
+    let all = world
+        .allgather(&body, timeout)
+        .map_err(|source| HaloError::Barrier {
+            source: Box::new(source),
+        })?;
+    all.iter()
+        .map(|b| serde_json::from_slice(b))
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| HaloError::Usage {
+            op,
+            why: format!("a rank's message in the job's allgather does not parse: {e}"),
+        })
+}
+
+/// The job's layout from every rank's NUMA placement and the round trips
+/// it measured (checked by the caller), in rank order.
+pub(crate) fn layout_of(
+    world: &World,
+    cards: impl IntoIterator<Item = (Numa, Vec<RoundTrip>)>,
+) -> Layout {
+    let mut index = Vec::new();
+    let node: Vec<usize> = (0..world.size())
+        .map(|r| {
+            let id = world.node_of(r);
+            match index.iter().position(|x| *x == id) {
+                Some(i) => i,
+                None => {
+                    index.push(id);
+                    index.len() - 1
+                }
+            }
+        })
+        .collect();
+    let mut round_trips = BTreeMap::new();
+    let mut numa = Vec::with_capacity(world.size());
+    for (r, (placed, measured)) in cards.into_iter().enumerate() {
+        for t in measured {
+            round_trips.insert((r.min(t.to), r.max(t.to)), t.micros);
+        }
+        numa.push(placed);
+    }
+    Layout::new(node, numa, round_trips)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -101,6 +101,21 @@ pub enum HaloError {
         /// What is outstanding, per channel and neighbour.
         outstanding: String,
     },
+    /// A round of a bounded exchange (connections capped, messages
+    /// forwarded) failed; when a rank died, the routes it broke that
+    /// concern this rank.
+    #[error("round {round} of {rounds} of the bounded exchange failed{broken}")]
+    Forwarding {
+        /// The round, from 1.
+        round: usize,
+        /// Rounds per exchange.
+        rounds: usize,
+        /// `: rank 5 died on the routes 3 -> 5 -> 7 (tag 1)`, or empty.
+        broken: String,
+        /// What failed.
+        #[source]
+        source: Box<HaloError>,
+    },
     /// A rank of the job died (found by the job's health watcher, which may
     /// be far from here): nothing this rank waits for can be trusted to
     /// come.

@@ -38,6 +38,7 @@
 #![deny(unsafe_code)]
 
 mod alltoall;
+mod bounded;
 mod channel;
 mod decomp;
 mod distance;
@@ -53,6 +54,7 @@ pub mod plan;
 mod reorder;
 
 pub use alltoall::{AllToAll, AllToAllBuilder};
+pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};
 pub use channel::Locality;
 pub use decomp::{
     axes_name, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour, Region,

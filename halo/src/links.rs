@@ -867,6 +867,11 @@ impl LinkExchange {
         self.in_place.get(link).copied().unwrap_or_default()
     }
 
+    /// RDMA queue pairs this exchange holds (engines times RDMA peers).
+    pub fn queue_pairs(&self) -> usize {
+        self.channels.iter().map(|c| c.queue_pairs()).sum()
+    }
+
     /// The RDMA schedule, if any link is reached over RDMA.
     pub fn plan_summary(&self) -> Option<&str> {
         self.plan_summary.as_deref()

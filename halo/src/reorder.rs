@@ -7,14 +7,13 @@
 //! order so it is never worse than it. Rank 0 chooses and every rank adopts
 //! its choice, so the ranks cannot disagree.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use sode_job::World;
 use sode_scheduler::placement::{Matrix, Qap, SolverOptions};
 
 use crate::decomp::Decomposition;
-use crate::distance::{measure_round_trips, Layout, Numa, RoundTrip};
+use crate::distance::{gather, layout_of, measure_round_trips, Layout, Numa, RoundTrip};
 use crate::error::{HaloError, Result};
 
 /// A world renumbered for a decomposition, and what it gained.
@@ -79,15 +78,20 @@ pub fn reorder(
         round_trips: measure_round_trips(world, timeout)
             .map_err(|e| sode_job::diag::chain(&e).to_string()),
     };
-    let cards: Vec<Card> = gather(world, &card, timeout)?;
+    let cards: Vec<Card> = gather(world, &card, timeout, "reorder")?;
     check_cards(&cards, decomp.ranks(), n)?;
-    let layout = layout_of(world, cards);
+    let layout = layout_of(
+        world,
+        cards
+            .into_iter()
+            .map(|c| (c.numa, c.round_trips.unwrap_or_default())),
+    );
     let traffic = traffic(decomp, cell_bytes);
     let chosen = match world.rank() {
         0 => choose(&traffic, &layout)?,
         _ => Vec::new(),
     };
-    let orders: Vec<Vec<usize>> = gather(world, &chosen, timeout)?;
+    let orders: Vec<Vec<usize>> = gather(world, &chosen, timeout, "reorder")?;
     let order = orders.into_iter().next().unwrap_or_default();
     if order.len() != n {
         return Err(HaloError::Usage {
@@ -121,56 +125,6 @@ pub fn reorder(
     };
     tracing::debug!(?reordered.order, reordered.cost, reordered.launch_cost, "reordered the ranks");
     Ok(reordered)
-}
-
-/// Every rank's `mine`, through the job's allgather.
-fn gather<T: serde::Serialize + serde::de::DeserializeOwned>(
-    world: &World,
-    mine: &T,
-    timeout: Duration,
-) -> Result<Vec<T>> {
-    let body = serde_json::to_vec(mine).map_err(|e| HaloError::Usage {
-        op: "reorder",
-        why: format!("a reorder message does not serialise: {e}"),
-    })?;
-    let all = world
-        .allgather(&body, timeout)
-        .map_err(|source| HaloError::Barrier {
-            source: Box::new(source),
-        })?;
-    all.iter()
-        .map(|b| serde_json::from_slice(b))
-        .collect::<std::result::Result<_, _>>()
-        .map_err(|e| HaloError::Usage {
-            op: "reorder",
-            why: format!("a rank's reorder message does not parse: {e}"),
-        })
-}
-
-/// The job's layout from every rank's card (checked).
-fn layout_of(world: &World, cards: Vec<Card>) -> Layout {
-    let mut index = Vec::new();
-    let node: Vec<usize> = (0..world.size())
-        .map(|r| {
-            let id = world.node_of(r);
-            match index.iter().position(|x| *x == id) {
-                Some(i) => i,
-                None => {
-                    index.push(id);
-                    index.len() - 1
-                }
-            }
-        })
-        .collect();
-    let mut round_trips = BTreeMap::new();
-    let mut numa = Vec::with_capacity(cards.len());
-    for (r, c) in cards.into_iter().enumerate() {
-        for t in c.round_trips.unwrap_or_default() {
-            round_trips.insert((r.min(t.to), r.max(t.to)), t.micros);
-        }
-        numa.push(c.numa);
-    }
-    Layout::new(node, numa, round_trips)
 }
 
 /// Fails, on every rank alike, unless every rank described the same

@@ -113,6 +113,57 @@ fn a_latin_square_of_the_wrong_size_is_named() {
 }
 
 #[test]
+fn a_bounded_all_to_all_forwards_what_it_does_not_connect() {
+    let port = free_port();
+    let n = 8;
+    let hs: Vec<_> = (0..n)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let w = thread_world(rank, n, port, "a2a-bounded");
+                let mut x = AllToAll::builder(&w, 700)
+                    .bound(2)
+                    .transport(Transport::Shm)
+                    .build()
+                    .unwrap();
+                for it in 0..3 {
+                    for peer in 0..n {
+                        for (o, b) in x.send_block(peer).unwrap().iter_mut().enumerate() {
+                            *b = byte(rank, peer, it, o);
+                        }
+                    }
+                    x.start().unwrap();
+                    x.wait(Instant::now() + Duration::from_secs(30)).unwrap();
+                    for peer in 0..n {
+                        let got = x.recv_block(peer).unwrap();
+                        assert!(
+                            got.iter()
+                                .enumerate()
+                                .all(|(o, &b)| b == byte(peer, rank, it, o)),
+                            "rank {rank} from {peer}"
+                        );
+                    }
+                }
+                x.channels()
+            })
+        })
+        .collect();
+    for (rank, h) in hs.into_iter().enumerate() {
+        let channels = h.join().unwrap();
+        assert_eq!(channels[rank], "local");
+        assert_eq!(
+            channels.iter().filter(|&&c| c == "shm").count(),
+            2,
+            "{channels:?}"
+        );
+        assert_eq!(
+            channels.iter().filter(|&&c| c == "forwarded").count(),
+            n - 3,
+            "{channels:?}"
+        );
+    }
+}
+
+#[test]
 fn every_block_arrives_over_tcp() {
     run(4, 1000, Transport::Tcp, "a2a-tcp");
     run(3, 200_000, Transport::Tcp, "a2a-tcp-big");

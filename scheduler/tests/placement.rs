@@ -4,8 +4,9 @@
 #![allow(clippy::needless_range_loop)]
 
 use sode_scheduler::placement::{
-    bounding_graph, estimate_latencies, hostname_placement, multi_cluster_latencies, parse_qaplib,
-    stencil_traffic, topology_distance, Locality, Matrix, Qap, SolverOptions,
+    bounding_graph, capped_graph, default_bound, estimate_latencies, hostname_placement,
+    multi_cluster_latencies, parse_qaplib, stencil_traffic, topology_distance, Locality, Matrix,
+    Qap, SolverOptions,
 };
 use std::path::PathBuf;
 
@@ -113,6 +114,129 @@ fn bounding_graph_grows_logarithmically_and_stays_connected() {
         assert!(share < 0.5, "{per_process:?}");
     }
     assert!(per_process.last().unwrap().1 / (per_process.last().unwrap().0 as f64) < 0.1);
+}
+
+/// The route from p to q over `g`, hop by hop (p excluded, q included).
+fn route(g: &sode_scheduler::placement::BoundingGraph, p: usize, q: usize) -> Vec<usize> {
+    let mut at = p;
+    let mut hops = Vec::new();
+    while at != q {
+        at = g.next_hop[at][q].expect("route");
+        hops.push(at);
+        assert!(hops.len() <= g.next_hop.len(), "routing loop {p} -> {q}");
+    }
+    hops
+}
+
+#[test]
+fn a_capped_graph_never_exceeds_its_bound_and_routes_everyone() {
+    for (n, bound, seed) in [
+        (8usize, 2usize, 1u64),
+        (16, 2, 2),
+        (16, 3, 3),
+        (33, 3, 4),
+        (64, 4, 5),
+        (5, 7, 6),
+    ] {
+        let latency = clusters(n.div_ceil(4), seed);
+        let n = latency.len();
+        // A random sparse traffic pattern, one pair in five.
+        let mut traffic = vec![vec![0.0; n]; n];
+        for p in 0..n {
+            for q in 0..n {
+                if p != q && (p * 7 + q * 3 + seed as usize) % 5 == 0 {
+                    traffic[p][q] = (1 + (p + q) % 4) as f64;
+                }
+            }
+        }
+        // Rank 1 may not connect to rank 2 directly, nor either way.
+        let allowed = |p: usize, q: usize| (p.min(q), p.max(q)) != (1, 2);
+        let g = capped_graph(&latency, &traffic, &allowed, bound, seed).unwrap();
+        let mut degree = vec![0; n];
+        for &(p, q) in &g.connections {
+            assert!(allowed(p, q), "forbidden {p}-{q} connected");
+            degree[p] += 1;
+            degree[q] += 1;
+        }
+        assert!(
+            degree.iter().all(|&d| d <= bound),
+            "n {n}, bound {bound}: {degree:?}"
+        );
+        assert!(g.connected, "n {n}, bound {bound}");
+        for p in 0..n {
+            for q in 0..n {
+                let mut at = p;
+                for hop in route(&g, p, q) {
+                    assert!(
+                        g.connections.contains(&(at, hop)) || g.connections.contains(&(hop, at)),
+                        "{p} -> {q} hops {at} -> {hop}, not a connection"
+                    );
+                    at = hop;
+                }
+            }
+        }
+        assert!(
+            !route(&g, 1, 2).is_empty() && route(&g, 1, 2).len() >= 2,
+            "1 -> 2 goes around"
+        );
+    }
+}
+
+#[test]
+fn a_capped_graph_puts_the_heavy_pairs_on_direct_connections() {
+    let n = 12;
+    let latency = vec![vec![1.0; n]; n];
+    // A ring of heavy pairs and a light all-to-all: with room for two
+    // connections, the ring is the graph.
+    let mut traffic = vec![vec![1.0; n]; n];
+    for p in 0..n {
+        traffic[p][(p + 1) % n] = 1000.0;
+    }
+    let g = capped_graph(&latency, &traffic, &|_, _| true, 2, 1).unwrap();
+    for p in 0..n {
+        assert_eq!(
+            route(&g, p, (p + 1) % n),
+            vec![(p + 1) % n],
+            "{:?}",
+            g.connections
+        );
+    }
+}
+
+#[test]
+fn a_capped_graph_names_a_bound_that_cannot_join_the_job() {
+    let latency = vec![vec![1.0; 6]; 6];
+    let traffic = vec![vec![1.0; 6]; 6];
+    let e = capped_graph(&latency, &traffic, &|_, _| true, 0, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("bound of 0"), "{e}");
+    let e = capped_graph(&latency, &traffic, &|_, _| true, 1, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("at most 1 connection(s) each stay in 3 groups"),
+        "{e}"
+    );
+    // Rank 5 may talk to nobody: no bound joins it.
+    let lonely = |p: usize, q: usize| p != 5 && q != 5;
+    let e = capped_graph(&latency, &traffic, &lonely, 4, 1)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("2 groups") && e.contains("allow more pairs"),
+        "{e}"
+    );
+    // Two ranks need only one connection each.
+    let two = vec![vec![1.0; 2]; 2];
+    assert!(
+        capped_graph(&two, &two, &|_, _| true, 1, 1)
+            .unwrap()
+            .connected
+    );
+    assert_eq!(default_bound(16), 7);
+    assert_eq!(default_bound(2), 2);
+    assert_eq!(default_bound(1024), 19);
 }
 
 #[test]

@@ -75,4 +75,9 @@ pub(crate) trait Channel: std::fmt::Debug {
         let _ = until;
         None
     }
+
+    /// RDMA queue pairs it holds (none but on RDMA).
+    fn queue_pairs(&self) -> usize {
+        0
+    }
 }

@@ -412,6 +412,10 @@ impl Channel for RdmaChannel {
         Some(self.writes.park(until).map_err(|e| self.wrap(e)))
     }
 
+    fn queue_pairs(&self) -> usize {
+        self.writes.queue_pairs()
+    }
+
     fn outstanding(&self) -> String {
         format!(
             "RDMA with {}: {}",

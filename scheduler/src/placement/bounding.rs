@@ -100,13 +100,227 @@ pub fn bounding_graph(
     seed: u64,
 ) -> Result<BoundingGraph> {
     let (connections, attempted) = select_connections(latency, traffic, allowed, beta, seed)?;
+    Ok(routed(latency, connections, attempted))
+}
+
+/// MC-MPI's default bound on connections per process for `n` processes:
+/// the bounding graph's size with beta = 2, `beta - 1 + beta log2(n / beta)`
+/// rounded up (at least 2), so O(log n).
+pub fn default_bound(n: usize) -> usize {
+    let bands = (n.max(2) as f64 / 2.0).log2().ceil() as usize;
+    (1 + 2 * bands).max(2)
+}
+
+/// A bounding graph in which no process has more than `bound`
+/// connections (a hard cap, where MC-MPI's is O(log n) on average).
+///
+/// Connections are chosen among the pairs `allowed` admits (either way: a
+/// connection made by either side serves both):
+/// 1. joining: by traffic (heaviest first), then latency, a pair whose
+///    processes are not yet joined and both have room, until all are
+///    joined (a spanning tree with degrees at most `bound`);
+/// 2. short cuts (up to [`SHORTCUTS_UP_TO`] processes): while two
+///    processes with room are two hops apart or more, the pair that saves
+///    the most bytes times hops (then the most hops), so that heavy pairs
+///    talk directly and routes, hence forwarding rounds, stay short;
+/// 3. above that size, the remaining pairs that exchange bytes, heaviest
+///    first, then the bounding graph's own choices (beta = `bound`), while
+///    both have room.
+///
+/// Fails when `bound` is 0 or when the passes leave the processes apart
+/// (a bound of 1 joins only pairs; forbidden pairs can cut a job in two).
+pub fn capped_graph(
+    latency: &Matrix,
+    traffic: &Matrix,
+    allowed: &dyn Fn(usize, usize) -> bool,
+    bound: usize,
+    seed: u64,
+) -> Result<BoundingGraph> {
+    if bound == 0 {
+        return Err(SchedError::InvalidMatrix(
+            "a bound of 0 connections per process: give at least 1 (2 to join more than two processes)".into(),
+        ));
+    }
+    let (chosen, _) = select_connections(latency, traffic, allowed, bound, seed)?;
+    let n = latency.len();
+    let weight = |p: usize, q: usize| traffic[p][q] + traffic[q][p];
+    let mut pairs: Vec<(usize, usize)> = (0..n)
+        .flat_map(|p| (p + 1..n).map(move |q| (p, q)))
+        .filter(|&(p, q)| allowed(p, q) || allowed(q, p))
+        .collect();
+    pairs.sort_by(|&(a, b), &(c, d)| {
+        weight(c, d)
+            .total_cmp(&weight(a, b))
+            .then(latency[a][b].total_cmp(&latency[c][d]))
+            .then((a, b).cmp(&(c, d)))
+    });
+    let mut graph = Capped::new(n, bound);
+    for &(p, q) in &pairs {
+        if graph.apart(p, q) {
+            graph.connect(p, q);
+        }
+    }
+    if graph.groups > 1 {
+        return Err(SchedError::InvalidMatrix(format!(
+            "{n} processes with at most {bound} connection(s) each{} stay in {} groups that cannot be joined: raise the bound{}",
+            if pairs.len() < n * (n - 1) / 2 { " and the pairs forbidden" } else { "" },
+            graph.groups,
+            if pairs.len() < n * (n - 1) / 2 { " or allow more pairs" } else { "" },
+        )));
+    }
+    if n <= SHORTCUTS_UP_TO {
+        graph.shortcuts(&pairs, &weight);
+    } else {
+        for &(p, q) in pairs.iter().filter(|&&(p, q)| weight(p, q) > 0.0) {
+            graph.connect(p, q);
+        }
+        for (p, q) in chosen {
+            graph.connect(p, q);
+        }
+    }
+    let attempted = graph.connections.len();
+    Ok(routed(latency, graph.connections, attempted))
+}
+
+/// Largest job whose short cuts [`capped_graph`] chooses one by one
+/// (ranks cubed times the bound).
+pub const SHORTCUTS_UP_TO: usize = 256;
+
+/// The connections of [`capped_graph`] as they are chosen.
+struct Capped {
+    bound: usize,
+    degree: Vec<usize>,
+    adjacent: Vec<Vec<bool>>,
+    /// Union-find over the processes joined so far.
+    parent: Vec<usize>,
+    groups: usize,
+    connections: Vec<(usize, usize)>,
+}
+
+impl Capped {
+    fn new(n: usize, bound: usize) -> Capped {
+        Capped {
+            bound,
+            degree: vec![0; n],
+            adjacent: vec![vec![false; n]; n],
+            parent: (0..n).collect(),
+            groups: n,
+            connections: Vec::new(),
+        }
+    }
+
+    fn root(&mut self, mut x: usize) -> usize {
+        while self.parent[x] != x {
+            self.parent[x] = self.parent[self.parent[x]];
+            x = self.parent[x];
+        }
+        x
+    }
+
+    /// True when p and q are not yet joined (by any path).
+    fn apart(&mut self, p: usize, q: usize) -> bool {
+        self.root(p) != self.root(q)
+    }
+
+    /// Adds, one at a time, the allowed pair with room at both ends that
+    /// saves the most bytes times hops, then the most hops, until no two
+    /// processes with room are two hops apart or more.
+    fn shortcuts(&mut self, pairs: &[(usize, usize)], weight: &dyn Fn(usize, usize) -> f64) {
+        let mut hops = self.hops();
+        loop {
+            let best = pairs
+                .iter()
+                .filter(|&&(p, q)| {
+                    hops[p][q] >= 2 && self.degree[p] < self.bound && self.degree[q] < self.bound
+                })
+                .map(|&(p, q)| {
+                    let saved = f64::from(hops[p][q] - 1);
+                    ((weight(p, q) * saved, saved), (p, q))
+                })
+                // The first of equals: pairs come in the caller's order.
+                .fold(
+                    None,
+                    |best: Option<((f64, f64), (usize, usize))>, c| match best {
+                        Some(b)
+                            if b.0
+                                 .0
+                                .total_cmp(&c.0 .0)
+                                .then(b.0 .1.total_cmp(&c.0 .1))
+                                .is_ge() =>
+                        {
+                            Some(b)
+                        }
+                        _ => Some(c),
+                    },
+                );
+            let Some((_, (p, q))) = best else {
+                return;
+            };
+            self.connect(p, q);
+            // A path through the new connection, either way.
+            let n = hops.len();
+            for i in 0..n {
+                for j in 0..n {
+                    let via = (hops[i][p].saturating_add(1).saturating_add(hops[q][j]))
+                        .min(hops[i][q].saturating_add(1).saturating_add(hops[p][j]));
+                    hops[i][j] = hops[i][j].min(via);
+                }
+            }
+        }
+    }
+
+    /// Hops between every two processes over the connections so far
+    /// (breadth first from each).
+    fn hops(&self) -> Vec<Vec<u32>> {
+        let n = self.degree.len();
+        let mut out = vec![vec![u32::MAX; n]; n];
+        for (s, row) in out.iter_mut().enumerate() {
+            row[s] = 0;
+            let mut queue = std::collections::VecDeque::from([s]);
+            while let Some(v) = queue.pop_front() {
+                for w in 0..n {
+                    if self.adjacent[v][w] && row[w] == u32::MAX {
+                        row[w] = row[v] + 1;
+                        queue.push_back(w);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Connects p and q if they are not yet connected and both have room.
+    fn connect(&mut self, p: usize, q: usize) {
+        if p == q
+            || self.adjacent[p][q]
+            || self.degree[p] >= self.bound
+            || self.degree[q] >= self.bound
+        {
+            return;
+        }
+        self.adjacent[p][q] = true;
+        self.adjacent[q][p] = true;
+        self.degree[p] += 1;
+        self.degree[q] += 1;
+        let (a, b) = (self.root(p), self.root(q));
+        if a != b {
+            self.parent[a] = b;
+            self.groups -= 1;
+        }
+        self.connections.push((p, q));
+    }
+}
+
+/// The routes over `connections`: shortest by latency (distance vector
+/// converges to these; computed by Floyd-Warshall), and the spanning tree
+/// to process 0.
+fn routed(latency: &Matrix, connections: Vec<(usize, usize)>, attempted: usize) -> BoundingGraph {
     let n = latency.len();
     let mut adjacent = vec![vec![false; n]; n];
     for &(p, q) in &connections {
         adjacent[p][q] = true;
         adjacent[q][p] = true;
     }
-    // Distance-vector routing converges to the shortest paths: Floyd-Warshall.
     let mut dist = vec![vec![f64::INFINITY; n]; n];
     let mut next = vec![vec![None; n]; n];
     for p in 0..n {
@@ -137,14 +351,14 @@ pub fn bounding_graph(
     let tree_parent = (0..n)
         .map(|v| if v == 0 { None } else { next[v][0] })
         .collect();
-    Ok(BoundingGraph {
+    BoundingGraph {
         connections,
         attempted,
         route_latency: dist,
         next_hop: next,
         tree_parent,
         connected,
-    })
+    }
 }
 
 /// Draws up to `count` of `band` without replacement, each with probability

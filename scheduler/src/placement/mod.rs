@@ -7,7 +7,10 @@ mod latency;
 mod qap;
 mod stencil;
 
-pub use bounding::{bounding_graph, is_connected, select_connections, BoundingGraph};
+pub use bounding::{
+    bounding_graph, capped_graph, default_bound, is_connected, select_connections, BoundingGraph,
+    SHORTCUTS_UP_TO,
+};
 pub use latency::{estimate_latencies, four_sites, multi_cluster_latencies, Estimate};
 pub use qap::{parse_qaplib, Matrix, Placement, Qap, SolverOptions};
 pub use stencil::{hostname_placement, stencil_traffic, topology_distance, Locality};

@@ -865,4 +865,9 @@ impl PersistentWrites {
     pub fn registrations(&self) -> usize {
         self.set.buffers().iter().map(|b| b.registrations()).sum()
     }
+
+    /// Queue pairs this exchange holds: one per engine and peer.
+    pub fn queue_pairs(&self) -> usize {
+        self.set.qps().len()
+    }
 }
