@@ -31,6 +31,9 @@ use plan::{Declared, RankPlan, Source};
 const CONNECTION_TAG: u32 = 0x50de;
 /// Largest job planned: the routes are a dense table of ranks squared.
 const MAX_RANKS: usize = 1024;
+/// What a hop weighs in the routes beside the measured distances (1 inside
+/// a NUMA node, about 10 between nodes): more than any path's distances.
+const HOP: f64 = 1e6;
 /// The seed of the graph's random draws: the same on every rank.
 const SEED: u64 = 0x50de;
 /// The bound on connections per rank, when set (overridden by
@@ -162,7 +165,11 @@ impl BoundedExchangeBuilder<'_> {
                 .iter()
                 .map(|c| (c.numa.clone(), c.round_trips.clone().unwrap_or_default())),
         );
-        let latency = layout.matrix();
+        // Every hop is a round of the whole exchange: routes with the fewest
+        // hops first, the nearest (measured) among those.
+        let latency: Vec<Vec<f64>> = (layout.matrix().into_iter())
+            .map(|row| row.into_iter().map(|d| HOP + d).collect())
+            .collect();
         let mut traffic = vec![vec![0.0; n]; n];
         for m in &agreed.messages {
             traffic[m.from][m.to] += m.len as f64;

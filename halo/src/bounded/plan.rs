@@ -152,8 +152,8 @@ pub(crate) fn plan(
             *at = at.checked_add(m.len).ok_or_else(overflow)?;
             let end = *at;
             if u == me {
-                out.connections.entry(v).or_default().send =
-                    out.connections.entry(v).or_default().send.max(end);
+                let c = out.connections.entry(v).or_default();
+                c.send = c.send.max(end);
                 let from = if round == 0 {
                     Source::User {
                         link: link(send_link, m.to)?,
@@ -176,8 +176,8 @@ pub(crate) fn plan(
                 });
             }
             if v == me {
-                out.connections.entry(u).or_default().recv =
-                    out.connections.entry(u).or_default().recv.max(end);
+                let c = out.connections.entry(u).or_default();
+                c.recv = c.recv.max(end);
                 if round + 1 == hops {
                     grow(&mut out.deliveries, round).push(Delivery {
                         peer: u,

@@ -116,9 +116,10 @@ pub fn default_bound(n: usize) -> usize {
 ///
 /// Connections are chosen among the pairs `allowed` admits (either way: a
 /// connection made by either side serves both):
-/// 1. joining: by traffic (heaviest first), then latency, a pair whose
-///    processes are not yet joined and both have room, until all are
-///    joined (a spanning tree with degrees at most `bound`);
+/// 1. joining: by traffic (heaviest first), then latency, then nearest in
+///    rank order, a pair whose processes are not yet joined and both have
+///    room, until all are joined (a spanning tree with degrees at most
+///    `bound`);
 /// 2. short cuts (up to [`SHORTCUTS_UP_TO`] processes): while two
 ///    processes with room are two hops apart or more, the pair that saves
 ///    the most bytes times hops (then the most hops), so that heavy pairs
@@ -152,6 +153,9 @@ pub fn capped_graph(
         weight(c, d)
             .total_cmp(&weight(a, b))
             .then(latency[a][b].total_cmp(&latency[c][d]))
+            // Neighbours in rank order first: equals join into chains, not
+            // stars whose hub has no room left for short cuts.
+            .then((b - a).cmp(&(d - c)))
             .then((a, b).cmp(&(c, d)))
     });
     let mut graph = Capped::new(n, bound);
