@@ -240,6 +240,53 @@ fn a_capped_graph_names_a_bound_that_cannot_join_the_job() {
 }
 
 #[test]
+fn small_placements_are_exact() {
+    use sode_scheduler::placement::EXHAUSTIVE_UP_TO;
+    // Random instances up to the exhaustive size: the solver's cost equals
+    // the best of every permutation, tried here independently.
+    let mut x = 7u64;
+    let mut next = || {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+        ((x >> 33) % 100) as f64
+    };
+    for n in 2..=EXHAUSTIVE_UP_TO.min(7) {
+        let mut m = || {
+            (0..n)
+                .map(|_| (0..n).map(|_| next()).collect())
+                .collect::<Matrix>()
+        };
+        let (t, d) = (m(), m());
+        let q = Qap::new(t, d).unwrap();
+        let found = q.solve(&SolverOptions {
+            restarts: 1,
+            tabu_iterations: 1,
+            seed: 1,
+        });
+        let mut best = f64::INFINITY;
+        let mut p: Vec<usize> = (0..n).collect();
+        permute(&mut p, 0, &mut |p| best = best.min(q.cost(p)));
+        assert!(
+            (found.cost - best).abs() < 1e-6,
+            "n {n}: {} vs {best}",
+            found.cost
+        );
+    }
+}
+
+/// Calls `f` on every permutation of `p[k..]` (p[..k] fixed).
+fn permute(p: &mut Vec<usize>, k: usize, f: &mut dyn FnMut(&[usize])) {
+    if k == p.len() {
+        f(p);
+        return;
+    }
+    for i in k..p.len() {
+        p.swap(k, i);
+        permute(p, k + 1, f);
+        p.swap(k, i);
+    }
+}
+
+#[test]
 fn traffic_decides_which_far_peers_are_chosen() {
     let latency = clusters(32, 6);
     let n = latency.len();

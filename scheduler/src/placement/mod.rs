@@ -12,5 +12,5 @@ pub use bounding::{
     SHORTCUTS_UP_TO,
 };
 pub use latency::{estimate_latencies, four_sites, multi_cluster_latencies, Estimate};
-pub use qap::{parse_qaplib, Matrix, Placement, Qap, SolverOptions};
+pub use qap::{parse_qaplib, Matrix, Placement, Qap, SolverOptions, EXHAUSTIVE_UP_TO};
 pub use stencil::{hostname_placement, stencil_traffic, topology_distance, Locality};
