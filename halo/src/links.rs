@@ -254,40 +254,8 @@ impl<'w> LinkExchangeBuilder<'w> {
     fn check(&self) -> Result<()> {
         let me = self.world.rank();
         let size = self.world.size();
-        let usage = |why: String| Err(HaloError::Usage { op: "build", why });
-        let mut sends = HashMap::new();
-        let mut recvs = HashMap::new();
+        check_links(&self.links, size).map_err(|why| HaloError::Usage { op: "build", why })?;
         for (i, l) in self.links.iter().enumerate() {
-            if l.peer >= size {
-                return usage(format!(
-                    "link {i} ({}) names rank {}, but the job has {size} ranks",
-                    l.name, l.peer
-                ));
-            }
-            if l.send.is_none() && l.recv.is_none() {
-                return usage(format!("link {i} ({}) neither sends nor receives", l.name));
-            }
-            for m in l.send.iter().chain(&l.recv) {
-                if m.len == 0 {
-                    return usage(format!("link {i} ({}) has a message of 0 bytes", l.name));
-                }
-            }
-            if let Some(m) = l.send {
-                if let Some(j) = sends.insert((l.peer, m.tag), i) {
-                    return usage(format!(
-                        "links {j} and {i} both send tag {} to rank {}",
-                        m.tag, l.peer
-                    ));
-                }
-            }
-            if let Some(m) = l.recv {
-                if let Some(j) = recvs.insert((l.peer, m.tag), i) {
-                    return usage(format!(
-                        "links {j} and {i} both receive tag {} from rank {}",
-                        m.tag, l.peer
-                    ));
-                }
-            }
             self.check_in_place(i, l)?;
             if l.peer == me {
                 continue;
@@ -761,6 +729,42 @@ impl<'w> LinkExchangeBuilder<'w> {
 }
 
 /// Whether ranks `a` and `b` have RDMA devices on one fabric.
+/// What every exchange of links asks of them: peers in the job of `size`
+/// ranks, messages of at least a byte, at most one send and one receive
+/// per (peer, tag); what is wrong, naming the link.
+pub(crate) fn check_links(links: &[Link], size: usize) -> std::result::Result<(), String> {
+    let (mut sends, mut recvs) = (HashMap::new(), HashMap::new());
+    for (i, l) in links.iter().enumerate() {
+        if l.peer >= size {
+            return Err(format!(
+                "link {i} ({}) names rank {}, but the job has {size} ranks",
+                l.name, l.peer
+            ));
+        }
+        if l.send.is_none() && l.recv.is_none() {
+            return Err(format!("link {i} ({}) neither sends nor receives", l.name));
+        }
+        if l.send.iter().chain(&l.recv).any(|m| m.len == 0) {
+            return Err(format!("link {i} ({}) has a message of 0 bytes", l.name));
+        }
+        let sides = [
+            (&mut sends, l.send, "send", "to"),
+            (&mut recvs, l.recv, "receive", "from"),
+        ];
+        for (map, m, verb, way) in sides {
+            if let Some(m) = m {
+                if let Some(j) = map.insert((l.peer, m.tag), i) {
+                    return Err(format!(
+                        "links {j} and {i} both {verb} tag {} {way} rank {}",
+                        m.tag, l.peer
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn same_fabric(fabrics: &[String], a: usize, b: usize) -> bool {
     match (fabrics.get(a), fabrics.get(b)) {
         (Some(fa), Some(fb)) => !fa.is_empty() && fa == fb,

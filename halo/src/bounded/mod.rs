@@ -24,7 +24,7 @@ use sode_scheduler::placement::{capped_graph, default_bound};
 use crate::distance::{gather, layout_of, measure_round_trips, Numa, RoundTrip};
 use crate::error::{HaloError, Result};
 use crate::exchange::Transport;
-use crate::links::{Link, LinkExchange, Message};
+use crate::links::{check_links, Link, LinkExchange, Message};
 use plan::{Declared, RankPlan, Source};
 
 /// The tag of the messages between connected ranks.
@@ -300,40 +300,6 @@ fn agree(cards: &[Card]) -> std::result::Result<Agreed, String> {
         bound: cards[0].bound,
         forbidden: cards[0].forbidden.clone(),
     })
-}
-
-/// This rank's links: peers in the job, messages of at least a byte, one
-/// send and one receive per (peer, tag).
-fn check_links(links: &[Link], n: usize) -> std::result::Result<(), String> {
-    let (mut sends, mut recvs) = (HashMap::new(), HashMap::new());
-    for (i, l) in links.iter().enumerate() {
-        if l.peer >= n {
-            return Err(format!(
-                "link {i} ({}) names rank {}, but the job has {n} ranks",
-                l.name, l.peer
-            ));
-        }
-        if l.send.is_none() && l.recv.is_none() {
-            return Err(format!("link {i} ({}) neither sends nor receives", l.name));
-        }
-        if l.send.iter().chain(&l.recv).any(|m| m.len == 0) {
-            return Err(format!("link {i} ({}) has a message of 0 bytes", l.name));
-        }
-        for (map, m, what) in [
-            (&mut sends, l.send, "send"),
-            (&mut recvs, l.recv, "receive"),
-        ] {
-            if let Some(m) = m {
-                if let Some(j) = map.insert((l.peer, m.tag), i) {
-                    return Err(format!(
-                        "links {j} and {i} both {what} tag {} with rank {}",
-                        m.tag, l.peer
-                    ));
-                }
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The bound and forbidden pairs the environment sets, and what of it
