@@ -25,6 +25,9 @@ pub(crate) struct Instance {
     pub machine: Machine,
     pub puts: Vec<Put>,
     pub link_count: usize,
+    /// BLbased's order of the puts: length descending, then direction
+    /// (sorted once: every packer and `greedy` start from it).
+    pub longest_first: Vec<usize>,
 }
 
 /// A piece of a put placed on an engine: the whole put, or a part of it.
@@ -79,10 +82,18 @@ impl Instance {
                 direction: r.direction.clone(),
             });
         }
+        let mut order: Vec<usize> = (0..puts.len()).collect();
+        order.sort_by(|&a, &b| {
+            let (pa, pb) = (&puts[a], &puts[b]);
+            pb.bytes
+                .cmp(&pa.bytes)
+                .then_with(|| pa.direction.cmp(&pb.direction))
+        });
         Ok(Instance {
             machine: pattern.machine,
             puts,
             link_count: names.len(),
+            longest_first: order,
         })
     }
 
@@ -96,13 +107,15 @@ impl Instance {
     pub fn node_rate(&self) -> f64 {
         self.machine.node_gbps * 1e3
     }
+    /// The fastest a flow ever runs: alone on an idle machine (every put
+    /// crosses an engine, at least one link and the node).
+    pub fn alone_rate(&self) -> f64 {
+        self.engine_rate()
+            .min(self.link_rate())
+            .min(self.node_rate())
+    }
     /// Time of a piece alone on an idle machine, overhead included.
     pub fn alone_us(&self, bytes: u64) -> f64 {
-        self.machine.command_overhead_us
-            + bytes as f64
-                / self
-                    .engine_rate()
-                    .min(self.link_rate())
-                    .min(self.node_rate())
+        self.machine.command_overhead_us + bytes as f64 / self.alone_rate()
     }
 }

@@ -9,8 +9,9 @@ mod round_robin;
 use crate::error::{Result, SchedError};
 use crate::instance::{Instance, Piece};
 use crate::pattern::Pattern;
-use crate::plan::{assemble, timed_by_simulation, Constraints, Plan};
-use packing::{bottom_left, length_then_direction, Rules};
+use crate::plan::{assemble, timed_by_simulation, Constraints, Plan, Timed};
+use crate::simulate::Runner;
+use packing::{bottom_left, Rules};
 use std::fmt;
 use std::str::FromStr;
 
@@ -138,45 +139,81 @@ pub fn plan(pattern: &Pattern, algorithm: Algorithm) -> Result<Plan> {
 }
 
 fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
+    // One simulator for every run the planning makes: its memo of rates
+    // serves them all.
+    let mut runner = Runner::new(instance);
+    if let Some(c) = candidate(&mut runner, algorithm)? {
+        return Ok(c.assemble(instance));
+    }
+    if algorithm == Algorithm::Split {
+        let engines = instance.machine.engines;
+        let start = best_of(&mut runner, &Algorithm::auto_candidates(engines, 0))?;
+        return refined(&mut runner, &algorithm.to_string(), &start);
+    }
+    auto(&mut runner)
+}
+
+/// An algorithm's engine lists, timed as the algorithm predicts, before
+/// they become a plan.
+#[derive(Debug)]
+struct Candidate {
+    algorithm: Algorithm,
+    timed: Vec<Vec<Timed>>,
+    constraints: Constraints,
+}
+
+impl Candidate {
+    fn lists(&self) -> Vec<Vec<Piece>> {
+        self.timed
+            .iter()
+            .map(|l| l.iter().map(|t| t.0).collect())
+            .collect()
+    }
+
+    fn assemble(self, instance: &Instance) -> Plan {
+        assemble(
+            instance,
+            &self.algorithm.to_string(),
+            self.timed,
+            self.constraints,
+        )
+    }
+}
+
+/// The engine lists of `algorithm`; `None` for the searches over the
+/// others (`split` and `auto`).
+fn candidate(runner: &mut Runner<'_>, algorithm: Algorithm) -> Result<Option<Candidate>> {
+    let instance = runner.instance();
     let engines = instance.machine.engines;
-    let name = algorithm.to_string();
     if let Algorithm::RoundRobin(k) | Algorithm::BottomLeft(k) = algorithm {
         if k > engines {
             return Err(SchedError::TooManyEngines {
-                algorithm: name,
+                algorithm: algorithm.to_string(),
                 wanted: k,
                 available: engines,
             });
         }
     }
     if let Some((rules, constraints)) = packing(instance, algorithm) {
-        let order = length_then_direction(instance);
-        let lists = bottom_left(instance, &order, &rules);
-        return Ok(assemble(instance, &name, lists, constraints));
+        return Ok(Some(Candidate {
+            algorithm,
+            timed: bottom_left(instance, &instance.longest_first, &rules),
+            constraints,
+        }));
     }
-    let simulated = |lists: &[Vec<Piece>]| {
-        assemble(
-            instance,
-            &name,
-            timed_by_simulation(instance, lists),
-            Constraints::default(),
-        )
-    };
-    Ok(match algorithm {
-        Algorithm::RoundRobin(k) => assemble(
-            instance,
-            &name,
-            round_robin::round_robin(instance, k),
-            Constraints::default(),
-        ),
-        Algorithm::Greedy => simulated(&greedy::greedy(instance, &greedy::longest_first(instance))),
-        Algorithm::Split => {
-            let start = best_of(instance, &Algorithm::auto_candidates(engines, 0))?;
-            refined(instance, &name, &start)?
+    let timed = match algorithm {
+        Algorithm::RoundRobin(k) => round_robin::round_robin(instance, k),
+        Algorithm::Greedy => {
+            timed_by_simulation(instance, &greedy::greedy(runner, &instance.longest_first))
         }
-        Algorithm::Exact => simulated(&exact_lists(instance)?),
-        _ => auto(instance)?,
-    })
+        Algorithm::Exact => timed_by_simulation(instance, &exact_lists(instance)?),
+        _ => return Ok(None),
+    };
+    Ok(Some(Candidate {
+        algorithm,
+        timed,
+        constraints: Constraints::default(),
+    }))
 }
 
 /// The bottom-left packers' rules and the constraints their plans promise,
@@ -237,18 +274,19 @@ fn exact_lists(instance: &Instance) -> Result<Vec<Vec<Piece>>> {
             limit: EXACT_MAX_REQUESTS,
         });
     }
-    let incumbent = greedy::greedy(instance, &greedy::longest_first(instance));
+    let incumbent = greedy::greedy(&mut Runner::new(instance), &instance.longest_first);
     exact::exact(instance, &incumbent)
 }
 
 /// The best of every candidate by simulated makespan, refined by local
 /// search when the pattern is small enough.
-fn auto(instance: &Instance) -> Result<Plan> {
+fn auto(runner: &mut Runner<'_>) -> Result<Plan> {
+    let instance = runner.instance();
     let n = instance.puts.len();
     let engines = instance.machine.engines;
-    let mut best = best_of(instance, &Algorithm::auto_candidates(engines, n))?;
+    let mut best = best_of(runner, &Algorithm::auto_candidates(engines, n))?;
     if n <= AUTO_SIMULATED_CANDIDATES_MAX {
-        let split = refined(instance, "split", &best)?;
+        let split = refined(runner, "split", &best)?;
         if split.simulated_us < best.simulated_us - 1e-9 {
             best = split;
         }
@@ -257,24 +295,28 @@ fn auto(instance: &Instance) -> Result<Plan> {
     Ok(best)
 }
 
-/// The plan of `candidates` that the simulator finds fastest (the first on ties).
-fn best_of(instance: &Instance, candidates: &[Algorithm]) -> Result<Plan> {
-    let mut best: Option<Plan> = None;
-    for &candidate in candidates {
-        let p = plan_instance(instance, candidate)?;
-        if best
-            .as_ref()
-            .is_none_or(|b| p.simulated_us < b.simulated_us - 1e-9)
-        {
-            best = Some(p);
+/// The plan of `candidates` that the simulator finds fastest (the first on
+/// ties). Only that one is assembled into a plan.
+fn best_of(runner: &mut Runner<'_>, candidates: &[Algorithm]) -> Result<Plan> {
+    let instance = runner.instance();
+    let mut best: Option<(f64, Candidate)> = None;
+    for &algorithm in candidates {
+        let Some(c) = candidate(runner, algorithm)? else {
+            continue;
+        };
+        let simulated = runner.run(&c.lists());
+        if best.as_ref().is_none_or(|(b, _)| simulated < b - 1e-9) {
+            best = Some((simulated, c));
         }
     }
-    Ok(best.expect("at least one candidate"))
+    let (_, best) = best.expect("at least one candidate");
+    Ok(best.assemble(instance))
 }
 
 /// `start` improved by local search with splitting.
-fn refined(instance: &Instance, name: &str, start: &Plan) -> Result<Plan> {
-    let lists = refine::refine(instance, start.lists(instance)?, true);
+fn refined(runner: &mut Runner<'_>, name: &str, start: &Plan) -> Result<Plan> {
+    let instance = runner.instance();
+    let lists = refine::refine(runner, start.lists(instance)?, true);
     Ok(assemble(
         instance,
         name,

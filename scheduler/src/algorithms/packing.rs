@@ -55,31 +55,34 @@ pub(crate) fn height(instance: &Instance, bytes: u64, rules: &Rules) -> f64 {
 /// Rectangles sorted by start with the running maximum of their ends: the
 /// question "does any overlap [t, t + d)?" in O(log n), for the rules that
 /// allow no overlap at all (BLbased's links and bl:1's diagonals).
+#[derive(Debug, Default)]
 struct Sorted {
     starts: Vec<f64>,
     max_end: Vec<f64>,
+    /// (start, end) pairs being sorted, kept to avoid allocating per put.
+    pairs: Vec<(f64, f64)>,
 }
 
 impl Sorted {
-    fn new(rects: &[&Placed]) -> Sorted {
-        let mut r: Vec<(f64, f64)> = rects
-            .iter()
-            .filter(|p| p.end > p.start)
-            .map(|p| (p.start, p.end))
-            .collect();
-        r.sort_by(|a, b| a.0.total_cmp(&b.0));
+    /// Sorts `rects` into `self`, replacing what it held.
+    fn fill(&mut self, rects: &[Placed]) {
+        self.pairs.clear();
+        self.pairs.extend(
+            rects
+                .iter()
+                .filter(|p| p.end > p.start)
+                .map(|p| (p.start, p.end)),
+        );
+        self.pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
         let mut most = f64::NEG_INFINITY;
-        let max_end = r
-            .iter()
-            .map(|&(_, end)| {
-                most = most.max(end);
-                most
-            })
-            .collect();
-        Sorted {
-            starts: r.into_iter().map(|(start, _)| start).collect(),
-            max_end,
-        }
+        self.max_end.clear();
+        self.max_end.extend(self.pairs.iter().map(|&(_, end)| {
+            most = most.max(end);
+            most
+        }));
+        self.starts.clear();
+        self.starts
+            .extend(self.pairs.iter().map(|&(start, _)| start));
     }
 
     /// What `below(rects, 1, t, d)` says: no rectangle starts before
@@ -96,12 +99,12 @@ impl Sorted {
 
 /// Whether fewer than `limit` of `rects` overlap at every instant of
 /// [t, t + d).
-fn below(rects: &[&Placed], limit: usize, t: f64, d: f64, edges: &mut Vec<(f64, i32)>) -> bool {
+fn below(rects: &[Placed], limit: usize, t: f64, d: f64, edges: &mut Vec<(f64, i32)>) -> bool {
     const EPS: f64 = 1e-9;
     let overlaps = |p: &Placed| p.start < t + d - EPS && t < p.end - EPS && p.end > p.start;
     if limit == 1 {
         // The common case (BLbased): no rectangle may overlap at all.
-        return !rects.iter().any(|p| overlaps(p));
+        return !rects.iter().any(overlaps);
     }
     edges.clear();
     for p in rects.iter().filter(|p| overlaps(p)) {
@@ -122,13 +125,29 @@ fn below(rects: &[&Placed], limit: usize, t: f64, d: f64, edges: &mut Vec<(f64, 
     true
 }
 
+/// The buffers of one packing, reused from put to put.
+#[derive(Debug, Default)]
+struct Scratch {
+    /// The placed rectangles that share a link with the put being placed.
+    on_links: Vec<Placed>,
+    /// The placed diagonal rectangles, when the put is diagonal.
+    diagonals: Vec<Placed>,
+    /// The ends of both, sorted: the candidate start times.
+    ends: Vec<f64>,
+    links_sorted: Sorted,
+    diagonals_sorted: Sorted,
+    /// Answers of the general check by start time, per rule.
+    known: [HashMap<u64, bool>; 2],
+    edges: Vec<(f64, i32)>,
+}
+
 /// Packs the puts in `order` and returns each engine's timed pieces.
 pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -> Vec<Vec<Timed>> {
     const EPS: f64 = 1e-9;
     let mut top = vec![0.0f64; rules.engines];
     let mut placed: Vec<Placed> = Vec::with_capacity(order.len());
     let mut columns: Vec<Vec<Timed>> = vec![Vec::new(); rules.engines];
-    let mut edges = Vec::new();
+    let mut x = Scratch::default();
     for &i in order {
         let put = &instance.puts[i];
         let d = height(instance, put.bytes, rules);
@@ -137,37 +156,62 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
         // The rectangles that can block this one: on a shared link, or
         // diagonal when it is. Feasibility does not depend on the engine,
         // so it is computed once per start time and reused across engines.
-        let (on_links, diagonals): (Vec<&Placed>, Vec<&Placed>) = if small {
-            (Vec::new(), Vec::new())
-        } else {
-            (
-                placed.iter().filter(|p| p.links & put.links != 0).collect(),
-                if put.diagonal {
-                    placed.iter().filter(|p| p.diagonal).collect()
-                } else {
-                    Vec::new()
-                },
-            )
-        };
-        let mut ends: Vec<f64> = on_links.iter().chain(&diagonals).map(|p| p.end).collect();
-        ends.sort_by(f64::total_cmp);
-        let links_sorted = (rules.link_share == 1).then(|| Sorted::new(&on_links));
-        let diagonals_sorted = (rules.diagonal_limit == 1).then(|| Sorted::new(&diagonals));
-        // Answers of the general check by start time, per rule.
-        let mut known: [HashMap<u64, bool>; 2] = [HashMap::new(), HashMap::new()];
+        x.on_links.clear();
+        x.diagonals.clear();
+        if !small {
+            x.on_links
+                .extend(placed.iter().filter(|p| p.links & put.links != 0));
+            if put.diagonal {
+                x.diagonals.extend(placed.iter().filter(|p| p.diagonal));
+            }
+        }
+        x.ends.clear();
+        x.ends
+            .extend(x.on_links.iter().chain(&x.diagonals).map(|p| p.end));
+        x.ends.sort_by(f64::total_cmp);
+        let links_sorted = rules.link_share == 1;
+        let diagonals_sorted = rules.diagonal_limit == 1;
+        if links_sorted {
+            x.links_sorted.fill(&x.on_links);
+        }
+        if diagonals_sorted {
+            x.diagonals_sorted.fill(&x.diagonals);
+        }
+        for known in &mut x.known {
+            known.clear();
+        }
+        let Scratch {
+            on_links,
+            diagonals,
+            ends,
+            links_sorted: by_links,
+            diagonals_sorted: by_diagonals,
+            known,
+            edges,
+        } = &mut x;
         let mut fits = |t: f64| {
             if small {
                 return true;
             }
             let mut check =
-                |rule: usize, sorted: &Option<Sorted>, rects: &[&Placed], limit| match sorted {
+                |rule: usize, sorted: Option<&Sorted>, rects: &[Placed], limit| match sorted {
                     Some(s) => s.none_overlap(t, d),
                     None => *known[rule]
                         .entry(t.to_bits())
-                        .or_insert_with(|| below(rects, limit, t, d, &mut edges)),
+                        .or_insert_with(|| below(rects, limit, t, d, edges)),
                 };
-            check(0, &links_sorted, &on_links, rules.link_share)
-                && (!put.diagonal || check(1, &diagonals_sorted, &diagonals, rules.diagonal_limit))
+            check(
+                0,
+                links_sorted.then_some(&*by_links),
+                on_links,
+                rules.link_share,
+            ) && (!put.diagonal
+                || check(
+                    1,
+                    diagonals_sorted.then_some(&*by_diagonals),
+                    diagonals,
+                    rules.diagonal_limit,
+                ))
         };
         let mut best: Option<(f64, usize)> = None;
         for (e, &column_top) in top.iter().enumerate() {
@@ -198,16 +242,4 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
         columns[e].push((Piece::whole(instance, i, e), t, t + d));
     }
     columns
-}
-
-/// BLbased's order: length descending, then direction.
-pub(crate) fn length_then_direction(instance: &Instance) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..instance.puts.len()).collect();
-    order.sort_by(|&a, &b| {
-        let (pa, pb) = (&instance.puts[a], &instance.puts[b]);
-        pb.bytes
-            .cmp(&pa.bytes)
-            .then_with(|| pa.direction.cmp(&pb.direction))
-    });
-    order
 }

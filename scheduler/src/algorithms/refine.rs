@@ -3,7 +3,7 @@
 //! engine, while that ends the exchange sooner.
 
 use crate::instance::{Instance, Piece};
-use crate::simulate::{run_lists, run_lists_within};
+use crate::simulate::Runner;
 
 /// Pieces are cut at multiples of this many bytes (a cache line), so a cut
 /// never tears an element.
@@ -22,31 +22,65 @@ struct Score {
     completion_sum: f64,
 }
 
-impl Score {
-    fn of(instance: &Instance, lists: &[Vec<Piece>]) -> Score {
-        Score::within(instance, lists, f64::INFINITY).expect("an unbounded run always finishes")
-    }
+/// Scores candidates on one simulator's buffers.
+#[derive(Debug)]
+struct Scorer<'r, 'a> {
+    instance: &'a Instance,
+    runner: &'r mut Runner<'a>,
+    /// Per put, when its last piece ended.
+    done: Vec<f64>,
+}
 
-    /// The score of `lists`, or `None` when it cannot beat `current` (its
-    /// simulation passed `current`'s makespan by more than the gain a move
-    /// must make, and was cut short there).
-    fn against(instance: &Instance, lists: &[Vec<Piece>], current: &Score) -> Option<Score> {
-        let bound = current.makespan - instance.machine.fixed_overhead_us + 2.0 * MIN_GAIN_US;
-        Score::within(instance, lists, bound)
-    }
-
-    fn within(instance: &Instance, lists: &[Vec<Piece>], bound: f64) -> Option<Score> {
-        let (ran, makespan) = run_lists_within(instance, lists, bound)?;
-        let mut done = vec![0.0f64; instance.puts.len()];
-        for r in ran.iter().flatten() {
-            done[r.piece.put] = done[r.piece.put].max(r.end_us);
+impl<'r, 'a> Scorer<'r, 'a> {
+    fn new(runner: &'r mut Runner<'a>) -> Self {
+        let instance = runner.instance();
+        Scorer {
+            instance,
+            runner,
+            done: vec![0.0; instance.puts.len()],
         }
-        Some(Score {
-            makespan,
-            completion_sum: done.iter().sum(),
-        })
     }
 
+    fn of(&mut self, lists: &[Vec<Piece>]) -> Score {
+        self.within(lists, f64::INFINITY)
+            .expect("an unbounded run always finishes")
+    }
+
+    /// The score of `lists`, which differ from the recorded run's at
+    /// `changes` (engine, first position that differs), or `None` when it
+    /// cannot beat `current` (its simulation passed `current`'s makespan by
+    /// more than the gain a move must make, and was cut short there).
+    fn against(
+        &mut self,
+        lists: &[Vec<Piece>],
+        changes: &[(usize, usize)],
+        current: &Score,
+    ) -> Option<Score> {
+        let bound = current.makespan - self.instance.machine.fixed_overhead_us + 2.0 * MIN_GAIN_US;
+        let from = self.runner.first_change(changes);
+        let makespan = self.runner.resume_within(lists, from, bound)?;
+        Some(self.score(makespan))
+    }
+
+    fn within(&mut self, lists: &[Vec<Piece>], bound: f64) -> Option<Score> {
+        let makespan = self.runner.run_within(lists, bound)?;
+        Some(self.score(makespan))
+    }
+
+    /// The score of the run just made, which ended at `makespan`.
+    fn score(&mut self, makespan: f64) -> Score {
+        self.done.fill(0.0);
+        for r in self.runner.ran().iter().flatten() {
+            self.done[r.piece.put] = self.done[r.piece.put].max(r.end_us);
+        }
+        Score {
+            makespan,
+            completion_sum: self.done.iter().sum(),
+        }
+    }
+}
+
+impl Score {
     fn beats(&self, other: &Score) -> bool {
         self.makespan < other.makespan - MIN_GAIN_US
             || (self.makespan <= other.makespan + MIN_GAIN_US
@@ -58,16 +92,20 @@ impl Score {
 /// pieces on the engines that finish last, taking the first move that
 /// improves the score, until none does.
 pub(crate) fn refine(
-    instance: &Instance,
+    runner: &mut Runner<'_>,
     mut lists: Vec<Vec<Piece>>,
     allow_split: bool,
 ) -> Vec<Vec<Piece>> {
-    let engines = instance.machine.engines;
+    let engines = runner.instance().machine.engines;
     lists.resize(engines, Vec::new());
-    let mut current = Score::of(instance, &lists);
+    let mut scorer = Scorer::new(runner);
+    let mut current = scorer.of(&lists);
     for _ in 0..MAX_ROUNDS {
-        let (ran, _) = run_lists(instance, &lists);
-        let finish: Vec<f64> = ran
+        // Recorded: each candidate starts at its first change.
+        scorer.runner.record(&lists);
+        let finish: Vec<f64> = scorer
+            .runner
+            .ran()
             .iter()
             .map(|r| r.last().map_or(0.0, |c| c.end_us))
             .collect();
@@ -77,15 +115,26 @@ pub(crate) fn refine(
         let critical: Vec<usize> = (0..engines)
             .filter(|&e| finish[e] >= latest - MIN_GAIN_US)
             .collect();
-        match first_improvement(instance, &lists, &current, &critical, &targets, allow_split) {
-            Some((score, better)) => {
-                current = score;
-                lists = better;
-            }
+        let moves = Moves {
+            critical: &critical,
+            targets: &targets,
+            allow_split,
+        };
+        match first_improvement(&mut scorer, &mut lists, &current, &moves) {
+            Some(score) => current = score,
             None => break,
         }
     }
     lists
+}
+
+/// The moves a round tries: pieces of the engines that finish last, to
+/// every engine, the earliest-finishing first.
+#[derive(Debug)]
+struct Moves<'m> {
+    critical: &'m [usize],
+    targets: &'m [usize],
+    allow_split: bool,
 }
 
 /// What each engine's list takes at the least: its pieces one after
@@ -127,47 +176,53 @@ impl Floors {
     }
 }
 
-/// The first move of a piece on a `critical` engine that beats `current`.
+/// The first move of a piece on a critical engine that beats `current`:
+/// `lists` is left as that move made it, and its score returned; with no
+/// such move, `lists` is left as it was. Moves are tried in place (made,
+/// simulated, undone), so the search allocates nothing per candidate.
 fn first_improvement(
-    instance: &Instance,
-    lists: &[Vec<Piece>],
+    scorer: &mut Scorer<'_, '_>,
+    lists: &mut [Vec<Piece>],
     current: &Score,
-    critical: &[usize],
-    targets: &[usize],
-    allow_split: bool,
-) -> Option<(Score, Vec<Vec<Piece>>)> {
-    let better = |candidate: Vec<Vec<Piece>>| {
-        let score = Score::against(instance, &candidate, current)?;
-        score.beats(current).then_some((score, candidate))
-    };
+    moves: &Moves<'_>,
+) -> Option<Score> {
+    let instance = scorer.instance;
     let floors = Floors::of(instance, lists, current);
-    for &e in critical {
+    let mut better = |lists: &[Vec<Piece>], changes: &[(usize, usize)]| {
+        let score = scorer.against(lists, changes, current)?;
+        score.beats(current).then_some(score)
+    };
+    for &e in moves.critical {
         for i in (0..lists[e].len()).rev() {
             let piece = lists[e][i];
             let alone = instance.alone_us(piece.bytes);
-            for &f in targets {
+            for &f in moves.targets {
                 // Relocate: take it out, insert it anywhere on engine f.
-                let mut without = lists.to_vec();
-                without[e].remove(i);
-                let relocate = floors.admits((e, -alone), (f, alone));
-                for j in positions(without[f].len()).filter(|_| relocate) {
-                    if f == e && j == i {
-                        continue;
+                if floors.admits((e, -alone), (f, alone)) {
+                    lists[e].remove(i);
+                    let moved = Piece {
+                        recv_engine: f,
+                        ..piece
+                    };
+                    for j in positions(lists[f].len()) {
+                        if f == e && j == i {
+                            continue;
+                        }
+                        lists[f].insert(j, moved);
+                        let changes = if f == e {
+                            [(e, i.min(j)), (e, i.min(j))]
+                        } else {
+                            [(e, i), (f, j)]
+                        };
+                        if let Some(found) = better(lists, &changes) {
+                            return Some(found);
+                        }
+                        lists[f].remove(j);
                     }
-                    let mut candidate = without.clone();
-                    candidate[f].insert(
-                        j,
-                        Piece {
-                            recv_engine: f,
-                            ..piece
-                        },
-                    );
-                    if let Some(found) = better(candidate) {
-                        return Some(found);
-                    }
+                    lists[e].insert(i, piece);
                 }
                 // Halve: keep the first half here, the second on engine f.
-                if allow_split && f != e && worth_halving(instance, piece.bytes) {
+                if moves.allow_split && f != e && worth_halving(instance, piece.bytes) {
                     let first = (piece.bytes / 2).div_ceil(SPLIT_ALIGN) * SPLIT_ALIGN;
                     let (kept, moved) = (
                         instance.alone_us(first),
@@ -176,21 +231,21 @@ fn first_improvement(
                     if !floors.admits((e, kept - alone), (f, moved)) {
                         continue;
                     }
-                    let mut base = lists.to_vec();
-                    base[e][i].bytes = first;
+                    lists[e][i].bytes = first;
                     let second = Piece {
                         offset: piece.offset + first,
                         bytes: piece.bytes - first,
                         recv_engine: f,
                         ..piece
                     };
-                    for j in positions(base[f].len()) {
-                        let mut candidate = base.clone();
-                        candidate[f].insert(j, second);
-                        if let Some(found) = better(candidate) {
+                    for j in positions(lists[f].len()) {
+                        lists[f].insert(j, second);
+                        if let Some(found) = better(lists, &[(e, i), (f, j)]) {
                             return Some(found);
                         }
+                        lists[f].remove(j);
                     }
+                    lists[e][i] = piece;
                 }
             }
         }

@@ -1,0 +1,447 @@
+//! Runs engine lists through the simulator, many times over: one set of
+//! buffers and one memo of rates for all runs, runs given up once they
+//! cannot beat a bound, and runs resumed from a recorded run's state at
+//! the first decision in which they differ from it.
+
+use super::{Flow, Phase, Ran, SimState};
+use crate::instance::{Instance, Piece};
+
+/// Simulates engine lists one after another on one set of buffers: a
+/// search that simulates thousands of candidates allocates once.
+#[derive(Debug)]
+pub(crate) struct Runner<'a> {
+    state: SimState<'a>,
+    cursor: Vec<usize>,
+    /// Per engine, from each position of its list on, the time its pieces
+    /// take at the least (each alone on an idle machine): `tails[e][k]` for
+    /// the pieces from k on, `tails[e][len] = 0`.
+    tails: Vec<Vec<f64>>,
+    /// The state at every decision of the last recorded run.
+    recording: Recording,
+}
+
+/// The state of a run at the start of each of its decision batches (the
+/// moments at least one engine is idle and takes its next piece or
+/// closes), and in which batch each engine decided each position of its
+/// list. Another run of lists that agree with the recorded ones on every
+/// decision before batch b is, up to batch b, the recorded run: it can
+/// start there.
+#[derive(Debug, Default)]
+struct Recording {
+    engines: usize,
+    now: Vec<f64>,
+    rates_stale: Vec<bool>,
+    /// Per batch, `engines` entries each.
+    phases: Vec<Phase>,
+    started_at: Vec<f64>,
+    cursor: Vec<usize>,
+    ran_len: Vec<usize>,
+    /// The flows under way, batch after batch: batch b's are
+    /// `flows[flow_start[b]..flow_start[b + 1]]`.
+    flows: Vec<Flow>,
+    flow_start: Vec<usize>,
+    /// What the recorded run ran; each batch's is a prefix of it.
+    ran: Vec<Vec<Ran>>,
+    /// `decided[e][k]`: the batch in which engine e took position k of its
+    /// list, or closed (k = its length).
+    decided: Vec<Vec<usize>>,
+}
+
+impl Recording {
+    fn clear(&mut self, engines: usize) {
+        self.engines = engines;
+        self.now.clear();
+        self.rates_stale.clear();
+        self.phases.clear();
+        self.started_at.clear();
+        self.cursor.clear();
+        self.ran_len.clear();
+        self.flows.clear();
+        self.flow_start.clear();
+        self.flow_start.push(0);
+        self.decided.resize(engines, Vec::new());
+        for d in &mut self.decided {
+            d.clear();
+        }
+    }
+
+    fn push(&mut self, state: &SimState<'_>, cursor: &[usize]) {
+        self.now.push(state.now);
+        self.rates_stale.push(state.rates_stale);
+        self.phases.extend_from_slice(&state.phases);
+        self.started_at.extend_from_slice(&state.started_at);
+        self.cursor.extend_from_slice(cursor);
+        self.ran_len.extend(state.ran.iter().map(Vec::len));
+        self.flows.extend_from_slice(&state.flows);
+        self.flow_start.push(self.flows.len());
+    }
+
+    /// Forgets the batches from `batch` on.
+    fn truncate(&mut self, batch: usize) {
+        let e = self.engines;
+        self.now.truncate(batch);
+        self.rates_stale.truncate(batch);
+        self.phases.truncate(batch * e);
+        self.started_at.truncate(batch * e);
+        self.cursor.truncate(batch * e);
+        self.ran_len.truncate(batch * e);
+        self.flows.truncate(self.flow_start[batch]);
+        self.flow_start.truncate(batch + 1);
+        for d in &mut self.decided {
+            while d.last().is_some_and(|&b| b >= batch) {
+                d.pop();
+            }
+        }
+    }
+
+    fn batches(&self) -> usize {
+        self.now.len()
+    }
+}
+
+impl<'a> Runner<'a> {
+    /// A runner for many runs: it remembers rates across them.
+    pub fn new(instance: &'a Instance) -> Self {
+        let mut runner = Runner::once(instance);
+        runner.state.memo = Some(Box::default());
+        runner
+    }
+
+    /// A runner for a run or two: no memo.
+    pub(super) fn once(instance: &'a Instance) -> Self {
+        Runner {
+            state: SimState::new(instance),
+            cursor: vec![0; instance.machine.engines],
+            tails: vec![Vec::new(); instance.machine.engines],
+            recording: Recording::default(),
+        }
+    }
+
+    /// The instance the runs are of.
+    pub fn instance(&self) -> &'a Instance {
+        self.state.instance
+    }
+
+    /// Runs `lists` to completion; returns the makespan.
+    pub fn run(&mut self, lists: &[Vec<Piece>]) -> f64 {
+        self.run_within(lists, f64::INFINITY)
+            .expect("an unbounded run always finishes")
+    }
+
+    /// Runs `lists`, given up (`None`) as soon as the simulated clock passes
+    /// `bound`: the makespan is then certain to exceed `bound` plus the
+    /// fixed overhead, so a search comparing against a known makespan need
+    /// not finish the run. Otherwise returns the makespan; [`Runner::ran`]
+    /// holds what ran.
+    ///
+    /// The run is also given up as soon as some engine cannot finish by
+    /// `bound` even if each of its remaining pieces ran alone from now on: a
+    /// floor no simulated run beats, so the answer is the same as running
+    /// on, sooner.
+    pub fn run_within(&mut self, lists: &[Vec<Piece>], bound: f64) -> Option<f64> {
+        self.state.reset();
+        self.cursor.fill(0);
+        self.drive(lists, bound, false)
+    }
+
+    /// Runs `lists` to completion, recording the state at each decision
+    /// for [`Runner::resume_within`]; returns the makespan.
+    pub fn record(&mut self, lists: &[Vec<Piece>]) -> f64 {
+        self.state.reset();
+        self.cursor.fill(0);
+        self.recording.clear(self.cursor.len());
+        let makespan = self
+            .drive(lists, f64::INFINITY, true)
+            .expect("an unbounded run always finishes");
+        self.recording.ran.clone_from(&self.state.ran);
+        makespan
+    }
+
+    /// The first batch of the recorded run whose decisions lists differing
+    /// from the recorded ones at `changes` (engine, first position that
+    /// differs) would change: the batch to resume from.
+    pub fn first_change(&self, changes: &[(usize, usize)]) -> usize {
+        changes
+            .iter()
+            .map(|&(e, k)| {
+                let decided = &self.recording.decided[e];
+                decided[k.min(decided.len() - 1)]
+            })
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// [`Runner::run_within`] for lists that agree with the recorded run's
+    /// on every decision before `batch` (see [`Runner::first_change`]): the
+    /// run starts from the recorded state there, and ends as a full run
+    /// would, bit for bit.
+    pub fn resume_within(&mut self, lists: &[Vec<Piece>], batch: usize, bound: f64) -> Option<f64> {
+        if batch == 0 || batch >= self.recording.batches() {
+            return self.run_within(lists, bound);
+        }
+        self.restore(batch);
+        self.drive(lists, bound, false)
+    }
+
+    /// [`Runner::record`] for lists that agree with the recorded run's on
+    /// every decision before `batch`: only the rest is run (and recorded).
+    pub fn record_from(&mut self, lists: &[Vec<Piece>], batch: usize) -> f64 {
+        if batch == 0 || batch >= self.recording.batches() {
+            return self.record(lists);
+        }
+        self.restore(batch);
+        self.recording.truncate(batch);
+        let makespan = self
+            .drive(lists, f64::INFINITY, true)
+            .expect("an unbounded run always finishes");
+        self.recording.ran.clone_from(&self.state.ran);
+        makespan
+    }
+
+    /// Puts the state back to the recorded run's at the start of `batch`.
+    fn restore(&mut self, batch: usize) {
+        let rec = &self.recording;
+        let e = rec.engines;
+        let (from, to) = (batch * e, (batch + 1) * e);
+        let state = &mut self.state;
+        state.now = rec.now[batch];
+        state.rates_stale = rec.rates_stale[batch];
+        state.phases.copy_from_slice(&rec.phases[from..to]);
+        state.started_at.copy_from_slice(&rec.started_at[from..to]);
+        self.cursor.copy_from_slice(&rec.cursor[from..to]);
+        state.flows.clear();
+        state
+            .flows
+            .extend_from_slice(&rec.flows[rec.flow_start[batch]..rec.flow_start[batch + 1]]);
+        for ((ran, recorded), &len) in state
+            .ran
+            .iter_mut()
+            .zip(&rec.ran)
+            .zip(&rec.ran_len[from..to])
+        {
+            ran.clear();
+            ran.extend_from_slice(&recorded[..len]);
+        }
+    }
+
+    /// Runs from the current state to the end, or to the bound.
+    fn drive(&mut self, lists: &[Vec<Piece>], bound: f64, record: bool) -> Option<f64> {
+        let floors = bound.is_finite();
+        if floors {
+            self.fill_tails(lists);
+        }
+        // Rounding of the floors against the simulated clock, far above
+        // either's error.
+        let limit = bound + 1e-9 * bound.abs().max(1.0);
+        let state = &mut self.state;
+        loop {
+            if record {
+                self.recording.push(state, &self.cursor);
+            }
+            while let Some(e) = state.idle_engine() {
+                if record {
+                    let batch = self.recording.batches() - 1;
+                    self.recording.decided[e].push(batch);
+                }
+                match lists.get(e).and_then(|l| l.get(self.cursor[e])) {
+                    Some(&piece) => {
+                        self.cursor[e] += 1;
+                        state.assign(e, piece);
+                    }
+                    None => state.close(e),
+                }
+            }
+            if floors && floor(state, &self.cursor, &self.tails) > limit {
+                return None;
+            }
+            if !state.advance() {
+                break;
+            }
+            if state.now > bound {
+                return None;
+            }
+        }
+        Some(state.makespan())
+    }
+
+    fn fill_tails(&mut self, lists: &[Vec<Piece>]) {
+        let instance = self.state.instance;
+        for (e, tail) in self.tails.iter_mut().enumerate() {
+            let list = lists.get(e).map_or(&[][..], Vec::as_slice);
+            tail.clear();
+            tail.resize(list.len() + 1, 0.0);
+            for (k, piece) in list.iter().enumerate().rev() {
+                tail[k] = tail[k + 1] + instance.alone_us(piece.bytes);
+            }
+        }
+    }
+
+    /// What the last run ran, per engine, in order.
+    pub fn ran(&self) -> &[Vec<Ran>] {
+        &self.state.ran
+    }
+
+    pub(super) fn into_ran(self) -> Vec<Vec<Ran>> {
+        self.state.ran
+    }
+}
+
+/// A time before which a run cannot end, whatever happens next: each
+/// engine's work left (`tails` from its `cursor`), each piece alone on an
+/// idle machine. (Valid because no flow runs faster than alone.)
+fn floor(state: &SimState<'_>, cursor: &[usize], tails: &[Vec<f64>]) -> f64 {
+    cursor
+        .iter()
+        .enumerate()
+        .map(|(e, &k)| state.busy_floor(e) + tails[e].get(k).copied().unwrap_or(0.0))
+        .fold(state.now, f64::max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Machine;
+    use crate::patterns::{random, SplitMix64};
+
+    /// Random engine lists of every put of a random pattern, some cut in two.
+    fn lists_of(instance: &Instance, rng: &mut SplitMix64) -> Vec<Vec<Piece>> {
+        let engines = instance.machine.engines;
+        let mut lists = vec![Vec::new(); engines];
+        for put in 0..instance.puts.len() {
+            let e = rng.below(engines as u64) as usize;
+            let piece = Piece::whole(instance, put, e);
+            if piece.bytes >= 128 && rng.below(4) == 0 {
+                let f = rng.below(engines as u64) as usize;
+                let first = piece.bytes / 2;
+                lists[e].push(Piece {
+                    bytes: first,
+                    ..piece
+                });
+                lists[f].push(Piece {
+                    offset: first,
+                    bytes: piece.bytes - first,
+                    recv_engine: f,
+                    ..piece
+                });
+            } else {
+                lists[e].push(piece);
+            }
+        }
+        lists
+    }
+
+    /// The lists with one piece moved: what the searches try.
+    fn moved(lists: &[Vec<Piece>], rng: &mut SplitMix64) -> (Vec<Vec<Piece>>, [(usize, usize); 2]) {
+        let mut out = lists.to_vec();
+        let engines = out.len();
+        let e = (0..engines)
+            .cycle()
+            .skip(rng.below(engines as u64) as usize)
+            .find(|&e| !out[e].is_empty())
+            .expect("a piece somewhere");
+        let i = rng.below(out[e].len() as u64) as usize;
+        let piece = out[e].remove(i);
+        let f = rng.below(engines as u64) as usize;
+        let j = rng.below(out[f].len() as u64 + 1) as usize;
+        out[f].insert(
+            j,
+            Piece {
+                recv_engine: f,
+                ..piece
+            },
+        );
+        let changes = if e == f {
+            [(e, i.min(j)); 2]
+        } else {
+            [(e, i), (f, j)]
+        };
+        (out, changes)
+    }
+
+    /// A run resumed from a recorded one, with the memo, is the full run
+    /// without it, bit for bit: makespan and every command's times.
+    #[test]
+    fn resumed_runs_are_full_runs_bit_for_bit() {
+        let mut rng = SplitMix64::new(11);
+        let mut resumed_late = 0;
+        for (seed, machine) in (0..60).zip([Machine::K_COMPUTER, Machine::TOFU_D].iter().cycle()) {
+            let pattern = random(3 + seed as usize % 20, seed, *machine).expect("pattern");
+            let instance = Instance::new(&pattern).expect("instance");
+            let base = lists_of(&instance, &mut rng);
+            let mut runner = Runner::new(&instance);
+            runner.record(&base);
+            for _ in 0..10 {
+                let (candidate, changes) = moved(&base, &mut rng);
+                let from = runner.first_change(&changes);
+                resumed_late += usize::from(from > 0);
+                let resumed = runner.resume_within(&candidate, from, f64::INFINITY);
+                let resumed_ran = runner.ran().to_vec();
+                let mut fresh = Runner::once(&instance);
+                let full = fresh.run(&candidate);
+                assert_eq!(
+                    resumed.map(f64::to_bits),
+                    Some(full.to_bits()),
+                    "seed {seed}"
+                );
+                assert_eq!(resumed_ran, fresh.ran(), "seed {seed}");
+            }
+            // Recording from a later batch gives what recording all would.
+            let (next, changes) = moved(&base, &mut rng);
+            let from = runner.first_change(&changes);
+            let recorded = runner.record_from(&next, from);
+            assert_eq!(
+                recorded.to_bits(),
+                Runner::once(&instance).run(&next).to_bits()
+            );
+            let (after, changes) = moved(&next, &mut rng);
+            let again = runner.resume_within(&after, runner.first_change(&changes), f64::INFINITY);
+            assert_eq!(
+                again.map(f64::to_bits),
+                Some(Runner::once(&instance).run(&after).to_bits())
+            );
+        }
+        assert!(
+            resumed_late > 100,
+            "only {resumed_late} runs resumed past the start"
+        );
+    }
+
+    /// A run given up at a bound is one whose full run ends past it, and a
+    /// run that ends within the bound is never given up.
+    #[test]
+    fn bounded_runs_are_given_up_exactly_when_they_end_past_the_bound() {
+        let mut rng = SplitMix64::new(5);
+        let mut given_up = 0;
+        for seed in 0..80 {
+            let pattern =
+                random(2 + seed as usize % 16, seed, Machine::K_COMPUTER).expect("pattern");
+            let instance = Instance::new(&pattern).expect("instance");
+            let lists = lists_of(&instance, &mut rng);
+            let mut runner = Runner::new(&instance);
+            runner.run(&lists);
+            let last_end = runner
+                .ran()
+                .iter()
+                .flatten()
+                .map(|r| r.end_us)
+                .fold(0.0, f64::max);
+            for factor in [0.3, 0.7, 0.95, 0.999, 1.0, 1.001, 1.5] {
+                let bound = last_end * factor;
+                let within = runner.run_within(&lists, bound);
+                if last_end > bound * (1.0 + 1e-6) {
+                    assert!(
+                        within.is_none(),
+                        "seed {seed}: ran past {bound} to {last_end}"
+                    );
+                    given_up += 1;
+                } else if last_end <= bound {
+                    assert!(
+                        within.is_some(),
+                        "seed {seed}: given up at {bound}, ends {last_end}"
+                    );
+                }
+            }
+        }
+        assert!(given_up > 200);
+    }
+}
