@@ -268,19 +268,15 @@ impl Plan {
 /// Predicted times of one piece.
 pub(crate) type Timed = (Piece, f64, f64);
 
-/// Builds a plan from per-engine timed pieces; fills in the simulated
-/// makespan and the lower bound.
+/// Builds a plan from per-engine timed pieces and their simulated makespan;
+/// fills in the lower bound.
 pub(crate) fn assemble(
     instance: &Instance,
     algorithm: &str,
     timed: Vec<Vec<Timed>>,
     constraints: Constraints,
+    simulated: f64,
 ) -> Plan {
-    let lists: Vec<Vec<Piece>> = timed
-        .iter()
-        .map(|l| l.iter().map(|t| t.0).collect())
-        .collect();
-    let (_, simulated) = crate::simulate::run_lists(instance, &lists);
     let split = timed
         .iter()
         .flatten()
@@ -322,15 +318,16 @@ pub(crate) fn assemble(
     }
 }
 
-/// Timed pieces from a simulation of the lists (for algorithms whose
-/// prediction is the simulator itself).
-pub(crate) fn timed_by_simulation(instance: &Instance, lists: &[Vec<Piece>]) -> Vec<Vec<Timed>> {
-    let (ran, _) = crate::simulate::run_lists(instance, lists);
-    ran.into_iter()
-        .map(|l| {
-            l.into_iter()
-                .map(|r| (r.piece, r.start_us, r.end_us))
-                .collect()
-        })
-        .collect()
+/// Timed pieces and the makespan of a run of the lists on `runner`.
+pub(crate) fn timed_by(
+    runner: &mut crate::simulate::Runner<'_>,
+    lists: &[Vec<Piece>],
+) -> (Vec<Vec<Timed>>, f64) {
+    let makespan = runner.run(lists);
+    let timed = runner
+        .ran()
+        .iter()
+        .map(|l| l.iter().map(|r| (r.piece, r.start_us, r.end_us)).collect())
+        .collect();
+    (timed, makespan)
 }

@@ -9,7 +9,7 @@ mod round_robin;
 use crate::error::{Result, SchedError};
 use crate::instance::{Instance, Piece};
 use crate::pattern::Pattern;
-use crate::plan::{assemble, timed_by_simulation, Constraints, Plan, Timed};
+use crate::plan::{assemble, timed_by, Constraints, Plan, Timed};
 use crate::simulate::Runner;
 use packing::{bottom_left, Rules};
 use std::fmt;
@@ -143,7 +143,7 @@ fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
     // serves them all.
     let mut runner = Runner::new(instance);
     if let Some(c) = candidate(&mut runner, algorithm)? {
-        return Ok(c.assemble(instance));
+        return Ok(c.assemble(&mut runner));
     }
     if algorithm == Algorithm::Split {
         let engines = instance.machine.engines;
@@ -160,22 +160,47 @@ struct Candidate {
     algorithm: Algorithm,
     timed: Vec<Vec<Timed>>,
     constraints: Constraints,
+    /// The simulated makespan, once known.
+    simulated: Option<f64>,
 }
 
 impl Candidate {
-    fn lists(&self) -> Vec<Vec<Piece>> {
-        self.timed
-            .iter()
-            .map(|l| l.iter().map(|t| t.0).collect())
-            .collect()
+    fn new(algorithm: Algorithm, timed: Vec<Vec<Timed>>, constraints: Constraints) -> Self {
+        Candidate {
+            algorithm,
+            timed,
+            constraints,
+            simulated: None,
+        }
     }
 
-    fn assemble(self, instance: &Instance) -> Plan {
+    /// Lists timed by the simulator itself, whose makespan is known.
+    fn simulated(algorithm: Algorithm, (timed, makespan): (Vec<Vec<Timed>>, f64)) -> Self {
+        Candidate {
+            simulated: Some(makespan),
+            ..Candidate::new(algorithm, timed, Constraints::default())
+        }
+    }
+
+    fn simulated_us(&mut self, runner: &mut Runner<'_>) -> f64 {
+        let timed = &self.timed;
+        *self.simulated.get_or_insert_with(|| {
+            let lists: Vec<Vec<Piece>> = timed
+                .iter()
+                .map(|l| l.iter().map(|t| t.0).collect())
+                .collect();
+            runner.run(&lists)
+        })
+    }
+
+    fn assemble(mut self, runner: &mut Runner<'_>) -> Plan {
+        let simulated = self.simulated_us(runner);
         assemble(
-            instance,
+            runner.instance(),
             &self.algorithm.to_string(),
             self.timed,
             self.constraints,
+            simulated,
         )
     }
 }
@@ -195,24 +220,24 @@ fn candidate(runner: &mut Runner<'_>, algorithm: Algorithm) -> Result<Option<Can
         }
     }
     if let Some((rules, constraints)) = packing(instance, algorithm) {
-        return Ok(Some(Candidate {
-            algorithm,
-            timed: bottom_left(instance, &instance.longest_first, &rules),
-            constraints,
-        }));
+        let timed = bottom_left(instance, &instance.longest_first, &rules);
+        return Ok(Some(Candidate::new(algorithm, timed, constraints)));
     }
-    let timed = match algorithm {
-        Algorithm::RoundRobin(k) => round_robin::round_robin(instance, k),
+    Ok(Some(match algorithm {
+        Algorithm::RoundRobin(k) => Candidate::new(
+            algorithm,
+            round_robin::round_robin(instance, k),
+            Constraints::default(),
+        ),
         Algorithm::Greedy => {
-            timed_by_simulation(instance, &greedy::greedy(runner, &instance.longest_first))
+            let lists = greedy::greedy(runner, &instance.longest_first);
+            Candidate::simulated(algorithm, timed_by(runner, &lists))
         }
-        Algorithm::Exact => timed_by_simulation(instance, &exact_lists(instance)?),
+        Algorithm::Exact => {
+            let lists = exact_lists(instance)?;
+            Candidate::simulated(algorithm, timed_by(runner, &lists))
+        }
         _ => return Ok(None),
-    };
-    Ok(Some(Candidate {
-        algorithm,
-        timed,
-        constraints: Constraints::default(),
     }))
 }
 
@@ -298,29 +323,30 @@ fn auto(runner: &mut Runner<'_>) -> Result<Plan> {
 /// The plan of `candidates` that the simulator finds fastest (the first on
 /// ties). Only that one is assembled into a plan.
 fn best_of(runner: &mut Runner<'_>, candidates: &[Algorithm]) -> Result<Plan> {
-    let instance = runner.instance();
     let mut best: Option<(f64, Candidate)> = None;
     for &algorithm in candidates {
-        let Some(c) = candidate(runner, algorithm)? else {
+        let Some(mut c) = candidate(runner, algorithm)? else {
             continue;
         };
-        let simulated = runner.run(&c.lists());
+        let simulated = c.simulated_us(runner);
         if best.as_ref().is_none_or(|(b, _)| simulated < b - 1e-9) {
             best = Some((simulated, c));
         }
     }
     let (_, best) = best.expect("at least one candidate");
-    Ok(best.assemble(instance))
+    Ok(best.assemble(runner))
 }
 
 /// `start` improved by local search with splitting.
 fn refined(runner: &mut Runner<'_>, name: &str, start: &Plan) -> Result<Plan> {
     let instance = runner.instance();
     let lists = refine::refine(runner, start.lists(instance)?, true);
+    let (timed, simulated) = timed_by(runner, &lists);
     Ok(assemble(
         instance,
         name,
-        timed_by_simulation(instance, &lists),
+        timed,
         Constraints::default(),
+        simulated,
     ))
 }

@@ -41,11 +41,6 @@ impl<'r, 'a> Scorer<'r, 'a> {
         }
     }
 
-    fn of(&mut self, lists: &[Vec<Piece>]) -> Score {
-        self.within(lists, f64::INFINITY)
-            .expect("an unbounded run always finishes")
-    }
-
     /// The score of `lists`, which differ from the recorded run's at
     /// `changes` (engine, first position that differs), or `None` when it
     /// cannot beat `current` (its simulation passed `current`'s makespan by
@@ -59,11 +54,6 @@ impl<'r, 'a> Scorer<'r, 'a> {
         let bound = current.makespan - self.instance.machine.fixed_overhead_us + 2.0 * MIN_GAIN_US;
         let from = self.runner.first_change(changes);
         let makespan = self.runner.resume_within(lists, from, bound)?;
-        Some(self.score(makespan))
-    }
-
-    fn within(&mut self, lists: &[Vec<Piece>], bound: f64) -> Option<Score> {
-        let makespan = self.runner.run_within(lists, bound)?;
         Some(self.score(makespan))
     }
 
@@ -99,10 +89,10 @@ pub(crate) fn refine(
     let engines = runner.instance().machine.engines;
     lists.resize(engines, Vec::new());
     let mut scorer = Scorer::new(runner);
-    let mut current = scorer.of(&lists);
     for _ in 0..MAX_ROUNDS {
         // Recorded: each candidate starts at its first change.
-        scorer.runner.record(&lists);
+        let makespan = scorer.runner.record(&lists);
+        let current = scorer.score(makespan);
         let finish: Vec<f64> = scorer
             .runner
             .ran()
@@ -120,9 +110,8 @@ pub(crate) fn refine(
             targets: &targets,
             allow_split,
         };
-        match first_improvement(&mut scorer, &mut lists, &current, &moves) {
-            Some(score) => current = score,
-            None => break,
+        if first_improvement(&mut scorer, &mut lists, &current, &moves).is_none() {
+            break;
         }
     }
     lists

@@ -41,6 +41,8 @@ struct Flow {
     remaining: f64,
     rate: f64,
     links: u64,
+    /// When the flow ends at its current rate (set as the clock advances).
+    end: f64,
     /// The flow's resources as bits (see [`SimState::compute_rates`]), when
     /// the machine has at most 128 of them; 0 otherwise.
     mask: u128,
@@ -84,11 +86,31 @@ struct RateMemo {
     rates: FxHashMap<MemoKey, [f64; MEMO_FLOWS]>,
 }
 
-/// The flows' masks in flow order, unused slots zero.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// The flows' masks in flow order; only the first `len` count.
+#[derive(Debug, Clone, Copy, Default)]
 struct MemoKey {
     len: usize,
     masks: [u128; MEMO_FLOWS],
+}
+
+impl MemoKey {
+    fn used(&self) -> &[u128] {
+        &self.masks[..self.len]
+    }
+}
+
+impl PartialEq for MemoKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.used() == other.used()
+    }
+}
+
+impl Eq for MemoKey {}
+
+impl std::hash::Hash for MemoKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.used().hash(state);
+    }
 }
 
 impl Clone for RateMemo {
@@ -189,6 +211,7 @@ impl<'a> SimState<'a> {
             piece,
             remaining: piece.bytes as f64,
             rate: 0.0,
+            end: f64::INFINITY,
             links,
             mask,
         });
@@ -437,15 +460,16 @@ impl<'a> SimState<'a> {
                     next = next.min(until);
                 }
             }
-            for f in &self.flows {
-                next = next.min(self.now + f.remaining / f.rate);
+            for f in &mut self.flows {
+                f.end = self.now + f.remaining / f.rate;
+                next = next.min(f.end);
             }
             let dt = next - self.now;
             for f in &mut self.flows {
                 // A flow that ends at `next` is finished outright: where
                 // `now` is large, `remaining / rate` can vanish below its
                 // precision, and subtracting would never reach zero.
-                if self.now + f.remaining / f.rate <= next {
+                if f.end <= next {
                     f.remaining = 0.0;
                 } else {
                     f.remaining -= f.rate * dt;
