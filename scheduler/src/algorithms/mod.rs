@@ -139,9 +139,18 @@ pub fn plan(pattern: &Pattern, algorithm: Algorithm) -> Result<Plan> {
 }
 
 fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
-    // One simulator for every run the planning makes: its memo of rates
-    // serves them all.
-    let mut runner = Runner::new(instance);
+    // One simulator for every run the planning makes; the searches, which
+    // make hundreds, also remember rates across them.
+    let searches = match algorithm {
+        Algorithm::Greedy | Algorithm::Split | Algorithm::Exact => true,
+        Algorithm::Auto => instance.puts.len() <= AUTO_SIMULATED_CANDIDATES_MAX,
+        _ => false,
+    };
+    let mut runner = if searches {
+        Runner::new(instance)
+    } else {
+        Runner::once(instance)
+    };
     if let Some(c) = candidate(&mut runner, algorithm)? {
         return Ok(c.assemble(&mut runner));
     }

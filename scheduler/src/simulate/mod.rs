@@ -223,15 +223,12 @@ impl<'a> SimState<'a> {
 
     /// The earliest `engine` can be done with the command it holds: the
     /// rest of its overhead, then its bytes left at the alone rate (no flow
-    /// runs faster). `now` for an idle or closed engine.
-    fn busy_floor(&self, engine: usize) -> f64 {
+    /// runs faster; `per_byte` is its inverse). `now` for an idle or closed
+    /// engine.
+    fn busy_floor(&self, engine: usize, per_byte: f64) -> f64 {
         match self.phases[engine] {
-            Phase::Overhead { until, piece } => {
-                until + piece.bytes as f64 / self.instance.alone_rate()
-            }
-            Phase::Flowing { flow } => {
-                self.now + self.flows[flow].remaining / self.instance.alone_rate()
-            }
+            Phase::Overhead { until, piece } => until + piece.bytes as f64 * per_byte,
+            Phase::Flowing { flow } => self.now + self.flows[flow].remaining * per_byte,
             Phase::Idle | Phase::Closed => self.now,
         }
     }

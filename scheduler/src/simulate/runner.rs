@@ -108,7 +108,7 @@ impl<'a> Runner<'a> {
     }
 
     /// A runner for a run or two: no memo.
-    pub(super) fn once(instance: &'a Instance) -> Self {
+    pub fn once(instance: &'a Instance) -> Self {
         Runner {
             state: SimState::new(instance),
             cursor: vec![0; instance.machine.engines],
@@ -288,13 +288,17 @@ impl<'a> Runner<'a> {
 
 /// A time before which a run cannot end, whatever happens next: each
 /// engine's work left (`tails` from its `cursor`), each piece alone on an
-/// idle machine. (Valid because no flow runs faster than alone.)
+/// idle machine. (Valid because no flow runs faster than alone; computed
+/// with the alone rate's inverse, a rounding far below the margin the
+/// floor is compared with.)
 fn floor(state: &SimState<'_>, cursor: &[usize], tails: &[Vec<f64>]) -> f64 {
-    cursor
-        .iter()
-        .enumerate()
-        .map(|(e, &k)| state.busy_floor(e) + tails[e].get(k).copied().unwrap_or(0.0))
-        .fold(state.now, f64::max)
+    let per_byte = 1.0 / state.instance.alone_rate();
+    let mut floor = state.now;
+    for (e, (&k, tail)) in cursor.iter().zip(tails).enumerate() {
+        // A list of n pieces has n + 1 tails, and its cursor is at most n.
+        floor = floor.max(state.busy_floor(e, per_byte) + tail[k]);
+    }
+    floor
 }
 
 #[cfg(test)]
