@@ -8,38 +8,38 @@ cd "$(dirname "$0")/.."
 
 bash ci/install-deps.sh
 
-echo "== cargo fmt --check"
+echo "== [${SECONDS}s] cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy -D warnings"
+echo "== [${SECONDS}s] cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-echo "== cargo doc (broken intra-doc links are errors)"
+echo "== [${SECONDS}s] cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
-echo "== the shared-memory-only build (no libibverbs, cmake or clang), and the stencil from it"
+echo "== [${SECONDS}s] the shared-memory-only build (no libibverbs, cmake or clang), and the stencil from it"
 bash ci/shm-only.sh
 
-echo "== benchmarks, once each (criterion test mode)"
+echo "== [${SECONDS}s] benchmarks, once each (criterion test mode)"
 cargo bench -p sode-benches --bench planning --locked -- --test
 cargo bench -p sode-benches --bench shm_paths --locked -- --test
 
-echo "== the stencil example (the main job) over shared memory, checked bit for bit"
+echo "== [${SECONDS}s] the stencil example (the main job) over shared memory, checked bit for bit"
 cargo build --release --locked -p sode-examples --example stencil
 bash ci/stencil.sh
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
-echo "== SCALE-LES3 over shared memory beside MPI persistent (quick; builds the example and the MPI program)"
+echo "== [${SECONDS}s] SCALE-LES3 over shared memory beside MPI persistent (quick; builds the example and the MPI program)"
 bash ci/softroce/install.sh >/dev/null   # Open MPI, and what the VM needs
 TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
 
-echo "== the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
+echo "== [${SECONDS}s] the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
 
-echo "== PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
+echo "== [${SECONDS}s] PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
 bash ci/pmix.sh
 
-echo "== SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
+echo "== [${SECONDS}s] SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
 # Built here, run in the guest (emulated code is 10-50x slower).
 # The test executables that need RDMA: the transport's, the halo exchange's,
 # the allocation count's, the two-slot windows', the blocking waits', the
@@ -57,23 +57,24 @@ rdma_bench=$(bash ci/built-exe.sh bench sode-benches rdma_writes)
 [ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$bounded_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
 bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$blocking_tests" "$alltoall_tests" "$bounded_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 
-echo "== two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
+echo "== [${SECONDS}s] two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
 bash ci/softroce/two-nodes.sh
 
-echo "== a node vanishes mid-run: the ranks of the other node report its silent rank (job health)"
+echo "== [${SECONDS}s] a node vanishes mid-run: the ranks of the other node report its silent rank (job health)"
 bash ci/softroce/node-death.sh "$(test_exe sode health)"
 
-echo "== three nodes on two networks: a-c traffic forwarded by node b's gateway; a rank killed and the gateway stopped (job health across the networks)"
+echo "== [${SECONDS}s] three nodes on two networks: a-c traffic forwarded by node b's gateway; a rank killed and the gateway stopped (job health across the networks)"
 bash ci/softroce/three-nodes.sh "$(test_exe sode health)"
 
-echo "== reordered ranks: a scrambled 8-rank job across the two VMs moves fewer bytes between them with --reorder"
+echo "== [${SECONDS}s] reordered ranks: a scrambled 8-rank job across the two VMs moves fewer bytes between them with --reorder"
 ROUNDS=1 ITERS=50 bash ci/softroce/reorder.sh
 
-echo "== two nodes under mpirun: the C and Fortran examples against MPI (UCX over rxe), bit for bit"
+echo "== [${SECONDS}s] two nodes under mpirun: the C and Fortran examples against MPI (UCX over rxe), bit for bit"
 bash ci/softroce/two-nodes-mpi.sh
 
-echo "== cargo test"
+echo "== [${SECONDS}s] cargo test"
 cargo test --workspace --release --locked 2>&1 | tee -a "$log"
 # One closing line for the whole run: the sum over every test binary, the
 # guest's included.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+echo "== [${SECONDS}s] done (each line above gives its section's start, in seconds since this script started)"
