@@ -192,14 +192,22 @@ impl Candidate {
     }
 
     fn simulated_us(&mut self, runner: &mut Runner<'_>) -> f64 {
-        let timed = &self.timed;
-        *self.simulated.get_or_insert_with(|| {
-            let lists: Vec<Vec<Piece>> = timed
+        self.simulated_within(runner, f64::INFINITY)
+            .expect("an unbounded run always finishes")
+    }
+
+    /// The simulated makespan, or `None` when the run's clock passes
+    /// `bound` (the makespan is then above `bound` plus the fixed overhead).
+    fn simulated_within(&mut self, runner: &mut Runner<'_>, bound: f64) -> Option<f64> {
+        if self.simulated.is_none() {
+            let lists: Vec<Vec<Piece>> = self
+                .timed
                 .iter()
                 .map(|l| l.iter().map(|t| t.0).collect())
                 .collect();
-            runner.run(&lists)
-        })
+            self.simulated = Some(runner.run_within(&lists, bound)?);
+        }
+        self.simulated
     }
 
     fn assemble(mut self, runner: &mut Runner<'_>) -> Plan {
@@ -332,12 +340,18 @@ fn auto(runner: &mut Runner<'_>) -> Result<Plan> {
 /// The plan of `candidates` that the simulator finds fastest (the first on
 /// ties). Only that one is assembled into a plan.
 fn best_of(runner: &mut Runner<'_>, candidates: &[Algorithm]) -> Result<Plan> {
+    let fixed = runner.instance().machine.fixed_overhead_us;
     let mut best: Option<(f64, Candidate)> = None;
     for &algorithm in candidates {
         let Some(mut c) = candidate(runner, algorithm)? else {
             continue;
         };
-        let simulated = c.simulated_us(runner);
+        // A run that passes the best makespan so far (less the fixed
+        // overhead) cannot win: it is given up there.
+        let bound = best.as_ref().map_or(f64::INFINITY, |(b, _)| b - fixed);
+        let Some(simulated) = c.simulated_within(runner, bound) else {
+            continue;
+        };
         if best.as_ref().is_none_or(|(b, _)| simulated < b - 1e-9) {
             best = Some((simulated, c));
         }

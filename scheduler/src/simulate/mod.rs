@@ -439,24 +439,20 @@ impl<'a> SimState<'a> {
     pub fn advance(&mut self) -> bool {
         debug_assert!(self.idle_engine().is_none());
         loop {
-            if self.flows.is_empty()
-                && !self
-                    .phases
-                    .iter()
-                    .any(|p| matches!(p, Phase::Overhead { .. }))
-            {
+            // The first overhead to end (infinite when none is under way).
+            let mut overhead_ends = f64::INFINITY;
+            for p in &self.phases {
+                if let Phase::Overhead { until, .. } = *p {
+                    overhead_ends = overhead_ends.min(until);
+                }
+            }
+            if self.flows.is_empty() && overhead_ends == f64::INFINITY {
                 return false;
             }
-
             if self.rates_stale {
                 self.compute_rates();
             }
-            let mut next = f64::INFINITY;
-            for p in &self.phases {
-                if let Phase::Overhead { until, .. } = *p {
-                    next = next.min(until);
-                }
-            }
+            let mut next = overhead_ends;
             for f in &mut self.flows {
                 f.end = self.now + f.remaining / f.rate;
                 next = next.min(f.end);
@@ -495,7 +491,12 @@ impl<'a> SimState<'a> {
                     i += 1;
                 }
             }
-            for engine in 0..self.phases.len() {
+            let overheads_ended = if overhead_ends <= self.now {
+                self.phases.len()
+            } else {
+                0
+            };
+            for engine in 0..overheads_ended {
                 if let Phase::Overhead { until, piece } = self.phases[engine] {
                     if until <= self.now {
                         self.start_flow(engine, piece);
