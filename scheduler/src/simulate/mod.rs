@@ -563,3 +563,42 @@ pub fn simulate(pattern: &crate::Pattern, plan: &crate::Plan) -> crate::Result<S
             .collect(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::Machine;
+    use crate::patterns::{random, SplitMix64};
+
+    /// The two rate computations (resources as bit masks, and as lists for
+    /// machines of more than 128 resources) give the same rates, bit for
+    /// bit, on the flows of random pieces.
+    #[test]
+    fn rates_by_mask_and_by_list_agree_bit_for_bit() {
+        let mut rng = SplitMix64::new(3);
+        for seed in 0..200 {
+            let machine = if seed % 2 == 0 {
+                Machine::K_COMPUTER
+            } else {
+                Machine::TOFU_D
+            };
+            let pattern = random(2 + seed as usize % 30, seed, machine).expect("pattern");
+            let instance = Instance::new(&pattern).expect("instance");
+            let mut state = SimState::new(&instance);
+            for engine in 0..machine.engines {
+                if rng.below(5) == 0 {
+                    continue;
+                }
+                let put = rng.below(instance.puts.len() as u64) as usize;
+                let recv = rng.below(machine.engines as u64) as usize;
+                state.start_flow(engine, Piece::whole(&instance, put, recv));
+            }
+            state.compute_rates_by_mask();
+            let by_mask: Vec<u64> = state.flows.iter().map(|f| f.rate.to_bits()).collect();
+            state.compute_rates_by_list();
+            let by_list: Vec<u64> = state.flows.iter().map(|f| f.rate.to_bits()).collect();
+            assert_eq!(by_mask, by_list, "seed {seed}");
+            assert!(state.flows.iter().all(|f| f.rate > 0.0), "seed {seed}");
+        }
+    }
+}

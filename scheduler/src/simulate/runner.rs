@@ -368,7 +368,14 @@ mod tests {
     fn resumed_runs_are_full_runs_bit_for_bit() {
         let mut rng = SplitMix64::new(11);
         let mut resumed_late = 0;
-        for (seed, machine) in (0..60).zip([Machine::K_COMPUTER, Machine::TOFU_D].iter().cycle()) {
+        // 64 engines: more than 128 resources, the rates' list version.
+        let wide = Machine {
+            engines: 64,
+            ..Machine::K_COMPUTER
+        };
+        for (seed, machine) in
+            (0..60).zip([Machine::K_COMPUTER, Machine::TOFU_D, wide].iter().cycle())
+        {
             let pattern = random(3 + seed as usize % 20, seed, *machine).expect("pattern");
             let instance = Instance::new(&pattern).expect("instance");
             let base = lists_of(&instance, &mut rng);
