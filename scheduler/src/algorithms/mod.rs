@@ -251,7 +251,7 @@ fn candidate(runner: &mut Runner<'_>, algorithm: Algorithm) -> Result<Option<Can
             Candidate::simulated(algorithm, timed_by(runner, &lists))
         }
         Algorithm::Exact => {
-            let lists = exact_lists(instance)?;
+            let lists = exact_lists(runner)?;
             Candidate::simulated(algorithm, timed_by(runner, &lists))
         }
         _ => return Ok(None),
@@ -308,7 +308,8 @@ fn packing(instance: &Instance, algorithm: Algorithm) -> Option<(Rules, Constrai
 }
 
 /// Branch and bound from the greedy plan, for small patterns.
-fn exact_lists(instance: &Instance) -> Result<Vec<Vec<Piece>>> {
+fn exact_lists(runner: &mut Runner<'_>) -> Result<Vec<Vec<Piece>>> {
+    let instance = runner.instance();
     let n = instance.puts.len();
     if n > EXACT_MAX_REQUESTS {
         return Err(SchedError::TooLargeForExact {
@@ -316,7 +317,7 @@ fn exact_lists(instance: &Instance) -> Result<Vec<Vec<Piece>>> {
             limit: EXACT_MAX_REQUESTS,
         });
     }
-    let incumbent = greedy::greedy(&mut Runner::new(instance), &instance.longest_first);
+    let incumbent = greedy::greedy(runner, &instance.longest_first);
     exact::exact(instance, &incumbent)
 }
 

@@ -43,9 +43,17 @@ struct Flow {
     links: u64,
     /// When the flow ends at its current rate (set as the clock advances).
     end: f64,
-    /// The flow's resources as bits (see [`SimState::compute_rates`]), when
-    /// the machine has at most 128 of them; 0 otherwise.
-    mask: u128,
+}
+
+impl Flow {
+    /// What fixes the flow's share of the machine, as one key: its send
+    /// engine, its receive engine and its links (engines number at most
+    /// 256, so each fits in 32 bits).
+    fn resources(&self) -> u128 {
+        (self.engine as u128) << 96
+            | (self.piece.recv_engine as u128) << 64
+            | u128::from(self.links)
+    }
 }
 
 /// One command as it ran.
@@ -80,22 +88,23 @@ const MEMO_ENTRIES: usize = 1 << 14;
 /// so remembering allocates nothing but the table).
 const MEMO_FLOWS: usize = 8;
 
-/// Rates already computed, by the flows' masks in flow order.
+/// Rates already computed, by the flows' resources in flow order.
 #[derive(Debug, Default)]
 struct RateMemo {
     rates: FxHashMap<MemoKey, [f64; MEMO_FLOWS]>,
 }
 
-/// The flows' masks in flow order; only the first `len` count.
+/// The flows' resources in flow order (see [`Flow::resources`]); only the
+/// first `len` count.
 #[derive(Debug, Clone, Copy, Default)]
 struct MemoKey {
     len: usize,
-    masks: [u128; MEMO_FLOWS],
+    flows: [u128; MEMO_FLOWS],
 }
 
 impl MemoKey {
     fn used(&self) -> &[u128] {
-        &self.masks[..self.len]
+        &self.flows[..self.len]
     }
 }
 
@@ -196,16 +205,6 @@ impl<'a> SimState<'a> {
 
     fn start_flow(&mut self, engine: usize, piece: Piece) {
         let links = self.instance.puts[piece.put].links;
-        let e = self.instance.machine.engines;
-        let node = 2 * e + self.instance.link_count;
-        let mask = if node < 128 {
-            1u128 << engine
-                | 1u128 << (e + piece.recv_engine)
-                | u128::from(links) << (2 * e)
-                | 1u128 << node
-        } else {
-            0
-        };
         self.flows.push(Flow {
             engine,
             piece,
@@ -213,7 +212,6 @@ impl<'a> SimState<'a> {
             rate: 0.0,
             end: f64::INFINITY,
             links,
-            mask,
         });
         self.phases[engine] = Phase::Flowing {
             flow: self.flows.len() - 1,
@@ -250,35 +248,28 @@ impl<'a> SimState<'a> {
             })
     }
 
-    /// Max-min fair rates by progressive filling: the resource with the
-    /// smallest fair share freezes its flows at that share, until every flow
-    /// is frozen. The arithmetic (which resource, in which order capacity is
-    /// taken) is that of a scan over every resource; only resources in use
-    /// are visited.
+    /// The flows' rates, remembered when this state has a memo.
     fn compute_rates(&mut self) {
-        if 2 * self.instance.machine.engines + self.instance.link_count < 128 {
-            if self.memo.is_none() || self.flows.len() > MEMO_FLOWS {
-                self.compute_rates_by_mask();
-            } else {
-                self.compute_rates_remembered();
-            }
+        if self.memo.is_none() || self.flows.len() > MEMO_FLOWS {
+            self.compute_rates_now();
         } else {
-            self.compute_rates_by_list();
+            self.compute_rates_remembered();
         }
         self.rates_stale = false;
     }
 
     /// The rates of the flows from the memo, computed and remembered when
     /// this sequence of flows has not been seen: the rates are a function
-    /// of the flows' masks in flow order (the order fixes the arithmetic),
-    /// and a search meets the same few sequences again and again.
+    /// of the flows' resources in flow order (the order fixes the
+    /// arithmetic), and a search meets the same few sequences again and
+    /// again.
     fn compute_rates_remembered(&mut self) {
         let mut key = MemoKey {
             len: self.flows.len(),
             ..MemoKey::default()
         };
-        for (slot, flow) in key.masks.iter_mut().zip(&self.flows) {
-            *slot = flow.mask;
+        for (slot, flow) in key.flows.iter_mut().zip(&self.flows) {
+            *slot = flow.resources();
         }
         let memo = self.memo.as_mut().expect("memoizing");
         if let Some(rates) = memo.rates.get(&key) {
@@ -287,7 +278,7 @@ impl<'a> SimState<'a> {
             }
             return;
         }
-        self.compute_rates_by_mask();
+        self.compute_rates_now();
         let memo = self.memo.as_mut().expect("memoizing");
         if memo.rates.len() >= MEMO_ENTRIES {
             memo.rates.clear();
@@ -299,66 +290,12 @@ impl<'a> SimState<'a> {
         memo.rates.insert(key, rates);
     }
 
-    /// [`SimState::compute_rates`] for machines of at most 128 resources:
-    /// each flow's resources are the bits of its mask, visited in ascending
-    /// order, so the arithmetic is that of the list version, bit for bit.
-    fn compute_rates_by_mask(&mut self) {
-        let inst = self.instance;
-        let e = inst.machine.engines;
-        let node = 2 * e + inst.link_count;
-        let s = &mut self.scratch;
-        if s.users.len() != node + 1 {
-            s.users = vec![0; node + 1];
-            s.capacity = vec![0.0; node + 1];
-        }
-        let mut active = 0u128;
-        for f in &self.flows {
-            active |= f.mask;
-            for r in bits(f.mask) {
-                s.users[r] += 1;
-            }
-        }
-        for r in bits(active) {
-            s.capacity[r] = match r {
-                r if r < 2 * e => inst.engine_rate(),
-                r if r < node => inst.link_rate(),
-                _ => inst.node_rate(),
-            };
-        }
-        // At most 63 flows: one per engine, and 2 x engines < 128.
-        let n = self.flows.len();
-        let mut unfrozen: u64 = if n == 0 { 0 } else { u64::MAX >> (64 - n) };
-        while unfrozen != 0 {
-            let (mut bottleneck, mut share) = (0, f64::INFINITY);
-            for r in bits(active) {
-                let x = s.capacity[r].max(0.0) / s.users[r] as f64;
-                if x < share {
-                    (bottleneck, share) = (r, x);
-                }
-            }
-            let mut left = unfrozen;
-            while left != 0 {
-                let i = left.trailing_zeros() as usize;
-                left &= left - 1;
-                let flow = &mut self.flows[i];
-                if flow.mask & (1u128 << bottleneck) == 0 {
-                    continue;
-                }
-                unfrozen &= !(1u64 << i);
-                flow.rate = share;
-                for r in bits(flow.mask) {
-                    s.capacity[r] -= share;
-                    s.users[r] -= 1;
-                    if s.users[r] == 0 {
-                        active &= !(1u128 << r);
-                    }
-                }
-            }
-        }
-    }
-
-    /// [`SimState::compute_rates`] for machines of any size.
-    fn compute_rates_by_list(&mut self) {
+    /// Max-min fair rates by progressive filling: the resource with the
+    /// smallest fair share freezes its flows at that share, until every flow
+    /// is frozen. The arithmetic (which resource, in which order capacity is
+    /// taken) is that of a scan over every resource; only resources in use
+    /// are visited.
+    fn compute_rates_now(&mut self) {
         let inst = self.instance;
         let e = inst.machine.engines;
         // Resources: send engines [0, e), receive engines [e, 2e), links [2e, 2e+l), node.
@@ -520,17 +457,6 @@ impl<'a> SimState<'a> {
     }
 }
 
-/// The set bits of `mask`, lowest first.
-fn bits(mut mask: u128) -> impl Iterator<Item = usize> {
-    std::iter::from_fn(move || {
-        (mask != 0).then(|| {
-            let r = mask.trailing_zeros() as usize;
-            mask &= mask - 1;
-            r
-        })
-    })
-}
-
 /// Runs engine lists to completion; returns what ran and the makespan.
 pub(crate) fn run_lists(instance: &Instance, lists: &[Vec<Piece>]) -> (Vec<Vec<Ran>>, f64) {
     // One run: a memo would only cost its allocations.
@@ -570,18 +496,63 @@ mod tests {
     use crate::machine::Machine;
     use crate::patterns::{random, SplitMix64};
 
-    /// The two rate computations (resources as bit masks, and as lists for
-    /// machines of more than 128 resources) give the same rates, bit for
-    /// bit, on the flows of random pieces.
+    /// Progressive filling as first written: every resource scanned in
+    /// index order each round, the first smallest share the bottleneck.
+    fn reference_rates(instance: &Instance, flows: &[Flow]) -> Vec<f64> {
+        let e = instance.machine.engines;
+        let node = 2 * e + instance.link_count;
+        let resources = |f: &Flow| {
+            let mut out = vec![f.engine, e + f.piece.recv_engine];
+            out.extend(
+                (0..64)
+                    .filter(|l| f.links & (1 << l) != 0)
+                    .map(|l| 2 * e + l),
+            );
+            out.push(node);
+            out
+        };
+        let mut capacity = vec![instance.engine_rate(); 2 * e];
+        capacity.extend(vec![instance.link_rate(); instance.link_count]);
+        capacity.push(instance.node_rate());
+        let mut users = vec![0usize; node + 1];
+        for f in flows {
+            resources(f).iter().for_each(|&r| users[r] += 1);
+        }
+        let mut rates = vec![None; flows.len()];
+        while rates.iter().any(Option::is_none) {
+            let (mut bottleneck, mut share) = (usize::MAX, f64::INFINITY);
+            for (r, &u) in users.iter().enumerate().filter(|(_, &u)| u > 0) {
+                let x = capacity[r].max(0.0) / u as f64;
+                if x < share {
+                    (bottleneck, share) = (r, x);
+                }
+            }
+            for (f, rate) in flows.iter().zip(rates.iter_mut()) {
+                let mine = resources(f);
+                if rate.is_none() && mine.contains(&bottleneck) {
+                    *rate = Some(share);
+                    for r in mine {
+                        capacity[r] -= share;
+                        users[r] -= 1;
+                    }
+                }
+            }
+        }
+        rates.into_iter().map(|r| r.expect("frozen")).collect()
+    }
+
+    /// The rate computation (resources in first-use order, ties to the
+    /// lowest) gives the reference's rates bit for bit, on the flows of
+    /// random pieces, machines of 4, 6 and 64 engines.
     #[test]
-    fn rates_by_mask_and_by_list_agree_bit_for_bit() {
+    fn rates_are_progressive_filling_bit_for_bit() {
         let mut rng = SplitMix64::new(3);
-        for seed in 0..200 {
-            let machine = if seed % 2 == 0 {
-                Machine::K_COMPUTER
-            } else {
-                Machine::TOFU_D
-            };
+        let wide = Machine {
+            engines: 64,
+            ..Machine::K_COMPUTER
+        };
+        for seed in 0..300 {
+            let machine = [Machine::K_COMPUTER, Machine::TOFU_D, wide][seed as usize % 3];
             let pattern = random(2 + seed as usize % 30, seed, machine).expect("pattern");
             let instance = Instance::new(&pattern).expect("instance");
             let mut state = SimState::new(&instance);
@@ -593,11 +564,13 @@ mod tests {
                 let recv = rng.below(machine.engines as u64) as usize;
                 state.start_flow(engine, Piece::whole(&instance, put, recv));
             }
-            state.compute_rates_by_mask();
-            let by_mask: Vec<u64> = state.flows.iter().map(|f| f.rate.to_bits()).collect();
-            state.compute_rates_by_list();
-            let by_list: Vec<u64> = state.flows.iter().map(|f| f.rate.to_bits()).collect();
-            assert_eq!(by_mask, by_list, "seed {seed}");
+            state.compute_rates_now();
+            let rates: Vec<u64> = state.flows.iter().map(|f| f.rate.to_bits()).collect();
+            let reference: Vec<u64> = reference_rates(&instance, &state.flows)
+                .into_iter()
+                .map(f64::to_bits)
+                .collect();
+            assert_eq!(rates, reference, "seed {seed}");
             assert!(state.flows.iter().all(|f| f.rate > 0.0), "seed {seed}");
         }
     }

@@ -5,6 +5,7 @@
 
 use super::{Flow, Phase, Ran, SimState};
 use crate::instance::{Instance, Piece};
+use std::ops::Range;
 
 /// Simulates engine lists one after another on one set of buffers: a
 /// search that simulates thousands of candidates allocates once.
@@ -29,17 +30,11 @@ pub(crate) struct Runner<'a> {
 #[derive(Debug, Default)]
 struct Recording {
     engines: usize,
-    now: Vec<f64>,
-    rates_stale: Vec<bool>,
-    /// Per batch, `engines` entries each.
-    phases: Vec<Phase>,
-    started_at: Vec<f64>,
-    cursor: Vec<usize>,
-    ran_len: Vec<usize>,
-    /// The flows under way, batch after batch: batch b's are
-    /// `flows[flow_start[b]..flow_start[b + 1]]`.
+    batches: Vec<Batch>,
+    /// Per batch, one entry per engine.
+    engines_at: Vec<EngineAt>,
+    /// The flows under way, batch after batch (see [`Batch::flows`]).
     flows: Vec<Flow>,
-    flow_start: Vec<usize>,
     /// What the recorded run ran; each batch's is a prefix of it.
     ran: Vec<Vec<Ran>>,
     /// `decided[e][k]`: the batch in which engine e took position k of its
@@ -47,18 +42,31 @@ struct Recording {
     decided: Vec<Vec<usize>>,
 }
 
+/// The state at the start of a batch, but for its engines'.
+#[derive(Debug, Clone)]
+struct Batch {
+    now: f64,
+    /// Its flows, in `Recording::flows`.
+    flows: Range<usize>,
+}
+
+/// One engine's state at the start of a batch.
+#[derive(Debug, Clone, Copy)]
+struct EngineAt {
+    phase: Phase,
+    started_at: f64,
+    /// Its position in its list.
+    cursor: usize,
+    /// How many of its commands had run.
+    ran: usize,
+}
+
 impl Recording {
     fn clear(&mut self, engines: usize) {
         self.engines = engines;
-        self.now.clear();
-        self.rates_stale.clear();
-        self.phases.clear();
-        self.started_at.clear();
-        self.cursor.clear();
-        self.ran_len.clear();
+        self.batches.clear();
+        self.engines_at.clear();
         self.flows.clear();
-        self.flow_start.clear();
-        self.flow_start.push(0);
         self.decided.resize(engines, Vec::new());
         for d in &mut self.decided {
             d.clear();
@@ -66,27 +74,25 @@ impl Recording {
     }
 
     fn push(&mut self, state: &SimState<'_>, cursor: &[usize]) {
-        self.now.push(state.now);
-        self.rates_stale.push(state.rates_stale);
-        self.phases.extend_from_slice(&state.phases);
-        self.started_at.extend_from_slice(&state.started_at);
-        self.cursor.extend_from_slice(cursor);
-        self.ran_len.extend(state.ran.iter().map(Vec::len));
+        let first = self.flows.len();
         self.flows.extend_from_slice(&state.flows);
-        self.flow_start.push(self.flows.len());
+        self.batches.push(Batch {
+            now: state.now,
+            flows: first..self.flows.len(),
+        });
+        self.engines_at.extend((0..self.engines).map(|e| EngineAt {
+            phase: state.phases[e],
+            started_at: state.started_at[e],
+            cursor: cursor[e],
+            ran: state.ran[e].len(),
+        }));
     }
 
     /// Forgets the batches from `batch` on.
     fn truncate(&mut self, batch: usize) {
-        let e = self.engines;
-        self.now.truncate(batch);
-        self.rates_stale.truncate(batch);
-        self.phases.truncate(batch * e);
-        self.started_at.truncate(batch * e);
-        self.cursor.truncate(batch * e);
-        self.ran_len.truncate(batch * e);
-        self.flows.truncate(self.flow_start[batch]);
-        self.flow_start.truncate(batch + 1);
+        self.flows.truncate(self.batches[batch].flows.start);
+        self.batches.truncate(batch);
+        self.engines_at.truncate(batch * self.engines);
         for d in &mut self.decided {
             while d.last().is_some_and(|&b| b >= batch) {
                 d.pop();
@@ -95,7 +101,7 @@ impl Recording {
     }
 
     fn batches(&self) -> usize {
-        self.now.len()
+        self.batches.len()
     }
 }
 
@@ -150,11 +156,7 @@ impl<'a> Runner<'a> {
         self.state.reset();
         self.cursor.fill(0);
         self.recording.clear(self.cursor.len());
-        let makespan = self
-            .drive(lists, f64::INFINITY, true)
-            .expect("an unbounded run always finishes");
-        self.recording.ran.clone_from(&self.state.ran);
-        makespan
+        self.record_rest(lists)
     }
 
     /// The first batch of the recorded run whose decisions lists differing
@@ -191,6 +193,10 @@ impl<'a> Runner<'a> {
         }
         self.restore(batch);
         self.recording.truncate(batch);
+        self.record_rest(lists)
+    }
+
+    fn record_rest(&mut self, lists: &[Vec<Piece>]) -> f64 {
         let makespan = self
             .drive(lists, f64::INFINITY, true)
             .expect("an unbounded run always finishes");
@@ -201,26 +207,21 @@ impl<'a> Runner<'a> {
     /// Puts the state back to the recorded run's at the start of `batch`.
     fn restore(&mut self, batch: usize) {
         let rec = &self.recording;
-        let e = rec.engines;
-        let (from, to) = (batch * e, (batch + 1) * e);
+        let at = &rec.batches[batch];
+        let engines = &rec.engines_at[batch * rec.engines..(batch + 1) * rec.engines];
         let state = &mut self.state;
-        state.now = rec.now[batch];
-        state.rates_stale = rec.rates_stale[batch];
-        state.phases.copy_from_slice(&rec.phases[from..to]);
-        state.started_at.copy_from_slice(&rec.started_at[from..to]);
-        self.cursor.copy_from_slice(&rec.cursor[from..to]);
+        state.now = at.now;
+        // Every batch but the first starts after a flow ended or began, so
+        // its rates were stale; recomputing gives the same rates anyway.
+        state.rates_stale = true;
         state.flows.clear();
-        state
-            .flows
-            .extend_from_slice(&rec.flows[rec.flow_start[batch]..rec.flow_start[batch + 1]]);
-        for ((ran, recorded), &len) in state
-            .ran
-            .iter_mut()
-            .zip(&rec.ran)
-            .zip(&rec.ran_len[from..to])
-        {
-            ran.clear();
-            ran.extend_from_slice(&recorded[..len]);
+        state.flows.extend_from_slice(&rec.flows[at.flows.clone()]);
+        for (e, engine) in engines.iter().enumerate() {
+            state.phases[e] = engine.phase;
+            state.started_at[e] = engine.started_at;
+            self.cursor[e] = engine.cursor;
+            state.ran[e].clear();
+            state.ran[e].extend_from_slice(&rec.ran[e][..engine.ran]);
         }
     }
 
@@ -368,7 +369,7 @@ mod tests {
     fn resumed_runs_are_full_runs_bit_for_bit() {
         let mut rng = SplitMix64::new(11);
         let mut resumed_late = 0;
-        // 64 engines: more than 128 resources, the rates' list version.
+        // 64 engines: more resources than a u128 has bits.
         let wide = Machine {
             engines: 64,
             ..Machine::K_COMPUTER
