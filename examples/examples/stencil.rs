@@ -54,6 +54,15 @@ struct Args {
     /// exchanges, then computes.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     overlap: bool,
+    /// Keep u and v in memory sode allocates (`shared_fields(2)`):
+    /// neighbours on this node read halos straight from this rank's array,
+    /// no pack, no unpack; the sweep goes from one set into the other.
+    #[arg(long)]
+    shared_fields: bool,
+    /// Exchange without sweeping (the field stays the initial one, and is
+    /// checked as such): time per exchange with the ranks in step.
+    #[arg(long)]
+    exchange_only: bool,
     /// Renumber the ranks so that the neighbours exchanging the most share
     /// a node (as MPI_Cart_create with reorder); launch order when that
     /// moves no fewer bytes between nodes.
@@ -387,7 +396,8 @@ fn solve_alone(a: &Args, update: &Update, sext: &[usize], global: &[usize]) -> V
     let mut sv = su.clone();
     let sstrides: Vec<usize> = (0..a.dims).map(|ax| sext[..ax].iter().product()).collect();
     let n_s: usize = sext.iter().product();
-    for _ in 0..a.iters {
+    let sweeps = if a.exchange_only { 0 } else { a.iters };
+    for _ in 0..sweeps {
         if a.periodic {
             // Halo from the opposite side, as the exchange does.
             for i in 0..n_s {
@@ -412,6 +422,65 @@ fn solve_alone(a: &Args, update: &Update, sext: &[usize], global: &[usize]) -> V
     su
 }
 
+/// [`iterate`] on the fields sode keeps: set `it % 2` is u, the other v;
+/// the result is copied into `u` at the end. The compute between
+/// `start_set` and `wait_set` borrows the fields, so it does not progress
+/// the exchange (a read in place writes this rank's halo).
+fn iterate_shared(
+    a: &Args,
+    halo: &mut HaloExchange,
+    update: &Update,
+    ext: &[usize],
+    u: &mut [f64],
+) -> Result<Times, Box<dyn std::error::Error>> {
+    for f in halo.shared_fields::<f64>()? {
+        f.copy_from_slice(u);
+    }
+    let mut times = Times::default();
+    for it in 0..a.iters {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let cur = it % 2;
+        let ti = Instant::now();
+        if a.exchange_only {
+            halo.start_set(cur)?;
+            halo.wait_set(deadline)?;
+            times.exchange += ti.elapsed();
+            times.alone += 1;
+            continue;
+        }
+        let sweep = |halo: &mut HaloExchange, part: Part| -> Result<(), sode::HaloError> {
+            let mut sets = halo.shared_fields::<f64>()?;
+            let (first, second) = sets.split_at_mut(1);
+            let (u, v) = if cur == 0 {
+                (&*first[0], &mut *second[0])
+            } else {
+                (&*second[0], &mut *first[0])
+            };
+            update.sweep_part(ext, 1, u, v, part, &mut || {});
+            Ok(())
+        };
+        if !a.overlap || it % 5 == 0 {
+            halo.start_set(cur)?;
+            halo.wait_set(deadline)?;
+            let tc = Instant::now();
+            sweep(halo, Part::All)?;
+            times.exchange += tc - ti;
+            times.compute += tc.elapsed();
+            times.alone += 1;
+        } else {
+            halo.start_set(cur)?;
+            sweep(halo, Part::Inner)?;
+            halo.wait_set(deadline)?;
+            sweep(halo, Part::Boundary)?;
+            times.overlapped += ti.elapsed();
+            times.overlapped_iters += 1;
+        }
+    }
+    let last = if a.exchange_only { 0 } else { a.iters % 2 };
+    u.copy_from_slice(halo.shared_fields::<f64>()?[last]);
+    Ok(times)
+}
+
 /// The time loop: `a.iters` exchanges and sweeps, overlapped (but every
 /// fifth) when `a.overlap`; `u` holds the result.
 fn iterate(
@@ -429,6 +498,13 @@ fn iterate(
     for it in 0..a.iters {
         let deadline = Instant::now() + Duration::from_secs(60);
         let ti = Instant::now();
+        if a.exchange_only {
+            halo.start(&[&*u])?;
+            halo.wait(deadline, &mut [&mut *u])?;
+            times.exchange += ti.elapsed();
+            times.alone += 1;
+            continue;
+        }
         if !a.overlap || it % 5 == 0 {
             halo.start(&[&*u])?;
             halo.wait(deadline, &mut [&mut *u])?;
@@ -490,6 +566,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .transport(transport)
         .engines(a.engines)
         .sync(a.sync.parse()?)
+        .shared_fields(if a.shared_fields { 2 } else { 0 })
         .build()?;
     let ext = halo.local_extent().to_vec();
     let (start, _) = d.block(me);
@@ -498,7 +575,11 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut v = u.clone();
     world.barrier(Duration::from_secs(60))?;
     let t0 = Instant::now();
-    let times = iterate(a, &mut halo, &update, &ext, &mut u, &mut v)?;
+    let times = if a.shared_fields {
+        iterate_shared(a, &mut halo, &update, &ext, &mut u)?
+    } else {
+        iterate(a, &mut halo, &update, &ext, &mut u, &mut v)?
+    };
     let total = t0.elapsed();
 
     // The single-process solve, with the same walls (or wrap-around).

@@ -316,6 +316,29 @@ pub fn unpack(data: &[u8], ext: &[usize], elem: usize, r: &Region, array: &mut [
     });
 }
 
+/// The runs (byte offset, bytes) of region `r` of an array of extent `ext`
+/// and `elem`-byte cells that starts `base` bytes into its memory, in
+/// [`pack`]'s order, adjacent runs merged.
+pub(crate) fn runs(
+    ext: &[usize],
+    elem: usize,
+    r: &Region,
+    base: usize,
+    out: &mut Vec<sode_shm::Run>,
+) {
+    let n = r.size[0] * elem;
+    if n == 0 {
+        return;
+    }
+    for_rows(ext, r, |at| {
+        let offset = base + at * elem;
+        match out.last_mut() {
+            Some(last) if last.offset + last.len == offset => last.len += n,
+            _ => out.push(sode_shm::Run { offset, len: n }),
+        }
+    });
+}
+
 /// Calls `f` with the cell index of the start of each contiguous row
 /// (along axis 0) of region `r`.
 fn for_rows(ext: &[usize], r: &Region, mut f: impl FnMut(usize)) {

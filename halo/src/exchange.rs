@@ -9,9 +9,9 @@ use sode_job::World;
 use sode_scheduler::{Algorithm, Machine};
 
 use crate::channel::Locality;
-use crate::decomp::{pack, unpack, Decomposition, Neighbour};
+use crate::decomp::{pack, runs, unpack, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
-use crate::links::{Link, LinkExchange, LinkExchangeBuilder, Message};
+use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 
 /// Which channel carries the messages between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -86,6 +86,8 @@ pub struct HaloExchangeBuilder<'w> {
     decomp: Decomposition,
     elem: usize,
     fields: usize,
+    /// Sets of fields kept by sode (0: the caller's own arrays).
+    shared: usize,
     /// The channel settings, for the link exchange underneath.
     links: LinkExchangeBuilder<'w>,
 }
@@ -112,6 +114,21 @@ impl HaloExchangeBuilder<'_> {
     /// Fields exchanged together (each a whole local array; default 1).
     pub fn fields(mut self, n: usize) -> Self {
         self.fields = n;
+        self
+    }
+
+    /// Keeps the fields in memory sode allocates: `sets` sets of
+    /// [`fields`](Self::fields) arrays each (two for a Jacobi sweep from
+    /// one set into the other). Neighbours on this node then read their
+    /// halos straight from this rank's arrays, one copy in all with no
+    /// pack or unpack (small faces take a packed path inside `sode-shm`);
+    /// other neighbours are packed by sode as usual. Run it with
+    /// [`HaloExchange::shared_fields`], [`start_set`](HaloExchange::start_set)
+    /// and [`wait_set`](HaloExchange::wait_set). Default 0: the caller's
+    /// own arrays, passed to [`start`](HaloExchange::start) and
+    /// [`wait`](HaloExchange::wait).
+    pub fn shared_fields(mut self, sets: usize) -> Self {
+        self.shared = sets;
         self
     }
 
@@ -194,15 +211,79 @@ impl HaloExchangeBuilder<'_> {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let exchange = self.links.with_links(links).build()?;
+        let ext = self.decomp.local_extent(me);
+        let mut builder = self.links.with_links(links);
+        if self.shared > 0 {
+            builder = builder.shared_sets(shared_sets(
+                &ext,
+                self.elem,
+                self.fields,
+                self.shared,
+                &neighbours,
+            )?);
+        }
+        let exchange = builder.build()?;
         Ok(HaloExchange {
-            ext: self.decomp.local_extent(me),
+            ext,
             elem: self.elem,
             fields: self.fields,
+            shared: self.shared,
             neighbours,
             exchange,
         })
     }
+}
+
+/// Bytes from one shared array to the next: whole pages, plus 17 cache
+/// lines so that no two arrays start at the same offset within a page.
+/// Without it a sweep from one set into the other (`v[i]` from `u[i]`,
+/// exactly a set apart) hits 4 KiB aliasing: loads wait on unrelated
+/// stores whose addresses match in their low 12 bits.
+fn array_stride(array: usize) -> Option<usize> {
+    array.checked_next_multiple_of(4096)?.checked_add(17 * 64)
+}
+
+/// The shared sets of `sets` x `fields` arrays of extent `ext`, each
+/// [`array_stride`] apart, and each neighbour's faces as runs of a set.
+fn shared_sets(
+    ext: &[usize],
+    elem: usize,
+    fields: usize,
+    sets: usize,
+    neighbours: &[Neighbour],
+) -> Result<SharedSets> {
+    let overflow = || {
+        HaloError::Usage {
+        op: "build",
+        why: format!("{sets} sets of {fields} arrays of {ext:?} cells of {elem} bytes overflow the address space"),
+    }
+    };
+    let stride = ext
+        .iter()
+        .try_fold(elem, |b, &e| b.checked_mul(e))
+        .and_then(array_stride)
+        .ok_or_else(overflow)?;
+    let set_len = stride.checked_mul(fields).ok_or_else(overflow)?;
+    set_len.checked_mul(sets).ok_or_else(overflow)?;
+    let runs = neighbours
+        .iter()
+        .map(|n| {
+            let (mut send, mut recv) = (Vec::new(), Vec::new());
+            for f in 0..fields {
+                runs(ext, elem, &n.send, f * stride, &mut send);
+                runs(ext, elem, &n.recv, f * stride, &mut recv);
+            }
+            LinkRuns {
+                send: Some(send),
+                recv: Some(recv),
+            }
+        })
+        .collect();
+    Ok(SharedSets {
+        sets,
+        set_len,
+        runs,
+    })
 }
 
 /// A persistent halo exchange: `start` packs each neighbour's interior
@@ -213,6 +294,8 @@ pub struct HaloExchange {
     ext: Vec<usize>,
     elem: usize,
     fields: usize,
+    /// Sets of fields sode keeps (0: none).
+    shared: usize,
     neighbours: Vec<Neighbour>,
     exchange: LinkExchange,
 }
@@ -225,6 +308,7 @@ impl HaloExchange {
             decomp: decomp.clone(),
             elem: 8,
             fields: 1,
+            shared: 0,
             links: LinkExchangeBuilder::new(world, Vec::new()),
         }
     }
@@ -310,6 +394,67 @@ impl HaloExchange {
         Ok(())
     }
 
+    /// The error of `start` / `wait` with the caller's arrays on an
+    /// exchange whose fields sode keeps.
+    fn not_shared(&self, op: &'static str) -> Result<()> {
+        if self.shared == 0 {
+            return Ok(());
+        }
+        Err(HaloError::Usage {
+            op,
+            why: "the exchange keeps its fields (shared_fields): write them through shared_fields() and exchange with start_set / wait_set".into(),
+        })
+    }
+
+    /// The fields sode keeps ([`HaloExchangeBuilder::shared_fields`]):
+    /// every array, set `s`'s field `f` at `s * fields + f`, each of the
+    /// local extent. Borrowable while an exchange is in flight, to compute
+    /// then; as with MPI's buffers, the set in flight's interior cells its
+    /// neighbours read must not change, nor its halo be read, before
+    /// [`wait_set`](Self::wait_set) returns.
+    pub fn shared_fields<T: Pod>(&mut self) -> Result<Vec<&mut [T]>> {
+        let op = "shared_fields";
+        if self.shared == 0 {
+            return Err(HaloError::Usage {
+                op,
+                why: "the exchange keeps no fields: build it with shared_fields(sets)".into(),
+            });
+        }
+        self.check::<T>(op, self.fields, std::iter::empty())?;
+        let array = self.ext.iter().product::<usize>() * self.elem;
+        // Checked at build.
+        let stride = array_stride(array).unwrap_or(usize::MAX);
+        let mut rest = self.exchange.shared_sets_mut()?;
+        let mut out = Vec::with_capacity(self.shared * self.fields);
+        for _ in 0..self.shared * self.fields {
+            let (this, next) = rest.split_at_mut(stride.min(rest.len()));
+            let cast = bytemuck::try_cast_slice_mut::<u8, T>(&mut this[..array]).map_err(|e| {
+                HaloError::Usage {
+                    op,
+                    why: format!("the shared fields cannot hold cells of this type ({e})"),
+                }
+            })?;
+            out.push(cast);
+            rest = next;
+        }
+        Ok(out)
+    }
+
+    /// Starts exchanging set `set` of the fields sode keeps: neighbours on
+    /// this node read its interior faces in place, the others get them
+    /// packed. Compute between this and [`wait_set`](Self::wait_set) with
+    /// [`shared_fields`](Self::shared_fields).
+    pub fn start_set(&mut self, set: usize) -> Result<()> {
+        self.exchange.start_set(set)
+    }
+
+    /// Progresses every channel until every halo of the set in flight has
+    /// arrived in it (or `deadline` passes: [`HaloError::Timeout`], after
+    /// which `wait_set` may be called again).
+    pub fn wait_set(&mut self, deadline: Instant) -> Result<()> {
+        self.exchange.wait(deadline)
+    }
+
     /// Packs every neighbour's interior cells from `fields` and starts the
     /// exchange on every channel.
     pub fn start<T: Pod>(&mut self, fields: &[&[T]]) -> Result<()> {
@@ -317,6 +462,7 @@ impl HaloExchange {
             // The state error, naming `start` rather than a buffer.
             return self.exchange.start();
         }
+        self.not_shared("start")?;
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
         let (elem, ext) = (self.elem, &self.ext);
         for (i, n) in self.neighbours.iter().enumerate() {
@@ -345,6 +491,7 @@ impl HaloExchange {
     /// passes: [`HaloError::Timeout`], after which `wait` may be called
     /// again), then unpacks them into `fields`.
     pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
+        self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
         self.exchange.wait(deadline)?;
         let (elem, ext) = (self.elem, &self.ext);

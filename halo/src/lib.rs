@@ -62,7 +62,10 @@ pub use decomp::{
 };
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};
-pub use links::{InPlace, Link, LinkExchange, LinkExchangeBuilder, Message, Sides, Span};
+pub use links::{
+    InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets, Sides, Span,
+};
 pub use reorder::{reorder, Reordered};
+pub use sode_shm::Run;
 #[cfg(feature = "rdma")]
 pub use sode_transport::UserMemory;

@@ -70,6 +70,45 @@ pub struct InPlace {
     pub recv: Option<Vec<Span>>,
 }
 
+/// Fields kept in shared memory: `sets` arrays of `set_len` bytes, each
+/// iteration exchanging one ([`LinkExchange::start_set`]), and every
+/// link's messages as runs of a set, so the caller packs nothing. A link
+/// reached over shared memory travels in place: its receiver copies the
+/// sender's runs straight into its own (one copy in all; small messages
+/// below `sode_shm`'s read threshold are gathered and scattered around a
+/// packed path instead). On other links the exchange gathers the runs
+/// into the send buffer at start and scatters the receive buffer at the
+/// end of `wait`. Without shared-memory neighbours the sets are private
+/// memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SharedSets {
+    /// How many sets.
+    pub sets: usize,
+    /// Bytes of each.
+    pub set_len: usize,
+    /// Per link (indexed as the links): its send's and receive's runs in
+    /// a set, in stream order; every message needs them.
+    pub runs: Vec<LinkRuns>,
+}
+
+/// One link's runs in a shared set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkRuns {
+    /// Where its send is read from.
+    pub send: Option<Vec<sode_shm::Run>>,
+    /// Where its receive lands.
+    pub recv: Option<Vec<sode_shm::Run>>,
+}
+
+/// Where the shared sets live.
+#[derive(Debug)]
+enum SharedStore {
+    /// In the segment of shared-memory channel `channel`, which lends them.
+    Channel { channel: usize },
+    /// Private memory (no neighbour on this node), 8-byte aligned.
+    Private { memory: Vec<u64>, len: usize },
+}
+
 /// Which sides of a link travel in place (no send or receive buffer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Sides {
@@ -125,6 +164,7 @@ pub struct LinkExchangeBuilder<'w> {
     fabrics: Vec<String>,
     #[cfg(feature = "rdma")]
     lent: Vec<sode_transport::UserMemory>,
+    shared: Option<SharedSets>,
 }
 
 impl<'w> LinkExchangeBuilder<'w> {
@@ -143,7 +183,15 @@ impl<'w> LinkExchangeBuilder<'w> {
             fabrics: Vec::new(),
             #[cfg(feature = "rdma")]
             lent: Vec::new(),
+            shared: None,
         }
+    }
+
+    /// Keeps fields in shared memory; links to this node's ranks with runs
+    /// in `shared` travel in place. See [`SharedSets`].
+    pub fn shared_sets(mut self, shared: SharedSets) -> Self {
+        self.shared = Some(shared);
+        self
     }
 
     /// Lends memory that links may read from and receive into in place
@@ -257,6 +305,7 @@ impl<'w> LinkExchangeBuilder<'w> {
         check_links(&self.links, size).map_err(|why| HaloError::Usage { op: "build", why })?;
         for (i, l) in self.links.iter().enumerate() {
             self.check_in_place(i, l)?;
+            self.check_shared(i, l)?;
             if l.peer == me {
                 continue;
             }
@@ -274,6 +323,65 @@ impl<'w> LinkExchangeBuilder<'w> {
                     direction: l.name.clone(),
                     why: "it needs RDMA, and this sode was built without the rdma feature: run the job on one node, or build with --features rdma".into(),
                 });
+            }
+        }
+        Ok(())
+    }
+
+    /// With shared sets, link `i` has runs for each message it has (and
+    /// only those), inside a set, covering the message.
+    fn check_shared(&self, i: usize, l: &Link) -> Result<()> {
+        let Some(shared) = &self.shared else {
+            return Ok(());
+        };
+        if shared.sets == 0 || shared.set_len == 0 {
+            return Err(HaloError::Usage {
+                op: "build",
+                why: format!(
+                    "{} shared sets of {} bytes: keep at least one set of at least one byte",
+                    shared.sets, shared.set_len
+                ),
+            });
+        }
+        let none = LinkRuns::default();
+        let runs = shared.runs.get(i).unwrap_or(&none);
+        for (side, runs, message) in [
+            ("send", &runs.send, l.send),
+            ("receive", &runs.recv, l.recv),
+        ] {
+            let usage = |why: String| HaloError::Usage {
+                op: "build",
+                why: format!("link {i} ({}): its {side} in the shared sets {why}", l.name),
+            };
+            let (runs, m) = match (runs, message) {
+                (None, None) => continue,
+                (Some(_), None) => {
+                    return Err(usage("has runs, but the link has no such message".into()))
+                }
+                (None, Some(_)) => {
+                    return Err(usage("has no runs: give every message its runs".into()))
+                }
+                (Some(r), Some(m)) => (r, m),
+            };
+            let mut total = 0usize;
+            for r in runs {
+                if r.len == 0
+                    || r.offset
+                        .checked_add(r.len)
+                        .is_none_or(|end| end > shared.set_len)
+                {
+                    return Err(usage(format!(
+                        "has a run {}+{} outside the {}-byte set (or empty)",
+                        r.offset, r.len, shared.set_len
+                    )));
+                }
+                total = total.saturating_add(r.len);
+            }
+            if total != m.len {
+                return Err(usage(format!(
+                    "covers {total} bytes of a {}-byte message",
+                    m.len
+                )));
             }
         }
         Ok(())
@@ -383,41 +491,18 @@ impl<'w> LinkExchangeBuilder<'w> {
             }
         }
         let mut channels: Vec<Box<dyn Channel>> = Vec::new();
-        let shm = self.members(Locality::Shm);
-        if !shm.is_empty() {
-            let peers = shm.iter().map(|&i| {
-                let l = &self.links[i];
-                let mut p = sode_shm::Peer::new(l.peer);
-                if let Some(m) = l.send {
-                    p = p.send(m.len, m.tag);
-                }
-                if let Some(m) = l.recv {
-                    p = p.recv(m.len, m.tag);
-                }
-                p
-            });
-            let names = self.names(&shm);
-            let mut ctx =
-                sode_shm::Context::from_world(self.world).map_err(|source| HaloError::Shm {
-                    neighbours: names.clone(),
-                    source: Box::new(source),
-                })?;
-            let ch = ShmChannel::build(&mut ctx, peers.collect(), names, self.timeout)?;
-            for (message, &i) in shm.iter().enumerate() {
-                let route = Route::Channel {
-                    channel: channels.len(),
-                    message,
-                };
-                sends[i] = self.links[i].send.map(|_| route);
-                recvs[i] = self.links[i].recv.map(|_| route);
-            }
-            channels.push(Box::new(ch));
-        }
         let mut in_place = vec![Sides::default(); n];
+        let store = self.build_shm(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
         let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
         self.build_tcp(&mut sends, &mut recvs, &mut channels)?;
+        let shared = self.shared.as_ref().map(|s| (s.sets, s.set_len));
+        let shared_runs = self.shared.take().map(|s| s.runs).unwrap_or_default();
         Ok(LinkExchange {
             in_place,
+            shared,
+            shared_runs,
+            set: None,
+            store,
             rank: self.world.rank(),
             sends,
             recvs,
@@ -431,6 +516,80 @@ impl<'w> LinkExchangeBuilder<'w> {
             timeout: self.timeout,
             links: self.links,
         })
+    }
+
+    /// The shared-memory channel, if this rank has neighbours on its node,
+    /// and where the shared sets live (if any were asked for). Records in
+    /// `in_place` which sides travel in place.
+    fn build_shm(
+        &self,
+        sends: &mut [Option<Route>],
+        recvs: &mut [Option<Route>],
+        channels: &mut Vec<Box<dyn Channel>>,
+        in_place: &mut [Sides],
+    ) -> Result<Option<SharedStore>> {
+        let shm = self.members(Locality::Shm);
+        let private = |s: &SharedSets| {
+            let len = s
+                .sets
+                .checked_mul(s.set_len)
+                .ok_or_else(|| HaloError::Usage {
+                    op: "build",
+                    why: format!(
+                        "{} shared sets of {} bytes overflow the address space",
+                        s.sets, s.set_len
+                    ),
+                })?;
+            Ok::<_, HaloError>(SharedStore::Private {
+                memory: vec![0u64; len.div_ceil(8)],
+                len,
+            })
+        };
+        if shm.is_empty() {
+            return self.shared.as_ref().map(private).transpose();
+        }
+        let runs = |i: usize| self.shared.as_ref().and_then(|s| s.runs.get(i));
+        let peers = shm.iter().map(|&i| {
+            let l = &self.links[i];
+            let mut p = sode_shm::Peer::new(l.peer);
+            if let Some(m) = l.send {
+                p = p.send(m.len, m.tag);
+                if let Some(r) = runs(i).and_then(|r| r.send.clone()) {
+                    p = p.send_in_place(r);
+                    in_place[i].send = true;
+                }
+            }
+            if let Some(m) = l.recv {
+                p = p.recv(m.len, m.tag);
+                if let Some(r) = runs(i).and_then(|r| r.recv.clone()) {
+                    p = p.recv_in_place(r);
+                    in_place[i].recv = true;
+                }
+            }
+            p
+        });
+        let peers: Vec<sode_shm::Peer> = peers.collect();
+        let names = self.names(&shm);
+        let mut ctx =
+            sode_shm::Context::from_world(self.world).map_err(|source| HaloError::Shm {
+                neighbours: names.clone(),
+                source: Box::new(source),
+            })?;
+        let lend = self.shared.as_ref().map(|s| (s.sets, s.set_len));
+        let ch = ShmChannel::build(&mut ctx, peers, names, self.timeout, lend)?;
+        for (message, &i) in shm.iter().enumerate() {
+            let route = Route::Channel {
+                channel: channels.len(),
+                message,
+            };
+            sends[i] = self.links[i].send.map(|_| route);
+            recvs[i] = self.links[i].recv.map(|_| route);
+        }
+        let store = lend.map(|_| SharedStore::Channel {
+            channel: channels.len(),
+        });
+        channels.push(Box::new(ch));
+        Ok(store)
     }
 
     /// The links whose peer the locality `l` reaches.
@@ -802,6 +961,12 @@ pub struct LinkExchange {
     rank: usize,
     /// Per link, which sides travel in place.
     in_place: Vec<Sides>,
+    /// The shared sets asked for (how many, bytes each), where they are,
+    /// each link's runs in them, and the set in flight.
+    shared: Option<(usize, usize)>,
+    store: Option<SharedStore>,
+    shared_runs: Vec<LinkRuns>,
+    set: Option<usize>,
     links: Vec<Link>,
     sends: Vec<Option<Route>>,
     recvs: Vec<Option<Route>>,
@@ -864,9 +1029,11 @@ impl LinkExchange {
             .collect()
     }
 
-    /// Which sides of link `link` travel in place (asked for with
+    /// Which sides of link `link` travel in place: asked for with
     /// [`LinkExchangeBuilder::in_place`] and honoured because the link is
-    /// reached over RDMA): those have no send or receive buffer.
+    /// reached over RDMA, or in the shared sets
+    /// ([`LinkExchangeBuilder::shared_sets`]) on a link reached over
+    /// shared memory. Those have no send or receive buffer.
     pub fn in_place(&self, link: usize) -> Sides {
         self.in_place.get(link).copied().unwrap_or_default()
     }
@@ -922,10 +1089,129 @@ impl LinkExchange {
         Ok(())
     }
 
+    /// The shared sets, all of them (set `s` at `s * set_len`), in the
+    /// shared-memory channel's segment (private memory without neighbours
+    /// on this node). Usable while an iteration is in flight, for
+    /// computing then: the runs of the set in flight that peers read in
+    /// place must not change, nor its halos be read, until `wait` returns.
+    pub fn shared_sets_mut(&mut self) -> Result<&mut [u8]> {
+        match &mut self.store {
+            None => Err(HaloError::Usage {
+                op: "shared_sets_mut",
+                why: "the exchange keeps no shared sets: build it with shared_sets".into(),
+            }),
+            Some(SharedStore::Private { memory, len }) => {
+                Ok(&mut bytemuck::cast_slice_mut(memory.as_mut_slice())[..*len])
+            }
+            Some(SharedStore::Channel { channel }) => match self.channels[*channel].lent_mut() {
+                Some(r) => r,
+                None => Err(HaloError::Usage {
+                    op: "shared_sets_mut",
+                    why: "its channel lends no memory".into(),
+                }),
+            },
+        }
+    }
+
+    /// [`start`](Self::start) exchanging shared set `set`: links in place
+    /// are read from its runs here and land in its runs at the peers.
+    pub fn start_set(&mut self, set: usize) -> Result<()> {
+        let sets = self.shared.map_or(0, |s| s.0);
+        if set >= sets {
+            self.lifecycle.require_idle("start")?;
+            return Err(HaloError::Usage {
+                op: "start_set",
+                why: format!("set {set} asked for, but the exchange keeps {sets} shared sets"),
+            });
+        }
+        for c in &mut self.channels {
+            c.use_set(set);
+        }
+        self.lifecycle.require_idle("start")?;
+        self.gather(set)?;
+        self.set = Some(set);
+        self.start_channels()
+    }
+
+    /// The links not in place: their send runs of set `set` gathered into
+    /// their send buffers.
+    fn gather(&mut self, set: usize) -> Result<()> {
+        let Some((_, set_len)) = self.shared else {
+            return Ok(());
+        };
+        for i in 0..self.links.len() {
+            let (Some(route), Some(runs)) = (self.sends[i], self.shared_runs[i].send.as_ref())
+            else {
+                continue;
+            };
+            if self.in_place[i].send {
+                continue;
+            }
+            let SetsBeside { sets, channel } =
+                split_shared(&mut self.store, &mut self.channels, route)?;
+            let out: &mut [u8] = match (route, channel) {
+                (Route::Local { buffer }, _) => &mut self.self_bufs[buffer],
+                (Route::Channel { message, .. }, Some(c)) => c.send_buf(message)?,
+                (Route::Channel { .. }, None) => return Err(no_channel(i)),
+            };
+            let base = set * set_len;
+            let mut at = 0;
+            for r in runs {
+                out[at..at + r.len]
+                    .copy_from_slice(&sets[base + r.offset..base + r.offset + r.len]);
+                at += r.len;
+            }
+        }
+        Ok(())
+    }
+
+    /// The links not in place: their receive buffers scattered into their
+    /// runs of the set in flight.
+    fn scatter(&mut self) -> Result<()> {
+        let (Some((_, set_len)), Some(set)) = (self.shared, self.set.take()) else {
+            return Ok(());
+        };
+        for i in 0..self.links.len() {
+            let (Some(route), Some(runs)) = (self.recvs[i], self.shared_runs[i].recv.as_ref())
+            else {
+                continue;
+            };
+            if self.in_place[i].recv {
+                continue;
+            }
+            let SetsBeside { sets, channel } =
+                split_shared(&mut self.store, &mut self.channels, route)?;
+            let data: &[u8] = match (route, channel) {
+                (Route::Local { buffer }, _) => &self.self_bufs[buffer],
+                (Route::Channel { message, .. }, Some(c)) => c.recv_buf(message)?,
+                (Route::Channel { .. }, None) => return Err(no_channel(i)),
+            };
+            let base = set * set_len;
+            let mut at = 0;
+            for r in runs {
+                sets[base + r.offset..base + r.offset + r.len]
+                    .copy_from_slice(&data[at..at + r.len]);
+                at += r.len;
+            }
+        }
+        Ok(())
+    }
+
     /// Starts an iteration on every channel; never blocks (but for the
-    /// barrier of the pseudo-collective mode).
+    /// barrier of the pseudo-collective mode). With shared sets, use
+    /// [`start_set`](Self::start_set).
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
+        if self.shared.is_some() {
+            return Err(HaloError::Usage {
+                op: "start",
+                why: "the exchange keeps shared sets: start it with start_set(set)".into(),
+            });
+        }
+        self.start_channels()
+    }
+
+    fn start_channels(&mut self) -> Result<()> {
         self.check_health(false)?;
         self.job_barrier()?;
         // The device's channels first (two passes, no allocation): their
@@ -1023,6 +1309,7 @@ impl LinkExchange {
             }
         }
         self.lifecycle.complete();
+        self.scatter()?;
         self.job_barrier()
     }
 
@@ -1050,6 +1337,65 @@ impl LinkExchange {
     /// Whether an iteration is in flight (started, not yet waited for).
     pub fn in_flight(&self) -> bool {
         matches!(self.lifecycle, Lifecycle::InFlight)
+    }
+}
+
+/// A link routed to a channel that does not exist.
+fn no_channel(link: usize) -> HaloError {
+    HaloError::Usage {
+        op: "start_set",
+        why: format!("link {link} is routed to no channel"),
+    }
+}
+
+/// The shared sets, and the channel of a link outside the lender.
+struct SetsBeside<'a> {
+    sets: &'a mut [u8],
+    channel: Option<&'a mut Box<dyn Channel>>,
+}
+
+/// The shared sets and, at once, the channel a link travels on (`None`
+/// for a link within this rank), which is never the one lending the sets
+/// (whose links travel in place).
+fn split_shared<'a>(
+    store: &'a mut Option<SharedStore>,
+    channels: &'a mut [Box<dyn Channel>],
+    route: Route,
+) -> Result<SetsBeside<'a>> {
+    let misrouted = |why: &str| HaloError::Usage {
+        op: "start_set",
+        why: format!("a link outside the shared-memory channel {why}"),
+    };
+    let on = match route {
+        Route::Channel { channel, .. } => Some(channel),
+        Route::Local { .. } => None,
+    };
+    match store {
+        None => Err(misrouted("has runs, but there are no shared sets")),
+        Some(SharedStore::Private { memory, len }) => Ok(SetsBeside {
+            sets: &mut bytemuck::cast_slice_mut(memory.as_mut_slice())[..*len],
+            channel: on.and_then(|c| channels.get_mut(c)),
+        }),
+        Some(SharedStore::Channel { channel: lender }) => {
+            let lender = *lender;
+            let (before, after) = channels.split_at_mut(lender);
+            let Some((lending, after)) = after.split_first_mut() else {
+                return Err(misrouted("found the lending channel gone"));
+            };
+            let other = match on {
+                Some(c) if c < lender => before.get_mut(c),
+                Some(c) if c > lender => after.get_mut(c - lender - 1),
+                Some(_) => return Err(misrouted("is routed to it")),
+                None => None,
+            };
+            match lending.lent_mut() {
+                Some(sets) => Ok(SetsBeside {
+                    sets: sets?,
+                    channel: other,
+                }),
+                None => Err(misrouted("found that it lends no memory")),
+            }
+        }
     }
 }
 

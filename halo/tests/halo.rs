@@ -142,3 +142,52 @@ fn over_tcp_every_neighbour_count() {
     // many parts.
     check(2, "--global 8,400000 --grid 2,1 --periodic 1,1 --halo 3 --neighbours 8 --fields 2 --transport tcp");
 }
+
+#[test]
+fn shared_fields_give_the_same_halos_read_in_place() {
+    // Every halo read straight from the owner's array (or, below the read
+    // threshold, gathered and scattered around a packed path); the set not
+    // exchanged must keep what it held.
+    for args in [
+        "-n 6 --global 13,11 --grid 3,2 --periodic 1,0 --halo 3 --neighbours 8 --fields 2",
+        "-n 4 --global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --fields 2",
+        "-n 4 --global 9,10,7 --grid 2,2,1 --periodic 0,1,0 --halo 3 --neighbours 18",
+        // The same peer east and west, and the rank its own neighbour.
+        "-n 2 --global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4",
+    ] {
+        let (n, rest) = args[3..].split_once(' ').unwrap();
+        let n: usize = n.parse().unwrap();
+        for sets in [1, 2, 3] {
+            check(
+                n,
+                &format!("{rest} --transport shm --shared-sets {sets} --iters 7"),
+            );
+        }
+    }
+    // Packed inside sode-shm: the same cells.
+    let out = Command::new(CHECK)
+        .args("-n 4 --global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --neighbours 26 --transport shm --shared-sets 2 --iters 5".split_whitespace())
+        .env("SODE_SHM_READ_MIN", "100")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn shared_fields_off_the_node_and_within_the_rank_are_packed_by_sode() {
+    // No shared-memory neighbour: the sets are private memory, and every
+    // link gathers and scatters its runs.
+    let t = check(
+        1,
+        "--global 8,7 --grid 1,1 --periodic 1,1 --halo 2 --neighbours 8 --shared-sets 2 --iters 5",
+    );
+    assert!(t.contains("local 8"), "{t}");
+    check(4, "--global 12,10 --grid 2,2 --periodic 1,1 --halo 2 --neighbours 8 --fields 2 --transport tcp --shared-sets 2 --iters 5");
+    if rdma_available() {
+        check(4, "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport rdma --shared-sets 2 --iters 5");
+    }
+}

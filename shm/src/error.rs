@@ -129,6 +129,15 @@ pub enum ShmError {
         /// How many neighbours there are.
         count: usize,
     },
+    /// A call that needs lent sets, or a buffer of a message that travels
+    /// in place (it has none: its bytes are in the lent set).
+    #[error("{op}: {why}")]
+    InPlace {
+        /// The call.
+        op: &'static str,
+        /// What was wrong, and what to do.
+        why: String,
+    },
     /// hwloc could not load the topology or bind.
     #[error("topology: {what}")]
     Topology {

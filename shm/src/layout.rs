@@ -1,7 +1,8 @@
 //! The layout of a process's segment: a header, a peer table (one inbound
 //! ring per peer), a receive table (one control block per message this
 //! process receives), a send table (what it sends, and where its buffer
-//! lies), the rings, the receive windows and the send buffers.
+//! lies), the rings, the receive windows, the send buffers and the lent
+//! sets (fields the caller keeps in the segment, read in place by peers).
 //!
 //! The send buffers live in the segment, which every peer maps, so the get
 //! path is a plain copy out of the sender's mapping: no cross-memory attach,
@@ -10,13 +11,14 @@
 //! The owner writes the tables before publishing the segment; peers read
 //! them through [`SharedMap`]'s bounds checks and validate every offset.
 
+use crate::exchange::Run;
 use crate::ring::RingLayout;
 use crate::sys::shared::SharedMap;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
 /// 2: windows of two slots (credits a step ahead); 3: the doorbell; 4: send
-/// buffers in the segment.
-pub(crate) const VERSION: u64 = 4;
+/// buffers in the segment; 5: lent sets and messages read in place.
+pub(crate) const VERSION: u64 = 5;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -40,6 +42,11 @@ pub(crate) const H_DOORBELL: u64 = 136;
 /// 1 when the owner may sleep on its doorbell (its wait policy is
 /// `block`): only then do peers pay a fence to check for sleepers.
 pub(crate) const H_BLOCKS: u64 = 144;
+/// Where the lent sets start, how many there are, and the bytes of each
+/// (all 0 when nothing is lent).
+pub(crate) const H_LENT: u64 = 152;
+pub(crate) const H_LENT_SETS: u64 = 160;
+pub(crate) const H_LENT_SET_LEN: u64 = 168;
 pub(crate) const HEADER_LEN: u64 = 256;
 
 /// Segment states, in order.
@@ -48,7 +55,18 @@ pub(crate) const STATE_PATHS: u64 = 2;
 
 pub(crate) const PEER_ENTRY: u64 = 32;
 pub(crate) const RECV_ENTRY: u64 = 192;
-pub(crate) const SEND_ENTRY: u64 = 32;
+pub(crate) const SEND_ENTRY: u64 = 48;
+/// Offsets inside a send entry.
+const S_TO: u64 = 0;
+const S_TAG: u64 = 8;
+const S_LEN: u64 = 16;
+const S_BUFFER: u64 = 24;
+/// A send from the lent sets: where its runs are listed, and how many (0:
+/// it is packed by the caller).
+const S_RUNS: u64 = 32;
+const S_N_RUNS: u64 = 40;
+/// A run in a run table: offset in the set, then length.
+const RUN_ENTRY: u64 = 16;
 
 /// Offsets inside a receive entry.
 pub(crate) const R_FROM: u64 = 0;
@@ -56,6 +74,8 @@ pub(crate) const R_TAG: u64 = 8;
 pub(crate) const R_LEN: u64 = 16;
 pub(crate) const R_PATH: u64 = 24;
 pub(crate) const R_WINDOW: u64 = 32;
+/// 1 when the owner receives the message in place (into its lent sets).
+pub(crate) const R_IN_PLACE: u64 = 40;
 /// The owner's credit: the last iteration the window may be written for.
 pub(crate) const R_FREE_FOR: u64 = 64;
 /// The writer's notice: the last iteration whose data is in the window.
@@ -109,6 +129,7 @@ pub(crate) struct RecvSlot {
     pub(crate) len: u64,
     pub(crate) window: Option<u64>,
     pub(crate) entry: u64,
+    pub(crate) in_place: bool,
 }
 
 /// A message this process will receive, as the layout needs it.
@@ -119,27 +140,51 @@ pub(crate) struct RecvSpec {
     pub(crate) len: u64,
     /// Whether it lands in a window of the segment.
     pub(crate) window: bool,
+    /// Whether it is received in place (into the lent sets).
+    pub(crate) in_place: bool,
     /// Bytes past a cache-line boundary the window starts.
     pub(crate) misalign: u64,
 }
 
 /// A message this process will send.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct SendSpec {
     pub(crate) to: usize,
     pub(crate) tag: u32,
     pub(crate) len: u64,
     /// Bytes past a page boundary the buffer starts.
     pub(crate) misalign: u64,
+    /// Its runs in the lent sets: read there in place by the receiver, or
+    /// gathered into the buffer at start.
+    pub(crate) runs: Option<Vec<Run>>,
 }
 
-/// A message this process sends, placed: its buffer's offset.
-#[derive(Debug, Clone, Copy)]
+/// A message this process sends, placed: its buffer's offset, and its run
+/// table's.
+#[derive(Debug, Clone)]
 pub(crate) struct SendSlot {
     pub(crate) to: usize,
     pub(crate) tag: u32,
     pub(crate) len: u64,
     pub(crate) buffer: u64,
+    pub(crate) runs: Option<(u64, Vec<Run>)>,
+}
+
+/// The lent sets of a segment: `sets` arrays of `set_len` bytes each from
+/// `offset`, which the owner reads and writes as its fields and peers read
+/// in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Lent {
+    pub(crate) offset: u64,
+    pub(crate) sets: u64,
+    pub(crate) set_len: u64,
+}
+
+impl Lent {
+    /// Where set `set` starts.
+    pub(crate) fn set_at(&self, set: u64) -> u64 {
+        self.offset + set * self.set_len
+    }
 }
 
 /// A peer's receive entry for a message from us.
@@ -151,15 +196,20 @@ pub(crate) struct TheirRecv {
     pub(crate) entry: u64,
     /// Offset of its window, if it has one.
     pub(crate) window: Option<u64>,
+    /// Whether it receives in place.
+    pub(crate) in_place: bool,
 }
 
 /// A peer's send to us.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct TheirSend {
     pub(crate) tag: u32,
     pub(crate) len: u64,
     /// Offset of its buffer in the peer's segment (checked to lie inside).
     pub(crate) buffer: u64,
+    /// From the lent sets: its runs in each of the peer's sets (checked to
+    /// lie inside a set and to cover `len`).
+    pub(crate) runs: Option<Vec<Run>>,
 }
 
 /// Offsets of everything in a segment about to be created.
@@ -169,22 +219,35 @@ pub(crate) struct SegmentLayout {
     pub(crate) peers: Vec<(usize, RingLayout)>,
     pub(crate) recvs: Vec<RecvSlot>,
     pub(crate) sends: Vec<SendSlot>,
+    pub(crate) lent: Option<Lent>,
     peers_off: u64,
     recv_off: u64,
     send_off: u64,
 }
 
 impl SegmentLayout {
+    /// Places everything; `lent` is the lent sets' count and bytes each.
+    /// The caller has checked that the sizes fit in memory.
     pub(crate) fn plan(
         peers: &[usize],
         ring_capacity: u64,
         recvs: &[RecvSpec],
         sends: &[SendSpec],
+        lent: Option<(u64, u64)>,
     ) -> SegmentLayout {
         let peers_off = HEADER_LEN;
         let recv_off = align(peers_off + PEER_ENTRY * peers.len() as u64, 64);
         let send_off = recv_off + RECV_ENTRY * recvs.len() as u64;
-        let mut at = align(send_off + SEND_ENTRY * sends.len() as u64, 4096);
+        let mut at = send_off + SEND_ENTRY * sends.len() as u64;
+        let mut run_tables = Vec::with_capacity(sends.len());
+        for s in sends {
+            run_tables.push(s.runs.as_ref().map(|r| {
+                let table = at;
+                at += RUN_ENTRY * r.len() as u64;
+                (table, r.clone())
+            }));
+        }
+        at = align(at, 4096);
         let mut rings = Vec::new();
         for &p in peers {
             rings.push((
@@ -211,10 +274,13 @@ impl SegmentLayout {
                 len: r.len,
                 window,
                 entry: recv_off + RECV_ENTRY * i as u64,
+                in_place: r.in_place,
             });
         }
         let mut placed = Vec::with_capacity(sends.len());
-        for s in sends {
+        for (s, runs) in sends.iter().zip(run_tables) {
+            // A send with runs keeps its buffer too: the receiver may take
+            // it on a packed path, gathered from the runs at start.
             let buffer = align(at, 4096) + s.misalign;
             at = buffer + s.len;
             placed.push(SendSlot {
@@ -222,13 +288,24 @@ impl SegmentLayout {
                 tag: s.tag,
                 len: s.len,
                 buffer,
+                runs,
             });
         }
+        let lent = lent.map(|(sets, set_len)| {
+            let offset = align(at, 4096);
+            at = offset + sets * set_len;
+            Lent {
+                offset,
+                sets,
+                set_len,
+            }
+        });
         SegmentLayout {
             total: align(at, 4096),
             peers: rings,
             recvs: slots,
             sends: placed,
+            lent,
             peers_off,
             recv_off,
             send_off,
@@ -255,6 +332,14 @@ impl SegmentLayout {
         w(H_RECV, self.recv_off)?;
         w(H_N_SEND, self.sends.len() as u64)?;
         w(H_SEND, self.send_off)?;
+        let lent = self.lent.unwrap_or(Lent {
+            offset: 0,
+            sets: 0,
+            set_len: 0,
+        });
+        w(H_LENT, lent.offset)?;
+        w(H_LENT_SETS, lent.sets)?;
+        w(H_LENT_SET_LEN, lent.set_len)?;
         for (i, (peer, ring)) in self.peers.iter().enumerate() {
             let e = self.peers_off + PEER_ENTRY * i as u64;
             w(e, *peer as u64)?;
@@ -267,6 +352,7 @@ impl SegmentLayout {
             w(r.entry + R_LEN, r.len)?;
             w(r.entry + R_PATH, 0)?;
             w(r.entry + R_WINDOW, r.window.unwrap_or(u64::MAX))?;
+            w(r.entry + R_IN_PLACE, u64::from(r.in_place))?;
             // With two slots, iteration 1 may be written at once.
             if r.window.is_some() {
                 w(r.entry + R_FREE_FOR, window_credit(r.len, 0))?;
@@ -274,10 +360,18 @@ impl SegmentLayout {
         }
         for (i, s) in self.sends.iter().enumerate() {
             let e = self.send_off + SEND_ENTRY * i as u64;
-            w(e, s.to as u64)?;
-            w(e + 8, s.tag as u64)?;
-            w(e + 16, s.len)?;
-            w(e + 24, s.buffer)?;
+            w(e + S_TO, s.to as u64)?;
+            w(e + S_TAG, s.tag as u64)?;
+            w(e + S_LEN, s.len)?;
+            w(e + S_BUFFER, s.buffer)?;
+            let (table, runs) = s.runs.as_ref().map_or((0, &[][..]), |(t, r)| (*t, &r[..]));
+            w(e + S_RUNS, table)?;
+            w(e + S_N_RUNS, runs.len() as u64)?;
+            for (k, run) in runs.iter().enumerate() {
+                let at = table + RUN_ENTRY * k as u64;
+                w(at, run.offset as u64)?;
+                w(at + 8, run.len as u64)?;
+            }
         }
         Ok(())
     }
@@ -295,6 +389,8 @@ pub(crate) struct PeerView {
     pub(crate) recvs_from_us: Vec<TheirRecv>,
     /// The peer's sends to us.
     pub(crate) sends_to_us: Vec<TheirSend>,
+    /// Its lent sets, checked to lie inside its segment.
+    pub(crate) lent: Option<Lent>,
 }
 
 /// Reads a peer's segment, checking every offset against the mapping.
@@ -366,18 +462,16 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
             len,
             entry: e,
             window,
+            in_place: r(e + R_IN_PLACE)? == 1,
         });
     }
+    let lent = read_lent(map)?;
     let (n_send, send_off) = table(H_N_SEND, H_SEND, SEND_ENTRY)?;
     let mut sends_to_us = Vec::new();
     for i in 0..n_send {
         let e = send_off + SEND_ENTRY * i;
-        if r(e)? == me as u64 {
-            let tag = u32::try_from(r(e + 8)?).map_err(|_| "tag out of range".to_string())?;
-            let (len, buffer) = (r(e + 16)?, r(e + 24)?);
-            map.check(buffer, len)
-                .map_err(|e| format!("send buffer of tag {tag}: {e}"))?;
-            sends_to_us.push(TheirSend { tag, len, buffer });
+        if r(e + S_TO)? == me as u64 {
+            sends_to_us.push(read_send(map, e, lent)?);
         }
     }
     Ok(PeerView {
@@ -386,5 +480,84 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
         ring_to_peer,
         recvs_from_us,
         sends_to_us,
+        lent,
+    })
+}
+
+/// A peer's lent sets, checked to lie inside its segment.
+fn read_lent(map: &SharedMap) -> Result<Option<Lent>, String> {
+    let r = |off: u64| map.read_u64(off).map_err(|e| e.to_string());
+    let (offset, sets, set_len) = (r(H_LENT)?, r(H_LENT_SETS)?, r(H_LENT_SET_LEN)?);
+    if sets == 0 {
+        return Ok(None);
+    }
+    let bytes = sets.checked_mul(set_len).ok_or("its lent sets overflow")?;
+    map.check(offset, bytes)
+        .map_err(|e| format!("lent sets: {e}"))?;
+    Ok(Some(Lent {
+        offset,
+        sets,
+        set_len,
+    }))
+}
+
+/// A peer's send entry at `e`: its buffer inside the segment and, for a
+/// send from the lent sets, its runs inside each set, covering the
+/// message.
+fn read_send(map: &SharedMap, e: u64, lent: Option<Lent>) -> Result<TheirSend, String> {
+    let r = |off: u64| map.read_u64(off).map_err(|e| e.to_string());
+    let tag = u32::try_from(r(e + S_TAG)?).map_err(|_| "tag out of range".to_string())?;
+    let (len, buffer, n_runs) = (r(e + S_LEN)?, r(e + S_BUFFER)?, r(e + S_N_RUNS)?);
+    map.check(buffer, len)
+        .map_err(|e| format!("send buffer of tag {tag}: {e}"))?;
+    if n_runs == 0 {
+        return Ok(TheirSend {
+            tag,
+            len,
+            buffer,
+            runs: None,
+        });
+    }
+    let bad = |why: String| format!("send of tag {tag} in place: {why}");
+    let lent = lent.ok_or_else(|| bad("it lends no sets".into()))?;
+    // Each run holds at least a byte.
+    if n_runs > len {
+        return Err(bad(format!("{n_runs} runs for {len} bytes")));
+    }
+    let table = r(e + S_RUNS)?;
+    map.check(table, n_runs * RUN_ENTRY)
+        .map_err(|e| bad(format!("run table: {e}")))?;
+    let mut runs = Vec::with_capacity(n_runs as usize);
+    let mut total = 0u64;
+    for k in 0..n_runs {
+        let (offset, run_len) = (r(table + RUN_ENTRY * k)?, r(table + RUN_ENTRY * k + 8)?);
+        if run_len == 0
+            || offset
+                .checked_add(run_len)
+                .is_none_or(|end| end > lent.set_len)
+        {
+            return Err(bad(format!(
+                "run {offset}+{run_len} outside its {}-byte sets",
+                lent.set_len
+            )));
+        }
+        total = total
+            .checked_add(run_len)
+            .ok_or_else(|| bad("its runs overflow".into()))?;
+        runs.push(Run {
+            offset: offset as usize,
+            len: run_len as usize,
+        });
+    }
+    if total != len {
+        return Err(bad(format!(
+            "runs of {total} bytes for a {len}-byte message"
+        )));
+    }
+    Ok(TheirSend {
+        tag,
+        len,
+        buffer,
+        runs: Some(runs),
     })
 }

@@ -66,6 +66,7 @@ pub use caps::ShmCaps;
 pub use context::Context;
 pub use error::{Result, ShmError};
 pub use exchange::{
-    Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, ShmExchangeBuilder,
+    Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, Run, ShmExchangeBuilder,
+    READ_MIN,
 };
 pub use thresholds::Thresholds;

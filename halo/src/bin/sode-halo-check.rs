@@ -44,6 +44,10 @@ struct Args {
     /// pairwise (credits between neighbours) or pseudo-collective (barriers).
     #[arg(long, default_value = "pairwise")]
     sync: String,
+    /// Keep the fields in sode's memory, this many sets of them, exchanging
+    /// set `iteration % sets` (0: the caller's own arrays).
+    #[arg(long, default_value_t = 0)]
+    shared_sets: usize,
 }
 
 const UNTOUCHED: f64 = -1.0;
@@ -92,6 +96,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .transport(transport)
         .engines(a.engines)
         .sync(a.sync.parse()?)
+        .shared_fields(a.shared_sets)
         .build()?;
     let (start, size) = d.block(me);
     let block = Block {
@@ -103,6 +108,63 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         periodic,
         stencil,
     };
+    let checked = if a.shared_sets > 0 {
+        exchange_shared(a, &mut halo, &block)?
+    } else {
+        exchange(a, &mut halo, &block)?
+    };
+    let ch = halo.channels();
+    let count = |k: &str| ch.iter().filter(|c| **c == k).count();
+    println!(
+        "rank {me}: {} neighbours (shm {}, rdma {}, tcp {}, local {}), {checked} halo cells checked over {} iterations{}",
+        ch.len(),
+        count("shm"),
+        count("rdma"),
+        count("tcp"),
+        count("local"),
+        a.iters,
+        halo.plan_summary().map(|p| format!(", plan {p}")).unwrap_or_default()
+    );
+    Ok(())
+}
+
+/// Exchanges the fields sode keeps, set `it % sets` each iteration; every
+/// cell of every set checked after each, the sets not exchanged too (they
+/// must hold what they held).
+fn exchange_shared(
+    a: &Args,
+    halo: &mut HaloExchange,
+    block: &Block,
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut checked = 0u64;
+    let sets = a.shared_sets;
+    for it in 0..a.iters {
+        let set = it as usize % sets;
+        for (k, field) in halo.shared_fields::<f64>()?.into_iter().enumerate() {
+            if k / a.fields == set {
+                block.fill(k % a.fields, field, it);
+            }
+        }
+        halo.start_set(set)?;
+        halo.wait_set(Instant::now() + Duration::from_secs(60))?;
+        for (k, field) in halo.shared_fields::<f64>()?.into_iter().enumerate() {
+            // Each set holds what its last exchange left.
+            let s = k / a.fields;
+            let Some(last) = (0..=it).rev().find(|i| *i as usize % sets == s) else {
+                continue;
+            };
+            checked += block.check(k % a.fields, field, last)?;
+        }
+    }
+    Ok(checked)
+}
+
+/// Exchanges the caller's own arrays; every cell checked after each.
+fn exchange(
+    a: &Args,
+    halo: &mut HaloExchange,
+    block: &Block,
+) -> Result<u64, Box<dyn std::error::Error>> {
     let cells: usize = block.ext.iter().product();
     let mut fields: Vec<Vec<f64>> = vec![vec![0.0; cells]; a.fields];
     let mut checked = 0u64;
@@ -118,19 +180,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             checked += block.check(f, field, it)?;
         }
     }
-    let ch = halo.channels();
-    let count = |k: &str| ch.iter().filter(|c| **c == k).count();
-    println!(
-        "rank {me}: {} neighbours (shm {}, rdma {}, tcp {}, local {}), {checked} halo cells checked over {} iterations{}",
-        ch.len(),
-        count("shm"),
-        count("rdma"),
-        count("tcp"),
-        count("local"),
-        a.iters,
-        halo.plan_summary().map(|p| format!(", plan {p}")).unwrap_or_default()
-    );
-    Ok(())
+    Ok(checked)
 }
 
 /// This rank's block of the global grid, with its halo.

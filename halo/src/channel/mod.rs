@@ -76,6 +76,16 @@ pub(crate) trait Channel: std::fmt::Debug {
         None
     }
 
+    /// The memory it lends for messages in place (shared memory's sets).
+    fn lent_mut(&mut self) -> Option<Result<&mut [u8]>> {
+        None
+    }
+
+    /// The lent set the next `start` exchanges.
+    fn use_set(&mut self, set: usize) {
+        let _ = set;
+    }
+
     /// RDMA queue pairs it holds (none but on RDMA).
     fn queue_pairs(&self) -> usize {
         0

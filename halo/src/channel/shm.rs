@@ -9,6 +9,8 @@ pub(crate) struct ShmChannel {
     exchange: sode_shm::Exchange,
     /// The neighbours, as errors name them.
     names: String,
+    /// The lent set the next start exchanges, when it lends sets.
+    set: Option<usize>,
 }
 
 impl ShmChannel {
@@ -19,18 +21,22 @@ impl ShmChannel {
         peers: Vec<sode_shm::Peer>,
         names: String,
         timeout: std::time::Duration,
+        lend: Option<(usize, usize)>,
     ) -> Result<ShmChannel> {
         let wrap = |source| HaloError::Shm {
             neighbours: names.clone(),
             source: Box::new(source),
         };
-        let exchange = ctx
-            .exchange()
-            .neighbours(peers)
-            .setup_timeout(timeout)
-            .build()
-            .map_err(wrap)?;
-        Ok(ShmChannel { exchange, names })
+        let mut builder = ctx.exchange().neighbours(peers).setup_timeout(timeout);
+        if let Some((sets, set_len)) = lend {
+            builder = builder.lend(sets, set_len);
+        }
+        let exchange = builder.build().map_err(wrap)?;
+        Ok(ShmChannel {
+            exchange,
+            names,
+            set: lend.map(|_| 0),
+        })
     }
 
     fn wrap(&self, source: sode_shm::ShmError) -> HaloError {
@@ -61,7 +67,28 @@ impl Channel for ShmChannel {
     }
 
     fn start(&mut self) -> Result<()> {
-        self.exchange.start().map_err(|e| self.wrap(e))
+        let started = match self.set {
+            Some(set) => self.exchange.start_set(set),
+            None => self.exchange.start(),
+        };
+        started.map_err(|e| self.wrap(e))
+    }
+
+    fn lent_mut(&mut self) -> Option<Result<&mut [u8]>> {
+        self.set?;
+        Some(match self.exchange.lent_mut() {
+            Ok(b) => Ok(b),
+            Err(e) => Err(HaloError::Shm {
+                neighbours: self.names.clone(),
+                source: Box::new(e),
+            }),
+        })
+    }
+
+    fn use_set(&mut self, set: usize) {
+        if self.set.is_some() {
+            self.set = Some(set);
+        }
     }
 
     fn test(&mut self) -> Result<bool> {

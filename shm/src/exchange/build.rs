@@ -28,7 +28,20 @@ pub struct ShmExchangeBuilder<'a> {
     setup_timeout: Duration,
     thresholds: Option<Thresholds>,
     pin: bool,
+    /// Lent sets: how many, and bytes each.
+    lent: Option<(usize, usize)>,
+    /// Smallest message with runs that is read in place (`None`: the
+    /// default, or `SODE_SHM_READ_MIN`).
+    read_min: Option<usize>,
 }
+
+/// Smallest message from the lent sets read in place by default; smaller
+/// ones take a packed path (gathered from the runs by the sender at
+/// start, scattered into the runs by the receiver at the end), whose
+/// credit is off the critical path where a read in place waits for the
+/// sender's start. Measured with `examples/stencil --shared-fields`
+/// against packing (the README's table).
+pub const READ_MIN: usize = 0;
 
 /// What `build` decided before any peer is involved.
 pub(super) struct Local {
@@ -151,7 +164,44 @@ impl<'a> ShmExchangeBuilder<'a> {
             setup_timeout: Duration::from_secs(30),
             thresholds: None,
             pin: true,
+            lent: None,
+            read_min: None,
         }
+    }
+
+    /// Messages with runs of at least `bytes` are read in place; smaller
+    /// ones are gathered and scattered around a packed path (default
+    /// [`READ_MIN`], or `SODE_SHM_READ_MIN`).
+    pub fn read_min(mut self, bytes: usize) -> Self {
+        self.read_min = Some(bytes);
+        self
+    }
+
+    fn read_min_or_env(&self) -> Result<usize> {
+        if let Some(b) = self.read_min {
+            return Ok(b);
+        }
+        match std::env::var("SODE_SHM_READ_MIN") {
+            Ok(v) => v.trim().parse().map_err(|_| ShmError::InvalidSetting {
+                name: "SODE_SHM_READ_MIN".into(),
+                value: v,
+                why: "expected a size in bytes".into(),
+            }),
+            Err(_) => Ok(READ_MIN),
+        }
+    }
+
+    /// Keeps `sets` arrays of `set_len` bytes each in this process's
+    /// segment, for the caller's fields ([`Exchange::lent_mut`]). Messages
+    /// with runs there ([`Peer::send_in_place`], [`Peer::recv_in_place`])
+    /// need no packing by the caller: from [`read_min`](Self::read_min)
+    /// bytes the receiver copies the sender's runs straight into its own
+    /// (one copy in all), below it the exchange gathers and scatters them
+    /// around a packed path. Each iteration exchanges one set, named at
+    /// [`Exchange::start_set`] (for double buffering).
+    pub fn lend(mut self, sets: usize, set_len: usize) -> Self {
+        self.lent = Some((sets, set_len));
+        self
     }
 
     /// Names the exchange (default: `x` and a per-context counter). Peers
@@ -256,6 +306,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                     ));
                 }
             }
+            self.validate_runs(i, n)?;
             if n.send.is_none() && n.recv.is_none() {
                 return bad(format!(
                     "neighbour {i} (rank {}) neither sends nor receives",
@@ -266,10 +317,72 @@ impl<'a> ShmExchangeBuilder<'a> {
         Ok(())
     }
 
+    /// The lent sets fit in memory, and each message in place has runs
+    /// inside a set that cover it.
+    fn validate_lent(&self) -> Result<()> {
+        let Some((sets, set_len)) = self.lent else {
+            return Ok(());
+        };
+        if sets == 0
+            || set_len == 0
+            || sets
+                .checked_mul(set_len)
+                .is_none_or(|b| b > isize::MAX as usize)
+        {
+            return Err(ShmError::InvalidSetting {
+                name: "lend".into(),
+                value: format!("{sets} sets of {set_len} bytes"),
+                why:
+                    "lend at least one set of at least one byte, in all less than the address space"
+                        .into(),
+            });
+        }
+        Ok(())
+    }
+
+    fn validate_runs(&self, i: usize, n: &Peer) -> Result<()> {
+        let sides = [
+            ("send", &n.send_runs, n.send),
+            ("receive", &n.recv_runs, n.recv),
+        ];
+        for (side, runs, message) in sides {
+            let Some(runs) = runs else { continue };
+            let bad = |why: String| {
+                Err(ShmError::InvalidNeighbours {
+                    why: format!("neighbour {i} (rank {}): its {side} in place {why}", n.peer),
+                })
+            };
+            let Some((_, set_len)) = self.lent else {
+                return bad("needs lent sets: call lend(sets, set_len) first".into());
+            };
+            let Some(m) = message else {
+                return bad("has runs, but no such message".into());
+            };
+            if runs.is_empty() {
+                return bad("has no runs (a message of 0 bytes cannot travel in place)".into());
+            }
+            let mut total = 0usize;
+            for r in runs {
+                if r.len == 0 || r.offset.checked_add(r.len).is_none_or(|end| end > set_len) {
+                    return bad(format!(
+                        "has a run {}+{} outside the {set_len}-byte set (or empty)",
+                        r.offset, r.len
+                    ));
+                }
+                total = total.saturating_add(r.len);
+            }
+            if total != m.len {
+                return bad(format!("covers {total} bytes of a {}-byte message", m.len));
+            }
+        }
+        Ok(())
+    }
+
     /// Sets the exchange up with every neighbour. Collective: each peer must
     /// call `build` with matching messages (our sends are its receives, with
     /// the same tags and lengths) before `setup_timeout`.
     pub fn build(mut self) -> Result<Exchange> {
+        self.validate_lent()?;
         self.validate()?;
         let mut local = self.decide()?;
         let mut segment = self.publish(&mut local)?;
@@ -290,7 +403,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 peer.view.pid,
                 || peer.state_reached(layout::STATE_PATHS),
             )?;
-            self.check_agreement(peer)?;
+            self.check_agreement(peer, &local.recv_paths)?;
         }
         segment.wait_mapped(&setup)?;
         self.operations(local, segment, mapped)
@@ -327,6 +440,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 peer_ranks.push(n.peer);
             }
         }
+        let read_min = self.read_min_or_env()?;
         let mut local = Local {
             name,
             thresholds,
@@ -337,9 +451,13 @@ impl<'a> ShmExchangeBuilder<'a> {
         // Receive paths, decided by us (the receiver) before the segment is
         // sized.
         for n in &self.neighbours {
-            let path = n
-                .recv
-                .map(|m| choose(m.len, self.policy, self.private_receive, &thresholds));
+            let path = n.recv.map(|m| {
+                if n.recv_runs.is_some() && m.len >= read_min {
+                    Path::Read
+                } else {
+                    choose(m.len, self.policy, self.private_receive, &thresholds)
+                }
+            });
             local.recv_paths.push(path);
         }
         Ok(local)
@@ -359,6 +477,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                     tag: m.tag,
                     len: m.len as u64,
                     window: *p == Some(Path::Window),
+                    in_place: *p == Some(Path::Read),
                     misalign: n.misalign as u64,
                 })
             })
@@ -372,11 +491,18 @@ impl<'a> ShmExchangeBuilder<'a> {
                     tag: m.tag,
                     len: m.len as u64,
                     misalign: n.misalign as u64,
+                    runs: n.send_runs.clone(),
                 })
             })
             .collect();
-        let layout =
-            SegmentLayout::plan(&local.peer_ranks, self.ring_capacity as u64, &recvs, &sends);
+        let lent = self.lent.map(|(sets, len)| (sets as u64, len as u64));
+        let layout = SegmentLayout::plan(
+            &local.peer_ranks,
+            self.ring_capacity as u64,
+            &recvs,
+            &sends,
+            lent,
+        );
         let path = segment_path(&self.ctx.dir, &self.ctx.job, &local.name, rank);
         let mut own = OwnSegment::create(path, layout.total)?;
         let blocks = blocks();

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::build::{Local, MappedPeer, Segment, Setup};
 use super::{
     Exchange, ExchangeReport, Liveness, MessageReport, OpState, OwnRange, Path, Peer, PeerSegment,
-    RecvOp, SendOp, ShmExchangeBuilder, Storage,
+    Piece, RecvOp, Run, SendOp, ShmExchangeBuilder, Storage,
 };
 use crate::buffer::PrivateBuf;
 use crate::error::{Result, ShmError};
@@ -100,9 +100,15 @@ impl MappedPeer {
 impl ShmExchangeBuilder<'_> {
     /// Both sides agree on every message between us and `peer`: what we
     /// send it receives with the same tag and length, and the other way.
-    pub(super) fn check_agreement(&self, peer: &MappedPeer) -> Result<()> {
+    /// A message one side reads in place has runs at the other.
+    pub(super) fn check_agreement(&self, peer: &MappedPeer, paths: &[Option<Path>]) -> Result<()> {
         let (p, rank) = (peer.rank, peer_rank_of_us(self));
-        for n in self.neighbours.iter().filter(|n| n.peer == p) {
+        for (n, path) in self
+            .neighbours
+            .iter()
+            .zip(paths)
+            .filter(|(n, _)| n.peer == p)
+        {
             if let Some(m) = n.send {
                 let Some(theirs) = peer.their_recv(m.tag) else {
                     return Err(mismatch(p, m.tag, format!("we send {} bytes but it receives nothing with this tag from rank {rank}", m.len)));
@@ -112,6 +118,13 @@ impl ShmExchangeBuilder<'_> {
                         p,
                         m.tag,
                         format!("we send {} bytes, it expects {}", m.len, theirs.len),
+                    ));
+                }
+                if theirs.in_place && n.send_runs.is_none() {
+                    return Err(not_in_place(
+                        p,
+                        m.tag,
+                        "we send it from a buffer, but the peer reads it in place",
                     ));
                 }
             }
@@ -132,6 +145,13 @@ impl ShmExchangeBuilder<'_> {
                             p,
                             m.tag,
                             format!("we expect {} bytes, it sends {}", m.len, s.len),
+                        ))
+                    }
+                    Some(s) if s.runs.is_none() && *path == Some(Path::Read) => {
+                        return Err(not_in_place(
+                            p,
+                            m.tag,
+                            "we read it in place, but the peer sends it from a buffer",
                         ))
                     }
                     Some(_) => {}
@@ -178,6 +198,7 @@ impl ShmExchangeBuilder<'_> {
             their_sends.push(m.view.sends_to_us.clone());
             peers.push(PeerSegment {
                 rank: m.rank,
+                lent: m.view.lent,
                 pid: m.view.pid,
                 pidfd: m.pidfd,
                 tx: RingTx::new(m.view.ring_to_peer),
@@ -210,13 +231,15 @@ impl ShmExchangeBuilder<'_> {
             if let Some(m) = n.recv {
                 let path = local.recv_paths[i].unwrap_or(Path::Eager);
                 // Checked against its send table when the peer was mapped.
-                let their_buffer = their_sends[pi]
+                let theirs = their_sends[pi]
                     .iter()
                     .find(|s| s.tag == m.tag)
-                    .map(|s| s.buffer)
                     .ok_or_else(|| protocol(n.peer, format!("no send of tag {}", m.tag)))?;
                 let mut recv = recv_op(&segment.layout.recvs[slot], pi, n, m.tag, m.len, path)?;
-                recv.their_buffer = their_buffer;
+                recv.their_buffer = theirs.buffer;
+                if let (Some(from), Some(to)) = (&theirs.runs, &n.recv_runs) {
+                    recv.pieces = pieces(from, to);
+                }
                 slot += 1;
                 ops.report_recvs.push(report(i, n.peer, m.tag, m.len, path));
                 ops.recv_of.push(Some(ops.recvs.len()));
@@ -227,6 +250,58 @@ impl ShmExchangeBuilder<'_> {
         }
         Ok(ops.into_exchange(local, segment, peers))
     }
+}
+
+/// A message read in place whose other end keeps no lent sets for it.
+fn not_in_place(peer: usize, tag: u32, what: &str) -> ShmError {
+    mismatch(
+        peer,
+        tag,
+        format!("{what} (from lent sets): every rank must build with the same shared fields"),
+    )
+}
+
+/// What to copy for a message received in place: the sender's runs
+/// (`from`, in its set) against ours (`to`, in our set), both in stream
+/// order and of the same total (checked at build), cut where either run
+/// ends.
+fn pieces(from: &[Run], to: &[Run]) -> Vec<Piece> {
+    let mut out = Vec::new();
+    let (mut a, mut b) = (from.iter().copied(), to.iter().copied());
+    let (mut x, mut y) = (a.next(), b.next());
+    while let (Some(f), Some(t)) = (x, y) {
+        let len = f.len.min(t.len);
+        out.push(Piece {
+            from: f.offset as u64,
+            to: t.offset as u64,
+            len: len as u64,
+        });
+        x = if f.len > len {
+            Some(Run {
+                offset: f.offset + len,
+                len: f.len - len,
+            })
+        } else {
+            a.next()
+        };
+        y = if t.len > len {
+            Some(Run {
+                offset: t.offset + len,
+                len: t.len - len,
+            })
+        } else {
+            b.next()
+        };
+    }
+    // Adjacent on both sides: one copy.
+    let mut merged: Vec<Piece> = Vec::with_capacity(out.len());
+    for p in out {
+        match merged.last_mut() {
+            Some(l) if l.from + l.len == p.from && l.to + l.len == p.to => l.len += p.len,
+            _ => merged.push(p),
+        }
+    }
+    merged
 }
 
 /// The rank this builder's process has (peers know us by it).
@@ -286,6 +361,7 @@ fn send_op(
         state: OpState::Idle,
         sent: 0,
         pushed_any: false,
+        runs: n.send_runs.clone(),
     })
 }
 
@@ -300,6 +376,7 @@ fn recv_op(
 ) -> Result<RecvOp> {
     let storage = match (path, slot.window) {
         (Path::Window, Some(w)) => Storage::Window(w),
+        (Path::Read, _) => Storage::InPlace,
         _ => Storage::Private(PrivateBuf::new(len, n.misalign).map_err(|e| ShmError::Io {
             what: "allocating a receive buffer".into(),
             source: e,
@@ -316,6 +393,8 @@ fn recv_op(
         received: 0,
         get_from: None,
         their_buffer: 0,
+        pieces: Vec::new(),
+        runs: n.recv_runs.clone(),
     })
 }
 
@@ -369,6 +448,8 @@ impl Operations {
             liveness: Liveness::new(watch),
             get_chunk: 1 << 20,
             parks: segment.blocks,
+            lent: segment.layout.lent,
+            set: 0,
             report,
         }
     }

@@ -39,7 +39,7 @@ impl Liveness {
 use crate::sys::shared::SharedMap;
 use crate::thresholds::Thresholds;
 
-pub use build::ShmExchangeBuilder;
+pub use build::{ShmExchangeBuilder, READ_MIN};
 
 /// How a message travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -59,6 +59,12 @@ pub enum Path {
     /// slots, and the receiver grants iteration `n + 1` when it starts `n`,
     /// so a sender rarely waits for the credit.
     Window,
+    /// In place: both sides keep their fields in lent sets of their
+    /// segments ([`ShmExchangeBuilder::lend`]). The sender posts a
+    /// receive_request naming the set it exchanges; the receiver copies
+    /// the sender's runs straight into its own runs and answers
+    /// receive_done (one copy, and no pack or unpack around it).
+    Read,
 }
 
 impl Path {
@@ -68,6 +74,7 @@ impl Path {
             Path::Eager => "eager",
             Path::Get => "get",
             Path::Window => "window",
+            Path::Read => "in place",
         }
     }
 
@@ -76,6 +83,7 @@ impl Path {
             Path::Eager => 1,
             Path::Get => 2,
             Path::Window => 3,
+            Path::Read => 4,
         }
     }
 
@@ -84,6 +92,7 @@ impl Path {
             1 => Path::Eager,
             2 => Path::Get,
             3 => Path::Window,
+            4 => Path::Read,
             _ => return None,
         })
     }
@@ -121,6 +130,16 @@ pub(crate) struct MessageSpec {
     pub(crate) tag: u32,
 }
 
+/// `len` bytes at `offset` of a lent set: a run of a message read or
+/// received in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Run {
+    /// Where the run starts in the set.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
 /// One neighbour of an exchange: a peer rank, what we send it, and what we
 /// receive from it. A message sent with tag `t` lands in the peer's receive
 /// with tag `t` from us.
@@ -130,6 +149,10 @@ pub struct Peer {
     pub(crate) send: Option<MessageSpec>,
     pub(crate) recv: Option<MessageSpec>,
     pub(crate) misalign: usize,
+    /// The send, read in place by the peer from these runs of our set.
+    pub(crate) send_runs: Option<Vec<Run>>,
+    /// The receive, copied in place by us into these runs of our set.
+    pub(crate) recv_runs: Option<Vec<Run>>,
 }
 
 impl Peer {
@@ -140,7 +163,25 @@ impl Peer {
             send: None,
             recv: None,
             misalign: 0,
+            send_runs: None,
+            recv_runs: None,
         }
+    }
+
+    /// The send is read in place by the peer, from `runs` (in stream
+    /// order) of the set this process exchanges ([`Exchange::start_set`]);
+    /// the peer must receive it in place too. Needs
+    /// [`ShmExchangeBuilder::lend`].
+    pub fn send_in_place(mut self, runs: Vec<Run>) -> Peer {
+        self.send_runs = Some(runs);
+        self
+    }
+
+    /// The receive lands in place, in `runs` (in stream order) of the set
+    /// this process exchanges; the peer must send it in place too.
+    pub fn recv_in_place(mut self, runs: Vec<Run>) -> Peer {
+        self.recv_runs = Some(runs);
+        self
     }
 
     /// Sends `len` bytes with `tag` every iteration.
@@ -207,6 +248,8 @@ enum OpState {
 #[derive(Debug)]
 struct PeerSegment {
     rank: usize,
+    /// Its lent sets, if it lends any (checked at build).
+    lent: Option<crate::layout::Lent>,
     pid: i32,
     pidfd: PidFd,
     map: SharedMap,
@@ -239,12 +282,17 @@ struct SendOp {
     state: OpState,
     sent: usize,
     pushed_any: bool,
+    /// Its runs in our lent sets: read there in place, or gathered into
+    /// `buf` at start on a packed path.
+    runs: Option<Vec<Run>>,
 }
 
 #[derive(Debug)]
 enum Storage {
     Private(PrivateBuf),
     Window(u64),
+    /// Copied straight into our lent set.
+    InPlace,
 }
 
 #[derive(Debug)]
@@ -261,6 +309,20 @@ struct RecvOp {
     /// Where the sender's buffer lies in its segment (from its send
     /// table): the only place a receive_request may name.
     their_buffer: u64,
+    /// Received in place: what to copy from the sender's set into ours.
+    pieces: Vec<Piece>,
+    /// Its runs in our lent sets: copied into in place, or scattered into
+    /// from the buffer once it has arrived on a packed path.
+    runs: Option<Vec<Run>>,
+}
+
+/// A piece of a message received in place: `len` bytes from `from` in the
+/// sender's set to `to` in ours (both checked at build against the sets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Piece {
+    from: u64,
+    to: u64,
+    len: u64,
 }
 
 /// A persistent halo exchange with intra-node neighbours.
@@ -286,5 +348,8 @@ pub struct Exchange {
     get_chunk: usize,
     /// Whether waits may sleep on our doorbell (peers ring it only then).
     parks: bool,
+    /// Our lent sets, and the one this iteration exchanges.
+    lent: Option<crate::layout::Lent>,
+    set: u64,
     report: ExchangeReport,
 }

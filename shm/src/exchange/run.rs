@@ -43,6 +43,14 @@ fn own_bytes(map: &SharedMap, r: OwnRange) -> Result<&[u8]> {
     })
 }
 
+/// An out-of-bounds access to our own segment while doing `what`.
+fn own_error(what: &str, e: crate::sys::shared::OutOfBounds) -> ShmError {
+    ShmError::Io {
+        what: format!("{what} in our own segment"),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
 /// The operation behind neighbour `index`, or which buffer does not exist.
 fn op_of(table: &[Option<usize>], index: usize, what: &'static str) -> Result<usize> {
     table
@@ -54,6 +62,41 @@ fn op_of(table: &[Option<usize>], index: usize, what: &'static str) -> Result<us
             index,
             count: table.len(),
         })
+}
+
+/// Copies a message received in place, piece by piece, from set `theirs`
+/// of the sender's lent sets into set `ours` of our own. The pieces were
+/// checked against both sets' lengths at build and the set numbers here,
+/// and the mappings check every range again.
+fn copy_in_place(
+    own: &mut SharedMap,
+    lent: Option<layout::Lent>,
+    ours: u64,
+    link: &super::PeerSegment,
+    r: &mut super::RecvOp,
+    theirs: u64,
+) -> Result<()> {
+    let protocol = |what: String| ShmError::Protocol {
+        peer: link.rank,
+        what,
+    };
+    let (Some(mine), Some(their)) = (lent, link.lent) else {
+        return Err(protocol(format!(
+            "tag {}: in place without lent sets on both sides",
+            r.tag
+        )));
+    };
+    let (from, to) = (their.set_at(theirs), mine.set_at(ours));
+    for p in &r.pieces {
+        let dst = own
+            .bytes_mut(to + p.to, p.len as usize)
+            .map_err(|e| protocol(format!("tag {}: our set: {e}", r.tag)))?;
+        link.map
+            .read(from + p.from, dst)
+            .map_err(|e| protocol(format!("tag {}: its set: {e}", r.tag)))?;
+    }
+    r.received = r.len;
+    Ok(())
 }
 
 impl Exchange {
@@ -76,6 +119,14 @@ impl Exchange {
     pub fn send_buf_mut(&mut self, index: usize) -> Result<&mut [u8]> {
         self.lifecycle.require_idle("send_buf_mut")?;
         let op = op_of(&self.send_of, index, "send")?;
+        if self.sends[op].runs.is_some() {
+            return Err(ShmError::InPlace {
+                op: "send_buf_mut",
+                why: format!(
+                    "neighbour {index}'s send comes from its runs in the lent set: write it there"
+                ),
+            });
+        }
         let buf = self.sends[op].buf;
         self.own
             .map
@@ -91,8 +142,20 @@ impl Exchange {
     pub fn recv_buf(&self, index: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
         let r = &self.recvs[op_of(&self.recv_of, index, "receive")?];
+        if r.runs.is_some() {
+            return Err(ShmError::InPlace {
+                op: "recv_buf",
+                why: format!(
+                    "neighbour {index}'s receive lands in its runs in the lent set: read it there"
+                ),
+            });
+        }
         match &r.storage {
             Storage::Private(b) => Ok(b.as_ref()),
+            Storage::InPlace => Err(ShmError::InPlace {
+                op: "recv_buf",
+                why: format!("neighbour {index}'s receive lands in place in the lent set: it has no receive buffer"),
+            }),
             Storage::Window(off) => {
                 // The slot of the iteration last completed.
                 let slot = layout::window_slot(*off, r.len as u64, self.iteration);
@@ -107,8 +170,48 @@ impl Exchange {
         }
     }
 
+    /// The lent sets, all of them (set `s` at `s * set_len`): the caller's
+    /// fields. Borrowing them does not need the exchange to be idle, so a
+    /// caller can compute between `start` and `wait`; as with MPI's
+    /// buffers, what the peers read in place (the runs of the set in
+    /// flight) must not change until `wait` returns, and what lands in
+    /// place is there once `wait` (or `test`) has returned true.
+    pub fn lent_mut(&mut self) -> Result<&mut [u8]> {
+        let Some(l) = self.lent else {
+            return Err(ShmError::InPlace {
+                op: "lent_mut",
+                why: "this exchange lends no sets: build it with lend(sets, set_len)".into(),
+            });
+        };
+        self.own
+            .map
+            .bytes_mut(l.offset, (l.sets * l.set_len) as usize)
+            .map_err(|e| ShmError::Io {
+                what: "the lent sets in our own segment".into(),
+                source: std::io::Error::other(e.to_string()),
+            })
+    }
+
+    /// [`start`](Exchange::start) exchanging lent set `set`: messages in
+    /// place are read from its runs here and land in its runs at the
+    /// peers (each names its own set at its own start).
+    pub fn start_set(&mut self, set: usize) -> Result<()> {
+        let sets = self.lent.map_or(0, |l| l.sets);
+        if set as u64 >= sets {
+            self.lifecycle.require_idle("start")?;
+            return Err(ShmError::InPlace {
+                op: "start_set",
+                why: format!("set {set} asked for, but the exchange lends {sets}"),
+            });
+        }
+        self.set = set as u64;
+        self.start()
+    }
+
     /// Starts an iteration: hands the receive buffers back to their senders
-    /// (credits) and begins sending. Never blocks.
+    /// (credits) and begins sending. Never blocks. Messages in place use
+    /// the set of the last [`start_set`](Exchange::start_set) (set 0 at
+    /// first).
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         self.iteration += 1;
@@ -141,7 +244,11 @@ impl Exchange {
         }
         self.liveness.suspect = false;
         self.lifecycle.start();
-        if let Err(e) = self.progress_sends().and_then(|_| self.ring_doorbells()) {
+        let sent = self
+            .gather()
+            .and_then(|_| self.progress_sends())
+            .and_then(|_| self.ring_doorbells());
+        if let Err(e) = sent {
             return Err(self.fail(e));
         }
         Ok(())
@@ -355,6 +462,9 @@ impl Exchange {
         progressed |= self.check_windows()?;
         self.ring_doorbells()?;
         let complete = self.complete();
+        if complete {
+            self.scatter()?;
+        }
         if !complete && !progressed {
             self.check_liveness()?;
         }
@@ -439,6 +549,62 @@ impl Exchange {
         out.join("; ")
     }
 
+    /// Our lent set this iteration exchanges: where it starts.
+    fn set_at(&self) -> Result<u64> {
+        self.lent
+            .map(|l| l.set_at(self.set))
+            .ok_or_else(|| ShmError::InPlace {
+                op: "start",
+                why: "a message has runs, but the exchange lends no sets".into(),
+            })
+    }
+
+    /// Sends with runs on a packed path: their runs of this iteration's
+    /// set, gathered into their buffers.
+    fn gather(&mut self) -> Result<()> {
+        for s in &self.sends {
+            let Some(runs) = s.runs.as_ref().filter(|_| s.path != Path::Read) else {
+                continue;
+            };
+            let set = self.set_at()?;
+            let mut at = s.buf.offset;
+            for r in runs {
+                self.own
+                    .map
+                    .copy_within(set + r.offset as u64, at, r.len)
+                    .map_err(|e| own_error("gathering a send from the lent set", e))?;
+                at += r.len as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Receives with runs on a packed path, all arrived: scattered from
+    /// their buffers into their runs of this iteration's set.
+    fn scatter(&mut self) -> Result<()> {
+        for r in &self.recvs {
+            let Some(runs) = r.runs.as_ref().filter(|_| r.path != Path::Read) else {
+                continue;
+            };
+            let set = self.set_at()?;
+            let mut at = 0usize;
+            for run in runs {
+                let to = set + run.offset as u64;
+                let copied = match &r.storage {
+                    Storage::Private(b) => self.own.map.write(to, &b.as_ref()[at..at + run.len]),
+                    Storage::Window(w) => {
+                        let slot = layout::window_slot(*w, r.len as u64, self.iteration);
+                        self.own.map.copy_within(slot + at as u64, to, run.len)
+                    }
+                    Storage::InPlace => Ok(()),
+                };
+                copied.map_err(|e| own_error("scattering a receive into the lent set", e))?;
+                at += run.len;
+            }
+        }
+        Ok(())
+    }
+
     fn flush_outboxes(&mut self) -> Result<bool> {
         let mut progress = false;
         for p in &mut self.peers {
@@ -500,12 +666,18 @@ impl Exchange {
                         s.state = OpState::Done;
                     }
                 }
-                Path::Get => {
+                Path::Get | Path::Read => {
+                    // In place, the request names the set we exchange.
+                    let at = if s.path == Path::Read {
+                        self.set
+                    } else {
+                        s.buf.offset
+                    };
                     let rec = Record {
                         kind: RecordKind::ReceiveRequest,
                         tag: s.tag,
                         seq: n,
-                        at: s.buf.offset,
+                        at,
                         len: s.buf.len as u64,
                     };
                     if link
@@ -648,13 +820,22 @@ impl Exchange {
         let protocol = |what: String| ShmError::Protocol { peer: rank, what };
         let k = op_for(&self.recv_index, pi, rec, rank, "receive_request")?;
         let r = &mut self.recvs[k];
-        if r.path != Path::Get || r.state != OpState::Active || r.get_from.is_some() {
+        let path_ok = matches!(r.path, Path::Get | Path::Read);
+        if !path_ok || r.state != OpState::Active || r.get_from.is_some() {
             return Err(protocol(format!(
                 "unexpected receive_request for tag {}",
                 rec.tag
             )));
         }
-        if rec.at != r.their_buffer {
+        if r.path == Path::Read {
+            let sets = self.peers[pi].lent.map_or(0, |l| l.sets);
+            if rec.at >= sets {
+                return Err(protocol(format!(
+                    "receive_request for tag {} names set {} of its {sets}",
+                    rec.tag, rec.at
+                )));
+            }
+        } else if rec.at != r.their_buffer {
             return Err(protocol(format!(
                 "receive_request for tag {} names offset {:#x}; its send table says {:#x}",
                 rec.tag, rec.at, r.their_buffer
@@ -677,7 +858,7 @@ impl Exchange {
         let protocol = |what: String| ShmError::Protocol { peer: rank, what };
         let k = op_for(&self.send_index, pi, rec, rank, "receive_done")?;
         let s = &mut self.sends[k];
-        if s.path != Path::Get || s.state != OpState::AwaitingDone {
+        if !matches!(s.path, Path::Get | Path::Read) || s.state != OpState::AwaitingDone {
             return Err(protocol(format!(
                 "unexpected receive_done for tag {}",
                 rec.tag
@@ -696,6 +877,10 @@ impl Exchange {
                 continue;
             }
             let link = &mut self.peers[r.peer];
+            if r.path == Path::Read && r.received < r.len {
+                copy_in_place(&mut self.own.map, self.lent, self.set, link, r, addr)?;
+                progress = true;
+            }
             if r.received < r.len {
                 let chunk = (r.len - r.received).min(self.get_chunk);
                 let Storage::Private(buf) = &mut r.storage else {

@@ -153,6 +153,24 @@ impl SharedMap {
         Ok(())
     }
 
+    /// Copies `len` bytes at `from` to `to`, both in the mapping; the two
+    /// ranges must not overlap (refused as out of bounds if they do).
+    pub(crate) fn copy_within(&self, from: u64, to: u64, len: usize) -> Result<(), OutOfBounds> {
+        let src = self.check(from, len as u64)?;
+        let dst = self.check(to, len as u64)?;
+        if src < dst + len && dst < src + len && len > 0 {
+            return Err(OutOfBounds {
+                offset: to,
+                len: len as u64,
+                mapped: self.len as u64,
+            });
+        }
+        // SAFETY: both ranges are inside the mapping (checked) and do not
+        // overlap (checked); u8 has no invalid values.
+        unsafe { copy_bytes(self.base.add(dst), self.base.add(src), len) };
+        Ok(())
+    }
+
     /// Reads a little-endian u64 (plain load; used after an acquire).
     pub(crate) fn read_u64(&self, offset: u64) -> Result<u64, OutOfBounds> {
         let mut b = [0u8; 8];
