@@ -13,3 +13,7 @@ run -n 4 --dims 2 --size 97 --neighbours 8 --periodic --iters 30
 run -n 2 --dims 3 --size 21 --neighbours 6 --iters 10
 run -n 4 --dims 3 --size 19 --neighbours 26 --periodic --iters 10
 run -n 4 --dims 3 --size 20 --neighbours 18 --iters 10
+# The fields in sode's shared memory: large faces read from the owner's
+# array, the others packed by sode.
+run -n 2 --dims 3 --size 48 --grid 1,1,2 --neighbours 26 --periodic --shared-fields --iters 10
+run -n 4 --dims 2 --size 97 --neighbours 8 --periodic --shared-fields --iters 30

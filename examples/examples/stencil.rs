@@ -63,6 +63,10 @@ struct Args {
     /// checked as such): time per exchange with the ranks in step.
     #[arg(long)]
     exchange_only: bool,
+    /// Processes per axis (default: the ranks split as evenly as they go,
+    /// the fastest axis first).
+    #[arg(long, value_delimiter = ',')]
+    grid: Vec<usize>,
     /// Renumber the ranks so that the neighbours exchanging the most share
     /// a node (as MPI_Cart_create with reorder); launch order when that
     /// moves no fewer bytes between nodes.
@@ -538,6 +542,47 @@ fn iterate(
     Ok(times)
 }
 
+/// Compares this rank's owned cells with the single-process solve (the
+/// same walls, or wrap-around), bit for bit; how many it compared.
+fn compare(
+    a: &Args,
+    update: &Update,
+    global: &[usize],
+    ext: &[usize],
+    start: &[usize],
+    u: &[f64],
+    me: usize,
+) -> Result<usize, Box<dyn std::error::Error>> {
+    let h = 1;
+    let sext: Vec<usize> = global.iter().map(|g| g + 2 * h).collect();
+    let su = solve_alone(a, update, &sext, global);
+    let sstrides: Vec<usize> = (0..a.dims).map(|ax| sext[..ax].iter().product()).collect();
+    let mut compared = 0usize;
+    for (i, &cell) in u.iter().enumerate() {
+        let mut rem = i;
+        let mut interior = true;
+        let mut at = 0;
+        for ax in 0..a.dims {
+            let l = rem % ext[ax];
+            rem /= ext[ax];
+            interior &= l >= h && l < ext[ax] - h;
+            at += (start[ax] + l) * sstrides[ax];
+        }
+        if !interior {
+            continue;
+        }
+        if cell.to_bits() != su[at].to_bits() {
+            return Err(format!(
+                "rank {me}: cell {i} is {cell} but the single-process solve has {}",
+                su[at]
+            )
+            .into());
+        }
+        compared += 1;
+    }
+    Ok(compared)
+}
+
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let stencil = match (a.dims, a.neighbours) {
         (2, None | Some(8)) | (3, None | Some(26)) => Stencil::Full,
@@ -551,7 +596,11 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let launched = World::init(Duration::from_secs(60))?;
     let global = vec![a.size; a.dims];
-    let grid = process_grid(launched.size(), a.dims);
+    let grid = if a.grid.is_empty() {
+        process_grid(launched.size(), a.dims)
+    } else {
+        a.grid.clone()
+    };
     let d = Decomposition::new(&global, &grid, &vec![a.periodic; a.dims], 1, stencil)?;
     let (world, order_report) = if a.reorder {
         let r = sode::reorder(&launched, &d, 8, Duration::from_secs(60))?;
@@ -582,41 +631,22 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let total = t0.elapsed();
 
-    // The single-process solve, with the same walls (or wrap-around).
-    let h = 1;
-    let sext: Vec<usize> = global.iter().map(|g| g + 2 * h).collect();
-    let su = solve_alone(a, &update, &sext, &global);
-    let sstrides: Vec<usize> = (0..a.dims).map(|ax| sext[..ax].iter().product()).collect();
-    let mut compared = 0usize;
-    for (i, &cell) in u.iter().enumerate() {
-        let mut rem = i;
-        let mut interior = true;
-        let mut at = 0;
-        for ax in 0..a.dims {
-            let l = rem % ext[ax];
-            rem /= ext[ax];
-            interior &= l >= h && l < ext[ax] - h;
-            at += (start[ax] + l) * sstrides[ax];
-        }
-        if !interior {
-            continue;
-        }
-        if cell.to_bits() != su[at].to_bits() {
-            return Err(format!(
-                "rank {me}: cell {i} is {cell} but the single-process solve has {}",
-                su[at]
-            )
-            .into());
-        }
-        compared += 1;
-    }
+    let compared = compare(a, &update, &global, &ext, &start, &u, me)?;
     let it = a.iters.max(1) as f64;
     let per_exchange = times.per_exchange_us() * 1e-6;
     let ch = halo.channels();
     let count = |k: &str| ch.iter().filter(|c| **c == k).count();
     let forwarded = forwarded_report(&halo, &d, me);
+    let shared = if a.shared_fields {
+        format!(
+            "; fields in shared memory, {} halos read in place",
+            halo.halos_read_in_place()
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, tcp {}, local {}{forwarded}): {:.1} us/iteration, {:.1} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}{order_report}",
+        "rank {me}: grid {grid:?}, block {:?}, {} neighbours (shm {}, rdma {}, tcp {}, local {}{forwarded}{shared}): {:.1} us/iteration, {:.2} us/exchange, {:.1} MB/s{}; {compared} cells equal to the single-process solve, bit for bit{}{order_report}",
         d.block(me).1,
         ch.len(),
         count("shm"),

@@ -339,6 +339,15 @@ impl HaloExchange {
         self.localities().into_iter().map(Locality::name).collect()
     }
 
+    /// How many neighbours' halos are read straight from their owner's
+    /// array ([`HaloExchangeBuilder::shared_fields`]); the others are
+    /// packed.
+    pub fn halos_read_in_place(&self) -> usize {
+        (0..self.neighbours.len())
+            .filter(|&i| self.exchange.read_in_place(i))
+            .count()
+    }
+
     /// The RDMA schedule, if any neighbour is reached over RDMA.
     pub fn plan_summary(&self) -> Option<&str> {
         self.exchange.plan_summary()

@@ -1038,6 +1038,17 @@ impl LinkExchange {
         self.in_place.get(link).copied().unwrap_or_default()
     }
 
+    /// Whether link `link`'s receive is read straight from the sender's
+    /// shared set (see [`SharedSets`]), rather than packed.
+    pub fn read_in_place(&self, link: usize) -> bool {
+        match self.recvs.get(link).copied().flatten() {
+            Some(Route::Channel { channel, message }) => {
+                self.channels[channel].received_in_place(message)
+            }
+            _ => false,
+        }
+    }
+
     /// RDMA queue pairs this exchange holds (engines times RDMA peers).
     pub fn queue_pairs(&self) -> usize {
         self.channels.iter().map(|c| c.queue_pairs()).sum()

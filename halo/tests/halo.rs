@@ -11,7 +11,12 @@ use common::rdma_available;
 const CHECK: &str = env!("CARGO_BIN_EXE_sode-halo-check");
 
 fn check(n: usize, args: &str) -> String {
+    check_env(n, args, &[])
+}
+
+fn check_env(n: usize, args: &str, env: &[(&str, &str)]) -> String {
     let out = Command::new(CHECK)
+        .envs(env.iter().copied())
         .arg("-n")
         .arg(n.to_string())
         .args(args.split_whitespace())
@@ -144,37 +149,36 @@ fn over_tcp_every_neighbour_count() {
 }
 
 #[test]
-fn shared_fields_give_the_same_halos_read_in_place() {
-    // Every halo read straight from the owner's array (or, below the read
-    // threshold, gathered and scattered around a packed path); the set not
-    // exchanged must keep what it held.
+fn shared_fields_give_the_same_halos_read_in_place_or_packed() {
+    // Every halo read straight from the owner's array (every message
+    // admitted), then every one gathered and scattered around a packed path
+    // (these faces are below the default threshold); the sets not exchanged
+    // must keep what they held.
+    let read_all = [("SODE_SHM_READ_MIN", "0"), ("SODE_SHM_READ_RUN_MIN", "0")];
     for args in [
-        "-n 6 --global 13,11 --grid 3,2 --periodic 1,0 --halo 3 --neighbours 8 --fields 2",
-        "-n 4 --global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --fields 2",
-        "-n 4 --global 9,10,7 --grid 2,2,1 --periodic 0,1,0 --halo 3 --neighbours 18",
+        "6 --global 13,11 --grid 3,2 --periodic 1,0 --halo 3 --neighbours 8 --fields 2",
+        "4 --global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --fields 2",
+        "4 --global 9,10,7 --grid 2,2,1 --periodic 0,1,0 --halo 3 --neighbours 18",
         // The same peer east and west, and the rank its own neighbour.
-        "-n 2 --global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4",
+        "2 --global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4",
     ] {
-        let (n, rest) = args[3..].split_once(' ').unwrap();
+        let (n, rest) = args.split_once(' ').unwrap();
         let n: usize = n.parse().unwrap();
         for sets in [1, 2, 3] {
-            check(
-                n,
-                &format!("{rest} --transport shm --shared-sets {sets} --iters 7"),
-            );
+            let args = format!("{rest} --transport shm --shared-sets {sets} --iters 7");
+            let t = check_env(n, &args, &read_all);
+            assert!(!t.contains("read in place 0)"), "{t}");
+            let t = check(n, &args);
+            assert_eq!(t.matches("read in place 0)").count(), n, "{t}");
         }
     }
-    // Packed inside sode-shm: the same cells.
-    let out = Command::new(CHECK)
-        .args("-n 4 --global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --neighbours 26 --transport shm --shared-sets 2 --iters 5".split_whitespace())
-        .env("SODE_SHM_READ_MIN", "100")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    // Large faces, admitted by the default threshold: a plane of 64 KiB
+    // in runs of 512 B read in place.
+    let t = check(
+        2,
+        "--global 64,64,16 --grid 1,1,2 --halo 2 --neighbours 6 --shared-sets 2 --transport shm",
     );
+    assert_eq!(t.matches("read in place 1)").count(), 2, "{t}");
 }
 
 #[test]

@@ -66,7 +66,7 @@ pub use caps::ShmCaps;
 pub use context::Context;
 pub use error::{Result, ShmError};
 pub use exchange::{
-    Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, Run, ShmExchangeBuilder,
-    READ_MIN,
+    Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, ReadMin, Run,
+    ShmExchangeBuilder,
 };
 pub use thresholds::Thresholds;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use sode_shm::{Context, Path, PathPolicy, Peer, Run, ShmError};
+use sode_shm::{Context, Path, PathPolicy, Peer, ReadMin, Run, ShmError};
 
 /// A C-order array of `rows` x `cols` u32: column messages (one cell per
 /// row, strided) and a contiguous row message each way, into halo cells
@@ -83,6 +83,10 @@ fn expected(rank: usize, it: u32, set: usize, i: usize) -> u32 {
 /// the ranks slow between start and wait on alternate iterations; checks
 /// every cell. Returns how many it checked.
 fn run_rank(job: &str, rank: usize, iters: u32, read_min: usize, policy: PathPolicy) -> usize {
+    let read_min_at = ReadMin {
+        bytes: read_min,
+        mean_run: 0,
+    };
     let (g, peer) = (grid(rank), 1 - rank);
     let (send_col, recv_col) = columns(rank);
     let col_len = (g.rows - 2) * 4;
@@ -90,7 +94,7 @@ fn run_rank(job: &str, rank: usize, iters: u32, read_min: usize, policy: PathPol
     let mut ex = c
         .exchange()
         .lend(2, g.set_len())
-        .read_min(read_min)
+        .read_min(read_min_at)
         .path_policy(policy)
         .neighbour(
             Peer::new(peer)
@@ -164,6 +168,8 @@ fn small_faces_are_gathered_and_scattered_around_a_packed_path() {
     // The column (28 bytes) packed, the row (44 bytes) in place; then both
     // packed.
     both_ranks("inplacemix", 40, PathPolicy::Auto);
+    // By the default threshold, both are too small.
+    assert!(!ReadMin::DEFAULT.admits(44, &[Run { offset: 0, len: 44 }]));
     // Each packed path: from a private buffer (eager, get) or a window.
     for path in [Path::Eager, Path::Get, Path::Window] {
         both_ranks(
@@ -175,6 +181,17 @@ fn small_faces_are_gathered_and_scattered_around_a_packed_path() {
 }
 
 #[test]
+fn long_runs_of_large_messages_are_read_in_place() {
+    let r = ReadMin::DEFAULT;
+    let runs = |n: usize, len: usize| vec![Run { offset: 0, len }; n];
+    assert!(r.admits(8192, &runs(1, 8192)));
+    assert!(r.admits(32768, &runs(64, 512)));
+    // A strided face (a run per cell) and a small one are packed.
+    assert!(!r.admits(8192, &runs(1024, 8)));
+    assert!(!r.admits(2048, &runs(1, 2048)));
+}
+
+#[test]
 fn in_place_on_one_side_only_fails_on_both() {
     let job = format!("inplace1s{}", std::process::id());
     let j2 = job.clone();
@@ -182,6 +199,10 @@ fn in_place_on_one_side_only_fails_on_both() {
         let mut c = Context::new(&j2, 1).unwrap();
         c.exchange()
             .lend(1, 64)
+            .read_min(ReadMin {
+                bytes: 0,
+                mean_run: 0,
+            })
             .setup_timeout(Duration::from_secs(10))
             .neighbour(
                 Peer::new(0)

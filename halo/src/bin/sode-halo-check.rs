@@ -116,12 +116,13 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let ch = halo.channels();
     let count = |k: &str| ch.iter().filter(|c| **c == k).count();
     println!(
-        "rank {me}: {} neighbours (shm {}, rdma {}, tcp {}, local {}), {checked} halo cells checked over {} iterations{}",
+        "rank {me}: {} neighbours (shm {}, rdma {}, tcp {}, local {}; read in place {}), {checked} halo cells checked over {} iterations{}",
         ch.len(),
         count("shm"),
         count("rdma"),
         count("tcp"),
         count("local"),
+        halo.halos_read_in_place(),
         a.iters,
         halo.plan_summary().map(|p| format!(", plan {p}")).unwrap_or_default()
     );

@@ -81,6 +81,13 @@ pub(crate) trait Channel: std::fmt::Debug {
         None
     }
 
+    /// Whether message `msg` is received by reading the sender's memory in
+    /// place (shared memory's read path).
+    fn received_in_place(&self, msg: usize) -> bool {
+        let _ = msg;
+        false
+    }
+
     /// The lent set the next `start` exchanges.
     fn use_set(&mut self, set: usize) {
         let _ = set;

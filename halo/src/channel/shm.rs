@@ -85,6 +85,14 @@ impl Channel for ShmChannel {
         })
     }
 
+    fn received_in_place(&self, msg: usize) -> bool {
+        self.exchange
+            .report()
+            .recvs
+            .iter()
+            .any(|m| m.neighbour == msg && m.path == sode_shm::Path::Read)
+    }
+
     fn use_set(&mut self, set: usize) {
         if self.set.is_some() {
             self.set = Some(set);

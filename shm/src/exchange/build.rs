@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{Exchange, MessageSpec, Path, PathPolicy, Peer};
+use super::{Exchange, MessageSpec, Path, PathPolicy, Peer, Run};
 use crate::caps::warn_once;
 use crate::context::Context;
 use crate::error::{Result, ShmError};
@@ -30,18 +30,43 @@ pub struct ShmExchangeBuilder<'a> {
     pin: bool,
     /// Lent sets: how many, and bytes each.
     lent: Option<(usize, usize)>,
-    /// Smallest message with runs that is read in place (`None`: the
-    /// default, or `SODE_SHM_READ_MIN`).
-    read_min: Option<usize>,
+    /// Which messages with runs are read in place (`None`: the default,
+    /// or `SODE_SHM_READ_MIN` / `SODE_SHM_READ_RUN_MIN`).
+    read_min: Option<ReadMin>,
 }
 
-/// Smallest message from the lent sets read in place by default; smaller
-/// ones take a packed path (gathered from the runs by the sender at
-/// start, scattered into the runs by the receiver at the end), whose
-/// credit is off the critical path where a read in place waits for the
-/// sender's start. Measured with `examples/stencil --shared-fields`
-/// against packing (the README's table).
-pub const READ_MIN: usize = 0;
+/// Which messages with runs in the lent sets the receiver reads in place:
+/// those of at least `bytes` whose runs average at least `mean_run`
+/// bytes. The others take a packed path, gathered from the runs by the
+/// sender at start and scattered into the runs by the receiver at the
+/// end: a read in place costs a second trip (the sender's request, then
+/// the receiver's done) where a window put finds its credit waiting, and
+/// a face of short runs drags a whole cache line from the owner's core
+/// for each. Measured with `ci/shared-fields.sh` (`stencil
+/// --exchange-only` on 2 ranks, minima of three): in place is 1.5-2.5x
+/// slower up to 2 KiB in runs of 128 B, even at 8 KiB in runs of 256 B,
+/// and 1.3-3.5x faster from 32 KiB in runs of 512 B and for long runs
+/// (the README's table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadMin {
+    /// Smallest message read in place.
+    pub bytes: usize,
+    /// Smallest mean run of a message read in place.
+    pub mean_run: usize,
+}
+
+impl ReadMin {
+    /// 4 KiB, in runs of 256 B on average.
+    pub const DEFAULT: ReadMin = ReadMin {
+        bytes: 4096,
+        mean_run: 256,
+    };
+
+    /// Whether a message of `len` bytes in `runs` is read in place.
+    pub fn admits(&self, len: usize, runs: &[Run]) -> bool {
+        len >= self.bytes && len / runs.len().max(1) >= self.mean_run
+    }
+}
 
 /// What `build` decided before any peer is involved.
 pub(super) struct Local {
@@ -169,35 +194,40 @@ impl<'a> ShmExchangeBuilder<'a> {
         }
     }
 
-    /// Messages with runs of at least `bytes` are read in place; smaller
-    /// ones are gathered and scattered around a packed path (default
-    /// [`READ_MIN`], or `SODE_SHM_READ_MIN`).
-    pub fn read_min(mut self, bytes: usize) -> Self {
-        self.read_min = Some(bytes);
+    /// Which messages with runs are read in place; the others are
+    /// gathered and scattered around a packed path (default
+    /// [`ReadMin::DEFAULT`], or `SODE_SHM_READ_MIN` and
+    /// `SODE_SHM_READ_RUN_MIN`, in bytes).
+    pub fn read_min(mut self, read_min: ReadMin) -> Self {
+        self.read_min = Some(read_min);
         self
     }
 
-    fn read_min_or_env(&self) -> Result<usize> {
-        if let Some(b) = self.read_min {
-            return Ok(b);
+    fn read_min_or_env(&self) -> Result<ReadMin> {
+        if let Some(r) = self.read_min {
+            return Ok(r);
         }
-        match std::env::var("SODE_SHM_READ_MIN") {
+        let var = |name: &str, default: usize| match std::env::var(name) {
             Ok(v) => v.trim().parse().map_err(|_| ShmError::InvalidSetting {
-                name: "SODE_SHM_READ_MIN".into(),
+                name: name.into(),
                 value: v,
                 why: "expected a size in bytes".into(),
             }),
-            Err(_) => Ok(READ_MIN),
-        }
+            Err(_) => Ok(default),
+        };
+        Ok(ReadMin {
+            bytes: var("SODE_SHM_READ_MIN", ReadMin::DEFAULT.bytes)?,
+            mean_run: var("SODE_SHM_READ_RUN_MIN", ReadMin::DEFAULT.mean_run)?,
+        })
     }
 
     /// Keeps `sets` arrays of `set_len` bytes each in this process's
     /// segment, for the caller's fields ([`Exchange::lent_mut`]). Messages
     /// with runs there ([`Peer::send_in_place`], [`Peer::recv_in_place`])
-    /// need no packing by the caller: from [`read_min`](Self::read_min)
-    /// bytes the receiver copies the sender's runs straight into its own
-    /// (one copy in all), below it the exchange gathers and scatters them
-    /// around a packed path. Each iteration exchanges one set, named at
+    /// need no packing by the caller: where [`read_min`](Self::read_min)
+    /// admits them, the receiver copies the sender's runs straight into
+    /// its own (one copy in all); elsewhere the exchange gathers and
+    /// scatters them around a packed path. Each iteration exchanges one set, named at
     /// [`Exchange::start_set`] (for double buffering).
     pub fn lend(mut self, sets: usize, set_len: usize) -> Self {
         self.lent = Some((sets, set_len));
@@ -452,7 +482,10 @@ impl<'a> ShmExchangeBuilder<'a> {
         // sized.
         for n in &self.neighbours {
             let path = n.recv.map(|m| {
-                if n.recv_runs.is_some() && m.len >= read_min {
+                if n.recv_runs
+                    .as_ref()
+                    .is_some_and(|r| read_min.admits(m.len, r))
+                {
                     Path::Read
                 } else {
                     choose(m.len, self.policy, self.private_receive, &thresholds)

@@ -39,7 +39,7 @@ impl Liveness {
 use crate::sys::shared::SharedMap;
 use crate::thresholds::Thresholds;
 
-pub use build::{ShmExchangeBuilder, READ_MIN};
+pub use build::{ReadMin, ShmExchangeBuilder};
 
 /// How a message travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
