@@ -390,6 +390,9 @@ int sode_exchange_add_recv(struct sode_exchange *exchange,
  * and the end of the wait that completes it, the cells a rank sends must
  * not be written and its halos must be neither read nor written.
  *
+ * `base` is NULL (and only then) when sode keeps the fields
+ * (`sode_exchange_set_shared_fields`).
+ *
  * # Safety
  * `base` must stay valid for the whole array until the exchange is freed,
  * and not be accessed by other threads during sode calls on it, nor, while
@@ -447,6 +450,43 @@ int sode_exchange_commit(struct sode_exchange *exchange);
  * `size` bytes; `needed` NULL or valid for a write.
  */
 int sode_exchange_describe(struct sode_exchange *exchange, char *buf, size_t size, size_t *needed);
+
+/**
+ * Lets sode keep the fields, `sets` copies of each (two for a sweep from
+ * one into the other), in memory it allocates: shared memory that the
+ * neighbours on this node read faces from straight, with no pack or
+ * unpack. Call it before adding fields, and add each with a NULL base;
+ * after commit, `sode_exchange_shared_field` gives each array and
+ * `sode_exchange_start_set` exchanges one set (then wait or test as
+ * usual). Before commit, the same on every rank.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed.
+ */
+int sode_exchange_set_shared_fields(struct sode_exchange *exchange, int sets);
+
+/**
+ * Sets `*array` to field `field` (in the order added, from 0) of shared
+ * set `set`: an array laid out as the field was described, valid until
+ * the exchange is freed. Write the owned cells before
+ * `sode_exchange_start_set`; its halos are filled when the wait that
+ * completes it returns. Between the two, the cells it sends must not be
+ * written nor its halos read (as with MPI's buffers).
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, committed, not freed; `array`
+ * valid for a write.
+ */
+int sode_exchange_shared_field(struct sode_exchange *exchange, int set, int field, void **array);
+
+/**
+ * Starts exchanging shared set `set` of the fields sode keeps (see
+ * `sode_exchange_set_shared_fields`); returns at once.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed.
+ */
+int sode_exchange_start_set(struct sode_exchange *exchange, int set);
 
 /**
  * Packs every field's faces (but those read in place, see

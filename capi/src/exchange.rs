@@ -20,8 +20,19 @@ use crate::SODE_OK;
 pub struct Field {
     /// The description.
     pub spec: FieldSpec,
-    /// The user's array.
-    pub memory: UserMemory,
+    /// The user's array (`None`: sode keeps it, in the shared sets).
+    pub memory: Option<UserMemory>,
+    /// Bytes the array spans.
+    pub bytes: usize,
+}
+
+/// Where the fields sode keeps lie: `sets` sets of `set_len` bytes, field
+/// `f` at `bases[f]` in each.
+#[derive(Debug, Clone)]
+struct SharedLayout {
+    sets: usize,
+    set_len: usize,
+    bases: Vec<usize>,
 }
 
 /// One neighbour's link: each field's region sent to it and received from
@@ -49,6 +60,7 @@ enum State {
     Committed {
         links: Box<LinkExchange>,
         planned: Vec<Planned>,
+        shared: Option<SharedLayout>,
     },
     /// Commit failed: the handle can only be freed.
     Broken(String),
@@ -77,6 +89,8 @@ pub struct Exchange {
     transport: Transport,
     /// Which faces travel in place (`None`: as `SODE_ZERO_COPY` says).
     zero_copy: Option<inplace::ZeroCopy>,
+    /// Sets of fields sode keeps (0: the caller's arrays).
+    shared: usize,
     state: State,
 }
 
@@ -132,6 +146,7 @@ impl Exchange {
             fields: Vec::new(),
             transport,
             zero_copy: None,
+            shared: 0,
             state: State::Described,
         })
     }
@@ -158,6 +173,7 @@ impl Exchange {
             fields: Vec::new(),
             transport,
             zero_copy: None,
+            shared: 0,
             state: State::Described,
         })
     }
@@ -205,6 +221,22 @@ impl Exchange {
     pub fn set_zero_copy(&mut self, mode: inplace::ZeroCopy) -> Result<()> {
         self.before_commit("sode_exchange_set_zero_copy", "choose the zero-copy mode")?;
         self.zero_copy = Some(mode);
+        Ok(())
+    }
+
+    /// Keeps the fields in memory sode allocates, `sets` sets of them;
+    /// before any field is added (each then with no base) and before
+    /// commit, the same on every rank.
+    pub fn set_shared_fields(&mut self, sets: usize) -> Result<()> {
+        let op = "sode_exchange_set_shared_fields";
+        self.before_commit(op, "choose shared fields")?;
+        if !self.fields.is_empty() {
+            return Err(CapiError::State {
+                op,
+                why: "fields were added already: choose shared fields before adding any".into(),
+            });
+        }
+        self.shared = sets;
         Ok(())
     }
 
@@ -269,7 +301,7 @@ impl Exchange {
     pub fn add_field(
         &mut self,
         spec: FieldSpec,
-        memory: impl FnOnce(usize) -> UserMemory,
+        memory: impl FnOnce(usize) -> Option<UserMemory>,
     ) -> Result<()> {
         let op = "sode_exchange_add_field";
         self.before_commit(op, "add every field")?;
@@ -286,8 +318,20 @@ impl Exchange {
                 why: format!("field {}: {why}", self.fields.len()),
             })?;
         }
+        let memory = memory(span);
+        match (&memory, self.shared) {
+            (None, 0) => return Err(CapiError::Null { op, arg: "base" }),
+            (Some(_), sets) if sets > 0 => {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("field {}: sode keeps the fields (sode_exchange_set_shared_fields): pass NULL as base and get the array with sode_exchange_shared_field after commit", self.fields.len()),
+                })
+            }
+            _ => {}
+        }
         self.fields.push(Field {
-            memory: memory(span),
+            memory,
+            bytes: span,
             spec,
         });
         Ok(())
@@ -327,10 +371,11 @@ impl Exchange {
         };
         let agreed = self.agree(&verdict);
         match (built, agreed) {
-            (Ok((links, planned)), Ok(())) => {
+            (Ok((links, planned, shared)), Ok(())) => {
                 self.state = State::Committed {
                     links: Box::new(links),
                     planned,
+                    shared,
                 };
                 Ok(())
             }
@@ -493,7 +538,61 @@ impl Exchange {
         Ok((links, planned))
     }
 
-    fn build(&self) -> Result<(LinkExchange, Vec<Planned>)> {
+    /// The shared sets' layout (each field [`SharedSets::array_stride`]
+    /// from the last) and every link's runs in a set.
+    fn shared_layout(
+        &self,
+        specs: &[FieldSpec],
+        planned: &[Planned],
+    ) -> Result<(SharedLayout, sode::SharedSets)> {
+        let overflow = || CapiError::Invalid {
+            op: "sode_exchange_commit",
+            why: format!(
+                "{} sets of these fields overflow the address space",
+                self.shared
+            ),
+        };
+        let mut bases = Vec::with_capacity(self.fields.len());
+        let mut set_len = 0usize;
+        for f in &self.fields {
+            bases.push(set_len);
+            let stride = sode::SharedSets::array_stride(f.bytes).ok_or_else(overflow)?;
+            set_len = set_len.checked_add(stride).ok_or_else(overflow)?;
+        }
+        set_len.checked_mul(self.shared).ok_or_else(overflow)?;
+        let runs_of = |regions: &Option<Vec<Region>>| {
+            let regions = regions.as_deref()?;
+            Some(
+                inplace::spans(specs, regions)
+                    .into_iter()
+                    .map(|s| sode::Run {
+                        offset: bases[s.memory] + s.offset,
+                        len: s.len,
+                    })
+                    .collect(),
+            )
+        };
+        let runs = planned
+            .iter()
+            .map(|p| sode::LinkRuns {
+                send: runs_of(&p.send),
+                recv: runs_of(&p.recv),
+            })
+            .collect();
+        let sets = sode::SharedSets {
+            sets: self.shared,
+            set_len,
+            runs,
+        };
+        let layout = SharedLayout {
+            sets: self.shared,
+            set_len,
+            bases,
+        };
+        Ok((layout, sets))
+    }
+
+    fn build(&self) -> Result<(LinkExchange, Vec<Planned>, Option<SharedLayout>)> {
         let op = "sode_exchange_commit";
         let specs: Vec<FieldSpec> = self.fields.iter().map(|f| f.spec.clone()).collect();
         let (links, planned) = match &self.layout {
@@ -507,11 +606,16 @@ impl Exchange {
         let builder = LinkExchange::builder(&self.world, links)
             .transport(self.transport)
             .setup_timeout(self.timeout);
-        let links = self
-            .in_place(builder, &specs, &planned)?
+        let (builder, shared) = if self.shared > 0 {
+            let (layout, sets) = self.shared_layout(&specs, &planned)?;
+            (builder.shared_sets(sets), Some(layout))
+        } else {
+            (self.in_place(builder, &specs, &planned)?, None)
+        };
+        let links = builder
             .build()
             .map_err(|source| CapiError::Exchange { op, source })?;
-        Ok((links, planned))
+        Ok((links, planned, shared))
     }
 
     /// Lends the fields to the RDMA channel and asks for the faces
@@ -536,7 +640,7 @@ impl Exchange {
         let lent = self
             .fields
             .iter()
-            .map(|f| f.memory.lend())
+            .map(|f| f.memory.as_ref()?.lend())
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| CapiError::Internal {
                 op,
@@ -604,7 +708,7 @@ impl Exchange {
         op: &'static str,
     ) -> Result<(&mut LinkExchange, &[Planned], &mut [Field])> {
         match &mut self.state {
-            State::Committed { links, planned } => Ok((links, planned, &mut self.fields)),
+            State::Committed { links, planned, .. } => Ok((links, planned, &mut self.fields)),
             State::Described => Err(CapiError::State {
                 op,
                 why: "the exchange is not committed: call sode_exchange_commit first".into(),
@@ -616,10 +720,87 @@ impl Exchange {
         }
     }
 
+    /// The fields sode keeps, or the error of `op` on an exchange that
+    /// keeps none (or is not committed).
+    fn shared(&self, op: &'static str) -> Result<&SharedLayout> {
+        match &self.state {
+            State::Committed {
+                shared: Some(s), ..
+            } => Ok(s),
+            State::Committed { .. } => Err(CapiError::State {
+                op,
+                why: "the exchange keeps no fields: call sode_exchange_set_shared_fields before adding them".into(),
+            }),
+            State::Described => Err(CapiError::State {
+                op,
+                why: "the exchange is not committed: call sode_exchange_commit first".into(),
+            }),
+            State::Broken(why) => Err(CapiError::State {
+                op,
+                why: format!("its commit failed ({why}): free it"),
+            }),
+        }
+    }
+
+    /// The address of field `field` of shared set `set` (laid out as the
+    /// field was described), valid until the exchange is freed.
+    pub fn shared_field(&mut self, set: usize, field: usize) -> Result<*mut u8> {
+        let op = "sode_exchange_shared_field";
+        let layout = self.shared(op)?.clone();
+        if set >= layout.sets || field >= layout.bases.len() {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!(
+                    "set {set}, field {field}: the exchange keeps {} sets of {} fields",
+                    layout.sets,
+                    layout.bases.len()
+                ),
+            });
+        }
+        let (links, _, _) = self.committed(op)?;
+        let sets = links
+            .shared_sets_mut()
+            .map_err(|source| CapiError::Exchange { op, source })?;
+        let at = set * layout.set_len + layout.bases[field];
+        Ok(sets[at..].as_mut_ptr())
+    }
+
+    /// Starts exchanging shared set `set`: no packing by the caller.
+    pub fn start_set(&mut self, set: usize) -> Result<()> {
+        let op = "sode_exchange_start_set";
+        let sets = self.shared(op)?.sets;
+        if set >= sets {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("set {set}: the exchange keeps {sets} sets"),
+            });
+        }
+        let (links, _, _) = self.committed(op)?;
+        if links.in_flight() {
+            return Err(CapiError::State {
+                op,
+                why: "the previous exchange is still in flight: call sode_exchange_wait first"
+                    .into(),
+            });
+        }
+        links
+            .start_set(set)
+            .map_err(|source| CapiError::Exchange { op, source })
+    }
+
     /// Packs every field's faces (but those read in place) and starts the
     /// exchange.
     pub fn start(&mut self) -> Result<()> {
         let op = "sode_exchange_start";
+        if let State::Committed {
+            shared: Some(_), ..
+        } = &self.state
+        {
+            return Err(CapiError::State {
+                op,
+                why: "sode keeps the fields: start with sode_exchange_start_set(set)".into(),
+            });
+        }
         let (links, planned, fields) = self.committed(op)?;
         let exchange = |source| CapiError::Exchange { op, source };
         if links.in_flight() {
@@ -641,7 +822,11 @@ impl Exchange {
             let mut at = 0;
             for (f, r) in fields.iter().zip(regions) {
                 let n = r.cells() * f.spec.ty.size();
-                f.spec.pack(f.memory.bytes(), r, &mut out[at..at + n]);
+                let memory = f.memory.as_ref().ok_or(CapiError::Internal {
+                    op,
+                    why: "a field without memory".into(),
+                })?;
+                f.spec.pack(memory.bytes(), r, &mut out[at..at + n]);
                 at += n;
             }
         }
@@ -656,6 +841,10 @@ impl Exchange {
         fields: &mut [Field],
         op: &'static str,
     ) -> Result<()> {
+        if fields.iter().any(|f| f.memory.is_none()) {
+            // Fields sode keeps: the exchange scattered their halos.
+            return Ok(());
+        }
         for (i, regions) in planned
             .iter()
             .enumerate()
@@ -668,7 +857,11 @@ impl Exchange {
             let mut at = 0;
             for (f, r) in fields.iter_mut().zip(regions) {
                 let n = r.cells() * f.spec.ty.size();
-                f.spec.unpack(&data[at..at + n], r, f.memory.bytes_mut());
+                let memory = f.memory.as_mut().ok_or(CapiError::Internal {
+                    op,
+                    why: "a field without memory".into(),
+                })?;
+                f.spec.unpack(&data[at..at + n], r, memory.bytes_mut());
                 at += n;
             }
         }

@@ -119,6 +119,46 @@ static void misuse(sode_comm *c, int size) {
     expect("free NULL", sode_exchange_free(&x), SODE_OK, "");
 }
 
+/* The fields sode keeps: each call in its place, and every misuse named. */
+static void shared_fields(sode_comm *c, int size) {
+    sode_exchange *x = cart(c, size);
+    expect("a field on the program's array", add_u(x), SODE_OK, "");
+    expect("shared fields after a field", sode_exchange_set_shared_fields(x, 2), SODE_ERR_STATE,
+           "before adding any");
+    expect("commit", sode_exchange_commit(x), SODE_OK, "");
+    void *p = NULL;
+    expect("a shared field of an exchange that keeps none", sode_exchange_shared_field(x, 0, 0, &p),
+           SODE_ERR_STATE, "keeps no fields");
+    expect("start_set on an exchange that keeps none", sode_exchange_start_set(x, 0), SODE_ERR_STATE,
+           "keeps no fields");
+    sode_exchange_free(&x);
+    x = cart(c, size);
+    expect("no sets", sode_exchange_set_shared_fields(x, 0), SODE_ERR_ARG, "0 sets");
+    expect("two sets", sode_exchange_set_shared_fields(x, 2), SODE_OK, "");
+    expect("a field with a base when sode keeps them", add_u(x), SODE_ERR_ARG, "pass NULL as base");
+    expect("a field sode keeps",
+           sode_exchange_add_field(x, NULL, SODE_F64, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C), SODE_OK,
+           "");
+    expect("a shared field before commit", sode_exchange_shared_field(x, 0, 0, &p), SODE_ERR_STATE,
+           "not committed");
+    expect("commit", sode_exchange_commit(x), SODE_OK, "");
+    expect("set 2 of 2", sode_exchange_shared_field(x, 2, 0, &p), SODE_ERR_ARG, "keeps 2 sets of 1 fields");
+    expect("field 1 of 1", sode_exchange_shared_field(x, 0, 1, &p), SODE_ERR_ARG, "keeps 2 sets of 1 fields");
+    expect("into no pointer", sode_exchange_shared_field(x, 0, 0, NULL), SODE_ERR_NULL, "`array`");
+    expect("set 1, field 0", sode_exchange_shared_field(x, 1, 0, &p), SODE_OK, "");
+    if (p == NULL) {
+        fprintf(stderr, "rank %d: no address for a shared field\n", rank);
+        failures++;
+    }
+    expect("start instead of start_set", sode_exchange_start(x), SODE_ERR_STATE, "sode_exchange_start_set");
+    expect("a negative set", sode_exchange_start_set(x, -1), SODE_ERR_ARG, "set -1");
+    expect("set 5 of 2", sode_exchange_start_set(x, 5), SODE_ERR_ARG, "set 5: the exchange keeps 2 sets");
+    expect("start set 1", sode_exchange_start_set(x, 1), SODE_OK, "");
+    expect("start set 0 while in flight", sode_exchange_start_set(x, 0), SODE_ERR_STATE, "in flight");
+    expect("wait", sode_exchange_wait(x, 10.0), SODE_OK, "");
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
+}
+
 static void reorder(sode_comm *c, int size) {
     int dims[2] = {size, 1}, periodic[2] = {0, 0}, block[2] = {8, 8}, coords[2] = {-1, -1};
     sode_comm *r = NULL;
@@ -235,6 +275,7 @@ int main(int argc, char **argv) {
     expect("a zero timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 0.0, &c), SODE_ERR_ARG, "timeout of 0");
     expect("a communicator", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c), SODE_OK, "");
     misuse(c, size);
+    shared_fields(c, size);
     mismatch(c, size);
     reorder(c, size);
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");

@@ -15,7 +15,10 @@
  * on no, both or one axis, star and box stencils; two fields of different
  * types (double, int32) with unequal halo widths per axis and side; a
  * global grid that does not divide evenly. Halo cells without a neighbour
- * must keep their sentinel. */
+ * must keep their sentinel. Under mpirun every configuration runs twice:
+ * on the program's arrays, and on arrays sode keeps in shared memory
+ * (sode_exchange_set_shared_fields, two sets used in turn), which
+ * neighbours on the node read faces from straight. */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -40,6 +43,8 @@ static int use_mpi = 1;
 static sode_comm *env_comm;
 /* --rdma: every neighbour over RDMA, on this node too. */
 static int force_rdma = 0;
+/* Whether sode keeps the fields (two sets, exchanged in turn). */
+static int shared = 0;
 
 static void die(int code) {
     if (use_mpi) {
@@ -254,11 +259,15 @@ static sode_exchange *sode_setup(const struct config *cf, struct rank_view *v, s
             CHECK_SODE(sode_exchange_set_transport(x, SODE_TRANSPORT_RDMA));
         }
     }
+    if (shared) {
+        CHECK_SODE(sode_exchange_set_shared_fields(x, 2));
+    }
     for (int fi = 0; fi < 2; fi++) {
         struct field *f = &fs[fi];
         int64_t owned_lo[2] = {f->lo[0], f->lo[1]}, own[2] = {v->own[0], v->own[1]};
-        CHECK_SODE(sode_exchange_add_field(x, f->sode, fi == 0 ? SODE_F64 : SODE_I32, 2, f->ext,
-                                           owned_lo, own, f->lo, f->hi, SODE_ORDER_C));
+        CHECK_SODE(sode_exchange_add_field(x, shared ? NULL : f->sode,
+                                           fi == 0 ? SODE_F64 : SODE_I32, 2, f->ext, owned_lo, own,
+                                           f->lo, f->hi, SODE_ORDER_C));
     }
     CHECK_SODE(sode_exchange_commit(x));
     return x;
@@ -308,11 +317,23 @@ static void run(const struct config *cf) {
     sode_exchange *x = sode_setup(cf, &v, fs, &comm);
     long filled = 0, cells = 0;
     for (int it = 1; it <= 3; it++) {
+        /* The arrays sode exchanges this iteration: the program's, or set
+         * it % 2 of those sode keeps. */
+        void *data[2] = {fs[0].sode, fs[1].sode};
+        if (shared) {
+            for (int fi = 0; fi < 2; fi++) {
+                CHECK_SODE(sode_exchange_shared_field(x, it % 2, fi, &data[fi]));
+            }
+        }
         for (int fi = 0; fi < 2; fi++) {
-            fill(cf, &v, &fs[fi], it, fs[fi].sode);
+            fill(cf, &v, &fs[fi], it, data[fi]);
             fill(cf, &v, &fs[fi], it, fs[fi].mpi);
         }
-        CHECK_SODE(sode_exchange_start(x));
+        if (shared) {
+            CHECK_SODE(sode_exchange_start_set(x, it % 2));
+        } else {
+            CHECK_SODE(sode_exchange_start(x));
+        }
         CHECK_SODE(sode_exchange_wait(x, 60.0));
         if (use_mpi) {
             mpi_exchange(cf, &v, fs, 2);
@@ -320,11 +341,11 @@ static void run(const struct config *cf) {
         for (int fi = 0; fi < 2; fi++) {
             struct field *f = &fs[fi];
             size_t bytes = (size_t)f->ext[0] * f->ext[1] * f->elem;
-            if (use_mpi && memcmp(f->sode, f->mpi, bytes) != 0) {
+            if (use_mpi && memcmp(data[fi], f->mpi, bytes) != 0) {
                 fprintf(stderr, "rank %d: sode and MPI differ in field %d\n", world_rank, fi);
                 die(1);
             }
-            filled += check_expected(cf, &v, f, it, f->sode, "sode");
+            filled += check_expected(cf, &v, f, it, data[fi], "sode");
             cells += f->ext[0] * f->ext[1];
         }
     }
@@ -342,10 +363,10 @@ static void run(const struct config *cf) {
     MPI_Reduce(&filled, &total_filled, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     MPI_Reduce(&cells, &total_cells, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (world_rank == 0) {
-        printf("ok grid %dx%d periodic %d%d %s: %ld cells equal to MPI's, bit for bit, %ld halo "
-               "cells filled\n",
+        printf("ok grid %dx%d periodic %d%d %s%s: %ld cells equal to MPI's, bit for bit, %ld "
+               "halo cells filled\n",
                cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1], cf->box ? "box" : "star",
-               total_cells, total_filled);
+               shared ? ", fields in sode's shared memory" : "", total_cells, total_filled);
     }
     teardown(&v, fs, &x, &comm);
 }
@@ -401,14 +422,16 @@ int main(int argc, char **argv) {
     int grids[3][2] = {{1, size}, {size, 1}, {2, 2}};
     int ngrids = size == 4 ? 3 : size == 1 ? 1 : 2;
     int periods[3][2] = {{0, 0}, {1, 1}, {1, 0}};
-    for (int g = 0; g < ngrids; g++) {
-        for (int p = 0; p < 3; p++) {
-            for (int box = 0; box <= 1; box++) {
-                struct config cf = {{grids[g][0], grids[g][1]},
-                                    {periods[p][0], periods[p][1]},
-                                    box,
-                                    {13, 10}};
-                run(&cf);
+    for (shared = 0; shared <= 1; shared++) {
+        for (int g = 0; g < ngrids; g++) {
+            for (int p = 0; p < 3; p++) {
+                for (int box = 0; box <= 1; box++) {
+                    struct config cf = {{grids[g][0], grids[g][1]},
+                                        {periods[p][0], periods[p][1]},
+                                        box,
+                                        {13, 10}};
+                    run(&cf);
+                }
             }
         }
     }

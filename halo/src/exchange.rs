@@ -234,17 +234,13 @@ impl HaloExchangeBuilder<'_> {
     }
 }
 
-/// Bytes from one shared array to the next: whole pages, plus 17 cache
-/// lines so that no two arrays start at the same offset within a page.
-/// Without it a sweep from one set into the other (`v[i]` from `u[i]`,
-/// exactly a set apart) hits 4 KiB aliasing: loads wait on unrelated
-/// stores whose addresses match in their low 12 bits.
 fn array_stride(array: usize) -> Option<usize> {
-    array.checked_next_multiple_of(4096)?.checked_add(17 * 64)
+    SharedSets::array_stride(array)
 }
 
 /// The shared sets of `sets` x `fields` arrays of extent `ext`, each
-/// [`array_stride`] apart, and each neighbour's faces as runs of a set.
+/// [`SharedSets::array_stride`] apart, and each neighbour's faces as runs
+/// of a set.
 fn shared_sets(
     ext: &[usize],
     elem: usize,

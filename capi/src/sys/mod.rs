@@ -774,9 +774,6 @@ struct FieldArgs {
 unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) -> Result<()> {
     // SAFETY: the caller's contract.
     let x = unsafe { handle(op, "exchange", exchange) }?;
-    if args.base.is_null() {
-        return Err(CapiError::Null { op, arg: "base" });
-    }
     let ty = ElemType::from_code(args.ty).ok_or_else(|| CapiError::Invalid {
         op,
         why: format!(
@@ -830,8 +827,11 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
     };
     let base = args.base.cast::<u8>();
     // SAFETY: the caller promised the array spans the extents and strides
-    // given (checked to be `span` bytes) and outlives the exchange.
-    x.add_field(spec, |span| unsafe { UserMemory::new(base, span) })
+    // given (checked to be `span` bytes) and outlives the exchange. NULL:
+    // sode keeps the field (refused unless shared fields were chosen).
+    x.add_field(spec, |span| {
+        (!base.is_null()).then(|| unsafe { UserMemory::new(base, span) })
+    })
 }
 
 /// Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array
@@ -847,6 +847,9 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
 /// chooses, see `sode_exchange_describe`): between `sode_exchange_start`
 /// and the end of the wait that completes it, the cells a rank sends must
 /// not be written and its halos must be neither read nor written.
+///
+/// `base` is NULL (and only then) when sode keeps the fields
+/// (`sode_exchange_set_shared_fields`).
 ///
 /// # Safety
 /// `base` must stay valid for the whole array until the exchange is freed,
@@ -984,6 +987,87 @@ pub unsafe extern "C" fn sode_exchange_describe(
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
             *buf.add(n) = 0;
             Ok(())
+        })
+    }
+}
+
+/// Lets sode keep the fields, `sets` copies of each (two for a sweep from
+/// one into the other), in memory it allocates: shared memory that the
+/// neighbours on this node read faces from straight, with no pack or
+/// unpack. Call it before adding fields, and add each with a NULL base;
+/// after commit, `sode_exchange_shared_field` gives each array and
+/// `sode_exchange_start_set` exchanges one set (then wait or test as
+/// usual). Before commit, the same on every rank.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_set_shared_fields(
+    exchange: *mut Exchange,
+    sets: c_int,
+) -> c_int {
+    let op = "sode_exchange_set_shared_fields";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let sets = usize::try_from(sets)
+                .ok()
+                .filter(|s| (1..=16).contains(s))
+                .ok_or_else(|| CapiError::Invalid {
+                    op,
+                    why: format!("{sets} sets: keep 1 to 16"),
+                })?;
+            x.set_shared_fields(sets)
+        })
+    }
+}
+
+/// Sets `*array` to field `field` (in the order added, from 0) of shared
+/// set `set`: an array laid out as the field was described, valid until
+/// the exchange is freed. Write the owned cells before
+/// `sode_exchange_start_set`; its halos are filled when the wait that
+/// completes it returns. Between the two, the cells it sends must not be
+/// written nor its halos read (as with MPI's buffers).
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, committed, not freed; `array`
+/// valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_shared_field(
+    exchange: *mut Exchange,
+    set: c_int,
+    field: c_int,
+    array: *mut *mut c_void,
+) -> c_int {
+    let op = "sode_exchange_shared_field";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let out = handle(op, "array", array)?;
+            let set = sizes(op, "set", &[set])?[0];
+            let field = sizes(op, "field", &[field])?[0];
+            *out = x.shared_field(set, field)?.cast::<c_void>();
+            Ok(())
+        })
+    }
+}
+
+/// Starts exchanging shared set `set` of the fields sode keeps (see
+/// `sode_exchange_set_shared_fields`); returns at once.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_start_set(exchange: *mut Exchange, set: c_int) -> c_int {
+    let op = "sode_exchange_start_set";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let set = usize::try_from(set).map_err(|_| CapiError::Invalid {
+                op,
+                why: format!("set {set}: it must not be negative"),
+            })?;
+            x.start_set(set)
         })
     }
 }
