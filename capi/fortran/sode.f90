@@ -35,6 +35,8 @@ module sode
   !> The ABI version this module was written for (compare with sode_abi_version()).
   integer, parameter, public :: SODE_MODULE_ABI = 1
   integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, ORDER_FORTRAN = 1
+  !> Element kinds of a field sode keeps (sode_add_shared_field).
+  integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32
 
   !> A sode communicator: the ranks of a job.
   type, public :: sode_comm
@@ -51,6 +53,7 @@ module sode
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
   public :: sode_add_field, sode_commit, sode_start, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_describe
+  public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version
 
   !> Adds a field: a real32, real64 or int32 array of rank 2 to 4 (Fortran
@@ -62,6 +65,16 @@ module sode
      module procedure add_r32_2, add_r32_3, add_r32_4
      module procedure add_i32_2, add_i32_3, add_i32_4
   end interface sode_add_field
+
+  !> A field sode keeps (sode_set_shared_fields): array `a` becomes a
+  !> pointer to field `field` (from 0, in the order added) of set `set`
+  !> (from 0), with the bounds `lbounds(:)` to `ubounds(:)` it was added
+  !> with. Valid until the exchange is freed.
+  interface sode_shared_field
+     module procedure shared_r64_2, shared_r64_3, shared_r64_4
+     module procedure shared_r32_2, shared_r32_3, shared_r32_4
+     module procedure shared_i32_2, shared_i32_3, shared_i32_4
+  end interface sode_shared_field
 
   interface
      function c_abi_version() bind(C, name="sode_abi_version") result(v)
@@ -170,6 +183,25 @@ module sode
        integer(c_int), value :: t
        integer(c_int) :: rc
      end function c_set_transport
+     function c_set_shared_fields(x, sets) bind(C, name="sode_exchange_set_shared_fields") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: sets
+       integer(c_int) :: rc
+     end function c_set_shared_fields
+     function c_shared_field(x, set, field, array) bind(C, name="sode_exchange_shared_field") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: set, field
+       type(c_ptr) :: array
+       integer(c_int) :: rc
+     end function c_shared_field
+     function c_start_set(x, set) bind(C, name="sode_exchange_start_set") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: set
+       integer(c_int) :: rc
+     end function c_start_set
      function c_set_zero_copy(x, m) bind(C, name="sode_exchange_set_zero_copy") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -400,6 +432,186 @@ contains
     call finish(c_add_field(x%ptr, base, int(ty, c_int), int(d, c_int), ext, owned_lo, owned_size, &
          plo, phi, int(ORDER_FORTRAN, c_int)), ierr)
   end subroutine add_any
+
+  !> Lets sode keep the fields, `sets` copies of each, in memory it
+  !> allocates (shared memory neighbours on the node read faces from
+  !> straight): before adding fields, which are then added with
+  !> sode_add_shared_field and reached with sode_shared_field after commit;
+  !> each iteration exchanges one set (sode_start_set), then sode_wait.
+  subroutine sode_set_shared_fields(x, sets, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: sets
+    integer, intent(out), optional :: ierr
+    call finish(c_set_shared_fields(x%ptr, int(sets, c_int)), ierr)
+  end subroutine sode_set_shared_fields
+
+  !> Adds a field sode keeps: `kind` SODE_REAL64, SODE_REAL32 or SODE_INT32,
+  !> bounds `lbounds(:)` to `ubounds(:)` (rank 2 to 4, halos included), owned
+  !> cells `first(:)` to `last(:)`, halo widths as for sode_add_field.
+  subroutine sode_add_shared_field(x, kind, lbounds, ubounds, first, last, halo_lo, halo_hi, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: kind, lbounds(:), ubounds(:), first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    if (size(ubounds) /= size(lbounds)) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_add_shared_field: lbounds and ubounds need one bound per axis' // c_null_char), ierr)
+       return
+    end if
+    call add_any(x, c_null_ptr, kind, ubounds - lbounds + 1, lbounds, first, last, halo_lo, halo_hi, ierr)
+  end subroutine sode_add_shared_field
+
+  !> Starts exchanging set `set` (from 0) of the fields sode keeps.
+  subroutine sode_start_set(x, set, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set
+    integer, intent(out), optional :: ierr
+    call finish(c_start_set(x%ptr, int(set, c_int)), ierr)
+  end subroutine sode_start_set
+
+  subroutine shared_r64_2(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(2), ubounds(2)
+    real(real64), pointer, contiguous, intent(out) :: a(:, :)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):) => t
+  end subroutine shared_r64_2
+
+  subroutine shared_r64_3(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(3), ubounds(3)
+    real(real64), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):) => t
+  end subroutine shared_r64_3
+
+  subroutine shared_r64_4(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(4), ubounds(4)
+    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
+  end subroutine shared_r64_4
+
+  subroutine shared_r32_2(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(2), ubounds(2)
+    real(real32), pointer, contiguous, intent(out) :: a(:, :)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):) => t
+  end subroutine shared_r32_2
+
+  subroutine shared_r32_3(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(3), ubounds(3)
+    real(real32), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):) => t
+  end subroutine shared_r32_3
+
+  subroutine shared_r32_4(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(4), ubounds(4)
+    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
+  end subroutine shared_r32_4
+
+  subroutine shared_i32_2(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(2), ubounds(2)
+    integer(int32), pointer, contiguous, intent(out) :: a(:, :)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):) => t
+  end subroutine shared_i32_2
+
+  subroutine shared_i32_3(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(3), ubounds(3)
+    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):) => t
+  end subroutine shared_i32_3
+
+  subroutine shared_i32_4(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(4), ubounds(4)
+    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
+  end subroutine shared_i32_4
 
   subroutine add_r64_2(x, a, first, last, halo_lo, halo_hi, ierr)
     type(sode_exchange), intent(inout) :: x

@@ -8,7 +8,9 @@
 ! or two axes; star and box stencils; a real64 and an int32 field with
 ! unequal halo widths per axis and side, declared with their own lower
 ! bounds; a global grid that does not divide evenly. Halo cells without a
-! neighbour keep their sentinel.
+! neighbour keep their sentinel. Every configuration runs twice: on the
+! program's arrays, and on arrays sode keeps in shared memory
+! (sode_set_shared_fields, two sets exchanged in turn).
 module stencil3d_run
   use, intrinsic :: iso_fortran_env, only: real64, int32, int64, output_unit, error_unit
   use mpi
@@ -27,8 +29,12 @@ module stencil3d_run
   ! The configuration being run.
   integer :: dims(3), coords(3), start(3), own(3), cart, filled
   logical :: periodic(3), is_box
-  real(real64), allocatable, target :: us(:, :, :), um(:, :, :)
-  integer(int32), allocatable, target :: vs(:, :, :), vm(:, :, :)
+  ! Whether sode keeps the fields (us and vs then point into its sets).
+  logical :: shared = .false.
+  real(real64), pointer, contiguous :: us(:, :, :) => null()
+  real(real64), allocatable, target :: um(:, :, :)
+  integer(int32), pointer, contiguous :: vs(:, :, :) => null()
+  integer(int32), allocatable, target :: vm(:, :, :)
 
 contains
 
@@ -80,7 +86,8 @@ contains
     type(sode_comm) :: sc
     type(sode_exchange) :: x
     integer :: me, total_filled, cells, total_cells
-    character(len=4) :: name
+    integer :: ulb(3), uub(3), vlb(3), vub(3)
+    character(len=5) :: name
 
     dims = grid
     periodic = periods_of
@@ -91,18 +98,32 @@ contains
     do a = 1, 3
        call block(GLOBAL(a), dims(a), coords(a), start(a), own(a))
     end do
-    allocate (us(1 - U_LO(1):own(1) + U_HI(1), 1 - U_LO(2):own(2) + U_HI(2), 1 - U_LO(3):own(3) + U_HI(3)))
-    allocate (um, mold=us)
-    allocate (vs(1 - V_LO(1):own(1) + V_HI(1), 1 - V_LO(2):own(2) + V_HI(2), 1 - V_LO(3):own(3) + V_HI(3)))
-    allocate (vm, mold=vs)
+    ulb = 1 - U_LO
+    uub = own + U_HI
+    vlb = 1 - V_LO
+    vub = own + V_HI
+    allocate (um(ulb(1):uub(1), ulb(2):uub(2), ulb(3):uub(3)))
+    allocate (vm(vlb(1):vub(1), vlb(2):vub(2), vlb(3):vub(3)))
+    if (.not. shared) then
+       allocate (us, mold=um)
+       allocate (vs, mold=vm)
+    end if
 
     shape = SODE_STAR
     if (is_box) shape = SODE_BOX
     call sode_comm_create_mpi(cart, sc)
     call check_reorder(sc, shape)
     call sode_exchange_create_mpi_cart(sc, cart, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
-    call sode_add_field(x, us, first=[1, 1, 1], last=own, halo_lo=U_LO, halo_hi=U_HI)
-    call sode_add_field(x, vs, first=[1, 1, 1], last=own, halo_lo=V_LO, halo_hi=V_HI)
+    if (shared) then
+       call sode_set_shared_fields(x, 2)
+       call sode_add_shared_field(x, SODE_REAL64, ulb, uub, first=[1, 1, 1], last=own, &
+            halo_lo=U_LO, halo_hi=U_HI)
+       call sode_add_shared_field(x, SODE_INT32, vlb, vub, first=[1, 1, 1], last=own, &
+            halo_lo=V_LO, halo_hi=V_HI)
+    else
+       call sode_add_field(x, us, first=[1, 1, 1], last=own, halo_lo=U_LO, halo_hi=U_HI)
+       call sode_add_field(x, vs, first=[1, 1, 1], last=own, halo_lo=V_LO, halo_hi=V_HI)
+    end if
     ! The defaults, said out loud: channels by locality, faces in place
     ! over RDMA where their runs are long.
     call sode_set_transport(x, SODE_TRANSPORT_AUTO)
@@ -118,11 +139,19 @@ contains
     filled = 0
     cells = 0
     do it = 1, 3
+       if (shared) then
+          call sode_shared_field(x, mod(it, 2), 0, ulb, uub, us)
+          call sode_shared_field(x, mod(it, 2), 1, vlb, vub, vs)
+       end if
        call fill_u(us, it)
        call fill_u(um, it)
        call fill_v(vs, it)
        call fill_v(vm, it)
-       call sode_start(x)
+       if (shared) then
+          call sode_start_set(x, mod(it, 2))
+       else
+          call sode_start(x)
+       end if
        call sode_wait(x, 30d0)
        call mpi_exchange()
        if (any(transfer(us, [0_int64]) /= transfer(um, [0_int64])) .or. any(vs /= vm)) then
@@ -137,6 +166,7 @@ contains
     call mpi_reduce(cells, total_cells, 1, MPI_INTEGER, MPI_SUM, 0, MPI_COMM_WORLD, ierr)
     name = 'star'
     if (is_box) name = 'box'
+    if (shared) name = trim(name) // '+'
     if (rank == 0) then
        write (output_unit, '(a, i0, a, i0, a, i0, a, 3l1, 1x, a, a, i0, a, i0, a)') 'ok grid ', dims(1), 'x', &
             dims(2), 'x', dims(3), ' periodic ', periodic, trim(name), ': ', total_cells, &
@@ -145,7 +175,12 @@ contains
     call sode_exchange_free(x)
     call sode_comm_free(sc)
     call mpi_comm_free(cart, ierr)
-    deallocate (us, um, vs, vm)
+    if (shared) then
+       nullify (us, vs)
+    else
+       deallocate (us, vs)
+    end if
+    deallocate (um, vm)
 
   end subroutine run
 
@@ -345,7 +380,7 @@ program stencil3d
   use stencil3d_run
   implicit none
 
-  integer :: ierr, size, g, p, box, ngrids
+  integer :: ierr, size, g, p, box, ngrids, sh
   integer :: grids(3, 3)
 
   call mpi_init(ierr)
@@ -361,10 +396,14 @@ program stencil3d
   ngrids = 2
   if (size == 1) ngrids = 1
   if (size == 4) ngrids = 3
-  do g = 1, ngrids
-     do p = 1, 3
-        do box = 0, 1
-           call run(grids(:, g), PERIODS(:, p), box == 1)
+  ! box+: the fields in sode's shared memory.
+  do sh = 0, 1
+     shared = sh == 1
+     do g = 1, ngrids
+        do p = 1, 3
+           do box = 0, 1
+              call run(grids(:, g), PERIODS(:, p), box == 1)
+           end do
         end do
      end do
   end do
