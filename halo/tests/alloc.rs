@@ -28,8 +28,9 @@ fn counted(transport: Transport, iters: usize) -> Vec<Counts> {
 }
 
 /// [`counted`], or with the fields sode keeps (two sets, alternating) on a
-/// 1 x 2 grid whose 16 KiB faces are read in place over shared memory,
-/// the corners packed.
+/// 1 x 2 grid whose faces (two fields of 2 rows of 512 KiB) are read in
+/// place over shared memory whatever this machine measures (the probe
+/// stops at 256 KiB), the corners packed.
 fn counted_on(transport: Transport, iters: usize, shared: bool) -> Vec<Counts> {
     let port = free_port();
     let ranks: Vec<_> = (0..2)
@@ -37,7 +38,7 @@ fn counted_on(transport: Transport, iters: usize, shared: bool) -> Vec<Counts> {
             std::thread::spawn(move || {
                 let w = thread_world(rank, 2, port, "alloc-test");
                 let (global, grid) = if shared {
-                    ([1024, 48], [1, 2])
+                    ([65536, 8], [1, 2])
                 } else {
                     ([64, 48], [2, 1])
                 };

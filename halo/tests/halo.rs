@@ -172,13 +172,21 @@ fn shared_fields_give_the_same_halos_read_in_place_or_packed() {
             assert_eq!(t.matches("read in place 0)").count(), n, "{t}");
         }
     }
-    // Large faces, admitted by the default threshold: a plane of 64 KiB
-    // in runs of 512 B read in place.
-    let t = check(
-        2,
-        "--global 64,64,16 --grid 1,1,2 --halo 2 --neighbours 6 --shared-sets 2 --transport shm",
-    );
+    // The threshold at work (set, since the measured one is the machine's):
+    // a plane of 64 KiB in runs of 512 B read in place, and not when the
+    // threshold is above it, nor when its runs average below the mean.
+    let plane =
+        "--global 64,64,16 --grid 1,1,2 --halo 2 --neighbours 6 --shared-sets 2 --transport shm";
+    let t = check_env(2, plane, &[("SODE_SHM_READ_MIN", "65536")]);
     assert_eq!(t.matches("read in place 1)").count(), 2, "{t}");
+    let t = check_env(2, plane, &[("SODE_SHM_READ_MIN", "65537")]);
+    assert_eq!(t.matches("read in place 0)").count(), 2, "{t}");
+    let t = check_env(
+        2,
+        plane,
+        &[("SODE_SHM_READ_MIN", "0"), ("SODE_SHM_READ_RUN_MIN", "513")],
+    );
+    assert_eq!(t.matches("read in place 0)").count(), 2, "{t}");
 }
 
 #[test]

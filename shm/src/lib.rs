@@ -69,4 +69,4 @@ pub use exchange::{
     Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, ReadMin, Run,
     ShmExchangeBuilder,
 };
-pub use thresholds::Thresholds;
+pub use thresholds::{Thresholds, READ_MIN_FALLBACK};

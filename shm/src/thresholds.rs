@@ -26,9 +26,17 @@ pub struct Thresholds {
     /// Messages of at least this many bytes use the get path when the
     /// receiver keeps its buffer private; smaller ones go eager.
     pub get_min: usize,
+    /// Messages in lent sets (in long runs, see `ReadMin`) of at least this
+    /// many bytes are read in place; smaller ones are gathered, put and
+    /// scattered.
+    pub read_min: usize,
     /// True when measured, false when set by hand.
     pub measured: bool,
 }
+
+/// The read threshold when none is measured: the crossover measured on
+/// this project's machine (`ci/shared-fields.sh`).
+pub const READ_MIN_FALLBACK: usize = 4096;
 
 // Up to 256 KiB, which keeps the probe to a few milliseconds.
 const SIZES: [usize; 10] = [8, 64, 256, 1024, 4096, 16384, 32768, 65536, 131072, 262144];
@@ -268,6 +276,7 @@ impl Thresholds {
         Thresholds::try_measure().unwrap_or(Thresholds {
             eager_max: 64,
             get_min: 32 * 1024,
+            read_min: READ_MIN_FALLBACK,
             measured: false,
         })
     }
@@ -305,8 +314,15 @@ impl Thresholds {
             let e = measure_one(&bench, &mut tx, &mut back_rx, Probe::Eager, size, give_up);
             let w = measure_one(&bench, &mut tx, &mut back_rx, Probe::Window, size, give_up);
             let g = measure_one(&bench, &mut tx, &mut back_rx, Probe::Get, size, give_up);
+            let c = copy_ns(&bench.src, size);
             match (e, w, g) {
-                (Some(e), Some(w), Some(g)) => rows.push((size, e, w, g)),
+                (Some(e), Some(w), Some(g)) => rows.push(Row {
+                    size,
+                    eager: e,
+                    window: w,
+                    get: g,
+                    copy: c,
+                }),
                 _ => {
                     ok = false;
                     break;
@@ -318,38 +334,81 @@ impl Thresholds {
         if !ok {
             return None;
         }
-        for &(s, e, w, g) in &rows {
+        for r in &rows {
             tracing::debug!(
-                "threshold probe: {s:>7} B  eager {e:>9.0} ns  window {w:>9.0} ns  get {g:>9.0} ns"
+                "threshold probe: {:>7} B  eager {:>9.0} ns  window {:>9.0} ns  get {:>9.0} ns  copy {:>9.0} ns",
+                r.size, r.eager, r.window, r.get, r.copy
             );
         }
-        // Eager up to the last size where it is no slower than a window put;
-        // get from the first size after which it stays faster than eager.
-        let mut eager_max = 0;
-        for &(s, e, w, _) in &rows {
-            if e <= w {
-                eager_max = s;
-            } else {
-                break;
-            }
-        }
-        let mut get_min = largest * 2;
-        for &(s, e, _, g) in rows.iter().rev() {
-            if g < e {
-                get_min = s;
-            } else {
-                break;
-            }
-        }
-        Some(Thresholds {
-            eager_max,
-            get_min,
-            measured: true,
-        })
+        Some(crossovers(&rows, largest))
     }
+}
 
-    /// Measured thresholds with `SODE_SHM_EAGER_MAX` / `SODE_SHM_GET_MIN`
-    /// (bytes) applied on top.
+/// One size's round trips (and a plain copy), in nanoseconds.
+#[derive(Debug, Clone, Copy)]
+struct Row {
+    size: usize,
+    eager: f64,
+    window: f64,
+    get: f64,
+    copy: f64,
+}
+
+/// The thresholds the rows call for. Eager up to the last size where it is
+/// no slower than a window put; get from the first size after which it
+/// stays faster than eager; read in place from the first size after which
+/// a get stays faster than a window put with a copy on either side.
+fn crossovers(rows: &[Row], largest: usize) -> Thresholds {
+    let mut eager_max = 0;
+    for r in rows {
+        if r.eager <= r.window {
+            eager_max = r.size;
+        } else {
+            break;
+        }
+    }
+    let from_last = |better: &dyn Fn(&Row) -> bool| {
+        let mut min = largest * 2;
+        for r in rows.iter().rev() {
+            if better(r) {
+                min = r.size;
+            } else {
+                break;
+            }
+        }
+        min
+    };
+    Thresholds {
+        eager_max,
+        get_min: from_last(&|r| r.get < r.eager),
+        read_min: from_last(&|r| r.get < r.window + 2.0 * r.copy),
+        measured: true,
+    }
+}
+
+/// A plain copy of `size` bytes out of `src`, in nanoseconds (best of a
+/// few, warm): what a gather or a scatter around a packed path costs.
+fn copy_ns(src: &PrivateBuf, size: usize) -> f64 {
+    let Some(from) = src.as_ref().get(..size) else {
+        return 0.0;
+    };
+    let mut to = vec![0u8; size];
+    let reps = (400_000 / (size + 512)).clamp(8, 400);
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        for _ in 0..reps {
+            to.copy_from_slice(from);
+            std::hint::black_box(&mut to);
+        }
+        best = best.min(t.elapsed().as_nanos() as f64 / reps as f64);
+    }
+    best
+}
+
+impl Thresholds {
+    /// Measured thresholds with `SODE_SHM_EAGER_MAX`, `SODE_SHM_GET_MIN` and
+    /// `SODE_SHM_READ_MIN` (bytes) applied on top.
     pub fn from_env_or_measure() -> Result<Thresholds> {
         let parse = |name: &str| -> Result<Option<usize>> {
             match std::env::var(name) {
@@ -367,10 +426,12 @@ impl Thresholds {
         };
         let eager = parse("SODE_SHM_EAGER_MAX")?;
         let get = parse("SODE_SHM_GET_MIN")?;
-        let mut t = if eager.is_some() && get.is_some() {
+        let read = parse("SODE_SHM_READ_MIN")?;
+        let mut t = if eager.is_some() && get.is_some() && read.is_some() {
             Thresholds {
                 eager_max: 0,
                 get_min: 0,
+                read_min: 0,
                 measured: false,
             }
         } else {
@@ -382,6 +443,10 @@ impl Thresholds {
         }
         if let Some(g) = get {
             t.get_min = g;
+            t.measured = false;
+        }
+        if let Some(r) = read {
+            t.read_min = r;
             t.measured = false;
         }
         Ok(t)

@@ -54,9 +54,10 @@ fn probe() -> Result<(), String> {
     );
     let t = Thresholds::from_env_or_measure().map_err(|e| e.to_string())?;
     println!(
-        "thresholds:          eager up to {} B (window beyond), get from {} B (private receive buffers){}",
+        "thresholds:          eager up to {} B (window beyond), get from {} B (private receive buffers), read in place from {} B (shared fields){}",
         t.eager_max,
         t.get_min,
+        t.read_min,
         if t.measured { ", measured" } else { ", set" }
     );
     #[cfg(feature = "hwloc")]
@@ -200,6 +201,7 @@ fn context(set: &Settings<'_>, job: &str, rank: usize) -> Result<Context, Failur
         ctx.set_thresholds(Thresholds {
             eager_max,
             get_min,
+            read_min: sode_shm::READ_MIN_FALLBACK,
             measured: false,
         });
     }

@@ -42,11 +42,13 @@ pub struct ShmExchangeBuilder<'a> {
 /// end: a read in place costs a second trip (the sender's request, then
 /// the receiver's done) where a window put finds its credit waiting, and
 /// a face of short runs drags a whole cache line from the owner's core
-/// for each. Measured with `ci/shared-fields.sh` (`stencil
-/// --exchange-only` on 2 ranks, minima of three): in place is 1.5-2.5x
-/// slower up to 2 KiB in runs of 128 B, even at 8 KiB in runs of 256 B,
-/// and 1.3-3.5x faster from 32 KiB in runs of 512 B and for long runs
-/// (the README's table).
+/// for each. `bytes` is measured at start-up with the other thresholds
+/// ([`Thresholds::read_min`]: the get round trip against a window put with
+/// a copy on either side); `mean_run` is a constant. Measured with
+/// `ci/shared-fields.sh` (`stencil --exchange-only` on 2 ranks, minima):
+/// in place is 1.1-1.4x slower up to 2 KiB, even at 8 KiB in runs of
+/// 256 B, 1.45x for 8 KiB in 8-byte runs, and 0.33-0.62x from 16 KiB in
+/// long runs (the README's table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMin {
     /// Smallest message read in place.
@@ -56,9 +58,10 @@ pub struct ReadMin {
 }
 
 impl ReadMin {
-    /// 4 KiB, in runs of 256 B on average.
+    /// 4 KiB (what this project's machine measures), in runs of 256 B on
+    /// average: for forced paths and thresholds set by hand.
     pub const DEFAULT: ReadMin = ReadMin {
-        bytes: 4096,
+        bytes: crate::thresholds::READ_MIN_FALLBACK,
         mean_run: 256,
     };
 
@@ -195,15 +198,16 @@ impl<'a> ShmExchangeBuilder<'a> {
     }
 
     /// Which messages with runs are read in place; the others are
-    /// gathered and scattered around a packed path (default
-    /// [`ReadMin::DEFAULT`], or `SODE_SHM_READ_MIN` and
-    /// `SODE_SHM_READ_RUN_MIN`, in bytes).
+    /// gathered and scattered around a packed path (default: the
+    /// thresholds' measured `read_min` in runs of [`ReadMin::DEFAULT`]'s
+    /// mean, or `SODE_SHM_READ_MIN` and `SODE_SHM_READ_RUN_MIN`, in
+    /// bytes).
     pub fn read_min(mut self, read_min: ReadMin) -> Self {
         self.read_min = Some(read_min);
         self
     }
 
-    fn read_min_or_env(&self) -> Result<ReadMin> {
+    fn read_min_or_env(&self, t: &Thresholds) -> Result<ReadMin> {
         if let Some(r) = self.read_min {
             return Ok(r);
         }
@@ -216,7 +220,7 @@ impl<'a> ShmExchangeBuilder<'a> {
             Err(_) => Ok(default),
         };
         Ok(ReadMin {
-            bytes: var("SODE_SHM_READ_MIN", ReadMin::DEFAULT.bytes)?,
+            bytes: var("SODE_SHM_READ_MIN", t.read_min)?,
             mean_run: var("SODE_SHM_READ_RUN_MIN", ReadMin::DEFAULT.mean_run)?,
         })
     }
@@ -460,6 +464,7 @@ impl<'a> ShmExchangeBuilder<'a> {
             (None, PathPolicy::Force(_)) => Thresholds {
                 eager_max: 0,
                 get_min: 0,
+                read_min: crate::thresholds::READ_MIN_FALLBACK,
                 measured: false,
             },
             (None, PathPolicy::Auto) => self.ctx.thresholds()?,
@@ -470,7 +475,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 peer_ranks.push(n.peer);
             }
         }
-        let read_min = self.read_min_or_env()?;
+        let read_min = self.read_min_or_env(&thresholds)?;
         let mut local = Local {
             name,
             thresholds,
