@@ -342,6 +342,12 @@ fn send_op(
         .map_err(|e| protocol(n.peer, e.to_string()))?;
     let path = Path::from_code(code)
         .ok_or_else(|| protocol(n.peer, format!("unknown path code {code} for tag {tag}")))?;
+    if path == Path::Read && n.send_runs.is_none() {
+        return Err(protocol(
+            n.peer,
+            format!("it reads tag {tag} in place, but we offered no runs"),
+        ));
+    }
     let window = match (path, entry.window) {
         (Path::Window, Some(w)) => Some((w, entry.entry)),
         (Path::Window, None) => {
