@@ -30,11 +30,14 @@ chmod 600 "$out/secret"
 start=$(date +%s)
 
 boot() { # node, ip, listen|connect, mac
+  # In the background, so that its pid can be recorded for an early stop.
   timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$1" \
     --rwdir "$out" --cwd "$PWD" \
     --exec "SODE_CLUSTER_RANKS_A='${SODE_CLUSTER_RANKS_A:-0 1}' SODE_CLUSTER_RANKS_B='${SODE_CLUSTER_RANKS_B:-2 3}' SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
     --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
-    >"$out/vm-$1.log" 2>&1 || true
+    >"$out/vm-$1.log" 2>&1 &
+  echo $! >"$out/pid-$1"
+  wait $! || true
 }
 boot a 10.78.0.1 listen 52:54:00:78:00:01 b &
 vm_a=$!
@@ -46,6 +49,21 @@ for _ in $(seq 600); do
 done
 boot b 10.78.0.2 connect 52:54:00:78:00:02 a &
 vm_b=$!
+if [ -n "${SODE_CLUSTER_UNTIL_A:-}" ]; then
+  # Node b is expected to go (node-death.sh powers it off): once node a is
+  # done, give node b's VM 30 s to end, then stop it. A guest halted by
+  # sysrq under emulation sometimes never exits QEMU, which would hold the
+  # run until SODE_VM_TIMEOUT.
+  wait $vm_a || true
+  for _ in $(seq 300); do
+    kill -0 $vm_b 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 $vm_b 2>/dev/null; then
+    echo "cluster: node b's VM still runs 30 s after node a ended: stopping it" >&2
+    kill "$(cat "$out/pid-b")" 2>/dev/null || true
+  fi
+fi
 wait $vm_a $vm_b || true
 status=0
 for node in a b; do
