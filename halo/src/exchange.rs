@@ -9,7 +9,7 @@ use sode_job::World;
 use sode_scheduler::{Algorithm, Machine};
 
 use crate::channel::Locality;
-use crate::decomp::{pack, runs, unpack, Decomposition, Neighbour};
+use crate::decomp::{runs, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 
@@ -223,12 +223,17 @@ impl HaloExchangeBuilder<'_> {
             )?);
         }
         let exchange = builder.build()?;
+        let faces = neighbours
+            .iter()
+            .map(|n| Face::of(n, &ext, self.elem))
+            .collect();
         Ok(HaloExchange {
             ext,
             elem: self.elem,
             fields: self.fields,
             shared: self.shared,
             neighbours,
+            faces,
             exchange,
         })
     }
@@ -293,7 +298,35 @@ pub struct HaloExchange {
     /// Sets of fields sode keeps (0: none).
     shared: usize,
     neighbours: Vec<Neighbour>,
+    /// Per link (the neighbours' order), its faces as runs of one field.
+    faces: Vec<Face>,
     exchange: LinkExchange,
+}
+
+/// A neighbour's send and receive regions as runs (byte offset, bytes) of
+/// one field's array, in the message's order: computed once, at build, so
+/// packing is a copy per run.
+#[derive(Debug)]
+struct Face {
+    send: Vec<sode_shm::Run>,
+    recv: Vec<sode_shm::Run>,
+    /// Bytes of one field's part of the message, each way.
+    send_part: usize,
+    recv_part: usize,
+}
+
+impl Face {
+    fn of(n: &Neighbour, ext: &[usize], elem: usize) -> Face {
+        let (mut send, mut recv) = (Vec::new(), Vec::new());
+        runs(ext, elem, &n.send, 0, &mut send);
+        runs(ext, elem, &n.recv, 0, &mut recv);
+        Face {
+            send,
+            recv,
+            send_part: n.send.cells() * elem,
+            recv_part: n.recv.cells() * elem,
+        }
+    }
 }
 
 impl HaloExchange {
@@ -469,19 +502,17 @@ impl HaloExchange {
         }
         self.not_shared("start")?;
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
-        let (elem, ext) = (self.elem, &self.ext);
-        for (i, n) in self.neighbours.iter().enumerate() {
-            let part = n.send.cells() * elem;
+        for (i, face) in self.faces.iter().enumerate() {
             let out = self.exchange.send_buf(i)?;
-            for (f, field) in fields.iter().enumerate() {
-                pack(
-                    bytemuck::cast_slice(field),
-                    ext,
-                    elem,
-                    &n.send,
-                    &mut out[f * part..(f + 1) * part],
-                );
+            let mut at = 0;
+            for field in fields {
+                let field: &[u8] = bytemuck::cast_slice(field);
+                for r in &face.send {
+                    out[at..at + r.len].copy_from_slice(&field[r.offset..r.offset + r.len]);
+                    at += r.len;
+                }
             }
+            debug_assert_eq!(at, face.send_part * fields.len());
         }
         self.exchange.start()
     }
@@ -499,19 +530,17 @@ impl HaloExchange {
         self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
         self.exchange.wait(deadline)?;
-        let (elem, ext) = (self.elem, &self.ext);
-        for (i, n) in self.neighbours.iter().enumerate() {
-            let part = n.recv.cells() * elem;
+        for (i, face) in self.faces.iter().enumerate() {
             let data = self.exchange.recv_buf(i)?;
-            for (f, field) in fields.iter_mut().enumerate() {
-                unpack(
-                    &data[f * part..(f + 1) * part],
-                    ext,
-                    elem,
-                    &n.recv,
-                    bytemuck::cast_slice_mut(field),
-                );
+            let mut at = 0;
+            for field in fields.iter_mut() {
+                let field: &mut [u8] = bytemuck::cast_slice_mut(field);
+                for r in &face.recv {
+                    field[r.offset..r.offset + r.len].copy_from_slice(&data[at..at + r.len]);
+                    at += r.len;
+                }
             }
+            debug_assert_eq!(at, face.recv_part * fields.len());
         }
         Ok(())
     }

@@ -549,10 +549,11 @@ impl Exchange {
         out.join("; ")
     }
 
-    /// Our lent set this iteration exchanges: where it starts.
-    fn set_at(&self) -> Result<u64> {
+    /// Our lent set this iteration exchanges: where it starts, and its
+    /// bytes.
+    fn set_span(&self) -> Result<(u64, u64)> {
         self.lent
-            .map(|l| l.set_at(self.set))
+            .map(|l| (l.set_at(self.set), l.set_len))
             .ok_or_else(|| ShmError::InPlace {
                 op: "start",
                 why: "a message has runs, but the exchange lends no sets".into(),
@@ -566,15 +567,11 @@ impl Exchange {
             let Some(runs) = s.runs.as_ref().filter(|_| s.path != Path::Read) else {
                 continue;
             };
-            let set = self.set_at()?;
-            let mut at = s.buf.offset;
-            for r in runs {
-                self.own
-                    .map
-                    .copy_within(set + r.offset as u64, at, r.len)
-                    .map_err(|e| own_error("gathering a send from the lent set", e))?;
-                at += r.len as u64;
-            }
+            let (set, span) = self.set_span()?;
+            self.own
+                .map
+                .gather_within(set, span, runs, s.buf.offset)
+                .map_err(|e| own_error("gathering a send from the lent set", e))?;
         }
         Ok(())
     }
@@ -586,21 +583,16 @@ impl Exchange {
             let Some(runs) = r.runs.as_ref().filter(|_| r.path != Path::Read) else {
                 continue;
             };
-            let set = self.set_at()?;
-            let mut at = 0usize;
-            for run in runs {
-                let to = set + run.offset as u64;
-                let copied = match &r.storage {
-                    Storage::Private(b) => self.own.map.write(to, &b.as_ref()[at..at + run.len]),
-                    Storage::Window(w) => {
-                        let slot = layout::window_slot(*w, r.len as u64, self.iteration);
-                        self.own.map.copy_within(slot + at as u64, to, run.len)
-                    }
-                    Storage::InPlace => Ok(()),
-                };
-                copied.map_err(|e| own_error("scattering a receive into the lent set", e))?;
-                at += run.len;
-            }
+            let (set, span) = self.set_span()?;
+            let copied = match &r.storage {
+                Storage::Private(b) => self.own.map.scatter(b.as_ref(), set, span, runs),
+                Storage::Window(w) => {
+                    let slot = layout::window_slot(*w, r.len as u64, self.iteration);
+                    self.own.map.scatter_within(slot, set, span, runs)
+                }
+                Storage::InPlace => Ok(()),
+            };
+            copied.map_err(|e| own_error("scattering a receive into the lent set", e))?;
         }
         Ok(())
     }

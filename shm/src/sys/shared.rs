@@ -153,21 +153,127 @@ impl SharedMap {
         Ok(())
     }
 
-    /// Copies `len` bytes at `from` to `to`, both in the mapping; the two
-    /// ranges must not overlap (refused as out of bounds if they do).
-    pub(crate) fn copy_within(&self, from: u64, to: u64, len: usize) -> Result<(), OutOfBounds> {
-        let src = self.check(from, len as u64)?;
-        let dst = self.check(to, len as u64)?;
-        if src < dst + len && dst < src + len && len > 0 {
-            return Err(OutOfBounds {
-                offset: to,
-                len: len as u64,
-                mapped: self.len as u64,
-            });
+    /// The bytes the `runs` cover, each checked to lie within `span`.
+    fn runs_total(span: u64, runs: &[crate::exchange::Run]) -> Option<usize> {
+        let mut total = 0usize;
+        for r in runs {
+            if r.offset.checked_add(r.len)? as u64 > span {
+                return None;
+            }
+            total = total.checked_add(r.len)?;
         }
-        // SAFETY: both ranges are inside the mapping (checked) and do not
-        // overlap (checked); u8 has no invalid values.
-        unsafe { copy_bytes(self.base.add(dst), self.base.add(src), len) };
+        Some(total)
+    }
+
+    /// Copies the `runs` of the `span` bytes at `base`, in order, to the
+    /// bytes at `to`, which they fill: a gather within the mapping (the
+    /// two ranges must not overlap). Every range is checked once.
+    pub(crate) fn gather_within(
+        &self,
+        base: u64,
+        span: u64,
+        runs: &[crate::exchange::Run],
+        to: u64,
+    ) -> Result<(), OutOfBounds> {
+        let (set, line) = self.run_ranges(base, span, runs, to)?;
+        let mut at = 0usize;
+        for r in runs {
+            // SAFETY: every run lies within the span and the line holds
+            // their total (`run_ranges`), both inside the mapping and
+            // apart; u8 has no invalid values.
+            unsafe {
+                copy_bytes(
+                    self.base.add(line + at),
+                    self.base.add(set + r.offset),
+                    r.len,
+                )
+            };
+            at += r.len;
+        }
+        Ok(())
+    }
+
+    /// The inverse of [`gather_within`](Self::gather_within): the bytes at
+    /// `from`, in order, into the `runs` of the `span` bytes at `base`.
+    pub(crate) fn scatter_within(
+        &self,
+        from: u64,
+        base: u64,
+        span: u64,
+        runs: &[crate::exchange::Run],
+    ) -> Result<(), OutOfBounds> {
+        let (set, line) = self.run_ranges(base, span, runs, from)?;
+        let mut at = 0usize;
+        for r in runs {
+            // SAFETY: as in `gather_within`, the other way.
+            unsafe {
+                copy_bytes(
+                    self.base.add(set + r.offset),
+                    self.base.add(line + at),
+                    r.len,
+                )
+            };
+            at += r.len;
+        }
+        Ok(())
+    }
+
+    /// Checks a gather or scatter within the mapping: the span at `base`,
+    /// the runs inside it, the contiguous line at `line` of their total,
+    /// both in the mapping and apart. Their start indices.
+    fn run_ranges(
+        &self,
+        base: u64,
+        span: u64,
+        runs: &[crate::exchange::Run],
+        line: u64,
+    ) -> Result<(usize, usize), OutOfBounds> {
+        let bad = OutOfBounds {
+            offset: line,
+            len: span,
+            mapped: self.len as u64,
+        };
+        let total = Self::runs_total(span, runs).ok_or(bad)?;
+        let set = self.check(base, span)?;
+        let at = self.check(line, total as u64)?;
+        if at < set + span as usize && set < at + total && total > 0 {
+            return Err(bad);
+        }
+        Ok((set, at))
+    }
+
+    /// `data`, in order, into the `runs` of the `span` bytes at `base` (a
+    /// scatter from private memory).
+    pub(crate) fn scatter(
+        &self,
+        data: &[u8],
+        base: u64,
+        span: u64,
+        runs: &[crate::exchange::Run],
+    ) -> Result<(), OutOfBounds> {
+        let to = self.check(base, span)?;
+        let mut at = 0usize;
+        for r in runs {
+            let bad = OutOfBounds {
+                offset: base + r.offset as u64,
+                len: r.len as u64,
+                mapped: self.len as u64,
+            };
+            if r.offset
+                .checked_add(r.len)
+                .is_none_or(|end| end as u64 > span)
+            {
+                return Err(bad);
+            }
+            let Some(src) = data.get(at..at + r.len) else {
+                return Err(bad);
+            };
+            // SAFETY: the destination run lies inside the span, which lies
+            // inside the mapping (both checked); `src` is a distinct,
+            // borrowed slice of the right length.
+            unsafe { copy_bytes(self.base.add(to + r.offset), src.as_ptr(), r.len) };
+            at += r.len;
+        }
         Ok(())
     }
 
