@@ -110,6 +110,17 @@ fn box_fits(m: &BoxMessage, field: &FieldSpec) -> std::result::Result<(), String
     Ok(())
 }
 
+/// The error of `op` on an exchange in `state`, which is not committed.
+fn not_committed(op: &'static str, state: &State) -> CapiError {
+    CapiError::State {
+        op,
+        why: match state {
+            State::Broken(why) => format!("its commit failed ({why}): free it"),
+            _ => "the exchange is not committed: call sode_exchange_commit first".into(),
+        },
+    }
+}
+
 /// The status and message a rank reports to the others after commit.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 struct Verdict {
@@ -709,14 +720,7 @@ impl Exchange {
     ) -> Result<(&mut LinkExchange, &[Planned], &mut [Field])> {
         match &mut self.state {
             State::Committed { links, planned, .. } => Ok((links, planned, &mut self.fields)),
-            State::Described => Err(CapiError::State {
-                op,
-                why: "the exchange is not committed: call sode_exchange_commit first".into(),
-            }),
-            State::Broken(why) => Err(CapiError::State {
-                op,
-                why: format!("its commit failed ({why}): free it"),
-            }),
+            other => Err(not_committed(op, other)),
         }
     }
 
@@ -731,14 +735,7 @@ impl Exchange {
                 op,
                 why: "the exchange keeps no fields: call sode_exchange_set_shared_fields before adding them".into(),
             }),
-            State::Described => Err(CapiError::State {
-                op,
-                why: "the exchange is not committed: call sode_exchange_commit first".into(),
-            }),
-            State::Broken(why) => Err(CapiError::State {
-                op,
-                why: format!("its commit failed ({why}): free it"),
-            }),
+            other => Err(not_committed(op, other)),
         }
     }
 
@@ -746,8 +743,8 @@ impl Exchange {
     /// field was described), valid until the exchange is freed.
     pub fn shared_field(&mut self, set: usize, field: usize) -> Result<*mut u8> {
         let op = "sode_exchange_shared_field";
-        let layout = self.shared(op)?.clone();
-        if set >= layout.sets || field >= layout.bases.len() {
+        let layout = self.shared(op)?;
+        let Some(base) = layout.bases.get(field).filter(|_| set < layout.sets) else {
             return Err(CapiError::Invalid {
                 op,
                 why: format!(
@@ -756,12 +753,12 @@ impl Exchange {
                     layout.bases.len()
                 ),
             });
-        }
+        };
+        let at = set * layout.set_len + base;
         let (links, _, _) = self.committed(op)?;
         let sets = links
             .shared_sets_mut()
             .map_err(|source| CapiError::Exchange { op, source })?;
-        let at = set * layout.set_len + layout.bases[field];
         Ok(sets[at..].as_mut_ptr())
     }
 

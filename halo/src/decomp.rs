@@ -339,6 +339,28 @@ pub(crate) fn runs(
     });
 }
 
+/// Copies the `runs` of `src`, in order, to the front of `out`; the bytes
+/// copied.
+pub(crate) fn gather_runs(src: &[u8], runs: &[sode_shm::Run], out: &mut [u8]) -> usize {
+    let mut at = 0;
+    for r in runs {
+        out[at..at + r.len].copy_from_slice(&src[r.offset..r.offset + r.len]);
+        at += r.len;
+    }
+    at
+}
+
+/// The inverse of [`gather_runs`]: the front of `data`, in order, into the
+/// `runs` of `dst`; the bytes copied.
+pub(crate) fn scatter_runs(data: &[u8], runs: &[sode_shm::Run], dst: &mut [u8]) -> usize {
+    let mut at = 0;
+    for r in runs {
+        dst[r.offset..r.offset + r.len].copy_from_slice(&data[at..at + r.len]);
+        at += r.len;
+    }
+    at
+}
+
 /// Calls `f` with the cell index of the start of each contiguous row
 /// (along axis 0) of region `r`.
 fn for_rows(ext: &[usize], r: &Region, mut f: impl FnMut(usize)) {

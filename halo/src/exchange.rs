@@ -9,7 +9,7 @@ use sode_job::World;
 use sode_scheduler::{Algorithm, Machine};
 
 use crate::channel::Locality;
-use crate::decomp::{runs, Decomposition, Neighbour};
+use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 
@@ -239,10 +239,6 @@ impl HaloExchangeBuilder<'_> {
     }
 }
 
-fn array_stride(array: usize) -> Option<usize> {
-    SharedSets::array_stride(array)
-}
-
 /// The shared sets of `sets` x `fields` arrays of extent `ext`, each
 /// [`SharedSets::array_stride`] apart, and each neighbour's faces as runs
 /// of a set.
@@ -262,7 +258,7 @@ fn shared_sets(
     let stride = ext
         .iter()
         .try_fold(elem, |b, &e| b.checked_mul(e))
-        .and_then(array_stride)
+        .and_then(SharedSets::array_stride)
         .ok_or_else(overflow)?;
     let set_len = stride.checked_mul(fields).ok_or_else(overflow)?;
     set_len.checked_mul(sets).ok_or_else(overflow)?;
@@ -310,9 +306,6 @@ pub struct HaloExchange {
 struct Face {
     send: Vec<sode_shm::Run>,
     recv: Vec<sode_shm::Run>,
-    /// Bytes of one field's part of the message, each way.
-    send_part: usize,
-    recv_part: usize,
 }
 
 impl Face {
@@ -320,12 +313,7 @@ impl Face {
         let (mut send, mut recv) = (Vec::new(), Vec::new());
         runs(ext, elem, &n.send, 0, &mut send);
         runs(ext, elem, &n.recv, 0, &mut recv);
-        Face {
-            send,
-            recv,
-            send_part: n.send.cells() * elem,
-            recv_part: n.recv.cells() * elem,
-        }
+        Face { send, recv }
     }
 }
 
@@ -461,7 +449,7 @@ impl HaloExchange {
         self.check::<T>(op, self.fields, std::iter::empty())?;
         let array = self.ext.iter().product::<usize>() * self.elem;
         // Checked at build.
-        let stride = array_stride(array).unwrap_or(usize::MAX);
+        let stride = SharedSets::array_stride(array).unwrap_or(usize::MAX);
         let mut rest = self.exchange.shared_sets_mut()?;
         let mut out = Vec::with_capacity(self.shared * self.fields);
         for _ in 0..self.shared * self.fields {
@@ -506,13 +494,8 @@ impl HaloExchange {
             let out = self.exchange.send_buf(i)?;
             let mut at = 0;
             for field in fields {
-                let field: &[u8] = bytemuck::cast_slice(field);
-                for r in &face.send {
-                    out[at..at + r.len].copy_from_slice(&field[r.offset..r.offset + r.len]);
-                    at += r.len;
-                }
+                at += gather_runs(bytemuck::cast_slice(field), &face.send, &mut out[at..]);
             }
-            debug_assert_eq!(at, face.send_part * fields.len());
         }
         self.exchange.start()
     }
@@ -534,13 +517,8 @@ impl HaloExchange {
             let data = self.exchange.recv_buf(i)?;
             let mut at = 0;
             for field in fields.iter_mut() {
-                let field: &mut [u8] = bytemuck::cast_slice_mut(field);
-                for r in &face.recv {
-                    field[r.offset..r.offset + r.len].copy_from_slice(&data[at..at + r.len]);
-                    at += r.len;
-                }
+                at += scatter_runs(&data[at..], &face.recv, bytemuck::cast_slice_mut(field));
             }
-            debug_assert_eq!(at, face.recv_part * fields.len());
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ use sode_job::{Backoff, Lifecycle, World};
 use sode_scheduler::Algorithm;
 
 use crate::channel::{Channel, Locality, ShmChannel, TcpChannel, TcpMessage};
+use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
 use crate::exchange::{Model, SyncMode, Transport};
 
@@ -508,12 +509,10 @@ impl<'w> LinkExchangeBuilder<'w> {
         let store = self.build_shm(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
         let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
         self.build_tcp(&mut sends, &mut recvs, &mut channels)?;
-        let shared = self.shared.as_ref().map(|s| (s.sets, s.set_len));
-        let shared_runs = self.shared.take().map(|s| s.runs).unwrap_or_default();
+        let shared = self.shared.take();
         Ok(LinkExchange {
             in_place,
             shared,
-            shared_runs,
             set: None,
             store,
             rank: self.world.rank(),
@@ -974,11 +973,10 @@ pub struct LinkExchange {
     rank: usize,
     /// Per link, which sides travel in place.
     in_place: Vec<Sides>,
-    /// The shared sets asked for (how many, bytes each), where they are,
-    /// each link's runs in them, and the set in flight.
-    shared: Option<(usize, usize)>,
+    /// The shared sets asked for (with each link's runs in them), where
+    /// they are, and the set in flight.
+    shared: Option<SharedSets>,
     store: Option<SharedStore>,
-    shared_runs: Vec<LinkRuns>,
     set: Option<usize>,
     links: Vec<Link>,
     sends: Vec<Option<Route>>,
@@ -1140,9 +1138,9 @@ impl LinkExchange {
     /// [`start`](Self::start) exchanging shared set `set`: links in place
     /// are read from its runs here and land in its runs at the peers.
     pub fn start_set(&mut self, set: usize) -> Result<()> {
-        let sets = self.shared.map_or(0, |s| s.0);
+        self.lifecycle.require_idle("start")?;
+        let sets = self.shared.as_ref().map_or(0, |s| s.sets);
         if set >= sets {
-            self.lifecycle.require_idle("start")?;
             return Err(HaloError::Usage {
                 op: "start_set",
                 why: format!("set {set} asked for, but the exchange keeps {sets} shared sets"),
@@ -1151,7 +1149,6 @@ impl LinkExchange {
         for c in &mut self.channels {
             c.use_set(set);
         }
-        self.lifecycle.require_idle("start")?;
         self.gather(set)?;
         self.set = Some(set);
         self.start_channels()
@@ -1160,11 +1157,12 @@ impl LinkExchange {
     /// The links not in place: their send runs of set `set` gathered into
     /// their send buffers.
     fn gather(&mut self, set: usize) -> Result<()> {
-        let Some((_, set_len)) = self.shared else {
+        let Some(shared) = &self.shared else {
             return Ok(());
         };
-        for i in 0..self.links.len() {
-            let (Some(route), Some(runs)) = (self.sends[i], self.shared_runs[i].send.as_ref())
+        let span = set * shared.set_len..(set + 1) * shared.set_len;
+        for (i, runs) in shared.runs.iter().enumerate() {
+            let (Some(route), Some(runs)) = (self.sends.get(i).copied().flatten(), &runs.send)
             else {
                 continue;
             };
@@ -1178,13 +1176,7 @@ impl LinkExchange {
                 (Route::Channel { message, .. }, Some(c)) => c.send_buf(message)?,
                 (Route::Channel { .. }, None) => return Err(no_channel(i)),
             };
-            let base = set * set_len;
-            let mut at = 0;
-            for r in runs {
-                out[at..at + r.len]
-                    .copy_from_slice(&sets[base + r.offset..base + r.offset + r.len]);
-                at += r.len;
-            }
+            gather_runs(&sets[span.clone()], runs, out);
         }
         Ok(())
     }
@@ -1192,11 +1184,12 @@ impl LinkExchange {
     /// The links not in place: their receive buffers scattered into their
     /// runs of the set in flight.
     fn scatter(&mut self) -> Result<()> {
-        let (Some((_, set_len)), Some(set)) = (self.shared, self.set.take()) else {
+        let (Some(shared), Some(set)) = (&self.shared, self.set.take()) else {
             return Ok(());
         };
-        for i in 0..self.links.len() {
-            let (Some(route), Some(runs)) = (self.recvs[i], self.shared_runs[i].recv.as_ref())
+        let span = set * shared.set_len..(set + 1) * shared.set_len;
+        for (i, runs) in shared.runs.iter().enumerate() {
+            let (Some(route), Some(runs)) = (self.recvs.get(i).copied().flatten(), &runs.recv)
             else {
                 continue;
             };
@@ -1210,13 +1203,7 @@ impl LinkExchange {
                 (Route::Channel { message, .. }, Some(c)) => c.recv_buf(message)?,
                 (Route::Channel { .. }, None) => return Err(no_channel(i)),
             };
-            let base = set * set_len;
-            let mut at = 0;
-            for r in runs {
-                sets[base + r.offset..base + r.offset + r.len]
-                    .copy_from_slice(&data[at..at + r.len]);
-                at += r.len;
-            }
+            scatter_runs(data, runs, &mut sets[span.clone()]);
         }
         Ok(())
     }

@@ -51,53 +51,54 @@ fn counted_on(transport: Transport, iters: usize, shared: bool) -> Vec<Counts> {
                     .build()
                     .unwrap();
                 if shared {
-                    return shared_counts(&mut halo, transport, iters);
+                    if transport == Transport::Shm {
+                        assert_eq!(halo.halos_read_in_place(), 2, "the faces are read in place");
+                    }
+                    return steady(&mut halo, iters, |halo, step| match step {
+                        Step::Start(it) => halo.start_set(it % 2).unwrap(),
+                        Step::Wait(deadline) => halo.wait_set(deadline).unwrap(),
+                    });
                 }
                 let cells: usize = halo.local_extent().iter().product();
                 let (mut u, mut v) = (vec![rank as f64; cells], vec![1.5; cells]);
-                let deadline = || Instant::now() + Duration::from_secs(30);
-                let mut c = Counts::default();
-                for it in 0..iters + 3 {
-                    let warm = it >= 3;
-                    let n = allocation_counter::measure(|| halo.start(&[&u, &v]).unwrap());
-                    c.start += u64::from(warm) * n.count_total;
-                    let mut done = false;
-                    while !done {
-                        let n = allocation_counter::measure(|| done = halo.test().unwrap());
-                        c.polls += u64::from(warm) * n.count_total;
-                        c.poll_calls += u64::from(warm);
-                    }
-                    let n = allocation_counter::measure(|| {
-                        halo.wait(deadline(), &mut [&mut u, &mut v]).unwrap()
-                    });
-                    c.wait += u64::from(warm) * n.count_total;
-                }
-                c
+                steady(&mut halo, iters, |halo, step| match step {
+                    Step::Start(_) => halo.start(&[&u, &v]).unwrap(),
+                    Step::Wait(deadline) => halo.wait(deadline, &mut [&mut u, &mut v]).unwrap(),
+                })
             })
         })
         .collect();
     ranks.into_iter().map(|r| r.join().unwrap()).collect()
 }
 
-/// The steady state of [`counted_on`] with shared fields.
-fn shared_counts(halo: &mut HaloExchange, transport: Transport, iters: usize) -> Counts {
-    if transport == Transport::Shm {
-        assert_eq!(halo.halos_read_in_place(), 2, "the faces are read in place");
-    }
-    let deadline = || Instant::now() + Duration::from_secs(30);
+/// A step of an iteration: its start (the iteration's number) or its wait
+/// (the deadline).
+enum Step {
+    Start(usize),
+    Wait(Instant),
+}
+
+/// Allocations of `iters` iterations after 3 of warm-up: `step` starts and
+/// waits, `test` polls between.
+fn steady(
+    halo: &mut HaloExchange,
+    iters: usize,
+    mut step: impl FnMut(&mut HaloExchange, Step),
+) -> Counts {
     let mut c = Counts::default();
     for it in 0..iters + 3 {
-        let warm = it >= 3;
-        let n = allocation_counter::measure(|| halo.start_set(it % 2).unwrap());
-        c.start += u64::from(warm) * n.count_total;
+        let warm = u64::from(it >= 3);
+        let n = allocation_counter::measure(|| step(halo, Step::Start(it)));
+        c.start += warm * n.count_total;
         let mut done = false;
         while !done {
             let n = allocation_counter::measure(|| done = halo.test().unwrap());
-            c.polls += u64::from(warm) * n.count_total;
-            c.poll_calls += u64::from(warm);
+            c.polls += warm * n.count_total;
+            c.poll_calls += warm;
         }
-        let n = allocation_counter::measure(|| halo.wait_set(deadline()).unwrap());
-        c.wait += u64::from(warm) * n.count_total;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let n = allocation_counter::measure(|| step(halo, Step::Wait(deadline)));
+        c.wait += warm * n.count_total;
     }
     c
 }

@@ -46,8 +46,8 @@ pub struct ShmExchangeBuilder<'a> {
 /// ([`Thresholds::read_min`]: the get round trip against a window put with
 /// a copy on either side); `mean_run` is a constant. Measured with
 /// `ci/shared-fields.sh` (`stencil --exchange-only` on 2 ranks, minima):
-/// in place is 1.1-1.4x slower up to 2 KiB, even at 8 KiB in runs of
-/// 256 B, 1.45x for 8 KiB in 8-byte runs, and 0.33-0.62x from 16 KiB in
+/// in place takes 1.3-2.2x the caller's-arrays time up to 2 KiB and
+/// 1.3-2.1x for faces of 8-byte runs, against 0.31-0.71x from 16 KiB in
 /// long runs (the README's table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMin {
@@ -58,7 +58,8 @@ pub struct ReadMin {
 }
 
 impl ReadMin {
-    /// 4 KiB (what this project's machine measures), in runs of 256 B on
+    /// 4 KiB (the crossover of a first, hand-set run of `ci/shared-fields.sh`
+    /// here; the start-up probe measures 16 KiB), in runs of 256 B on
     /// average: for forced paths and thresholds set by hand.
     pub const DEFAULT: ReadMin = ReadMin {
         bytes: crate::thresholds::READ_MIN_FALLBACK,
@@ -231,8 +232,8 @@ impl<'a> ShmExchangeBuilder<'a> {
     /// need no packing by the caller: where [`read_min`](Self::read_min)
     /// admits them, the receiver copies the sender's runs straight into
     /// its own (one copy in all); elsewhere the exchange gathers and
-    /// scatters them around a packed path. Each iteration exchanges one set, named at
-    /// [`Exchange::start_set`] (for double buffering).
+    /// scatters them around a packed path. Each iteration exchanges one
+    /// set, named at [`Exchange::start_set`] (for double buffering).
     pub fn lend(mut self, sets: usize, set_len: usize) -> Self {
         self.lent = Some((sets, set_len));
         self

@@ -276,22 +276,15 @@ fn pieces(from: &[Run], to: &[Run]) -> Vec<Piece> {
             to: t.offset as u64,
             len: len as u64,
         });
-        x = if f.len > len {
-            Some(Run {
-                offset: f.offset + len,
-                len: f.len - len,
+        // What is left of a run once `len` of it is copied.
+        let rest = |r: Run| {
+            (r.len > len).then(|| Run {
+                offset: r.offset + len,
+                len: r.len - len,
             })
-        } else {
-            a.next()
         };
-        y = if t.len > len {
-            Some(Run {
-                offset: t.offset + len,
-                len: t.len - len,
-            })
-        } else {
-            b.next()
-        };
+        x = rest(f).or_else(|| a.next());
+        y = rest(t).or_else(|| b.next());
     }
     // Adjacent on both sides: one copy.
     let mut merged: Vec<Piece> = Vec::with_capacity(out.len());

@@ -570,7 +570,7 @@ impl Exchange {
             let (set, span) = self.set_span()?;
             self.own
                 .map
-                .gather_within(set, span, runs, s.buf.offset)
+                .copy_runs_within(set, span, runs, s.buf.offset, true)
                 .map_err(|e| own_error("gathering a send from the lent set", e))?;
         }
         Ok(())
@@ -588,7 +588,7 @@ impl Exchange {
                 Storage::Private(b) => self.own.map.scatter(b.as_ref(), set, span, runs),
                 Storage::Window(w) => {
                     let slot = layout::window_slot(*w, r.len as u64, self.iteration);
-                    self.own.map.scatter_within(slot, set, span, runs)
+                    self.own.map.copy_runs_within(set, span, runs, slot, false)
                 }
                 Storage::InPlace => Ok(()),
             };

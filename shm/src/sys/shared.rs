@@ -165,53 +165,32 @@ impl SharedMap {
         Some(total)
     }
 
-    /// Copies the `runs` of the `span` bytes at `base`, in order, to the
-    /// bytes at `to`, which they fill: a gather within the mapping (the
-    /// two ranges must not overlap). Every range is checked once.
-    pub(crate) fn gather_within(
+    /// Copies between the `runs` of the `span` bytes at `base` and the
+    /// contiguous bytes at `line`, in the runs' order, within the mapping
+    /// (the two ranges must not overlap; every range is checked once):
+    /// runs to line (a gather) when `gather`, else line to runs (a
+    /// scatter).
+    pub(crate) fn copy_runs_within(
         &self,
         base: u64,
         span: u64,
         runs: &[crate::exchange::Run],
-        to: u64,
+        line: u64,
+        gather: bool,
     ) -> Result<(), OutOfBounds> {
-        let (set, line) = self.run_ranges(base, span, runs, to)?;
+        let (set, line) = self.run_ranges(base, span, runs, line)?;
         let mut at = 0usize;
         for r in runs {
             // SAFETY: every run lies within the span and the line holds
             // their total (`run_ranges`), both inside the mapping and
             // apart; u8 has no invalid values.
             unsafe {
-                copy_bytes(
-                    self.base.add(line + at),
-                    self.base.add(set + r.offset),
-                    r.len,
-                )
-            };
-            at += r.len;
-        }
-        Ok(())
-    }
-
-    /// The inverse of [`gather_within`](Self::gather_within): the bytes at
-    /// `from`, in order, into the `runs` of the `span` bytes at `base`.
-    pub(crate) fn scatter_within(
-        &self,
-        from: u64,
-        base: u64,
-        span: u64,
-        runs: &[crate::exchange::Run],
-    ) -> Result<(), OutOfBounds> {
-        let (set, line) = self.run_ranges(base, span, runs, from)?;
-        let mut at = 0usize;
-        for r in runs {
-            // SAFETY: as in `gather_within`, the other way.
-            unsafe {
-                copy_bytes(
-                    self.base.add(set + r.offset),
-                    self.base.add(line + at),
-                    r.len,
-                )
+                let (run, contiguous) = (self.base.add(set + r.offset), self.base.add(line + at));
+                if gather {
+                    copy_bytes(contiguous, run, r.len)
+                } else {
+                    copy_bytes(run, contiguous, r.len)
+                }
             };
             at += r.len;
         }
