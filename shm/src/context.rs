@@ -8,7 +8,8 @@ use sode_job::{LaunchInfo, World};
 use crate::caps::ShmCaps;
 use crate::error::{Result, ShmError};
 use crate::exchange::ShmExchangeBuilder;
-use crate::thresholds::Thresholds;
+use crate::placement;
+use crate::thresholds::{Measured, Overrides, Thresholds};
 
 /// Per-process state shared by all exchanges of a process.
 #[derive(Debug)]
@@ -19,7 +20,42 @@ pub struct Context {
     pub(crate) dir: PathBuf,
     caps: ShmCaps,
     thresholds: Option<Thresholds>,
+    /// Set by hand: used for every peer, nothing measured.
+    by_hand: Option<Thresholds>,
+    /// Probes run so far, one per place measured towards.
+    probes: Vec<Probed>,
+    /// The NUMA nodes' CPUs, read on first use.
+    numa_nodes: Option<Vec<Vec<usize>>>,
     pub(crate) next_exchange: u32,
+}
+
+/// One threshold probe: from which CPUs, towards which, what it found.
+#[derive(Debug)]
+struct Probed {
+    own: Vec<usize>,
+    towards: Vec<usize>,
+    measured: Measured,
+}
+
+/// The thresholds for what one peer sends this process, and where they
+/// were measured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerCalibration {
+    /// The peer's rank.
+    pub peer: usize,
+    /// The thresholds its messages to us were given paths by.
+    pub thresholds: Thresholds,
+    /// The CPUs the probe's responder was placed on to stand in for the
+    /// peer: its NUMA node's, less ours where the node has others. Empty
+    /// when nothing was measured towards it (thresholds set by hand, in
+    /// the environment, or a forced path) or its placement could not be
+    /// read (then the responder ran anywhere).
+    pub towards: Vec<usize>,
+    /// The CPU the responder ended on, when measured.
+    pub ran_on: Option<usize>,
+    /// Whether an earlier probe towards the same CPUs, from the same ones,
+    /// served (probes are kept for the life of the context).
+    pub reused: bool,
 }
 
 impl Context {
@@ -50,6 +86,9 @@ impl Context {
             dir,
             caps: ShmCaps::probe(),
             thresholds: None,
+            by_hand: None,
+            probes: Vec::new(),
+            numa_nodes: None,
             next_exchange: 0,
         })
     }
@@ -109,10 +148,14 @@ impl Context {
         &self.caps
     }
 
-    /// The crossover sizes: measured on first use (a few milliseconds), with
-    /// `SODE_SHM_EAGER_MAX` / `SODE_SHM_GET_MIN` applied.
+    /// The crossover sizes between two threads of this process wherever
+    /// they run: measured on first use (a few milliseconds), with
+    /// `SODE_SHM_EAGER_MAX` / `SODE_SHM_GET_MIN` / `SODE_SHM_READ_MIN`
+    /// applied. Exchanges do not use these: each measures towards every
+    /// peer where it runs, at build ([`PeerCalibration`]), unless
+    /// thresholds were set by hand.
     pub fn thresholds(&mut self) -> Result<Thresholds> {
-        if let Some(t) = self.thresholds {
+        if let Some(t) = self.by_hand.or(self.thresholds) {
             return Ok(t);
         }
         let t = Thresholds::from_env_or_measure()?;
@@ -120,9 +163,70 @@ impl Context {
         Ok(t)
     }
 
-    /// Replaces the thresholds for exchanges built from now on.
+    /// Sets the thresholds for every peer of the exchanges built from now
+    /// on: nothing is measured.
     pub fn set_thresholds(&mut self, thresholds: Thresholds) {
-        self.thresholds = Some(thresholds);
+        self.by_hand = Some(thresholds);
+    }
+
+    /// Thresholds set by hand, if any.
+    pub(crate) fn thresholds_by_hand(&self) -> Option<Thresholds> {
+        self.by_hand
+    }
+
+    /// The thresholds for messages from `peer` (process `pid`), measured
+    /// with the probe's responder where the peer runs (see
+    /// `placement`), once per place, with the environment's settings on
+    /// top. `before_probe` runs before a new probe (not before one reused).
+    pub(crate) fn calibrate_towards(
+        &mut self,
+        peer: usize,
+        pid: i32,
+        before_probe: impl FnOnce() -> Result<()>,
+    ) -> Result<PeerCalibration> {
+        let set = Overrides::from_env()?;
+        if let Some(thresholds) = set.complete() {
+            return Ok(PeerCalibration {
+                peer,
+                thresholds,
+                towards: Vec::new(),
+                ran_on: None,
+                reused: false,
+            });
+        }
+        let own = placement::affinity(0).unwrap_or_default();
+        let nodes = self.numa_nodes.get_or_insert_with(placement::numa_nodes);
+        let towards = placement::affinity(pid)
+            .map(|theirs| placement::responder_cpus(&theirs, &own, nodes))
+            .unwrap_or_default();
+        let known = self
+            .probes
+            .iter()
+            .find(|p| p.own == own && p.towards == towards);
+        let (measured, reused) = match known {
+            Some(p) => (p.measured, true),
+            None => {
+                before_probe()?;
+                let measured = Thresholds::measure_towards(&towards);
+                tracing::debug!(
+                    "thresholds towards rank {peer} (pid {pid}) on CPUs {towards:?}, from {own:?}: {:?}",
+                    measured
+                );
+                self.probes.push(Probed {
+                    own,
+                    towards: towards.clone(),
+                    measured,
+                });
+                (measured, false)
+            }
+        };
+        Ok(PeerCalibration {
+            peer,
+            thresholds: set.apply(measured.thresholds),
+            towards,
+            ran_on: measured.ran_on,
+            reused,
+        })
     }
 
     /// Starts describing an exchange. Building it is collective: every

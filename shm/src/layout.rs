@@ -140,7 +140,8 @@ pub(crate) struct RecvSpec {
     pub(crate) len: u64,
     /// Whether it lands in a window of the segment.
     pub(crate) window: bool,
-    /// Whether it is received in place (into the lent sets).
+    /// Whether it is received into runs of the lent sets (read there in
+    /// place, or scattered there from a packed path).
     pub(crate) in_place: bool,
     /// Bytes past a cache-line boundary the window starts.
     pub(crate) misalign: u64,

@@ -19,8 +19,9 @@
 //!   sender copies into it once the receiver has granted a credit (one copy,
 //!   no system call).
 //!
-//! The crossover sizes are measured at start-up ([`Thresholds`]), the
-//! machine's capabilities probed ([`ShmCaps`]), and a peer
+//! The crossover sizes are measured per peer at build, from where the peer
+//! runs ([`Thresholds`], [`PeerCalibration`]), the machine's capabilities
+//! probed ([`ShmCaps`]), and a peer
 //! that dies is reported by [`Exchange::wait`] within its deadline.
 //!
 //! ## Quick start
@@ -54,6 +55,7 @@ mod context;
 mod error;
 mod exchange;
 mod layout;
+mod placement;
 mod ring;
 mod segment;
 #[allow(unsafe_code)]
@@ -63,7 +65,7 @@ mod thresholds;
 pub mod topology;
 
 pub use caps::ShmCaps;
-pub use context::Context;
+pub use context::{Context, PeerCalibration};
 pub use error::{Result, ShmError};
 pub use exchange::{
     Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, ReadMin, Run,

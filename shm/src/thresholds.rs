@@ -1,8 +1,10 @@
-//! The message sizes at which the data paths cross over, measured at start-up
-//! on this machine, overridable by the environment or the builder.
+//! The message sizes at which the data paths cross over, measured on this
+//! machine, overridable by the environment or the builder.
 //!
 //! The measurement runs the channel's own ring and copy code between two
-//! threads (so data and flags cross cores as they do between processes):
+//! threads (so data and flags cross cores as they do between processes),
+//! the responder placed where a peer runs when measuring towards one
+//! (`Context::calibrate_towards`, at build):
 //! for each size, the round-trip time of an eager transfer (fragments pushed
 //! through a ring and copied out, then an acknowledgement), a window put
 //! (credit, one copy, arrival flag) and a get (receive_request, a copy out
@@ -59,6 +61,10 @@ struct Bench {
     /// Rounds completed by the responder.
     done: AtomicU64,
     src: PrivateBuf,
+    /// Where the responder runs (empty: wherever the scheduler puts it).
+    responder_cpus: Vec<usize>,
+    /// The CPU the responder ended on, plus one (0: unknown).
+    ran_on: AtomicU64,
 }
 
 fn layout() -> RingLayout {
@@ -103,6 +109,19 @@ fn next_record(rx: &mut RingRx, map: &SharedMap, give_up: Instant) -> Option<Pee
 
 /// The receiving side: waits for each round's data and acknowledges it.
 fn responder(b: &Bench) {
+    if !b.responder_cpus.is_empty() && !crate::placement::run_on(&b.responder_cpus) {
+        tracing::debug!(
+            "threshold probe: cannot move the responder to CPUs {:?}; it runs where it may",
+            b.responder_cpus
+        );
+    }
+    respond(b);
+    if let Some(cpu) = crate::placement::current_cpu() {
+        b.ran_on.store(cpu as u64 + 1, Ordering::Release);
+    }
+}
+
+fn respond(b: &Bench) {
     let mut rx = RingRx::new(layout());
     let mut back = RingTx::new(layout());
     let mut dst = vec![0u8; *SIZES.last().unwrap_or(&0)];
@@ -268,20 +287,40 @@ fn measure_one(
     Some(best)
 }
 
+/// A measurement towards one place: the thresholds, and the CPU its
+/// responder ended on.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Measured {
+    pub(crate) thresholds: Thresholds,
+    pub(crate) ran_on: Option<usize>,
+}
+
 impl Thresholds {
+    /// The thresholds used when a probe cannot run: marked as not measured.
+    pub(crate) const FALLBACK: Thresholds = Thresholds {
+        eager_max: 64,
+        get_min: 32 * 1024,
+        read_min: READ_MIN_FALLBACK,
+        measured: false,
+    };
+
     /// Measures the crossovers between two threads of this process (see the
     /// module documentation). Falls back to fixed values, marked as not
     /// measured, if a thread cannot be started or the probe stalls.
     pub fn measure() -> Thresholds {
-        Thresholds::try_measure().unwrap_or(Thresholds {
-            eager_max: 64,
-            get_min: 32 * 1024,
-            read_min: READ_MIN_FALLBACK,
-            measured: false,
+        Thresholds::measure_towards(&[]).thresholds
+    }
+
+    /// Measures with the responder thread on `cpus` (empty: anywhere), as
+    /// [`measure`](Self::measure) does.
+    pub(crate) fn measure_towards(cpus: &[usize]) -> Measured {
+        Thresholds::try_measure(cpus).unwrap_or(Measured {
+            thresholds: Thresholds::FALLBACK,
+            ran_on: None,
         })
     }
 
-    fn try_measure() -> Option<Thresholds> {
+    fn try_measure(cpus: &[usize]) -> Option<Measured> {
         let largest = *SIZES.last()?;
         let bench = Arc::new(Bench {
             ring: SharedMap::anonymous(RingLayout::footprint(CAP) as usize).ok()?,
@@ -297,51 +336,51 @@ impl Thresholds {
                     .for_each(|(i, x)| *x = i as u8);
                 b
             },
+            responder_cpus: cpus.to_vec(),
+            ran_on: AtomicU64::new(0),
         });
         let peer = Arc::clone(&bench);
         let thread = std::thread::Builder::new()
             .name("sode-shm-thresholds".into())
             .spawn(move || responder(&peer))
             .ok()?;
-        let mut tx = RingTx::new(layout());
-        let mut back_rx = RingRx::new(layout());
-        // The whole probe gives up after a second (an oversubscribed node),
-        // falling back to fixed values marked as not measured.
-        let give_up = Instant::now() + Duration::from_secs(1);
-        let mut rows = Vec::new();
-        let mut ok = true;
-        for &size in &SIZES {
-            let e = measure_one(&bench, &mut tx, &mut back_rx, Probe::Eager, size, give_up);
-            let w = measure_one(&bench, &mut tx, &mut back_rx, Probe::Window, size, give_up);
-            let g = measure_one(&bench, &mut tx, &mut back_rx, Probe::Get, size, give_up);
-            let c = copy_ns(&bench.src, size);
-            match (e, w, g) {
-                (Some(e), Some(w), Some(g)) => rows.push(Row {
-                    size,
-                    eager: e,
-                    window: w,
-                    get: g,
-                    copy: c,
-                }),
-                _ => {
-                    ok = false;
-                    break;
-                }
-            }
-        }
+        let rows = probe_rows(&bench);
         bench.cmd.store(u64::MAX, Ordering::Release);
         let _ = thread.join();
-        if !ok {
-            return None;
-        }
+        let rows = rows?;
         for r in &rows {
             tracing::debug!(
-                "threshold probe: {:>7} B  eager {:>9.0} ns  window {:>9.0} ns  get {:>9.0} ns  copy {:>9.0} ns",
+                "threshold probe towards {cpus:?}: {:>7} B  eager {:>9.0} ns  window {:>9.0} ns  get {:>9.0} ns  copy {:>9.0} ns",
                 r.size, r.eager, r.window, r.get, r.copy
             );
         }
-        Some(crossovers(&rows, largest))
+        let ran_on = bench.ran_on.load(Ordering::Acquire);
+        Some(Measured {
+            thresholds: crossovers(&rows, largest),
+            ran_on: ran_on.checked_sub(1).map(|c| c as usize),
+        })
     }
+}
+
+/// Every size's round trips (`None` if the probe gave up).
+fn probe_rows(bench: &Bench) -> Option<Vec<Row>> {
+    let mut tx = RingTx::new(layout());
+    let mut back_rx = RingRx::new(layout());
+    // The whole probe gives up after a second (an oversubscribed node),
+    // falling back to fixed values marked as not measured.
+    let give_up = Instant::now() + Duration::from_secs(1);
+    let mut rows = Vec::new();
+    for &size in &SIZES {
+        let mut one = |p| measure_one(bench, &mut tx, &mut back_rx, p, size, give_up);
+        rows.push(Row {
+            size,
+            eager: one(Probe::Eager)?,
+            window: one(Probe::Window)?,
+            get: one(Probe::Get)?,
+            copy: copy_ns(&bench.src, size),
+        });
+    }
+    Some(rows)
 }
 
 /// One size's round trips (and a plain copy), in nanoseconds.
@@ -406,10 +445,17 @@ fn copy_ns(src: &PrivateBuf, size: usize) -> f64 {
     best
 }
 
-impl Thresholds {
-    /// Measured thresholds with `SODE_SHM_EAGER_MAX`, `SODE_SHM_GET_MIN` and
-    /// `SODE_SHM_READ_MIN` (bytes) applied on top.
-    pub fn from_env_or_measure() -> Result<Thresholds> {
+/// Thresholds set in the environment: `SODE_SHM_EAGER_MAX`,
+/// `SODE_SHM_GET_MIN` and `SODE_SHM_READ_MIN` (bytes).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Overrides {
+    eager_max: Option<usize>,
+    get_min: Option<usize>,
+    read_min: Option<usize>,
+}
+
+impl Overrides {
+    pub(crate) fn from_env() -> Result<Overrides> {
         let parse = |name: &str| -> Result<Option<usize>> {
             match std::env::var(name) {
                 Ok(v) => v
@@ -424,31 +470,46 @@ impl Thresholds {
                 Err(_) => Ok(None),
             }
         };
-        let eager = parse("SODE_SHM_EAGER_MAX")?;
-        let get = parse("SODE_SHM_GET_MIN")?;
-        let read = parse("SODE_SHM_READ_MIN")?;
-        let mut t = if eager.is_some() && get.is_some() && read.is_some() {
-            Thresholds {
-                eager_max: 0,
-                get_min: 0,
-                read_min: 0,
-                measured: false,
+        Ok(Overrides {
+            eager_max: parse("SODE_SHM_EAGER_MAX")?,
+            get_min: parse("SODE_SHM_GET_MIN")?,
+            read_min: parse("SODE_SHM_READ_MIN")?,
+        })
+    }
+
+    /// Every threshold set: nothing left to measure.
+    pub(crate) fn complete(&self) -> Option<Thresholds> {
+        Some(Thresholds {
+            eager_max: self.eager_max?,
+            get_min: self.get_min?,
+            read_min: self.read_min?,
+            measured: false,
+        })
+    }
+
+    /// `t` with the thresholds set here put in its place.
+    pub(crate) fn apply(&self, mut t: Thresholds) -> Thresholds {
+        for (set, field) in [
+            (self.eager_max, &mut t.eager_max),
+            (self.get_min, &mut t.get_min),
+            (self.read_min, &mut t.read_min),
+        ] {
+            if let Some(v) = set {
+                *field = v;
+                t.measured = false;
             }
-        } else {
-            Thresholds::measure()
-        };
-        if let Some(e) = eager {
-            t.eager_max = e;
-            t.measured = false;
         }
-        if let Some(g) = get {
-            t.get_min = g;
-            t.measured = false;
-        }
-        if let Some(r) = read {
-            t.read_min = r;
-            t.measured = false;
-        }
-        Ok(t)
+        t
+    }
+}
+
+impl Thresholds {
+    /// Measured thresholds with `SODE_SHM_EAGER_MAX`, `SODE_SHM_GET_MIN` and
+    /// `SODE_SHM_READ_MIN` (bytes) applied on top.
+    pub fn from_env_or_measure() -> Result<Thresholds> {
+        let set = Overrides::from_env()?;
+        Ok(set
+            .complete()
+            .unwrap_or_else(|| set.apply(Thresholds::measure())))
     }
 }

@@ -288,6 +288,89 @@ fn ranks_bound_to_their_own_cores_still_exchange() {
     }
 }
 
+/// The numbers in `[..]` after `key` on `text`'s line for `rank`.
+fn cpus_after(line: &str, key: &str) -> Vec<usize> {
+    let Some(rest) = line.split(key).nth(1) else {
+        return Vec::new();
+    };
+    let inside = rest
+        .trim_start_matches(" [")
+        .split(']')
+        .next()
+        .unwrap_or("");
+    inside
+        .split(',')
+        .filter_map(|c| c.trim().parse().ok())
+        .collect()
+}
+
+/// The line of `text` that starts with `prefix`.
+fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{text}"))
+}
+
+#[test]
+fn thresholds_are_measured_from_where_each_peer_runs() {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("one CPU: the ranks cannot be placed apart, nothing to check");
+        return;
+    }
+    let _serial = serial();
+    // Bound one to a core: each rank's probe must stand in for its peer
+    // on the peer's CPUs, not share its own core with the responder.
+    let t = run_all(
+        "towards",
+        &["1", "0"],
+        &[&["iters=3", "sizes=64,70000", "bind=1"]],
+    );
+    for (r, text) in t.iter().enumerate() {
+        let peer = 1 - r;
+        let own = cpus_after(line(text, &format!("rank {r}: bound")), "PUs");
+        let theirs = cpus_after(line(&t[peer], &format!("rank {peer}: bound")), "PUs");
+        let cal = line(text, &format!("rank {r}: thresholds for rank {peer}:"));
+        assert!(cal.contains("measured towards"), "{cal}");
+        let towards = cpus_after(cal, "towards CPUs");
+        let ran_on = cal
+            .split("responder on CPU ")
+            .nth(1)
+            .and_then(|c| c.trim().parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("no responder CPU: {cal}"));
+        assert!(towards.contains(&ran_on), "{cal}");
+        assert!(
+            theirs.iter().all(|c| towards.contains(c)),
+            "peer on {theirs:?}: {cal}"
+        );
+        assert!(
+            own.iter().all(|c| !towards.contains(c)),
+            "own {own:?}: {cal}"
+        );
+    }
+}
+
+#[test]
+fn one_probe_serves_every_peer_in_the_same_place() {
+    let _serial = serial();
+    // Unbound, both peers may run anywhere: rank 0 measures once, towards
+    // every CPU, and reuses it for the second peer.
+    let t = run_all("reuse", &["1,2", "0,2", "0,1"], &[&["iters=3", "sizes=64"]]);
+    let cals: Vec<&str> = t[0]
+        .lines()
+        .filter(|l| l.starts_with("rank 0: thresholds for rank"))
+        .collect();
+    assert_eq!(cals.len(), 2, "{}", t[0]);
+    assert!(
+        !cals[0].contains("(reused)") && cals[1].contains("(reused)"),
+        "{}",
+        t[0]
+    );
+    assert_eq!(
+        cpus_after(cals[0], "towards CPUs"),
+        cpus_after(cals[1], "towards CPUs")
+    );
+}
+
 #[test]
 fn eager_fragments_fit_the_receivers_ring_not_the_senders() {
     let _serial = serial();

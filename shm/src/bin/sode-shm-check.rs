@@ -144,6 +144,21 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
             m.path.name()
         );
     }
+    for c in &report.calibrations {
+        println!(
+            "rank {rank}: thresholds for rank {}: eager up to {} B, get from {} B, read in place from {} B, {}{}",
+            c.peer,
+            c.thresholds.eager_max,
+            c.thresholds.get_min,
+            c.thresholds.read_min,
+            if c.thresholds.measured {
+                format!("measured towards CPUs {:?}, responder on CPU {}", c.towards, c.ran_on.map_or("?".into(), |x| x.to_string()))
+            } else {
+                "set".into()
+            },
+            if c.reused { " (reused)" } else { "" }
+        );
+    }
     for note in &report.notes {
         println!("rank {rank}: note: {note}");
     }

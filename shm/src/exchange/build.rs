@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{Exchange, MessageSpec, Path, PathPolicy, Peer, Run};
 use crate::caps::warn_once;
-use crate::context::Context;
+use crate::context::{Context, PeerCalibration};
 use crate::error::{Result, ShmError};
 use crate::layout::{self, PeerView, RecvSpec, SegmentLayout, SendSpec};
 use crate::segment::{open_peer, segment_path, OwnSegment};
@@ -42,7 +42,7 @@ pub struct ShmExchangeBuilder<'a> {
 /// end: a read in place costs a second trip (the sender's request, then
 /// the receiver's done) where a window put finds its credit waiting, and
 /// a face of short runs drags a whole cache line from the owner's core
-/// for each. `bytes` is measured at start-up with the other thresholds
+/// for each. `bytes` is measured per peer at build with the other thresholds
 /// ([`Thresholds::read_min`]: the get round trip against a window put with
 /// a copy on either side); `mean_run` is a constant. Measured with
 /// `ci/shared-fields.sh` (`stencil --exchange-only` on 2 ranks, minima):
@@ -59,7 +59,7 @@ pub struct ReadMin {
 
 impl ReadMin {
     /// 4 KiB (the crossover of a first, hand-set run of `ci/shared-fields.sh`
-    /// here; the start-up probe measures 16 KiB), in runs of 256 B on
+    /// here; the probe measures 16 KiB), in runs of 256 B on
     /// average: for forced paths and thresholds set by hand.
     pub const DEFAULT: ReadMin = ReadMin {
         bytes: crate::thresholds::READ_MIN_FALLBACK,
@@ -75,11 +75,20 @@ impl ReadMin {
 /// What `build` decided before any peer is involved.
 pub(super) struct Local {
     pub(super) name: String,
-    pub(super) thresholds: Thresholds,
+    /// Thresholds for every peer, when set (by hand, or as a placeholder
+    /// for forced paths); `None`: measured towards each peer at build.
+    pub(super) thresholds: Option<Thresholds>,
     /// Each peer once, in the order the neighbours name them.
     pub(super) peer_ranks: Vec<usize>,
-    /// Per neighbour: the path of what it sends us.
+    /// Per neighbour: the path of what it sends us (decided once the
+    /// peers are mapped, when measured towards each).
     pub(super) recv_paths: Vec<Option<Path>>,
+    /// Per neighbour: whether a window is laid out for what it sends us
+    /// (every receive that may become a window put, when the thresholds
+    /// are measured after the layout).
+    pub(super) windows: Vec<bool>,
+    /// Per peer: the thresholds its messages were given paths by.
+    pub(super) calibrations: Vec<PeerCalibration>,
     /// Fallbacks and decisions worth knowing.
     pub(super) notes: Vec<String>,
 }
@@ -102,6 +111,8 @@ pub(super) struct Segment {
     pub(super) rank: usize,
     /// What [`blocks`] said when the segment was published.
     pub(super) blocks: bool,
+    /// RLIMIT_MEMLOCK, for the note when pinning fails.
+    memlock_limit: Option<u64>,
 }
 
 /// Whether this process's waits may sleep on their doorbell: decided once
@@ -429,6 +440,8 @@ impl<'a> ShmExchangeBuilder<'a> {
             timeout: self.setup_timeout,
         };
         let mapped = self.map_peers(&setup, &local.name)?;
+        self.choose_paths(&setup, &mapped, &mut local)?;
+        segment.settle(&self.neighbours, &mut local, self.pin)?;
         segment.publish_paths(&self.neighbours, &local.recv_paths)?;
         for peer in &mapped {
             setup.until(
@@ -438,7 +451,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 peer.view.pid,
                 || peer.state_reached(layout::STATE_PATHS),
             )?;
-            self.check_agreement(peer, &local.recv_paths)?;
+            self.check_agreement(peer)?;
         }
         segment.wait_mapped(&setup)?;
         self.operations(local, segment, mapped)
@@ -460,15 +473,15 @@ impl<'a> ShmExchangeBuilder<'a> {
             });
         }
         let thresholds = match (self.thresholds, self.policy) {
-            (Some(t), _) => t,
-            // Forced paths do not need the (start-up) measurement.
-            (None, PathPolicy::Force(_)) => Thresholds {
+            (Some(t), _) => Some(t),
+            // Forced paths do not need a measurement.
+            (None, PathPolicy::Force(_)) => Some(Thresholds {
                 eager_max: 0,
                 get_min: 0,
                 read_min: crate::thresholds::READ_MIN_FALLBACK,
                 measured: false,
-            },
-            (None, PathPolicy::Auto) => self.ctx.thresholds()?,
+            }),
+            (None, PathPolicy::Auto) => self.ctx.thresholds_by_hand(),
         };
         let mut peer_ranks: Vec<usize> = Vec::new();
         for n in &self.neighbours {
@@ -476,30 +489,109 @@ impl<'a> ShmExchangeBuilder<'a> {
                 peer_ranks.push(n.peer);
             }
         }
-        let read_min = self.read_min_or_env(&thresholds)?;
         let mut local = Local {
             name,
             thresholds,
             peer_ranks,
-            recv_paths: Vec::new(),
+            recv_paths: vec![None; self.neighbours.len()],
+            windows: Vec::new(),
+            calibrations: Vec::new(),
             notes: Vec::new(),
         };
-        // Receive paths, decided by us (the receiver) before the segment is
-        // sized.
-        for n in &self.neighbours {
-            let path = n.recv.map(|m| {
-                if n.recv_runs
-                    .as_ref()
-                    .is_some_and(|r| read_min.admits(m.len, r))
-                {
-                    Path::Read
-                } else {
-                    choose(m.len, self.policy, self.private_receive, &thresholds)
+        match thresholds {
+            Some(t) => {
+                for (i, n) in self.neighbours.iter().enumerate() {
+                    local.recv_paths[i] = self.recv_path(n, &t)?;
                 }
-            });
-            local.recv_paths.push(path);
+                local.windows = local
+                    .recv_paths
+                    .iter()
+                    .map(|p| *p == Some(Path::Window))
+                    .collect();
+            }
+            // Measured once the peers are mapped (their placement is known
+            // then): a window for any receive that may take one.
+            None => {
+                local.windows = self
+                    .neighbours
+                    .iter()
+                    .map(|n| n.recv.is_some() && !self.private_receive)
+                    .collect();
+            }
         }
         Ok(local)
+    }
+
+    /// The path of what `n` sends us, by thresholds `t` (we, the receiver,
+    /// decide it).
+    fn recv_path(&self, n: &Peer, t: &Thresholds) -> Result<Option<Path>> {
+        let read_min = self.read_min_or_env(t)?;
+        Ok(n.recv.map(|m| {
+            if n.recv_runs
+                .as_ref()
+                .is_some_and(|r| read_min.admits(m.len, r))
+            {
+                Path::Read
+            } else {
+                choose(m.len, self.policy, self.private_receive, t)
+            }
+        }))
+    }
+
+    /// Gives every receive its path: by the thresholds set for every peer,
+    /// or by those measured towards its sender, where the sender runs.
+    ///
+    /// A probe spins two threads, so two ranks probing at once on few
+    /// cores measure each other: before its first probe, a rank waits
+    /// until every lower-ranked peer has decided its paths (all its probes
+    /// done). The lowest rank waits for no one, so the waits end.
+    fn choose_paths(
+        &mut self,
+        setup: &Setup<'_>,
+        mapped: &[MappedPeer],
+        local: &mut Local,
+    ) -> Result<()> {
+        let rank = self.ctx.rank;
+        let mut lower_done = false;
+        for peer in mapped {
+            let calibration = match local.thresholds {
+                Some(thresholds) => PeerCalibration {
+                    peer: peer.rank,
+                    thresholds,
+                    towards: Vec::new(),
+                    ran_on: None,
+                    reused: false,
+                },
+                None => {
+                    let before_probe = || {
+                        if !lower_done {
+                            for lower in mapped.iter().filter(|p| p.rank < rank) {
+                                setup.until(
+                                    lower.rank,
+                                    "measure its thresholds",
+                                    Some(&lower.pidfd),
+                                    lower.view.pid,
+                                    || lower.state_reached(layout::STATE_PATHS),
+                                )?;
+                            }
+                        }
+                        lower_done = true;
+                        Ok(())
+                    };
+                    let c = self
+                        .ctx
+                        .calibrate_towards(peer.rank, peer.view.pid, before_probe)?;
+                    for (i, n) in self.neighbours.iter().enumerate() {
+                        if n.peer == peer.rank {
+                            local.recv_paths[i] = self.recv_path(n, &c.thresholds)?;
+                        }
+                    }
+                    c
+                }
+            };
+            local.calibrations.push(calibration);
+        }
+        Ok(())
     }
 
     /// Creates this process's segment, writes its tables, pins and faults
@@ -509,14 +601,14 @@ impl<'a> ShmExchangeBuilder<'a> {
         let recvs: Vec<RecvSpec> = self
             .neighbours
             .iter()
-            .zip(&local.recv_paths)
-            .filter_map(|(n, p)| {
+            .zip(&local.windows)
+            .filter_map(|(n, &window)| {
                 n.recv.map(|m| RecvSpec {
                     from: n.peer,
                     tag: m.tag,
                     len: m.len as u64,
-                    window: *p == Some(Path::Window),
-                    in_place: *p == Some(Path::Read),
+                    window,
+                    in_place: n.recv_runs.is_some(),
                     misalign: n.misalign as u64,
                 })
             })
@@ -546,16 +638,6 @@ impl<'a> ShmExchangeBuilder<'a> {
         let mut own = OwnSegment::create(path, layout.total)?;
         let blocks = blocks();
         layout.write(&own.map, rank, blocks).map_err(own_bounds)?;
-        let pinned = self.pin && self.lock(&own, layout.total, local);
-        // Fault the pages in here, on this process's NUMA node.
-        let mut page = 0;
-        while page < layout.total {
-            own.map
-                .atomic(page)
-                .map_err(own_bounds)?
-                .load(Ordering::Relaxed);
-            page += 4096;
-        }
         own.map
             .atomic(layout::H_STATE)
             .map_err(own_bounds)?
@@ -564,26 +646,11 @@ impl<'a> ShmExchangeBuilder<'a> {
         Ok(Segment {
             own,
             layout,
-            pinned,
+            pinned: false,
             rank,
             blocks,
+            memlock_limit: self.ctx.capabilities().memlock_limit,
         })
-    }
-
-    /// Pins the segment with mlock, or notes why it stays unpinned.
-    fn lock(&self, own: &OwnSegment, total: u64, local: &mut Local) -> bool {
-        let Err(e) = own.map.lock() else {
-            return true;
-        };
-        let limit = match self.ctx.capabilities().memlock_limit {
-            Some(l) => format!("{} KiB", l / 1024),
-            None => "unlimited".into(),
-        };
-        local.note("mlock", format!(
-            "cannot pin the {} KiB segment ({e}; RLIMIT_MEMLOCK is {limit}): raise it with `ulimit -l unlimited` or a memlock line in /etc/security/limits.conf; continuing unpinned",
-            total / 1024
-        ));
-        false
     }
 
     /// Maps every peer's segment, reads its tables, tells it we mapped it.
@@ -611,6 +678,78 @@ impl<'a> ShmExchangeBuilder<'a> {
             });
         }
         Ok(mapped)
+    }
+}
+
+const PAGE: u64 = 4096;
+
+impl Segment {
+    /// Pins (when `pin`) and faults in the segment's pages, except those
+    /// of windows laid out for receives that took another path: never
+    /// touched, they cost no memory. Faulting here, before any peer may
+    /// write (it waits for our paths), puts the pages on this process's
+    /// NUMA node.
+    pub(super) fn settle(
+        &mut self,
+        neighbours: &[Peer],
+        local: &mut Local,
+        pin: bool,
+    ) -> Result<()> {
+        let receives = neighbours
+            .iter()
+            .zip(&local.recv_paths)
+            .filter(|(n, _)| n.recv.is_some());
+        let mut idle: Vec<(u64, u64)> = receives
+            .zip(&self.layout.recvs)
+            .filter_map(|((_, path), slot)| {
+                let w = slot.window.filter(|_| *path != Some(Path::Window))?;
+                let end = w + layout::window_slots(slot.len) * layout::window_stride(slot.len);
+                let (start, end) = (w.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+                (start < end).then_some((start, end))
+            })
+            .collect();
+        idle.sort_unstable();
+        let mut used = Vec::new();
+        let mut at = 0;
+        for (start, end) in idle {
+            if start > at {
+                used.push((at, start));
+            }
+            at = at.max(end);
+        }
+        if at < self.layout.total {
+            used.push((at, self.layout.total));
+        }
+        let mut refused = None;
+        for &(start, end) in &used {
+            if pin {
+                if let Err(e) = self.own.map.lock_range(start, end - start) {
+                    refused.get_or_insert(e);
+                }
+            }
+            let mut page = start;
+            while page < end {
+                self.own
+                    .map
+                    .atomic(page)
+                    .map_err(own_bounds)?
+                    .load(Ordering::Relaxed);
+                page += PAGE;
+            }
+        }
+        self.pinned = pin && refused.is_none();
+        if let Some(e) = refused {
+            let limit = match self.memlock_limit {
+                Some(l) => format!("{} KiB", l / 1024),
+                None => "unlimited".into(),
+            };
+            let bytes: u64 = used.iter().map(|(a, b)| b - a).sum();
+            local.note("mlock", format!(
+                "cannot pin the {} KiB segment ({e}; RLIMIT_MEMLOCK is {limit}): raise it with `ulimit -l unlimited` or a memlock line in /etc/security/limits.conf; continuing unpinned",
+                bytes / 1024
+            ));
+        }
+        Ok(())
     }
 }
 

@@ -100,15 +100,11 @@ impl MappedPeer {
 impl ShmExchangeBuilder<'_> {
     /// Both sides agree on every message between us and `peer`: what we
     /// send it receives with the same tag and length, and the other way.
-    /// A message one side reads in place has runs at the other.
-    pub(super) fn check_agreement(&self, peer: &MappedPeer, paths: &[Option<Path>]) -> Result<()> {
+    /// A message received into runs of the lent sets has runs at the
+    /// sender too.
+    pub(super) fn check_agreement(&self, peer: &MappedPeer) -> Result<()> {
         let (p, rank) = (peer.rank, peer_rank_of_us(self));
-        for (n, path) in self
-            .neighbours
-            .iter()
-            .zip(paths)
-            .filter(|(n, _)| n.peer == p)
-        {
+        for n in self.neighbours.iter().filter(|n| n.peer == p) {
             if let Some(m) = n.send {
                 let Some(theirs) = peer.their_recv(m.tag) else {
                     return Err(mismatch(p, m.tag, format!("we send {} bytes but it receives nothing with this tag from rank {rank}", m.len)));
@@ -124,7 +120,7 @@ impl ShmExchangeBuilder<'_> {
                     return Err(not_in_place(
                         p,
                         m.tag,
-                        "we send it from a buffer, but the peer reads it in place",
+                        "we send it from a buffer, but the peer receives it into its runs",
                     ));
                 }
             }
@@ -147,11 +143,14 @@ impl ShmExchangeBuilder<'_> {
                             format!("we expect {} bytes, it sends {}", m.len, s.len),
                         ))
                     }
-                    Some(s) if s.runs.is_none() && *path == Some(Path::Read) => {
+                    // Whatever path it takes: both sides fail alike, and a
+                    // path measured on one pair cannot decide whether a
+                    // job's ranks agree.
+                    Some(s) if s.runs.is_none() && n.recv_runs.is_some() => {
                         return Err(not_in_place(
                             p,
                             m.tag,
-                            "we read it in place, but the peer sends it from a buffer",
+                            "we receive it into our runs, but the peer sends it from a buffer",
                         ))
                     }
                     Some(_) => {}
@@ -427,6 +426,7 @@ impl Operations {
             sends: self.report_sends,
             recvs: self.report_recvs,
             thresholds: local.thresholds,
+            calibrations: local.calibrations,
             segment_bytes: segment.layout.total,
             pinned: segment.pinned,
             notes: local.notes,

@@ -227,8 +227,14 @@ pub struct ExchangeReport {
     pub sends: Vec<MessageReport>,
     /// Messages this process receives.
     pub recvs: Vec<MessageReport>,
-    /// The thresholds used.
-    pub thresholds: Thresholds,
+    /// The thresholds used for every peer, when they were set (by hand, in
+    /// the builder or the context, or as a placeholder for a forced path);
+    /// `None` when they were measured towards each peer
+    /// ([`calibrations`](Self::calibrations)).
+    pub thresholds: Option<Thresholds>,
+    /// Per peer: the thresholds its messages to us were given paths by,
+    /// and where they were measured.
+    pub calibrations: Vec<crate::PeerCalibration>,
     /// Bytes of this process's segment.
     pub segment_bytes: u64,
     /// Whether the segment is pinned in memory.

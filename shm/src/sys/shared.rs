@@ -96,9 +96,24 @@ impl SharedMap {
         let _ = self.map.advise(memmap2::Advice::HugePage);
     }
 
-    /// Pins the pages (mlock).
-    pub(crate) fn lock(&self) -> io::Result<()> {
-        self.map.lock()
+    /// Pins the pages holding `len` bytes from `offset` (mlock rounds out
+    /// to whole pages).
+    pub(crate) fn lock_range(&self, offset: u64, len: u64) -> io::Result<()> {
+        let start = self
+            .check(offset, len)
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if len == 0 {
+            return Ok(());
+        }
+        // SAFETY: `check` put [start, start + len) inside the mapping,
+        // which lives as long as `self`; mlock only pins the pages and
+        // reads or writes nothing.
+        let r = unsafe { libc::mlock(self.base.add(start).cast(), len as usize) };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
 
     pub(crate) fn check(&self, offset: u64, len: u64) -> Result<usize, OutOfBounds> {
