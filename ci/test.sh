@@ -57,6 +57,9 @@ rdma_bench=$(bash ci/built-exe.sh bench sode-benches rdma_writes)
 [ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$bounded_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
 bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$blocking_tests" "$alltoall_tests" "$bounded_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 
+echo "== [${SECONDS}s] a guest with two NUMA nodes: sode-shm measures its thresholds towards a peer from the peer's node"
+bash ci/softroce/numa.sh "$(test_exe sode-shm processes)" 2>&1 | tee -a "$log"
+
 echo "== [${SECONDS}s] two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
 bash ci/softroce/two-nodes.sh
 

@@ -22,7 +22,9 @@ trap 'rm -rf "$out"' EXIT
 cmd=$(printf '%q ' "$@")
 start=$(date +%s)
 # KVM here cannot boot this kernel: software emulation (--disable-kvm).
-timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 2G \
+# SODE_VM_SHAPE: the guest's CPUs, memory and NUMA nodes (vng's options).
+read -ra shape <<<"${SODE_VM_SHAPE:---cpus 2 --memory 2G}"
+timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm "${shape[@]}" \
   --rwdir "$out" --rwdir "$results" --cwd "$PWD" \
   --exec "SODE_VM_OUT=$out bash $here/guest.sh $cmd" || true
 status=$(cat "$out/status" 2>/dev/null || echo 99)

@@ -320,6 +320,8 @@ impl Thresholds {
         })
     }
 
+    /// `None` only if the probe could not start; a probe that gave up
+    /// still says where its responder ran.
     fn try_measure(cpus: &[usize]) -> Option<Measured> {
         let largest = *SIZES.last()?;
         let bench = Arc::new(Bench {
@@ -347,17 +349,23 @@ impl Thresholds {
         let rows = probe_rows(&bench);
         bench.cmd.store(u64::MAX, Ordering::Release);
         let _ = thread.join();
-        let rows = rows?;
+        let ran_on = bench.ran_on.load(Ordering::Acquire).checked_sub(1);
+        let ran_on = ran_on.map(|c| c as usize);
+        let Some(rows) = rows else {
+            return Some(Measured {
+                thresholds: Thresholds::FALLBACK,
+                ran_on,
+            });
+        };
         for r in &rows {
             tracing::debug!(
                 "threshold probe towards {cpus:?}: {:>7} B  eager {:>9.0} ns  window {:>9.0} ns  get {:>9.0} ns  copy {:>9.0} ns",
                 r.size, r.eager, r.window, r.get, r.copy
             );
         }
-        let ran_on = bench.ran_on.load(Ordering::Acquire);
         Some(Measured {
             thresholds: crossovers(&rows, largest),
-            ran_on: ran_on.checked_sub(1).map(|c| c as usize),
+            ran_on,
         })
     }
 }

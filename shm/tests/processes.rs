@@ -311,6 +311,20 @@ fn line<'t>(text: &'t str, prefix: &str) -> &'t str {
         .unwrap_or_else(|| panic!("no line {prefix:?} in:\n{text}"))
 }
 
+/// Where rank `r`'s probe towards `peer` stood in for it: the CPUs it was
+/// placed on and the one it ended on, from `r`'s output `text`.
+fn probe_placement(text: &str, r: usize, peer: usize) -> (String, Vec<usize>, usize) {
+    let cal = line(text, &format!("rank {r}: thresholds for rank {peer}:")).to_string();
+    let towards = cpus_after(&cal, "towards CPUs");
+    let ran_on = cal
+        .split("responder on CPU ")
+        .nth(1)
+        .and_then(|c| c.split_whitespace().next())
+        .and_then(|c| c.parse::<usize>().ok())
+        .unwrap_or_else(|| panic!("no responder CPU: {cal}"));
+    (cal, towards, ran_on)
+}
+
 #[test]
 fn thresholds_are_measured_from_where_each_peer_runs() {
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
@@ -329,14 +343,8 @@ fn thresholds_are_measured_from_where_each_peer_runs() {
         let peer = 1 - r;
         let own = cpus_after(line(text, &format!("rank {r}: bound")), "PUs");
         let theirs = cpus_after(line(&t[peer], &format!("rank {peer}: bound")), "PUs");
-        let cal = line(text, &format!("rank {r}: thresholds for rank {peer}:"));
-        assert!(cal.contains("measured towards"), "{cal}");
-        let towards = cpus_after(cal, "towards CPUs");
-        let ran_on = cal
-            .split("responder on CPU ")
-            .nth(1)
-            .and_then(|c| c.trim().parse::<usize>().ok())
-            .unwrap_or_else(|| panic!("no responder CPU: {cal}"));
+        let (cal, towards, ran_on) = probe_placement(text, r, peer);
+        assert!(cal.contains(", measured,"), "{cal}");
         assert!(towards.contains(&ran_on), "{cal}");
         assert!(
             theirs.iter().all(|c| towards.contains(c)),
@@ -347,6 +355,81 @@ fn thresholds_are_measured_from_where_each_peer_runs() {
             "own {own:?}: {cal}"
         );
     }
+}
+
+/// The NUMA nodes' CPU lists, from sysfs.
+fn numa_nodes() -> Vec<Vec<usize>> {
+    (0..64)
+        .map_while(|n| {
+            std::fs::read_to_string(format!("/sys/devices/system/node/node{n}/cpulist")).ok()
+        })
+        .map(|list| {
+            list.trim()
+                .split(',')
+                .flat_map(|part| match part.split_once('-') {
+                    Some((a, b)) => a.parse::<usize>().unwrap()..=b.parse().unwrap(),
+                    None => part.parse::<usize>().unwrap()..=part.parse().unwrap(),
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs in the guest `ci/softroce/numa.sh` boots with two NUMA nodes of two
+/// CPUs (`SODE_EXPECT_NUMA=2` there, so it cannot pass by finding one).
+#[test]
+fn across_numa_nodes_the_probe_stands_on_the_peers_whole_node() {
+    let nodes = numa_nodes();
+    let expected: usize = std::env::var("SODE_EXPECT_NUMA").map_or(0, |v| v.parse().unwrap());
+    assert!(
+        nodes.len() >= expected,
+        "{expected} NUMA nodes expected, found {nodes:?}"
+    );
+    if nodes.len() < 2 || nodes.iter().any(|n| n.len() < 2) {
+        eprintln!("NUMA nodes {nodes:?}: not two of two CPUs or more, nothing to check (ci/softroce/numa.sh runs this)");
+        return;
+    }
+    let _serial = serial();
+    let j = job("numa");
+    // Rank 0 on node 0's first CPU, rank 1 on node 1's first.
+    let cpus = [nodes[0][0], nodes[1][0]];
+    let children: Vec<Child> = (0..2)
+        .map(|r| {
+            Command::new("taskset")
+                .args(["-c", &cpus[r].to_string(), CHECK, "run"])
+                .arg(format!("job={j}"))
+                .arg(format!("rank={r}"))
+                .arg(format!("peers={}", 1 - r))
+                .args([
+                    "iters=3",
+                    "sizes=64,70000",
+                    "setup-ms=120000",
+                    "deadline-ms=120000",
+                ])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn taskset sode-shm-check")
+        })
+        .collect();
+    let texts: Vec<String> = children
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| {
+            let (out, text) = finish(c);
+            assert!(out.status.success(), "rank {r} failed:\n{text}");
+            text
+        })
+        .collect();
+    for (r, text) in texts.iter().enumerate() {
+        let peer = 1 - r;
+        let (cal, towards, ran_on) = probe_placement(text, r, peer);
+        // The peer's whole node, every CPU of it, and none of ours.
+        assert_eq!(towards, nodes[peer], "{cal}");
+        assert!(towards.contains(&ran_on), "{cal}");
+        eprintln!("{cal}");
+    }
+    assert_no_segments(&j);
 }
 
 #[test]

@@ -146,16 +146,18 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
     }
     for c in &report.calibrations {
         println!(
-            "rank {rank}: thresholds for rank {}: eager up to {} B, get from {} B, read in place from {} B, {}{}",
+            "rank {rank}: thresholds for rank {}: eager up to {} B, get from {} B, read in place from {} B, {}, towards CPUs {:?}, responder on CPU {}{}",
             c.peer,
             c.thresholds.eager_max,
             c.thresholds.get_min,
             c.thresholds.read_min,
-            if c.thresholds.measured {
-                format!("measured towards CPUs {:?}, responder on CPU {}", c.towards, c.ran_on.map_or("?".into(), |x| x.to_string()))
-            } else {
-                "set".into()
+            match (c.thresholds.measured, c.ran_on) {
+                (true, _) => "measured",
+                (false, Some(_)) => "not measured (the probe gave up)",
+                (false, None) => "set",
             },
+            c.towards,
+            c.ran_on.map_or("-".into(), |x| x.to_string()),
             if c.reused { " (reused)" } else { "" }
         );
     }
