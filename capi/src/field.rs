@@ -310,7 +310,7 @@ impl FieldSpec {
         let e = self.ty.size();
         let mut k = 0;
         self.runs(r, |at, n| {
-            out[k..k + n * e].copy_from_slice(&field[at * e..(at + n) * e]);
+            sode::copy_run(&mut out[k..k + n * e], &field[at * e..(at + n) * e]);
             k += n * e;
         });
     }
@@ -320,7 +320,7 @@ impl FieldSpec {
         let e = self.ty.size();
         let mut k = 0;
         self.runs(r, |at, n| {
-            field[at * e..(at + n) * e].copy_from_slice(&data[k..k + n * e]);
+            sode::copy_run(&mut field[at * e..(at + n) * e], &data[k..k + n * e]);
             k += n * e;
         });
     }

@@ -301,7 +301,7 @@ pub fn pack(array: &[u8], ext: &[usize], elem: usize, r: &Region, out: &mut [u8]
     let mut k = 0;
     for_rows(ext, r, |at| {
         let n = r.size[0] * elem;
-        out[k..k + n].copy_from_slice(&array[at * elem..at * elem + n]);
+        copy_run(&mut out[k..k + n], &array[at * elem..at * elem + n]);
         k += n;
     });
 }
@@ -311,7 +311,7 @@ pub fn unpack(data: &[u8], ext: &[usize], elem: usize, r: &Region, array: &mut [
     let mut k = 0;
     for_rows(ext, r, |at| {
         let n = r.size[0] * elem;
-        array[at * elem..at * elem + n].copy_from_slice(&data[k..k + n]);
+        copy_run(&mut array[at * elem..at * elem + n], &data[k..k + n]);
         k += n;
     });
 }
@@ -344,10 +344,38 @@ pub(crate) fn runs(
 pub(crate) fn gather_runs(src: &[u8], runs: &[sode_shm::Run], out: &mut [u8]) -> usize {
     let mut at = 0;
     for r in runs {
-        out[at..at + r.len].copy_from_slice(&src[r.offset..r.offset + r.len]);
+        copy_run(&mut out[at..at + r.len], &src[r.offset..r.offset + r.len]);
         at += r.len;
     }
     at
+}
+
+/// `dst.copy_from_slice(src)`, for one run of a face: runs of one cell of
+/// 4, 8 or 16 bytes (faces across the fastest axis) are copied by a
+/// fixed-size move. A call to `memcpy` per 8-byte cell made the exchange
+/// of such faces take about twice as long (`stencil --exchange-only`, 3-D
+/// 32 on `2,1,1`: 3.9-4.1 against 2.0-2.1 us, alternating the builds).
+///
+/// Public for `sode-capi`'s packing, not part of the API (hidden from the
+/// docs): it panics, as `copy_from_slice` does, if the lengths differ.
+#[doc(hidden)]
+#[inline(always)]
+pub fn copy_run(dst: &mut [u8], src: &[u8]) {
+    if !(fixed::<8>(dst, src) || fixed::<4>(dst, src) || fixed::<16>(dst, src)) {
+        dst.copy_from_slice(src);
+    }
+}
+
+/// Copies `src` to `dst` if both are `N` bytes long.
+#[inline(always)]
+fn fixed<const N: usize>(dst: &mut [u8], src: &[u8]) -> bool {
+    match (<&mut [u8; N]>::try_from(dst), <&[u8; N]>::try_from(src)) {
+        (Ok(d), Ok(s)) => {
+            *d = *s;
+            true
+        }
+        _ => false,
+    }
 }
 
 /// The inverse of [`gather_runs`]: the front of `data`, in order, into the
@@ -355,7 +383,7 @@ pub(crate) fn gather_runs(src: &[u8], runs: &[sode_shm::Run], out: &mut [u8]) ->
 pub(crate) fn scatter_runs(data: &[u8], runs: &[sode_shm::Run], dst: &mut [u8]) -> usize {
     let mut at = 0;
     for r in runs {
-        dst[r.offset..r.offset + r.len].copy_from_slice(&data[at..at + r.len]);
+        copy_run(&mut dst[r.offset..r.offset + r.len], &data[at..at + r.len]);
         at += r.len;
     }
     at
@@ -387,6 +415,36 @@ fn for_rows(ext: &[usize], r: &Region, mut f: impl FnMut(usize)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_of_every_length_gather_and_scatter_back() {
+        let src: Vec<u8> = (0..512).map(|i| (i * 13 % 253) as u8 + 1).collect();
+        let at = |offset, len| sode_shm::Run { offset, len };
+        // One cell of 4, 8 and 16 bytes (fixed-size moves), and others.
+        let runs = [
+            at(64, 8),
+            at(0, 4),
+            at(200, 16),
+            at(300, 3),
+            at(400, 100),
+            at(8, 1),
+        ];
+        let mut line = vec![0u8; 132];
+        assert_eq!(gather_runs(&src, &runs, &mut line), 132);
+        let expected: Vec<u8> = runs
+            .iter()
+            .flat_map(|r| src[r.offset..r.offset + r.len].to_vec())
+            .collect();
+        assert_eq!(line, expected);
+        let mut back = vec![0u8; 512];
+        assert_eq!(scatter_runs(&line, &runs, &mut back), 132);
+        for (i, (&b, &s)) in back.iter().zip(&src).enumerate() {
+            let inside = runs
+                .iter()
+                .any(|r| (r.offset..r.offset + r.len).contains(&i));
+            assert_eq!(b, if inside { s } else { 0 }, "byte {i}");
+        }
+    }
 
     #[test]
     fn neighbour_counts_for_every_stencil() {

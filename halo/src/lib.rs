@@ -57,8 +57,8 @@ pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};
 pub use channel::Locality;
 pub use decomp::{
-    axes_name, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour, Region,
-    Stencil,
+    axes_name, copy_run, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour,
+    Region, Stencil,
 };
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};

@@ -14,6 +14,7 @@ use crate::error::{Result, ShmError};
 use crate::layout::{self, TheirRecv};
 use crate::ring::{RingRx, RingTx};
 use crate::sys::pidfd::Watch;
+use crate::sys::shared::CheckedRuns;
 use sode_job::Lifecycle;
 
 fn protocol(peer: usize, what: String) -> ShmError {
@@ -219,7 +220,7 @@ impl ShmExchangeBuilder<'_> {
             if let Some(m) = n.send {
                 let placed = &segment.layout.sends[send_slot];
                 send_slot += 1;
-                let send = send_op(&peers[pi], pi, &theirs[pi], n, placed)?;
+                let send = send_op(&peers[pi], pi, &theirs[pi], n, placed, segment.layout.lent)?;
                 ops.report_sends
                     .push(report(i, n.peer, m.tag, m.len, send.path));
                 ops.send_of.push(Some(ops.sends.len()));
@@ -234,7 +235,9 @@ impl ShmExchangeBuilder<'_> {
                     .iter()
                     .find(|s| s.tag == m.tag)
                     .ok_or_else(|| protocol(n.peer, format!("no send of tag {}", m.tag)))?;
-                let mut recv = recv_op(&segment.layout.recvs[slot], pi, n, m.tag, m.len, path)?;
+                let lent = segment.layout.lent;
+                let mut recv =
+                    recv_op(&segment.layout.recvs[slot], pi, n, m.tag, m.len, path, lent)?;
                 recv.their_buffer = theirs.buffer;
                 if let (Some(from), Some(to)) = (&theirs.runs, &n.recv_runs) {
                     recv.pieces = pieces(from, to);
@@ -311,6 +314,27 @@ fn report(neighbour: usize, peer: usize, tag: u32, len: usize, path: Path) -> Me
     }
 }
 
+/// A message's runs, checked once against the lent sets' length (the
+/// builder checked them already: failing here is a bug, reported as one).
+fn checked_runs(
+    runs: Option<&Vec<Run>>,
+    lent: Option<layout::Lent>,
+    peer: usize,
+    tag: u32,
+) -> Result<Option<CheckedRuns>> {
+    let Some(runs) = runs else {
+        return Ok(None);
+    };
+    lent.and_then(|l| CheckedRuns::new(runs.clone(), l.set_len))
+        .map(Some)
+        .ok_or_else(|| {
+            protocol(
+                peer,
+                format!("tag {tag}: runs outside our lent sets passed the build's checks"),
+            )
+        })
+}
+
 /// Our send of `tag` to peer `pi`, on the path its receiver chose.
 fn send_op(
     link: &PeerSegment,
@@ -318,6 +342,7 @@ fn send_op(
     theirs: &[TheirRecv],
     n: &Peer,
     placed: &layout::SendSlot,
+    lent: Option<layout::Lent>,
 ) -> Result<SendOp> {
     let tag = placed.tag;
     let buf = OwnRange {
@@ -359,7 +384,7 @@ fn send_op(
         state: OpState::Idle,
         sent: 0,
         pushed_any: false,
-        runs: n.send_runs.clone(),
+        runs: checked_runs(n.send_runs.as_ref(), lent, n.peer, tag)?,
     })
 }
 
@@ -371,6 +396,7 @@ fn recv_op(
     tag: u32,
     len: usize,
     path: Path,
+    lent: Option<layout::Lent>,
 ) -> Result<RecvOp> {
     let storage = match (path, slot.window) {
         (Path::Window, Some(w)) => Storage::Window(w),
@@ -392,7 +418,7 @@ fn recv_op(
         get_from: None,
         their_buffer: 0,
         pieces: Vec::new(),
-        runs: n.recv_runs.clone(),
+        runs: checked_runs(n.recv_runs.as_ref(), lent, n.peer, tag)?,
     })
 }
 

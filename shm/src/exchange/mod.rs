@@ -36,6 +36,7 @@ impl Liveness {
         }
     }
 }
+use crate::sys::shared::CheckedRuns;
 use crate::sys::shared::SharedMap;
 use crate::thresholds::Thresholds;
 
@@ -290,7 +291,7 @@ struct SendOp {
     pushed_any: bool,
     /// Its runs in our lent sets: read there in place, or gathered into
     /// `buf` at start on a packed path.
-    runs: Option<Vec<Run>>,
+    runs: Option<CheckedRuns>,
 }
 
 #[derive(Debug)]
@@ -319,7 +320,7 @@ struct RecvOp {
     pieces: Vec<Piece>,
     /// Its runs in our lent sets: copied into in place, or scattered into
     /// from the buffer once it has arrived on a packed path.
-    runs: Option<Vec<Run>>,
+    runs: Option<CheckedRuns>,
 }
 
 /// A piece of a message received in place: `len` bytes from `from` in the

@@ -567,10 +567,10 @@ impl Exchange {
             let Some(runs) = s.runs.as_ref().filter(|_| s.path != Path::Read) else {
                 continue;
             };
-            let (set, span) = self.set_span()?;
+            let (set, _) = self.set_span()?;
             self.own
                 .map
-                .copy_runs_within(set, span, runs, s.buf.offset, true)
+                .copy_runs_within(set, runs, s.buf.offset, true)
                 .map_err(|e| own_error("gathering a send from the lent set", e))?;
         }
         Ok(())
@@ -583,12 +583,12 @@ impl Exchange {
             let Some(runs) = r.runs.as_ref().filter(|_| r.path != Path::Read) else {
                 continue;
             };
-            let (set, span) = self.set_span()?;
+            let (set, _) = self.set_span()?;
             let copied = match &r.storage {
-                Storage::Private(b) => self.own.map.scatter(b.as_ref(), set, span, runs),
+                Storage::Private(b) => self.own.map.scatter(b.as_ref(), set, runs),
                 Storage::Window(w) => {
                     let slot = layout::window_slot(*w, r.len as u64, self.iteration);
-                    self.own.map.copy_runs_within(set, span, runs, slot, false)
+                    self.own.map.copy_runs_within(set, runs, slot, false)
                 }
                 Storage::InPlace => Ok(()),
             };

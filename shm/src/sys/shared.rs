@@ -164,108 +164,72 @@ impl SharedMap {
         let at = self.check(offset, dst.len() as u64)?;
         // SAFETY: the source range is inside the mapping (checked) and does
         // not overlap `dst`, which is borrowed mutably from elsewhere.
-        unsafe { copy_bytes(dst.as_mut_ptr(), self.base.add(at), dst.len()) };
+        unsafe { copy_run(dst.as_mut_ptr(), self.base.add(at), dst.len()) };
         Ok(())
     }
 
-    /// The bytes the `runs` cover, each checked to lie within `span`.
-    fn runs_total(span: u64, runs: &[crate::exchange::Run]) -> Option<usize> {
-        let mut total = 0usize;
-        for r in runs {
-            if r.offset.checked_add(r.len)? as u64 > span {
-                return None;
-            }
-            total = total.checked_add(r.len)?;
-        }
-        Some(total)
-    }
-
-    /// Copies between the `runs` of the `span` bytes at `base` and the
-    /// contiguous bytes at `line`, in the runs' order, within the mapping
-    /// (the two ranges must not overlap; every range is checked once):
-    /// runs to line (a gather) when `gather`, else line to runs (a
-    /// scatter).
+    /// Copies between `runs` of the span at `base` and the contiguous
+    /// bytes at `line`, in the runs' order, within the mapping (the two
+    /// ranges must not overlap): runs to line (a gather) when `gather`,
+    /// else line to runs (a scatter). The runs were checked against their
+    /// span once; here only the span and the line are.
     pub(crate) fn copy_runs_within(
         &self,
         base: u64,
-        span: u64,
-        runs: &[crate::exchange::Run],
+        runs: &CheckedRuns,
         line: u64,
         gather: bool,
     ) -> Result<(), OutOfBounds> {
-        let (set, line) = self.run_ranges(base, span, runs, line)?;
-        let mut at = 0usize;
-        for r in runs {
-            // SAFETY: every run lies within the span and the line holds
-            // their total (`run_ranges`), both inside the mapping and
-            // apart; u8 has no invalid values.
+        let set = self.check(base, runs.span)?;
+        let at = self.check(line, runs.total as u64)?;
+        let span = runs.span as usize;
+        if at < set + span && set < at + runs.total && runs.total > 0 {
+            return Err(OutOfBounds {
+                offset: line,
+                len: runs.span,
+                mapped: self.len as u64,
+            });
+        }
+        let mut next = at;
+        for r in &runs.runs {
+            // SAFETY: every run lies within the span (`CheckedRuns`) and
+            // the line holds their total, both inside the mapping and apart
+            // (checked above); u8 has no invalid values.
             unsafe {
-                let (run, contiguous) = (self.base.add(set + r.offset), self.base.add(line + at));
+                let (run, contiguous) = (self.base.add(set + r.offset), self.base.add(next));
                 if gather {
-                    copy_bytes(contiguous, run, r.len)
+                    copy_run(contiguous, run, r.len)
                 } else {
-                    copy_bytes(run, contiguous, r.len)
+                    copy_run(run, contiguous, r.len)
                 }
             };
-            at += r.len;
+            next += r.len;
         }
         Ok(())
     }
 
-    /// Checks a gather or scatter within the mapping: the span at `base`,
-    /// the runs inside it, the contiguous line at `line` of their total,
-    /// both in the mapping and apart. Their start indices.
-    fn run_ranges(
-        &self,
-        base: u64,
-        span: u64,
-        runs: &[crate::exchange::Run],
-        line: u64,
-    ) -> Result<(usize, usize), OutOfBounds> {
-        let bad = OutOfBounds {
-            offset: line,
-            len: span,
-            mapped: self.len as u64,
-        };
-        let total = Self::runs_total(span, runs).ok_or(bad)?;
-        let set = self.check(base, span)?;
-        let at = self.check(line, total as u64)?;
-        if at < set + span as usize && set < at + total && total > 0 {
-            return Err(bad);
-        }
-        Ok((set, at))
-    }
-
-    /// `data`, in order, into the `runs` of the `span` bytes at `base` (a
-    /// scatter from private memory).
+    /// `data`, in order, into `runs` of the span at `base` (a scatter from
+    /// private memory).
     pub(crate) fn scatter(
         &self,
         data: &[u8],
         base: u64,
-        span: u64,
-        runs: &[crate::exchange::Run],
+        runs: &CheckedRuns,
     ) -> Result<(), OutOfBounds> {
-        let to = self.check(base, span)?;
+        let to = self.check(base, runs.span)?;
+        let Some(data) = data.get(..runs.total) else {
+            return Err(OutOfBounds {
+                offset: base,
+                len: runs.total as u64,
+                mapped: data.len() as u64,
+            });
+        };
         let mut at = 0usize;
-        for r in runs {
-            let bad = OutOfBounds {
-                offset: base + r.offset as u64,
-                len: r.len as u64,
-                mapped: self.len as u64,
-            };
-            if r.offset
-                .checked_add(r.len)
-                .is_none_or(|end| end as u64 > span)
-            {
-                return Err(bad);
-            }
-            let Some(src) = data.get(at..at + r.len) else {
-                return Err(bad);
-            };
-            // SAFETY: the destination run lies inside the span, which lies
-            // inside the mapping (both checked); `src` is a distinct,
-            // borrowed slice of the right length.
-            unsafe { copy_bytes(self.base.add(to + r.offset), src.as_ptr(), r.len) };
+        for r in &runs.runs {
+            // SAFETY: the run lies inside the span (`CheckedRuns`), which
+            // lies inside the mapping (checked above); `data` is a distinct,
+            // borrowed slice holding the runs' total.
+            unsafe { copy_run(self.base.add(to + r.offset), data.as_ptr().add(at), r.len) };
             at += r.len;
         }
         Ok(())
@@ -300,6 +264,58 @@ impl SharedMap {
         // SAFETY: in bounds (checked), alive for `&mut self`, and exclusive
         // within this process because `self` is borrowed mutably.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len) })
+    }
+}
+
+/// Runs checked once to lie within a span of `span` bytes, with their
+/// total: gathers and scatters with them check only where the span and
+/// the line lie, not every run again (a face across the fastest axis is
+/// a run per cell, and a second pass over them cost as much as the copy).
+#[derive(Debug, Clone)]
+pub(crate) struct CheckedRuns {
+    runs: Vec<crate::exchange::Run>,
+    span: u64,
+    total: usize,
+}
+
+impl CheckedRuns {
+    /// `None` if a run ends past `span` or the total overflows.
+    pub(crate) fn new(runs: Vec<crate::exchange::Run>, span: u64) -> Option<CheckedRuns> {
+        let mut total = 0usize;
+        for r in &runs {
+            if r.offset.checked_add(r.len)? as u64 > span {
+                return None;
+            }
+            total = total.checked_add(r.len)?;
+        }
+        Some(CheckedRuns { runs, span, total })
+    }
+}
+
+/// One run of a gather or scatter: runs of one cell (faces across the
+/// fastest axis) by a fixed-size move, longer ones by [`copy_bytes`]. A
+/// call to `memcpy` per 8-byte cell cost the packed path on such faces
+/// 10-30 % against `sode`'s own packing, which copies them the same way.
+///
+/// # Safety
+/// As [`copy_bytes`].
+#[inline(always)]
+unsafe fn copy_run(dst: *mut u8, src: *const u8, len: usize) {
+    // SAFETY (all arms): forwarded from the caller's contract; unaligned
+    // reads and writes of byte arrays are allowed.
+    unsafe {
+        match len {
+            8 => dst
+                .cast::<[u8; 8]>()
+                .write_unaligned(src.cast::<[u8; 8]>().read_unaligned()),
+            4 => dst
+                .cast::<[u8; 4]>()
+                .write_unaligned(src.cast::<[u8; 4]>().read_unaligned()),
+            16 => dst
+                .cast::<[u8; 16]>()
+                .write_unaligned(src.cast::<[u8; 16]>().read_unaligned()),
+            _ => copy_bytes(dst, src, len),
+        }
     }
 }
 
@@ -341,4 +357,86 @@ pub(crate) unsafe fn copy_bytes(dst: *mut u8, src: *const u8, len: usize) {
     let _ = delta;
     // SAFETY: forwarded from the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exchange::Run;
+
+    fn run(offset: usize, len: usize) -> Run {
+        Run { offset, len }
+    }
+
+    #[test]
+    fn runs_past_their_span_are_refused_once_and_for_all() {
+        assert!(CheckedRuns::new(vec![run(0, 8), run(56, 8)], 64).is_some());
+        assert!(CheckedRuns::new(vec![run(0, 8), run(57, 8)], 64).is_none());
+        assert!(CheckedRuns::new(vec![run(usize::MAX, 2)], 64).is_none());
+    }
+
+    #[test]
+    fn gather_and_scatter_move_every_run_of_every_length() {
+        let map = SharedMap::anonymous(8192).expect("map");
+        let pattern: Vec<u8> = (0..4096).map(|i| (i * 7 % 251) as u8).collect();
+        map.write(0, &pattern).expect("fill");
+        // Runs of one cell of 4, 8 and 16 bytes (the fixed-size moves) and
+        // others, out of order.
+        let runs = vec![
+            run(100, 8),
+            run(0, 4),
+            run(300, 16),
+            run(1000, 3),
+            run(2000, 700),
+        ];
+        let checked = CheckedRuns::new(runs.clone(), 4096).expect("runs");
+        map.copy_runs_within(0, &checked, 4096, true)
+            .expect("gather");
+        let mut line = vec![0u8; checked.total];
+        map.read(4096, &mut line).expect("read");
+        let expected: Vec<u8> = runs
+            .iter()
+            .flat_map(|r| pattern[r.offset..r.offset + r.len].to_vec())
+            .collect();
+        assert_eq!(line, expected);
+        // Back: zero the span, scatter the line into it, from private
+        // memory and from within the mapping.
+        for from_map in [false, true] {
+            map.write(0, &[0u8; 4096]).expect("zero");
+            if from_map {
+                map.copy_runs_within(0, &checked, 4096, false)
+                    .expect("scatter within");
+            } else {
+                map.scatter(&line, 0, &checked).expect("scatter");
+            }
+            let mut span = vec![0u8; 4096];
+            map.read(0, &mut span).expect("read");
+            for r in &runs {
+                assert_eq!(
+                    span[r.offset..r.offset + r.len],
+                    pattern[r.offset..r.offset + r.len]
+                );
+            }
+            assert_eq!(
+                span.iter().filter(|&&b| b != 0).count(),
+                pattern_nonzero(&pattern, &runs)
+            );
+        }
+        // A line overlapping the span, a line past the mapping, and too
+        // little data are refused.
+        assert!(map.copy_runs_within(0, &checked, 2048, true).is_err());
+        assert!(map.copy_runs_within(0, &checked, 8192 - 10, true).is_err());
+        assert!(map.scatter(&line[..10], 0, &checked).is_err());
+    }
+
+    fn pattern_nonzero(pattern: &[u8], runs: &[Run]) -> usize {
+        runs.iter()
+            .map(|r| {
+                pattern[r.offset..r.offset + r.len]
+                    .iter()
+                    .filter(|&&b| b != 0)
+                    .count()
+            })
+            .sum()
+    }
 }
