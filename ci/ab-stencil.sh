@@ -9,7 +9,7 @@
 #   OLD=... SHAPES="3:32:2,1,1" EXTRA=--shared-fields ROUNDS=7 bash ci/ab-stencil.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-old=${OLD:?set OLD to the other build's stencil executable}
+old=${OLD:?set OLD to the stencil executable of the other build}
 rounds=${ROUNDS:-5}
 iters=${ITERS:-3000}
 shapes=${SHAPES:-"3:32:2,1,1 3:64:2,1,1 2:1024:2,1 3:32:1,1,2 3:64:1,1,2"}
@@ -32,7 +32,9 @@ run() {
 stats() { sort -n "$1" | awk '{ v[NR] = $1 } END { printf "%.2f (%.2f)", v[int((NR + 1) / 2)], v[1] }'; }
 least() { sort -n "$1" | head -1; }
 
-echo "| shape | grid | ${EXTRA:-caller's arrays} | old us | new us | new / old |"
+fields="the caller's arrays"
+[ -n "${EXTRA:-}" ] && fields=$EXTRA
+echo "| shape | grid | fields | old us | new us | new / old |"
 echo "|---|---|---|---:|---:|---:|"
 for shape in $shapes; do
   IFS=: read -r dims size grid <<<"$shape"
@@ -43,5 +45,5 @@ for shape in $shapes; do
     run "$new" "$dims" "$size" "$grid" >>"$out/new"
   done
   ratio=$(awk -v a="$(least "$out/new")" -v b="$(least "$out/old")" 'BEGIN { printf "%.2f", a / b }')
-  echo "| ${dims}-D $size | $grid | | $(stats "$out/old") | $(stats "$out/new") | $ratio |"
+  echo "| ${dims}-D $size | $grid | $fields | $(stats "$out/old") | $(stats "$out/new") | $ratio |"
 done
