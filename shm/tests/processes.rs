@@ -275,20 +275,7 @@ fn mismatched_sizes_and_a_missing_peer_are_named() {
     assert_no_segments(&j);
 }
 
-#[test]
-fn ranks_bound_to_their_own_cores_still_exchange() {
-    let _serial = serial();
-    let t = run_all(
-        "bound",
-        &["1", "0"],
-        &[&["iters=200", "sizes=4096,300000", "bind=1"]],
-    );
-    for (r, text) in t.iter().enumerate() {
-        assert!(text.contains(&format!("rank {r}: bound to core")), "{text}");
-    }
-}
-
-/// The numbers in `[..]` after `key` on `text`'s line for `rank`.
+/// The numbers in the `[..]` that follows `key` on `line`.
 fn cpus_after(line: &str, key: &str) -> Vec<usize> {
     let Some(rest) = line.split(key).nth(1) else {
         return Vec::new();
@@ -326,19 +313,22 @@ fn probe_placement(text: &str, r: usize, peer: usize) -> (String, Vec<usize>, us
 }
 
 #[test]
-fn thresholds_are_measured_from_where_each_peer_runs() {
+fn ranks_bound_to_their_own_cores_exchange_and_measure_towards_each_other() {
+    let _serial = serial();
+    let t = run_all(
+        "bound",
+        &["1", "0"],
+        &[&["iters=200", "sizes=4096,300000", "bind=1"]],
+    );
+    for (r, text) in t.iter().enumerate() {
+        assert!(text.contains(&format!("rank {r}: bound to core")), "{text}");
+    }
     if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
-        eprintln!("one CPU: the ranks cannot be placed apart, nothing to check");
+        eprintln!("one CPU: the ranks share it, no placement to check");
         return;
     }
-    let _serial = serial();
-    // Bound one to a core: each rank's probe must stand in for its peer
-    // on the peer's CPUs, not share its own core with the responder.
-    let t = run_all(
-        "towards",
-        &["1", "0"],
-        &[&["iters=3", "sizes=64,70000", "bind=1"]],
-    );
+    // Each rank's probe must stand in for its peer on the peer's CPUs,
+    // not share its own core with the responder.
     for (r, text) in t.iter().enumerate() {
         let peer = 1 - r;
         let own = cpus_after(line(text, &format!("rank {r}: bound")), "PUs");

@@ -444,13 +444,7 @@ impl<'a> ShmExchangeBuilder<'a> {
         segment.settle(&self.neighbours, &mut local, self.pin)?;
         segment.publish_paths(&self.neighbours, &local.recv_paths)?;
         for peer in &mapped {
-            setup.until(
-                peer.rank,
-                "decide its receive paths",
-                Some(&peer.pidfd),
-                peer.view.pid,
-                || peer.state_reached(layout::STATE_PATHS),
-            )?;
+            peer.wait_paths(&setup, "decide its receive paths")?;
             self.check_agreement(peer)?;
         }
         segment.wait_mapped(&setup)?;
@@ -566,13 +560,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                     let before_probe = || {
                         if !lower_done {
                             for lower in mapped.iter().filter(|p| p.rank < rank) {
-                                setup.until(
-                                    lower.rank,
-                                    "measure its thresholds",
-                                    Some(&lower.pidfd),
-                                    lower.view.pid,
-                                    || lower.state_reached(layout::STATE_PATHS),
-                                )?;
+                                lower.wait_paths(setup, "measure its thresholds")?;
                             }
                         }
                         lower_done = true;

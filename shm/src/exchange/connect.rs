@@ -83,6 +83,15 @@ impl Segment {
 }
 
 impl MappedPeer {
+    /// Waits (within the setup's deadline, watching the peer's life) until
+    /// the peer has published its receive paths; `step` names what it is
+    /// doing before that, for the timeout's message.
+    pub(super) fn wait_paths(&self, setup: &Setup<'_>, step: &'static str) -> Result<()> {
+        setup.until(self.rank, step, Some(&self.pidfd), self.view.pid, || {
+            self.state_reached(layout::STATE_PATHS)
+        })
+    }
+
     /// `Some` once the peer's segment has reached `state`.
     pub(super) fn state_reached(&self, state: u64) -> Result<Option<()>> {
         let s = self

@@ -36,8 +36,7 @@ impl Liveness {
         }
     }
 }
-use crate::sys::shared::CheckedRuns;
-use crate::sys::shared::SharedMap;
+use crate::sys::shared::{CheckedRuns, SharedMap};
 use crate::thresholds::Thresholds;
 
 pub use build::{ReadMin, ShmExchangeBuilder};

@@ -549,11 +549,10 @@ impl Exchange {
         out.join("; ")
     }
 
-    /// Our lent set this iteration exchanges: where it starts, and its
-    /// bytes.
-    fn set_span(&self) -> Result<(u64, u64)> {
+    /// Our lent set this iteration exchanges: where it starts.
+    fn set_at(&self) -> Result<u64> {
         self.lent
-            .map(|l| (l.set_at(self.set), l.set_len))
+            .map(|l| l.set_at(self.set))
             .ok_or_else(|| ShmError::InPlace {
                 op: "start",
                 why: "a message has runs, but the exchange lends no sets".into(),
@@ -567,7 +566,7 @@ impl Exchange {
             let Some(runs) = s.runs.as_ref().filter(|_| s.path != Path::Read) else {
                 continue;
             };
-            let (set, _) = self.set_span()?;
+            let set = self.set_at()?;
             self.own
                 .map
                 .copy_runs_within(set, runs, s.buf.offset, true)
@@ -583,7 +582,7 @@ impl Exchange {
             let Some(runs) = r.runs.as_ref().filter(|_| r.path != Path::Read) else {
                 continue;
             };
-            let (set, _) = self.set_span()?;
+            let set = self.set_at()?;
             let copied = match &r.storage {
                 Storage::Private(b) => self.own.map.scatter(b.as_ref(), set, runs),
                 Storage::Window(w) => {

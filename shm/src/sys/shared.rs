@@ -292,10 +292,10 @@ impl CheckedRuns {
     }
 }
 
-/// One run of a gather or scatter: runs of one cell (faces across the
-/// fastest axis) by a fixed-size move, longer ones by [`copy_bytes`]. A
-/// call to `memcpy` per 8-byte cell cost the packed path on such faces
-/// 10-30 % against `sode`'s own packing, which copies them the same way.
+/// One run of a gather or scatter: runs of one cell of 4, 8 or 16 bytes
+/// (faces across the fastest axis) by a fixed-size move, longer ones by
+/// [`copy_bytes`], as `sode`'s `copy_run` copies slices (a call to
+/// `memcpy` per 8-byte cell cost the packed path on such faces 10-30 %).
 ///
 /// # Safety
 /// As [`copy_bytes`].
