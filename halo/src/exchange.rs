@@ -365,6 +365,13 @@ impl HaloExchange {
             .count()
     }
 
+    /// Per neighbour on this node, the shared-memory thresholds its halo
+    /// was given a path by and where they were measured; see
+    /// [`LinkExchange::calibrations`].
+    pub fn calibrations(&self) -> Vec<sode_shm::PeerCalibration> {
+        self.exchange.calibrations()
+    }
+
     /// The RDMA schedule, if any neighbour is reached over RDMA.
     pub fn plan_summary(&self) -> Option<&str> {
         self.exchange.plan_summary()

@@ -46,6 +46,7 @@ mod error;
 mod exchange;
 #[cfg(feature = "rdma")]
 mod fabric;
+mod job_memo;
 mod links;
 #[cfg(feature = "rdma")]
 mod model;
@@ -66,6 +67,6 @@ pub use links::{
     InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets, Sides, Span,
 };
 pub use reorder::{reorder, Reordered};
-pub use sode_shm::Run;
+pub use sode_shm::{PeerCalibration, Run};
 #[cfg(feature = "rdma")]
 pub use sode_transport::UserMemory;

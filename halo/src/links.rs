@@ -164,6 +164,10 @@ enum Route {
 #[derive(Debug)]
 pub struct LinkExchangeBuilder<'w> {
     world: &'w World,
+    /// Names its shared-memory segments: its place in the job's sequence
+    /// of builders, taken when it is made (a commit that fails on one
+    /// rank after making its builder still counts there as elsewhere).
+    name: String,
     links: Vec<Link>,
     transport: Transport,
     engines: usize,
@@ -186,6 +190,7 @@ impl<'w> LinkExchangeBuilder<'w> {
     pub fn new(world: &'w World, links: Vec<Link>) -> Self {
         LinkExchangeBuilder {
             world,
+            name: crate::job_memo::JobMemo::of(world).next_exchange_name(),
             links,
             transport: Transport::Auto,
             engines: 2,
@@ -506,7 +511,13 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
         let mut channels: Vec<Box<dyn Channel>> = Vec::new();
         let mut in_place = vec![Sides::default(); n];
-        let store = self.build_shm(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
+        let store = self.build_shm(
+            &self.name,
+            &mut sends,
+            &mut recvs,
+            &mut channels,
+            &mut in_place,
+        )?;
         let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
         self.build_tcp(&mut sends, &mut recvs, &mut channels)?;
         let shared = self.shared.take();
@@ -535,6 +546,7 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// `in_place` which sides travel in place.
     fn build_shm(
         &self,
+        name: &str,
         sends: &mut [Option<Route>],
         recvs: &mut [Option<Route>],
         channels: &mut Vec<Box<dyn Channel>>,
@@ -582,13 +594,16 @@ impl<'w> LinkExchangeBuilder<'w> {
         });
         let peers: Vec<sode_shm::Peer> = peers.collect();
         let names = self.names(&shm);
-        let mut ctx =
-            sode_shm::Context::from_world(self.world).map_err(|source| HaloError::Shm {
+        // The probes are the job's, measured by its first exchange.
+        let probes = crate::job_memo::JobMemo::of(self.world).shm_probes.clone();
+        let mut ctx = sode_shm::Context::from_world(self.world)
+            .map_err(|source| HaloError::Shm {
                 neighbours: names.clone(),
                 source: Box::new(source),
-            })?;
+            })?
+            .with_probe_cache(probes);
         let lend = self.shared.as_ref().map(|s| (s.sets, s.set_len));
-        let ch = ShmChannel::build(&mut ctx, peers, names, self.timeout, lend)?;
+        let ch = ShmChannel::build(ctx.exchange().name(name), peers, names, self.timeout, lend)?;
         for (message, &i) in shm.iter().enumerate() {
             let route = Route::Channel {
                 channel: channels.len(),
@@ -835,16 +850,19 @@ impl<'w> LinkExchangeBuilder<'w> {
         if self.model != Model::Calibrated || self.world.local_rank() != 0 {
             return None;
         }
-        let measured = sode_transport::DeviceSelector::from_env()
-            .and_then(|s| sode_transport::Device::open(&s))
-            .and_then(|dev| sode_transport::calibrate(&dev, self.engines));
-        match measured {
-            Ok(c) => Some(crate::plan::machine_of(&c)),
-            Err(e) => {
-                tracing::debug!(error = %e, "this node's device was not calibrated");
-                None
+        let calibrate = || {
+            let measured = sode_transport::DeviceSelector::from_env()
+                .and_then(|s| sode_transport::Device::open(&s))
+                .and_then(|dev| sode_transport::calibrate(&dev, self.engines));
+            match measured {
+                Ok(c) => Some(crate::plan::machine_of(&c)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "this node's device was not calibrated");
+                    None
+                }
             }
-        }
+        };
+        crate::job_memo::JobMemo::of(self.world).node_model(self.engines, calibrate)
     }
 
     /// The job's model, the same on every rank: `None` when it is not to be
@@ -1058,6 +1076,17 @@ impl LinkExchange {
             }
             _ => false,
         }
+    }
+
+    /// Per shared-memory peer, the thresholds its messages were given
+    /// paths by, where they were measured, and whether an earlier
+    /// exchange's probe on this job served (only the first exchange built
+    /// on a [`World`] measures each place).
+    pub fn calibrations(&self) -> Vec<sode_shm::PeerCalibration> {
+        self.channels
+            .iter()
+            .flat_map(|c| c.calibrations().iter().cloned())
+            .collect()
     }
 
     /// RDMA queue pairs this exchange holds (engines times RDMA peers).

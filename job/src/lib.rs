@@ -50,6 +50,7 @@ mod health;
 mod launch;
 pub mod launcher;
 mod lifecycle;
+mod memo;
 mod node;
 mod oob;
 pub mod pmix;

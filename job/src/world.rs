@@ -11,6 +11,7 @@ use crate::backoff::WaitPolicy;
 use crate::error::{JobError, Result};
 use crate::health::{Failure, Health};
 use crate::launch::{sanitise_job_id, LaunchInfo};
+use crate::memo::Memo;
 use crate::node::NodeId;
 use crate::oob::{check_peers, decode, OutOfBand, PeerLink};
 use crate::relay::{Relay, RelayListener};
@@ -47,6 +48,8 @@ pub struct World {
     order: Option<Arc<Order>>,
     /// Who reaches whom directly, and the gateways between the others.
     routes: Arc<Routes>,
+    /// What the layers above measured once for the whole job.
+    memo: Arc<Memo>,
     /// This rank forwarding for others, when it is its node's gateway
     /// (last: dropped after the health watcher, it lingers while
     /// connections through it are open).
@@ -175,6 +178,7 @@ impl World {
             health: Some(Arc::new(health)),
             order: None,
             routes,
+            memo: Arc::default(),
             relay,
         };
         adopt_wait_policy(world.local_size())?;
@@ -219,6 +223,7 @@ impl World {
             oob: None,
             health: None,
             order: None,
+            memo: Arc::default(),
             relay: None,
         }
     }
@@ -273,6 +278,7 @@ impl World {
             health: self.health.clone(),
             order: Some(Arc::new(Order { launch, rank })),
             routes: self.routes.clone(),
+            memo: self.memo.clone(),
             relay: self.relay.clone(),
         })
     }
@@ -317,6 +323,16 @@ impl World {
     /// Number of ranks.
     pub fn size(&self) -> usize {
         self.size
+    }
+
+    /// A value kept for the whole job, made by `init` on first use: one
+    /// per type `T`, shared by this world's clones and renumberings (so it
+    /// must not depend on rank numbers). The layers above keep their
+    /// measurements here (shared-memory thresholds, the RDMA model), so
+    /// that only the first exchange built on a job takes them. `init` runs
+    /// under a lock: make an empty cache there, not a measurement.
+    pub fn memo<T: std::any::Any + Send + Sync>(&self, init: impl FnOnce() -> T) -> Arc<T> {
+        self.memo.get_or_init(init)
     }
 
     /// The id every rank of the job agreed on (names shared-memory segments).

@@ -2,6 +2,7 @@
 //! machine allows, and the measured thresholds.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use sode_job::{LaunchInfo, World};
 
@@ -22,11 +23,69 @@ pub struct Context {
     thresholds: Option<Thresholds>,
     /// Set by hand: used for every peer, nothing measured.
     by_hand: Option<Thresholds>,
-    /// Probes run so far, one per place measured towards.
+    /// Probes run so far, one per place measured towards; shared with
+    /// the contexts given the same cache.
+    probes: ProbeCache,
+    pub(crate) next_exchange: u32,
+}
+
+/// The threshold probes run so far and the NUMA nodes' CPUs: what makes a
+/// context's first exchange slow (a probe takes milliseconds per place
+/// measured towards). Clones share one store, so contexts given the same
+/// cache ([`Context::with_probe_cache`]) measure each place once, however
+/// many exchanges they build. Probes are keyed by the CPUs they ran from
+/// and towards, so sharing never gives an exchange another place's numbers.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeCache {
+    store: Arc<Mutex<ProbeStore>>,
+}
+
+#[derive(Debug, Default)]
+struct ProbeStore {
     probes: Vec<Probed>,
     /// The NUMA nodes' CPUs, read on first use.
     numa_nodes: Option<Vec<Vec<usize>>>,
-    pub(crate) next_exchange: u32,
+}
+
+impl ProbeCache {
+    /// An empty cache.
+    pub fn new() -> ProbeCache {
+        ProbeCache::default()
+    }
+
+    /// Probes kept so far.
+    pub fn len(&self) -> usize {
+        self.lock().probes.len()
+    }
+
+    /// Whether no probe was kept yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ProbeStore> {
+        // The store is only pushed to: a panic elsewhere leaves it whole.
+        self.store.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Where to probe towards a peer on `theirs` from `own`.
+    fn responder_cpus(&self, theirs: &[usize], own: &[usize]) -> Vec<usize> {
+        let mut store = self.lock();
+        let nodes = store.numa_nodes.get_or_insert_with(placement::numa_nodes);
+        placement::responder_cpus(theirs, own, nodes)
+    }
+
+    fn find(&self, own: &[usize], towards: &[usize]) -> Option<Measured> {
+        self.lock()
+            .probes
+            .iter()
+            .find(|p| p.own == own && p.towards == towards)
+            .map(|p| p.measured)
+    }
+
+    fn keep(&self, probe: Probed) {
+        self.lock().probes.push(probe);
+    }
 }
 
 /// One threshold probe: from which CPUs, towards which, what it found.
@@ -87,8 +146,7 @@ impl Context {
             caps: ShmCaps::probe(),
             thresholds: None,
             by_hand: None,
-            probes: Vec::new(),
-            numa_nodes: None,
+            probes: ProbeCache::new(),
             next_exchange: 0,
         })
     }
@@ -163,6 +221,20 @@ impl Context {
         Ok(t)
     }
 
+    /// Keeps this context's threshold probes in `cache`, shared with every
+    /// other context given it (clones of one cache): a place measured by
+    /// any of them is not measured again. `sode` gives every exchange on
+    /// one job the same cache, so only the first commit probes.
+    pub fn with_probe_cache(mut self, cache: ProbeCache) -> Context {
+        self.probes = cache;
+        self
+    }
+
+    /// The cache this context's probes are kept in.
+    pub fn probe_cache(&self) -> &ProbeCache {
+        &self.probes
+    }
+
     /// Sets the thresholds for every peer of the exchanges built from now
     /// on: nothing is measured.
     pub fn set_thresholds(&mut self, thresholds: Thresholds) {
@@ -195,16 +267,13 @@ impl Context {
             });
         }
         let own = placement::affinity(0).unwrap_or_default();
-        let nodes = self.numa_nodes.get_or_insert_with(placement::numa_nodes);
         let towards = placement::affinity(pid)
-            .map(|theirs| placement::responder_cpus(&theirs, &own, nodes))
+            .map(|theirs| self.probes.responder_cpus(&theirs, &own))
             .unwrap_or_default();
-        let known = self
-            .probes
-            .iter()
-            .find(|p| p.own == own && p.towards == towards);
+        // Not locked while probing: the probe waits for peers first.
+        let known = self.probes.find(&own, &towards);
         let (measured, reused) = match known {
-            Some(p) => (p.measured, true),
+            Some(measured) => (measured, true),
             None => {
                 before_probe()?;
                 let measured = Thresholds::measure_towards(&towards);
@@ -212,7 +281,7 @@ impl Context {
                     "thresholds towards rank {peer} (pid {pid}) on CPUs {towards:?}, from {own:?}: {:?}",
                     measured
                 );
-                self.probes.push(Probed {
+                self.probes.keep(Probed {
                     own,
                     towards: towards.clone(),
                     measured,

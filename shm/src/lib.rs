@@ -65,7 +65,7 @@ mod thresholds;
 pub mod topology;
 
 pub use caps::ShmCaps;
-pub use context::{Context, PeerCalibration};
+pub use context::{Context, PeerCalibration, ProbeCache};
 pub use error::{Result, ShmError};
 pub use exchange::{
     Exchange, ExchangeReport, MessageReport, Path, PathPolicy, Peer, ReadMin, Run,

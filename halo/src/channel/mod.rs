@@ -97,4 +97,10 @@ pub(crate) trait Channel: std::fmt::Debug {
     fn queue_pairs(&self) -> usize {
         0
     }
+
+    /// Per peer, the shared-memory thresholds its messages were given
+    /// paths by, and where they were measured (none but on shared memory).
+    fn calibrations(&self) -> &[sode_shm::PeerCalibration] {
+        &[]
+    }
 }

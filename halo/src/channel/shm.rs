@@ -14,10 +14,11 @@ pub(crate) struct ShmChannel {
 }
 
 impl ShmChannel {
-    /// Builds the exchange with `peers` (message `i` is `peers[i]`);
-    /// collective with each of them.
+    /// Builds the exchange `builder` describes (its name, in its context)
+    /// with `peers` (message `i` is `peers[i]`); collective with each of
+    /// them.
     pub(crate) fn build(
-        ctx: &mut sode_shm::Context,
+        builder: sode_shm::ShmExchangeBuilder<'_>,
         peers: Vec<sode_shm::Peer>,
         names: String,
         timeout: std::time::Duration,
@@ -27,7 +28,7 @@ impl ShmChannel {
             neighbours: names.clone(),
             source: Box::new(source),
         };
-        let mut builder = ctx.exchange().neighbours(peers).setup_timeout(timeout);
+        let mut builder = builder.neighbours(peers).setup_timeout(timeout);
         if let Some((sets, set_len)) = lend {
             builder = builder.lend(sets, set_len);
         }
@@ -91,6 +92,10 @@ impl Channel for ShmChannel {
             .recvs
             .iter()
             .any(|m| m.neighbour == msg && m.path == sode_shm::Path::Read)
+    }
+
+    fn calibrations(&self) -> &[sode_shm::PeerCalibration] {
+        &self.exchange.report().calibrations
     }
 
     fn use_set(&mut self, set: usize) {
