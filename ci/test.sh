@@ -26,6 +26,9 @@ echo "== [${SECONDS}s] the stencil example (the main job) over shared memory, ch
 cargo build --release --locked -p sode-examples --example stencil
 bash ci/stencil.sh
 
+echo "== [${SECONDS}s] the commit benchmark: later commits on a job reuse its measurements (median under 50 ms)"
+bash ci/commit-cost.sh
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
