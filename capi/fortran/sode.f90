@@ -51,7 +51,7 @@ module sode
   public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
-  public :: sode_add_field, sode_commit, sode_start, sode_wait, sode_test
+  public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_describe
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version
@@ -160,6 +160,13 @@ module sode
        type(c_ptr), value :: x
        integer(c_int) :: rc
      end function c_start
+     function c_start_arrays(x, n, arrays) bind(C, name="sode_exchange_start_arrays") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: n
+       type(c_ptr), intent(in) :: arrays(*)
+       integer(c_int) :: rc
+     end function c_start_arrays
      function c_wait(x, timeout) bind(C, name="sode_exchange_wait") result(rc)
        import :: c_int, c_ptr, c_double
        type(c_ptr), value :: x
@@ -759,6 +766,22 @@ contains
     integer, intent(out), optional :: ierr
     call finish(c_start(x%ptr), ierr)
   end subroutine sode_start
+
+  !> Starts the exchange on other arrays than the fields were added with
+  !> (Runge-Kutta stages, double buffers): `arrays(f)` is `c_loc` of an
+  !> array laid out as field `f` was added (same kind, shape and bounds;
+  !> TARGET or POINTER), or `c_null_ptr` for the field's own, one per field
+  !> in the order added. The wait or test that completes the exchange
+  !> fills the halos of the same arrays; the next `sode_start` uses the
+  !> fields' own arrays again. A field whose faces travel in place over
+  !> RDMA cannot be given another array (SODE_ERR_ARG; call
+  !> `sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)` before commit).
+  subroutine sode_start_arrays(x, arrays, ierr)
+    type(sode_exchange), intent(inout) :: x
+    type(c_ptr), intent(in) :: arrays(:)
+    integer, intent(out), optional :: ierr
+    call finish(c_start_arrays(x%ptr, size(arrays, kind=c_int), arrays), ierr)
+  end subroutine sode_start_arrays
 
   !> Waits (up to `timeout` seconds, default 60) for every halo.
   subroutine sode_wait(x, timeout, ierr)

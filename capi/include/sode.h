@@ -498,6 +498,27 @@ int sode_exchange_start_set(struct sode_exchange *exchange, int set);
 int sode_exchange_start(struct sode_exchange *exchange);
 
 /**
+ * Starts the exchange on other arrays than the fields were added with:
+ * `arrays[f]` stands for field `f` (in the order added; `nfields` is the
+ * exchange's field count), NULL for a field's own array. Each must be
+ * laid out as its field was described (type, extents, order or strides).
+ * The wait or test that completes this exchange unpacks the halos into the
+ * same arrays; the next start uses the fields' own arrays again unless
+ * given others. One committed exchange so serves every Runge-Kutta stage
+ * or both buffers of a double-buffered sweep, as MPI takes a buffer per
+ * call. A field whose faces travel in place over RDMA (see
+ * `sode_exchange_set_zero_copy`) cannot be given another array:
+ * `SODE_ERR_ARG`, nothing started. Allocates nothing.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds
+ * `nfields` pointers; each non-NULL one is valid for reads and writes of
+ * its whole field from this call to the end of the wait that completes the
+ * exchange, with the rules of `sode_exchange_add_field` while in flight.
+ */
+int sode_exchange_start_arrays(struct sode_exchange *exchange, int nfields, void *const *arrays);
+
+/**
  * One pass: `*done` is 1 once every halo has arrived and is unpacked
  * (the exchange is then complete), else 0.
  *

@@ -22,8 +22,18 @@ pub struct Field {
     pub spec: FieldSpec,
     /// The user's array (`None`: sode keeps it, in the shared sets).
     pub memory: Option<UserMemory>,
+    /// The array given for the exchange in flight in its place
+    /// (`sode_exchange_start_arrays`), until the wait that completes it.
+    pub call: Option<UserMemory>,
     /// Bytes the array spans.
     pub bytes: usize,
+}
+
+impl Field {
+    /// The array the exchange in flight packs from and unpacks into.
+    fn array(&self) -> Option<&UserMemory> {
+        self.call.as_ref().or(self.memory.as_ref())
+    }
 }
 
 /// Where the fields sode keeps lie: `sets` sets of `set_len` bytes, field
@@ -108,6 +118,15 @@ fn box_fits(m: &BoxMessage, field: &FieldSpec) -> std::result::Result<(), String
         }
     }
     Ok(())
+}
+
+/// The error of `op` on a field with no array to pack from or unpack into
+/// (its description was checked at add: this is sode's fault).
+fn no_memory(op: &'static str) -> CapiError {
+    CapiError::Internal {
+        op,
+        why: "a field without memory".into(),
+    }
 }
 
 /// The error of `op` on an exchange in `state`, which is not committed.
@@ -342,6 +361,7 @@ impl Exchange {
         }
         self.fields.push(Field {
             memory,
+            call: None,
             bytes: span,
             spec,
         });
@@ -788,7 +808,20 @@ impl Exchange {
     /// Packs every field's faces (but those read in place) and starts the
     /// exchange.
     pub fn start(&mut self) -> Result<()> {
-        let op = "sode_exchange_start";
+        self.start_arrays("sode_exchange_start", 0, |_, _| None)
+    }
+
+    /// Starts the exchange on the arrays `array(f, bytes)` gives for each
+    /// of `given` fields (`None`: the field's own array), checked against
+    /// the committed fields; the wait or test that completes it unpacks
+    /// into the same arrays. Runge-Kutta stages and double buffers share
+    /// one committed exchange this way.
+    pub fn start_arrays(
+        &mut self,
+        op: &'static str,
+        given: usize,
+        array: impl Fn(usize, usize) -> Option<UserMemory>,
+    ) -> Result<()> {
         if let State::Committed {
             shared: Some(_), ..
         } = &self.state
@@ -799,7 +832,6 @@ impl Exchange {
             });
         }
         let (links, planned, fields) = self.committed(op)?;
-        let exchange = |source| CapiError::Exchange { op, source };
         if links.in_flight() {
             return Err(CapiError::State {
                 op,
@@ -807,6 +839,53 @@ impl Exchange {
                     .into(),
             });
         }
+        if given != 0 && given != fields.len() {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!(
+                    "{given} arrays given for an exchange of {} fields: give one per field, in the order added (NULL for a field's own array)",
+                    fields.len()
+                ),
+            });
+        }
+        let in_place = (0..planned.len()).any(|i| {
+            let s = links.in_place(i);
+            s.send || s.recv
+        });
+        // Every field, so that no array of an earlier start that never
+        // completed stands in for its own.
+        for (f, field) in fields.iter_mut().enumerate() {
+            field.call = if f < given {
+                array(f, field.bytes)
+            } else {
+                None
+            };
+            if field.call.is_some() && in_place {
+                for field in fields.iter_mut() {
+                    field.call = None;
+                }
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("field {f}: faces travel in place over RDMA from the array it was added with, so no other array can stand for it; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face"),
+                });
+            }
+        }
+        let started = Self::pack_and_start(links, planned, fields, op);
+        if started.is_err() {
+            for field in fields.iter_mut() {
+                field.call = None;
+            }
+        }
+        started
+    }
+
+    fn pack_and_start(
+        links: &mut LinkExchange,
+        planned: &[Planned],
+        fields: &[Field],
+        op: &'static str,
+    ) -> Result<()> {
+        let exchange = |source| CapiError::Exchange { op, source };
         for (i, regions) in planned
             .iter()
             .enumerate()
@@ -819,10 +898,9 @@ impl Exchange {
             let mut at = 0;
             for (f, r) in fields.iter().zip(regions) {
                 let n = r.cells() * f.spec.ty.size();
-                let memory = f.memory.as_ref().ok_or(CapiError::Internal {
-                    op,
-                    why: "a field without memory".into(),
-                })?;
+                let Some(memory) = f.array() else {
+                    return Err(no_memory(op));
+                };
                 f.spec.pack(memory.bytes(), r, &mut out[at..at + n]);
                 at += n;
             }
@@ -854,13 +932,19 @@ impl Exchange {
             let mut at = 0;
             for (f, r) in fields.iter_mut().zip(regions) {
                 let n = r.cells() * f.spec.ty.size();
-                let memory = f.memory.as_mut().ok_or(CapiError::Internal {
-                    op,
-                    why: "a field without memory".into(),
-                })?;
-                f.spec.unpack(&data[at..at + n], r, memory.bytes_mut());
+                let Field {
+                    spec, memory, call, ..
+                } = f;
+                let Some(memory) = call.as_mut().or(memory.as_mut()) else {
+                    return Err(no_memory(op));
+                };
+                spec.unpack(&data[at..at + n], r, memory.bytes_mut());
                 at += n;
             }
+        }
+        // The exchange is complete: the arrays given for it are let go.
+        for f in fields.iter_mut() {
+            f.call = None;
         }
         Ok(())
     }

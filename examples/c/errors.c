@@ -103,6 +103,15 @@ static void misuse(sode_comm *c, int size) {
         failures++;
     }
     expect("wait without start", sode_exchange_wait(x, 5.0), SODE_ERR_STATE, "start");
+    static double u2[6 * 6];
+    void *arrays[2] = {u2, NULL};
+    expect("arrays for another field count", sode_exchange_start_arrays(x, 2, arrays), SODE_ERR_ARG,
+           "2 arrays given for an exchange of 1 fields");
+    expect("a negative field count", sode_exchange_start_arrays(x, -1, arrays), SODE_ERR_ARG, "nfields is -1");
+    expect("no array list", sode_exchange_start_arrays(x, 1, NULL), SODE_ERR_NULL, "`arrays`");
+    expect("start on another array", sode_exchange_start_arrays(x, 1, arrays), SODE_OK, "");
+    expect("start twice", sode_exchange_start_arrays(x, 1, arrays), SODE_ERR_STATE, "in flight");
+    expect("wait for it", sode_exchange_wait(x, 10.0), SODE_OK, "");
     expect("start", sode_exchange_start(x), SODE_OK, "");
     expect("start twice", sode_exchange_start(x), SODE_ERR_STATE, "in flight");
     expect("free while in flight", sode_exchange_free(&x), SODE_ERR_STATE, "in flight");

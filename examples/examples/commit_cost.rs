@@ -118,7 +118,9 @@ fn report(a: &Args, grid: &[usize], commits: &[Commit]) {
         a.dims,
         a.transport
     );
-    println!("| commit | slowest rank, ms | fastest rank, ms | shm peers on an earlier measurement |");
+    println!(
+        "| commit | slowest rank, ms | fastest rank, ms | shm peers on an earlier measurement |"
+    );
     println!("|---:|---:|---:|---:|");
     for (i, c) in commits.iter().enumerate() {
         println!(

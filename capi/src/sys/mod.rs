@@ -76,6 +76,16 @@ impl UserMemory {
         UserMemory { base, len }
     }
 
+    /// An array given for one exchange in place of a field's own.
+    ///
+    /// # Safety
+    /// As [`new`](Self::new), from the start it is given to until the wait
+    /// or test that completes that exchange returns (sode lets go of it
+    /// then). It is never lent to the RDMA channel.
+    unsafe fn for_call(base: *mut u8, len: usize) -> UserMemory {
+        UserMemory { base, len }
+    }
+
     /// The field's bytes, for packing.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `new`'s contract: valid for `len` bytes while the
@@ -1081,6 +1091,51 @@ pub unsafe extern "C" fn sode_exchange_start_set(exchange: *mut Exchange, set: c
 pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { with_exchange("sode_exchange_start", exchange, Exchange::start) }
+}
+
+/// Starts the exchange on other arrays than the fields were added with:
+/// `arrays[f]` stands for field `f` (in the order added; `nfields` is the
+/// exchange's field count), NULL for a field's own array. Each must be
+/// laid out as its field was described (type, extents, order or strides).
+/// The wait or test that completes this exchange unpacks the halos into the
+/// same arrays; the next start uses the fields' own arrays again unless
+/// given others. One committed exchange so serves every Runge-Kutta stage
+/// or both buffers of a double-buffered sweep, as MPI takes a buffer per
+/// call. A field whose faces travel in place over RDMA (see
+/// `sode_exchange_set_zero_copy`) cannot be given another array:
+/// `SODE_ERR_ARG`, nothing started. Allocates nothing.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds
+/// `nfields` pointers; each non-NULL one is valid for reads and writes of
+/// its whole field from this call to the end of the wait that completes the
+/// exchange, with the rules of `sode_exchange_add_field` while in flight.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_start_arrays(
+    exchange: *mut Exchange,
+    nfields: c_int,
+    arrays: *const *mut c_void,
+) -> c_int {
+    let op = "sode_exchange_start_arrays";
+    let start = |x: &mut Exchange| {
+        let n = usize::try_from(nfields).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("nfields is {nfields}: give the exchange's field count"),
+        })?;
+        if arrays.is_null() {
+            return Err(CapiError::Null { op, arg: "arrays" });
+        }
+        x.start_arrays(op, n, |f, bytes| {
+            // SAFETY: `f < n` (start_arrays asks for the fields given
+            // only), so within the caller's `nfields` pointers.
+            let base = unsafe { *arrays.add(f) }.cast::<u8>();
+            // SAFETY: a non-NULL array is valid for its field's bytes
+            // until the exchange completes, by the caller's contract.
+            (!base.is_null()).then(|| unsafe { UserMemory::for_call(base, bytes) })
+        })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { with_exchange(op, exchange, start) }
 }
 
 /// One pass: `*done` is 1 once every halo has arrived and is unpacked
