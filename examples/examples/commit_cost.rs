@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_examples::process_grid;
 use sode_job::World;
 
 #[derive(Parser, Debug)]
@@ -146,27 +147,6 @@ fn report(a: &Args, grid: &[usize], commits: &[Commit]) {
         later.len(),
         commits[0].slowest_ms / median
     );
-}
-
-/// `n` ranks over `dims` axes, as square as possible, the fastest axis
-/// first.
-fn process_grid(n: usize, dims: usize) -> Vec<usize> {
-    let mut grid = vec![1; dims];
-    let mut rest = n;
-    let mut f = 2;
-    let mut factors = Vec::new();
-    while rest > 1 {
-        while rest % f == 0 {
-            factors.push(f);
-            rest /= f;
-        }
-        f += 1;
-    }
-    for p in factors.into_iter().rev() {
-        let smallest = (0..dims).min_by_key(|&a| grid[a]).unwrap_or(0);
-        grid[smallest] *= p;
-    }
-    grid
 }
 
 fn encode(values: &[f64; 3]) -> Vec<u8> {

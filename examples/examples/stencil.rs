@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use clap::Parser;
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_examples::process_grid;
 use sode_job::World;
 
 #[derive(Parser, Debug)]
@@ -84,7 +85,6 @@ fn main() -> ExitCode {
     )
 }
 
-/// A process grid for `n` ranks over `dims` axes, as square as possible.
 /// What reordering chose and what it measured, for the report line.
 fn reorder_report(r: &sode::Reordered) -> String {
     let trips: Vec<String> = r
@@ -118,25 +118,6 @@ fn forwarded_report(halo: &HaloExchange, d: &Decomposition, me: usize) -> String
     } else {
         format!(", forwarded: {}", forwarded.join("; "))
     }
-}
-
-fn process_grid(n: usize, dims: usize) -> Vec<usize> {
-    let mut grid = vec![1; dims];
-    let mut rest = n;
-    let mut f = 2;
-    let mut factors = Vec::new();
-    while rest > 1 {
-        while rest % f == 0 {
-            factors.push(f);
-            rest /= f;
-        }
-        f += 1;
-    }
-    for &p in factors.iter().rev() {
-        let a = (0..dims).min_by_key(|&a| grid[a]).expect("dims >= 1");
-        grid[a] *= p;
-    }
-    grid
 }
 
 /// The stencil's neighbour offsets and the update: the plain average of
