@@ -1,11 +1,14 @@
 //! The job's health: a watcher thread per rank, on a link of its own to
 //! rank 0 (rank 0 has one to every rank). Ranks send heartbeats; rank 0
 //! declares a rank dead when its link closes without a goodbye (the process
-//! exited or was killed) or when it falls silent, and tells every other rank.
-//! A rank that loses rank 0 the same way declares rank 0 dead. The data path
-//! reads the verdict with one atomic load ([`Health::failure`]), so every
-//! blocked wait of the job can fail naming the dead rank, not only the dead
-//! rank's neighbours.
+//! exited or was killed), or its node stops answering at the network level
+//! (TCP keepalive: a paused process's kernel still answers), and tells
+//! every other rank. A rank that loses rank 0 the same way declares rank 0
+//! dead. Silence alone is not death: a rank paused by a debugger, SIGSTOP
+//! or a suspended job is reported, and declared dead only past the
+//! deadline `SODE_HEALTH_TIMEOUT` sets. The data path reads the verdict
+//! with one atomic load ([`Health::failure`]), so every blocked wait of the
+//! job can fail naming the dead rank, not only the dead rank's neighbours.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -21,10 +24,19 @@ use crate::node::NodeId;
 use crate::oob::PeerLink;
 
 /// Seconds a rank may stay silent before rank 0 declares it dead (and a
-/// rank declares rank 0 dead); default [`DEFAULT_SILENCE`].
+/// rank declares rank 0 dead); unset, `off` or `0`: silence is reported
+/// but never fatal.
 pub const HEALTH_TIMEOUT_VAR: &str = "SODE_HEALTH_TIMEOUT";
-/// Silence after which a rank is declared dead, unless set otherwise.
-pub const DEFAULT_SILENCE: Duration = Duration::from_secs(10);
+/// Silence after which a rank is reported (not declared dead) as paused or
+/// hung.
+pub const SILENCE_REPORTED: Duration = Duration::from_secs(10);
+/// TCP keepalive on health links: a peer's kernel that stops answering for
+/// this long (its node went down, or the network between) closes the link.
+/// A paused process's kernel still answers, so it is never declared dead
+/// this way.
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(4);
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+const KEEPALIVE_PROBES: u32 = 5;
 /// How often each side of a health link sends a heartbeat.
 const BEAT: Duration = Duration::from_millis(500);
 /// How long a message that `poll` said is there may take to arrive whole.
@@ -116,12 +128,13 @@ pub(crate) struct Health {
 
 impl Health {
     /// Starts watching over `links` (to rank 0, or from rank 0 to every
-    /// rank), declaring a rank dead after `silence` without a heartbeat.
+    /// rank), declaring a rank dead after `silence` without a heartbeat
+    /// (`None`: never for silence alone).
     pub(crate) fn start(
         rank: usize,
         links: BTreeMap<usize, PeerLink>,
         nodes: &[NodeId],
-        silence: Duration,
+        silence: Option<Duration>,
     ) -> Result<Health> {
         let (ring, told) = UnixStream::pair().map_err(|source| JobError::Health {
             step: "creating its verdict socket",
@@ -148,9 +161,13 @@ impl Health {
             // then a send must not hold the watcher, which would neither
             // judge silences nor let `Drop` finish.
             link.bound_sends(Some(SEND_LIMIT))?;
+            if let Some(fd) = link.liveness_fd() {
+                keep_alive(fd, link.peer());
+            }
             watched.push(Watched {
                 link,
                 heard: Instant::now(),
+                reported: false,
             });
         }
         let watch = Watch {
@@ -159,6 +176,7 @@ impl Health {
             verdict: Arc::clone(&verdict),
             stopped,
             silence,
+            beats: 0,
         };
         let watcher = std::thread::Builder::new()
             .name(format!("sode-health-{rank}"))
@@ -202,11 +220,32 @@ impl Drop for Health {
     }
 }
 
-/// A link being watched and when it was last heard from.
+/// A link being watched, when it was last heard from, and whether its
+/// silence was reported.
 #[derive(Debug)]
 struct Watched {
     link: PeerLink,
     heard: Instant,
+    reported: bool,
+}
+
+/// Turns on TCP keepalive (and a matching user timeout) on a health link,
+/// so that a node that vanishes closes it within about ten seconds while a
+/// paused process, whose kernel answers, keeps it. Links that are not TCP
+/// sockets are left as they are.
+fn keep_alive(fd: std::os::fd::BorrowedFd<'_>, peer: usize) {
+    use nix::sys::socket::{setsockopt, sockopt};
+    let idle = KEEPALIVE_IDLE.as_secs() as u32;
+    let interval = KEEPALIVE_INTERVAL.as_secs() as u32;
+    let user_timeout = (idle + interval * KEEPALIVE_PROBES) * 1000;
+    let set = setsockopt(&fd, sockopt::KeepAlive, &true)
+        .and_then(|()| setsockopt(&fd, sockopt::TcpKeepIdle, &idle))
+        .and_then(|()| setsockopt(&fd, sockopt::TcpKeepInterval, &interval))
+        .and_then(|()| setsockopt(&fd, sockopt::TcpKeepCount, &KEEPALIVE_PROBES))
+        .and_then(|()| setsockopt(&fd, sockopt::TcpUserTimeout, &user_timeout));
+    if let Err(e) = set {
+        tracing::debug!(peer, error = %e, "no TCP keepalive on the health link (not a TCP socket?)");
+    }
 }
 
 /// The watcher thread's state.
@@ -215,7 +254,9 @@ struct Watch {
     links: Vec<Watched>,
     verdict: Arc<Verdict>,
     stopped: UnixStream,
-    silence: Duration,
+    silence: Option<Duration>,
+    /// Heartbeat rounds so far.
+    beats: u64,
 }
 
 impl Watch {
@@ -241,11 +282,22 @@ impl Watch {
         }
     }
 
-    /// Sends a heartbeat on every link; one that cannot be written to is
-    /// a dead peer.
+    /// Sends a heartbeat on every link, and on those whose peer is silent
+    /// only every [`SILENCE_REPORTED`] (a paused peer reads nothing: beats
+    /// every half second would fill its link in hours, until a send
+    /// failed; one now and then keeps two peers that both fell silent
+    /// from never beating again); one that cannot be written to is a dead
+    /// peer.
     fn beat(&mut self) {
+        self.beats = self.beats.wrapping_add(1);
+        let sparse = SILENCE_REPORTED.as_millis() / BEAT.as_millis();
+        let quiet_turn = u128::from(self.beats) % sparse.max(1) == 0;
         let mut i = 0;
         while i < self.links.len() {
+            if self.links[i].reported && !quiet_turn {
+                i += 1;
+                continue;
+            }
             match self.links[i].link.send(&Note::Beat) {
                 Ok(()) => i += 1,
                 Err(e) => self.lost(i, format!("could not be sent a heartbeat: {e}")),
@@ -291,7 +343,16 @@ impl Watch {
     fn read(&mut self, i: usize) {
         let w = &mut self.links[i];
         match w.link.recv::<Note>(Instant::now() + READ_TIMEOUT) {
-            Ok(Note::Beat) => w.heard = Instant::now(),
+            Ok(Note::Beat) => {
+                if std::mem::take(&mut w.reported) {
+                    tracing::warn!(
+                        "rank {} is heard again after {:.1} s of silence",
+                        w.link.peer(),
+                        w.heard.elapsed().as_secs_f64()
+                    );
+                }
+                w.heard = Instant::now();
+            }
             Ok(Note::Bye) => {
                 // It finished: no longer watched.
                 self.links.swap_remove(i);
@@ -314,15 +375,28 @@ impl Watch {
         }
     }
 
+    /// Reports links silent for [`SILENCE_REPORTED`]; declares one dead
+    /// past the fatal silence, when one is set.
     fn check_silence(&mut self) {
         let now = Instant::now();
+        for w in self.links.iter_mut().filter(|w| !w.reported) {
+            if now.duration_since(w.heard) > SILENCE_REPORTED {
+                w.reported = true;
+                tracing::warn!(
+                    "rank {} has sent no heartbeat for {SILENCE_REPORTED:?}: paused (a debugger, SIGSTOP, a suspended job) or hung; its link is open, so it is not declared dead ({HEALTH_TIMEOUT_VAR}=SECONDS makes silence fatal)",
+                    w.link.peer()
+                );
+            }
+        }
+        let Some(silence) = self.silence else {
+            return;
+        };
         if let Some(i) = self
             .links
             .iter()
-            .position(|w| now.duration_since(w.heard) > self.silence)
+            .position(|w| now.duration_since(w.heard) > silence)
         {
-            let s = self.silence;
-            self.lost(i, format!("sent no heartbeat for {s:?}"));
+            self.lost(i, format!("sent no heartbeat for {silence:?}"));
         }
     }
 
@@ -344,19 +418,20 @@ impl Watch {
 }
 
 /// The silence after which a rank is declared dead, from the value of
-/// `SODE_HEALTH_TIMEOUT` (seconds), or [`DEFAULT_SILENCE`] without one.
-pub(crate) fn parse_silence(value: Option<&str>) -> Result<Duration> {
-    let Some(v) = value else {
-        return Ok(DEFAULT_SILENCE);
+/// `SODE_HEALTH_TIMEOUT` (seconds): `None` (silence is never fatal) when
+/// unset, empty, `off` or `0`.
+pub(crate) fn parse_silence(value: Option<&str>) -> Result<Option<Duration>> {
+    let v = match value.map(str::trim) {
+        None | Some("" | "off" | "0") => return Ok(None),
+        Some(v) => v,
     };
-    v.trim()
-        .parse::<f64>()
+    v.parse::<f64>()
         .ok()
         .filter(|s| s.is_finite() && *s >= 1.0 && *s <= 86_400.0)
-        .map(Duration::from_secs_f64)
+        .map(|s| Some(Duration::from_secs_f64(s)))
         .ok_or_else(|| JobError::InvalidSetting {
             name: HEALTH_TIMEOUT_VAR.into(),
             value: v.into(),
-            why: "seconds from 1 to 86400 that a rank may stay silent before the job declares it dead".into(),
+            why: "seconds from 1 to 86400 that a rank may stay silent before the job declares it dead, or off (the default: silence is reported, never fatal)".into(),
         })
 }

@@ -14,7 +14,8 @@
 //! - [`World`]: the job as the channels see it (ranks, nodes, the agreed job
 //!   id, barriers, setup links).
 //! - Health: heartbeats to rank 0, which declares a rank dead when its
-//!   link closes without a goodbye or falls silent and tells every rank.
+//!   link closes without a goodbye or its node stops answering, and tells
+//!   every rank; silence is reported, fatal only past `SODE_HEALTH_TIMEOUT`.
 //! - [`launcher`]: `sode-run`'s engine, and [`launcher::main_or_relaunch`]
 //!   for programs that start their own ranks.
 //! - [`Backoff`] and [`Lifecycle`]: the one way every channel waits, and the
@@ -67,7 +68,7 @@ pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};
 pub use backoff::{node_cores, Backoff, WaitPolicy, WAIT_VAR};
 pub use error::{JobError, Result};
 pub use external::{AllgatherFn, ExternalOob};
-pub use health::{Failure, DEFAULT_SILENCE, HEALTH_TIMEOUT_VAR};
+pub use health::{Failure, HEALTH_TIMEOUT_VAR, SILENCE_REPORTED};
 pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
 pub use lifecycle::{Lifecycle, StateError};
 pub use node::NodeId;

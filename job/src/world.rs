@@ -618,8 +618,13 @@ mod tests {
                 "{e}"
             );
         }
-        assert_eq!(parse_silence(Some(" 3 ")).unwrap(), Duration::from_secs(3));
-        assert_eq!(parse_silence(None).unwrap(), crate::DEFAULT_SILENCE);
+        assert_eq!(
+            parse_silence(Some(" 3 ")).unwrap(),
+            Some(Duration::from_secs(3))
+        );
+        for off in [None, Some("off"), Some("0"), Some(" ")] {
+            assert_eq!(parse_silence(off).unwrap(), None, "{off:?}");
+        }
     }
 
     #[test]
