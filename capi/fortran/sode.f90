@@ -2,9 +2,11 @@
 ! libsode_mpi, through ISO_C_BINDING; compile it with the compiler of the
 ! program (the installed package builds it with the one CMake found).
 !
-! Every routine takes an optional `ierr`: present, it receives the status
-! (SODE_OK is 0); absent, a failure prints sode's message and stops the
-! program, as MPI's default error handler does. Communicators are MPI
+! Every routine takes an optional `ierr`, positional right after the
+! required arguments (`call sode_wait(x, ierr)`; timeouts and halo widths
+! come by keyword after it): present, it receives the status (SODE_OK is
+! 0); absent, a failure prints sode's message and stops the program, as
+! MPI's default error handler does. Communicators are MPI
 ! `integer` handles (`comm%MPI_VAL` with mpi_f08).
 !
 !   type(sode_comm) :: sc
@@ -34,6 +36,8 @@ module sode
        SODE_ZERO_COPY_NEVER = 2
   !> The ABI version this module was written for (compare with sode_abi_version()).
   integer, parameter, public :: SODE_MODULE_ABI = 1
+  !> Timeouts: no deadline, and the job's default (SODE_TIMEOUT, else none).
+  real(real64), parameter, public :: SODE_NO_DEADLINE = huge(1d0), SODE_TIMEOUT_DEFAULT = -1d0
   integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, ORDER_FORTRAN = 1
   !> Element kinds of a field sode keeps (sode_add_shared_field).
   integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32
@@ -275,7 +279,7 @@ contains
 
   !> A communicator whose ranks are `comm`'s (an MPI integer handle).
   !> Collective over `comm`.
-  subroutine sode_comm_create_mpi(comm, sc, timeout, ierr)
+  subroutine sode_comm_create_mpi(comm, sc, ierr, timeout)
     integer, intent(in) :: comm
     type(sode_comm), intent(out) :: sc
     real(real64), intent(in), optional :: timeout
@@ -284,7 +288,7 @@ contains
   end subroutine sode_comm_create_mpi
 
   !> A communicator from the launcher's environment (sode-run, SODE_ROOT).
-  subroutine sode_comm_create_env(sc, timeout, ierr)
+  subroutine sode_comm_create_env(sc, ierr, timeout)
     type(sode_comm), intent(out) :: sc
     real(real64), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
@@ -402,7 +406,7 @@ contains
 
   !> Every rank-specific `add_*` lands here: the array's address, type,
   !> shape and lower bounds.
-  subroutine add_any(x, base, ty, shp, lb, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_any(x, base, ty, shp, lb, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: base
     integer, intent(in) :: ty, shp(:), lb(:), first(:), last(:)
@@ -455,7 +459,7 @@ contains
   !> Adds a field sode keeps: `kind` SODE_REAL64, SODE_REAL32 or SODE_INT32,
   !> bounds `lbounds(:)` to `ubounds(:)` (rank 2 to 4, halos included), owned
   !> cells `first(:)` to `last(:)`, halo widths as for sode_add_field.
-  subroutine sode_add_shared_field(x, kind, lbounds, ubounds, first, last, halo_lo, halo_hi, ierr)
+  subroutine sode_add_shared_field(x, kind, lbounds, ubounds, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: kind, lbounds(:), ubounds(:), first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
@@ -465,7 +469,7 @@ contains
             'sode_add_shared_field: lbounds and ubounds need one bound per axis' // c_null_char), ierr)
        return
     end if
-    call add_any(x, c_null_ptr, kind, ubounds - lbounds + 1, lbounds, first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_null_ptr, kind, ubounds - lbounds + 1, lbounds, first, last, ierr, halo_lo, halo_hi)
   end subroutine sode_add_shared_field
 
   !> Starts exchanging set `set` (from 0) of the fields sode keeps.
@@ -620,85 +624,85 @@ contains
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
   end subroutine shared_i32_4
 
-  subroutine add_r64_2(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_r64_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real64), pointer, contiguous, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_2
 
-  subroutine add_r64_3(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_r64_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real64), pointer, contiguous, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_3
 
-  subroutine add_r64_4(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_r64_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_4
 
-  subroutine add_r32_2(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_r32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real32), pointer, contiguous, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_2
 
-  subroutine add_r32_3(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_r32_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real32), pointer, contiguous, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_3
 
-  subroutine add_r32_4(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_r32_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_4
 
-  subroutine add_i32_2(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_i32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     integer(int32), pointer, contiguous, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_2
 
-  subroutine add_i32_3(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_i32_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     integer(int32), pointer, contiguous, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_3
 
-  subroutine add_i32_4(x, a, first, last, halo_lo, halo_hi, ierr)
+  subroutine add_i32_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, halo_lo, halo_hi, ierr)
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_4
 
   !> Which channels carry the messages (before commit, the same on every
@@ -783,12 +787,15 @@ contains
     call finish(c_start_arrays(x%ptr, size(arrays, kind=c_int), arrays), ierr)
   end subroutine sode_start_arrays
 
-  !> Waits (up to `timeout` seconds, default 60) for every halo.
-  subroutine sode_wait(x, timeout, ierr)
+  !> Waits for every halo: up to `timeout` seconds (SODE_NO_DEADLINE: as
+  !> long as it takes), by default as long as SODE_TIMEOUT says (no
+  !> deadline when it is unset, as MPI waits; a rank that dies is reported
+  !> by the job's health all the same).
+  subroutine sode_wait(x, ierr, timeout)
     type(sode_exchange), intent(inout) :: x
     real(real64), intent(in), optional :: timeout
     integer, intent(out), optional :: ierr
-    call finish(c_wait(x%ptr, seconds(timeout, 60d0)), ierr)
+    call finish(c_wait(x%ptr, seconds(timeout, SODE_TIMEOUT_DEFAULT)), ierr)
   end subroutine sode_wait
 
   !> One pass: `done` once every halo has arrived and is in place.

@@ -137,6 +137,13 @@
 #define SODE_ZERO_COPY_NEVER 2
 
 /**
+ * A timeout meaning "the job's default": `SODE_TIMEOUT` seconds, or no
+ * deadline when it is unset (`sode_exchange_wait`). `INFINITY` is no
+ * deadline.
+ */
+#define SODE_TIMEOUT_DEFAULT -1.0
+
+/**
  * The last axis is contiguous (`a[i][j]`).
  */
 #define SODE_ORDER_C 0
@@ -213,6 +220,8 @@ int sode_report_error(int status, const char *message);
  * A communicator from the launcher's environment: `sode-run`, or
  * `SODE_ROOT` and `SODE_JOB_SECRET` with Slurm's, Open MPI's or PMI's rank
  * variables; a process nothing launched is a job of one. Collective.
+ * `timeout_s` bounds this call and every later commit on the
+ * communicator (`INFINITY`: no deadline).
  *
  * # Safety
  * `comm` must be valid for a write.
@@ -530,7 +539,10 @@ int sode_exchange_test(struct sode_exchange *exchange, int *done);
 
 /**
  * Waits up to `timeout_s` seconds for every halo and unpacks them;
- * `SODE_ERR_TIMEOUT` when the time ran out (call it again).
+ * `SODE_ERR_TIMEOUT` when the time ran out (call it again). `INFINITY`
+ * waits without deadline (as MPI does: a rank that dies is reported by
+ * the job's health all the same); `SODE_TIMEOUT_DEFAULT` waits as long
+ * as `SODE_TIMEOUT` says (no deadline when it is unset).
  *
  * # Safety
  * `exchange` from `sode_exchange_create_*`, not freed.

@@ -15,15 +15,28 @@ pub struct Comm {
     pub timeout: Duration,
 }
 
-/// A timeout in seconds from C: positive and finite.
+/// A timeout in seconds from C: positive, or `INFINITY` for no deadline
+/// ([`sode_job::NO_DEADLINE`]), or [`SODE_TIMEOUT_DEFAULT`](crate::SODE_TIMEOUT_DEFAULT)
+/// for the job's default (`SODE_TIMEOUT`).
 pub fn seconds(op: &'static str, s: f64) -> Result<Duration> {
-    if !(s.is_finite() && s > 0.0 && s <= 1e9) {
-        return Err(CapiError::Invalid {
+    if s == crate::SODE_TIMEOUT_DEFAULT {
+        return sode_job::default_wait_timeout().map_err(|e| CapiError::Invalid {
             op,
-            why: format!("a timeout of {s} s: give a positive number of seconds (at most 1e9)"),
+            why: e.to_string(),
         });
     }
-    Ok(Duration::from_secs_f64(s))
+    if s == f64::INFINITY {
+        return Ok(sode_job::NO_DEADLINE);
+    }
+    if !(s.is_finite() && s > 0.0) {
+        return Err(CapiError::Invalid {
+            op,
+            why: format!("a timeout of {s} s: give a positive number of seconds, INFINITY for no deadline, or SODE_TIMEOUT_DEFAULT for the job's (SODE_TIMEOUT)"),
+        });
+    }
+    Ok(Duration::try_from_secs_f64(s)
+        .unwrap_or(sode_job::NO_DEADLINE)
+        .min(sode_job::NO_DEADLINE))
 }
 
 impl Comm {
@@ -50,5 +63,28 @@ impl Comm {
         let world = World::over(Box::new(oob), job_id, Instant::now() + timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         Ok(Comm { world, timeout })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_from_c() {
+        assert_eq!(seconds("t", 2.5).unwrap(), Duration::from_millis(2500));
+        assert_eq!(seconds("t", f64::INFINITY).unwrap(), sode_job::NO_DEADLINE);
+        assert_eq!(seconds("t", 1e300).unwrap(), sode_job::NO_DEADLINE);
+        for bad in [0.0, -2.0, f64::NAN, f64::NEG_INFINITY] {
+            let e = seconds("t", bad).unwrap_err().to_string();
+            assert!(e.contains("INFINITY for no deadline"), "{e}");
+        }
+        // SODE_TIMEOUT is not set in the test environment (or set well).
+        if std::env::var_os(sode_job::TIMEOUT_VAR).is_none() {
+            assert_eq!(
+                seconds("t", crate::SODE_TIMEOUT_DEFAULT).unwrap(),
+                sode_job::NO_DEADLINE
+            );
+        }
     }
 }

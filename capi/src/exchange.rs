@@ -625,6 +625,14 @@ impl Exchange {
 
     fn build(&self) -> Result<(LinkExchange, Vec<Planned>, Option<SharedLayout>)> {
         let op = "sode_exchange_commit";
+        if self.fields.is_empty() {
+            // Every message would be empty: say what is missing, not that.
+            return Err(CapiError::Invalid {
+                op,
+                why: "no field was added: add at least one (sode_exchange_add_field) before commit"
+                    .into(),
+            });
+        }
         let specs: Vec<FieldSpec> = self.fields.iter().map(|f| f.spec.clone()).collect();
         let (links, planned) = match &self.layout {
             Layout::Cartesian(cart) => self.cartesian_links(cart, &specs)?,

@@ -95,6 +95,11 @@ pub const SODE_ZERO_COPY_ALWAYS: c_int = 1;
 /// Every face is packed and unpacked.
 pub const SODE_ZERO_COPY_NEVER: c_int = 2;
 
+/// A timeout meaning "the job's default": `SODE_TIMEOUT` seconds, or no
+/// deadline when it is unset (`sode_exchange_wait`). `INFINITY` is no
+/// deadline.
+pub const SODE_TIMEOUT_DEFAULT: f64 = -1.0;
+
 /// The last axis is contiguous (`a[i][j]`).
 pub const SODE_ORDER_C: c_int = 0;
 /// The first axis is contiguous (`a(i, j)`).

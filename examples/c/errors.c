@@ -83,6 +83,9 @@ static void misuse(sode_comm *c, int size) {
     expect("an unknown zero-copy mode", sode_exchange_set_zero_copy(x, 5), SODE_ERR_ARG, "mode 5");
     expect("describe before commit", sode_exchange_describe(x, NULL, 0, NULL), SODE_ERR_STATE,
            "not committed");
+    sode_exchange *empty = cart(c, size);
+    expect("commit without fields", sode_exchange_commit(empty), SODE_ERR_ARG, "no field was added");
+    expect("free it", sode_exchange_free(&empty), SODE_OK, "");
     expect("add a field", add_u(x), SODE_OK, "");
     expect("commit", sode_exchange_commit(x), SODE_OK, "");
     expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
@@ -115,9 +118,12 @@ static void misuse(sode_comm *c, int size) {
     expect("start", sode_exchange_start(x), SODE_OK, "");
     expect("start twice", sode_exchange_start(x), SODE_ERR_STATE, "in flight");
     expect("free while in flight", sode_exchange_free(&x), SODE_ERR_STATE, "in flight");
-    expect("a negative timeout", sode_exchange_wait(x, -1.0), SODE_ERR_ARG, "timeout of -1");
+    expect("a negative timeout", sode_exchange_wait(x, -2.0), SODE_ERR_ARG, "timeout of -2");
     expect("a NaN timeout", sode_exchange_wait(x, NAN), SODE_ERR_ARG, "timeout of NaN");
-    expect("wait", sode_exchange_wait(x, 10.0), SODE_OK, "");
+    expect("a zero timeout", sode_exchange_wait(x, 0.0), SODE_ERR_ARG, "INFINITY for no deadline");
+    expect("wait without deadline", sode_exchange_wait(x, INFINITY), SODE_OK, "");
+    expect("start again", sode_exchange_start(x), SODE_OK, "");
+    expect("wait as long as the job's default", sode_exchange_wait(x, SODE_TIMEOUT_DEFAULT), SODE_OK, "");
     int done = 7;
     expect("test without start", sode_exchange_test(x, &done), SODE_ERR_STATE, "start");
     expect("free", sode_exchange_free(&x), SODE_OK, "");

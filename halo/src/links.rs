@@ -506,7 +506,12 @@ impl<'w> LinkExchangeBuilder<'w> {
         let mut self_bufs = vec![Vec::new(); locals];
         for (l, r) in self.links.iter().zip(&sends) {
             if let (Some(Route::Local { buffer }), Some(m)) = (r, l.send) {
-                self_bufs[*buffer] = vec![0u8; m.len];
+                self_bufs[*buffer] = zeroed(m.len, || {
+                    format!(
+                        "the {} bytes of {} (a copy within this rank)",
+                        m.len, l.name
+                    )
+                })?;
             }
         }
         let mut channels: Vec<Box<dyn Channel>> = Vec::new();
@@ -564,10 +569,13 @@ impl<'w> LinkExchangeBuilder<'w> {
                         s.sets, s.set_len
                     ),
                 })?;
-            Ok::<_, HaloError>(SharedStore::Private {
-                memory: vec![0u64; len.div_ceil(8)],
-                len,
-            })
+            let memory = zeroed(len.div_ceil(8), || {
+                format!(
+                    "{} shared sets of {} bytes ({len} bytes in all)",
+                    s.sets, s.set_len
+                )
+            })?;
+            Ok::<_, HaloError>(SharedStore::Private { memory, len })
         };
         if shm.is_empty() {
             return self.shared.as_ref().map(private).transpose();
@@ -915,6 +923,22 @@ impl<'w> LinkExchangeBuilder<'w> {
             })
             .collect()
     }
+}
+
+/// `n` zeroed values, or an error naming `what` when the memory is not
+/// there: sizes come from the caller, and a failed allocation must not
+/// abort the program.
+fn zeroed<T: Clone + Default>(n: usize, what: impl FnOnce() -> String) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| HaloError::Usage {
+        op: "build",
+        why: format!(
+            "{} cannot be allocated ({e}): use smaller fields or fewer of them",
+            what()
+        ),
+    })?;
+    v.resize(n, T::default());
+    Ok(v)
 }
 
 /// Whether ranks `a` and `b` have RDMA devices on one fabric.
@@ -1460,6 +1484,45 @@ mod tests {
             .build()
             .unwrap_err();
         e.to_string()
+    }
+
+    #[test]
+    fn memory_that_is_not_there_is_an_error_not_an_abort() {
+        // 2^20 x 2^20 doubles a set: 8 TiB, more than any machine here.
+        let world = World::single();
+        let d = crate::Decomposition::new(
+            &[1 << 20, 1 << 20],
+            &[1, 1],
+            &[false, false],
+            1,
+            crate::Stencil::Full,
+        )
+        .unwrap();
+        let e = crate::HaloExchange::builder(&world, &d)
+            .shared_fields(2)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be allocated"), "{e}");
+        let huge = Link {
+            send: Some(Message {
+                len: 1 << 46,
+                tag: 1,
+            }),
+            recv: Some(Message {
+                len: 1 << 46,
+                tag: 1,
+            }),
+            ..self_link()
+        };
+        let e = LinkExchange::builder(&world, vec![huge])
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a copy within this rank") && e.contains("cannot be allocated"),
+            "{e}"
+        );
     }
 
     #[test]

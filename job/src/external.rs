@@ -25,6 +25,25 @@ pub type AllgatherFn = Box<dyn FnMut(&[u8], &mut [u8]) -> std::result::Result<()
 /// Largest block one rank may contribute to an allgather.
 const MAX_BLOCK: usize = 64 << 20;
 
+/// Most ranks a job may have: far beyond any machine, and a bound on what
+/// a wrong size from the program makes sode allocate.
+pub const MAX_RANKS: usize = 1 << 22;
+
+/// `n` zeroed bytes for `what`, or an error when the memory is not there
+/// (the size comes from the job: a failed allocation must not abort).
+fn zeroed(n: Option<usize>, what: &str) -> Result<Vec<u8>> {
+    let fail = |why: String| JobError::Protocol {
+        whom: "this rank".into(),
+        why: format!("{what} cannot be allocated: {why}"),
+    };
+    let n = n.ok_or_else(|| fail("its size overflows the address space".into()))?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n)
+        .map_err(|e| fail(format!("{n} bytes ({e})")))?;
+    v.resize(n, 0);
+    Ok(v)
+}
+
 /// What every rank tells the others when the exchange is set up.
 #[derive(Debug, Serialize, Deserialize)]
 struct Card {
@@ -55,6 +74,13 @@ impl ExternalOob {
     /// The deadline bounds sode's own steps; the program's collective
     /// returns when its runtime lets it.
     pub fn new(rank: usize, size: usize, gather: AllgatherFn) -> Result<ExternalOob> {
+        if size > MAX_RANKS {
+            return Err(JobError::InvalidSetting {
+                name: "size".into(),
+                value: size.to_string(),
+                why: format!("a job of {size} ranks: sode takes at most {MAX_RANKS}; is the size the communicator's?"),
+            });
+        }
         if size == 0 || rank >= size {
             return Err(JobError::InvalidSetting {
                 name: "rank".into(),
@@ -173,7 +199,7 @@ impl OutOfBand for ExternalOob {
                 ),
             });
         }
-        let mut lens = vec![0u8; 8 * size];
+        let mut lens = zeroed(size.checked_mul(8), "the allgather's lengths")?;
         self.gather(
             "an allgather of lengths",
             &(mine.len() as u64).to_le_bytes(),
@@ -192,7 +218,7 @@ impl OutOfBand for ExternalOob {
         }
         let mut block = mine.to_vec();
         block.resize(longest, 0);
-        let mut all = vec![0u8; longest * size];
+        let mut all = zeroed(longest.checked_mul(size), "the allgather's blocks")?;
         if longest > 0 {
             self.gather("an allgather", &block, &mut all)?;
         }
@@ -277,6 +303,26 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+    }
+
+    #[test]
+    fn a_job_too_large_is_refused_before_anything_is_allocated() {
+        let g: AllgatherFn = Box::new(|_, _| panic!("not called"));
+        let e = ExternalOob::new(0, i32::MAX as usize, g)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a job of 2147483647 ranks") && e.contains("at most"),
+            "{e}"
+        );
+        assert!(zeroed(None, "x")
+            .unwrap_err()
+            .to_string()
+            .contains("overflows"));
+        assert!(zeroed(Some(usize::MAX / 2), "the blocks")
+            .unwrap_err()
+            .to_string()
+            .contains("the blocks cannot be allocated"));
     }
 
     #[test]

@@ -62,6 +62,7 @@ mod streams;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
+mod timeout;
 mod world;
 
 pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};
@@ -76,4 +77,5 @@ pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
 pub use routes::{Routes, GROUPS_VAR};
 pub use streams::TCP_ADDR_VAR;
 pub use tcp::TcpRendezvous;
+pub use timeout::{default_wait_timeout, NO_DEADLINE, TIMEOUT_VAR};
 pub use world::World;

@@ -288,6 +288,16 @@ pub fn random(n: usize, seed: u64, machine: Machine) -> Result<Pattern> {
     if n == 0 {
         return Err(SchedError::EmptyPattern);
     }
+    // Checked before anything is allocated for the puts.
+    if n > crate::pattern::MAX_REQUESTS {
+        return Err(SchedError::InvalidPatternParameter {
+            field: "n",
+            reason: format!(
+                "{n} puts in one exchange; the scheduler takes at most {}",
+                crate::pattern::MAX_REQUESTS
+            ),
+        });
+    }
     const DIRS: [&str; 8] = ["E", "W", "N", "S", "NE", "NW", "SE", "SW"];
     let mut rng = SplitMix64::new(seed);
     let requests = (0..n)

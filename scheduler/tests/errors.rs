@@ -590,3 +590,58 @@ fn command_line_durations_are_checked() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `sode-sched` with its standard output sent to `stdout`.
+fn cli_to(args: &[&str], stdout: std::process::Stdio) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sode-sched"))
+        .args(args)
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run sode-sched");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+#[test]
+fn sizes_from_outside_are_checked_before_anything_is_allocated() {
+    // 2^32 + 1 puts: refused by the limit, not by the allocator.
+    let (ok, _, err) = cli(&["pattern", "random", "--n", "4294967297"]);
+    assert!(
+        !ok && err.contains("4294967297 puts") && err.contains("at most 100000"),
+        "{err}"
+    );
+    // An endless input is read up to a bound, then refused.
+    if std::path::Path::new("/dev/zero").exists() {
+        let (ok, _, err) = cli(&["plan", "--algorithm", "bl:4", "/dev/zero"]);
+        assert!(
+            !ok && err.contains("/dev/zero") && err.contains("more than 256 MiB"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_full_disk_or_a_closed_pipe_is_an_error_not_a_panic() {
+    if let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") {
+        let (ok, err) = cli_to(&["pattern", "random", "--n", "100"], full.into());
+        assert!(!ok, "writing to a full disk succeeded");
+        assert!(
+            err.contains("cannot write the output") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+    // A reader that has gone: the pipe's other end closed before a write.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_sode-sched"))
+        .args(["pattern", "random", "--n", "100000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run sode-sched");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+}

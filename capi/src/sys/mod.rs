@@ -206,6 +206,8 @@ pub unsafe extern "C" fn sode_report_error(status: c_int, message: *const c_char
 /// A communicator from the launcher's environment: `sode-run`, or
 /// `SODE_ROOT` and `SODE_JOB_SECRET` with Slurm's, Open MPI's or PMI's rank
 /// variables; a process nothing launched is a job of one. Collective.
+/// `timeout_s` bounds this call and every later commit on the
+/// communicator (`INFINITY`: no deadline).
 ///
 /// # Safety
 /// `comm` must be valid for a write.
@@ -1158,7 +1160,10 @@ pub unsafe extern "C" fn sode_exchange_test(exchange: *mut Exchange, done: *mut 
 }
 
 /// Waits up to `timeout_s` seconds for every halo and unpacks them;
-/// `SODE_ERR_TIMEOUT` when the time ran out (call it again).
+/// `SODE_ERR_TIMEOUT` when the time ran out (call it again). `INFINITY`
+/// waits without deadline (as MPI does: a rank that dies is reported by
+/// the job's health all the same); `SODE_TIMEOUT_DEFAULT` waits as long
+/// as `SODE_TIMEOUT` says (no deadline when it is unset).
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.

@@ -300,14 +300,50 @@ fn machine(name: &str) -> Result<Machine, CliError> {
     Machine::preset(name).ok_or_else(|| CliError::UnknownMachine(name.to_string()))
 }
 
+/// Most bytes of one input file: far above any pattern, plan or matrix the
+/// scheduler takes (100,000 puts; a placement of 10,000 ranks is larger,
+/// but takes hours to search), and a bound on what a wrong path
+/// (`/dev/zero`, a device, a huge file) can make it hold.
+const MAX_INPUT_BYTES: u64 = 256 << 20;
+
 fn read(path: &Path) -> Result<String, CliError> {
-    if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
-            .map_err(|e| CliError::Read(path.into(), e))?;
-        return Ok(text);
+    use std::io::Read;
+    let too_big = || {
+        CliError::Read(
+            path.into(),
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "more than {} MiB: not a pattern, plan or matrix sode-sched reads",
+                    MAX_INPUT_BYTES >> 20
+                ),
+            ),
+        )
+    };
+    let mut text = String::new();
+    let read = if path == Path::new("-") {
+        std::io::stdin()
+            .take(MAX_INPUT_BYTES + 1)
+            .read_to_string(&mut text)
+    } else {
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_INPUT_BYTES + 1).read_to_string(&mut text))
+    };
+    read.map_err(|e| CliError::Read(path.into(), e))?;
+    if text.len() as u64 > MAX_INPUT_BYTES {
+        return Err(too_big());
     }
-    std::fs::read_to_string(path).map_err(|e| CliError::Read(path.into(), e))
+    Ok(text)
+}
+
+/// Writes `text` and a newline to standard output, reporting a full disk
+/// or a closed pipe as an error rather than a panic.
+fn emit(text: impl std::fmt::Display) -> Result<(), CliError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{text}")
+        .and_then(|()| out.flush())
+        .map_err(CliError::Output)
 }
 
 fn run(cli: Cli) -> Result<(), CliError> {
@@ -327,27 +363,27 @@ fn run(cli: Cli) -> Result<(), CliError> {
                     machine: m,
                 } => random(n, seed, machine(&m)?)?,
             };
-            println!("{}", pattern.to_json());
+            emit(pattern.to_json())?;
         }
         Command::Plan { algorithm, pattern } => {
             let pattern = Pattern::from_json(&read(&pattern)?)?;
             let plan = plan(&pattern, algorithm.parse::<Algorithm>()?)?;
-            println!("{}", plan.to_json());
+            emit(plan.to_json())?;
         }
         Command::Simulate { pattern, plan } => {
             let pattern = Pattern::from_json(&read(&pattern)?)?;
             let plan = Plan::from_json(&read(&plan)?)?;
             let sim = simulate(&pattern, &plan)?;
-            println!("{:.3}", sim.makespan_us);
+            emit(format_args!("{:.3}", sim.makespan_us))?;
         }
         Command::Table { machine: m } => {
             let machine = machine(&m)?;
             let t = table(machine)?;
-            println!(
+            emit(format_args!(
                 "Simulated time per exchange (us) on machine `{m}` ({} engines, engine {} GB/s, link {} GB/s, node {} GB/s, {} us per command, {} us fixed); * = fastest (auto excluded); last column: auto / best of the paper's algorithms.\n",
                 machine.engines, machine.engine_gbps, machine.link_gbps, machine.node_gbps, machine.command_overhead_us, machine.fixed_overhead_us
-            );
-            print!("{}", t.to_markdown());
+            ))?;
+            emit(t.to_markdown().trim_end_matches('\n'))?;
         }
         Command::Place {
             traffic,
@@ -416,10 +452,7 @@ fn place(traffic: &Path, distance: &Path, seconds: Option<f64>, seed: u64) -> Re
             round += 1;
         }
     }
-    println!(
-        "{}",
-        serde_json::json!({ "permutation": best.permutation, "cost": best.cost })
-    );
+    emit(serde_json::json!({ "permutation": best.permutation, "cost": best.cost }))?;
     Ok(())
 }
 
@@ -454,12 +487,12 @@ fn alltoall(kind: AlltoallKind) -> Result<(), CliError> {
                         "--topology takes latin-square or fat-tree; --schedule shift or proposed",
                     )),
                 };
-            println!(
+            emit(format_args!(
                 "{{\"servers\": {}, \"phases\": {}, \"throughput_ratio\": {}}}",
                 s.servers().len(),
                 s.phase_count(),
                 s.throughput_ratio()
-            );
+            ))?;
         }
     }
     Ok(())

@@ -12,5 +12,7 @@ pub use bounding::{
     SHORTCUTS_UP_TO,
 };
 pub use latency::{estimate_latencies, four_sites, multi_cluster_latencies, Estimate};
-pub use qap::{parse_qaplib, Matrix, Placement, Qap, SolverOptions, EXHAUSTIVE_UP_TO};
+pub use qap::{
+    parse_qaplib, Matrix, Placement, Qap, SolverOptions, EXHAUSTIVE_UP_TO, SEARCH_BUDGET,
+};
 pub use stencil::{hostname_placement, stencil_traffic, topology_distance, Locality};

@@ -321,15 +321,11 @@ impl Qap {
         if n <= EXHAUSTIVE_UP_TO {
             return Ok(self.exhaustive());
         }
-        let iterations = if options.tabu_iterations == 0 {
-            n * 50
-        } else {
-            options.tabu_iterations
-        };
+        let given = starts.len();
+        let (restarts, iterations) = budgeted(n, given, options);
         let mut rng = SplitMix64::new(options.seed);
         let mut best: Option<Placement> = None;
-        let given = starts.len();
-        for round in 0..given + options.restarts.max(1) {
+        for round in 0..given + restarts {
             let start = if round < given {
                 starts[round].clone()
             } else {
@@ -342,6 +338,43 @@ impl Qap {
         }
         Ok(best.expect("at least one restart"))
     }
+}
+
+/// Pair evaluations (one swap's cost change) the default search may make
+/// in all: seconds (3 s for 400 ranks on a 2-core VM, where the paper's
+/// settings took more than ten minutes). The search is bounded by work,
+/// not by a clock (the scheduler has none), so its result stays the same
+/// on every run; below about 100 ranks the bound never binds.
+pub const SEARCH_BUDGET: u64 = 1_000_000_000;
+
+/// Restarts and tabu iterations for `n` ranks and `given` starts: the
+/// options' when they name iterations, else the defaults cut to
+/// [`SEARCH_BUDGET`] (a tabu iteration costs about 1.5 n^2 evaluations, a
+/// construction and the first deltas n^3 each), at least one restart and
+/// one iteration and one round, so the best placement found so far is
+/// always returned.
+fn budgeted(n: usize, given: usize, options: &SolverOptions) -> (usize, usize) {
+    let restarts = options.restarts.max(1);
+    if options.tabu_iterations != 0 {
+        return (restarts, options.tabu_iterations);
+    }
+    let n64 = n as u64;
+    let cube = n64.saturating_mul(n64).saturating_mul(n64).max(1);
+    // Each round's setup (construction, first deltas) costs about 2 n^3.
+    let affordable_rounds = (SEARCH_BUDGET / cube.saturating_mul(2)).max(1) as usize;
+    // Given starts always run; constructions only as far as the budget
+    // goes (at least one when nothing was given).
+    let restarts = restarts.min(
+        affordable_rounds
+            .saturating_sub(given)
+            .max(usize::from(given == 0)),
+    );
+    let rounds = (given + restarts) as u64;
+    let per_iteration = n64.saturating_mul(n64).saturating_mul(3) / 2;
+    let left = SEARCH_BUDGET.saturating_sub(cube.saturating_mul(2).saturating_mul(rounds));
+    let affordable = (left / rounds.max(1) / per_iteration.max(1)).max(1);
+    let iterations = (n64.saturating_mul(50)).min(affordable) as usize;
+    (restarts, iterations.max(1))
 }
 
 /// Largest instance solved exactly, by trying every permutation (8! =
@@ -396,4 +429,40 @@ pub fn parse_qaplib(text: &str) -> Result<Qap> {
     let a = read("A")?;
     let b = read("B")?;
     Qap::new(a, b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_search_is_bounded_by_its_budget_and_unchanged_below_it() {
+        let defaults = SolverOptions::default();
+        // Small: the paper's settings stand.
+        assert_eq!(budgeted(64, 1, &defaults), (8, 64 * 50));
+        // Explicit iterations are the caller's.
+        let set = SolverOptions {
+            tabu_iterations: 7,
+            ..defaults
+        };
+        assert_eq!(budgeted(2000, 1, &set), (8, 7));
+        for n in [100usize, 400, 2000, 10_000] {
+            let (restarts, iterations) = budgeted(n, 1, &defaults);
+            let n64 = n as u64;
+            let rounds = 1 + restarts as u64;
+            let setup = 2 * n64.pow(3) * rounds;
+            let search = rounds * iterations as u64 * n64 * n64 * 3 / 2;
+            assert!(iterations >= 1 && restarts <= 8, "n = {n}");
+            // Over budget only by the setup of the one round that must run.
+            assert!(
+                setup + search <= SEARCH_BUDGET.max(2 * n64.pow(3) + n64 * n64 * 3 / 2),
+                "n = {n}: {restarts} restarts x {iterations} iterations"
+            );
+        }
+        assert_eq!(
+            budgeted(10_000, 0, &defaults).0,
+            1,
+            "one construction without a start"
+        );
+    }
 }
