@@ -391,9 +391,22 @@ struct Greeted {
     from: SocketAddr,
 }
 
-/// Most handshakes under way at once: more waiting strangers than this
-/// only delay accepting (each is dropped within [`HANDSHAKE_TIMEOUT`]).
-const MAX_HANDSHAKES: usize = 64;
+/// Most handshakes under way at once. A stranger costs a thread and a
+/// socket for at most [`HANDSHAKE_TIMEOUT`]; past this many, each new
+/// connection evicts the oldest under way, so the accept loop never stops
+/// and a flood of silent connections cannot keep a rank of the job, whose
+/// handshake takes a few round trips, from being heard.
+const MAX_HANDSHAKES: usize = 1024;
+
+/// Stack of a handshake's thread: the handshake and the first message's
+/// parse need little (the message itself is on the heap).
+const HANDSHAKE_STACK: usize = 256 << 10;
+
+/// A handshake under way: its number, and the connection, to cut short.
+struct UnderWay {
+    id: u64,
+    stream: TcpStream,
+}
 
 /// The one accept loop of the bootstrap.
 struct Acceptor<'a> {
@@ -420,12 +433,13 @@ impl Acceptor<'_> {
         self.listener
             .set_nonblocking(true)
             .map_err(io_err("set_nonblocking", "the listener"))?;
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<Option<Greeted>>();
-        let mut under_way = 0usize;
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<(u64, Option<Greeted>)>();
+        let mut under_way: std::collections::VecDeque<UnderWay> = Default::default();
+        let mut next_id = 0u64;
         let mut backoff = Backoff::setup(Duration::from_millis(1));
         loop {
-            while let Ok(result) = done_rx.try_recv() {
-                under_way -= 1;
+            while let Ok((id, result)) = done_rx.try_recv() {
+                under_way.retain(|u| u.id != id);
                 backoff.reset();
                 if let Some(greeted) = result {
                     if admit(state, greeted)? {
@@ -433,16 +447,16 @@ impl Acceptor<'_> {
                     }
                 }
             }
-            if under_way < MAX_HANDSHAKES {
-                if let Some((s, from)) = self.accept_one()? {
-                    under_way += 1;
-                    let (secret, tx) = (self.secret.clone(), done_tx.clone());
-                    std::thread::spawn(move || {
-                        // The receiver is gone once every rank arrived.
-                        let _ = tx.send(greet(s, from, &secret));
-                    });
-                    continue;
+            if let Some((s, from)) = self.accept_one()? {
+                if under_way.len() >= MAX_HANDSHAKES {
+                    if let Some(oldest) = under_way.pop_front() {
+                        // Its thread's read fails at once and it ends.
+                        let _ = oldest.stream.shutdown(std::net::Shutdown::Both);
+                    }
                 }
+                next_id += 1;
+                self.start_handshake(next_id, s, from, &done_tx, &mut under_way);
+                continue;
             }
             if Instant::now() >= self.deadline {
                 return Err(JobError::BootstrapTimeout {
@@ -453,6 +467,34 @@ impl Acceptor<'_> {
                 });
             }
             backoff.snooze();
+        }
+    }
+
+    /// Runs connection `id`'s handshake on a thread of its own, reporting
+    /// on `done`; a connection that cannot get a thread is dropped.
+    fn start_handshake(
+        &self,
+        id: u64,
+        s: TcpStream,
+        from: SocketAddr,
+        done: &std::sync::mpsc::Sender<(u64, Option<Greeted>)>,
+        under_way: &mut std::collections::VecDeque<UnderWay>,
+    ) {
+        let Ok(stream) = s.try_clone() else {
+            tracing::warn!("dropped a connection from {from}: its socket could not be shared");
+            return;
+        };
+        let (secret, tx) = (self.secret.clone(), done.clone());
+        let spawned = std::thread::Builder::new()
+            .name("sode-handshake".into())
+            .stack_size(HANDSHAKE_STACK)
+            // The receiver is gone once every rank arrived.
+            .spawn(move || drop(tx.send((id, greet(s, from, &secret)))));
+        match spawned {
+            Ok(_) => under_way.push_back(UnderWay { id, stream }),
+            Err(e) => tracing::warn!(
+                "dropped a connection from {from}: no thread for its handshake ({e})"
+            ),
         }
     }
 

@@ -215,3 +215,106 @@ fn a_rank_with_another_secret_cannot_join_and_the_missing_rank_is_named() {
     let e = intruder.join().unwrap().unwrap_err().to_string();
     assert!(!e.is_empty(), "the intruder learns nothing and fails");
 }
+
+/// Keeps `n` silent connections open to `addr` until `stop`, opening a
+/// new one for each the other side closes; returns how many it opened and
+/// the most it held open at once.
+fn flood(
+    addr: SocketAddr,
+    n: usize,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> (usize, usize) {
+    use std::sync::atomic::Ordering;
+    let mut open: Vec<TcpStream> = Vec::new();
+    let (mut opened, mut most) = (0, 0);
+    while !stop.load(Ordering::Relaxed) {
+        while open.len() < n && !stop.load(Ordering::Relaxed) {
+            match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
+                Ok(s) => {
+                    s.set_nonblocking(true).unwrap();
+                    open.push(s);
+                    opened += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        // Drop the ones the other side closed (reading the challenge
+        // keeps the others' buffers empty; nothing is ever answered).
+        open.retain_mut(|s| {
+            let mut buf = [0u8; 64];
+            match s.read(&mut buf) {
+                Ok(0) => false,
+                Ok(_) => true,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            }
+        });
+        most = most.max(open.len());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (opened, most)
+}
+
+#[test]
+fn a_sustained_flood_of_silent_connections_does_not_stop_the_job() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let secret = Secret::random().unwrap();
+    let port = free_port();
+    let root: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let size = 4;
+    let rank0 = {
+        let l = launch(0, size, port, &secret);
+        std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
+    };
+    wait_listening(root);
+    // 500 silent connections, kept open and refilled, from 4 threads.
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooders: Vec<_> = (0..4)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || flood(root, 125, stop))
+        })
+        .collect();
+    // Let the flood fill the rendezvous, and its first connections time
+    // out and be refilled, before the real ranks come.
+    std::thread::sleep(Duration::from_secs(3));
+    let t0 = Instant::now();
+    let others: Vec<_> = (1..size)
+        .map(|r| {
+            let l = launch(r, size, port, &secret);
+            std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
+        })
+        .collect();
+    let worlds: Vec<World> = std::iter::once(rank0)
+        .chain(others)
+        .map(|h| {
+            h.join()
+                .unwrap()
+                .expect("the real ranks meet under the flood")
+        })
+        .collect();
+    let took = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let (opened, most) = flooders
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .fold((0, 0), |(o, m), (o2, m2)| (o + o2, m + m2));
+    assert!(
+        most >= 450,
+        "the flood held only {most} connections open at once"
+    );
+    assert!(
+        opened > most,
+        "no connection was refilled ({opened} opened)"
+    );
+    assert!(
+        took < Duration::from_secs(10),
+        "the flood held the job for {took:?}"
+    );
+    for w in &worlds {
+        assert_eq!(w.size(), size);
+    }
+    eprintln!(
+        "met in {took:?} under a flood of {most} silent connections at once ({opened} opened)"
+    );
+}
