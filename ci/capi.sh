@@ -50,6 +50,22 @@ for n in 1 2 4; do
   timeout 300 "${mpirun[@]}" -n "$n" "$fbuild/stencil3d"
 done
 
+echo "-- a Fortran failure without ierr ends the whole job (MPI_Abort)"
+set +e
+fatal_out=$(timeout 60 "${mpirun[@]}" -n 2 "$fbuild/fatal" 2>&1)
+fatal_status=$?
+set -e
+# MPI_Abort's code is sode's status (3, SODE_ERR_STATE), which mpirun
+# returns; `error stop` would give 1.
+if [ "$fatal_status" -ne 3 ] \
+   || ! grep -q "sode: error 3: sode_exchange_wait" <<<"$fatal_out" \
+   || grep -q "left the barrier\|still running" <<<"$fatal_out"; then
+  echo "$fatal_out"
+  echo "error: a failure without ierr did not end the job through MPI_Abort (status $fatal_status)" >&2
+  exit 1
+fi
+echo "ok: sode's message, then MPI_Abort with sode's status ($fatal_status); rank 0 did not leave its barrier"
+
 echo "-- the C program built with pkg-config (sode.pc)"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 # shellcheck disable=SC2046

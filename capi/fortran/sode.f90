@@ -5,8 +5,8 @@
 ! Every routine takes an optional `ierr`, positional right after the
 ! required arguments (`call sode_wait(x, ierr)`; timeouts and halo widths
 ! come by keyword after it): present, it receives the status (SODE_OK is
-! 0); absent, a failure prints sode's message and stops the program, as
-! MPI's default error handler does. Communicators are MPI
+! 0); absent, a failure prints sode's message and ends the job with
+! MPI_Abort, as MPI's default error handler does. Communicators are MPI
 ! `integer` handles (`comm%MPI_VAL` with mpi_f08).
 !
 !   type(sode_comm) :: sc
@@ -164,6 +164,10 @@ module sode
        type(c_ptr), value :: x
        integer(c_int) :: rc
      end function c_start
+     subroutine c_mpi_abort(code) bind(C, name="sode_mpi_abort")
+       import :: c_int
+       integer(c_int), value :: code
+     end subroutine c_mpi_abort
      function c_start_arrays(x, n, arrays) bind(C, name="sode_exchange_start_arrays") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -266,6 +270,10 @@ contains
        ierr = int(rc)
     else if (rc /= SODE_OK) then
        write (error_unit, '(a, i0, 2a)') 'sode: error ', rc, ': ', sode_last_error()
+       flush (error_unit)
+       ! The whole job, as MPI's default error handler would end it; the
+       ! job's exit status is sode's.
+       call c_mpi_abort(rc)
        error stop 1
     end if
   end subroutine finish

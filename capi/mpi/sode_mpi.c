@@ -98,3 +98,13 @@ int sode_exchange_create_mpi_cart_f(sode_comm *sode, MPI_Fint cart, const int *h
                                     const int *halo_hi, int shape, sode_exchange **out) {
     return sode_exchange_create_mpi_cart(sode, MPI_Comm_f2c(cart), halo_lo, halo_hi, shape, out);
 }
+
+void sode_mpi_abort(int code) {
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) {
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
+    exit(code);
+}

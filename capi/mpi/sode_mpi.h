@@ -31,6 +31,13 @@ int sode_exchange_create_mpi_cart(sode_comm *sode, MPI_Comm cart, const int *hal
 int sode_exchange_create_mpi_cart_f(sode_comm *sode, MPI_Fint cart, const int *halo_lo,
                                     const int *halo_hi, int shape, sode_exchange **out);
 
+/* Ends the whole MPI job after a fatal sode error: MPI_Abort on
+ * MPI_COMM_WORLD with `code` (the Fortran module gives sode's status) while
+ * MPI runs, else exit(code). The Fortran
+ * module calls it when a routine without `ierr` fails, as MPI's default
+ * error handler would, so the other ranks are not left waiting. */
+void sode_mpi_abort(int code);
+
 #ifdef __cplusplus
 }
 #endif
