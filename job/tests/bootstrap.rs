@@ -84,6 +84,22 @@ fn knock(addr: SocketAddr, kind: Stranger) -> Vec<u8> {
     got
 }
 
+/// Ranks `ranks` of a job of `size` meeting at `port`, each starting
+/// `World::init_with` on a thread of its own.
+fn start_ranks(
+    ranks: std::ops::Range<usize>,
+    size: usize,
+    port: u16,
+    secret: &Secret,
+) -> Vec<std::thread::JoinHandle<sode_job::Result<World>>> {
+    ranks
+        .map(|r| {
+            let l = launch(r, size, port, secret);
+            std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
+        })
+        .collect()
+}
+
 fn wait_listening(addr: SocketAddr) {
     let until = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
@@ -99,10 +115,7 @@ fn strangers_at_the_rendezvous_are_dropped_and_the_job_meets() {
     let root: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let size = 3;
     let t0 = Instant::now();
-    let rank0 = {
-        let l = launch(0, size, port, &secret);
-        std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
-    };
+    let rank0 = start_ranks(0..1, size, port, &secret);
     wait_listening(root);
     let strangers: Vec<_> = [
         Stranger::WrongSecret,
@@ -116,13 +129,9 @@ fn strangers_at_the_rendezvous_are_dropped_and_the_job_meets() {
     .collect();
     // Let the strangers reach the listener before the real ranks do.
     std::thread::sleep(Duration::from_millis(200));
-    let others: Vec<_> = (1..size)
-        .map(|r| {
-            let l = launch(r, size, port, &secret);
-            std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
-        })
-        .collect();
-    let worlds: Vec<World> = std::iter::once(rank0)
+    let others = start_ranks(1..size, size, port, &secret);
+    let worlds: Vec<World> = rank0
+        .into_iter()
         .chain(others)
         .map(|h| h.join().unwrap().expect("the real ranks meet"))
         .collect();
@@ -262,10 +271,7 @@ fn a_sustained_flood_of_silent_connections_does_not_stop_the_job() {
     let port = free_port();
     let root: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let size = 4;
-    let rank0 = {
-        let l = launch(0, size, port, &secret);
-        std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
-    };
+    let rank0 = start_ranks(0..1, size, port, &secret);
     wait_listening(root);
     // 500 silent connections, kept open and refilled, from 4 threads.
     let stop = Arc::new(AtomicBool::new(false));
@@ -279,13 +285,9 @@ fn a_sustained_flood_of_silent_connections_does_not_stop_the_job() {
     // out and be refilled, before the real ranks come.
     std::thread::sleep(Duration::from_secs(3));
     let t0 = Instant::now();
-    let others: Vec<_> = (1..size)
-        .map(|r| {
-            let l = launch(r, size, port, &secret);
-            std::thread::spawn(move || World::init_with(&l, Duration::from_secs(60)))
-        })
-        .collect();
-    let worlds: Vec<World> = std::iter::once(rank0)
+    let others = start_ranks(1..size, size, port, &secret);
+    let worlds: Vec<World> = rank0
+        .into_iter()
         .chain(others)
         .map(|h| {
             h.join()
