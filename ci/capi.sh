@@ -36,6 +36,11 @@ for n in 1 2 4; do
 done
 
 for n in 1 3; do
+  echo "-- mpirun -n $n ring1d (a 1-D ring and line)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$build/ring1d"
+done
+
+for n in 1 3; do
   echo "-- mpirun -n $n explicit (boxes between named ranks)"
   timeout 300 "${mpirun[@]}" -n "$n" "$build/explicit"
 done

@@ -340,9 +340,9 @@ contains
     integer(c_int) :: lo(3), hi(3)
     lo = widths(halo_lo, 3)
     hi = widths(halo_hi, 3)
-    if (size(halo_lo) < 2 .or. size(halo_lo) > 3 .or. size(halo_hi) /= size(halo_lo)) then
+    if (size(halo_lo) < 1 .or. size(halo_lo) > 3 .or. size(halo_hi) /= size(halo_lo)) then
        call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
-            'sode_exchange_create_mpi_cart: give one halo width per axis (2 or 3) below and above' &
+            'sode_exchange_create_mpi_cart: give one halo width per axis (1 to 3) below and above' &
             // c_null_char), ierr)
        return
     end if
@@ -399,10 +399,10 @@ contains
     integer :: n
     integer(c_int) :: p(3)
     n = size(dims)
-    if (n < 2 .or. n > 3 .or. size(coords) /= n .or. size(periodic) /= n .or. &
+    if (n < 1 .or. n > 3 .or. size(coords) /= n .or. size(periodic) /= n .or. &
          size(halo_lo) /= n .or. size(halo_hi) /= n) then
        call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
-            'sode_exchange_create_cart: dims, coords, periodic and the halo widths need one value per axis (2 or 3)' &
+            'sode_exchange_create_cart: dims, coords, periodic and the halo widths need one value per axis (1 to 3)' &
             // c_null_char), ierr)
        return
     end if

@@ -298,7 +298,7 @@ int sode_comm_reorder_cart(struct sode_comm *comm,
 int sode_comm_free(struct sode_comm **comm);
 
 /**
- * A Cartesian exchange: `ndims` (2 or 3) axes, `dims` processes per axis,
+ * A Cartesian exchange: `ndims` (1, 2 or 3) axes, `dims` processes per axis,
  * this rank's `coords`, `periodic` axes (non-zero), halo widths below
  * (`halo_lo`) and above (`halo_hi`) the owned box per axis (the widest of
  * any field), and `shape` (`SODE_STAR`, `SODE_STAR_EDGES`, `SODE_BOX`).

@@ -71,7 +71,7 @@ int sode_exchange_create_mpi_cart(sode_comm *sode, MPI_Comm cart, const int *hal
                                  "topology: make it with MPI_Cart_create");
     }
     MPI_Cartdim_get(cart, &ndims);
-    if (ndims < 2 || ndims > 3) {
+    if (ndims < 1 || ndims > 3) {
         /* sode names the problem. */
         return sode_exchange_create_cart(sode, ndims, NULL, NULL, NULL, halo_lo, halo_hi, shape, out);
     }

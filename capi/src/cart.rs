@@ -62,9 +62,9 @@ impl Cart {
     /// Checks the description of one rank.
     pub fn check(&self) -> Result<(), String> {
         let d = self.dims.len();
-        if !(d == 2 || d == 3) {
+        if !(1..=3).contains(&d) {
             return Err(format!(
-                "{d} axes: sode exchanges 2-D and 3-D process grids"
+                "{d} axes: sode exchanges 1-D, 2-D and 3-D process grids"
             ));
         }
         for a in 0..d {

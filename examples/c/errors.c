@@ -57,8 +57,9 @@ static void misuse(sode_comm *c, int size) {
            SODE_ERR_NULL, "`comm` is a null pointer");
     expect("a null array", sode_exchange_create_cart(c, 2, NULL, coords, periodic, h, h, SODE_BOX, &x),
            SODE_ERR_NULL, "`dims`");
-    expect("1-D", sode_exchange_create_cart(c, 1, dims, coords, periodic, h, h, SODE_BOX, &x),
-           SODE_ERR_ARG, "ndims is 1");
+    int d4[4] = {1, size, 1, 1}, c4[4] = {0, rank, 0, 0}, p4[4] = {0}, h4[4] = {1, 1, 1, 1};
+    expect("4-D", sode_exchange_create_cart(c, 4, d4, c4, p4, h4, h4, SODE_BOX, &x), SODE_ERR_ARG,
+           "ndims is 4");
     expect("an unknown shape", sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, 7, &x),
            SODE_ERR_ARG, "shape 7");
     setenv("SODE_TRANSPORT", "carrier-pigeon", 1);

@@ -137,7 +137,7 @@ pub struct Decomposition {
 }
 
 impl Decomposition {
-    /// Checks the description: 2 or 3 axes, each with at least as many
+    /// Checks the description: 1, 2 or 3 axes, each with at least as many
     /// cells per process as the halo is wide.
     pub fn new(
         global: &[usize],
@@ -148,8 +148,8 @@ impl Decomposition {
     ) -> Result<Decomposition> {
         let bad = |why: String| Err(HaloError::Decomposition { why });
         let d = global.len();
-        if !(d == 2 || d == 3) {
-            return bad(format!("{d} axes: sode decomposes 2-D and 3-D grids"));
+        if !(1..=3).contains(&d) {
+            return bad(format!("{d} axes: sode decomposes 1-D, 2-D and 3-D grids"));
         }
         if grid.len() != d || periodic.len() != d {
             return bad(format!(

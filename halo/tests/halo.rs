@@ -38,6 +38,15 @@ fn check_env(n: usize, args: &str, env: &[(&str, &str)]) -> String {
 }
 
 #[test]
+fn one_d_rings_and_lines() {
+    // 23 cells over 3 ranks: blocks of 8/8/7; a line, then a ring; and a
+    // ring of one rank, its own neighbour both ways.
+    for (n, per, halo, fields) in [(3, "0", 1, 1), (3, "1", 3, 2), (1, "1", 2, 1)] {
+        check(n, &format!("--global 23 --grid {n} --periodic {per} --halo {halo} --neighbours 2 --fields {fields} --transport shm"));
+    }
+}
+
+#[test]
 fn two_d_four_and_eight_neighbours() {
     for (nb, per, halo, fields) in [
         (4, "0,0", 1, 1),

@@ -430,13 +430,13 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
     })
 }
 
-/// The axes of a process grid: 2 or 3.
-fn grid_axes(op: &'static str, ndims: c_int) -> Result<usize> {
-    match ndims {
-        2 | 3 => Ok(ndims as usize),
+/// The axes of a process grid: `lowest` to 3.
+fn grid_axes(op: &'static str, ndims: c_int, lowest: usize) -> Result<usize> {
+    match usize::try_from(ndims) {
+        Ok(d) if (lowest..=3).contains(&d) => Ok(d),
         _ => Err(CapiError::Invalid {
             op,
-            why: format!("ndims is {ndims}: sode exchanges 2-D and 3-D process grids"),
+            why: format!("ndims is {ndims}: sode takes process grids of {lowest} to 3 axes"),
         }),
     }
 }
@@ -464,7 +464,8 @@ unsafe fn reorder_grid(
     shape: c_int,
     cell_bytes: usize,
 ) -> Result<sode::Decomposition> {
-    let d = grid_axes(op, ndims)?;
+    // Reordering weighs 2-D and 3-D stencils.
+    let d = grid_axes(op, ndims, 2)?;
     let shape = grid_shape(op, shape)?;
     // SAFETY: the caller's contract: `ndims` values each.
     let (dims, periodic, block) = unsafe {
@@ -519,7 +520,7 @@ pub unsafe extern "C" fn sode_comm_free(comm: *mut *mut Comm) -> c_int {
     })
 }
 
-/// A Cartesian exchange: `ndims` (2 or 3) axes, `dims` processes per axis,
+/// A Cartesian exchange: `ndims` (1, 2 or 3) axes, `dims` processes per axis,
 /// this rank's `coords`, `periodic` axes (non-zero), halo widths below
 /// (`halo_lo`) and above (`halo_hi`) the owned box per axis (the widest of
 /// any field), and `shape` (`SODE_STAR`, `SODE_STAR_EDGES`, `SODE_BOX`).
@@ -544,7 +545,7 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
     call(op, || {
         // SAFETY: the caller's contract.
         let c = unsafe { handle(op, "comm", comm) }?;
-        let d = grid_axes(op, ndims)?;
+        let d = grid_axes(op, ndims, 1)?;
         let shape = grid_shape(op, shape)?;
         // SAFETY: the caller's contract: `ndims` values each.
         let (dims, coords, periodic, lo, hi) = unsafe {

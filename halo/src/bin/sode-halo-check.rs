@@ -73,13 +73,14 @@ fn main() -> ExitCode {
 fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let dims = a.global.len();
     let stencil = match (dims, a.neighbours) {
-        (2, 4) | (3, 6) => Stencil::Faces,
+        (1, 2) | (2, 4) | (3, 6) => Stencil::Faces,
         (3, 18) => Stencil::FacesEdges,
         (2, 8) | (3, 26) => Stencil::Full,
         (d, n) => {
-            return Err(
-                format!("{n} neighbours in {d}-D: use 4 or 8 (2-D), 6, 18 or 26 (3-D)").into(),
+            return Err(format!(
+                "{n} neighbours in {d}-D: use 2 (1-D), 4 or 8 (2-D), 6, 18 or 26 (3-D)"
             )
+            .into())
         }
     };
     let periodic: Vec<bool> = if a.periodic.is_empty() {
