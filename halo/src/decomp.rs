@@ -511,7 +511,12 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("axis 0") && e.contains("halo width 2"), "{e}");
-        assert!(Decomposition::new(&[8], &[1], &[false], 1, Stencil::Faces).is_err());
+        // 1 to 3 axes.
+        assert!(Decomposition::new(&[8], &[2], &[true], 1, Stencil::Faces).is_ok());
+        let e = Decomposition::new(&[8; 4], &[1; 4], &[false; 4], 1, Stencil::Faces)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("4 axes"), "{e}");
     }
 
     #[test]
