@@ -516,8 +516,9 @@ int sode_exchange_start(struct sode_exchange *exchange);
  * given others. One committed exchange so serves every Runge-Kutta stage
  * or both buffers of a double-buffered sweep, as MPI takes a buffer per
  * call. A field whose faces travel in place over RDMA (see
- * `sode_exchange_set_zero_copy`) cannot be given another array:
- * `SODE_ERR_ARG`, nothing started. Allocates nothing.
+ * `sode_exchange_set_zero_copy`) cannot be given another array (its own,
+ * given again, is fine): `SODE_ERR_ARG`, nothing started. Allocates
+ * nothing.
  *
  * # Safety
  * `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds

@@ -864,7 +864,8 @@ impl Exchange {
         // completed stands in for its own.
         for (f, field) in fields.iter_mut().enumerate() {
             field.call = if f < given {
-                array(f, field.bytes)
+                // The field's own array, given again, is no other array.
+                array(f, field.bytes).filter(|a| !field.memory.as_ref().is_some_and(|m| m.is(a)))
             } else {
                 None
             };

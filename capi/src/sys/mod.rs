@@ -86,6 +86,11 @@ impl UserMemory {
         UserMemory { base, len }
     }
 
+    /// Whether both name the same array.
+    pub fn is(&self, other: &UserMemory) -> bool {
+        self.base == other.base && self.len == other.len
+    }
+
     /// The field's bytes, for packing.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `new`'s contract: valid for `len` bytes while the
@@ -1105,8 +1110,9 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
 /// given others. One committed exchange so serves every Runge-Kutta stage
 /// or both buffers of a double-buffered sweep, as MPI takes a buffer per
 /// call. A field whose faces travel in place over RDMA (see
-/// `sode_exchange_set_zero_copy`) cannot be given another array:
-/// `SODE_ERR_ARG`, nothing started. Allocates nothing.
+/// `sode_exchange_set_zero_copy`) cannot be given another array (its own,
+/// given again, is fine): `SODE_ERR_ARG`, nothing started. Allocates
+/// nothing.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds
