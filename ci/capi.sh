@@ -71,15 +71,84 @@ if [ "$fatal_status" -ne 3 ] \
 fi
 echo "ok: sode's message, then MPI_Abort with sode's status ($fatal_status); rank 0 did not leave its barrier"
 
-echo "-- the C program built with pkg-config (sode.pc)"
+# The README's pkg-config lines, exactly as written there: sode_mpi.pc
+# carries the MPI sode was built with (plain cc finds mpi.h) and the
+# rpath (the program starts without LD_LIBRARY_PATH).
+echo "-- the C and Fortran programs built with pkg-config (sode_mpi.pc, sode_fortran.pc)"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
-# shellcheck disable=SC2046
-mpicc -std=c99 -Wall -Wextra -Werror examples/c/stencil2d.c $(pkg-config --cflags --libs sode) \
-  -lsode_mpi -Wl,-rpath,"$prefix/lib" -o "$build/stencil2d-pc"
-timeout 300 "${mpirun[@]}" -n 2 "$build/stencil2d-pc" | tail -1
+(
+  cd "$build"
+  cp ../../examples/c/stencil2d.c app.c
+  cp ../../examples/fortran/stencil3d.f90 app.f90
+  # shellcheck disable=SC2046
+  {
+    cc app.c -o app-cc $(pkg-config --cflags --libs sode_mpi)
+    mpicc app.c -o app-mpicc $(pkg-config --cflags --libs sode_mpi)
+    mpifort app.f90 -o app-fortran $(pkg-config --cflags --libs sode_fortran)
+  }
+)
+for app in app-cc app-mpicc app-fortran; do
+  env -u LD_LIBRARY_PATH timeout 300 "${mpirun[@]}" -n 2 "$build/$app" | tail -1
+done
+
+echo "-- the static library (sode::static): a job of one, no MPI"
+if ldd "$build/alone" | grep -q libsode; then
+  echo "error: alone links libsode dynamically" >&2
+  exit 1
+fi
+timeout 60 "$build/alone"
+
+# Installed libraries are stripped; the debug info is beside them where
+# gdb finds it.
+echo "-- installed libraries: stripped, debug info split off"
+so=$(readlink -f "$prefix/lib/libsode.so")
+debug="$prefix/lib/.debug/$(basename "$so").debug"
+so_mb=$(( $(stat -c %s "$so") >> 20 ))
+a_mb=$(( $(stat -c %s "$prefix/lib/libsode.a") >> 20 ))
+if readelf -S "$so" | grep -q "\.debug_info" || ! readelf -S "$so" | grep -q "\.gnu_debuglink" \
+   || ! readelf -S "$debug" | grep -q "\.debug_line" || [ "$so_mb" -gt 16 ] || [ "$a_mb" -gt 64 ]; then
+  echo "error: $so ($so_mb MiB) or libsode.a ($a_mb MiB) is not stripped, or $debug lacks the debug info" >&2
+  exit 1
+fi
+echo "ok: libsode.so $so_mb MiB, libsode.a $a_mb MiB, debug info in lib/.debug"
+
+# A project that finds another MPI than sode's is stopped at configure
+# time, not by a crash in MPI_Comm_dup (needs MPICH beside Open MPI).
+if command -v mpicc.mpich >/dev/null; then
+  echo "-- the CMake package refuses an MPI other than its own"
+  set +e
+  mismatch=$(cmake -S examples/c -B "$build-mpich" -DCMAKE_PREFIX_PATH="$prefix" \
+    -DMPI_C_COMPILER="$(command -v mpicc.mpich)" 2>&1)
+  mismatch_status=$?
+  set -e
+  rm -rf "$build-mpich"
+  if [ "$mismatch_status" -eq 0 ] || ! grep -q "sode was built with" <<<"$mismatch"; then
+    echo "$mismatch" | tail -20
+    echo "error: a project with MPICH configured against a sode built with Open MPI" >&2
+    exit 1
+  fi
+  echo "ok: $(grep -m1 -o "sode was built with [^(]*" <<<"$mismatch")... refused, by name"
+fi
 
 echo "-- misuse, on 2 ranks"
 timeout 120 "${mpirun[@]}" -n 2 "$build/errors" | tail -1
+
+# A C program installs no tracing subscriber: libsode does, on its first
+# call. Each misuse above is logged at debug level, and nothing is printed
+# at the default level.
+echo "-- SODE_LOG from C and Fortran"
+timeout 120 "${mpirun[@]}" -n 2 -x SODE_LOG=debug "$build/errors" 2>"$build/log-debug.txt" >/dev/null
+timeout 120 "${mpirun[@]}" -n 2 "$build/errors" 2>"$build/log-default.txt" >/dev/null
+timeout 120 "${mpirun[@]}" -n 1 -x SODE_LOG=sode=debug "$fbuild/stencil3d" 2>"$build/log-fortran.txt" >/dev/null
+debug_lines=$(grep -c "DEBUG sode_capi::sys: .*op=\"sode_exchange_commit\"" "$build/log-debug.txt" || true)
+default_lines=$(grep -c "DEBUG" "$build/log-default.txt" || true)
+fortran_lines=$(grep -c "DEBUG sode" "$build/log-fortran.txt" || true)
+if [ "$debug_lines" -eq 0 ] || [ "$default_lines" -ne 0 ] || [ "$fortran_lines" -eq 0 ]; then
+  head -5 "$build"/log-*.txt
+  echo "error: SODE_LOG: $debug_lines debug lines from C's failed commits, $default_lines debug lines without SODE_LOG, $fortran_lines from Fortran" >&2
+  exit 1
+fi
+echo "ok: SODE_LOG=debug: $debug_lines lines on failed commits from C, $fortran_lines from Fortran; none without it"
 
 # A rank killed during an exchange (started by hand: mpirun would stop the
 # job), over shared memory and over TCP: its peer must report it, naming

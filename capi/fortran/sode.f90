@@ -58,7 +58,7 @@ module sode
   public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_describe
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
-  public :: sode_last_error, sode_abi_version
+  public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
 
   !> Adds a field: a real32, real64 or int32 array of rank 2 to 4 (Fortran
   !> order, with the TARGET attribute), its owned cells `first(:)` to
@@ -89,6 +89,15 @@ module sode
        import :: c_ptr
        type(c_ptr) :: p
      end function c_last_error
+     function c_strerror(status) bind(C, name="sode_strerror") result(p)
+       import :: c_ptr, c_int
+       integer(c_int), value :: status
+       type(c_ptr) :: p
+     end function c_strerror
+     function c_version() bind(C, name="sode_version") result(p)
+       import :: c_ptr
+       type(c_ptr) :: p
+     end function c_version
      function c_strlen(s) bind(C, name="strlen") result(n)
        import :: c_ptr, c_size_t
        type(c_ptr), value :: s
@@ -244,10 +253,29 @@ contains
   !> The message of the last sode call on this thread (empty after success).
   function sode_last_error() result(msg)
     character(len=:), allocatable :: msg
-    type(c_ptr) :: p
+    msg = fortran_string(c_last_error())
+  end function sode_last_error
+
+  !> The name and meaning of a status code ("SODE_ERR_ARG: an invalid
+  !> argument"); sode_last_error() says what failed in the last call.
+  function sode_strerror(status) result(msg)
+    integer, intent(in) :: status
+    character(len=:), allocatable :: msg
+    msg = fortran_string(c_strerror(int(status, c_int)))
+  end function sode_strerror
+
+  !> The version of the library linked, "major.minor.patch".
+  function sode_version() result(msg)
+    character(len=:), allocatable :: msg
+    msg = fortran_string(c_version())
+  end function sode_version
+
+  !> A copy of a NUL-terminated C string.
+  function fortran_string(p) result(msg)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: msg
     character(kind=c_char), pointer :: chars(:)
     integer :: i, n
-    p = c_last_error()
     n = int(c_strlen(p))
     allocate (character(len=n) :: msg)
     if (n == 0) return
@@ -255,7 +283,7 @@ contains
     do i = 1, n
        msg(i:i) = chars(i)
     end do
-  end function sode_last_error
+  end function fortran_string
 
   !> The ABI version of the library linked (compare with SODE_MODULE_ABI).
   integer function sode_abi_version()

@@ -19,6 +19,23 @@
 #define SODE_ABI_VERSION 1
 
 /**
+ * The version of sode this library is, as `major.minor.patch`
+ * (`sode_version()` gives it as a string). Within a major version (and,
+ * before 1.0, within a minor one) the ABI only grows.
+ */
+#define SODE_VERSION_MAJOR 0
+
+/**
+ * See `SODE_VERSION_MAJOR`.
+ */
+#define SODE_VERSION_MINOR 1
+
+/**
+ * See `SODE_VERSION_MAJOR`.
+ */
+#define SODE_VERSION_PATCH 0
+
+/**
  * Success.
  */
 #define SODE_OK 0
@@ -154,23 +171,6 @@
 #define SODE_ORDER_FORTRAN 1
 
 /**
- * Shortest mean run, in bytes, of a face of several runs that travels in
- * place. Measured over rxe (`ci/softroce/zerocopy.sh`, the README's
- * table): a face of one run is faster in place at every size (0.83-0.97x
- * the packed time from 256 B), since it is one write either way; a face of
- * 4 runs costs 4 writes in place against 1 packed, and broke even at runs
- * of 1-4 KiB (1.61x at 256 B, 1.00x at 1 KiB, 0.99x at 4 KiB, 0.84x from
- * 16 KiB).
- */
-#define MIN_MEAN_RUN 4096
-
-/**
- * Most runs a face in place may have: each is a write per iteration (or a
- * gather entry) and, on the receiving side, a registration per writer.
- */
-#define MAX_RUNS 64
-
-/**
  * The ranks of a job and how long collective steps may take.
  */
 typedef struct sode_comm sode_comm;
@@ -199,6 +199,20 @@ extern "C" {
  * The version of the ABI this library implements (`SODE_ABI_VERSION`).
  */
 int sode_abi_version(void);
+
+/**
+ * The version of this library, `"major.minor.patch"` (the
+ * `SODE_VERSION_*` macros are the header's). A static string; any thread.
+ */
+const char *sode_version(void);
+
+/**
+ * The name and meaning of a status code, as `"SODE_ERR_ARG: an invalid
+ * argument"`; `"not a sode status code"` for any other number. A static
+ * string; any thread. (`sode_last_error()` says what failed in the last
+ * call.)
+ */
+const char *sode_strerror(int status);
 
 /**
  * The message of the last sode call on this thread: empty after a call

@@ -35,11 +35,20 @@ pub mod inplace;
 #[allow(unsafe_code)]
 pub mod sys;
 
-use std::ffi::c_int;
+use std::ffi::{c_int, CStr};
 
 /// The version of this ABI: a program built against another refuses to run
 /// (compare with `sode_abi_version()`).
 pub const SODE_ABI_VERSION: c_int = 1;
+
+/// The version of sode this library is, as `major.minor.patch`
+/// (`sode_version()` gives it as a string). Within a major version (and,
+/// before 1.0, within a minor one) the ABI only grows.
+pub const SODE_VERSION_MAJOR: c_int = 0;
+/// See `SODE_VERSION_MAJOR`.
+pub const SODE_VERSION_MINOR: c_int = 1;
+/// See `SODE_VERSION_MAJOR`.
+pub const SODE_VERSION_PATCH: c_int = 0;
 
 /// Success.
 pub const SODE_OK: c_int = 0;
@@ -61,6 +70,22 @@ pub const SODE_ERR_MISMATCH: c_int = 6;
 pub const SODE_ERR_CHANNEL: c_int = 7;
 /// A bug in sode (a caught panic).
 pub const SODE_ERR_INTERNAL: c_int = 8;
+
+/// The name and meaning of a status code, for `sode_strerror`.
+pub fn status_text(status: c_int) -> &'static CStr {
+    match status {
+        SODE_OK => c"SODE_OK: success",
+        SODE_ERR_NULL => c"SODE_ERR_NULL: a required pointer argument was null",
+        SODE_ERR_ARG => c"SODE_ERR_ARG: an invalid argument",
+        SODE_ERR_STATE => c"SODE_ERR_STATE: a call in the wrong state",
+        SODE_ERR_TIMEOUT => c"SODE_ERR_TIMEOUT: the wait reached its timeout; call it again",
+        SODE_ERR_BOOTSTRAP => c"SODE_ERR_BOOTSTRAP: finding or meeting the other ranks failed",
+        SODE_ERR_MISMATCH => c"SODE_ERR_MISMATCH: the ranks described different exchanges",
+        SODE_ERR_CHANNEL => c"SODE_ERR_CHANNEL: a channel failed (a peer died, or the device or shared memory failed)",
+        SODE_ERR_INTERNAL => c"SODE_ERR_INTERNAL: a bug in sode (please report it)",
+        _ => c"not a sode status code",
+    }
+}
 
 /// `float` / `real(real32)`.
 pub const SODE_F32: c_int = 0;
@@ -104,3 +129,41 @@ pub const SODE_TIMEOUT_DEFAULT: f64 = -1.0;
 pub const SODE_ORDER_C: c_int = 0;
 /// The first axis is contiguous (`a(i, j)`).
 pub const SODE_ORDER_FORTRAN: c_int = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_macros_are_the_crate_version() {
+        let parts: Vec<c_int> = env!("CARGO_PKG_VERSION")
+            .split('.')
+            .map(|p| p.parse().expect("a numeric version"))
+            .collect();
+        assert_eq!(
+            parts,
+            [SODE_VERSION_MAJOR, SODE_VERSION_MINOR, SODE_VERSION_PATCH]
+        );
+    }
+
+    #[test]
+    fn every_status_has_its_name() {
+        let names = [
+            (SODE_OK, "SODE_OK"),
+            (SODE_ERR_NULL, "SODE_ERR_NULL"),
+            (SODE_ERR_ARG, "SODE_ERR_ARG"),
+            (SODE_ERR_STATE, "SODE_ERR_STATE"),
+            (SODE_ERR_TIMEOUT, "SODE_ERR_TIMEOUT"),
+            (SODE_ERR_BOOTSTRAP, "SODE_ERR_BOOTSTRAP"),
+            (SODE_ERR_MISMATCH, "SODE_ERR_MISMATCH"),
+            (SODE_ERR_CHANNEL, "SODE_ERR_CHANNEL"),
+            (SODE_ERR_INTERNAL, "SODE_ERR_INTERNAL"),
+        ];
+        for (status, name) in names {
+            let text = status_text(status).to_str().unwrap();
+            assert!(text.starts_with(&format!("{name}: ")), "{status}: {text}");
+        }
+        assert_eq!(status_text(-7).to_str().unwrap(), "not a sode status code");
+        assert_eq!(status_text(9).to_str().unwrap(), "not a sode status code");
+    }
+}

@@ -14,9 +14,12 @@ sudo_cmd=""
 [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
 
 # openmpi-bin, libopenmpi-dev: the MPI persistent exchange sode is compared
-# with (its UCX runs over rxe0 in the guest).
+# with (its UCX runs over rxe0 in the guest). mpich, libmpich-dev: the
+# second MPI (mpicc.mpich, mpirun.mpich; the default mpicc stays Open
+# MPI's).
 apt_packages=(qemu-system-x86 rdma-core ibverbs-providers ibverbs-utils perftest
-              iproute2 kmod busybox-static cmake clang openmpi-bin libopenmpi-dev)
+              iproute2 kmod busybox-static cmake clang openmpi-bin libopenmpi-dev
+              mpich libmpich-dev)
 missing=()
 for p in "${apt_packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

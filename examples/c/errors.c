@@ -270,6 +270,34 @@ static int kill_mode(void) {
     return 0;
 }
 
+/* The version and status names a program can print. */
+static void diagnostics(void) {
+    char want[32];
+    snprintf(want, sizeof want, "%d.%d.%d", SODE_VERSION_MAJOR, SODE_VERSION_MINOR, SODE_VERSION_PATCH);
+    if (strcmp(sode_version(), want) != 0) {
+        fprintf(stderr, "rank %d: sode_version() is \"%s\", the header says %s\n", rank, sode_version(), want);
+        failures++;
+    }
+    const int statuses[] = {SODE_OK, SODE_ERR_NULL, SODE_ERR_ARG, SODE_ERR_STATE, SODE_ERR_TIMEOUT,
+                            SODE_ERR_BOOTSTRAP, SODE_ERR_MISMATCH, SODE_ERR_CHANNEL, SODE_ERR_INTERNAL};
+    const char *names[] = {"SODE_OK: ", "SODE_ERR_NULL: ", "SODE_ERR_ARG: ", "SODE_ERR_STATE: ",
+                           "SODE_ERR_TIMEOUT: ", "SODE_ERR_BOOTSTRAP: ", "SODE_ERR_MISMATCH: ",
+                           "SODE_ERR_CHANNEL: ", "SODE_ERR_INTERNAL: "};
+    for (int i = 0; i < 9; i++) {
+        if (strncmp(sode_strerror(statuses[i]), names[i], strlen(names[i])) != 0) {
+            fprintf(stderr, "rank %d: sode_strerror(%d) is \"%s\"\n", rank, statuses[i], sode_strerror(statuses[i]));
+            failures++;
+        }
+    }
+    if (strcmp(sode_strerror(-1), "not a sode status code") != 0) {
+        fprintf(stderr, "rank %d: sode_strerror(-1) is \"%s\"\n", rank, sode_strerror(-1));
+        failures++;
+    }
+    if (rank == 0) {
+        printf("ok sode %s; %s\n", sode_version(), sode_strerror(SODE_ERR_TIMEOUT));
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "kill") == 0) {
         return kill_mode();
@@ -286,6 +314,7 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 2;
     }
+    diagnostics();
     sode_comm *c = NULL;
     expect("a null out pointer", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, NULL), SODE_ERR_NULL, "`out`");
     expect("a zero timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 0.0, &c), SODE_ERR_ARG, "timeout of 0");

@@ -443,6 +443,12 @@ program stencil3d
      write (error_unit, *) 'the sode module and library disagree on the ABI version'
      call mpi_abort(MPI_COMM_WORLD, 3, ierr)
   end if
+  if (index(sode_strerror(SODE_ERR_TIMEOUT), 'SODE_ERR_TIMEOUT: ') /= 1 &
+       .or. sode_strerror(-1) /= 'not a sode status code' .or. len(sode_version()) < 5) then
+     write (error_unit, *) 'sode_strerror or sode_version: ', sode_strerror(SODE_ERR_TIMEOUT), ' ', sode_version()
+     call mpi_abort(MPI_COMM_WORLD, 3, ierr)
+  end if
+  if (rank == 0) write (*, '(2a)') 'sode ', sode_version()
   grids(:, 1) = [1, size, 1]
   grids(:, 2) = [size, 1, 1]
   grids(:, 3) = [2, 2, 1]

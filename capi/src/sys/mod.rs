@@ -22,6 +22,11 @@ thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
 }
 
+/// C and Fortran programs install no `tracing` subscriber: the library
+/// installs sode's (stderr, filtered by `SODE_LOG`, warnings by default)
+/// on its first call, unless the program has one.
+static LOGGING: std::sync::Once = std::sync::Once::new();
+
 fn set_last_error(message: &str) {
     let c = CString::new(message.replace('\0', " ")).unwrap_or_default();
     LAST_ERROR.with(|l| *l.borrow_mut() = c);
@@ -30,6 +35,7 @@ fn set_last_error(message: &str) {
 /// Runs `f` for C function `op`: its status, its message kept for
 /// `sode_last_error` (empty on success), a panic caught and reported.
 fn call(op: &'static str, f: impl FnOnce() -> Result<()>) -> c_int {
+    LOGGING.call_once(sode_job::diag::init);
     let outcome = catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|panic| {
         let why = panic
             .downcast_ref::<&str>()
@@ -179,6 +185,22 @@ unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Resul
 #[no_mangle]
 pub extern "C" fn sode_abi_version() -> c_int {
     SODE_ABI_VERSION
+}
+
+/// The version of this library, `"major.minor.patch"` (the
+/// `SODE_VERSION_*` macros are the header's). A static string; any thread.
+#[no_mangle]
+pub extern "C" fn sode_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The name and meaning of a status code, as `"SODE_ERR_ARG: an invalid
+/// argument"`; `"not a sode status code"` for any other number. A static
+/// string; any thread. (`sode_last_error()` says what failed in the last
+/// call.)
+#[no_mangle]
+pub extern "C" fn sode_strerror(status: c_int) -> *const c_char {
+    crate::status_text(status).as_ptr()
 }
 
 /// The message of the last sode call on this thread: empty after a call
