@@ -39,6 +39,9 @@ TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
 echo "== [${SECONDS}s] the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
 
+echo "== [${SECONDS}s] MPICH beside Open MPI: sode built with it, the C and Fortran examples with -Werror under its mpirun"
+bash ci/mpich.sh
+
 echo "== [${SECONDS}s] PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
 bash ci/pmix.sh
 

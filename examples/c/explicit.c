@@ -73,6 +73,7 @@ static void mpi_exchange(float *u, int64_t *w, int nx) {
     MPI_Type_commit(&fcol);
     MPI_Type_commit(&lcol);
     MPI_Request req[8];
+    MPI_Status statuses[8]; /* not MPI_STATUSES_IGNORE: GCC 12 warns on MPICH's */
     MPI_Isend(&u[nx], 1, fcol, right, RIGHTWARD, MPI_COMM_WORLD, &req[k++]);
     MPI_Isend(&u[1], 1, fcol, left, LEFTWARD, MPI_COMM_WORLD, &req[k++]);
     MPI_Irecv(&u[0], 1, fcol, left, RIGHTWARD, MPI_COMM_WORLD, &req[k++]);
@@ -81,7 +82,7 @@ static void mpi_exchange(float *u, int64_t *w, int nx) {
     MPI_Isend(&w[1], 1, lcol, left, 10 + LEFTWARD, MPI_COMM_WORLD, &req[k++]);
     MPI_Irecv(&w[0], 1, lcol, left, 10 + RIGHTWARD, MPI_COMM_WORLD, &req[k++]);
     MPI_Irecv(&w[nx + 1], 1, lcol, right, 10 + LEFTWARD, MPI_COMM_WORLD, &req[k++]);
-    MPI_Waitall(k, req, MPI_STATUSES_IGNORE);
+    MPI_Waitall(k, req, statuses);
     MPI_Type_free(&fcol);
     MPI_Type_free(&lcol);
 }

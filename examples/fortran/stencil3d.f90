@@ -17,7 +17,7 @@
 module stencil3d_run
   use, intrinsic :: iso_c_binding, only: c_loc
   use, intrinsic :: iso_fortran_env, only: real64, int32, int64, output_unit, error_unit
-  use mpi
+  use mpi_f08
   use sode
   implicit none
 
@@ -31,7 +31,8 @@ module stencil3d_run
 
   integer :: rank
   ! The configuration being run.
-  integer :: dims(3), coords(3), start(3), own(3), cart, filled
+  integer :: dims(3), coords(3), start(3), own(3), filled
+  type(MPI_Comm) :: cart
   logical :: periodic(3), is_box
   ! Whether sode keeps the fields (us and vs then point into its sets).
   logical :: shared = .false.
@@ -123,9 +124,9 @@ contains
 
     shape = SODE_STAR
     if (is_box) shape = SODE_BOX
-    call sode_comm_create_mpi(cart, sc)
+    call sode_comm_create_mpi(cart%MPI_VAL, sc)
     call check_reorder(sc, shape)
-    call sode_exchange_create_mpi_cart(sc, cart, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
+    call sode_exchange_create_mpi_cart(sc, cart%MPI_VAL, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
     if (shared) then
        call sode_set_shared_fields(x, 2)
        call sode_add_shared_field(x, SODE_REAL64, ulb, uub, first=[1, 1, 1], last=own, &
@@ -350,7 +351,9 @@ contains
 
   !> The same exchange through MPI: Isend/Irecv of subarrays.
   subroutine mpi_exchange()
-    integer :: req(2 * 26 * 2), n, o(3), c(3), peer, nonzero, d1, d2, d3, ierr2, st, rt
+    integer :: n, o(3), c(3), peer, nonzero, d1, d2, d3, ierr2
+    type(MPI_Request) :: req(2 * 26 * 2)
+    type(MPI_Datatype) :: st, rt
     logical :: exists, has_send, has_recv
     n = 0
     do d1 = -1, 1
@@ -389,7 +392,8 @@ contains
 
     !> The send and receive subarrays towards `o`, committed.
     subroutine regions(lo, hi, sizes, dtype)
-      integer, intent(in) :: lo(3), hi(3), sizes(3), dtype
+      integer, intent(in) :: lo(3), hi(3), sizes(3)
+      type(MPI_Datatype), intent(in) :: dtype
       integer :: ss(3), sn(3), rs(3), rn(3), a2, ierr3
       do a2 = 1, 3
          select case (o(a2))
@@ -428,7 +432,7 @@ end module stencil3d_run
 
 program stencil3d
   use, intrinsic :: iso_fortran_env, only: error_unit
-  use mpi
+  use mpi_f08
   use sode
   use stencil3d_run
   implicit none

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# sode built with MPICH beside Open MPI (Debian's mpich: mpicc.mpich,
+# mpirun.mpich; the default mpicc stays Open MPI's): installed into its own
+# prefix, the C and Fortran examples built from it with -Werror, run under
+# MPICH's mpirun (Hydra) with every halo cell compared with MPICH's, bit for
+# bit, and the README's pkg-config line.
+#   bash ci/mpich.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+for tool in mpicc.mpich mpif90.mpich mpirun.mpich; do
+  command -v "$tool" >/dev/null || { echo "mpich: $tool is missing: apt-get install mpich libmpich-dev (ci/softroce/install.sh does)" >&2; exit 1; }
+done
+prefix=$PWD/target/capi-prefix-mpich
+build=target/capi-examples-mpich
+fbuild=target/capi-examples-fortran-mpich
+rm -rf "$prefix" "$build" "$fbuild"
+mpi=(-DMPI_C_COMPILER="$(command -v mpicc.mpich)" -DMPI_Fortran_COMPILER="$(command -v mpif90.mpich)")
+SODE_CMAKE_BUILD=target/cmake-capi-mpich bash ci/install.sh "$prefix" "${mpi[@]}" >/dev/null
+grep -q "MPICH" "$prefix/lib/pkgconfig/sode_mpi.pc" || { echo "mpich: sode_mpi.pc does not name MPICH" >&2; exit 1; }
+
+echo "-- the C and Fortran examples with MPICH, -Werror"
+cmake -S examples/c -B "$build" -DCMAKE_PREFIX_PATH="$prefix" "${mpi[@]}" >/dev/null
+cmake --build "$build" -j 2 >/dev/null
+cmake -S examples/fortran -B "$fbuild" -DCMAKE_PREFIX_PATH="$prefix" "${mpi[@]}" >/dev/null
+cmake --build "$fbuild" -j 2 >/dev/null
+for exe in "$build/stencil2d" "$fbuild/stencil3d"; do
+  if ldd "$exe" | grep -q "libmpi\.so"; then
+    echo "mpich: $exe links Open MPI's libmpi" >&2
+    exit 1
+  fi
+done
+
+run() { # ranks, program
+  echo "-- mpirun.mpich -n $1 $(basename "$2")"
+  timeout 300 mpirun.mpich -n "$1" "$2" | tail -1
+}
+for n in 1 2 4; do run "$n" "$build/stencil2d"; done
+run 2 "$build/rk2d"
+run 3 "$build/ring1d"
+run 3 "$build/explicit"
+run 2 "$build/errors"
+for n in 2 4; do run "$n" "$fbuild/stencil3d"; done
+
+echo "-- the README's pkg-config line, with MPICH's compiler"
+cp examples/c/stencil2d.c "$build/app.c"
+# shellcheck disable=SC2046
+(cd "$build" && PKG_CONFIG_PATH="$prefix/lib/pkgconfig" mpicc.mpich app.c -o app $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sode_mpi))
+run 2 "$build/app"
+echo "mpich: the C and Fortran examples built with -Werror and run under MPICH's mpirun, equal to MPICH's, bit for bit"
