@@ -3,7 +3,8 @@
 # mpirun.mpich; the default mpicc stays Open MPI's): installed into its own
 # prefix, the C and Fortran examples built from it with -Werror, run under
 # MPICH's mpirun (Hydra) with every halo cell compared with MPICH's, bit for
-# bit, and the README's pkg-config line.
+# bit, the Rust stencil (no MPI: sode's PMI-1 bootstrap), and the README's
+# pkg-config line.
 #   bash ci/mpich.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +42,16 @@ run 3 "$build/explicit"
 run 2 "$build/errors"
 for n in 2 4; do run "$n" "$fbuild/stencil3d"; done
 
+# A program without MPI meets its peers through Hydra's PMI-1 server.
+echo "-- mpirun.mpich -n 4 target/release/examples/stencil (sode's PMI bootstrap, no MPI)"
+cargo build --release --locked -p sode-examples --example stencil 2>/dev/null
+out=$(timeout 300 mpirun.mpich -n 4 target/release/examples/stencil 2>&1)
+[ "$(grep -c "bit for bit" <<<"$out")" -eq 4 ] || { echo "$out" | tail; echo "mpich: not every rank of the Rust stencil matched the single-process solve" >&2; exit 1; }
+grep -m1 "bit for bit" <<<"$out"
+
 echo "-- the README's pkg-config line, with MPICH's compiler"
 cp examples/c/stencil2d.c "$build/app.c"
 # shellcheck disable=SC2046
 (cd "$build" && PKG_CONFIG_PATH="$prefix/lib/pkgconfig" mpicc.mpich app.c -o app $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sode_mpi))
 run 2 "$build/app"
-echo "mpich: the C and Fortran examples built with -Werror and run under MPICH's mpirun, equal to MPICH's, bit for bit"
+echo "mpich: the C and Fortran examples built with -Werror and run under MPICH's mpirun, equal to MPICH's, bit for bit; the Rust stencil through its PMI server"

@@ -45,6 +45,9 @@ bash ci/mpich.sh
 echo "== [${SECONDS}s] PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
 bash ci/pmix.sh
 
+echo "== [${SECONDS}s] Slurm on one node: srun --mpi=pmix and --mpi=pmi2 with the C, Fortran and Rust examples"
+bash ci/slurm.sh
+
 echo "== [${SECONDS}s] SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
 # Built here, run in the guest (emulated code is 10-50x slower).
 # The test executables that need RDMA: the transport's, the halo exchange's,

@@ -30,6 +30,7 @@ fn world(rank: usize, port: u16) -> World {
         secret: Some(Secret::from_hex(&"4d".repeat(32)).expect("hex")),
         source: "bench",
         pmix: false,
+        pmi: false,
     };
     World::init_with(&launch, Duration::from_secs(60)).expect("world")
 }

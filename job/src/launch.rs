@@ -68,6 +68,10 @@ pub struct LaunchInfo {
     /// Whether a PMIx server is there to meet the other ranks through
     /// (`PMIX_NAMESPACE` and a `PMIX_SERVER_URI*`), when `root` is not set.
     pub pmix: bool,
+    /// Whether a PMI-1 wire server is there to meet the other ranks
+    /// through (`PMI_FD` or `PMI_PORT`, with `PMI_RANK` and `PMI_SIZE`: MPICH's
+    /// mpirun, `srun --mpi=pmi2`), when neither `root` nor PMIx is.
+    pub pmi: bool,
 }
 
 /// Whether this process was started as a rank: a launcher set one of the
@@ -148,9 +152,10 @@ impl LaunchInfo {
             .transpose()?;
         let root = get(ROOT_VAR).filter(|r| !r.trim().is_empty());
         let pmix = crate::pmix::available(&get);
-        if size > 1 && root.is_none() && !pmix {
+        let pmi = crate::pmi::available(&get);
+        if size > 1 && root.is_none() && !pmix && !pmi {
             return Err(JobError::Launch {
-                why: format!("{rank_var}={rank} of {size}, but neither SODE_ROOT=host:port (where the ranks meet; sode-run sets it, with SODE_JOB_SECRET) nor a PMIx server (PMIX_NAMESPACE and PMIX_SERVER_URI*, set by Open MPI's mpirun and srun --mpi=pmix) is in the environment: start the job with sode-run -n N, mpirun, or srun --mpi=pmix, or set SODE_ROOT and SODE_JOB_SECRET"),
+                why: format!("{rank_var}={rank} of {size}, but neither SODE_ROOT=host:port (where the ranks meet; sode-run sets it, with SODE_JOB_SECRET) nor a PMIx server (PMIX_NAMESPACE and PMIX_SERVER_URI*, set by Open MPI's mpirun and srun --mpi=pmix) nor a PMI one (PMI_FD or PMI_PORT, set by MPICH's mpirun and srun --mpi=pmi2) is in the environment: start the job with sode-run -n N, mpirun, srun --mpi=pmix or srun --mpi=pmi2, or set SODE_ROOT and SODE_JOB_SECRET (plain srun gives a rank but no way to meet)"),
             });
         }
         let secret = get(SECRET_VAR).map(|s| Secret::from_hex(&s)).transpose()?;
@@ -168,6 +173,7 @@ impl LaunchInfo {
             secret,
             source: rank_var,
             pmix,
+            pmi,
         })
     }
 
@@ -182,6 +188,7 @@ impl LaunchInfo {
             secret: None,
             source: "single process",
             pmix: false,
+            pmi: false,
         }
     }
 }

@@ -54,6 +54,7 @@ mod lifecycle;
 mod memo;
 mod node;
 mod oob;
+pub mod pmi;
 pub mod pmix;
 mod relay;
 mod routes;

@@ -766,6 +766,7 @@ mod tests {
                     secret: Some(secret.clone()),
                     source: "test",
                     pmix: false,
+                    pmi: false,
                 };
                 std::thread::spawn(move || {
                     TcpRendezvous::join(&launch, Instant::now() + Duration::from_secs(20)).unwrap()

@@ -95,8 +95,8 @@ impl World {
     }
 
     /// Meets the other ranks as `launch` says: at `SODE_ROOT` (TCP
-    /// rendezvous) when it is set, else through the launcher's PMIx server;
-    /// collective.
+    /// rendezvous) when it is set, else through the launcher's PMIx server,
+    /// else its PMI-1 one; collective.
     pub fn init_with(launch: &LaunchInfo, timeout: Duration) -> Result<World> {
         if launch.size == 1 {
             let mut w = Self::single();
@@ -121,6 +121,12 @@ impl World {
                 });
             }
             let job_id = launch.job_id.clone().or(Some(namespace));
+            return Self::over(Box::new(oob), job_id, deadline);
+        }
+        if launch.root.is_none() && launch.pmi {
+            let env = |k: &str| std::env::var(k).ok();
+            let (oob, kvsname) = crate::pmi::join(&env, launch.rank, launch.size, timeout)?;
+            let job_id = launch.job_id.clone().or(Some(sanitise_job_id(&kvsname)));
             return Self::over(Box::new(oob), job_id, deadline);
         }
         let oob = TcpRendezvous::join(launch, deadline)?;
@@ -482,6 +488,7 @@ mod tests {
             secret: Some(secret()),
             source: "test",
             pmix: false,
+            pmi: false,
         }
     }
 

@@ -28,6 +28,7 @@ fn launch(rank: usize, size: usize, port: u16, secret: &Secret) -> LaunchInfo {
         secret: Some(secret.clone()),
         source: "test",
         pmix: false,
+        pmi: false,
     }
 }
 

@@ -75,6 +75,7 @@ fn random_bytes_from_strangers_never_stop_a_rendezvous() {
         secret: Some(secret.clone()),
         source: "test",
         pmix: false,
+        pmi: false,
     };
     let l0 = launch(0);
     let rank0 = std::thread::spawn(move || World::init_with(&l0, Duration::from_secs(60)));

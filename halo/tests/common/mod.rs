@@ -44,6 +44,7 @@ pub fn thread_world(rank: usize, size: usize, port: u16, job: &str) -> World {
         secret: Some(Secret::from_hex(&"3c".repeat(32)).unwrap()),
         source: "test",
         pmix: false,
+        pmi: false,
     };
     World::init_with(&launch, Duration::from_secs(30)).unwrap()
 }

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# A one-node Slurm cluster on localhost (munged, slurmctld, slurmd, all in
+# a scratch directory, started here and stopped by PID at exit), and the
+# examples started by srun:
+#   srun --mpi=pmix   the C and Fortran examples (Open MPI) and the Rust
+#                     stencil, every halo cell checked;
+#   srun --mpi=pmi2   the C and Fortran examples (MPICH) and the Rust
+#                     stencil (sode's PMI-1 wire bootstrap);
+#   srun --mpi=none   the Rust stencil fails by name.
+# Needs root (slurmd starts the tasks), Debian's slurm-wlm and munge
+# (installed here), the examples built by ci/capi.sh and ci/mpich.sh, and
+# the Rust stencil.
+#   bash ci/slurm.sh                 the checks above
+#   bash ci/slurm.sh srun -n 2 ...   a command of one's own on the cluster
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ "$(id -u)" -ne 0 ]; then
+  # CI runs as root; by hand without root, say so and skip.
+  echo "slurm: needs root (slurmd starts the tasks as their user): skipped" >&2
+  [ -z "${CI:-}" ] || exit 1
+  exit 0
+fi
+apt_packages=(slurm-wlm munge slurm-wlm-basic-plugins)
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing Debian packages: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+dir=$(mktemp -d /tmp/sode-slurm.XXXXXX)
+pids=()
+stop() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  done
+  rm -rf "$dir"
+}
+trap stop EXIT
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+host=$(hostname -s)
+mkdir -p "$dir/state" "$dir/spool" "$dir/munge" "$dir/tmp"
+chmod 700 "$dir/munge"
+dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+chmod 400 "$dir/munge/munge.key"
+munged --force --socket="$dir/munge/socket" --key-file="$dir/munge/munge.key" \
+  --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/seed"
+for _ in $(seq 50); do [ -s "$dir/munge/munged.pid" ] && break; sleep 0.1; done
+pids+=("$(cat "$dir/munge/munged.pid")")
+
+# Four CPUs declared on a smaller machine (config_overrides), so 4-rank
+# jobs fit; the partition oversubscribes.
+export SLURM_CONF=$dir/slurm.conf
+cat > "$SLURM_CONF" <<CONF
+ClusterName=sode
+SlurmctldHost=$host
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/socket
+CredType=cred/munge
+SlurmctldPort=$(free_port)
+SlurmdPort=$(free_port)
+StateSaveLocation=$dir/state
+TmpFS=$dir/tmp
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/slurmctld.log
+SlurmdLogFile=$dir/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SwitchType=switch/none
+MpiDefault=none
+ReturnToService=2
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+NodeName=$host CPUs=4 State=UNKNOWN
+PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
+CONF
+# The PMIx plugin's client directories, in the scratch directory too.
+echo "PMIxCliTmpDirBase=$dir/tmp" > "$dir/mpi.conf"
+# Disowned: stopped by PID at exit, without the shell's job reports.
+slurmctld -D -i > "$dir/slurmctld.out" 2>&1 &
+pids+=($!)
+disown $!
+slurmd -D > "$dir/slurmd.out" 2>&1 &
+pids+=($!)
+disown $!
+ready=no
+for _ in $(seq 100); do
+  if sinfo -h -o %T 2>/dev/null | grep -qx "idle"; then ready=yes; break; fi
+  sleep 0.2
+done
+if [ "$ready" != yes ]; then
+  tail -20 "$dir"/slurmctld.log "$dir"/slurmd.log "$dir"/*.out 2>/dev/null
+  echo "slurm: the node did not come up" >&2
+  exit 1
+fi
+echo "slurm: one node up ($(sinfo -h -o '%N %c CPUs %T'))"
+if [ $# -gt 0 ]; then  # a command of one's own on the cluster
+  "$@"
+  exit
+fi
+
+# MPI programs run 2 ranks a job here: srun tells MPI each rank has a CPU
+# of its own, so MPI polls without yielding, and 4 polling ranks on this
+# machine's 2 cores crawl (sode's own waits back off; the Rust stencil
+# runs 4).
+c=$root/target/capi-examples
+f=$root/target/capi-examples-fortran
+c_mpich=$root/target/capi-examples-mpich
+f_mpich=$root/target/capi-examples-fortran-mpich
+stencil=$root/target/release/examples/stencil
+for p in "$c/stencil2d" "$f/stencil3d" "$c_mpich/stencil2d" "$f_mpich/stencil3d" "$stencil"; do
+  [ -x "$p" ] || { echo "slurm: $p is missing: run ci/capi.sh, ci/mpich.sh and build the stencil example first" >&2; exit 1; }
+done
+checked() { # what to count, how many, srun arguments...
+  local want=$1 count=$2 out
+  shift 2
+  echo "-- srun $*"
+  out=$(timeout 300 srun "$@" 2>&1) || { echo "$out" | tail -20; echo "slurm: srun $* failed" >&2; exit 1; }
+  if [ "$(grep -c "$want" <<<"$out")" -ne "$count" ]; then
+    echo "$out" | tail -20
+    echo "slurm: srun $*: $(grep -c "$want" <<<"$out") lines with '$want', not $count" >&2
+    exit 1
+  fi
+  grep -m1 "$want" <<<"$out"
+}
+# stencil2d: 24 configurations a job (12 on the program's arrays, 12 on
+# fields sode keeps); stencil3d: 24 likewise.
+checked "bit for bit" 24 --mpi=pmix -n 2 "$c/stencil2d"
+checked "bit for bit" 24 --mpi=pmix -n 2 "$f/stencil3d"
+checked "bit for bit" 4 --mpi=pmix -n 4 "$stencil"
+checked "bit for bit" 24 --mpi=pmi2 -n 2 "$c_mpich/stencil2d"
+checked "bit for bit" 24 --mpi=pmi2 -n 2 "$f_mpich/stencil3d"
+checked "bit for bit" 4 --mpi=pmi2 -n 4 "$stencil"
+
+echo "-- srun -n 2 (no PMI): a named error, not a hang"
+if out=$(timeout 60 srun --mpi=none -n 2 "$stencil" 2>&1); then
+  echo "slurm: the stencil ran with no way to meet its peers" >&2; exit 1
+fi
+grep -q "srun --mpi=pmi2" <<<"$out" || { echo "$out" | tail -5; echo "slurm: unhelpful message" >&2; exit 1; }
+echo "ok: $(grep -m1 -o "neither SODE_ROOT.\{0,60\}" <<<"$out")..."
+echo "slurm: srun --mpi=pmix and --mpi=pmi2: the C, Fortran and Rust examples, bit for bit"

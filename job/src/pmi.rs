@@ -1,0 +1,559 @@
+//! The bootstrap under a PMI-1 wire server: MPICH's `mpirun` (Hydra) and
+//! Slurm's `srun --mpi=pmi2` hand each rank a connected socket (`PMI_FD`,
+//! or Hydra's `PMI_PORT=host:port`) and speak the PMI-1 text protocol on
+//! it: `init`, `get_maxes`, `get_my_kvsname`, `put`, `barrier_in`, `get`,
+//! `finalize`. Collectives go through put/barrier/get, as over PMIx; the
+//! peer links are [`ExternalOob`]'s authenticated TCP mesh (its secret
+//! travels through the launcher's key-value space, which the launcher
+//! trusts).
+//!
+//! [`Client`] is the protocol alone over any `Read + Write`, tested against
+//! an in-memory server.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::time::{Duration, Instant};
+
+use crate::error::{JobError, Result};
+use crate::external::{AllgatherFn, ExternalOob};
+
+/// Longest reply line accepted from the server: a value of the largest
+/// `vallen_max` servers use, with room to spare.
+const MAX_LINE: usize = 64 << 10;
+
+/// Whether the environment names a PMI-1 wire server to talk to.
+pub fn available(get: &impl Fn(&str) -> Option<String>) -> bool {
+    (get("PMI_FD").is_some() || get("PMI_PORT").is_some())
+        && get("PMI_RANK").is_some()
+        && get("PMI_SIZE").is_some()
+}
+
+/// One reply: its `key=value` words.
+#[derive(Debug)]
+struct Reply(HashMap<String, String>);
+
+impl Reply {
+    fn parse(line: &str) -> Reply {
+        Reply(
+            line.split_whitespace()
+                .filter_map(|w| w.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+}
+
+/// A PMI-1 client on a connected stream: one request, one reply line.
+pub struct Client<S: Read + Write> {
+    stream: BufReader<S>,
+    kvsname: String,
+    /// The server's longest value (`vallen_max`).
+    value_max: usize,
+    finalized: bool,
+}
+
+impl<S: Read + Write> std::fmt::Debug for Client<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Client")
+            .field("kvsname", &self.kvsname)
+            .field("value_max", &self.value_max)
+            .finish()
+    }
+}
+
+impl<S: Read + Write> Client<S> {
+    /// Greets the server (`init`), and learns its limits and this job's
+    /// key-value space.
+    pub fn init(stream: S) -> std::result::Result<Client<S>, String> {
+        let mut c = Client {
+            stream: BufReader::new(stream),
+            kvsname: String::new(),
+            value_max: 0,
+            finalized: false,
+        };
+        let r = c.request("init pmi_version=1 pmi_subversion=1", "response_to_init")?;
+        if r.get("pmi_version") != Some("1") {
+            return Err(format!(
+                "the server speaks PMI version {}, sode PMI 1",
+                r.get("pmi_version").unwrap_or("(none)")
+            ));
+        }
+        let r = c.request("get_maxes", "maxes")?;
+        c.value_max = number(&r, "vallen_max")?;
+        if c.value_max < 16 {
+            return Err(format!(
+                "the server's values hold at most {} bytes",
+                c.value_max
+            ));
+        }
+        let r = c.request("get_my_kvsname", "my_kvsname")?;
+        c.kvsname = r
+            .get("kvsname")
+            .filter(|k| !k.is_empty())
+            .ok_or("the server named no key-value space")?
+            .to_string();
+        Ok(c)
+    }
+
+    /// The job's key-value space: its name is the job's.
+    pub fn kvsname(&self) -> &str {
+        &self.kvsname
+    }
+
+    /// Sends `cmd=<request>`, reads one line and checks that it is
+    /// `cmd=<reply>` with `rc=0` (or no `rc`, as Hydra's `barrier_out`).
+    fn request(&mut self, request: &str, reply: &str) -> std::result::Result<Reply, String> {
+        let out = self.stream.get_mut();
+        out.write_all(format!("cmd={request}\n").as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("sending {}: {e}", verb(request)))?;
+        let mut line = Vec::new();
+        let n = (&mut self.stream)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .map_err(|e| format!("waiting for the reply to {}: {e}", verb(request)))?;
+        if n == 0 {
+            return Err(format!(
+                "the server closed the connection before replying to {}",
+                verb(request)
+            ));
+        }
+        if !line.ends_with(b"\n") {
+            return Err(format!(
+                "the reply to {} is longer than {MAX_LINE} bytes",
+                verb(request)
+            ));
+        }
+        let text = String::from_utf8_lossy(&line);
+        let r = Reply::parse(&text);
+        if r.get("cmd") != Some(reply) {
+            return Err(format!(
+                "the server answered {} with `{}`, not cmd={reply}",
+                verb(request),
+                text.trim_end()
+            ));
+        }
+        match r.get("rc") {
+            None | Some("0") => Ok(r),
+            Some(rc) => Err(format!(
+                "the server refused {} (rc={rc}{})",
+                verb(request),
+                r.get("msg").map(|m| format!(": {m}")).unwrap_or_default()
+            )),
+        }
+    }
+
+    /// Puts `value` (no spaces, at most the server's `vallen_max`) under
+    /// `key` in the job's space.
+    pub fn put(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
+        let kvs = self.kvsname.clone();
+        self.request(
+            &format!("put kvsname={kvs} key={key} value={value}"),
+            "put_result",
+        )
+        .map(drop)
+    }
+
+    /// Waits until every rank has called it; puts before it are visible to
+    /// every get after it.
+    pub fn barrier(&mut self) -> std::result::Result<(), String> {
+        self.request("barrier_in", "barrier_out").map(drop)
+    }
+
+    /// The value under `key` in the job's space.
+    pub fn get(&mut self, key: &str) -> std::result::Result<String, String> {
+        let kvs = self.kvsname.clone();
+        let r = self.request(&format!("get kvsname={kvs} key={key}"), "get_result")?;
+        Ok(r.get("value").unwrap_or_default().to_string())
+    }
+
+    /// Says goodbye: the launcher counts a rank that exits without it as
+    /// failed.
+    pub fn finalize(&mut self) -> std::result::Result<(), String> {
+        if !self.finalized {
+            self.finalized = true;
+            self.request("finalize", "finalize_ack")?;
+        }
+        Ok(())
+    }
+
+    /// Longest hex text a value carries here.
+    fn hex_chunk(&self) -> usize {
+        // Room for the terminating NUL some servers count; even, so a byte
+        // never splits.
+        (self.value_max - 1) & !1
+    }
+
+    /// One round of a fixed-size allgather: `mine` from this rank, every
+    /// rank's into `all` (rank r at `r * mine.len()`), `round` distinct
+    /// on each call.
+    pub fn allgather(
+        &mut self,
+        round: u64,
+        rank: usize,
+        size: usize,
+        mine: &[u8],
+        all: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        let text = hex(mine);
+        let chunk = self.hex_chunk();
+        let pieces = text.len().div_ceil(chunk).max(1);
+        for p in 0..pieces {
+            let piece = &text[(p * chunk).min(text.len())..((p + 1) * chunk).min(text.len())];
+            // An empty value is `value=`, which every server keeps.
+            self.put(&format!("sode.{round}.{rank}.{p}"), piece)?;
+        }
+        self.barrier()?;
+        let block = mine.len();
+        for r in 0..size {
+            let mut theirs = String::with_capacity(text.len());
+            for p in 0..pieces {
+                theirs.push_str(&self.get(&format!("sode.{round}.{r}.{p}"))?);
+            }
+            let bytes = unhex(&theirs).ok_or_else(|| {
+                format!("rank {r}'s block of round {round} is not hex: `{theirs}`")
+            })?;
+            if bytes.len() != block {
+                return Err(format!(
+                    "rank {r} put {} bytes in round {round}, this rank {block}",
+                    bytes.len()
+                ));
+            }
+            all[r * block..(r + 1) * block].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+}
+
+impl<S: Read + Write> Drop for Client<S> {
+    fn drop(&mut self) {
+        if let Err(e) = self.finalize() {
+            tracing::debug!("PMI finalize: {e}");
+        }
+    }
+}
+
+fn verb(request: &str) -> &str {
+    request.split_whitespace().next().unwrap_or(request)
+}
+
+fn number(r: &Reply, key: &str) -> std::result::Result<usize, String> {
+    r.get(key)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| format!("the server gave no number {key}"))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The connection to the server: the socket the launcher left open
+/// (`PMI_FD`), or Hydra's `PMI_PORT`.
+#[derive(Debug)]
+enum Wire {
+    Inherited(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream),
+}
+
+impl Wire {
+    fn connect(get: &impl Fn(&str) -> Option<String>) -> std::result::Result<Wire, String> {
+        if let Some(fd) = get("PMI_FD") {
+            let fd: i32 = fd
+                .trim()
+                .parse()
+                .map_err(|_| format!("PMI_FD={fd} is not a file descriptor"))?;
+            return crate::sys::inherited::socket(fd).map(Wire::Inherited);
+        }
+        let port = get("PMI_PORT").ok_or("neither PMI_FD nor PMI_PORT is set")?;
+        std::net::TcpStream::connect(port.trim())
+            .map(Wire::Tcp)
+            .map_err(|e| format!("PMI_PORT={port}: {e}"))
+    }
+
+    fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+        match self {
+            Wire::Inherited(s) => s.set_read_timeout(t),
+            Wire::Tcp(s) => s.set_read_timeout(t),
+        }
+    }
+}
+
+impl Read for Wire {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Inherited(s) => s.read(buf),
+            Wire::Tcp(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Wire {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Wire::Inherited(s) => s.write(buf),
+            Wire::Tcp(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn failed(step: &'static str) -> impl Fn(String) -> JobError {
+    move |why| JobError::External {
+        step: format!("PMI {step}"),
+        why,
+    }
+}
+
+/// Connects to the PMI server the environment names: this rank's
+/// out-of-band exchange over it, and the job's key-value space name.
+/// Every reply is awaited at most `timeout` (a barrier waits for the
+/// slowest rank).
+pub fn join(
+    get: &impl Fn(&str) -> Option<String>,
+    rank: usize,
+    size: usize,
+    timeout: Duration,
+) -> Result<(ExternalOob, String)> {
+    let stream = Wire::connect(get).map_err(failed("connect"))?;
+    stream
+        .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+        .map_err(|e| failed("connect")(e.to_string()))?;
+    let started = Instant::now();
+    let mut client = Client::init(stream).map_err(failed("init"))?;
+    let kvsname = client.kvsname().to_string();
+    tracing::debug!(rank, size, kvsname, elapsed = ?started.elapsed(), "joined through PMI");
+    let mut round = 0u64;
+    let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8]| {
+        round += 1;
+        client.allgather(round, rank, size, mine, all)
+    });
+    Ok((ExternalOob::new(rank, size, gather)?, kvsname))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Barrier, Mutex};
+
+    /// A PMI-1 server for `size` ranks in memory, each rank's stream a pair
+    /// of byte queues; replies as Slurm's pmi2 plugin does, or with the
+    /// quirks given.
+    #[derive(Clone)]
+    struct Server {
+        kvs: Arc<Mutex<HashMap<String, String>>>,
+        barrier: Arc<Barrier>,
+        value_max: usize,
+    }
+
+    /// One rank's end: what it wrote is served when it reads.
+    struct Stream {
+        server: Server,
+        pending: Vec<u8>,
+        replies: std::collections::VecDeque<u8>,
+    }
+
+    impl Write for Stream {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.pending.extend_from_slice(buf);
+            while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = self.pending.drain(..=end).collect();
+                let reply = self.server.answer(std::str::from_utf8(&line).unwrap());
+                self.replies.extend(reply.bytes());
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Read for Stream {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(self.replies.len());
+            for b in buf.iter_mut().take(n) {
+                *b = self.replies.pop_front().unwrap();
+            }
+            Ok(n)
+        }
+    }
+
+    impl Server {
+        fn new(size: usize, value_max: usize) -> Server {
+            Server {
+                kvs: Arc::default(),
+                barrier: Arc::new(Barrier::new(size)),
+                value_max,
+            }
+        }
+
+        fn stream(&self) -> Stream {
+            Stream {
+                server: self.clone(),
+                pending: Vec::new(),
+                replies: Default::default(),
+            }
+        }
+
+        fn answer(&self, line: &str) -> String {
+            let r = Reply::parse(line);
+            match r.get("cmd").unwrap() {
+                "init" => "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n".into(),
+                "get_maxes" => format!(
+                    "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max={}\n",
+                    self.value_max
+                ),
+                "get_my_kvsname" => "cmd=my_kvsname rc=0 kvsname=7.0\n".into(),
+                "put" => {
+                    let value = r.get("value").unwrap();
+                    if value.len() > self.value_max - 1 {
+                        return "cmd=put_result rc=-1 msg=value_too_long\n".into();
+                    }
+                    let key = r.get("key").unwrap().to_string();
+                    self.kvs.lock().unwrap().insert(key, value.into());
+                    "cmd=put_result rc=0\n".into()
+                }
+                "barrier_in" => {
+                    self.barrier.wait();
+                    // Hydra's has no rc.
+                    "cmd=barrier_out\n".into()
+                }
+                "get" => match self.kvs.lock().unwrap().get(r.get("key").unwrap()) {
+                    Some(v) => format!("cmd=get_result rc=0 msg=success value={v}\n"),
+                    None => "cmd=get_result rc=-1 msg=key_not_found\n".into(),
+                },
+                "finalize" => "cmd=finalize_ack rc=0\n".into(),
+                other => format!("cmd={other}_unknown rc=-1\n"),
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_gather_blocks_longer_than_a_value() {
+        let size = 3;
+        // 40-byte blocks are 80 hex digits: 3 values of at most 30.
+        let server = Server::new(size, 31);
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                let stream = server.stream();
+                std::thread::spawn(move || {
+                    let mut c = Client::init(stream).unwrap();
+                    assert_eq!(c.kvsname(), "7.0");
+                    for round in 1..=2u64 {
+                        let mine: Vec<u8> = (0..40)
+                            .map(|i| (rank * 50 + i) as u8 ^ round as u8)
+                            .collect();
+                        let mut all = vec![0u8; 40 * size];
+                        c.allgather(round, rank, size, &mine, &mut all).unwrap();
+                        for r in 0..size {
+                            let want: Vec<u8> =
+                                (0..40).map(|i| (r * 50 + i) as u8 ^ round as u8).collect();
+                            assert_eq!(
+                                &all[r * 40..(r + 1) * 40],
+                                &want[..],
+                                "round {round} rank {r}"
+                            );
+                        }
+                    }
+                    c.finalize().unwrap();
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn empty_blocks_gather() {
+        let server = Server::new(1, 1024);
+        let mut c = Client::init(server.stream()).unwrap();
+        let mut all = [];
+        c.allgather(1, 0, 1, &[], &mut all).unwrap();
+    }
+
+    #[test]
+    fn refusals_and_garbage_are_named() {
+        let server = Server::new(1, 1024);
+        let mut c = Client::init(server.stream()).unwrap();
+        let e = c.get("nobody.put.this").unwrap_err();
+        assert!(
+            e.contains("refused get") && e.contains("key_not_found"),
+            "{e}"
+        );
+
+        // A server that answers with the wrong command, or hangs up.
+        struct Canned(std::io::Cursor<Vec<u8>>);
+        impl Read for Canned {
+            fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+                self.0.read(b)
+            }
+        }
+        impl Write for Canned {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let canned = |text: &str| Canned(std::io::Cursor::new(text.as_bytes().to_vec()));
+        let e = Client::init(canned("cmd=maxes rc=0\n")).unwrap_err();
+        assert!(e.contains("answered init with `cmd=maxes rc=0`"), "{e}");
+        let e = Client::init(canned("")).unwrap_err();
+        assert!(
+            e.contains("closed the connection before replying to init"),
+            "{e}"
+        );
+        let e = Client::init(canned("cmd=response_to_init rc=0 pmi_version=2\n")).unwrap_err();
+        assert!(e.contains("PMI version 2"), "{e}");
+        let long = format!("cmd=response_to_init {}", "x".repeat(MAX_LINE));
+        let e = Client::init(canned(&long)).unwrap_err();
+        assert!(e.contains("longer than"), "{e}");
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
+        assert!(unhex("abc").is_none());
+        assert!(unhex("zz").is_none());
+    }
+
+    #[test]
+    fn the_environment_names_the_server() {
+        let env = |vars: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert!(available(&env(&[
+            ("PMI_FD", "5"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2")
+        ])));
+        assert!(available(&env(&[
+            ("PMI_PORT", "h:1"),
+            ("PMI_RANK", "0"),
+            ("PMI_SIZE", "2")
+        ])));
+        assert!(!available(&env(&[("PMI_RANK", "0"), ("PMI_SIZE", "2")])));
+    }
+}
