@@ -8,6 +8,9 @@ cd "$(dirname "$0")/.."
 
 bash ci/install-deps.sh
 
+echo "== [${SECONDS}s] the documentation: a README of at most 300 lines, no narration, links that resolve"
+bash ci/docs.sh
+
 echo "== [${SECONDS}s] cargo fmt --check"
 cargo fmt --all -- --check
 echo "== [${SECONDS}s] cargo clippy -D warnings"

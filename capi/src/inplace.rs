@@ -24,8 +24,8 @@ pub enum ZeroCopy {
 }
 
 /// Shortest mean run, in bytes, of a face of several runs that travels in
-/// place. Measured over rxe (`ci/softroce/zerocopy.sh`, the README's
-/// table): a face of one run is faster in place at every size (0.83-0.97x
+/// place. Measured over rxe (`ci/softroce/zerocopy.sh`,
+/// docs/results/c-abi.md): a face of one run is faster in place at every size (0.83-0.97x
 /// the packed time from 256 B), since it is one write either way; a face of
 /// 4 runs costs 4 writes in place against 1 packed, and broke even at runs
 /// of 1-4 KiB (1.61x at 256 B, 1.00x at 1 KiB, 0.99x at 4 KiB, 0.84x from

@@ -13,5 +13,5 @@ echo "== the C ABI over RDMA: faces packed, in place, mixed and by run length, b
 bash "$here/capi-rdma.sh"
 echo "== SCALE-LES3 over RDMA beside MPI persistent over UCX rc (quick)"
 NO_BUILD=1 ROWS=60 SETS=ew,all8 ALGS=bl:4,auto ITERS=20 bash "$here/../scale-les3.sh"
-echo "== benchmark (quick; the README's table comes from the full run)"
+echo "== benchmark (quick; the table in docs/results/rdma-rxe.md comes from the full run)"
 QUICK=1 bash "$here/bench.sh"

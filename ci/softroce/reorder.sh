@@ -6,7 +6,7 @@
 # Passes only if every run matched the single-process solve bit for bit and
 # every reordered run moved fewer bytes between the nodes and used fewer
 # RDMA neighbours than launch order; prints the slowest rank's time per
-# exchange of each run, for the README's table.
+# exchange of each run, for the table in docs/topology.md.
 #   bash ci/softroce/reorder.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

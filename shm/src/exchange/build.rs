@@ -48,7 +48,7 @@ pub struct ShmExchangeBuilder<'a> {
 /// `ci/shared-fields.sh` (`stencil --exchange-only` on 2 ranks, minima):
 /// in place takes 1.3-2.2x the caller's-arrays time up to 2 KiB and
 /// 1.3-2.1x for faces of 8-byte runs, against 0.31-0.71x from 16 KiB in
-/// long runs (the README's table).
+/// long runs (docs/results/stencil.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadMin {
     /// Smallest message read in place.

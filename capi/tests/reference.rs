@@ -1,0 +1,254 @@
+//! `docs/reference-c.md` and `docs/reference-fortran.md` are generated from
+//! `include/sode.h` and `fortran/sode.f90`: a documentation change that was
+//! not regenerated fails here (and so in CI). Regenerate with
+//! `SODE_BLESS=1 cargo test -p sode-capi --test reference`.
+
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// One documented item: its name, its declaration and its comment.
+struct Item {
+    name: String,
+    declaration: String,
+    doc: Vec<String>,
+}
+
+/// The header's functions and macros, each with the comment above it.
+fn c_items(header: &str) -> (Vec<Item>, Vec<Item>) {
+    let (mut functions, mut constants) = (Vec::new(), Vec::new());
+    let mut doc: Vec<String> = Vec::new();
+    let mut in_comment = false;
+    let mut declaration = String::new();
+    for line in header.lines() {
+        let t = line.trim();
+        // `/** ... */` (cbindgen's) or `/* ... */` (sode_mpi.h's).
+        if let Some(first) = t.strip_prefix("/**").or_else(|| t.strip_prefix("/*")) {
+            in_comment = !t.ends_with("*/");
+            doc.clear();
+            let first = first.trim_end_matches("*/").trim();
+            if !first.is_empty() {
+                doc.push(first.to_string());
+            }
+            continue;
+        }
+        if in_comment {
+            in_comment = !t.ends_with("*/");
+            let text = t.trim_end_matches("*/").trim_start_matches('*');
+            if !(t.starts_with("*/")) {
+                doc.push(
+                    text.strip_prefix(' ')
+                        .unwrap_or(text)
+                        .trim_end()
+                        .to_string(),
+                );
+            }
+            continue;
+        }
+        if let Some(rest) = t.strip_prefix("#define SODE_") {
+            let mut words = rest.split_whitespace();
+            let name = format!("SODE_{}", words.next().unwrap_or_default());
+            if let Some(value) = words.next() {
+                constants.push(Item {
+                    name,
+                    declaration: value.to_string(),
+                    doc: std::mem::take(&mut doc),
+                });
+            }
+            continue;
+        }
+        let starts = ["int sode_", "const char *sode_", "void sode_"]
+            .iter()
+            .any(|p| t.starts_with(p));
+        if starts || !declaration.is_empty() {
+            declaration.push_str(if declaration.is_empty() { "" } else { "\n" });
+            declaration.push_str(line);
+            if t.ends_with(';') {
+                let name = declaration
+                    .split('(')
+                    .next()
+                    .and_then(|s| s.rsplit([' ', '*']).next())
+                    .unwrap_or_default()
+                    .to_string();
+                functions.push(Item {
+                    name,
+                    declaration: std::mem::take(&mut declaration),
+                    doc: std::mem::take(&mut doc),
+                });
+            }
+        } else if !t.is_empty() {
+            doc.clear();
+        }
+    }
+    (functions, constants)
+}
+
+/// The doc lines as Markdown: `# Safety` becomes a bold paragraph.
+fn prose(doc: &[String]) -> String {
+    let mut out = String::new();
+    for line in doc {
+        let line = match line.strip_prefix("# ") {
+            Some(h) => format!("**{h}.**"),
+            None => line.clone(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out.trim_end().to_string()
+}
+
+fn c_reference(header: &str, mpi_header: &str) -> String {
+    let (functions, constants) = c_items(header);
+    let (mpi_functions, _) = c_items(mpi_header);
+    let mut out = String::from(
+        "# C reference\n\n\
+         Generated from `capi/include/sode.h` (itself generated from `capi/src`) by\n\
+         `SODE_BLESS=1 cargo test -p sode-capi --test reference`; do not edit.\n\n\
+         Every function returns a status: `SODE_OK` (0) or one of the `SODE_ERR_*`\n\
+         codes below, and leaves a message for `sode_last_error()` on the calling\n\
+         thread (empty after success). `SODE_ERR_NULL`: a required pointer was null;\n\
+         `SODE_ERR_ARG`: an argument was invalid; `SODE_ERR_STATE`: the call came in\n\
+         the wrong state. Calls on one communicator and its exchanges must not\n\
+         overlap (one thread at a time); `sode_version`, `sode_strerror` and\n\
+         `sode_abi_version` may be called from any thread. Collective calls\n\
+         (`sode_comm_create_*`, `sode_exchange_commit`) fail on every rank alike.\n\n\
+         Include `<sode.h>`, or `<sode_mpi.h>` for the MPI communicators (in\n\
+         `libsode_mpi`, at the end).\n\n## Functions\n",
+    );
+    for f in &functions {
+        out.push_str(&format!(
+            "\n### `{}`\n\n```c\n{}\n```\n\n{}\n",
+            f.name,
+            f.declaration,
+            prose(&f.doc)
+        ));
+    }
+    out.push_str("\n## MPI communicators (`sode_mpi.h`, `libsode_mpi`)\n");
+    for f in &mpi_functions {
+        out.push_str(&format!(
+            "\n### `{}`\n\n```c\n{}\n```\n\n{}\n",
+            f.name,
+            f.declaration,
+            prose(&f.doc)
+        ));
+    }
+    out.push_str("\n## Constants\n\n| name | value | meaning |\n|---|---|---|\n");
+    for c in &constants {
+        let meaning = c.doc.join(" ").replace('|', "\\|");
+        out.push_str(&format!(
+            "| `{}` | `{}` | {} |\n",
+            c.name,
+            c.declaration,
+            meaning.trim()
+        ));
+    }
+    out
+}
+
+/// The module's public procedures and interfaces, each with its `!>`
+/// comment.
+fn fortran_reference(module: &str) -> String {
+    let mut out = String::from(
+        "# Fortran reference\n\n\
+         Generated from `capi/fortran/sode.f90` by\n\
+         `SODE_BLESS=1 cargo test -p sode-capi --test reference`; do not edit.\n\n\
+         `use sode`. Every call takes an optional `integer, intent(out) :: ierr`\n\
+         after its required arguments: given, it receives the status (`SODE_OK`\n\
+         or a `SODE_ERR_*` code, as in C) and the caller decides; absent, a failure\n\
+         prints sode's message and ends the job through `MPI_Abort` with the\n\
+         status. Timeouts and halo widths are optional keyword arguments after\n\
+         `ierr`. The thread rules are C's ([C reference](reference-c.md)).\n\n## Procedures\n",
+    );
+    let mut doc: Vec<String> = Vec::new();
+    let mut contains = false;
+    for line in module.lines() {
+        let t = line.trim();
+        if t == "contains" {
+            contains = true;
+        }
+        if let Some(d) = t.strip_prefix("!>") {
+            doc.push(d.strip_prefix(' ').unwrap_or(d).to_string());
+            continue;
+        }
+        let head = t
+            .strip_prefix("subroutine ")
+            .or_else(|| t.strip_prefix("function "))
+            .or_else(|| t.strip_prefix("integer function "))
+            .or_else(|| t.strip_prefix("interface "));
+        match head {
+            Some(h) if h.starts_with("sode_") && (contains || t.starts_with("interface")) => {
+                let name = h.split(['(', ' ']).next().unwrap_or(h);
+                let signature = if t.starts_with("interface") {
+                    format!("generic: call {name}(...)")
+                } else {
+                    t.to_string()
+                };
+                out.push_str(&format!(
+                    "\n### `{name}`\n\n```fortran\n{signature}\n```\n\n{}\n",
+                    doc.join("\n")
+                ));
+                doc.clear();
+            }
+            _ => {
+                if !t.is_empty() {
+                    doc.clear();
+                }
+            }
+        }
+    }
+    out
+}
+
+fn check(path: &Path, generated: &str) {
+    if std::env::var_os("SODE_BLESS").is_some() {
+        std::fs::write(path, generated).expect("write the reference");
+    }
+    let checked_in = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        checked_in == generated,
+        "{} is out of date: run `SODE_BLESS=1 cargo test -p sode-capi --test reference` and commit it",
+        path.display()
+    );
+}
+
+#[test]
+fn the_c_reference_is_up_to_date() {
+    let header = std::fs::read_to_string(repo().join("capi/include/sode.h")).unwrap();
+    let mpi_header = std::fs::read_to_string(repo().join("capi/mpi/sode_mpi.h")).unwrap();
+    let reference = c_reference(&header, &mpi_header);
+    for name in [
+        "sode_exchange_wait",
+        "sode_strerror",
+        "sode_comm_create_env",
+        "sode_exchange_add_field_strided",
+        "sode_comm_create_mpi",
+        "sode_mpi_abort",
+    ] {
+        assert!(
+            reference.contains(&format!("### `{name}`")),
+            "{name} missing"
+        );
+    }
+    assert!(reference.contains("| `SODE_ERR_TIMEOUT` | `4` |"));
+    check(&repo().join("docs/reference-c.md"), &reference);
+}
+
+#[test]
+fn the_fortran_reference_is_up_to_date() {
+    let module = std::fs::read_to_string(repo().join("capi/fortran/sode.f90")).unwrap();
+    let reference = fortran_reference(&module);
+    for name in [
+        "sode_wait",
+        "sode_add_field",
+        "sode_strerror",
+        "sode_start_arrays",
+    ] {
+        assert!(
+            reference.contains(&format!("### `{name}`")),
+            "{name} missing"
+        );
+    }
+    check(&repo().join("docs/reference-fortran.md"), &reference);
+}
