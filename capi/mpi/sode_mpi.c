@@ -2,27 +2,151 @@
 #include "sode_mpi.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
-/* What sode holds on to: a duplicate of the program's communicator. */
+/* What sode holds on to: a duplicate of the program's communicator, the
+ * communicator's timeout, and whether a collective step ran out of it (the
+ * duplicate then has a step in flight forever and is not used again). */
 struct lent {
     MPI_Comm comm;
+    double timeout_s;
+    int step;
+    int broken;
 };
 
+/* Tags of the arrival messages; MPI guarantees tags up to 32767. */
+enum { ARRIVAL_TAGS = 32000 };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Tests `req` until it completes (1) or `deadline` passes (0). Collective
+ * steps are rare (creation, commits), so the wait sleeps between tests:
+ * 50 us at first, growing to 1 ms. */
+static int complete_by(MPI_Request *req, double deadline) {
+    long pause_ns = 50000;
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            return -1;
+        }
+        if (done) {
+            return 1;
+        }
+        if (now() > deadline) {
+            return 0;
+        }
+        struct timespec pause = {0, pause_ns};
+        nanosleep(&pause, NULL);
+        if (pause_ns < 1000000) {
+            pause_ns *= 2;
+        }
+    }
+}
+
+/* On rank 0 after a timeout: the ranks whose arrival message did not come,
+ * as "3, 5" (at most 16 named). */
+static void missing_ranks(MPI_Request *arrivals, int size, char *out, size_t cap) {
+    int named = 0, missing = 0;
+    size_t len = 0;
+    out[0] = '\0';
+    for (int r = 1; r < size; r++) {
+        int done = 0;
+        MPI_Test(&arrivals[r], &done, MPI_STATUS_IGNORE);
+        if (done) {
+            continue;
+        }
+        missing++;
+        if (named < 16 && len < cap) {
+            len += (size_t)snprintf(out + len, cap - len, "%s%d", named ? ", " : "", r);
+            named++;
+        }
+    }
+    if (missing > named && len < cap) {
+        snprintf(out + len, cap - len, " and %d more", missing - named);
+    }
+}
+
+/* One collective step: an MPI_Iallgather, completed within the
+ * communicator's timeout. Every rank first tells rank 0 that it arrived,
+ * so that a step that times out names, on rank 0, the ranks that never
+ * came (failed, stopped, or not making the same call). */
 static int allgather(const void *mine, void *all, size_t bytes, void *ctx) {
     struct lent *l = ctx;
-    if (bytes > INT_MAX) {
-        return -1;
+    char text[512];
+    if (l->broken) {
+        return sode_report_error(SODE_ERR_BOOTSTRAP,
+                                 "an earlier collective step on this communicator timed out: make "
+                                 "a new communicator");
     }
-    return MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, l->comm);
+    if (bytes > INT_MAX) {
+        return sode_report_error(SODE_ERR_BOOTSTRAP, "a block larger than MPI's int count");
+    }
+    int rank = 0, size = 0, tag = l->step++ % ARRIVAL_TAGS;
+    MPI_Comm_rank(l->comm, &rank);
+    MPI_Comm_size(l->comm, &size);
+    double deadline = isfinite(l->timeout_s) && l->timeout_s > 0 ? now() + l->timeout_s : INFINITY;
+    static const char arrived = 1;
+    char *sink = NULL;
+    MPI_Request *arrivals = calloc((size_t)size, sizeof *arrivals);
+    if (arrivals == NULL || (rank == 0 && (sink = calloc((size_t)size, 1)) == NULL)) {
+        free(arrivals);
+        return sode_report_error(SODE_ERR_BOOTSTRAP, "out of memory");
+    }
+    for (int r = 0; r < size; r++) {
+        arrivals[r] = MPI_REQUEST_NULL;
+    }
+    if (rank == 0) {
+        for (int r = 1; r < size; r++) {
+            MPI_Irecv(&sink[r], 1, MPI_CHAR, r, tag, l->comm, &arrivals[r]);
+        }
+    } else {
+        MPI_Isend(&arrived, 1, MPI_CHAR, 0, tag, l->comm, &arrivals[0]);
+    }
+    MPI_Request req;
+    int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, l->comm, &req);
+    int done = rc == MPI_SUCCESS ? complete_by(&req, deadline) : -1;
+    if (done == 1) {
+        /* Everyone contributed, so every arrival was sent: these complete. */
+        MPI_Waitall(size, arrivals, MPI_STATUSES_IGNORE);
+        free(arrivals);
+        free(sink);
+        return 0;
+    }
+    /* The step stays in flight (MPI cannot cancel a collective): the
+     * communicator is not used again, its requests and buffers left to it. */
+    l->broken = 1;
+    if (done < 0) {
+        snprintf(text, sizeof text, "MPI_Iallgather failed (MPI error %d)", rc);
+    } else if (rank == 0) {
+        char who[256];
+        missing_ranks(arrivals, size, who, sizeof who);
+        snprintf(text, sizeof text,
+                 "a collective step did not complete within the communicator's timeout (%g s): "
+                 "rank %s of %d never arrived (failed, stopped, or not making the same call, "
+                 "e.g. sode_exchange_commit)",
+                 l->timeout_s, who[0] ? who : "(none: the collective itself is stuck)", size);
+    } else {
+        snprintf(text, sizeof text,
+                 "a collective step did not complete within the communicator's timeout (%g s): "
+                 "this rank arrived; rank 0's message names the ranks that did not",
+                 l->timeout_s);
+    }
+    return sode_report_error(SODE_ERR_BOOTSTRAP, text);
 }
 
 static void release(void *ctx) {
     struct lent *l = ctx;
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized) {
+    /* A broken duplicate has a step in flight: freeing it would wait. */
+    if (!finalized && !l->broken) {
         MPI_Comm_free(&l->comm);
     }
     free(l);
@@ -53,6 +177,13 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
         return sode_report_error(SODE_ERR_BOOTSTRAP, text);
     }
     MPI_Comm_set_errhandler(l->comm, MPI_ERRORS_RETURN);
+    l->timeout_s = timeout_s;
+    if (timeout_s < 0) { /* SODE_TIMEOUT_DEFAULT: the job's, else none */
+        const char *job = getenv("SODE_TIMEOUT");
+        l->timeout_s = job ? strtod(job, NULL) : INFINITY;
+    }
+    l->step = 0;
+    l->broken = 0;
     MPI_Comm_rank(l->comm, &rank);
     MPI_Comm_size(l->comm, &size);
     return sode_comm_create_allgather(rank, size, allgather, l, release, timeout_s, out);

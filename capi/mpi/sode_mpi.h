@@ -13,8 +13,12 @@ extern "C" {
 
 /* A sode communicator whose ranks are `comm`'s ranks (so MPI_Cart_create's
  * reordering carries over). sode duplicates `comm` and uses the duplicate's
- * MPI_Allgather to meet the other ranks; free the sode communicator and its
- * exchanges before MPI_Finalize. Collective over `comm`. */
+ * MPI_Iallgather to meet the other ranks; free the sode communicator and its
+ * exchanges before MPI_Finalize. Collective over `comm`. Every collective
+ * step (this call, each commit) completes within `timeout_s` (INFINITY: no
+ * deadline; SODE_TIMEOUT_DEFAULT: SODE_TIMEOUT's) or fails with
+ * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived;
+ * the communicator is then unusable. */
 int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out);
 
 /* The same for Fortran: `comm` is an `integer` handle (`comm%MPI_VAL` with

@@ -229,6 +229,31 @@ static void mismatch(sode_comm *c, int size) {
     expect("free", sode_exchange_free(&x), SODE_OK, "");
 }
 
+/* The last rank never commits: the others' commit fails within the
+ * communicator's timeout, rank 0's message naming it, and nothing hangs. */
+static void absent(int size) {
+    sode_comm *c = NULL;
+    expect("a communicator with a 2 s timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 2.0, &c), SODE_OK, "");
+    sode_exchange *x = cart(c, size);
+    expect("a field", add_u(x), SODE_OK, "");
+    if (rank != size - 1) {
+        char who[64];
+        snprintf(who, sizeof who, "rank %d of %d never arrived", size - 1, size);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        int rc = sode_exchange_commit(x);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double waited = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+        expect("a commit a rank never makes", rc, SODE_ERR_BOOTSTRAP, rank == 0 ? who : "this rank arrived");
+        if (waited > 10.0) {
+            fprintf(stderr, "rank %d: the commit took %.1f s with a 2 s timeout\n", rank, waited);
+            failures++;
+        }
+    }
+    expect("free the exchange", sode_exchange_free(&x), SODE_OK, "");
+    expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+}
+
 static int kill_mode(void) {
     sode_comm *c;
     if (sode_comm_create_env(30.0, &c) != SODE_OK) {
@@ -324,6 +349,7 @@ int main(int argc, char **argv) {
     mismatch(c, size);
     reorder(c, size);
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+    absent(size);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -276,6 +276,8 @@ unsafe impl Send for Lent {}
 
 impl Lent {
     fn gather(&self, mine: &[u8], all: &mut [u8]) -> std::result::Result<(), String> {
+        // The function may say why it failed through sode_report_error.
+        set_last_error("");
         // SAFETY: `mine` and `all` are live Rust buffers of the sizes the
         // allgather contract names (`all` is `bytes` times the ranks); the
         // program's function with its own context.
@@ -288,9 +290,13 @@ impl Lent {
             )
         };
         if rc == 0 {
-            Ok(())
-        } else {
+            return Ok(());
+        }
+        let why = LAST_ERROR.with(|l| l.borrow().to_string_lossy().into_owned());
+        if why.is_empty() {
             Err(format!("it returned {rc}"))
+        } else {
+            Err(format!("it returned {rc}: {why}"))
         }
     }
 }
