@@ -52,6 +52,24 @@ module sode
      type(c_ptr) :: ptr = c_null_ptr
   end type sode_exchange
 
+  !> What an exchange has done since its commit or sode_reset_stats
+  !> (sode_get_stats): iterations completed, seconds in start and in
+  !> wait/test calls, bytes sent to and received from other ranks, and
+  !> its neighbours (sode_get_neighbour_stats 1 to neighbours).
+  type, bind(C), public :: sode_stats
+     integer(c_int64_t) :: exchanges = 0
+     real(c_double) :: start_seconds = 0, wait_seconds = 0
+     integer(c_int64_t) :: bytes_sent = 0, bytes_received = 0
+     integer(c_int) :: neighbours = 0
+  end type sode_stats
+
+  !> One neighbour, as C's sode_neighbour_stats.
+  type, bind(C) :: neighbour_stats
+     integer(c_int) :: rank
+     type(c_ptr) :: channel
+     integer(c_int64_t) :: bytes_sent, bytes_received
+  end type neighbour_stats
+
   public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
@@ -59,6 +77,7 @@ module sode
   public :: sode_set_transport, sode_set_zero_copy, sode_describe
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
+  public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
 
   !> Adds a field: a real32, real64 or int32 array of rank 2 to 4 (Fortran
   !> order, with the TARGET attribute), its owned cells `first(:)` to
@@ -196,6 +215,24 @@ module sode
        integer(c_int) :: done
        integer(c_int) :: rc
      end function c_test
+     function c_exchange_stats(x, s) bind(C, name="sode_exchange_stats") result(rc)
+       import :: c_int, c_ptr, sode_stats
+       type(c_ptr), value :: x
+       type(sode_stats), intent(out) :: s
+       integer(c_int) :: rc
+     end function c_exchange_stats
+     function c_neighbour_stats(x, i, n) bind(C, name="sode_exchange_neighbour_stats") result(rc)
+       import :: c_int, c_ptr, neighbour_stats
+       type(c_ptr), value :: x
+       integer(c_int), value :: i
+       type(neighbour_stats), intent(out) :: n
+       integer(c_int) :: rc
+     end function c_neighbour_stats
+     function c_reset_stats(x) bind(C, name="sode_exchange_reset_stats") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int) :: rc
+     end function c_reset_stats
      function c_exchange_free(x) bind(C, name="sode_exchange_free") result(rc)
        import :: c_int, c_ptr
        type(c_ptr) :: x
@@ -844,6 +881,47 @@ contains
     call finish(c_test(x%ptr, d), ierr)
     done = d /= 0
   end subroutine sode_test
+
+  !> What `x` has done since its commit or sode_reset_stats. Local.
+  subroutine sode_get_stats(x, stats, ierr)
+    type(sode_exchange), intent(in) :: x
+    type(sode_stats), intent(out) :: stats
+    integer, intent(out), optional :: ierr
+    call finish(c_exchange_stats(x%ptr, stats), ierr)
+  end subroutine sode_get_stats
+
+  !> Neighbour `i` (1 to stats%neighbours) of `x`: its rank, its channel
+  !> ("shm", "rdma", "tcp", or "local": this rank itself) and the bytes one
+  !> iteration sends it and receives from it. Local.
+  subroutine sode_get_neighbour_stats(x, i, rank, channel, bytes_sent, bytes_received, ierr)
+    type(sode_exchange), intent(in) :: x
+    integer, intent(in) :: i
+    integer, intent(out) :: rank
+    character(len=:), allocatable, intent(out) :: channel
+    integer(int64), intent(out) :: bytes_sent, bytes_received
+    integer, intent(out), optional :: ierr
+    type(neighbour_stats) :: n
+    integer(c_int) :: rc
+    rc = c_neighbour_stats(x%ptr, int(i - 1, c_int), n)
+    rank = -1
+    channel = ''
+    bytes_sent = 0
+    bytes_received = 0
+    if (rc == SODE_OK) then
+       rank = int(n%rank)
+       channel = fortran_string(n%channel)
+       bytes_sent = n%bytes_sent
+       bytes_received = n%bytes_received
+    end if
+    call finish(rc, ierr)
+  end subroutine sode_get_neighbour_stats
+
+  !> Sets the counters of sode_get_stats to zero. Local.
+  subroutine sode_reset_stats(x, ierr)
+    type(sode_exchange), intent(in) :: x
+    integer, intent(out), optional :: ierr
+    call finish(c_reset_stats(x%ptr), ierr)
+  end subroutine sode_reset_stats
 
   subroutine sode_exchange_free(x, ierr)
     type(sode_exchange), intent(inout) :: x

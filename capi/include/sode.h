@@ -181,6 +181,62 @@ typedef struct sode_comm sode_comm;
 typedef struct sode_exchange sode_exchange;
 
 /**
+ * What an exchange has done since its commit or
+ * `sode_exchange_reset_stats`.
+ */
+typedef struct sode_stats {
+  /**
+   * Iterations completed (a wait that returned `SODE_OK`, or a test
+   * that found the iteration complete).
+   */
+  uint64_t exchanges;
+  /**
+   * Seconds spent in start calls: packing, posting, shared-memory copies.
+   */
+  double start_seconds;
+  /**
+   * Seconds spent in wait and test calls: progressing, waiting for the
+   * neighbours, unpacking.
+   */
+  double wait_seconds;
+  /**
+   * Bytes sent to other ranks over the completed iterations.
+   */
+  uint64_t bytes_sent;
+  /**
+   * Bytes received from other ranks over the completed iterations.
+   */
+  uint64_t bytes_received;
+  /**
+   * Neighbours (links), for `sode_exchange_neighbour_stats`.
+   */
+  int neighbours;
+} sode_stats;
+
+/**
+ * One neighbour of an exchange.
+ */
+typedef struct sode_neighbour_stats {
+  /**
+   * Its rank.
+   */
+  int rank;
+  /**
+   * How it is reached: `"shm"`, `"rdma"`, `"tcp"`, or `"local"` (this
+   * rank itself, a copy); a static string.
+   */
+  const char *channel;
+  /**
+   * Bytes sent to it per iteration.
+   */
+  uint64_t bytes_sent;
+  /**
+   * Bytes received from it per iteration.
+   */
+  uint64_t bytes_received;
+} sode_neighbour_stats;
+
+/**
  * A fixed-size allgather lent by the program: `all` receives every rank's
  * `bytes` bytes of `mine`, in rank order; returns 0 on success.
  */
@@ -194,6 +250,40 @@ typedef void (*sode_release_fn)(void *ctx);
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Fills `out` with what `exchange` has done since its commit (or
+ * `sode_exchange_reset_stats`): iterations completed, seconds in start
+ * and in wait/test calls (packing and unpacking included), bytes sent to
+ * and received from other ranks, and the number of neighbours. Local;
+ * `SODE_ERR_STATE` before the commit.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create*`, not freed; `out` valid for a
+ * write.
+ */
+int sode_exchange_stats(struct sode_exchange *exchange, struct sode_stats *out);
+
+/**
+ * Fills `out` with neighbour `i` (0 to `neighbours - 1` of
+ * `sode_exchange_stats`) of `exchange`: its rank, its channel and the
+ * bytes one iteration sends it and receives from it. Local.
+ *
+ * # Safety
+ * As `sode_exchange_stats`.
+ */
+int sode_exchange_neighbour_stats(struct sode_exchange *exchange,
+                                  int i,
+                                  struct sode_neighbour_stats *out);
+
+/**
+ * Sets the counters of `sode_exchange_stats` to zero (after a warm-up,
+ * say). Local.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create*`, not freed.
+ */
+int sode_exchange_reset_stats(struct sode_exchange *exchange);
 
 /**
  * The version of the ABI this library implements (`SODE_ABI_VERSION`).

@@ -895,6 +895,7 @@ impl Exchange {
         op: &'static str,
     ) -> Result<()> {
         let exchange = |source| CapiError::Exchange { op, source };
+        let began = Instant::now();
         for (i, regions) in planned
             .iter()
             .enumerate()
@@ -914,13 +915,14 @@ impl Exchange {
                 at += n;
             }
         }
+        links.add_start_time(began.elapsed());
         links.start().map_err(exchange)
     }
 
     /// Unpacks every halo (but those received in place) once the exchange
     /// is complete.
     fn unpack(
-        links: &LinkExchange,
+        links: &mut LinkExchange,
         planned: &[Planned],
         fields: &mut [Field],
         op: &'static str,
@@ -929,6 +931,7 @@ impl Exchange {
             // Fields sode keeps: the exchange scattered their halos.
             return Ok(());
         }
+        let began = Instant::now();
         for (i, regions) in planned
             .iter()
             .enumerate()
@@ -955,6 +958,20 @@ impl Exchange {
         for f in fields.iter_mut() {
             f.call = None;
         }
+        links.add_wait_time(began.elapsed());
+        Ok(())
+    }
+
+    /// What the exchange has done since its commit or the last reset.
+    pub fn stats(&mut self, op: &'static str) -> Result<sode::ExchangeStats> {
+        let (links, _, _) = self.committed(op)?;
+        Ok(links.stats())
+    }
+
+    /// Sets the counters to zero.
+    pub fn reset_stats(&mut self) -> Result<()> {
+        let (links, _, _) = self.committed("sode_exchange_reset_stats")?;
+        links.reset_stats();
         Ok(())
     }
 

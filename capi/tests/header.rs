@@ -50,7 +50,7 @@ fn every_name_in_the_header_is_prefixed() {
         } else if let Some(rest) = line.strip_prefix("typedef struct ") {
             names.extend(
                 rest.split([' ', ';'])
-                    .filter(|w| !w.is_empty())
+                    .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_alphanumeric() || c == '_'))
                     .map(String::from),
             );
         } else if let Some(open) = line.find('(') {

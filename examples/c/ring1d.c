@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #define GLOBAL 29
 #define H 2
@@ -15,6 +16,47 @@
 static int64_t value(int it, int g) { return (int64_t)it * 1000 + g; }
 
 /* One exchange on a ring (periodic) or a line; returns the wrong cells. */
+/* sode_exchange_stats after `iterations`: the links to the neighbours the
+ * line or ring has (a copy within the rank where the neighbour is this
+ * rank), H cells each way per iteration, and the totals from those. */
+static int check_stats(sode_exchange *x, int rank, int size, int periodic, int iterations) {
+    sode_stats s;
+    int wrong = 0, expected = 0, remote = 0;
+    if (sode_exchange_stats(x, &s) != SODE_OK) {
+        fprintf(stderr, "rank %d: stats: %s\n", rank, sode_last_error());
+        return 1;
+    }
+    for (int d = -1; d <= 1; d += 2) {
+        int peer = rank + d;
+        if (periodic || (peer >= 0 && peer < size)) {
+            expected++;
+            remote += (peer + size) % size != rank;
+        }
+    }
+    uint64_t face = H * sizeof(int64_t);
+    wrong += s.neighbours != expected || s.exchanges != (uint64_t)iterations;
+    wrong += s.bytes_sent != face * remote * iterations || s.bytes_received != face * remote * iterations;
+    wrong += !(s.start_seconds > 0 && s.wait_seconds > 0);
+    for (int i = 0; i < s.neighbours; i++) {
+        sode_neighbour_stats n;
+        wrong += sode_exchange_neighbour_stats(x, i, &n) != SODE_OK;
+        int left = (rank - 1 + size) % size, right = (rank + 1) % size;
+        wrong += n.rank != left && n.rank != right;
+        wrong += n.bytes_sent != face || n.bytes_received != face;
+        wrong += (strcmp(n.channel, "local") == 0) != (n.rank == rank);
+    }
+    sode_neighbour_stats none;
+    wrong += sode_exchange_neighbour_stats(x, s.neighbours, &none) != SODE_ERR_ARG;
+    wrong += sode_exchange_reset_stats(x) != SODE_OK || sode_exchange_stats(x, &s) != SODE_OK;
+    wrong += s.exchanges != 0 || s.bytes_sent != 0 || s.start_seconds != 0.0;
+    if (wrong) {
+        fprintf(stderr, "rank %d: stats: %llu exchanges, %d neighbours (want %d), %llu bytes sent, %llu received (want %llu)\n",
+                rank, (unsigned long long)s.exchanges, s.neighbours, expected, (unsigned long long)s.bytes_sent,
+                (unsigned long long)s.bytes_received, (unsigned long long)(face * remote * iterations));
+    }
+    return wrong;
+}
+
 static int run(sode_comm *c, int rank, int size, int periodic) {
     int q = GLOBAL / size, r = GLOBAL % size;
     int start = rank * q + (rank < r ? rank : r), own = q + (rank < r);
@@ -50,6 +92,8 @@ static int run(sode_comm *c, int rank, int size, int periodic) {
     if (rc != SODE_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, sode_last_error());
         wrong++;
+    } else {
+        wrong += check_stats(x, rank, size, periodic, 3);
     }
     sode_exchange_free(&x);
     return wrong;
@@ -69,7 +113,7 @@ int main(int argc, char **argv) {
     sode_comm_free(&c);
     MPI_Allreduce(&wrong, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
-        printf(all ? "ring1d: %d wrong cells\n" : "ok 1-D, %d ranks: a ring and a line, every halo cell its owner's value\n",
+        printf(all ? "ring1d: %d wrong cells\n" : "ok 1-D, %d ranks: a ring and a line, every halo cell its owner's value, the stats as sent\n",
                all ? all : size);
     }
     MPI_Finalize();

@@ -226,6 +226,7 @@ contains
             dims(2), 'x', dims(3), ' periodic ', periodic, trim(name), ': ', total_cells, &
             ' cells equal to MPI''s, bit for bit, ', total_filled, ' halo cells filled'
     end if
+    call check_stats(x, 3)
     call sode_exchange_free(x)
     call sode_comm_free(sc)
     call mpi_comm_free(cart, ierr)
@@ -350,6 +351,38 @@ contains
   end subroutine wrong
 
   !> The same exchange through MPI: Isend/Irecv of subarrays.
+  !> sode_get_stats after `iterations`: every neighbour on a channel, the
+  !> totals the neighbours' bytes per iteration times the iterations.
+  subroutine check_stats(x, iterations)
+    type(sode_exchange), intent(in) :: x
+    integer, intent(in) :: iterations
+    type(sode_stats) :: st
+    integer :: i, peer, ierr2
+    character(len=:), allocatable :: channel
+    integer(int64) :: sent, received, total_sent
+    call sode_get_stats(x, st)
+    total_sent = 0
+    do i = 1, st%neighbours
+       call sode_get_neighbour_stats(x, i, peer, channel, sent, received)
+       if (channel /= 'local') total_sent = total_sent + sent
+       if (all(channel /= ['local', 'shm  ', 'rdma ', 'tcp  ']) .or. peer < 0 .or. sent <= 0) then
+          write (error_unit, '(a, i0, 3a, i0)') 'rank ', rank, ': neighbour over "', channel, '" of rank ', peer
+          call mpi_abort(MPI_COMM_WORLD, 1, ierr2)
+       end if
+    end do
+    if (st%exchanges /= iterations .or. st%bytes_sent /= total_sent * iterations &
+         .or. st%start_seconds + st%wait_seconds <= 0 .or. st%neighbours < 0) then
+       write (error_unit, '(a, i0, a, i0, a, i0, a, i0)') 'rank ', rank, ': stats: ', st%exchanges, &
+            ' exchanges, ', st%bytes_sent, ' bytes sent, neighbours sent ', total_sent
+       call mpi_abort(MPI_COMM_WORLD, 1, ierr2)
+    end if
+    call sode_get_neighbour_stats(x, st%neighbours + 1, peer, channel, sent, received, ierr2)
+    if (ierr2 /= SODE_ERR_ARG) then
+       write (error_unit, '(a, i0, a)') 'rank ', rank, ': a neighbour past the last was not refused'
+       call mpi_abort(MPI_COMM_WORLD, 1, ierr2)
+    end if
+  end subroutine check_stats
+
   subroutine mpi_exchange()
     integer :: n, o(3), c(3), peer, nonzero, d1, d2, d3, ierr2
     type(MPI_Request) :: req(2 * 26 * 2)

@@ -12,6 +12,7 @@ use crate::channel::Locality;
 use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
+use crate::stats::ExchangeStats;
 
 /// Which channel carries the messages between ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -497,6 +498,7 @@ impl HaloExchange {
         }
         self.not_shared("start")?;
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
+        let began = Instant::now();
         for (i, face) in self.faces.iter().enumerate() {
             let out = self.exchange.send_buf(i)?;
             let mut at = 0;
@@ -504,6 +506,7 @@ impl HaloExchange {
                 at += gather_runs(bytemuck::cast_slice(field), &face.send, &mut out[at..]);
             }
         }
+        self.exchange.add_start_time(began.elapsed());
         self.exchange.start()
     }
 
@@ -520,6 +523,7 @@ impl HaloExchange {
         self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
         self.exchange.wait(deadline)?;
+        let began = Instant::now();
         for (i, face) in self.faces.iter().enumerate() {
             let data = self.exchange.recv_buf(i)?;
             let mut at = 0;
@@ -527,6 +531,36 @@ impl HaloExchange {
                 at += scatter_runs(&data[at..], &face.recv, bytemuck::cast_slice_mut(field));
             }
         }
+        self.exchange.add_wait_time(began.elapsed());
         Ok(())
+    }
+
+    /// What it has done since it was built or
+    /// [`reset_stats`](Self::reset_stats): iterations completed, time in
+    /// start (packing included) and in wait (unpacking included), bytes
+    /// sent and received, and per neighbour its channel and bytes per
+    /// iteration.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(halo: &mut sode::HaloExchange) {
+    /// let s = halo.stats();
+    /// if s.exchanges > 0 {
+    ///     let per = |t: std::time::Duration| t.as_secs_f64() * 1e6 / s.exchanges as f64;
+    ///     println!("{:.1} us in start, {:.1} us in wait, per exchange", per(s.start_time), per(s.wait_time));
+    /// }
+    /// for n in &s.neighbours {
+    ///     println!("rank {} over {}: {} bytes out, {} in", n.rank, n.channel.name(), n.bytes_sent, n.bytes_received);
+    /// }
+    /// # }
+    /// ```
+    pub fn stats(&self) -> ExchangeStats {
+        self.exchange.stats()
+    }
+
+    /// Sets the counters of [`stats`](Self::stats) to zero.
+    pub fn reset_stats(&mut self) {
+        self.exchange.reset_stats()
     }
 }

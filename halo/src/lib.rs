@@ -53,6 +53,7 @@ mod model;
 #[cfg(feature = "rdma")]
 pub mod plan;
 mod reorder;
+mod stats;
 
 pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};
@@ -70,3 +71,4 @@ pub use reorder::{reorder, Reordered};
 pub use sode_shm::{PeerCalibration, Run};
 #[cfg(feature = "rdma")]
 pub use sode_transport::UserMemory;
+pub use stats::{ExchangeStats, NeighbourStats, TRACE_VAR};

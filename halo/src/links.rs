@@ -16,6 +16,7 @@ use crate::channel::{Channel, Locality, ShmChannel, TcpChannel, TcpMessage};
 use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
 use crate::exchange::{Model, SyncMode, Transport};
+use crate::stats::{ExchangeStats, Meter, NeighbourStats};
 
 /// One message: bytes per iteration, and a tag that tells it apart from the
 /// other messages between the same two ranks (the sender's send tag is the
@@ -540,6 +541,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             lifecycle: Lifecycle::Idle,
             plan_summary: summary,
             pseudo_collective: self.sync == SyncMode::PseudoCollective,
+            meter: Meter::new(self.world.job_id(), &self.name, self.world.rank()),
             job: self.world.clone(),
             timeout: self.timeout,
             links: self.links,
@@ -1035,6 +1037,14 @@ pub struct LinkExchange {
     /// exchange) and whose barriers the pseudo-collective mode takes.
     job: World,
     timeout: Duration,
+    /// What it has done, and its trace.
+    meter: Meter,
+}
+
+impl Drop for LinkExchange {
+    fn drop(&mut self) {
+        self.meter.write_trace();
+    }
 }
 
 impl LinkExchange {
@@ -1276,6 +1286,13 @@ impl LinkExchange {
     }
 
     fn start_channels(&mut self) -> Result<()> {
+        let began = Instant::now();
+        let started = self.post_channels();
+        self.meter.started(began);
+        started
+    }
+
+    fn post_channels(&mut self) -> Result<()> {
         self.check_health(false)?;
         self.job_barrier()?;
         // The device's channels first (two passes, no allocation): their
@@ -1302,6 +1319,14 @@ impl LinkExchange {
     /// One non-blocking pass over every channel: true once every message
     /// has arrived. Allocates nothing unless it fails.
     pub fn test(&mut self) -> Result<bool> {
+        let began = Instant::now();
+        let done = self.poll();
+        self.meter.waited(began);
+        done
+    }
+
+    /// [`test`](Self::test) without the accounting, for `wait`'s loop.
+    fn poll(&mut self) -> Result<bool> {
         self.lifecycle.require_in_flight("test")?;
         let mut all = true;
         for (c, done) in self.channels.iter_mut().zip(self.done.iter_mut()) {
@@ -1358,11 +1383,18 @@ impl LinkExchange {
     /// `deadline` passes: [`HaloError::Timeout`], after which `wait` may be
     /// called again).
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+        let began = Instant::now();
+        let waited = self.complete(deadline);
+        self.meter.waited(began);
+        waited
+    }
+
+    fn complete(&mut self, deadline: Instant) -> Result<()> {
         self.lifecycle.require_in_flight("wait")?;
         // Every channel progresses in one loop: a rank never sits in one
         // while a peer waits for it in another.
         let mut backoff = Backoff::exchange();
-        while !self.test()? {
+        while !self.poll()? {
             if Instant::now() >= deadline {
                 return Err(HaloError::Timeout {
                     outstanding: self.outstanding(),
@@ -1373,8 +1405,42 @@ impl LinkExchange {
             }
         }
         self.lifecycle.complete();
+        self.meter.exchanges += 1;
         self.scatter()?;
         self.job_barrier()
+    }
+
+    /// What it has done since it was built or [`reset_stats`](Self::reset_stats):
+    /// iterations, time in start and in wait, bytes per neighbour.
+    pub fn stats(&self) -> ExchangeStats {
+        let links = self
+            .links
+            .iter()
+            .zip(self.localities())
+            .map(|(l, channel)| {
+                let len = |m: &Option<Message>| m.as_ref().map_or(0, |m| m.len);
+                NeighbourStats::new(l.peer, channel, len(&l.send), len(&l.recv))
+            })
+            .collect();
+        crate::stats::stats(&self.meter, links)
+    }
+
+    /// Sets the counters of [`stats`](Self::stats) to zero (after a
+    /// warm-up, say).
+    pub fn reset_stats(&mut self) {
+        self.meter.reset();
+    }
+
+    /// Adds time a layer above spent packing for a start (counted in
+    /// [`ExchangeStats::start_time`]).
+    pub fn add_start_time(&mut self, spent: Duration) {
+        self.meter.start_time += spent;
+    }
+
+    /// Adds time a layer above spent unpacking after a wait (counted in
+    /// [`ExchangeStats::wait_time`]).
+    pub fn add_wait_time(&mut self, spent: Duration) {
+        self.meter.wait_time += spent;
     }
 
     /// When a single channel is still pending and it can block, blocks on

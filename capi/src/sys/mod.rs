@@ -16,6 +16,7 @@ use crate::error::{CapiError, Result};
 use crate::exchange::Exchange;
 use crate::explicit::BoxMessage;
 use crate::field::{ElemType, FieldSpec};
+use crate::stats::{NeighbourStats, Stats};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
 
 thread_local! {
@@ -179,6 +180,78 @@ unsafe fn put<T>(op: &'static str, out: *mut *mut T, value: T) -> Result<()> {
 unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Result<&'a mut T> {
     // SAFETY: the caller's contract.
     unsafe { p.as_mut() }.ok_or(CapiError::Null { op, arg })
+}
+
+/// Fills `out` with what `exchange` has done since its commit (or
+/// `sode_exchange_reset_stats`): iterations completed, seconds in start
+/// and in wait/test calls (packing and unpacking included), bytes sent to
+/// and received from other ranks, and the number of neighbours. Local;
+/// `SODE_ERR_STATE` before the commit.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create*`, not freed; `out` valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_stats(exchange: *mut Exchange, out: *mut Stats) -> c_int {
+    let op = "sode_exchange_stats";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let x = unsafe { handle(op, "exchange", exchange) }?;
+        // SAFETY: the caller's contract.
+        let out = unsafe { handle(op, "out", out) }?;
+        *out = Stats::of(&x.stats(op)?);
+        Ok(())
+    })
+}
+
+/// Fills `out` with neighbour `i` (0 to `neighbours - 1` of
+/// `sode_exchange_stats`) of `exchange`: its rank, its channel and the
+/// bytes one iteration sends it and receives from it. Local.
+///
+/// # Safety
+/// As `sode_exchange_stats`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_neighbour_stats(
+    exchange: *mut Exchange,
+    i: c_int,
+    out: *mut NeighbourStats,
+) -> c_int {
+    let op = "sode_exchange_neighbour_stats";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let x = unsafe { handle(op, "exchange", exchange) }?;
+        // SAFETY: the caller's contract.
+        let out = unsafe { handle(op, "out", out) }?;
+        let s = x.stats(op)?;
+        let n = usize::try_from(i)
+            .ok()
+            .and_then(|i| s.neighbours.get(i))
+            .ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!(
+                    "neighbour {i}: the exchange has {} (0 to {})",
+                    s.neighbours.len(),
+                    s.neighbours.len() as i64 - 1
+                ),
+            })?;
+        *out = NeighbourStats::of(n);
+        Ok(())
+    })
+}
+
+/// Sets the counters of `sode_exchange_stats` to zero (after a warm-up,
+/// say). Local.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_reset_stats(exchange: *mut Exchange) -> c_int {
+    let op = "sode_exchange_reset_stats";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let x = unsafe { handle(op, "exchange", exchange) }?;
+        x.reset_stats()
+    })
 }
 
 /// The version of the ABI this library implements (`SODE_ABI_VERSION`).

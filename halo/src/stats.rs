@@ -1,0 +1,238 @@
+//! What an exchange has done: iterations completed, time spent in its
+//! start and in its waits, bytes per neighbour and channel; and, when
+//! `SODE_TRACE` names a directory, a trace of every start and wait that
+//! Chrome's `about:tracing` and Perfetto open.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::channel::Locality;
+
+/// The variable naming the directory traces are written to.
+pub const TRACE_VAR: &str = "SODE_TRACE";
+
+/// Most events one exchange keeps for its trace (about 32 MiB): past it,
+/// the trace says how many it dropped.
+const MAX_EVENTS: usize = 1 << 20;
+
+/// An exchange's counters since it was built or last reset.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ExchangeStats {
+    /// Iterations completed (a `wait` that returned, or a `test` that
+    /// found the iteration complete and finished it).
+    pub exchanges: u64,
+    /// Time spent in `start`: packing, posting, the shared-memory copies.
+    pub start_time: Duration,
+    /// Time spent in `wait` and `test`: progressing, waiting for the
+    /// neighbours, unpacking.
+    pub wait_time: Duration,
+    /// Bytes sent to other ranks over the completed iterations.
+    pub bytes_sent: u64,
+    /// Bytes received from other ranks over the completed iterations.
+    pub bytes_received: u64,
+    /// Per link, in the links' order: the neighbour, its channel, and
+    /// what one iteration moves.
+    pub neighbours: Vec<NeighbourStats>,
+}
+
+/// One link of an exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NeighbourStats {
+    /// The peer's rank.
+    pub rank: usize,
+    /// How it is reached.
+    pub channel: Locality,
+    /// Bytes sent to it per iteration.
+    pub bytes_sent: u64,
+    /// Bytes received from it per iteration.
+    pub bytes_received: u64,
+}
+
+/// A start or a wait, for the trace.
+#[derive(Debug, Clone, Copy)]
+struct Event {
+    start: bool,
+    at: Duration,
+    took: Duration,
+}
+
+/// The counters an exchange keeps, and its trace when one was asked for.
+#[derive(Debug)]
+pub(crate) struct Meter {
+    pub(crate) exchanges: u64,
+    pub(crate) start_time: Duration,
+    pub(crate) wait_time: Duration,
+    trace: Option<Trace>,
+}
+
+#[derive(Debug)]
+struct Trace {
+    path: PathBuf,
+    rank: usize,
+    epoch: Instant,
+    events: Vec<Event>,
+    dropped: u64,
+}
+
+impl Meter {
+    /// Counters at zero; a trace when `SODE_TRACE` names a directory, to
+    /// be written as `sode-<job>-<exchange>-rank<rank>.json`.
+    pub(crate) fn new(job: &str, exchange: &str, rank: usize) -> Meter {
+        let trace = std::env::var_os(TRACE_VAR)
+            .filter(|d| !d.is_empty())
+            .map(|dir| Trace {
+                path: PathBuf::from(dir).join(format!("sode-{job}-{exchange}-rank{rank}.json")),
+                rank,
+                epoch: Instant::now(),
+                events: Vec::new(),
+                dropped: 0,
+            });
+        Meter {
+            exchanges: 0,
+            start_time: Duration::ZERO,
+            wait_time: Duration::ZERO,
+            trace,
+        }
+    }
+
+    /// Adds a start that began at `began` and ends now.
+    pub(crate) fn started(&mut self, began: Instant) {
+        let took = began.elapsed();
+        self.start_time += took;
+        self.record(true, began, took);
+    }
+
+    /// Adds a wait (or test) that began at `began` and ends now.
+    pub(crate) fn waited(&mut self, began: Instant) {
+        let took = began.elapsed();
+        self.wait_time += took;
+        self.record(false, began, took);
+    }
+
+    fn record(&mut self, start: bool, began: Instant, took: Duration) {
+        if let Some(t) = &mut self.trace {
+            if t.events.len() < MAX_EVENTS {
+                let at = began.saturating_duration_since(t.epoch);
+                t.events.push(Event { start, at, took });
+            } else {
+                t.dropped += 1;
+            }
+        }
+    }
+
+    /// Zero counters; the trace goes on.
+    pub(crate) fn reset(&mut self) {
+        self.exchanges = 0;
+        self.start_time = Duration::ZERO;
+        self.wait_time = Duration::ZERO;
+    }
+
+    /// Writes the trace, if one was asked for (once: when the exchange
+    /// is dropped).
+    pub(crate) fn write_trace(&mut self) {
+        let Some(t) = self.trace.take() else {
+            return;
+        };
+        let mut json = String::from("{\"traceEvents\":[\n");
+        for (i, e) in t.events.iter().enumerate() {
+            let _ = write!(
+                json,
+                "{}{{\"name\":\"{}\",\"ph\":\"X\",\"pid\":{},\"tid\":0,\"ts\":{:.3},\"dur\":{:.3}}}",
+                if i == 0 { "" } else { ",\n" },
+                if e.start { "start" } else { "wait" },
+                t.rank,
+                e.at.as_secs_f64() * 1e6,
+                e.took.as_secs_f64() * 1e6,
+            );
+        }
+        let _ = write!(
+            json,
+            "\n],\"displayTimeUnit\":\"ns\",\"otherData\":{{\"rank\":{},\"dropped\":{}}}}}\n",
+            t.rank, t.dropped
+        );
+        match std::fs::write(&t.path, json) {
+            Ok(()) => tracing::debug!(path = %t.path.display(), "exchange trace written"),
+            Err(e) => tracing::warn!("{TRACE_VAR}: cannot write {}: {e}", t.path.display()),
+        }
+    }
+}
+
+/// The stats of an exchange whose links are `links` (peer, channel, bytes
+/// sent and received per iteration).
+pub(crate) fn stats(meter: &Meter, links: Vec<NeighbourStats>) -> ExchangeStats {
+    let remote = links.iter().filter(|n| n.channel != Locality::SelfCopy);
+    let (sent, received) = remote.fold((0u64, 0u64), |(s, r), n| {
+        (s + n.bytes_sent, r + n.bytes_received)
+    });
+    ExchangeStats {
+        exchanges: meter.exchanges,
+        start_time: meter.start_time,
+        wait_time: meter.wait_time,
+        bytes_sent: sent.saturating_mul(meter.exchanges),
+        bytes_received: received.saturating_mul(meter.exchanges),
+        neighbours: links,
+    }
+}
+
+impl NeighbourStats {
+    pub(crate) fn new(rank: usize, channel: Locality, sent: usize, received: usize) -> Self {
+        NeighbourStats {
+            rank,
+            channel,
+            bytes_sent: sent as u64,
+            bytes_received: received as u64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_count_other_ranks_only() {
+        let mut m = Meter::new("j", "h0", 0);
+        m.exchanges = 3;
+        let s = stats(
+            &m,
+            vec![
+                NeighbourStats::new(1, Locality::Shm, 100, 40),
+                NeighbourStats::new(0, Locality::SelfCopy, 7, 7),
+                NeighbourStats::new(2, Locality::Tcp, 10, 60),
+            ],
+        );
+        assert_eq!((s.bytes_sent, s.bytes_received), (330, 300));
+        assert_eq!(s.neighbours.len(), 3);
+    }
+
+    #[test]
+    fn a_trace_is_chrome_json() {
+        let dir = std::env::temp_dir().join(format!("sode-trace-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut m = Meter::new("j", "h0", 2);
+        m.trace = Some(Trace {
+            path: dir.join("t.json"),
+            rank: 2,
+            epoch: Instant::now(),
+            events: Vec::new(),
+            dropped: 0,
+        });
+        let t0 = Instant::now();
+        m.started(t0);
+        m.waited(Instant::now());
+        m.exchanges += 1;
+        m.write_trace();
+        let text = std::fs::read_to_string(dir.join("t.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let events = v["traceEvents"].as_array().unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0]["name"], "start");
+        assert_eq!(events[1]["name"], "wait");
+        assert_eq!(events[1]["pid"], 2);
+        assert_eq!(events[0]["ph"], "X");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
