@@ -552,7 +552,7 @@ int sode_exchange_commit(struct sode_exchange *exchange);
 
 /**
  * Writes how each neighbour is reached, one line per link (after a
- * commit): `rank 1 (x+): rdma; sends 8192 bytes in place (2 runs);
+ * commit): `rank 1 (axis 0+): rdma; sends 8192 bytes in place (2 runs);
  * receives 8192 bytes packed`. The text goes into `buf` (`size` bytes,
  * NUL-terminated, cut short when too small; `buf` may be NULL when `size`
  * is 0); `*needed` (when not NULL) receives the bytes the whole text needs,

@@ -186,7 +186,7 @@ impl<'a> Job<'a> {
                         if o == 0 && mine.owned_size[a] != other.owned_size[a] {
                             return Err(format!(
                                 "field {f}: rank {r} owns {} cells along axis {a} and its neighbour rank {} ({}) owns {}: neighbours across an axis must own as many cells along the other axes",
-                                mine.owned_size[a], n.rank, sode::axes_name(&n.offset), other.owned_size[a]
+                                mine.owned_size[a], n.rank, direction_name(&n.offset), other.owned_size[a]
                             ));
                         }
                     }
@@ -252,6 +252,23 @@ pub fn neighbours_of(me: usize, cards: &[Card]) -> Result<Vec<Neighbour>, String
     Ok(job.neighbours(me))
 }
 
+/// A direction as C callers index the process grid: `axis 0+`,
+/// `axis 0-, axis 1+` (`dims[0]` is axis 0, whatever the arrays' memory
+/// order; "x" and "y" would name them differently in C and Fortran order).
+pub fn direction_name(offset: &[i32]) -> String {
+    let parts: Vec<String> = offset
+        .iter()
+        .enumerate()
+        .filter(|(_, &o)| o != 0)
+        .map(|(a, &o)| format!("axis {a}{}", if o > 0 { '+' } else { '-' }))
+        .collect();
+    if parts.is_empty() {
+        "itself".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,6 +293,13 @@ mod tests {
                 order: (0..d).rev().collect(),
             }],
         }
+    }
+
+    #[test]
+    fn directions_are_named_by_the_callers_axis_index() {
+        assert_eq!(direction_name(&[1, 0]), "axis 0+");
+        assert_eq!(direction_name(&[0, -1, 1]), "axis 1-, axis 2+");
+        assert_eq!(direction_name(&[0, 0]), "itself");
     }
 
     #[test]

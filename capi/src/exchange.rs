@@ -514,7 +514,11 @@ impl Exchange {
                 peer: n.rank,
                 send: send_msg,
                 recv: recv_msg,
-                name: format!("rank {} ({})", n.rank, sode::axes_name(&n.offset)),
+                name: format!(
+                    "rank {} ({})",
+                    n.rank,
+                    crate::cart::direction_name(&n.offset)
+                ),
                 offset: n.offset,
             });
         }

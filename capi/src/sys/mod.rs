@@ -1070,7 +1070,7 @@ pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut Exchange) -> c_int 
 }
 
 /// Writes how each neighbour is reached, one line per link (after a
-/// commit): `rank 1 (x+): rdma; sends 8192 bytes in place (2 runs);
+/// commit): `rank 1 (axis 0+): rdma; sends 8192 bytes in place (2 runs);
 /// receives 8192 bytes packed`. The text goes into `buf` (`size` bytes,
 /// NUL-terminated, cut short when too small; `buf` may be NULL when `size`
 /// is 0); `*needed` (when not NULL) receives the bytes the whole text needs,
