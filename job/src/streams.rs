@@ -214,8 +214,33 @@ fn dial(
     Ok(s)
 }
 
+/// Most connections greeted at once: past it, the oldest is dropped. A
+/// stranger holding silent connections open then delays no peer: each is
+/// read as its bytes come, not in turn.
+const MAX_PENDING: usize = 1024;
+
+/// A connection that has not yet proved which rank it is.
+struct Pending {
+    s: TcpStream,
+    from: SocketAddr,
+    hello: [u8; HELLO],
+    got: usize,
+    since: Instant,
+}
+
+/// What reading a pending connection came to.
+enum Greeting {
+    /// Not all of its hello yet.
+    Waiting,
+    /// Closed, failed, or not a peer of this job: dropped.
+    Dropped,
+    /// This rank, with its token.
+    Proved(usize),
+}
+
 /// Accepts until every higher peer in `tokens` has connected with its
-/// token; drops any other connection.
+/// token; drops any other connection. Every connection is greeted at once,
+/// without blocking on any: each has [`CONNECT_TIMEOUT`] to send its hello.
 fn accept_all(
     listener: &TcpListener,
     tokens: &mut BTreeMap<usize, [u8; TOKEN]>,
@@ -229,68 +254,128 @@ fn accept_all(
         source,
     };
     listener.set_nonblocking(true).map_err(io)?;
+    let mut pending: std::collections::VecDeque<Pending> = Default::default();
     let mut backoff = Backoff::setup(Duration::from_millis(5));
     while !tokens.is_empty() {
-        match listener.accept() {
-            Ok((s, from)) => {
-                backoff.reset();
-                match greeted(s, tokens, deadline) {
-                    Some((p, s)) => {
-                        tokens.remove(&p);
-                        streams.insert(p, s);
+        let mut progressed = accept_waiting(listener, &mut pending).map_err(io)?;
+        let mut i = 0;
+        while i < pending.len() {
+            match read_hello(&mut pending[i], tokens) {
+                Greeting::Waiting if pending[i].since.elapsed() < CONNECT_TIMEOUT => i += 1,
+                Greeting::Waiting | Greeting::Dropped => {
+                    let p = pending.remove(i).expect("an index below the length");
+                    tracing::debug!(from = %p.from, "dropped a data connection without a valid token");
+                    progressed = true;
+                }
+                Greeting::Proved(rank) => {
+                    let p = pending.remove(i).expect("an index below the length");
+                    if let Some(s) = acknowledge(p.s) {
+                        tokens.remove(&rank);
+                        streams.insert(rank, s);
                     }
-                    None => {
-                        tracing::debug!(%from, "dropped a data connection without a valid token")
-                    }
+                    progressed = true;
                 }
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
-                if Instant::now() >= deadline {
-                    let missing: Vec<String> = tokens.keys().map(|p| format!("rank {p}")).collect();
-                    return Err(JobError::BootstrapTimeout {
-                        step: "accepting data connections".into(),
-                        whom: missing.join(", "),
-                        waited: began.elapsed(),
-                        hint: "they did not connect: a firewall between the nodes, or an address they cannot reach (set SODE_TCP_ADDR)".into(),
-                    });
-                }
-                backoff.snooze();
-            }
-            Err(e) => return Err(io(e)),
+        }
+        if tokens.is_empty() {
+            break;
+        }
+        if Instant::now() >= deadline {
+            let missing: Vec<String> = tokens.keys().map(|p| format!("rank {p}")).collect();
+            return Err(JobError::BootstrapTimeout {
+                step: "accepting data connections".into(),
+                whom: missing.join(", "),
+                waited: began.elapsed(),
+                hint: "they did not connect: a firewall between the nodes, or an address they cannot reach (set SODE_TCP_ADDR)".into(),
+            });
+        }
+        if progressed {
+            backoff.reset();
+        } else {
+            backoff.snooze();
         }
     }
     Ok(())
 }
 
-/// The peer a new connection proves to be, or `None` (dropped).
-fn greeted(
-    mut s: TcpStream,
-    tokens: &BTreeMap<usize, [u8; TOKEN]>,
-    deadline: Instant,
-) -> Option<(usize, TcpStream)> {
-    s.set_nonblocking(false).ok()?;
-    let left = deadline.saturating_duration_since(Instant::now());
-    s.set_read_timeout(Some(left.clamp(Duration::from_millis(1), CONNECT_TIMEOUT)))
-        .ok()?;
-    let mut hello = [0u8; HELLO];
-    s.read_exact(&mut hello).ok()?;
-    if &hello[..8] != MAGIC {
-        return None;
+/// Takes every connection waiting on `listener` into `pending` (the oldest
+/// dropped past [`MAX_PENDING`]); whether there were any.
+fn accept_waiting(
+    listener: &TcpListener,
+    pending: &mut std::collections::VecDeque<Pending>,
+) -> std::io::Result<bool> {
+    let mut any = false;
+    loop {
+        match listener.accept() {
+            Ok((s, from)) => {
+                any = true;
+                if s.set_nonblocking(true).is_err() {
+                    continue;
+                }
+                if pending.len() == MAX_PENDING {
+                    pending.pop_front();
+                }
+                pending.push_back(Pending {
+                    s,
+                    from,
+                    hello: [0; HELLO],
+                    got: 0,
+                    since: Instant::now(),
+                });
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {
+                return Ok(any)
+            }
+            Err(e) => return Err(e),
+        }
     }
-    let rank = usize::try_from(u64::from_le_bytes(hello[8..16].try_into().ok()?)).ok()?;
-    let expected = tokens.get(&rank)?;
+}
+
+/// Reads what `p` has sent of its hello, without blocking, and checks it
+/// once whole: the magic, a rank expected here, and that rank's token.
+fn read_hello(p: &mut Pending, tokens: &BTreeMap<usize, [u8; TOKEN]>) -> Greeting {
+    while p.got < HELLO {
+        match p.s.read(&mut p.hello[p.got..]) {
+            Ok(0) => return Greeting::Dropped,
+            Ok(n) => p.got += n,
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return Greeting::Waiting,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Greeting::Dropped,
+        }
+    }
+    let hello = &p.hello;
+    if &hello[..8] != MAGIC {
+        return Greeting::Dropped;
+    }
+    let Some(rank) = hello[8..16]
+        .try_into()
+        .ok()
+        .and_then(|b| usize::try_from(u64::from_le_bytes(b)).ok())
+    else {
+        return Greeting::Dropped;
+    };
+    let Some(expected) = tokens.get(&rank) else {
+        return Greeting::Dropped;
+    };
     // Constant time: the comparison does not tell how much matched.
     let differ = expected
         .iter()
         .zip(&hello[16..])
         .fold(0u8, |acc, (a, b)| acc | (a ^ b));
     if differ != 0 {
-        return None;
+        return Greeting::Dropped;
     }
+    Greeting::Proved(rank)
+}
+
+/// A proved connection, acknowledged and made a blocking data stream.
+fn acknowledge(mut s: TcpStream) -> Option<TcpStream> {
+    s.set_nonblocking(false).ok()?;
+    s.set_write_timeout(Some(CONNECT_TIMEOUT)).ok()?;
     s.write_all(&[1]).ok()?;
-    s.set_read_timeout(None).ok()?;
+    s.set_write_timeout(None).ok()?;
     configure(&s).ok()?;
-    Some((rank, s))
+    Some(s)
 }
 
 /// `TCP_NODELAY` (halos are latency-bound), and keepalive so that a
@@ -324,6 +409,62 @@ mod tests {
         // A token of the wrong length does not decode.
         assert!(serde_json::from_str::<Offer>(r#"{"addrs":[],"token":[1,2]}"#).is_err());
         assert!(!interface_addresses().is_empty());
+    }
+
+    /// A stranger holding 300 silent connections (each would have cost
+    /// its 2 s in turn: 10 minutes) does not delay the peer behind them.
+    #[test]
+    fn silent_connections_do_not_delay_the_peer() {
+        let (listener, addrs) = listen().unwrap();
+        let token = fresh_token().unwrap();
+        let mut tokens = BTreeMap::from([(3usize, token)]);
+        let addr = *addrs.iter().find(|a| a.ip().is_loopback()).unwrap();
+        // Opened while the listener accepts (its backlog holds fewer).
+        let (opened, silent_open) = std::sync::mpsc::channel();
+        let (done, finished) = std::sync::mpsc::channel::<()>();
+        let stranger = std::thread::spawn(move || {
+            let silent: Vec<TcpStream> = (0..300)
+                .map(|_| TcpStream::connect(addr).unwrap())
+                .collect();
+            opened.send(()).unwrap();
+            finished.recv().ok();
+            drop(silent);
+        });
+        let peer = std::thread::spawn(move || {
+            silent_open.recv().unwrap();
+            let mut s = TcpStream::connect(addr).unwrap();
+            let mut hello = [0u8; HELLO];
+            hello[..8].copy_from_slice(MAGIC);
+            hello[8..16].copy_from_slice(&3u64.to_le_bytes());
+            hello[16..].copy_from_slice(&token);
+            // Its hello in two parts, as a slow network would deliver it.
+            s.write_all(&hello[..20]).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            s.write_all(&hello[20..]).unwrap();
+            let mut ack = [0u8; 1];
+            s.read_exact(&mut ack).unwrap();
+            ack[0]
+        });
+        let began = Instant::now();
+        let mut streams = BTreeMap::new();
+        accept_all(
+            &listener,
+            &mut tokens,
+            &mut streams,
+            Instant::now() + Duration::from_secs(20),
+        )
+        .unwrap();
+        assert!(streams.contains_key(&3));
+        assert_eq!(peer.join().unwrap(), 1);
+        let waited = began.elapsed();
+        done.send(()).unwrap();
+        stranger.join().unwrap();
+        // The 300 connections take well under a second to open here; the
+        // peer then waits for none of them.
+        assert!(
+            waited < Duration::from_secs(5),
+            "the peer waited {waited:?} behind silent connections"
+        );
     }
 
     #[test]
