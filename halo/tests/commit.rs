@@ -122,3 +122,47 @@ fn later_commits_on_a_job_reuse_its_measured_thresholds() {
         );
     }
 }
+
+/// The job's shared-memory directory lives as long as the job, not only
+/// while an exchange does: between two exchanges no other user can make a
+/// directory of its name (every later exchange would refuse it). It goes
+/// with the last handle of the job.
+#[test]
+fn the_job_directory_outlives_its_exchanges() {
+    let port = free_port();
+    let (tell, told) = std::sync::mpsc::channel();
+    let ranks: Vec<_> = (0..2)
+        .map(|r| {
+            let tell = tell.clone();
+            std::thread::spawn(move || {
+                let w = thread_world(r, 2, port, "jobdir-test");
+                let d = Decomposition::new(&[16, 8], &[2, 1], &[false, false], 1, Stencil::Faces)
+                    .unwrap();
+                let first = HaloExchange::builder(&w, &d)
+                    .transport(Transport::Shm)
+                    .build()
+                    .unwrap();
+                drop(first);
+                let dir = std::path::Path::new(
+                    &std::env::var("SODE_SHM_DIR").unwrap_or_else(|_| "/dev/shm".into()),
+                )
+                .join(format!("sode-{}-{}", nix_uid(), w.job_id()));
+                assert!(dir.is_dir(), "{} went with the exchange", dir.display());
+                w.barrier(Duration::from_secs(30)).unwrap();
+                tell.send(dir).unwrap();
+            })
+        })
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+    let dir = told.recv().unwrap();
+    assert!(!dir.exists(), "{} outlived the job", dir.display());
+}
+
+/// This process's effective uid (the owner of what it creates in /proc).
+fn nix_uid() -> u32 {
+    std::fs::metadata("/proc/self")
+        .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+        .unwrap_or(0)
+}

@@ -117,6 +117,10 @@ pub struct PeerCalibration {
     pub reused: bool,
 }
 
+/// The job directory a [`World`] keeps (in its memo) for its lifetime.
+#[derive(Debug, Default)]
+struct KeptJobDir(std::sync::Mutex<Option<crate::segment::JobDirHold>>);
+
 impl Context {
     /// A context for `rank` of job `job`. The job id names the segments, so
     /// two jobs on one node must use different ids; it may contain ASCII
@@ -153,9 +157,23 @@ impl Context {
 
     /// A context for this rank of `world`, under the job id its ranks
     /// agreed on, with its node-local rank.
+    ///
+    /// The job's segment directory is kept from here until the last
+    /// handle of `world` is dropped, not only while segments live: between
+    /// two exchanges no other user can make a directory of its name.
     pub fn from_world(world: &World) -> Result<Context> {
         let mut ctx = Context::new(world.job_id(), world.rank())?;
         ctx.local_rank = Some(world.local_rank());
+        let kept = world.memo(KeptJobDir::default);
+        let mut kept = kept
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.is_none() {
+            *kept = Some(crate::segment::hold_job_dir(&crate::segment::job_dir(
+                &ctx.dir, &ctx.job,
+            ))?);
+        }
         Ok(ctx)
     }
 

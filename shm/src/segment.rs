@@ -14,6 +14,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use nix::fcntl::{fcntl, FcntlArg, SealFlag};
 
@@ -190,11 +191,62 @@ impl Locator {
     }
 }
 
+/// A job's directory, kept by this process while anything holds it: a
+/// segment, a context, or the job's [`World`](sode_job::World) (see
+/// [`crate::Context::from_world`]). It is removed (when empty) only after
+/// the last, so it does not vanish between two exchanges of a job, when
+/// another user could make a directory of the same name (which every later
+/// exchange would refuse, as it must).
+#[derive(Debug, Clone)]
+pub(crate) struct JobDirHold {
+    _held: Arc<HeldDir>,
+}
+
+#[derive(Debug)]
+struct HeldDir {
+    path: PathBuf,
+}
+
+impl Drop for HeldDir {
+    fn drop(&mut self) {
+        // Fails while other segments of the job are still in it (other
+        // processes' ranks): the last to leave removes it.
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// The holds of this process, by directory.
+static HELD: Mutex<Vec<Weak<HeldDir>>> = Mutex::new(Vec::new());
+
+/// Makes sure of the job directory `path` (see [`ensure_job_dir`]) and
+/// holds it.
+pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
+    let mut held = HELD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    held.retain(|w| w.strong_count() > 0);
+    ensure_job_dir(path)?;
+    if let Some(h) = held
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|h| h.path == path)
+    {
+        return Ok(JobDirHold { _held: h });
+    }
+    let h = Arc::new(HeldDir {
+        path: path.to_path_buf(),
+    });
+    held.push(Arc::downgrade(&h));
+    Ok(JobDirHold { _held: h })
+}
+
 /// This process's own segment; removes its locator and closes its memfd
 /// on drop if still there.
 #[derive(Debug)]
 pub(crate) struct OwnSegment {
     pub(crate) map: SharedMap,
+    /// The job's directory, kept while the segment lives.
+    _dir: JobDirHold,
     /// Open until every peer has mapped the segment: peers reach the memory
     /// through this descriptor.
     memfd: Option<File>,
@@ -273,8 +325,10 @@ impl OwnSegment {
         };
         let memfd = sealed_memfd(len, &path, &dir)?;
         let map = SharedMap::map_sealed(&memfd, len as usize).map_err(|e| fail(e, &path))?;
-        // Another rank may remove the (empty) job directory between our
-        // making sure of it and creating the file: make sure again.
+        let held = hold_job_dir(&dir)?;
+        // Another rank's process may remove the (empty) job directory
+        // between our making sure of it and creating the file: make sure
+        // again.
         let mut attempts = 0;
         let mut locator = loop {
             ensure_job_dir(&dir)?;
@@ -302,6 +356,7 @@ impl OwnSegment {
             path,
             published: false,
             unlinked: false,
+            _dir: held,
         };
         locator
             .write_all(&at.to_bytes())
@@ -338,10 +393,6 @@ impl OwnSegment {
             } else {
                 &self.tmp
             });
-            if let Some(dir) = self.path.parent() {
-                // Fails while other segments of the job are still in it.
-                let _ = std::fs::remove_dir(dir);
-            }
             // After the locator: nobody can be sent to a reused number.
             self.memfd = None;
             self.unlinked = true;
@@ -472,12 +523,16 @@ mod tests {
         assert_eq!(seg.map.read_u64(layout::HEADER_LEN).unwrap(), 42);
         seg.unlink();
         assert!(!path.exists());
-        assert!(!path.parent().unwrap().exists(), "the empty job directory");
         // The mapping outlives the name and the descriptor.
         assert_eq!(
             seg.map.read_u64(layout::H_PID).unwrap(),
             u64::from(std::process::id())
         );
+        // The empty job directory goes with the segment, its last holder.
+        let dir = path.parent().unwrap().to_path_buf();
+        assert!(dir.exists());
+        drop(seg);
+        assert!(!dir.exists(), "the empty job directory");
     }
 
     fn write_locator(path: &Path, at: Locator, mode: u32) {
@@ -693,6 +748,21 @@ mod tests {
         let (unsealed, at) = memfd(8192, 8192, false);
         assert!(truncate_from_another_process(at.fd));
         assert_eq!(unsealed.metadata().unwrap().len(), 0);
+    }
+
+    #[test]
+    fn the_job_directory_stays_while_held_and_goes_with_the_last_hold() {
+        let path = job_dir(&dir(), &format!("held{}", std::process::id()));
+        let world_hold = hold_job_dir(&path).unwrap();
+        let seg = OwnSegment::create(path.join("h0-r0"), 4096).unwrap();
+        drop(seg);
+        // Between two exchanges: the job's own hold keeps the directory.
+        assert!(path.is_dir(), "the directory went with the segment");
+        let again = hold_job_dir(&path).unwrap();
+        drop(world_hold);
+        assert!(path.is_dir(), "a second hold keeps it");
+        drop(again);
+        assert!(!path.exists(), "the last hold removes it");
     }
 
     #[test]
