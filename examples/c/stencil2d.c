@@ -3,6 +3,7 @@
  * against the values the neighbours own.
  *
  *   mpirun -n 4 ./stencil2d            every configuration for 4 ranks
+ *   mpirun -n 4 ./stencil2d --grid 2x2 every configuration on that grid only
  *   ./stencil2d --env PX PY [--rdma] [--global NX NY]
  *                                      without MPI: ranks started by sode-run
  *                                      or SODE_* variables (the two-VM test),
@@ -422,6 +423,16 @@ int main(int argc, char **argv) {
     }
     int grids[3][2] = {{1, size}, {size, 1}, {2, 2}};
     int ngrids = size == 4 ? 3 : size == 1 ? 1 : 2;
+    if (argc > 2 && strcmp(argv[1], "--grid") == 0) {
+        if (sscanf(argv[2], "%dx%d", &grids[0][0], &grids[0][1]) != 2
+            || grids[0][0] * grids[0][1] != size) {
+            if (world_rank == 0) {
+                fprintf(stderr, "stencil2d: --grid %s: give PXxPY with PX * PY = %d ranks\n", argv[2], size);
+            }
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        ngrids = 1;
+    }
     int periods[3][2] = {{0, 0}, {1, 1}, {1, 0}};
     for (shared = 0; shared <= 1; shared++) {
         for (int g = 0; g < ngrids; g++) {

@@ -3,6 +3,7 @@
 ! bit, and against the values the neighbours own.
 !
 !   mpirun -n 4 ./stencil3d
+!   mpirun -n 4 ./stencil3d --grid 2x2x1   every configuration on that grid only
 !
 ! Process grids 1xNx1, Nx1x1 (and 2x2x1 for 4 ranks); periodic on no, all
 ! or two axes; star and box stencils; a real64 and an int32 field with
@@ -472,6 +473,7 @@ program stencil3d
 
   integer :: ierr, size, g, p, box, ngrids, sh
   integer :: grids(3, 3)
+  character(len=64) :: arg
 
   call mpi_init(ierr)
   call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -492,6 +494,21 @@ program stencil3d
   ngrids = 2
   if (size == 1) ngrids = 1
   if (size == 4) ngrids = 3
+  ! --grid PXxPYxPZ: every configuration on that grid only.
+  call get_command_argument(1, arg)
+  if (arg == '--grid') then
+     call get_command_argument(2, arg)
+     arg = arg(1:len_trim(arg))
+     do g = 1, len_trim(arg)
+        if (arg(g:g) == 'x') arg(g:g) = ' '
+     end do
+     read (arg, *, iostat=ierr) grids(:, 1)
+     if (ierr /= 0 .or. product(grids(:, 1)) /= size) then
+        if (rank == 0) write (error_unit, '(a, i0, a)') 'stencil3d: --grid: give PXxPYxPZ for ', size, ' ranks'
+        call mpi_abort(MPI_COMM_WORLD, 2, ierr)
+     end if
+     ngrids = 1
+  end if
   ! box+: the fields in sode's shared memory.
   do sh = 0, 1
      shared = sh == 1
