@@ -139,6 +139,32 @@ pub struct Decomposition {
 impl Decomposition {
     /// Checks the description: 1, 2 or 3 axes, each with at least as many
     /// cells per process as the halo is wide.
+    ///
+    /// `global` cells per axis, `grid` processes per axis, `periodic` per
+    /// axis, `halo` cells wide, `stencil` the neighbours read (faces,
+    /// faces and edges, or all). Axis 0 is the fastest in memory.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Decomposition`], naming the axis, when the lengths of
+    /// `global`, `grid` and `periodic` differ or are not 1 to 3, a grid
+    /// axis is 0 or larger than its cells, or a block is narrower than
+    /// the halo.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use sode::{Decomposition, Stencil};
+    ///
+    /// // 512 x 256 cells on a 4 x 2 process grid, periodic along axis 0.
+    /// let d = Decomposition::new(&[512, 256], &[4, 2], &[true, false], 1, Stencil::Full)?;
+    /// assert_eq!(d.neighbours(0).len(), 5); // a wall below axis 1
+    ///
+    /// // A halo wider than a block is refused, by axis.
+    /// let e = Decomposition::new(&[8, 8], &[8, 1], &[false, false], 2, Stencil::Faces);
+    /// assert!(e.unwrap_err().to_string().contains("axis 0"));
+    /// # Ok::<(), sode::HaloError>(())
+    /// ```
     pub fn new(
         global: &[usize],
         grid: &[usize],

@@ -178,6 +178,37 @@ impl HaloExchangeBuilder<'_> {
     /// Decides each neighbour's channel, sets up shared memory with the
     /// neighbours on this node and RDMA (device, keys, scheduled chains)
     /// with the others. Collective: every rank of the job calls it.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::JobSize`] when the decomposition's grid is not the
+    /// job's size; [`HaloError::Usage`] for settings that do not fit (no
+    /// fields, a transport that cannot reach a neighbour);
+    /// [`HaloError::Shm`], [`HaloError::Rdma`] or [`HaloError::TcpSetup`],
+    /// naming the neighbours, when a channel cannot be set up;
+    /// [`HaloError::Barrier`] when another rank does not arrive within the
+    /// builder's timeout.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use sode::{Decomposition, HaloExchange, Stencil};
+    ///
+    /// // A job of one process (nothing launched it): its periodic axis
+    /// // makes it its own neighbour, and the halo a copy.
+    /// let world = sode_job::World::init(Duration::from_secs(10))?;
+    /// let d = Decomposition::new(&[8, 4], &[1, 1], &[true, false], 1, Stencil::Faces)?;
+    /// let mut halo = HaloExchange::builder(&world, &d).build()?;
+    /// let ext = halo.local_extent().to_vec(); // [10, 6]: the block and its halo
+    /// let mut u: Vec<f64> = (0..ext[0] * ext[1]).map(|i| i as f64).collect();
+    /// halo.start(&[&u])?;
+    /// halo.wait(Instant::now() + Duration::from_secs(10), &mut [&mut u])?;
+    /// // Cell 0 of row 1 is the halo below axis 0: the last owned cell of that row.
+    /// assert_eq!(u[ext[0]], u[ext[0] + 8]);
+    /// assert_eq!(halo.stats().exchanges, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn build(self) -> Result<HaloExchange> {
         self.check()?;
         let me = self.world.rank();

@@ -84,9 +84,28 @@ fn adopt_wait_policy(local_ranks: usize) -> Result<()> {
 
 impl World {
     /// Reads the launcher's environment and meets the other ranks (at
-    /// `SODE_ROOT`, or through the launcher's PMIx server); collective over
-    /// the whole job. A process nothing launched (no rank variable set) is a
-    /// job of one.
+    /// `SODE_ROOT`, or through the launcher's PMIx server, or its PMI-1
+    /// one); collective over the whole job. A process nothing launched (no
+    /// rank variable set) is a job of one.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Launch`] when the environment gives a rank but no way
+    /// to meet (plain `srun`: set `SODE_ROOT` and `SODE_JOB_SECRET`, or use
+    /// `--mpi=pmix`); [`JobError::External`] when the PMIx or PMI server
+    /// fails; [`JobError::BootstrapTimeout`] when the other ranks do not
+    /// arrive within `timeout`, naming them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// // Not started by a launcher: a job of one.
+    /// let world = sode_job::World::init(Duration::from_secs(10))?;
+    /// assert_eq!((world.rank(), world.size()), (0, 1));
+    /// # Ok::<(), sode_job::JobError>(())
+    /// ```
     pub fn init(timeout: Duration) -> Result<World> {
         if !crate::launch::launched() {
             return Ok(Self::single());
