@@ -34,6 +34,12 @@ fi
 dir=$(mktemp -d /tmp/sode-slurm.XXXXXX)
 pids=()
 stop() {
+  # The jobs first, while slurmd can still end their steps: a step whose
+  # slurmd is gone leaves its tasks running.
+  if [ "${#pids[@]}" -gt 2 ]; then
+    scancel --full --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 50); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.2; done
+  fi
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

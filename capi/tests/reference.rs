@@ -117,23 +117,19 @@ fn c_reference(header: &str, mpi_header: &str) -> String {
          Include `<sode.h>`, or `<sode_mpi.h>` for the MPI communicators (in\n\
          `libsode_mpi`, at the end).\n\n## Functions\n",
     );
-    for f in &functions {
-        out.push_str(&format!(
-            "\n### `{}`\n\n```c\n{}\n```\n\n{}\n",
-            f.name,
-            f.declaration,
-            prose(&f.doc)
-        ));
-    }
+    let section = |out: &mut String, items: &[Item]| {
+        for f in items {
+            out.push_str(&format!(
+                "\n### `{}`\n\n```c\n{}\n```\n\n{}\n",
+                f.name,
+                f.declaration,
+                prose(&f.doc)
+            ));
+        }
+    };
+    section(&mut out, &functions);
     out.push_str("\n## MPI communicators (`sode_mpi.h`, `libsode_mpi`)\n");
-    for f in &mpi_functions {
-        out.push_str(&format!(
-            "\n### `{}`\n\n```c\n{}\n```\n\n{}\n",
-            f.name,
-            f.declaration,
-            prose(&f.doc)
-        ));
-    }
+    section(&mut out, &mpi_functions);
     out.push_str("\n## Constants\n\n| name | value | meaning |\n|---|---|---|\n");
     for c in &constants {
         let meaning = c.doc.join(" ").replace('|', "\\|");
