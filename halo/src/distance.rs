@@ -7,7 +7,8 @@
 //! its latency matrix. A byte inside one NUMA node costs 1; between nodes,
 //! [`OTHER_NODE`] times the pair's round trip over the median of all the
 //! pairs measured, so that the nearest clusters weigh about the same as
-//! before and farther ones more.
+//! before and farther ones more. A pair forwarded by gateways costs at
+//! least the sum of its hops: each of its bytes crosses all of them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -210,6 +211,9 @@ pub(crate) struct Layout {
     leader: Vec<usize>,
     /// The median measured round trip (1 when none was).
     median: f64,
+    /// `(node a, node b)` with a < b, for the pairs that reach each other
+    /// only through gateways: the nodes of those gateways, in order.
+    gateways: BTreeMap<(usize, usize), Vec<usize>>,
 }
 
 impl Layout {
@@ -241,7 +245,19 @@ impl Layout {
             round_trips,
             leader,
             median,
+            gateways: BTreeMap::new(),
         }
+    }
+
+    /// The same layout, where the nodes of each pair `(a, b)` (a < b) of
+    /// `gateways` reach each other through the gateways on the nodes
+    /// listed, in order.
+    pub(crate) fn with_gateways(
+        mut self,
+        gateways: BTreeMap<(usize, usize), Vec<usize>>,
+    ) -> Layout {
+        self.gateways = gateways;
+        self
     }
 
     /// The distance between ranks `a` and `b` (launch order).
@@ -252,6 +268,32 @@ impl Layout {
         let (na, nb) = (self.node[a], self.node[b]);
         if na == nb {
             return self.inside(a, b);
+        }
+        let measured = self.between_nodes(na, nb);
+        // A forwarded byte crosses every link on its way and is copied by
+        // each gateway: it costs at least the sum of its hops, whatever
+        // one round trip (latency only, and noisy) said.
+        match self.gateways.get(&(na.min(nb), na.max(nb))) {
+            Some(via) if !via.is_empty() => {
+                let mut path = Vec::with_capacity(via.len() + 2);
+                path.push(na);
+                path.extend(via);
+                path.push(nb);
+                let hops: f64 = path
+                    .windows(2)
+                    .map(|w| self.between_nodes(w[0], w[1]))
+                    .sum();
+                measured.max(hops)
+            }
+            _ => measured,
+        }
+    }
+
+    /// Between nodes `na` and `nb`, from the round trip their leaders
+    /// measured (the median pair's when they measured none).
+    fn between_nodes(&self, na: usize, nb: usize) -> f64 {
+        if na == nb {
+            return 0.0;
         }
         let (la, lb) = (self.leader[na], self.leader[nb]);
         match self.round_trips.get(&(la.min(lb), la.max(lb))) {
@@ -338,7 +380,28 @@ pub(crate) fn layout_of(
         }
         numa.push(placed);
     }
-    Layout::new(node, numa, round_trips)
+    let leaders = node_leaders(world);
+    let mut gateways = BTreeMap::new();
+    // Each pair's path is a search over the nodes: beyond the jobs whose
+    // pairs are all measured, forwarded pairs keep their round trip.
+    let traced = if leaders.len() <= MEASURE_ALL_UP_TO {
+        leaders.len()
+    } else {
+        0
+    };
+    for (i, &a) in leaders[..traced].iter().enumerate() {
+        for &b in &leaders[i + 1..] {
+            let via: Vec<usize> = world
+                .gateways_between(a, b)
+                .into_iter()
+                .filter_map(|g| node.get(g).copied())
+                .collect();
+            if !via.is_empty() {
+                gateways.insert((node[a].min(node[b]), node[a].max(node[b])), via);
+            }
+        }
+    }
+    Layout::new(node, numa, round_trips).with_gateways(gateways)
 }
 
 #[cfg(test)]

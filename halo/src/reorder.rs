@@ -262,6 +262,7 @@ fn traffic(decomp: &Decomposition, cell_bytes: usize) -> Traffic {
 mod tests {
     use super::*;
     use crate::decomp::Stencil;
+    use std::collections::BTreeMap;
 
     #[test]
     fn traffic_of_a_chain() {
@@ -349,6 +350,49 @@ mod tests {
                 assert!(pair != [1, 2] && pair != [2, 1], "{a} and {b}: {order:?}");
             }
         }
+    }
+
+    /// Whether new ranks `a` and `b` of `order` are neighbours on nodes 1
+    /// and 2 (a and c of ci/softroce/three-nodes.sh).
+    fn spans_a_and_c(t: &Traffic, l: &Layout, order: &[usize]) -> bool {
+        t.iter().enumerate().any(|(a, row)| {
+            row.iter().any(|&(b, _)| {
+                let pair = [l.node[order[a]], l.node[order[b]]];
+                pair == [1, 2] || pair == [2, 1]
+            })
+        })
+    }
+
+    #[test]
+    fn a_pair_forwarded_by_a_gateway_costs_at_least_its_two_hops() {
+        // Round trips a CI run measured on the grid of three-nodes.sh:
+        // through the gateway a-c took 10133 us, less than a-b (4737) and
+        // b-c (8044) together. By the round trips alone the cheapest order
+        // makes a and c neighbours across a short face; but every
+        // forwarded byte crosses both links and is copied on node b.
+        let d = Decomposition::new(&[48, 48], &[3, 2], &[false, false], 1, Stencil::Faces).unwrap();
+        let t = traffic(&d, 8);
+        let trips = [((0, 2), 4737.0), ((0, 4), 8044.0), ((2, 4), 10133.0)];
+        let by_round_trips = layout(&[0, 0, 1, 1, 2, 2], &trips);
+        let order = choose(&t, &by_round_trips).unwrap();
+        assert!(spans_a_and_c(&t, &by_round_trips, &order), "{order:?}");
+        let forwarded =
+            layout(&[0, 0, 1, 1, 2, 2], &trips).with_gateways(BTreeMap::from([((1, 2), vec![0])]));
+        let a_c = forwarded.distance(2, 4);
+        let hops = forwarded.distance(2, 0) + forwarded.distance(0, 4);
+        assert_eq!(a_c, hops, "a-c costs a-b and b-c");
+        assert!(a_c > by_round_trips.distance(2, 4));
+        let order = choose(&t, &forwarded).unwrap();
+        assert!(!spans_a_and_c(&t, &forwarded, &order), "{order:?}");
+        let identity: Vec<usize> = (0..6).collect();
+        assert!(weighted(&t, &forwarded, &order) < weighted(&t, &forwarded, &identity));
+        // A gateway's measured round trip above its hops' sum stands.
+        let slow = layout(
+            &[0, 0, 1, 1, 2, 2],
+            &[((0, 2), 4737.0), ((0, 4), 8044.0), ((2, 4), 90000.0)],
+        )
+        .with_gateways(BTreeMap::from([((1, 2), vec![0])]));
+        assert!(slow.distance(2, 4) > slow.distance(2, 0) + slow.distance(0, 4));
     }
 
     #[test]

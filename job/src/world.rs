@@ -325,11 +325,18 @@ impl World {
     /// through, in order: none when the two reach each other directly (on
     /// one node, one network, or as named in [`crate::GROUPS_VAR`]).
     pub fn gateways_to(&self, peer: usize) -> Vec<usize> {
-        if peer >= self.size {
+        self.gateways_between(self.rank, peer)
+    }
+
+    /// The gateway ranks a connection from rank `from` to rank `to` passes
+    /// through, in order, as [`World::gateways_to`] says on rank `from`:
+    /// what every rank can tell about any pair, for placing ranks.
+    pub fn gateways_between(&self, from: usize, to: usize) -> Vec<usize> {
+        if from >= self.size || to >= self.size {
             return Vec::new();
         }
         self.routes
-            .gateways(self.launch_of(self.rank), self.launch_of(peer))
+            .gateways(self.launch_of(from), self.launch_of(to))
             .into_iter()
             .map(|g| self.rank_of_launch(g))
             .collect()
