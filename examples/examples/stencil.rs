@@ -73,6 +73,23 @@ struct Args {
     /// moves no fewer bytes between nodes.
     #[arg(long)]
     reorder: bool,
+    /// Seconds that joining the job, each collective step of the setup and
+    /// each exchange may take before the rank gives up with an error.
+    #[arg(long, default_value_t = 60.0, value_parser = positive_seconds)]
+    timeout: f64,
+}
+
+impl Args {
+    fn timeout(&self) -> Duration {
+        Duration::from_secs_f64(self.timeout)
+    }
+}
+
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(s) if s > 0.0 && s <= 1e9 => Ok(s),
+        _ => Err(format!("{text:?}: a number of seconds above 0 (up to 1e9)")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -423,7 +440,7 @@ fn iterate_shared(
     }
     let mut times = Times::default();
     for it in 0..a.iters {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + a.timeout();
         let cur = it % 2;
         let ti = Instant::now();
         if a.exchange_only {
@@ -481,7 +498,7 @@ fn iterate(
     // computes: the exchange and the computation alone, measured in the
     // same run as the overlapped ones, interleaved with them.
     for it in 0..a.iters {
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + a.timeout();
         let ti = Instant::now();
         if a.exchange_only {
             halo.start(&[&*u])?;
@@ -575,7 +592,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             )
         }
     };
-    let launched = World::init(Duration::from_secs(60))?;
+    let launched = World::init(a.timeout())?;
     let global = vec![a.size; a.dims];
     let grid = if a.grid.is_empty() {
         process_grid(launched.size(), a.dims)
@@ -584,7 +601,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     let d = Decomposition::new(&global, &grid, &vec![a.periodic; a.dims], 1, stencil)?;
     let (world, order_report) = if a.reorder {
-        let r = sode::reorder(&launched, &d, 8, Duration::from_secs(60))?;
+        let r = sode::reorder(&launched, &d, 8, a.timeout())?;
         let report = reorder_report(&r);
         (r.world, report)
     } else {
@@ -597,13 +614,14 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         .engines(a.engines)
         .sync(a.sync.parse()?)
         .shared_fields(if a.shared_fields { 2 } else { 0 })
+        .setup_timeout(a.timeout())
         .build()?;
     let ext = halo.local_extent().to_vec();
     let (start, _) = d.block(me);
     let update = Update::new(a.dims, stencil);
     let mut u = fill(&ext, &start, 1, &global, a.periodic);
     let mut v = u.clone();
-    world.barrier(Duration::from_secs(60))?;
+    world.barrier(a.timeout())?;
     let t0 = Instant::now();
     let times = if a.shared_fields {
         iterate_shared(a, &mut halo, &update, &ext, &mut u)?

@@ -69,9 +69,9 @@ pub enum JobError {
         /// Why not.
         why: String,
     },
-    /// The collective the program lends sode (an MPI communicator's
-    /// allgather) failed.
-    #[error("the program's allgather failed during {step}: {why}")]
+    /// The collective sode joined the job through (the program's MPI
+    /// communicator, or the launcher's PMIx or PMI server) failed.
+    #[error("the job's allgather (through the program's MPI or the launcher's PMIx or PMI) failed during {step}: {why}")]
     External {
         /// What sode was doing.
         step: String,

@@ -30,11 +30,12 @@ fn failed(step: &str) -> impl Fn(String) -> JobError + '_ {
 
 /// Connects to the PMIx server: this rank, the job's size and namespace,
 /// and an out-of-band exchange over it.
-pub fn join() -> Result<(ExternalOob, String)> {
+/// Each fence and get is given up after `timeout`.
+pub fn join(timeout: std::time::Duration) -> Result<(ExternalOob, String)> {
     let pmix = Pmix::connect().map_err(failed("connect"))?;
     let rank = pmix.rank() as usize;
     let size = pmix
-        .get_number(RANK_WILDCARD, "pmix.job.size")
+        .get_number(RANK_WILDCARD, "pmix.job.size", timeout)
         .map_err(failed("job size"))? as usize;
     let namespace = pmix.namespace();
     tracing::debug!(rank, size, namespace, "joined through PMIx");
@@ -43,9 +44,9 @@ pub fn join() -> Result<(ExternalOob, String)> {
         round += 1;
         let key = format!("sode.gather.{round}");
         pmix.put_bytes(&key, mine)?;
-        pmix.fence()?;
+        pmix.fence(timeout)?;
         for (r, block) in all.chunks_mut(mine.len().max(1)).enumerate().take(size) {
-            let theirs = pmix.get_bytes(r as u32, &key)?;
+            let theirs = pmix.get_bytes(r as u32, &key, timeout)?;
             if theirs.len() != mine.len() {
                 return Err(format!(
                     "rank {r} put {} bytes under {key}, this rank {}",

@@ -1,8 +1,11 @@
 //! The PMIx client (libpmix.so.2), loaded at run time so that sode runs
 //! where it is absent. Only the calls the bootstrap needs: init, get,
 //! put, commit, fence, finalize. The structure layouts are PMIx 4's
-//! (`pmix_proc_t` 260 bytes, `pmix_value_t` 32 with its data at 8), checked
-//! against the installed headers by `ci/pmix.sh` in CI.
+//! (`pmix_proc_t` 260 bytes, `pmix_value_t` 32 with its data at 8,
+//! `pmix_info_t` 552 with its value at 520), checked against the installed
+//! headers by `ci/pmix.sh` in CI. Fences and gets carry `PMIX_TIMEOUT`, so
+//! that a rank that never arrives fails the others instead of hanging
+//! them.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 
@@ -13,6 +16,7 @@ const NSPACE_LEN: usize = 256;
 /// `PMIX_RANK_WILDCARD`: the job as a whole.
 pub(crate) const RANK_WILDCARD: u32 = u32::MAX - 1;
 const PMIX_SUCCESS: c_int = 0;
+const PMIX_ERR_TIMEOUT: c_int = -24;
 const PMIX_GLOBAL: u8 = 3;
 const PMIX_UINT16: u16 = 13;
 const PMIX_UINT32: u16 = 14;
@@ -33,18 +37,49 @@ struct Value {
     data: [u64; 3],
 }
 
+/// `PMIX_MAX_KEYLEN + 1`.
+const KEY_LEN: usize = 512;
+const PMIX_INT: u16 = 6;
+/// `PMIX_TIMEOUT`: seconds before the server gives the call up.
+const TIMEOUT_KEY: &[u8] = b"pmix.timeout";
+
+/// `pmix_info_t`: a key, directives, and a value at offset 520.
+#[repr(C)]
+struct Info {
+    key: [c_char; KEY_LEN],
+    flags: u32,
+    value: Value,
+}
+
+impl Info {
+    /// `PMIX_TIMEOUT` of `timeout`, in whole seconds (at least 1: 0 would
+    /// mean no deadline).
+    fn timeout(timeout: std::time::Duration) -> Info {
+        let mut key = [0 as c_char; KEY_LEN];
+        for (k, &b) in key.iter_mut().zip(TIMEOUT_KEY) {
+            *k = b as c_char;
+        }
+        let secs = timeout.as_secs_f64().ceil().clamp(1.0, f64::from(i32::MAX)) as i32;
+        Info {
+            key,
+            flags: 0,
+            value: Value {
+                ty: PMIX_INT,
+                // The union's int, in its first 4 bytes (little-endian:
+                // the low half of the first word).
+                data: [u64::from(secs as u32), 0, 0],
+            },
+        }
+    }
+}
+
 type Init = unsafe extern "C" fn(*mut Proc, *const c_void, usize) -> c_int;
 type Finalize = unsafe extern "C" fn(*const c_void, usize) -> c_int;
-type Get = unsafe extern "C" fn(
-    *const Proc,
-    *const c_char,
-    *const c_void,
-    usize,
-    *mut *mut Value,
-) -> c_int;
+type Get =
+    unsafe extern "C" fn(*const Proc, *const c_char, *const Info, usize, *mut *mut Value) -> c_int;
 type Put = unsafe extern "C" fn(u8, *const c_char, *const Value) -> c_int;
 type Commit = unsafe extern "C" fn() -> c_int;
-type Fence = unsafe extern "C" fn(*const Proc, usize, *const c_void, usize) -> c_int;
+type Fence = unsafe extern "C" fn(*const Proc, usize, *const Info, usize) -> c_int;
 type Destruct = unsafe extern "C" fn(*mut Value);
 type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 
@@ -164,12 +199,19 @@ impl Pmix {
             .into_owned()
     }
 
-    fn get_raw(&self, rank: u32, key: &str) -> Result<Got<'_>, String> {
+    fn get_raw(
+        &self,
+        rank: u32,
+        key: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Got<'_>, String> {
         let proc_ = Proc { rank, ..self.me };
         let k = CString::new(key).map_err(|e| e.to_string())?;
         let mut value: *mut Value = std::ptr::null_mut();
-        // SAFETY: a valid proc and key; PMIx allocates `value`.
-        let rc = unsafe { (self.get)(&proc_, k.as_ptr(), std::ptr::null(), 0, &mut value) };
+        let info = Info::timeout(timeout);
+        // SAFETY: a valid proc and key, one info that outlives the call;
+        // PMIx allocates `value`.
+        let rc = unsafe { (self.get)(&proc_, k.as_ptr(), &info, 1, &mut value) };
         self.check(&format!("PMIx_Get({key}) of rank {rank}"), rc)?;
         if value.is_null() {
             return Err(format!("PMIx_Get({key}) of rank {rank} returned nothing"));
@@ -178,8 +220,13 @@ impl Pmix {
     }
 
     /// An unsigned number (`uint16` or `uint32`) about `rank`.
-    pub(crate) fn get_number(&self, rank: u32, key: &str) -> Result<u32, String> {
-        let got = self.get_raw(rank, key)?;
+    pub(crate) fn get_number(
+        &self,
+        rank: u32,
+        key: &str,
+        timeout: std::time::Duration,
+    ) -> Result<u32, String> {
+        let got = self.get_raw(rank, key, timeout)?;
         // SAFETY: a pmix_value_t PMIx filled; its union is read as the
         // type it says.
         let (ty, word) = unsafe { ((*got.value).ty, (*got.value).data[0]) };
@@ -193,8 +240,13 @@ impl Pmix {
     }
 
     /// The bytes `rank` put under `key`.
-    pub(crate) fn get_bytes(&self, rank: u32, key: &str) -> Result<Vec<u8>, String> {
-        let got = self.get_raw(rank, key)?;
+    pub(crate) fn get_bytes(
+        &self,
+        rank: u32,
+        key: &str,
+        timeout: std::time::Duration,
+    ) -> Result<Vec<u8>, String> {
+        let got = self.get_raw(rank, key, timeout)?;
         // SAFETY: as above; a byte object is a pointer and a length.
         unsafe {
             let v = &*got.value;
@@ -232,15 +284,25 @@ impl Pmix {
         self.check("PMIx_Commit", rc)
     }
 
-    /// A fence over the whole namespace.
-    pub(crate) fn fence(&self) -> Result<(), String> {
+    /// A fence over the whole namespace, given up by the server after
+    /// `timeout` (rounded up to whole seconds).
+    pub(crate) fn fence(&self, timeout: std::time::Duration) -> Result<(), String> {
         let all = Proc {
             rank: RANK_WILDCARD,
             ..self.me
         };
-        // SAFETY: one proc (the namespace's wildcard), no info.
-        let rc = unsafe { (self.fence)(&all, 1, std::ptr::null(), 0) };
+        let info = Info::timeout(timeout);
+        // SAFETY: one proc (the namespace's wildcard), one info that
+        // outlives the call.
+        let rc = unsafe { (self.fence)(&all, 1, &info, 1) };
         self.check("PMIx_Fence", rc)
+            .map_err(|why| match rc {
+                PMIX_ERR_TIMEOUT => format!(
+                    "{why}: not every rank reached it within {} s (a rank that has not started, is stuck before it, or died)",
+                    info.value.data[0]
+                ),
+                _ => why,
+            })
     }
 }
 
