@@ -54,6 +54,10 @@ for n in 1 2 4; do
   echo "-- mpirun -n $n stencil3d"
   timeout 300 "${mpirun[@]}" -n "$n" "$fbuild/stencil3d"
 done
+for n in 1 2 3; do
+  echo "-- mpirun -n $n ring1d (Fortran: a 1-D ring and line, int64 and real64)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/ring1d"
+done
 
 echo "-- a Fortran failure without ierr ends the whole job (MPI_Abort)"
 set +e
@@ -117,11 +121,14 @@ echo "ok: libsode.so $so_mb MiB, libsode.a $a_mb MiB, debug info in lib/.debug"
 if command -v mpicc.mpich >/dev/null; then
   echo "-- the CMake package refuses an MPI other than its own"
   set +e
-  mismatch=$(cmake -S examples/c -B "$build-mpich" -DCMAKE_PREFIX_PATH="$prefix" \
+  # Not ci/mpich.sh's build directory, whose cache would configure.
+  refused=$build-refused
+  rm -rf "$refused"
+  mismatch=$(cmake -S examples/c -B "$refused" -DCMAKE_PREFIX_PATH="$prefix" \
     -DMPI_C_COMPILER="$(command -v mpicc.mpich)" 2>&1)
   mismatch_status=$?
   set -e
-  rm -rf "$build-mpich"
+  rm -rf "$refused"
   if [ "$mismatch_status" -eq 0 ] || ! grep -q "sode was built with" <<<"$mismatch"; then
     echo "$mismatch" | tail -20
     echo "error: a project with MPICH configured against a sode built with Open MPI" >&2

@@ -45,6 +45,9 @@ bash ci/capi.sh
 echo "== [${SECONDS}s] MPICH beside Open MPI: sode built with it, the C and Fortran examples with -Werror under its mpirun"
 bash ci/mpich.sh
 
+echo "== [${SECONDS}s] the comparison benchmark, one quick round: sode, MPI persistent and the MPI-4 neighbourhood collective, each one's halo checked"
+bash ci/compare.sh 1 20 64
+
 echo "== [${SECONDS}s] PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
 bash ci/pmix.sh
 

@@ -40,7 +40,8 @@ module sode
   real(real64), parameter, public :: SODE_NO_DEADLINE = huge(1d0), SODE_TIMEOUT_DEFAULT = -1d0
   integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, ORDER_FORTRAN = 1
   !> Element kinds of a field sode keeps (sode_add_shared_field).
-  integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32
+  integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32, &
+       SODE_INT64 = I64
 
   !> A sode communicator: the ranks of a job.
   type, public :: sode_comm
@@ -79,14 +80,15 @@ module sode
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
   public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
 
-  !> Adds a field: a real32, real64 or int32 array of rank 2 to 4 (Fortran
+  !> Adds a field: a real32, real64, int32 or int64 array of rank 1 to 4 (Fortran
   !> order, with the TARGET attribute), its owned cells `first(:)` to
   !> `last(:)` in the array's own bounds, its halo widths below and above
   !> on the process grid's axes (default: the exchange's).
   interface sode_add_field
-     module procedure add_r64_2, add_r64_3, add_r64_4
-     module procedure add_r32_2, add_r32_3, add_r32_4
-     module procedure add_i32_2, add_i32_3, add_i32_4
+     module procedure add_r64_1, add_r64_2, add_r64_3, add_r64_4
+     module procedure add_r32_1, add_r32_2, add_r32_3, add_r32_4
+     module procedure add_i32_1, add_i32_2, add_i32_3, add_i32_4
+     module procedure add_i64_1, add_i64_2, add_i64_3, add_i64_4
   end interface sode_add_field
 
   !> A field sode keeps (sode_set_shared_fields): array `a` becomes a
@@ -94,9 +96,10 @@ module sode
   !> (from 0), with the bounds `lbounds(:)` to `ubounds(:)` it was added
   !> with. Valid until the exchange is freed.
   interface sode_shared_field
-     module procedure shared_r64_2, shared_r64_3, shared_r64_4
-     module procedure shared_r32_2, shared_r32_3, shared_r32_4
-     module procedure shared_i32_2, shared_i32_3, shared_i32_4
+     module procedure shared_r64_1, shared_r64_2, shared_r64_3, shared_r64_4
+     module procedure shared_r32_1, shared_r32_2, shared_r32_3, shared_r32_4
+     module procedure shared_i32_1, shared_i32_2, shared_i32_3, shared_i32_4
+     module procedure shared_i64_1, shared_i64_2, shared_i64_3, shared_i64_4
   end interface sode_shared_field
 
   interface
@@ -529,8 +532,8 @@ contains
     call finish(c_set_shared_fields(x%ptr, int(sets, c_int)), ierr)
   end subroutine sode_set_shared_fields
 
-  !> Adds a field sode keeps: `kind` SODE_REAL64, SODE_REAL32 or SODE_INT32,
-  !> bounds `lbounds(:)` to `ubounds(:)` (rank 2 to 4, halos included), owned
+  !> Adds a field sode keeps: `kind` SODE_REAL64, SODE_REAL32, SODE_INT32 or
+  !> SODE_INT64, bounds `lbounds(:)` to `ubounds(:)` (rank 1 to 4, halos included), owned
   !> cells `first(:)` to `last(:)`, halo widths as for sode_add_field.
   subroutine sode_add_shared_field(x, kind, lbounds, ubounds, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
@@ -552,6 +555,22 @@ contains
     integer, intent(out), optional :: ierr
     call finish(c_start_set(x%ptr, int(set, c_int)), ierr)
   end subroutine sode_start_set
+
+  subroutine shared_r64_1(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(1), ubounds(1)
+    real(real64), pointer, contiguous, intent(out) :: a(:)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):) => t
+  end subroutine shared_r64_1
 
   subroutine shared_r64_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
@@ -601,6 +620,22 @@ contains
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
   end subroutine shared_r64_4
 
+  subroutine shared_r32_1(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(1), ubounds(1)
+    real(real32), pointer, contiguous, intent(out) :: a(:)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):) => t
+  end subroutine shared_r32_1
+
   subroutine shared_r32_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
@@ -648,6 +683,22 @@ contains
     call c_f_pointer(p, t, ubounds - lbounds + 1)
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
   end subroutine shared_r32_4
+
+  subroutine shared_i32_1(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(1), ubounds(1)
+    integer(int32), pointer, contiguous, intent(out) :: a(:)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):) => t
+  end subroutine shared_i32_1
 
   subroutine shared_i32_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
@@ -697,6 +748,79 @@ contains
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
   end subroutine shared_i32_4
 
+  subroutine shared_i64_1(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(1), ubounds(1)
+    integer(int64), pointer, contiguous, intent(out) :: a(:)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):) => t
+  end subroutine shared_i64_1
+
+  subroutine shared_i64_2(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(2), ubounds(2)
+    integer(int64), pointer, contiguous, intent(out) :: a(:, :)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):) => t
+  end subroutine shared_i64_2
+
+  subroutine shared_i64_3(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(3), ubounds(3)
+    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):) => t
+  end subroutine shared_i64_3
+
+  subroutine shared_i64_4(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(4), ubounds(4)
+    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
+  end subroutine shared_i64_4
+
+  subroutine add_r64_1(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r64_1
+
   subroutine add_r64_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real64), pointer, contiguous, intent(in) :: a(:, :)
@@ -723,6 +847,15 @@ contains
     integer, intent(out), optional :: ierr
     call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_4
+
+  subroutine add_r32_1(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r32_1
 
   subroutine add_r32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
@@ -751,6 +884,15 @@ contains
     call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_4
 
+  subroutine add_i32_1(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i32_1
+
   subroutine add_i32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     integer(int32), pointer, contiguous, intent(in) :: a(:, :)
@@ -777,6 +919,42 @@ contains
     integer, intent(out), optional :: ierr
     call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_4
+
+  subroutine add_i64_1(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_1
+
+  subroutine add_i64_2(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_2
+
+  subroutine add_i64_3(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_3
+
+  subroutine add_i64_4(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_4
 
   !> Which channels carry the messages (before commit, the same on every
   !> rank): SODE_TRANSPORT_AUTO (shared memory on the node, RDMA or TCP

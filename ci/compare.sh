@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The comparison benchmark: examples/c/bench2d (one double field, halo 1,
+# 8 neighbours, periodic) through sode, MPI persistent point-to-point and
+# the MPI-4 persistent neighbourhood collective, in one run per MPI and
+# rank count, rounds rotating which goes first; every contender's halo is
+# checked before it is timed. Under Open MPI and MPICH, 2 and 4 ranks.
+#
+#   bash ci/compare.sh [rounds [divisor [largest block]]]
+#
+# Needs the examples that ci/capi.sh (Open MPI) and ci/mpich.sh (MPICH)
+# build. CI runs one quick round (data checked, times not judged); the
+# results page runs the defaults (7 rounds, blocks 16^2 to 1024^2).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-7}
+divisor=${2:-1}
+largest=${3:-1024}
+openmpi=${OPENMPI_BENCH:-target/capi-examples/bench2d}
+mpich=${MPICH_BENCH:-target/capi-examples-mpich/bench2d}
+for exe in "$openmpi" "$mpich"; do
+  [ -x "$exe" ] || { echo "compare: $exe is missing: run ci/capi.sh and ci/mpich.sh first" >&2; exit 1; }
+done
+fail=0
+table() { # launcher..., then the program
+  local out
+  if ! out=$(timeout 600 "$@" "$rounds" "$divisor" "$largest" 2>&1); then
+    printf '%s\n' "$out" >&2
+    echo "compare: $* failed" >&2
+    fail=1
+    return
+  fi
+  printf '%s\n\n' "$out"
+  # Every row has all three contenders: a missing neighbourhood collective
+  # would say n/a.
+  if printf '%s\n' "$out" | grep -E '^\| [0-9]+ x' | grep -q "n/a"; then
+    echo "compare: $* ran without the neighbourhood collective" >&2
+    fail=1
+  fi
+}
+for n in 2 4; do
+  table mpirun --allow-run-as-root --oversubscribe -n "$n" "$openmpi"
+  table mpirun.mpich -n "$n" "$mpich"
+done
+exit $fail

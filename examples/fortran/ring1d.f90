@@ -1,0 +1,109 @@
+! A 1-D decomposition from Fortran: a ring of ranks (periodic) and a line
+! (not), each rank owning a block of a global array of 29 cells, with two
+! fields in one exchange: an int64 array with two halo cells on each side
+! and a real64 array with one. Three iterations; every halo cell of both is
+! checked against the value its owner holds, and cells beyond a line's
+! ends must keep their sentinel.
+!
+!   mpirun -n 3 ./ring1d
+program ring1d
+  use, intrinsic :: iso_fortran_env, only: real64, int64, error_unit, output_unit
+  use mpi_f08
+  use sode
+  implicit none
+
+  integer, parameter :: GLOBAL = 29, H = 2, HR = 1
+  integer :: rank, nranks, ierr, wrong, total, round
+
+  call mpi_init(ierr)
+  call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
+  call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
+  do round = 1, 2
+     wrong = run(round == 1)
+     call mpi_allreduce(wrong, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
+     if (total /= 0) then
+        if (rank == 0) write (error_unit, '(a, i0, a)') 'ring1d: ', total, ' halo cells wrong'
+        call mpi_abort(MPI_COMM_WORLD, 1, ierr)
+     end if
+     if (rank == 0) then
+        if (round == 1) then
+           write (output_unit, '(a, i0, a)') 'ring of ', nranks, &
+                ': int64 (halo 2) and real64 (halo 1) fields equal to their owners'' cells'
+        else
+           write (output_unit, '(a, i0, a)') 'line of ', nranks, &
+                ': int64 (halo 2) and real64 (halo 1) fields equal to their owners'' cells; ends untouched'
+        end if
+     end if
+  end do
+  call mpi_finalize(ierr)
+
+contains
+
+  integer(int64) function value(it, g)
+    integer, intent(in) :: it, g
+    value = int(it, int64) * 1000 + g
+  end function value
+
+  !> The expected value of global cell `g` at iteration `it` (wrapped on a
+  !> ring), or `sentinel` beyond a line's ends.
+  integer(int64) function expected(it, g, periodic, sentinel)
+    integer, intent(in) :: it, g
+    logical, intent(in) :: periodic
+    integer(int64), intent(in) :: sentinel
+    if (g >= 0 .and. g < GLOBAL) then
+       expected = value(it, g)
+    else if (periodic) then
+       expected = value(it, modulo(g, GLOBAL))
+    else
+       expected = sentinel
+    end if
+  end function expected
+
+  !> Three exchanges on a ring or a line; returns the wrong cells.
+  integer function run(periodic) result(wrong)
+    logical, intent(in) :: periodic
+    integer(int64), pointer, contiguous :: a(:)
+    real(real64), pointer, contiguous :: r(:)
+    type(sode_comm) :: sc
+    type(sode_exchange) :: x
+    integer :: q, rest, start, own, it, i, g
+
+    q = GLOBAL / nranks
+    rest = mod(GLOBAL, nranks)
+    start = rank * q + min(rank, rest)
+    own = q + merge(1, 0, rank < rest)
+    allocate (a(1 - H:own + H), r(1 - HR:own + HR))
+    call sode_comm_create_mpi(MPI_COMM_WORLD%MPI_VAL, sc)
+    call sode_exchange_create_cart(sc, [nranks], [rank], [periodic], [H], [H], SODE_STAR, x)
+    call sode_add_field(x, a, first=[1], last=[own])
+    call sode_add_field(x, r, first=[1], last=[own], halo_lo=[HR], halo_hi=[HR])
+    call sode_commit(x)
+    wrong = 0
+    do it = 1, 3
+       a = -1
+       r = -1d0
+       do i = 1, own
+          a(i) = value(it, start + i - 1)
+          r(i) = real(value(it, start + i - 1), real64) / 4
+       end do
+       call sode_start(x)
+       call sode_wait(x)
+       do i = 1 - H, own + H
+          g = start + i - 1
+          if (a(i) /= expected(it, g, periodic, -1_int64)) wrong = wrong + 1
+       end do
+       do i = 1 - HR, own + HR
+          g = start + i - 1
+          if (r(i) /= real(expected(it, g, periodic, -4_int64), real64) / 4) wrong = wrong + 1
+       end do
+    end do
+    if (wrong /= 0) then
+       write (error_unit, '(a, i0, a, l1, a, i0, a)') 'rank ', rank, ' (periodic ', periodic, '): ', &
+            wrong, ' cells wrong'
+    end if
+    call sode_exchange_free(x)
+    call sode_comm_free(sc)
+    deallocate (a, r)
+  end function run
+
+end program ring1d
