@@ -16,7 +16,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use nix::fcntl::{fcntl, FcntlArg, SealFlag};
+use nix::fcntl::{fcntl, FcntlArg, Flock, FlockArg, SealFlag};
 
 use crate::error::{Result, ShmError};
 use crate::layout;
@@ -43,7 +43,7 @@ pub(crate) fn job_dir(dir: &Path, job: &str) -> PathBuf {
 /// Creates the job's directory (mode 0700), or checks the one that exists:
 /// a directory, not a symlink, ours, mode 0700.
 pub(crate) fn ensure_job_dir(path: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     match std::fs::DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -56,6 +56,13 @@ pub(crate) fn ensure_job_dir(path: &Path) -> Result<()> {
             });
         }
     }
+    ensure_existing_job_dir(path)
+}
+
+/// Checks the job directory that exists at `path`: a directory, not a
+/// symlink, ours, mode 0700.
+fn ensure_existing_job_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let unsafe_dir = |why: String| ShmError::UnsafeSegment {
         path: path.to_path_buf(),
         why,
@@ -205,15 +212,121 @@ pub(crate) struct JobDirHold {
 #[derive(Debug)]
 struct HeldDir {
     path: PathBuf,
+    /// The directory, open with a shared `flock` while held: a lock every
+    /// live holder of any process keeps, and the kernel drops with a
+    /// process however it ends, so an exclusive one is granted only when
+    /// no live process holds the directory.
+    lock: Flock<File>,
 }
 
 impl Drop for HeldDir {
     fn drop(&mut self) {
-        // Fails while other segments of the job are still in it (other
-        // processes' ranks): the last to leave removes it.
-        let _ = std::fs::remove_dir(&self.path);
+        // The last holder of every process clears what killed ranks left
+        // (their locators), then removes the directory; while others hold
+        // it, removing fails on their segments or is left to them.
+        if self.lock.relock(FlockArg::LockExclusiveNonblock).is_ok() {
+            clear_dir(&self.path);
+            let _ = std::fs::remove_dir(&self.path);
+        }
     }
 }
+
+/// Opens the directory `path` (not a symlink) with a shared lock, waiting
+/// out a sweep or a last holder clearing it (an exclusive lock held for
+/// the time of a few unlinks) up to a second.
+fn lock_dir(path: &Path) -> Result<Flock<File>> {
+    let fail = |source: io::Error| ShmError::CreateSegment {
+        path: path.to_path_buf(),
+        hint: String::new(),
+        source,
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let mut file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(fail)?;
+    loop {
+        match Flock::lock(file, FlockArg::LockSharedNonblock) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err((_, errno)) => return Err(fail(io::Error::from(errno))),
+        }
+    }
+}
+
+/// Whether the open directory `lock` is still the one at `path` (a sweep
+/// or a last holder may have removed it between the open and the lock).
+fn still_at(lock: &Flock<File>, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (lock.metadata(), std::fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
+    }
+}
+
+/// Removes the regular files of ours in the job directory `path` (the
+/// locators of ranks no live process holds the directory for).
+fn clear_dir(path: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let me = nix::unistd::geteuid().as_raw();
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        if meta.file_type().is_file() && meta.uid() == me {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Removes this user's job directories under `parent` (but `except`) that
+/// no live process holds: those of jobs whose processes were killed, with
+/// the locators they left. Returns how many it removed.
+pub(crate) fn sweep_stale_job_dirs(parent: &Path, except: &Path) -> usize {
+    let prefix = format!("sode-{}-", nix::unistd::geteuid());
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix));
+        // The same checks as a job's own directory: ours, 0700, no symlink.
+        if !ours || path == except || ensure_existing_job_dir(&path).is_err() {
+            continue;
+        }
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            if still_at(&lock, &path) {
+                clear_dir(&path);
+                if std::fs::remove_dir(&path).is_ok() {
+                    tracing::debug!(path = %path.display(), "removed a job directory no live process held");
+                    removed += 1;
+                }
+            }
+        }
+    }
+    removed
+}
+
+/// The parent directories this process has swept.
+static SWEPT: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
 /// The holds of this process, by directory.
 static HELD: Mutex<Vec<Weak<HeldDir>>> = Mutex::new(Vec::new());
@@ -233,10 +346,31 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
     {
         return Ok(JobDirHold { _held: h });
     }
+    let mut attempts = 0;
+    let lock = loop {
+        let lock = lock_dir(path)?;
+        if still_at(&lock, path) || attempts == 100 {
+            break lock;
+        }
+        // Removed between our making sure of it and locking it: again.
+        attempts += 1;
+        ensure_job_dir(path)?;
+    };
     let h = Arc::new(HeldDir {
         path: path.to_path_buf(),
+        lock,
     });
     held.push(Arc::downgrade(&h));
+    drop(held);
+    if let Some(parent) = path.parent() {
+        let mut swept = SWEPT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !swept.iter().any(|p| p == parent) {
+            swept.push(parent.to_path_buf());
+            sweep_stale_job_dirs(parent, path);
+        }
+    }
     Ok(JobDirHold { _held: h })
 }
 
@@ -555,7 +689,8 @@ mod tests {
             fd: 3,
             len: 4096,
         };
-        ensure_job_dir(path.parent().unwrap()).unwrap();
+        // Held, as a job holds it: a sweep by another test leaves it.
+        let hold = hold_job_dir(path.parent().unwrap()).unwrap();
         // pid 1 is always alive.
         write_locator(&path, owner(1), 0o600);
         let mut seg = OwnSegment::create(path.clone(), 4096).unwrap();
@@ -565,12 +700,14 @@ mod tests {
         ));
         drop(seg);
         // A pid that cannot exist.
-        ensure_job_dir(path.parent().unwrap()).unwrap();
+        let _ = std::fs::remove_file(&path);
         write_locator(&path, owner(i32::MAX as u64), 0o600);
         let mut seg = OwnSegment::create(path.clone(), 4096).unwrap();
         seg.publish().unwrap();
         drop(seg);
         assert!(!path.exists());
+        drop(hold);
+        assert!(!path.parent().unwrap().exists());
     }
 
     /// A peer's locator path with `make` run on it, then what `open_peer`
@@ -582,11 +719,11 @@ mod tests {
             "x",
             1,
         );
-        ensure_job_dir(path.parent().unwrap()).unwrap();
+        let hold = hold_job_dir(path.parent().unwrap()).unwrap();
         make(&path);
         let got = open_peer(&path, 1);
         let _ = std::fs::remove_file(&path);
-        let _ = std::fs::remove_dir(path.parent().unwrap());
+        drop(hold);
         got
     }
 
@@ -763,6 +900,100 @@ mod tests {
         assert!(path.is_dir(), "a second hold keeps it");
         drop(again);
         assert!(!path.exists(), "the last hold removes it");
+    }
+
+    #[test]
+    fn job_directories_no_live_process_holds_are_swept() {
+        use std::os::unix::fs::PermissionsExt;
+        // A parent of its own, so that no other test's directories are in it.
+        let parent = dir().join(format!("sweep{}", std::process::id()));
+        std::fs::create_dir_all(&parent).unwrap();
+        let dead = Locator {
+            pid: i32::MAX as u64,
+            fd: 3,
+            len: 4096,
+        };
+        // A killed job's directory, with the locator it left; an empty one
+        // (a process that ended without dropping its hold); one that is not
+        // a job directory (mode 755); one that is not sode's.
+        let killed = job_dir(&parent, "killed");
+        ensure_job_dir(&killed).unwrap();
+        write_locator(&killed.join("x-r1"), dead, 0o600);
+        let empty = job_dir(&parent, "empty");
+        ensure_job_dir(&empty).unwrap();
+        let open = job_dir(&parent, "open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let other = parent.join("not-sode");
+        std::fs::create_dir(&other).unwrap();
+        // Holding a job directory sweeps its parent, once per process.
+        let live = job_dir(&parent, "live");
+        let hold = hold_job_dir(&live).unwrap();
+        assert!(
+            !killed.exists() && !empty.exists(),
+            "stale directories stay"
+        );
+        assert!(
+            open.is_dir() && other.is_dir(),
+            "a directory not sode's was removed"
+        );
+        // Another process holding a directory keeps it; killed, it does not.
+        let held = job_dir(&parent, "held");
+        ensure_job_dir(&held).unwrap();
+        write_locator(&held.join("x-r0"), dead, 0o600);
+        // The lock on descriptor 9, which `sleep` keeps: killing it ends
+        // the only holder.
+        let mut holder = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("exec 9<\"$0\" && flock -s 9 && exec sleep 60")
+            .arg(&held)
+            .spawn()
+            .expect("sh, and flock(1) from util-linux");
+        // Until the child has its lock (ours cannot become exclusive).
+        let t0 = std::time::Instant::now();
+        while lock_dir(&held)
+            .unwrap()
+            .relock(FlockArg::LockExclusiveNonblock)
+            .is_ok()
+        {
+            assert!(t0.elapsed().as_secs() < 10, "flock never took the lock");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(sweep_stale_job_dirs(&parent, Path::new("")), 0);
+        assert!(
+            held.is_dir(),
+            "a directory another process holds was removed"
+        );
+        assert!(held.join("x-r0").exists() && live.is_dir());
+        holder.kill().unwrap();
+        holder.wait().unwrap();
+        assert_eq!(sweep_stale_job_dirs(&parent, Path::new("")), 1);
+        assert!(!held.exists(), "a killed holder's directory stays");
+        // The last hold of the live job removes its directory.
+        drop(hold);
+        assert!(!live.exists());
+        std::fs::remove_dir(&open).unwrap();
+        std::fs::remove_dir(&other).unwrap();
+        std::fs::remove_dir(&parent).unwrap();
+    }
+
+    #[test]
+    fn the_last_holder_clears_what_killed_ranks_left() {
+        let path = job_dir(&dir(), &format!("last{}", std::process::id()));
+        let hold = hold_job_dir(&path).unwrap();
+        // A rank killed during setup left its locator.
+        let left = path.join("x-r3");
+        let dead = Locator {
+            pid: i32::MAX as u64,
+            fd: 3,
+            len: 4096,
+        };
+        write_locator(&left, dead, 0o600);
+        drop(hold);
+        assert!(
+            !path.exists(),
+            "the directory stays with a killed rank's locator"
+        );
     }
 
     #[test]
