@@ -105,6 +105,12 @@ impl AllToAllBuilder<'_> {
     }
 
     /// Connects the channels; collective.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a block of 0 bytes; otherwise as
+    /// [`LinkExchangeBuilder::build`](crate::LinkExchangeBuilder::build)
+    /// (or the bounded exchange's build, with a bound).
     pub fn build(self) -> Result<AllToAll> {
         let n = self.world.size();
         if self.block == 0 {
@@ -196,6 +202,12 @@ impl AllToAll {
     }
 
     /// The block for `peer`, to fill before [`start`](Self::start).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a rank not in the job;
+    /// [`HaloError::State`] while an exchange is in flight or after a
+    /// failure.
     pub fn send_block(&mut self, peer: usize) -> Result<&mut [u8]> {
         let l = self.link("send_block", peer)?;
         match &mut self.x {
@@ -205,6 +217,10 @@ impl AllToAll {
     }
 
     /// The block from `peer`, complete after [`wait`](Self::wait).
+    ///
+    /// # Errors
+    ///
+    /// As [`send_block`](Self::send_block).
     pub fn recv_block(&self, peer: usize) -> Result<&[u8]> {
         let l = self.link("recv_block", peer)?;
         match &self.x {
@@ -214,6 +230,12 @@ impl AllToAll {
     }
 
     /// Sends every block; never blocks.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::State`] while an exchange is in flight or after a
+    /// failure; a channel's error, or [`HaloError::JobFailed`] when a peer
+    /// failed or died.
     pub fn start(&mut self) -> Result<()> {
         match &mut self.x {
             Runner::Direct(x) => x.start(),
@@ -222,6 +244,10 @@ impl AllToAll {
     }
 
     /// Progresses without blocking; true once every block has arrived.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait), but never a timeout.
     pub fn test(&mut self) -> Result<bool> {
         match &mut self.x {
             Runner::Direct(x) => x.test(),
@@ -230,6 +256,13 @@ impl AllToAll {
     }
 
     /// Waits until every block has arrived, or `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Timeout`] at the deadline ([`HaloError::Forwarding`]
+    /// with a bound), after which `wait` may be called again;
+    /// [`HaloError::State`] without an exchange in flight; a channel's
+    /// error, or [`HaloError::JobFailed`] when a peer failed or died.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         match &mut self.x {
             Runner::Direct(x) => x.wait(deadline),

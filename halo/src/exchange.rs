@@ -477,6 +477,11 @@ impl HaloExchange {
     /// then; as with MPI's buffers, the set in flight's interior cells its
     /// neighbours read must not change, nor its halo be read, before
     /// [`wait_set`](Self::wait_set) returns.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] when the exchange keeps no fields, or when `T`
+    /// is not the element type (size or alignment) it was built for.
     pub fn shared_fields<T: Pod>(&mut self) -> Result<Vec<&mut [T]>> {
         let op = "shared_fields";
         if self.shared == 0 {
@@ -509,6 +514,13 @@ impl HaloExchange {
     /// this node read its interior faces in place, the others get them
     /// packed. Compute between this and [`wait_set`](Self::wait_set) with
     /// [`shared_fields`](Self::shared_fields).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a set it does not keep;
+    /// [`HaloError::State`] while an exchange is in flight; a channel's
+    /// error ([`HaloError::Shm`], [`HaloError::Rdma`], [`HaloError::Tcp`])
+    /// or [`HaloError::JobFailed`] when a peer failed or died.
     pub fn start_set(&mut self, set: usize) -> Result<()> {
         self.exchange.start_set(set)
     }
@@ -516,12 +528,27 @@ impl HaloExchange {
     /// Progresses every channel until every halo of the set in flight has
     /// arrived in it (or `deadline` passes: [`HaloError::Timeout`], after
     /// which `wait_set` may be called again).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Timeout`] at the deadline, naming what is outstanding
+    /// (the exchange stays in flight); [`HaloError::State`] without an
+    /// exchange in flight; a channel's error or [`HaloError::JobFailed`]
+    /// when a peer failed or died (the exchange cannot be used again).
     pub fn wait_set(&mut self, deadline: Instant) -> Result<()> {
         self.exchange.wait(deadline)
     }
 
     /// Packs every neighbour's interior cells from `fields` and starts the
     /// exchange on every channel.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] when `fields` are not as many as built, not of
+    /// the local extent, or not of the element type, or when the exchange
+    /// keeps its fields (use [`start_set`](Self::start_set));
+    /// [`HaloError::State`] while an exchange is in flight; a channel's
+    /// error or [`HaloError::JobFailed`] when a peer failed or died.
     pub fn start<T: Pod>(&mut self, fields: &[&[T]]) -> Result<()> {
         if self.exchange.in_flight() {
             // The state error, naming `start` rather than a buffer.
@@ -543,6 +570,10 @@ impl HaloExchange {
 
     /// One non-blocking pass over every channel: true once all halos have
     /// arrived (then call [`wait`](HaloExchange::wait) to unpack them).
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait), but never [`HaloError::Timeout`].
     pub fn test(&mut self) -> Result<bool> {
         self.exchange.test()
     }
@@ -550,6 +581,15 @@ impl HaloExchange {
     /// Progresses every channel until all halos have arrived (or `deadline`
     /// passes: [`HaloError::Timeout`], after which `wait` may be called
     /// again), then unpacks them into `fields`.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Timeout`] at the deadline, naming what is outstanding
+    /// (the exchange stays in flight; nothing is unpacked);
+    /// [`HaloError::Usage`] for `fields` unlike those given to
+    /// [`start`](Self::start); [`HaloError::State`] without an exchange in
+    /// flight; a channel's error or [`HaloError::JobFailed`] when a peer
+    /// failed or died (the exchange cannot be used again).
     pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
         self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;

@@ -36,6 +36,7 @@
 //! ```
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+#![warn(clippy::missing_errors_doc)]
 
 mod alltoall;
 mod bounded;

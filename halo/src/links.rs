@@ -498,6 +498,16 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// Decides each link's channel, sets up shared memory with the peers on
     /// this node and RDMA (device, keys, scheduled chains) with the others.
     /// Collective: every rank of the job calls it.
+    ///
+    /// # Errors
+    ///
+    /// On every rank alike where the ranks' links disagree
+    /// ([`HaloError::Usage`]: a send without its receive, different
+    /// lengths); [`HaloError::Locality`] when a peer cannot be reached
+    /// over the transport asked for; [`HaloError::Shm`],
+    /// [`HaloError::Rdma`] or [`HaloError::TcpSetup`] when a channel
+    /// cannot be set up; [`HaloError::Barrier`] when the job's collectives
+    /// fail or time out.
     pub fn build(mut self) -> Result<LinkExchange> {
         self.gather_fabrics()?;
         self.check()?;
@@ -1144,6 +1154,12 @@ impl LinkExchange {
     }
 
     /// Link `link`'s send buffer, to fill before [`start`](Self::start).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a link that does not exist or sends
+    /// nothing; [`HaloError::State`] while an iteration is in flight or
+    /// after a failure.
     pub fn send_buf(&mut self, link: usize) -> Result<&mut [u8]> {
         self.lifecycle.require_idle("send_buf")?;
         match self.sends.get(link).copied().flatten() {
@@ -1154,6 +1170,12 @@ impl LinkExchange {
     }
 
     /// Link `link`'s receive buffer, complete after [`wait`](Self::wait).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a link that does not exist or receives
+    /// nothing; [`HaloError::State`] while an iteration is in flight or
+    /// after a failure.
     pub fn recv_buf(&self, link: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
         match self.recvs.get(link).copied().flatten() {
@@ -1179,6 +1201,10 @@ impl LinkExchange {
     /// on this node). Usable while an iteration is in flight, for
     /// computing then: the runs of the set in flight that peers read in
     /// place must not change, nor its halos be read, until `wait` returns.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] when the exchange keeps no shared sets.
     pub fn shared_sets_mut(&mut self) -> Result<&mut [u8]> {
         match &mut self.store {
             None => Err(HaloError::Usage {
@@ -1200,6 +1226,13 @@ impl LinkExchange {
 
     /// [`start`](Self::start) exchanging shared set `set`: links in place
     /// are read from its runs here and land in its runs at the peers.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a set it does not keep;
+    /// [`HaloError::State`] while an iteration is in flight or after a
+    /// failure; a channel's error, or [`HaloError::JobFailed`] when a peer
+    /// failed or died.
     pub fn start_set(&mut self, set: usize) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         let sets = self.shared.as_ref().map_or(0, |s| s.sets);
@@ -1274,6 +1307,13 @@ impl LinkExchange {
     /// Starts an iteration on every channel; never blocks (but for the
     /// barrier of the pseudo-collective mode). With shared sets, use
     /// [`start_set`](Self::start_set).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] when it keeps shared sets;
+    /// [`HaloError::State`] while an iteration is in flight or after a
+    /// failure; a channel's error, or [`HaloError::JobFailed`] when a peer
+    /// failed or died (later calls then fail with [`HaloError::State`]).
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         if self.shared.is_some() {
@@ -1318,6 +1358,10 @@ impl LinkExchange {
 
     /// One non-blocking pass over every channel: true once every message
     /// has arrived. Allocates nothing unless it fails.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait), but never [`HaloError::Timeout`].
     pub fn test(&mut self) -> Result<bool> {
         let began = Instant::now();
         let done = self.poll();
@@ -1382,6 +1426,14 @@ impl LinkExchange {
     /// Progresses every channel until every message has arrived (or
     /// `deadline` passes: [`HaloError::Timeout`], after which `wait` may be
     /// called again).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Timeout`] at the deadline, naming each link still
+    /// outstanding (the iteration stays in flight); [`HaloError::State`]
+    /// without one in flight; a channel's error, or
+    /// [`HaloError::JobFailed`] when a peer failed or died (later calls
+    /// then fail with [`HaloError::State`]).
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         let began = Instant::now();
         let waited = self.complete(deadline);

@@ -38,6 +38,11 @@ pub struct PlanPiece {
 /// The pieces of `plan`, engine by engine in the plan's order, each checked
 /// to lie within its put's bytes (`len(id)`, `None` for a put the exchange
 /// does not have).
+///
+/// # Errors
+///
+/// [`HaloError::Plan`] for a command naming a put the exchange does not
+/// have, or a piece beyond its put's bytes.
 pub fn plan_pieces(plan: &Plan, len: impl Fn(u32) -> Option<usize>) -> Result<Vec<PlanPiece>> {
     let mut pieces = Vec::new();
     for (engine, commands) in plan.engines.iter().enumerate() {
@@ -76,6 +81,10 @@ pub fn plan_pieces(plan: &Plan, len: impl Fn(u32) -> Option<usize>) -> Result<Ve
 /// (so each (peer, engine) chain is posted in that order). `put(id)` gives
 /// put `id` as one whole write (its peer, source and target; its engine is
 /// ignored); a split put becomes one write per piece, at the piece's offset.
+///
+/// # Errors
+///
+/// As [`plan_pieces`].
 pub fn writes_from_plan(plan: &Plan, put: impl Fn(u32) -> Option<Write>) -> Result<Vec<Write>> {
     let pieces = plan_pieces(plan, |id| put(id).map(|w| w.len))?;
     Ok(pieces

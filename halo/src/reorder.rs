@@ -62,6 +62,13 @@ struct Card {
 /// Renumbers `world`'s ranks for `decomp`, each cell `cell_bytes` long
 /// (all fields together); collective. The identity when no order costs
 /// less (bytes times distance).
+///
+/// # Errors
+///
+/// On every rank alike: [`HaloError::Usage`] when the ranks described
+/// different decompositions or one of another size than the job, or a
+/// node's round trips could not be measured; [`HaloError::Barrier`] when
+/// the job's collectives fail or time out.
 pub fn reorder(
     world: &World,
     decomp: &Decomposition,

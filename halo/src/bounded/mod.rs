@@ -150,6 +150,14 @@ impl BoundedExchangeBuilder<'_> {
     }
 
     /// Plans the routes and connects the connections they use; collective.
+    ///
+    /// # Errors
+    ///
+    /// On every rank alike: [`HaloError::Usage`] when the ranks' links or
+    /// bounds disagree or no plan fits the bound; [`HaloError::Barrier`]
+    /// when the job's collectives fail or time out; otherwise as
+    /// [`LinkExchangeBuilder::build`](crate::LinkExchangeBuilder::build)
+    /// for the connections it keeps.
     pub fn build(self) -> Result<BoundedExchange> {
         let usage = |why: String| HaloError::Usage {
             op: "BoundedExchange::build",
@@ -436,6 +444,12 @@ impl BoundedExchange {
     }
 
     /// Link `link`'s send buffer, to fill before [`start`](Self::start).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a link that does not exist or sends
+    /// nothing; [`HaloError::State`] while an exchange is in flight or
+    /// after a failure.
     pub fn send_buf(&mut self, link: usize) -> Result<&mut [u8]> {
         self.lifecycle.require_idle("send_buf")?;
         match self.links.get(link).and_then(|l| l.send) {
@@ -445,6 +459,12 @@ impl BoundedExchange {
     }
 
     /// Link `link`'s receive buffer, complete after [`wait`](Self::wait).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a link that does not exist or receives
+    /// nothing; [`HaloError::State`] while an exchange is in flight or
+    /// after a failure.
     pub fn recv_buf(&self, link: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
         match self.links.get(link).and_then(|l| l.recv) {
@@ -454,6 +474,12 @@ impl BoundedExchange {
     }
 
     /// Starts an exchange: its first round; never blocks.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::State`] while an exchange is in flight or after a
+    /// failure; [`HaloError::Forwarding`] when the first round cannot
+    /// start.
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         self.round = 0;
@@ -515,6 +541,10 @@ impl BoundedExchange {
 
     /// Progresses without blocking (forwarding what arrived); true once
     /// every message has arrived.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait), but never a timeout.
     pub fn test(&mut self) -> Result<bool> {
         self.lifecycle.require_in_flight("test")?;
         if self.plan.rounds == 0 {
@@ -537,6 +567,12 @@ impl BoundedExchange {
     /// Runs every round (forwarding for other ranks) until every message
     /// has arrived, or `deadline` ([`HaloError::Forwarding`] with a
     /// timeout, after which `wait` may be called again).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Forwarding`] naming the round and what broke (a
+    /// timeout among them, after which `wait` may be called again);
+    /// [`HaloError::State`] without an exchange in flight.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         self.lifecycle.require_in_flight("wait")?;
         if self.plan.rounds == 0 {
