@@ -68,25 +68,43 @@ impl Secret {
             why: "expected 64 hex digits (32 bytes), e.g. from `od -An -tx1 -N32 /dev/urandom | tr -d ' \\n'`".into(),
         }
         };
-        let t = text.trim();
-        if t.len() != 64 || !t.is_ascii() {
-            return Err(bad());
-        }
-        let mut s = [0u8; 32];
-        for (i, byte) in s.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-        }
-        Ok(Secret(s))
+        unhex(text.trim())
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .map(Secret)
+            .ok_or_else(bad)
     }
 
     /// The secret as 64 hex digits.
     pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
+        hex(&self.0)
     }
 
     fn mac(&self, label: &[u8], parts: &[&[u8]]) -> [u8; TAG] {
         mac(&self.0, label, parts)
     }
+}
+
+/// `bytes` as lowercase hex digits, two per byte.
+pub(crate) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of an even number of hex digits; none for anything else.
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
+    // Digits only: from_str_radix alone would take "+f".
+    if text.len() % 2 != 0 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+/// Whether `a` and `b` are equal, in time that does not tell how much of
+/// them matched (for tokens a stranger sends).
+pub(crate) fn same_token(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn keyed(key: &[u8]) -> HmacSha256 {

@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
+use crate::auth::{hex, unhex};
 use crate::error::{JobError, Result};
 use crate::external::{AllgatherFn, ExternalOob};
 
@@ -245,20 +246,6 @@ fn number(r: &Reply, key: &str) -> std::result::Result<usize, String> {
     r.get(key)
         .and_then(|v| v.parse().ok())
         .ok_or_else(|| format!("the server gave no number {key}"))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// The connection to the server: the socket the launcher left open
@@ -533,6 +520,7 @@ mod tests {
         assert_eq!(unhex(&hex(&bytes)).unwrap(), bytes);
         assert!(unhex("abc").is_none());
         assert!(unhex("zz").is_none());
+        assert!(unhex("+f").is_none(), "a sign is not a digit");
     }
 
     #[test]

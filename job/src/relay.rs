@@ -259,12 +259,8 @@ fn serve(mut conn: TcpStream, serving: &Serving) -> Result<()> {
     let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
     let mut hello = [0u8; 8 + TOKEN];
     crate::auth::read_exact_by(&mut conn, &mut hello, deadline, &whom)?;
-    // Constant time: the comparison does not tell how much matched.
-    let differ = token
-        .iter()
-        .zip(&hello[8..])
-        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
-    if &hello[..8] != MAGIC || differ != 0 {
+    let proved = crate::auth::same_token(token, &hello[8..]);
+    if &hello[..8] != MAGIC || !proved {
         return Err(JobError::Unauthenticated { whom });
     }
     let request: Request = read_frame(&mut conn, deadline, &whom)?;
