@@ -55,11 +55,20 @@ impl fmt::Debug for Secret {
 
 impl Secret {
     /// A fresh random secret, for a launcher to hand its ranks.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Start`] when the system's random source fails.
     pub fn random() -> Result<Secret> {
         random_bytes("the job secret").map(Secret)
     }
 
     /// The secret from 64 hex digits (as in `SODE_JOB_SECRET`).
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::InvalidSetting`] for anything but 64 hex digits (the
+    /// value is not shown).
     pub fn from_hex(text: &str) -> Result<Secret> {
         let bad = || {
             JobError::InvalidSetting {

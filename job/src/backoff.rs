@@ -57,6 +57,10 @@ impl WaitPolicy {
     /// cores: at least as fast as yielding, and an idle rank leaves its
     /// core to the others). An unknown value is an error naming the
     /// choices.
+    ///
+    /// # Errors
+    ///
+    /// An unknown value, as text naming the choices.
     pub fn choose(
         value: Option<&str>,
         local_ranks: usize,

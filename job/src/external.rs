@@ -73,6 +73,14 @@ impl ExternalOob {
     /// Sets up the exchange for `rank` of `size` over `gather`; collective.
     /// The deadline bounds sode's own steps; the program's collective
     /// returns when its runtime lets it.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::InvalidSetting`] for a size above 2^22 ranks or a
+    /// rank not below it; [`JobError::Bootstrap`] when it cannot listen
+    /// for peer links; [`JobError::External`] when the program's allgather
+    /// fails; [`JobError::Protocol`] when the ranks' contributions do not
+    /// agree.
     pub fn new(rank: usize, size: usize, gather: AllgatherFn) -> Result<ExternalOob> {
         if size > MAX_RANKS {
             return Err(JobError::InvalidSetting {

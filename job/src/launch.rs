@@ -123,11 +123,22 @@ impl LaunchInfo {
     /// first pair present, with the same launcher's local rank; the job id
     /// from `SODE_JOB_ID`, `SLURM_JOB_ID`.`SLURM_STEP_ID` or
     /// `PMIX_NAMESPACE`; and the rendezvous from `SODE_ROOT=host:port`.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::InvalidSetting`] naming a variable that does not parse
+    /// (a rank or size that is not a number, a rank not below the size);
+    /// [`JobError::Launch`] when a launcher gave a rank but no way for the
+    /// ranks to meet.
     pub fn from_env() -> Result<LaunchInfo> {
         Self::from_vars(|k| std::env::var(k).ok())
     }
 
     /// As [`LaunchInfo::from_env`], reading variables through `get`.
+    ///
+    /// # Errors
+    ///
+    /// As [`LaunchInfo::from_env`].
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<LaunchInfo> {
         let Some((launcher, rank)) = LAUNCHERS.iter().find_map(|l| get(l.rank).map(|r| (l, r)))
         else {

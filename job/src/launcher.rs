@@ -58,6 +58,11 @@ pub fn main_or_relaunch(
 
 /// Runs `n` ranks of this very executable with this process's arguments
 /// (see [`run_local`]) and returns the status to exit with.
+///
+/// # Errors
+///
+/// As [`run_local`], and [`JobError::Start`] when this executable's path
+/// cannot be read.
 pub fn relaunch_self(n: usize, timeout: Option<Duration>) -> Result<i32> {
     let me = std::env::current_exe().map_err(|e| JobError::Start {
         why: "cannot find this program's path".into(),
@@ -111,6 +116,11 @@ struct Stop {
 /// SIGTERM or SIGHUP. Returns the job's exit status: 0, the failing rank's
 /// status, 124 on timeout, 130 when interrupted; `Err` when the job could
 /// not start.
+///
+/// # Errors
+///
+/// [`JobError::Start`] when the ranks cannot be spawned or the
+/// rendezvous cannot listen.
 pub fn run_local(
     n: usize,
     program: &str,

@@ -41,6 +41,7 @@
 //! ```
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
+#![warn(clippy::missing_errors_doc)]
 
 mod auth;
 mod backoff;

@@ -39,6 +39,10 @@ pub enum StateError {
 
 impl Lifecycle {
     /// Fails unless idle (start, lending buffers).
+    ///
+    /// # Errors
+    ///
+    /// [`StateError`] naming `op` and why: in flight, or failed earlier.
     pub fn require_idle(&self, op: &'static str) -> Result<(), StateError> {
         match self {
             Lifecycle::Idle => Ok(()),
@@ -54,6 +58,11 @@ impl Lifecycle {
     }
 
     /// Fails unless an exchange is in flight (wait, test).
+    ///
+    /// # Errors
+    ///
+    /// [`StateError`] naming `op` and why: nothing started, or failed
+    /// earlier.
     pub fn require_in_flight(&self, op: &'static str) -> Result<(), StateError> {
         match self {
             Lifecycle::InFlight => Ok(()),

@@ -24,15 +24,31 @@ pub trait OutOfBand: Send + std::fmt::Debug {
     fn size(&self) -> usize;
 
     /// Every rank's `mine`, indexed by rank; collective over the job.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::BootstrapTimeout`] at the deadline; another error of
+    /// the exchange's own (its connection broke, a message did not parse).
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>>;
 
     /// Returns once every rank has called it; collective over the job.
+    ///
+    /// # Errors
+    ///
+    /// As [`allgather`](Self::allgather).
     fn barrier(&mut self, deadline: Instant) -> Result<()> {
         self.allgather(&[], deadline).map(|_| ())
     }
 
     /// A link to each of `peers` for setup messages meant for that peer
     /// alone; collective among them (each must name this rank too).
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::UnknownPeer`] for a rank not in the job or this one;
+    /// [`JobError::BootstrapTimeout`] when a peer does not connect by the
+    /// deadline; [`JobError::Unauthenticated`] for a connection that cannot
+    /// prove it belongs to the job.
     fn connect(
         &mut self,
         peers: &BTreeSet<usize>,
@@ -50,9 +66,19 @@ pub trait OutOfBand: Send + std::fmt::Debug {
 /// order.
 pub trait PeerChannel: Send + std::fmt::Debug {
     /// Sends one message.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Bootstrap`] when the link is broken (the peer exited).
     fn send(&mut self, msg: &[u8]) -> Result<()>;
 
     /// Receives one message, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::BootstrapTimeout`] at the deadline;
+    /// [`JobError::Bootstrap`] when the link is broken (the peer exited);
+    /// [`JobError::Protocol`] for a message that is not one.
     fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>>;
 
     /// True once the peer is known to be gone (it exited or died), without
@@ -70,6 +96,10 @@ pub trait PeerChannel: Send + std::fmt::Debug {
     /// that does not read (none: as long as it takes); a send that runs
     /// out fails, and the link is unusable after it. Links that never
     /// block need not do anything.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Bootstrap`] when the link cannot be configured.
     fn bound_sends(&mut self, _limit: Option<std::time::Duration>) -> Result<()> {
         Ok(())
     }
@@ -99,12 +129,22 @@ impl PeerLink {
     }
 
     /// Sends one message.
+    ///
+    /// # Errors
+    ///
+    /// As [`PeerChannel::send`], and [`JobError::Protocol`] for a message
+    /// that does not serialise.
     pub fn send<T: Serialize>(&mut self, msg: &T) -> Result<()> {
         let body = encode(msg, self.peer)?;
         self.channel.send(&body)
     }
 
     /// Receives one message, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PeerChannel::recv`], and [`JobError::Protocol`] for a message
+    /// that is not a `T`.
     pub fn recv<T: for<'de> Deserialize<'de>>(&mut self, deadline: Instant) -> Result<T> {
         let body = self.channel.recv(deadline)?;
         decode(&body, &format!("rank {}", self.peer))
@@ -122,12 +162,20 @@ impl PeerLink {
     }
 
     /// Bounds how long one send may block (see [`PeerChannel::bound_sends`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`PeerChannel::bound_sends`].
     pub fn bound_sends(&mut self, limit: Option<std::time::Duration>) -> Result<()> {
         self.channel.bound_sends(limit)
     }
 }
 
 /// A typed message as the bytes an [`OutOfBand`] exchange carries.
+///
+/// # Errors
+///
+/// [`JobError::Protocol`] when it does not serialise.
 pub fn encode<T: Serialize>(msg: &T, peer: usize) -> Result<Vec<u8>> {
     serde_json::to_vec(msg).map_err(|e| JobError::Protocol {
         whom: format!("rank {peer}"),
@@ -136,6 +184,10 @@ pub fn encode<T: Serialize>(msg: &T, peer: usize) -> Result<Vec<u8>> {
 }
 
 /// A typed message from the bytes `whom` sent.
+///
+/// # Errors
+///
+/// [`JobError::Protocol`] naming `whom` when they are not a `T`.
 pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8], whom: &str) -> Result<T> {
     serde_json::from_slice(body).map_err(|e| JobError::Protocol {
         whom: whom.into(),

@@ -69,6 +69,11 @@ impl<S: Read + Write> std::fmt::Debug for Client<S> {
 impl<S: Read + Write> Client<S> {
     /// Greets the server (`init`), and learns its limits and this job's
     /// key-value space.
+    ///
+    /// # Errors
+    ///
+    /// The server's refusal, a reply that does not parse, or the wire's
+    /// error (a read timeout among them), as text.
     pub fn init(stream: S) -> std::result::Result<Client<S>, String> {
         let mut c = Client {
             stream: BufReader::new(stream),
@@ -150,6 +155,11 @@ impl<S: Read + Write> Client<S> {
 
     /// Puts `value` (no spaces, at most the server's `vallen_max`) under
     /// `key` in the job's space.
+    ///
+    /// # Errors
+    ///
+    /// A value the server cannot hold (too long, spaces), the server's
+    /// refusal, or the wire's error, as text.
     pub fn put(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
         let kvs = self.kvsname.clone();
         self.request(
@@ -161,11 +171,20 @@ impl<S: Read + Write> Client<S> {
 
     /// Waits until every rank has called it; puts before it are visible to
     /// every get after it.
+    ///
+    /// # Errors
+    ///
+    /// The wire's error, a read timeout among them (a rank that never
+    /// arrives), as text.
     pub fn barrier(&mut self) -> std::result::Result<(), String> {
         self.request("barrier_in", "barrier_out").map(drop)
     }
 
     /// The value under `key` in the job's space.
+    ///
+    /// # Errors
+    ///
+    /// No value under `key`, or the wire's error, as text.
     pub fn get(&mut self, key: &str) -> std::result::Result<String, String> {
         let kvs = self.kvsname.clone();
         let r = self.request(&format!("get kvsname={kvs} key={key}"), "get_result")?;
@@ -174,6 +193,10 @@ impl<S: Read + Write> Client<S> {
 
     /// Says goodbye: the launcher counts a rank that exits without it as
     /// failed.
+    ///
+    /// # Errors
+    ///
+    /// The wire's error, as text.
     pub fn finalize(&mut self) -> std::result::Result<(), String> {
         if !self.finalized {
             self.finalized = true;
@@ -192,6 +215,11 @@ impl<S: Read + Write> Client<S> {
     /// One round of a fixed-size allgather: `mine` from this rank, every
     /// rank's into `all` (rank r at `r * mine.len()`), `round` distinct
     /// on each call.
+    ///
+    /// # Errors
+    ///
+    /// As [`put`](Self::put), [`barrier`](Self::barrier) and
+    /// [`get`](Self::get), or a rank's block of another length.
     pub fn allgather(
         &mut self,
         round: u64,
@@ -311,6 +339,11 @@ fn failed(step: &'static str) -> impl Fn(String) -> JobError {
 /// out-of-band exchange over it, and the job's key-value space name.
 /// Every reply is awaited at most `timeout` (a barrier waits for the
 /// slowest rank).
+///
+/// # Errors
+///
+/// [`JobError::External`] naming the step (connect, init, the first
+/// allgather) and the server's or the wire's error.
 pub fn join(
     get: &impl Fn(&str) -> Option<String>,
     rank: usize,

@@ -31,6 +31,11 @@ fn failed(step: &str) -> impl Fn(String) -> JobError + '_ {
 /// Connects to the PMIx server: this rank, the job's size and namespace,
 /// and an out-of-band exchange over it.
 /// Each fence and get is given up after `timeout`.
+///
+/// # Errors
+///
+/// [`JobError::External`] naming the step (connect, the job size, an
+/// allgather) and PMIx's error: a fence's timeout among them.
 pub fn join(timeout: std::time::Duration) -> Result<(ExternalOob, String)> {
     let pmix = Pmix::connect().map_err(failed("connect"))?;
     let rank = pmix.rank() as usize;

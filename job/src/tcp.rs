@@ -57,6 +57,13 @@ pub(crate) struct Mesh {
 
 impl TcpRendezvous {
     /// Meets the other ranks at `launch.root`; collective over the job.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Launch`] without a root; [`JobError::BootstrapTimeout`]
+    /// when the job does not gather by the deadline;
+    /// [`JobError::Unauthenticated`] when the root cannot prove it holds
+    /// the job's secret; [`JobError::Bootstrap`] when a connection fails.
     pub fn join(launch: &LaunchInfo, deadline: Instant) -> Result<TcpRendezvous> {
         let root_name = launch.root.clone().ok_or_else(|| JobError::Launch {
             why: "SODE_ROOT=host:port is not set: it names where the ranks meet".into(),
@@ -177,6 +184,10 @@ impl TcpRendezvous {
     }
 
     /// Where this rank accepts peer links (for tests that knock on it).
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Bootstrap`] when the socket's address cannot be read.
     pub fn peer_listener(&self) -> Result<SocketAddr> {
         local_addr(&self.mesh.listener)
     }

@@ -19,6 +19,11 @@ pub const NO_DEADLINE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// The default timeout of waits that give none: `SODE_TIMEOUT`, read once
 /// per process, or [`NO_DEADLINE`].
+///
+/// # Errors
+///
+/// [`JobError::InvalidSetting`] when `SODE_TIMEOUT` is neither a number
+/// of seconds nor `off`.
 pub fn default_wait_timeout() -> Result<Duration> {
     static DEFAULT: OnceLock<std::result::Result<Duration, String>> = OnceLock::new();
     DEFAULT

@@ -116,6 +116,10 @@ impl World {
     /// Meets the other ranks as `launch` says: at `SODE_ROOT` (TCP
     /// rendezvous) when it is set, else through the launcher's PMIx server,
     /// else its PMI-1 one; collective.
+    ///
+    /// # Errors
+    ///
+    /// As [`World::init`].
     pub fn init_with(launch: &LaunchInfo, timeout: Duration) -> Result<World> {
         if launch.size == 1 {
             let mut w = Self::single();
@@ -155,6 +159,12 @@ impl World {
     /// A world over any out-of-band exchange (TCP, PMIx, an MPI
     /// communicator); collective. The ranks adopt rank 0's job id (`job_id`,
     /// or one made from its process id when it has none).
+    ///
+    /// # Errors
+    ///
+    /// The exchange's errors ([`JobError::BootstrapTimeout`] past
+    /// `deadline`); [`JobError::Health`] when the health watcher cannot
+    /// start.
     pub fn over(
         mut oob: Box<dyn OutOfBand>,
         job_id: Option<String>,
@@ -274,6 +284,11 @@ impl World {
     /// collectives and setup links all speak the new numbers). Local: every
     /// rank must pass the same order (see `sode::reorder`, which has rank
     /// 0 choose it). Renumbering a renumbered world composes.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::Renumbering`] when `order` is not a permutation of the
+    /// job's ranks.
     pub fn renumbered(&self, order: &[usize]) -> Result<World> {
         let mut seen = vec![false; self.size];
         let bad = order.len() != self.size
@@ -401,6 +416,11 @@ impl World {
     }
 
     /// Blocks until every rank has called `barrier`, or `timeout` passes.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::BootstrapTimeout`] when `timeout` passes first; the
+    /// exchange's error when a rank's link breaks.
     pub fn barrier(&self, timeout: Duration) -> Result<()> {
         match self.exchange() {
             Some(mut oob) => oob.barrier(Instant::now() + timeout),
@@ -409,6 +429,11 @@ impl World {
     }
 
     /// Every rank's `mine`, indexed by rank; collective.
+    ///
+    /// # Errors
+    ///
+    /// As [`barrier`](Self::barrier), and [`JobError::Protocol`] for a
+    /// block above the exchange's limit.
     pub fn allgather(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
         let mut all = match self.exchange() {
             Some(mut oob) => oob.allgather(mine, Instant::now() + timeout)?,
@@ -429,6 +454,12 @@ impl World {
     /// each of `peers`, each proved to be that rank's by a token sent over
     /// the setup link; collective among them (each must name this rank
     /// too). See [`crate::TCP_ADDR_VAR`] for the address used.
+    ///
+    /// # Errors
+    ///
+    /// [`JobError::UnknownPeer`] for a rank not in the job or this one;
+    /// [`JobError::BootstrapTimeout`] when a peer does not connect in time;
+    /// [`JobError::Bootstrap`] when a connection fails.
     pub fn connect_streams(
         &self,
         peers: &BTreeSet<usize>,
@@ -445,6 +476,10 @@ impl World {
 
     /// Opens a setup link to each of `peers` (collective among them: each
     /// must name this rank too).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_streams`](Self::connect_streams).
     pub fn connect_peers(
         &self,
         peers: &BTreeSet<usize>,
