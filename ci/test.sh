@@ -42,6 +42,9 @@ TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
 echo "== [${SECONDS}s] the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
 
+echo "== [${SECONDS}s] start-up: a job that commits one exchange against one that only starts MPI; later jobs read the thresholds the first kept (commit median under 50 ms)"
+bash ci/startup.sh 3
+
 echo "== [${SECONDS}s] MPICH beside Open MPI: sode built with it, the C and Fortran examples with -Werror under its mpirun"
 bash ci/mpich.sh
 

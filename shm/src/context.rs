@@ -10,6 +10,7 @@ use crate::caps::ShmCaps;
 use crate::error::{Result, ShmError};
 use crate::exchange::ShmExchangeBuilder;
 use crate::placement;
+use crate::probe_file::NodeProbes;
 use crate::thresholds::{Measured, Overrides, Thresholds};
 
 /// Per-process state shared by all exchanges of a process.
@@ -115,6 +116,10 @@ pub struct PeerCalibration {
     /// Whether an earlier probe towards the same CPUs, from the same ones,
     /// served (probes are kept for the life of the context).
     pub reused: bool,
+    /// Whether an earlier job on this node (since its last boot, of the
+    /// same user and sode version) measured it, towards the same CPUs from
+    /// the same ones: read from the node's probe file, not measured.
+    pub from_earlier_job: bool,
 }
 
 /// The job directory a [`World`] keeps (in its memo) for its lifetime.
@@ -282,6 +287,7 @@ impl Context {
                 towards: Vec::new(),
                 ran_on: None,
                 reused: false,
+                from_earlier_job: false,
             });
         }
         let own = placement::affinity(0).unwrap_or_default();
@@ -290,21 +296,32 @@ impl Context {
             .unwrap_or_default();
         // Not locked while probing: the probe waits for peers first.
         let known = self.probes.find(&own, &towards);
-        let (measured, reused) = match known {
-            Some(measured) => (measured, true),
+        let node = NodeProbes::at(&self.dir);
+        let (measured, reused, from_earlier_job) = match known {
+            Some(measured) => (measured, true, false),
             None => {
-                before_probe()?;
-                let measured = Thresholds::measure_towards(&towards);
-                tracing::debug!(
-                    "thresholds towards rank {peer} (pid {pid}) on CPUs {towards:?}, from {own:?}: {:?}",
-                    measured
-                );
+                let kept = node.as_ref().and_then(|n| n.find(&own, &towards));
+                let measured = match kept {
+                    Some(measured) => measured,
+                    None => {
+                        before_probe()?;
+                        let measured = Thresholds::measure_towards(&towards);
+                        tracing::debug!(
+                            "thresholds towards rank {peer} (pid {pid}) on CPUs {towards:?}, from {own:?}: {:?}",
+                            measured
+                        );
+                        if let Some(n) = &node {
+                            n.keep(&own, &towards, &measured);
+                        }
+                        measured
+                    }
+                };
                 self.probes.keep(Probed {
                     own,
                     towards: towards.clone(),
                     measured,
                 });
-                (measured, false)
+                (measured, false, kept.is_some())
             }
         };
         Ok(PeerCalibration {
@@ -313,6 +330,7 @@ impl Context {
             towards,
             ran_on: measured.ran_on,
             reused,
+            from_earlier_job,
         })
     }
 

@@ -56,6 +56,7 @@ mod error;
 mod exchange;
 mod layout;
 mod placement;
+mod probe_file;
 mod ring;
 mod segment;
 #[allow(unsafe_code)]

@@ -158,7 +158,11 @@ fn run(args: &HashMap<String, String>) -> Result<(), Failure> {
             },
             c.towards,
             c.ran_on.map_or("-".into(), |x| x.to_string()),
-            if c.reused { " (reused)" } else { "" }
+            match (c.reused, c.from_earlier_job) {
+                (true, _) => " (reused)",
+                (false, true) => " (kept by an earlier job)",
+                _ => "",
+            }
         );
     }
     for note in &report.notes {

@@ -555,6 +555,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                     towards: Vec::new(),
                     ran_on: None,
                     reused: false,
+                    from_earlier_job: false,
                 },
                 None => {
                     let before_probe = || {
