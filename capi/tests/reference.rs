@@ -155,7 +155,11 @@ fn fortran_reference(module: &str) -> String {
          or a `SODE_ERR_*` code, as in C) and the caller decides; absent, a failure\n\
          prints sode's message and ends the job through `MPI_Abort` with the\n\
          status. Timeouts and halo widths are optional keyword arguments after\n\
-         `ierr`. The thread rules are C's ([C reference](reference-c.md)).\n\n## Procedures\n",
+         `ierr`. The thread rules are C's ([C reference](reference-c.md)).\n\n\
+         Codes on `mpi_f08` write `use sode_f08` (`capi/fortran/sode_f08.f90`,\n\
+         built where the MPI has `mpi_f08`): the same module, whose\n\
+         `sode_comm_create_mpi` and `sode_exchange_create_mpi_cart` take a\n\
+         `type(MPI_Comm)` as well as an integer handle.\n\n## Procedures\n",
     );
     let mut doc: Vec<String> = Vec::new();
     let mut contains = false;

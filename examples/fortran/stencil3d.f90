@@ -1,6 +1,7 @@
-! The halo exchange of a 3-D stencil code through sode (`use sode`) and
-! through MPI (Isend/Irecv of subarrays), compared cell for cell, bit for
-! bit, and against the values the neighbours own.
+! The halo exchange of a 3-D stencil code through sode (`use sode_f08`: the
+! sode module, taking mpi_f08's type(MPI_Comm) as well as integer handles)
+! and through MPI (Isend/Irecv of subarrays), compared cell for cell, bit
+! for bit, and against the values the neighbours own.
 !
 !   mpirun -n 4 ./stencil3d
 !   mpirun -n 4 ./stencil3d --grid 2x2x1   every configuration on that grid only
@@ -19,7 +20,7 @@ module stencil3d_run
   use, intrinsic :: iso_c_binding, only: c_loc
   use, intrinsic :: iso_fortran_env, only: real64, int32, int64, output_unit, error_unit
   use mpi_f08
-  use sode
+  use sode_f08
   implicit none
 
   integer, parameter :: GLOBAL(3) = [11, 9, 6]
@@ -127,7 +128,8 @@ contains
     if (is_box) shape = SODE_BOX
     call sode_comm_create_mpi(cart%MPI_VAL, sc)
     call check_reorder(sc, shape)
-    call sode_exchange_create_mpi_cart(sc, cart%MPI_VAL, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
+    ! The communicator as an integer handle above, as a type(MPI_Comm) here.
+    call sode_exchange_create_mpi_cart(sc, cart, max(U_LO, V_LO), max(U_HI, V_HI), shape, x)
     if (shared) then
        call sode_set_shared_fields(x, 2)
        call sode_add_shared_field(x, SODE_REAL64, ulb, uub, first=[1, 1, 1], last=own, &
@@ -467,7 +469,7 @@ end module stencil3d_run
 program stencil3d
   use, intrinsic :: iso_fortran_env, only: error_unit
   use mpi_f08
-  use sode
+  use sode_f08
   use stencil3d_run
   implicit none
 
