@@ -131,6 +131,11 @@ impl Context {
     /// two jobs on one node must use different ids; it may contain ASCII
     /// letters, digits, `.`, `_` and `-`. Segment locators go to
     /// `SODE_SHM_DIR`, or `/dev/shm`.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InvalidSetting`] for a job id that is empty, longer
+    /// than 64 characters or has other characters.
     pub fn new(job: &str, rank: usize) -> Result<Context> {
         if job.is_empty()
             || job.len() > 64
@@ -166,6 +171,12 @@ impl Context {
     /// The job's segment directory is kept from here until the last
     /// handle of `world` is dropped, not only while segments live: between
     /// two exchanges no other user can make a directory of its name.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::new`], and [`ShmError::CreateSegment`] or
+    /// [`ShmError::UnsafeSegment`] when the job's directory cannot be made
+    /// or is not ours (a symlink, another user's, another mode).
     pub fn from_world(world: &World) -> Result<Context> {
         let mut ctx = Context::new(world.job_id(), world.rank())?;
         ctx.local_rank = Some(world.local_rank());
@@ -186,6 +197,11 @@ impl Context {
     /// [`LaunchInfo`](sode_job::LaunchInfo)): its job id, rank and local
     /// rank. The job id must be given (`SODE_JOB_ID`, Slurm's job, PMIx's
     /// namespace); [`Context::from_world`] works without one.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InvalidSetting`] without a job id, or as
+    /// [`Context::new`].
     pub fn from_launch(launch: &LaunchInfo) -> Result<Context> {
         let Some(job) = &launch.job_id else {
             return Err(ShmError::InvalidSetting {
@@ -200,6 +216,11 @@ impl Context {
     }
 
     /// [`Context::from_launch`] with the launcher's environment.
+    ///
+    /// # Errors
+    ///
+    /// As [`Context::from_launch`], and [`ShmError::InvalidSetting`] when
+    /// the launcher's variables do not parse.
     pub fn from_env() -> Result<Context> {
         let launch = LaunchInfo::from_env().map_err(|e| ShmError::InvalidSetting {
             name: "launch environment".into(),
@@ -235,6 +256,11 @@ impl Context {
     /// applied. Exchanges do not use these: each measures towards every
     /// peer where it runs, at build ([`PeerCalibration`]), unless
     /// thresholds were set by hand.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InvalidSetting`] when a `SODE_SHM_*` threshold is not
+    /// a number of bytes.
     pub fn thresholds(&mut self) -> Result<Thresholds> {
         if let Some(t) = self.by_hand.or(self.thresholds) {
             return Ok(t);

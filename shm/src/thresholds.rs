@@ -514,6 +514,11 @@ impl Overrides {
 impl Thresholds {
     /// Measured thresholds with `SODE_SHM_EAGER_MAX`, `SODE_SHM_GET_MIN` and
     /// `SODE_SHM_READ_MIN` (bytes) applied on top.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InvalidSetting`] when one of them is not a number of
+    /// bytes.
     pub fn from_env_or_measure() -> Result<Thresholds> {
         let set = Overrides::from_env()?;
         Ok(set

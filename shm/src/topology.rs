@@ -60,6 +60,10 @@ fn bits(set: &hwloc2::Bitmap) -> Vec<u32> {
 
 impl NodeTopology {
     /// Reads the topology.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::Topology`] when hwloc cannot read it.
     pub fn probe() -> Result<NodeTopology> {
         let topo = load()?;
         let llc = [ObjectType::L3Cache, ObjectType::L2Cache]
@@ -90,6 +94,11 @@ impl NodeTopology {
 /// Binds this process to core `local_rank % cores` and its future memory to
 /// that core's NUMA node(s). Call before building exchanges so segments are
 /// placed there.
+///
+/// # Errors
+///
+/// [`ShmError::Topology`] when the topology cannot be read or the
+/// binding is refused.
 pub fn bind_to_core(local_rank: usize) -> Result<Binding> {
     let mut topo = load()?;
     let cores = topo

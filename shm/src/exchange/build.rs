@@ -427,6 +427,15 @@ impl<'a> ShmExchangeBuilder<'a> {
     /// Sets the exchange up with every neighbour. Collective: each peer must
     /// call `build` with matching messages (our sends are its receives, with
     /// the same tags and lengths) before `setup_timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InvalidNeighbours`] for a bad neighbour list;
+    /// [`ShmError::CreateSegment`], [`ShmError::UnsafeSegment`] or
+    /// [`ShmError::SegmentCollision`] for this process's segment;
+    /// [`ShmError::MapPeer`] when a peer's cannot be mapped;
+    /// [`ShmError::SetupTimeout`] when a peer does not appear in time;
+    /// [`ShmError::Mismatch`] when a peer's messages differ from ours.
     pub fn build(mut self) -> Result<Exchange> {
         self.validate_lent()?;
         self.validate()?;

@@ -116,6 +116,11 @@ impl Exchange {
     }
 
     /// The send buffer of neighbour `index`, to fill before `start`.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::NoSuchBuffer`] for an index it does not have;
+    /// [`ShmError::State`] while an iteration is in flight.
     pub fn send_buf_mut(&mut self, index: usize) -> Result<&mut [u8]> {
         self.lifecycle.require_idle("send_buf_mut")?;
         let op = op_of(&self.send_of, index, "send")?;
@@ -139,6 +144,10 @@ impl Exchange {
 
     /// The receive buffer of neighbour `index`, valid after `wait` until the
     /// next `start`.
+    ///
+    /// # Errors
+    ///
+    /// As [`send_buf_mut`](Self::send_buf_mut).
     pub fn recv_buf(&self, index: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
         let r = &self.recvs[op_of(&self.recv_of, index, "receive")?];
@@ -176,6 +185,10 @@ impl Exchange {
     /// buffers, what the peers read in place (the runs of the set in
     /// flight) must not change until `wait` returns, and what lands in
     /// place is there once `wait` (or `test`) has returned true.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InPlace`] when the exchange lends no memory.
     pub fn lent_mut(&mut self) -> Result<&mut [u8]> {
         let Some(l) = self.lent else {
             return Err(ShmError::InPlace {
@@ -195,6 +208,11 @@ impl Exchange {
     /// [`start`](Exchange::start) exchanging lent set `set`: messages in
     /// place are read from its runs here and land in its runs at the
     /// peers (each names its own set at its own start).
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::InPlace`] for a set it does not lend; as
+    /// [`start`](Self::start).
     pub fn start_set(&mut self, set: usize) -> Result<()> {
         let sets = self.lent.map_or(0, |l| l.sets);
         if set as u64 >= sets {
@@ -212,6 +230,12 @@ impl Exchange {
     /// (credits) and begins sending. Never blocks. Messages in place use
     /// the set of the last [`start_set`](Exchange::start_set) (set 0 at
     /// first).
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::State`] while an iteration is in flight or after a
+    /// failure; [`ShmError::PeerDied`] or [`ShmError::Protocol`] when a
+    /// peer died or broke the protocol.
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         self.iteration += 1;
@@ -258,6 +282,12 @@ impl Exchange {
     /// buffers are free again, or `deadline` passes ([`ShmError::Timeout`],
     /// after which `wait` may be called again). A peer that dies is reported
     /// as [`ShmError::PeerDied`] as soon as it is noticed.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::Timeout`] at the deadline; [`ShmError::PeerDied`];
+    /// [`ShmError::Protocol`] when a peer broke the protocol;
+    /// [`ShmError::State`] without an iteration in flight.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         self.lifecycle.require_in_flight("wait")?;
         let mut backoff = Backoff::exchange();
@@ -296,6 +326,10 @@ impl Exchange {
     /// this one left to wait for. Returns whether the iteration is
     /// complete. An exchange built while the wait policy was not `block`
     /// ([`parks`](Exchange::parks) false) is never woken: it only passes.
+    ///
+    /// # Errors
+    ///
+    /// As [`test`](Self::test).
     pub fn park(&mut self, until: Instant) -> Result<bool> {
         if !self.parks {
             return self.test();
@@ -406,6 +440,10 @@ impl Exchange {
     /// complete (then it is no longer in flight). For progressing several
     /// channels at once; allocates nothing and makes no system call unless
     /// a get path copies or a peer check is due (every 2 ms).
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait), but never [`ShmError::Timeout`].
     pub fn test(&mut self) -> Result<bool> {
         self.lifecycle.require_in_flight("test")?;
         let pass = self.pass().map_err(|e| self.fail(e))?;
@@ -422,6 +460,10 @@ impl Exchange {
     }
 
     /// `wait` with a deadline `timeout` from now.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait).
     pub fn wait_for(&mut self, timeout: Duration) -> Result<()> {
         self.wait(Instant::now() + timeout)
     }

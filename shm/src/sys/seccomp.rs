@@ -8,6 +8,10 @@ use std::io;
 /// Installs a seccomp filter that makes `process_vm_readv` and
 /// `process_vm_writev` fail with `EPERM` in this process and its children.
 /// Irreversible for the process.
+///
+/// # Errors
+///
+/// The kernel's error when it refuses the filter.
 pub fn deny_cross_memory_attach() -> io::Result<()> {
     const RET_ALLOW: u32 = 0x7fff_0000;
     const RET_ERRNO: u32 = 0x0005_0000;
