@@ -275,14 +275,11 @@ impl Layout {
         // one round trip (latency only, and noisy) said.
         match self.gateways.get(&(na.min(nb), na.max(nb))) {
             Some(via) if !via.is_empty() => {
-                let mut path = Vec::with_capacity(via.len() + 2);
-                path.push(na);
-                path.extend(via);
-                path.push(nb);
-                let hops: f64 = path
-                    .windows(2)
-                    .map(|w| self.between_nodes(w[0], w[1]))
-                    .sum();
+                let (mut hops, mut from) = (0.0, na);
+                for &g in via.iter().chain([&nb]) {
+                    hops += self.between_nodes(from, g);
+                    from = g;
+                }
                 measured.max(hops)
             }
             _ => measured,

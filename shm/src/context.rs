@@ -322,10 +322,10 @@ impl Context {
             .unwrap_or_default();
         // Not locked while probing: the probe waits for peers first.
         let known = self.probes.find(&own, &towards);
-        let node = NodeProbes::at(&self.dir);
         let (measured, reused, from_earlier_job) = match known {
             Some(measured) => (measured, true, false),
             None => {
+                let node = NodeProbes::at(&self.dir);
                 let kept = node.as_ref().and_then(|n| n.find(&own, &towards));
                 let measured = match kept {
                     Some(measured) => measured,

@@ -15,12 +15,13 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::segment::{check_private_file, flock_within};
 use crate::thresholds::{Measured, Thresholds};
 
 /// The setting that turns the file off.
@@ -206,40 +207,14 @@ impl NodeProbes {
         let skip = |why: String| {
             tracing::debug!(path = %self.path.display(), "threshold probes not kept between jobs: {why}");
         };
-        let mut file = match opened {
-            Ok(f) => f,
-            Err(e) => {
-                skip(e.to_string());
-                return None;
-            }
-        };
-        let meta = file.metadata().ok()?;
-        let me = nix::unistd::geteuid().as_raw();
-        if !meta.file_type().is_file()
-            || meta.uid() != me
-            || meta.permissions().mode() & 0o7777 != 0o600
-        {
-            skip(format!(
-                "not a regular file of uid {me} with mode 600 (uid {}, mode {:o})",
-                meta.uid(),
-                meta.permissions().mode() & 0o7777
-            ));
-            return None;
-        }
-        let deadline = Instant::now() + LOCK_WAIT;
-        loop {
-            match Flock::lock(file, how) {
-                Ok(lock) => return Some(lock),
-                Err((f, nix::errno::Errno::EWOULDBLOCK)) if Instant::now() < deadline => {
-                    file = f;
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err((_, e)) => {
-                    skip(e.to_string());
-                    return None;
-                }
-            }
-        }
+        let checked = opened.map_err(|e| e.to_string()).and_then(|f| {
+            check_private_file(&f, &self.path)
+                .map(|_| f)
+                .map_err(|e| e.to_string())
+        });
+        let locked =
+            checked.and_then(|f| flock_within(f, how, LOCK_WAIT).map_err(|e| e.to_string()));
+        locked.map_err(skip).ok()
     }
 }
 
@@ -318,7 +293,7 @@ mod tests {
 
     #[test]
     fn a_file_not_ours_to_trust_is_left_alone() {
-        use std::os::unix::fs::symlink;
+        use std::os::unix::fs::{symlink, PermissionsExt};
         let dir = fresh_dir("trust");
         let file = NodeProbes::at(&dir).unwrap();
         // Readable by others: not ours to trust.

@@ -88,9 +88,9 @@ fn ensure_existing_job_dir(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Checks an open locator file: a regular file of ours, mode 0600; returns
-/// its length.
-fn check_locator_file(file: &File, path: &Path) -> Result<u64> {
+/// Checks an open file sode keeps for this user (a locator, the node's
+/// probe file): a regular file of ours, mode 0600; returns its length.
+pub(crate) fn check_private_file(file: &File, path: &Path) -> Result<u64> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let unsafe_file = |why: String| ShmError::UnsafeSegment {
         path: path.to_path_buf(),
@@ -182,7 +182,7 @@ impl Locator {
                 })
             }
         };
-        let len = check_locator_file(&file, path)?;
+        let len = check_private_file(&file, path)?;
         if len != Locator::LEN {
             return Err(refuse(format!(
                 "it is {len} bytes, not a {}-byte segment locator",
@@ -231,6 +231,34 @@ impl Drop for HeldDir {
     }
 }
 
+/// `file` locked as `how` (a non-blocking kind), retrying while another
+/// process holds a lock in the way, for up to `wait`.
+pub(crate) fn flock_within(
+    mut file: File,
+    how: FlockArg,
+    wait: std::time::Duration,
+) -> std::result::Result<Flock<File>, nix::errno::Errno> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        match Flock::lock(file, how) {
+            Ok(lock) => return Ok(lock),
+            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
+                file = f;
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err((_, errno)) => return Err(errno),
+        }
+    }
+}
+
+/// The directory `path`, open for locking; not through a symlink.
+fn open_dir(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+}
+
 /// Opens the directory `path` (not a symlink) with a shared lock, waiting
 /// out a sweep or a last holder clearing it (an exclusive lock held for
 /// the time of a few unlinks) up to a second.
@@ -240,22 +268,13 @@ fn lock_dir(path: &Path) -> Result<Flock<File>> {
         hint: String::new(),
         source,
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(fail)?;
-    loop {
-        match Flock::lock(file, FlockArg::LockSharedNonblock) {
-            Ok(lock) => return Ok(lock),
-            Err((f, nix::errno::Errno::EWOULDBLOCK)) if std::time::Instant::now() < deadline => {
-                file = f;
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-            Err((_, errno)) => return Err(fail(io::Error::from(errno))),
-        }
-    }
+    let file = open_dir(path).map_err(fail)?;
+    flock_within(
+        file,
+        FlockArg::LockSharedNonblock,
+        std::time::Duration::from_secs(1),
+    )
+    .map_err(|errno| fail(io::Error::from(errno)))
 }
 
 /// Whether the open directory `lock` is still the one at `path` (a sweep
@@ -305,11 +324,7 @@ pub(crate) fn sweep_stale_job_dirs(parent: &Path, except: &Path) -> usize {
         if !ours || path == except || ensure_existing_job_dir(&path).is_err() {
             continue;
         }
-        let Ok(file) = OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
-            .open(&path)
-        else {
+        let Ok(file) = open_dir(&path) else {
             continue;
         };
         if let Ok(lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) {
