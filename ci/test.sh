@@ -42,6 +42,10 @@ TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
 echo "== [${SECONDS}s] the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
 
+echo "== [${SECONDS}s] real clients: TeaLeaf and miniGhost, ported to sode, against their MPI originals on 1, 2 and 4 ranks"
+bash ci/tealeaf.sh
+bash ci/minighost.sh
+
 echo "== [${SECONDS}s] start-up: a job that commits one exchange against one that only starts MPI; later jobs read the thresholds the first kept (commit median under 50 ms)"
 bash ci/startup.sh 3
 
