@@ -35,6 +35,11 @@ for n in 1 2 4; do
   timeout 300 "${mpirun[@]}" -n "$n" "$build/rk2d"
 done
 
+for n in 1 2 3 4; do
+  echo "-- mpirun -n $n staggered (cells and nodes; the nodes on block edges never sent)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$build/staggered"
+done
+
 for n in 1 3; do
   echo "-- mpirun -n $n ring1d (a 1-D ring and line)"
   timeout 120 "${mpirun[@]}" -n "$n" "$build/ring1d"

@@ -75,7 +75,7 @@ module sode
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
   public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_wait, sode_test
-  public :: sode_set_transport, sode_set_zero_copy, sode_describe
+  public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_describe
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
   public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
@@ -83,7 +83,8 @@ module sode
   !> Adds a field: a real32, real64, int32 or int64 array of rank 1 to 4 (Fortran
   !> order, with the TARGET attribute), its owned cells `first(:)` to
   !> `last(:)` in the array's own bounds, its halo widths below and above
-  !> on the process grid's axes (default: the exchange's).
+  !> on the process grid's axes (default: the exchange's). A staggered
+  !> field's overlap with its neighbours: sode_set_overlap.
   interface sode_add_field
      module procedure add_r64_1, add_r64_2, add_r64_3, add_r64_4
      module procedure add_r32_1, add_r32_2, add_r32_3, add_r32_4
@@ -185,6 +186,19 @@ module sode
        integer(c_int64_t) :: ext(*), owned_lo(*), owned_size(*)
        integer(c_int) :: rc
      end function c_add_field
+     function c_field_count(x, n) bind(C, name="sode_exchange_field_count") result(rc)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: x
+       integer(c_int), intent(out) :: n
+       integer(c_int) :: rc
+     end function c_field_count
+     function c_set_overlap(x, field, lo, hi) bind(C, name="sode_exchange_set_overlap") result(rc)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: x
+       integer(c_int), value :: field
+       integer(c_int), intent(in) :: lo(*), hi(*)
+       integer(c_int) :: rc
+     end function c_set_overlap
      function c_commit(x) bind(C, name="sode_exchange_commit") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -519,6 +533,35 @@ contains
     call finish(c_add_field(x%ptr, base, int(ty, c_int), int(d, c_int), ext, owned_lo, owned_size, &
          plo, phi, int(ORDER_FORTRAN, c_int)), ierr)
   end subroutine add_any
+
+  !> A staggered field's overlap with its neighbours (before commit, every
+  !> rank the same): `overlap_lo(a)` owned cells at the low end of grid
+  !> axis `a` that the neighbour below owns too, `overlap_hi(a)` at the
+  !> high end. Those cells, computed by both ranks, are never sent: for
+  !> nodes `first` to `last` whose first and last the neighbours hold too,
+  !> `call sode_set_overlap(x, [1], [1])`. The field is the one added last,
+  !> or `field` (from 0, in the order added).
+  subroutine sode_set_overlap(x, overlap_lo, overlap_hi, ierr, field)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: overlap_lo(:), overlap_hi(:)
+    integer, intent(out), optional :: ierr
+    integer, intent(in), optional :: field
+    integer(c_int) :: rc, n
+    if (present(field)) then
+       n = int(field, c_int)
+       rc = SODE_OK
+    else
+       rc = c_field_count(x%ptr, n)
+       n = n - 1
+       if (rc == SODE_OK .and. n < 0) then
+          call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+               'sode_set_overlap: no field added yet: add the field, then set its overlap' // c_null_char), ierr)
+          return
+       end if
+    end if
+    if (rc == SODE_OK) rc = c_set_overlap(x%ptr, n, widths(overlap_lo, 8), widths(overlap_hi, 8))
+    call finish(rc, ierr)
+  end subroutine sode_set_overlap
 
   !> Lets sode keep the fields, `sets` copies of each, in memory it
   !> allocates (shared memory neighbours on the node read faces from

@@ -542,6 +542,35 @@ int sode_exchange_add_field_strided(struct sode_exchange *exchange,
                                     const int *halo_hi);
 
 /**
+ * The number of fields added to `exchange` so far (they are numbered
+ * from 0 in that order).
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; `count` valid for
+ * a write.
+ */
+int sode_exchange_field_count(struct sode_exchange *exchange, int *count);
+
+/**
+ * Marks the cells at each end of field `field`'s owned box (fields are
+ * numbered from 0 in the order added) that the neighbour on that side
+ * owns too: `overlap_lo[a]` below and `overlap_hi[a]` above, along each
+ * process-grid axis `a` (NULL: none). A staggered field's edge node,
+ * computed by both ranks, is never sent: with an overlap of 1 below and a
+ * halo of `d`, the neighbour below receives the `d` cells after the
+ * shared one. Before commit, on a Cartesian exchange; every rank the same
+ * (commit checks).
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; the arrays NULL or
+ * holding one value per axis of the exchange.
+ */
+int sode_exchange_set_overlap(struct sode_exchange *exchange,
+                              int field,
+                              const int *overlap_lo,
+                              const int *overlap_hi);
+
+/**
  * Checks the exchange across the job and sets up its channels.
  * Collective: every rank returns the same status.
  *

@@ -217,6 +217,7 @@ pub fn check_same_fields(
             && a.halo_lo == b.halo_lo
             && a.halo_hi == b.halo_hi
             && a.order == b.order
+            && a.overlap == b.overlap
             && a.owned_size.len() == b.owned_size.len()
     };
     let same = theirs.len() == first.len() && theirs.iter().zip(first).all(|(a, b)| agree(a, b));
@@ -231,7 +232,7 @@ pub fn check_same_fields(
             .join("; ")
     };
     Err(format!(
-        "ranks 0 and {r} added different fields (every rank must add the same fields, in the same order, with the same type, halo widths and memory order): rank 0 [{}], rank {r} [{}]",
+        "ranks 0 and {r} added different fields (every rank must add the same fields, in the same order, with the same type, halo widths, overlap and memory order): rank 0 [{}], rank {r} [{}]",
         list(first),
         list(theirs)
     ))
@@ -291,6 +292,7 @@ mod tests {
                 halo_lo: vec![1; d],
                 halo_hi: vec![1; d],
                 order: (0..d).rev().collect(),
+                overlap: Default::default(),
             }],
         }
     }

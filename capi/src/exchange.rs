@@ -10,7 +10,7 @@ use sode_job::World;
 use crate::cart::{self, Cart};
 use crate::error::{CapiError, Result};
 use crate::explicit::{self, BoxMessage};
-use crate::field::FieldSpec;
+use crate::field::{FieldSpec, Overlap};
 use crate::inplace;
 use crate::sys::UserMemory;
 use crate::SODE_OK;
@@ -365,6 +365,44 @@ impl Exchange {
             bytes: span,
             spec,
         });
+        Ok(())
+    }
+
+    /// How many fields were added.
+    pub fn field_count(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// Sets how many owned cells at each end of field `field` the
+    /// neighbour there owns too (a staggered field's edge nodes): they are
+    /// never sent. Before commit, on a Cartesian exchange.
+    pub fn set_overlap(&mut self, field: usize, overlap: Overlap) -> Result<()> {
+        let op = "sode_exchange_set_overlap";
+        self.before_commit(op, "set overlaps")?;
+        if !matches!(self.layout, Layout::Cartesian(_)) {
+            return Err(CapiError::Invalid {
+                op,
+                why: "an explicit exchange names every box it sends: an overlap belongs to a Cartesian exchange".into(),
+            });
+        }
+        let (max_lo, max_hi) = self.halo_widths();
+        let (dims, count) = (self.dims(), self.fields.len());
+        let Some(f) = self.fields.get_mut(field) else {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("field {field}: the exchange has {count} fields (numbered from 0 in the order added)"),
+            });
+        };
+        let spec = FieldSpec {
+            overlap,
+            ..f.spec.clone()
+        };
+        spec.check(dims, &max_lo, &max_hi)
+            .map_err(|why| CapiError::Invalid {
+                op,
+                why: format!("field {field}: {why}"),
+            })?;
+        f.spec = spec;
         Ok(())
     }
 

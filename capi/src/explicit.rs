@@ -160,6 +160,7 @@ mod tests {
                 halo_lo: vec![0, 0],
                 halo_hi: vec![0, 0],
                 order: vec![1, 0],
+                overlap: Default::default(),
             }],
             sends: sends.iter().map(side).collect(),
             recvs: recvs.iter().map(side).collect(),

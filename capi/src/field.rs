@@ -44,10 +44,42 @@ impl ElemType {
     }
 }
 
+/// The cells at each end of a field's owned box, per process-grid axis,
+/// that the neighbour on that side owns too: a staggered field's edge node,
+/// computed by both ranks and never sent. Empty: none on any axis.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Overlap {
+    /// Shared with the neighbour below, per axis.
+    pub lo: Vec<usize>,
+    /// Shared with the neighbour above, per axis.
+    pub hi: Vec<usize>,
+}
+
+impl Overlap {
+    /// Below, along axis `a`.
+    pub fn below(&self, a: usize) -> usize {
+        self.lo.get(a).copied().unwrap_or(0)
+    }
+
+    /// Above, along axis `a`.
+    pub fn above(&self, a: usize) -> usize {
+        self.hi.get(a).copied().unwrap_or(0)
+    }
+
+    /// Every axis of `grid_axes` spelt out, for comparing across ranks.
+    fn spelt_out(&self, grid_axes: usize) -> Overlap {
+        Overlap {
+            lo: (0..grid_axes).map(|a| self.below(a)).collect(),
+            hi: (0..grid_axes).map(|a| self.above(a)).collect(),
+        }
+    }
+}
+
 /// One field: `extents` and `strides` (in elements) of the whole array per
 /// axis; the owned box `owned_lo .. owned_lo + owned_size`; the halo widths
-/// below and above it on the axes of the process grid (the first axes).
-/// Along further axes (components, levels) the owned range travels whole.
+/// below and above it on the axes of the process grid (the first axes),
+/// and its overlap with the neighbours there. Along further axes
+/// (components, levels) the owned range travels whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldSpec {
     /// Element type.
@@ -64,6 +96,8 @@ pub struct FieldSpec {
     pub halo_lo: Vec<usize>,
     /// Halo width above it.
     pub halo_hi: Vec<usize>,
+    /// Owned cells at each end that the neighbour there owns too.
+    pub overlap: Overlap,
 }
 
 /// What the other ranks must agree on about a field.
@@ -79,6 +113,9 @@ pub struct FieldCard {
     pub halo_hi: Vec<usize>,
     /// Axes from fastest to slowest in memory (the packing order).
     pub order: Vec<usize>,
+    /// Owned cells shared with the neighbours, every grid axis spelt out.
+    #[serde(default)]
+    pub overlap: Overlap,
 }
 
 impl FieldCard {
@@ -90,8 +127,19 @@ impl FieldCard {
             .zip(&self.halo_hi)
             .map(|(l, h)| format!("{l}/{h}"))
             .collect();
+        let overlap = if self
+            .overlap
+            .lo
+            .iter()
+            .chain(&self.overlap.hi)
+            .any(|&c| c > 0)
+        {
+            format!(" overlap {:?}/{:?}", self.overlap.lo, self.overlap.hi)
+        } else {
+            String::new()
+        };
         format!(
-            "{:?} owned {:?} halo {} fastest axis {}",
+            "{:?} owned {:?} halo {}{overlap} fastest axis {}",
             self.ty,
             self.owned_size,
             halos.join(","),
@@ -182,10 +230,17 @@ impl FieldSpec {
                     lo.saturating_add(size)
                 ));
             }
-            if a < grid_axes && (hl > size || hh > size) {
+            let (ol, oh) = (self.overlap.below(a), self.overlap.above(a));
+            if a >= grid_axes && (ol > 0 || oh > 0) {
                 return Err(format!(
-                    "axis {a}: {size} owned elements, fewer than the halo width {}: a neighbour's halo would need cells this rank does not own",
-                    hl.max(hh)
+                    "axis {a}: an overlap along an axis the process grid does not split"
+                ));
+            }
+            // What the neighbour below fills its upper halo with starts
+            // past the cells both own; likewise above.
+            if a < grid_axes && (ol + hh > size || oh + hl > size) {
+                return Err(format!(
+                    "axis {a}: {size} owned elements, fewer than a halo width ({hl}/{hh}) plus the overlap at that end ({ol}/{oh}): a neighbour's halo would need cells this rank does not own",
                 ));
             }
         }
@@ -207,15 +262,20 @@ impl FieldSpec {
             halo_lo: self.halo_lo.clone(),
             halo_hi: self.halo_hi.clone(),
             order: self.order(),
+            overlap: self.overlap.spelt_out(self.halo_lo.len()),
         }
     }
 
     /// The cells sent to the neighbour at `offset` (process-grid axes):
-    /// the owned cells that fill its halo. Empty when it has no halo there.
+    /// the owned cells that fill its halo, past those both own. Empty when
+    /// it has no halo there.
     pub fn send_region(&self, offset: &[i32]) -> Region {
         self.region(offset, |a, o, lo, n| match o {
-            -1 => (lo, self.halo_hi[a]),
-            1 => (lo + n - self.halo_lo[a], self.halo_lo[a]),
+            -1 => (lo + self.overlap.below(a), self.halo_hi[a]),
+            1 => (
+                lo + n - self.overlap.above(a) - self.halo_lo[a],
+                self.halo_lo[a],
+            ),
             _ => (lo, n),
         })
     }
@@ -341,6 +401,7 @@ mod tests {
             owned_size: vec![4, 3],
             halo_lo: vec![1, 2],
             halo_hi: vec![2, 1],
+            overlap: Overlap::default(),
         }
     }
 
@@ -432,6 +493,54 @@ mod tests {
             extents: vec![4, 6],
             ..c_order()
         })
-        .contains("fewer than the halo width"));
+        .contains("fewer than a halo width"));
+        assert!(err(FieldSpec {
+            overlap: Overlap {
+                lo: vec![3, 0],
+                hi: vec![0, 0]
+            },
+            ..c_order()
+        })
+        .contains("plus the overlap"));
+    }
+
+    /// A vertex field of a 1-D grid: nodes 1..=n+1 owned, node 1 shared
+    /// with the rank below and node n+1 with the rank above; halo 2.
+    #[test]
+    fn an_overlap_keeps_the_shared_nodes_home() {
+        let n = 6;
+        let f = FieldSpec {
+            ty: ElemType::F64,
+            extents: vec![n + 5],
+            strides: vec![1],
+            owned_lo: vec![2],
+            owned_size: vec![n + 1],
+            halo_lo: vec![2],
+            halo_hi: vec![2],
+            overlap: Overlap {
+                lo: vec![1],
+                hi: vec![1],
+            },
+        };
+        assert!(f.check(1, &[2], &[2]).is_ok());
+        // Index 2 is node 1: below, nodes 2..=3 go and nodes -1..=0 come.
+        let r = f.send_region(&[-1]);
+        assert_eq!((r.start, r.size), (vec![3], vec![2]));
+        let r = f.recv_region(&[-1]);
+        assert_eq!((r.start, r.size), (vec![0], vec![2]));
+        // Above: nodes n-1..=n go (node n+1 stays), nodes n+2.. come.
+        let r = f.send_region(&[1]);
+        assert_eq!((r.start, r.size), (vec![n], vec![2]));
+        let r = f.recv_region(&[1]);
+        assert_eq!((r.start, r.size), (vec![n + 3], vec![2]));
+        // Both ranks must agree on it.
+        assert_ne!(
+            f.card(),
+            FieldSpec {
+                overlap: Overlap::default(),
+                ..f.clone()
+            }
+            .card()
+        );
     }
 }

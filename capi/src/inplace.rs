@@ -111,6 +111,7 @@ mod tests {
             owned_size: vec![rows, cols],
             halo_lo: vec![h, h],
             halo_hi: vec![h, h],
+            overlap: Default::default(),
         }
     }
 

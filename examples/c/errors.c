@@ -82,12 +82,17 @@ static void misuse(sode_comm *c, int size) {
     expect("an unknown transport", sode_exchange_set_transport(x, 9), SODE_ERR_ARG, "transport 9");
     expect("shared memory only", sode_exchange_set_transport(x, SODE_TRANSPORT_SHM), SODE_OK, "");
     expect("an unknown zero-copy mode", sode_exchange_set_zero_copy(x, 5), SODE_ERR_ARG, "mode 5");
+    expect("an overlap for no field", sode_exchange_set_overlap(x, 0, NULL, NULL), SODE_ERR_ARG,
+           "the exchange has 0 fields");
     expect("describe before commit", sode_exchange_describe(x, NULL, 0, NULL), SODE_ERR_STATE,
            "not committed");
     sode_exchange *empty = cart(c, size);
     expect("commit without fields", sode_exchange_commit(empty), SODE_ERR_ARG, "no field was added");
     expect("free it", sode_exchange_free(&empty), SODE_OK, "");
     expect("add a field", add_u(x), SODE_OK, "");
+    int minus[2] = {-1, 0};
+    expect("a negative overlap", sode_exchange_set_overlap(x, 0, minus, NULL), SODE_ERR_ARG,
+           "overlap_lo[0] is -1");
     expect("commit", sode_exchange_commit(x), SODE_OK, "");
     expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
     expect("a field after commit", add_u(x), SODE_ERR_STATE, "before sode_exchange_commit");
@@ -95,6 +100,15 @@ static void misuse(sode_comm *c, int size) {
            "before sode_exchange_commit");
     expect("a zero-copy mode after commit", sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER),
            SODE_ERR_STATE, "before sode_exchange_commit");
+    int one[2] = {1, 1}, count = 0;
+    expect("an overlap after commit", sode_exchange_set_overlap(x, 0, one, one), SODE_ERR_STATE,
+           "before sode_exchange_commit");
+    expect("count the fields", sode_exchange_field_count(x, &count), SODE_OK, "");
+    expect("count into nothing", sode_exchange_field_count(x, NULL), SODE_ERR_NULL, "`count`");
+    if (count != 1) {
+        fprintf(stderr, "rank %d: sode_exchange_field_count gave %d, not 1\n", rank, count);
+        failures++;
+    }
     size_t needed = 0;
     expect("describe into no buffer", sode_exchange_describe(x, NULL, 64, &needed), SODE_ERR_NULL,
            "`buf`");

@@ -1,9 +1,12 @@
 ! A 1-D decomposition from Fortran: a ring of ranks (periodic) and a line
-! (not), each rank owning a block of a global array of 29 cells, with two
-! fields in one exchange: an int64 array with two halo cells on each side
-! and a real64 array with one. Three iterations; every halo cell of both is
-! checked against the value its owner holds, and cells beyond a line's
-! ends must keep their sentinel.
+! (not), each rank owning a block of a global array of 29 cells, with three
+! fields in one exchange: an int64 array with two halo cells on each side,
+! a real64 array with one, and a real64 array of nodes (the ends of the
+! cells) with two, whose first and last node each rank shares with its
+! neighbour there (sode_set_overlap) and marks as its own. Three
+! iterations; every halo cell of each is checked against the value its
+! owner holds, cells beyond a line's ends must keep their sentinel, and
+! every rank's shared nodes must keep its mark (never sent).
 !
 !   mpirun -n 3 ./ring1d
 program ring1d
@@ -28,10 +31,12 @@ program ring1d
      if (rank == 0) then
         if (round == 1) then
            write (output_unit, '(a, i0, a)') 'ring of ', nranks, &
-                ': int64 (halo 2) and real64 (halo 1) fields equal to their owners'' cells'
+                ': int64 (halo 2), real64 (halo 1), node (overlap 1, halo 2) fields' // &
+                ' equal to their owners'' cells'
         else
            write (output_unit, '(a, i0, a)') 'line of ', nranks, &
-                ': int64 (halo 2) and real64 (halo 1) fields equal to their owners'' cells; ends untouched'
+                ': int64 (halo 2), real64 (halo 1), node (overlap 1, halo 2) fields' // &
+                ' equal to their owners'' cells; ends untouched'
         end if
      end if
   end do
@@ -63,7 +68,7 @@ contains
   integer function run(periodic) result(wrong)
     logical, intent(in) :: periodic
     integer(int64), pointer, contiguous :: a(:)
-    real(real64), pointer, contiguous :: r(:)
+    real(real64), pointer, contiguous :: r(:), v(:)
     type(sode_comm) :: sc
     type(sode_exchange) :: x
     integer :: q, rest, start, own, it, i, g
@@ -72,20 +77,26 @@ contains
     rest = mod(GLOBAL, nranks)
     start = rank * q + min(rank, rest)
     own = q + merge(1, 0, rank < rest)
-    allocate (a(1 - H:own + H), r(1 - HR:own + HR))
+    allocate (a(1 - H:own + H), r(1 - HR:own + HR), v(1 - H:own + 1 + H))
     call sode_comm_create_mpi(MPI_COMM_WORLD%MPI_VAL, sc)
     call sode_exchange_create_cart(sc, [nranks], [rank], [periodic], [H], [H], SODE_STAR, x)
     call sode_add_field(x, a, first=[1], last=[own])
     call sode_add_field(x, r, first=[1], last=[own], halo_lo=[HR], halo_hi=[HR])
+    call sode_add_field(x, v, first=[1], last=[own + 1])
+    call sode_set_overlap(x, [1], [1])
     call sode_commit(x)
     wrong = 0
     do it = 1, 3
        a = -1
        r = -1d0
+       v = -1d0
        do i = 1, own
           a(i) = value(it, start + i - 1)
           r(i) = real(value(it, start + i - 1), real64) / 4
+          v(i) = real(value(it, start + i - 1), real64) / 2
        end do
+       v(1) = mark(it)
+       v(own + 1) = mark(it)
        call sode_start(x)
        call sode_wait(x)
        do i = 1 - H, own + H
@@ -96,6 +107,14 @@ contains
           g = start + i - 1
           if (r(i) /= real(expected(it, g, periodic, -4_int64), real64) / 4) wrong = wrong + 1
        end do
+       do i = 1 - H, own + 1 + H
+          g = start + i - 1
+          if (i == 1 .or. i == own + 1) then
+             if (v(i) /= mark(it)) wrong = wrong + 1
+          else if (v(i) /= real(expected(it, g, periodic, -2_int64), real64) / 2) then
+             wrong = wrong + 1
+          end if
+       end do
     end do
     if (wrong /= 0) then
        write (error_unit, '(a, i0, a, l1, a, i0, a)') 'rank ', rank, ' (periodic ', periodic, '): ', &
@@ -103,7 +122,13 @@ contains
     end if
     call sode_exchange_free(x)
     call sode_comm_free(sc)
-    deallocate (a, r)
+    deallocate (a, r, v)
   end function run
+
+  !> What this rank writes on the nodes it shares at iteration `it`.
+  real(real64) function mark(it)
+    integer, intent(in) :: it
+    mark = -1000d0 * (rank + 1) - it
+  end function mark
 
 end program ring1d

@@ -15,7 +15,7 @@ use crate::comm::{seconds, Comm};
 use crate::error::{CapiError, Result};
 use crate::exchange::Exchange;
 use crate::explicit::BoxMessage;
-use crate::field::{ElemType, FieldSpec};
+use crate::field::{ElemType, FieldSpec, Overlap};
 use crate::stats::{NeighbourStats, Stats};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
 
@@ -943,6 +943,7 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
         strides,
         owned_lo,
         owned_size,
+        overlap: Default::default(),
     };
     let base = args.base.cast::<u8>();
     // SAFETY: the caller promised the array spans the extents and strides
@@ -1042,6 +1043,72 @@ pub unsafe extern "C" fn sode_exchange_add_field_strided(
         };
         // SAFETY: the caller's contract.
         unsafe { add_field(op, exchange, args) }
+    })
+}
+
+/// The number of fields added to `exchange` so far (they are numbered
+/// from 0 in that order).
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `count` valid for
+/// a write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_field_count(
+    exchange: *mut Exchange,
+    count: *mut c_int,
+) -> c_int {
+    let op = "sode_exchange_field_count";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let x = unsafe { handle(op, "exchange", exchange) }?;
+        // SAFETY: the caller's contract.
+        let out = unsafe { handle(op, "count", count) }?;
+        *out = c_int::try_from(x.field_count()).unwrap_or(c_int::MAX);
+        Ok(())
+    })
+}
+
+/// Marks the cells at each end of field `field`'s owned box (fields are
+/// numbered from 0 in the order added) that the neighbour on that side
+/// owns too: `overlap_lo[a]` below and `overlap_hi[a]` above, along each
+/// process-grid axis `a` (NULL: none). A staggered field's edge node,
+/// computed by both ranks, is never sent: with an overlap of 1 below and a
+/// halo of `d`, the neighbour below receives the `d` cells after the
+/// shared one. Before commit, on a Cartesian exchange; every rank the same
+/// (commit checks).
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; the arrays NULL or
+/// holding one value per axis of the exchange.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_set_overlap(
+    exchange: *mut Exchange,
+    field: c_int,
+    overlap_lo: *const c_int,
+    overlap_hi: *const c_int,
+) -> c_int {
+    let op = "sode_exchange_set_overlap";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let g = x.dims();
+        let counts = |p: *const c_int, name| -> Result<Vec<usize>> {
+            if p.is_null() {
+                Ok(vec![0; g])
+            } else {
+                // SAFETY: the caller's contract: one value per axis.
+                sizes(op, name, &unsafe { array(op, name, p, g) }?)
+            }
+        };
+        let overlap = Overlap {
+            lo: counts(overlap_lo, "overlap_lo")?,
+            hi: counts(overlap_hi, "overlap_hi")?,
+        };
+        let field = usize::try_from(field).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("field {field}: fields are numbered from 0 in the order added"),
+        })?;
+        x.set_overlap(field, overlap)
     })
 }
 
