@@ -4,13 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, Link, LinkExchange, Message, Region, Transport};
+use sode::{HaloError, Link, LinkExchange, Message, Transport};
 use sode_job::World;
 
 use crate::cart::{self, Cart};
 use crate::error::{CapiError, Result};
 use crate::explicit::{self, BoxMessage};
-use crate::field::{FieldSpec, Overlap};
+use crate::field::{FieldSpec, Overlap, Piece};
 use crate::inplace;
 use crate::sys::UserMemory;
 use crate::SODE_OK;
@@ -45,24 +45,27 @@ struct SharedLayout {
     bases: Vec<usize>,
 }
 
-/// One neighbour's link: each field's region sent to it and received from
-/// it (computed once, at commit).
+/// One link's messages: the pieces sent to its peer and received from it
+/// (computed once, at commit).
 #[derive(Debug)]
 struct Planned {
-    /// Per field, what is sent (`None`: nothing is).
-    send: Option<Vec<Region>>,
-    /// Per field, what is received (`None`: nothing is).
-    recv: Option<Vec<Region>>,
+    /// What is sent (`None`: nothing is).
+    send: Option<Vec<Piece>>,
+    /// What is received (`None`: nothing is).
+    recv: Option<Vec<Piece>>,
 }
 
-/// The bytes of a message made of `regions`, one per field.
-fn message_bytes(specs: &[FieldSpec], regions: &[Region]) -> usize {
-    specs
+/// The bytes of a message made of `pieces`.
+fn message_bytes(specs: &[FieldSpec], pieces: &[Piece]) -> usize {
+    pieces
         .iter()
-        .zip(regions)
-        .map(|(f, r)| r.cells() * f.ty.size())
+        .map(|p| p.region.cells() * specs[p.field].ty.size())
         .sum()
 }
+
+/// The tag of the one message each way between two ranks whose every
+/// direction travels together (3^3: above any direction's tag).
+const PEER_TAG: u32 = 27;
 
 #[derive(Debug)]
 enum State {
@@ -534,33 +537,102 @@ impl Exchange {
             .map_err(|why| CapiError::Mismatch { why })?;
         let mut links = Vec::new();
         let mut planned = Vec::new();
-        for n in neighbours {
-            let back: Vec<i32> = n.offset.iter().map(|o| -o).collect();
-            let send: Vec<Region> = specs.iter().map(|f| f.send_region(&n.offset)).collect();
-            let recv: Vec<Region> = specs.iter().map(|f| f.recv_region(&n.offset)).collect();
-            let message = |len: usize, tag: u32| (len > 0).then_some(Message { len, tag });
-            let send_msg = message(message_bytes(specs, &send), sode::direction_tag(&n.offset));
-            let recv_msg = message(message_bytes(specs, &recv), sode::direction_tag(&back));
-            if send_msg.is_none() && recv_msg.is_none() {
-                continue;
+        let mut push = |group: &[cart::Neighbour]| {
+            if let Some((link, plan)) = Self::group_link(specs, group) {
+                links.push(link);
+                planned.push(plan);
             }
-            planned.push(Planned {
-                send: send_msg.is_some().then_some(send),
-                recv: recv_msg.is_some().then_some(recv),
-            });
-            links.push(Link {
-                peer: n.rank,
-                send: send_msg,
-                recv: recv_msg,
-                name: format!(
-                    "rank {} ({})",
-                    n.rank,
-                    crate::cart::direction_name(&n.offset)
-                ),
-                offset: n.offset,
-            });
+        };
+        // Every direction to a rank this one reaches by a copy (itself,
+        // or shared memory) travels as one message each way; over the
+        // network each direction keeps its own (RDMA writes faces in place
+        // and spreads them over its engines by direction).
+        let mut peers: Vec<usize> = Vec::new();
+        for n in &neighbours {
+            if !self.one_message_per_peer(n.rank) {
+                push(std::slice::from_ref(n));
+            } else if !peers.contains(&n.rank) {
+                peers.push(n.rank);
+            }
+        }
+        for peer in peers {
+            let group: Vec<cart::Neighbour> = neighbours
+                .iter()
+                .filter(|n| n.rank == peer)
+                .cloned()
+                .collect();
+            push(&group);
         }
         Ok((links, planned))
+    }
+
+    /// Whether every direction to `peer` travels as one message each way:
+    /// when the copy is within the rank or over shared memory (both sides
+    /// decide alike: their transport and node agree).
+    fn one_message_per_peer(&self, peer: usize) -> bool {
+        peer == self.world.rank()
+            || match self.transport {
+                Transport::Shm | Transport::Tcp => true,
+                Transport::Rdma => false,
+                _ => self.world.same_node(peer),
+            }
+    }
+
+    /// One link to the rank of every neighbour in `group` (all the same
+    /// rank), carrying each direction's pieces: sent in the order of the
+    /// directions, received in the order of their opposites, so that both
+    /// ends lay the message out alike. `None` when nothing travels.
+    fn group_link(specs: &[FieldSpec], group: &[cart::Neighbour]) -> Option<(Link, Planned)> {
+        let first = group.first()?;
+        let pieces = |offsets: &[&Vec<i32>], send: bool| -> Vec<Piece> {
+            offsets
+                .iter()
+                .flat_map(|o| {
+                    specs.iter().enumerate().map(move |(field, f)| Piece {
+                        field,
+                        region: if send {
+                            f.send_region(o)
+                        } else {
+                            f.recv_region(o)
+                        },
+                    })
+                })
+                .filter(|p| p.region.cells() > 0)
+                .collect()
+        };
+        let mut sends: Vec<&Vec<i32>> = group.iter().map(|n| &n.offset).collect();
+        sends.sort();
+        let mut recvs = sends.clone();
+        recvs.sort_by_key(|o| o.iter().map(|x| -x).collect::<Vec<i32>>());
+        let (send, recv) = (pieces(&sends, true), pieces(&recvs, false));
+        let (send_tag, recv_tag) = match group {
+            [one] => (
+                sode::direction_tag(&one.offset),
+                sode::direction_tag(&one.offset.iter().map(|o| -o).collect::<Vec<_>>()),
+            ),
+            _ => (PEER_TAG, PEER_TAG),
+        };
+        let message = |p: &[Piece], tag| {
+            let len = message_bytes(specs, p);
+            (len > 0).then_some(Message { len, tag })
+        };
+        let (send_msg, recv_msg) = (message(&send, send_tag), message(&recv, recv_tag));
+        if send_msg.is_none() && recv_msg.is_none() {
+            return None;
+        }
+        let directions: Vec<String> = sends.iter().map(|o| cart::direction_name(o)).collect();
+        let link = Link {
+            peer: first.rank,
+            send: send_msg,
+            recv: recv_msg,
+            name: format!("rank {} ({})", first.rank, directions.join(" / ")),
+            offset: first.offset.clone(),
+        };
+        let plan = Planned {
+            send: send_msg.is_some().then_some(send),
+            recv: recv_msg.is_some().then_some(recv),
+        };
+        Some((link, plan))
     }
 
     /// The links of an explicit exchange (one per box), checked across the
@@ -587,7 +659,8 @@ impl Exchange {
             .map(|m| (m, true))
             .chain(recvs.iter().map(|m| (m, false)))
         {
-            let regions: Vec<Region> = specs.iter().map(|f| f.box_region(&m.lo, &m.size)).collect();
+            let regions =
+                Piece::per_field(specs.iter().map(|f| f.box_region(&m.lo, &m.size)).collect());
             let len = message_bytes(specs, &regions);
             let message = Some(Message { len, tag: m.tag });
             let verb = if send { "to" } else { "from" };
@@ -633,10 +706,10 @@ impl Exchange {
             set_len = set_len.checked_add(stride).ok_or_else(overflow)?;
         }
         set_len.checked_mul(self.shared).ok_or_else(overflow)?;
-        let runs_of = |regions: &Option<Vec<Region>>| {
-            let regions = regions.as_deref()?;
+        let runs_of = |pieces: &Option<Vec<Piece>>| {
+            let pieces = pieces.as_deref()?;
             Some(
-                inplace::spans(specs, regions)
+                inplace::spans(specs, pieces)
                     .into_iter()
                     .map(|s| sode::Run {
                         offset: bases[s.memory] + s.offset,
@@ -729,8 +802,8 @@ impl Exchange {
             })?;
         builder = builder.lend(lent);
         for (i, p) in planned.iter().enumerate() {
-            let side = |regions: &Option<Vec<Region>>| {
-                let spans = inplace::spans(specs, regions.as_deref()?);
+            let side = |pieces: &Option<Vec<Piece>>| {
+                let spans = inplace::spans(specs, pieces.as_deref()?);
                 mode.in_place(&spans).then_some(spans)
             };
             let how = InPlace {
@@ -762,11 +835,11 @@ impl Exchange {
         let mut text = String::new();
         for (i, (l, locality)) in links.links().iter().zip(links.localities()).enumerate() {
             let sides = links.in_place(i);
-            let side = |verb: &str, regions: &Option<Vec<Region>>, in_place: bool| {
-                let regions = regions.as_deref()?;
-                let bytes = message_bytes(&specs, regions);
+            let side = |verb: &str, pieces: &Option<Vec<Piece>>, in_place: bool| {
+                let pieces = pieces.as_deref()?;
+                let bytes = message_bytes(&specs, pieces);
                 Some(if in_place {
-                    let runs = inplace::spans(&specs, regions).len();
+                    let runs = inplace::spans(&specs, pieces).len();
                     format!("; {verb} {bytes} bytes in place ({runs} runs)")
                 } else {
                     format!("; {verb} {bytes} bytes packed")
@@ -938,7 +1011,7 @@ impl Exchange {
     ) -> Result<()> {
         let exchange = |source| CapiError::Exchange { op, source };
         let began = Instant::now();
-        for (i, regions) in planned
+        for (i, pieces) in planned
             .iter()
             .enumerate()
             .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
@@ -948,12 +1021,13 @@ impl Exchange {
             }
             let out = links.send_buf(i).map_err(exchange)?;
             let mut at = 0;
-            for (f, r) in fields.iter().zip(regions) {
-                let n = r.cells() * f.spec.ty.size();
+            for p in pieces {
+                let f = &fields[p.field];
+                let n = p.region.cells() * f.spec.ty.size();
                 let Some(memory) = f.array() else {
                     return Err(no_memory(op));
                 };
-                f.spec.pack(memory.bytes(), r, &mut out[at..at + n]);
+                f.spec.pack(memory.bytes(), &p.region, &mut out[at..at + n]);
                 at += n;
             }
         }
@@ -974,7 +1048,7 @@ impl Exchange {
             return Ok(());
         }
         let began = Instant::now();
-        for (i, regions) in planned
+        for (i, pieces) in planned
             .iter()
             .enumerate()
             .filter(|(i, _)| !links.in_place(*i).recv)
@@ -984,15 +1058,15 @@ impl Exchange {
                 .recv_buf(i)
                 .map_err(|source| CapiError::Exchange { op, source })?;
             let mut at = 0;
-            for (f, r) in fields.iter_mut().zip(regions) {
-                let n = r.cells() * f.spec.ty.size();
+            for p in pieces {
                 let Field {
                     spec, memory, call, ..
-                } = f;
+                } = &mut fields[p.field];
+                let n = p.region.cells() * spec.ty.size();
                 let Some(memory) = call.as_mut().or(memory.as_mut()) else {
                     return Err(no_memory(op));
                 };
-                spec.unpack(&data[at..at + n], r, memory.bytes_mut());
+                spec.unpack(&data[at..at + n], &p.region, memory.bytes_mut());
                 at += n;
             }
         }
@@ -1052,5 +1126,66 @@ impl Exchange {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::ElemType;
+
+    /// A C-order f64 field of `own` cells with halo widths 1 below and 2
+    /// above on both axes (so that a piece laid out against the wrong
+    /// direction has the wrong size).
+    fn field(own: [usize; 2]) -> FieldSpec {
+        FieldSpec {
+            ty: ElemType::F64,
+            extents: vec![own[0] + 3, own[1] + 3],
+            strides: vec![own[1] + 3, 1],
+            owned_lo: vec![1, 1],
+            owned_size: own.to_vec(),
+            halo_lo: vec![1, 1],
+            halo_hi: vec![2, 2],
+            overlap: Overlap::default(),
+        }
+    }
+
+    /// Every direction between two ranks of a periodic 2 x 2 grid (each is
+    /// the other's neighbour along axis 0 both ways, and diagonally) as one
+    /// message: what one end sends, piece by piece, is what the other
+    /// receives, in the same order and shape.
+    #[test]
+    fn both_ends_of_a_peer_link_lay_the_message_out_alike() {
+        let offsets = |a1: i32| -> Vec<cart::Neighbour> {
+            [-1, 1]
+                .iter()
+                .flat_map(|&a0| [0, a1].map(|b| (a0, b)))
+                .map(|(a0, b)| cart::Neighbour {
+                    offset: vec![a0, b],
+                    rank: 1,
+                })
+                .collect()
+        };
+        // Rank 0 at (0, 0) sees rank 2 at (±1, 0) and (±1, ±1) of one
+        // sign along axis 1; the other end sees the opposites.
+        let (here, there) = (offsets(1), offsets(-1));
+        let specs = [field([5, 7]), field([5, 7])];
+        let (link, sent) = Exchange::group_link(&specs, &here).unwrap();
+        let (back, received) = Exchange::group_link(&specs, &there).unwrap();
+        let (sent, received) = (sent.send.unwrap(), received.recv.unwrap());
+        assert_eq!(sent.len(), 8, "4 directions, 2 fields");
+        let shapes = |pieces: &[Piece]| -> Vec<(usize, Vec<usize>)> {
+            pieces
+                .iter()
+                .map(|p| (p.field, p.region.size.clone()))
+                .collect()
+        };
+        assert_eq!(shapes(&sent), shapes(&received));
+        assert_eq!(link.send.unwrap().tag, back.recv.unwrap().tag);
+        assert_eq!(link.send.unwrap().len, back.recv.unwrap().len);
+        assert!(link.name.contains(" / "), "{}", link.name);
+        // A single direction keeps its direction's tags.
+        let (one, _) = Exchange::group_link(&specs, &here[..1]).unwrap();
+        assert_eq!(one.send.unwrap().tag, sode::direction_tag(&here[0].offset));
     }
 }

@@ -44,6 +44,27 @@ impl ElemType {
     }
 }
 
+/// One piece of a message: field `field`'s cells in `region`. A message is
+/// its pieces one after the other, each in the field's memory order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    /// Which field (its number in the order added).
+    pub field: usize,
+    /// Its cells.
+    pub region: Region,
+}
+
+impl Piece {
+    /// One piece per field, field `f` in `regions[f]`.
+    pub fn per_field(regions: Vec<Region>) -> Vec<Piece> {
+        regions
+            .into_iter()
+            .enumerate()
+            .map(|(field, region)| Piece { field, region })
+            .collect()
+    }
+}
+
 /// The cells at each end of a field's owned box, per process-grid axis,
 /// that the neighbour on that side owns too: a staggered field's edge node,
 /// computed by both ranks and never sent. Empty: none on any axis.

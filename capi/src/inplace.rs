@@ -8,9 +8,9 @@
 //! its writes to the windows the receiver made. `SODE_ZERO_COPY` (or
 //! `sode_exchange_set_zero_copy`) overrides the choice.
 
-use sode::{Region, Span};
+use sode::Span;
 
-use crate::field::FieldSpec;
+use crate::field::{FieldSpec, Piece};
 
 /// `SODE_ZERO_COPY`: when faces travel in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,13 +73,14 @@ impl ZeroCopy {
     }
 }
 
-/// The runs of a message made of `regions` (one per field; field `f` lent
-/// as memory `f`), in message order, adjacent runs merged.
-pub fn spans(specs: &[FieldSpec], regions: &[Region]) -> Vec<Span> {
+/// The runs of a message made of `pieces` (field `f` lent as memory `f`),
+/// in message order, adjacent runs merged.
+pub fn spans(specs: &[FieldSpec], pieces: &[Piece]) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::new();
-    for (memory, (f, r)) in specs.iter().zip(regions).enumerate() {
+    for piece in pieces {
+        let (memory, f) = (piece.field, &specs[piece.field]);
         let e = f.ty.size();
-        f.runs(r, |at, n| {
+        f.runs(&piece.region, |at, n| {
             let (offset, len) = (at * e, n * e);
             match out.last_mut() {
                 Some(last) if last.memory == memory && last.offset + last.len == offset => {
@@ -100,6 +101,12 @@ pub fn spans(specs: &[FieldSpec], regions: &[Region]) -> Vec<Span> {
 mod tests {
     use super::*;
     use crate::field::ElemType;
+    use sode::Region;
+
+    /// Field 0's `region`, the only piece.
+    fn one(region: Region) -> [Piece; 1] {
+        [Piece { field: 0, region }]
+    }
 
     /// A C-order 2-D f64 field, `rows` x `cols` owned, halo `h` all round.
     fn field(rows: usize, cols: usize, h: usize) -> FieldSpec {
@@ -118,24 +125,24 @@ mod tests {
     #[test]
     fn rows_go_in_place_and_columns_are_packed() {
         let f = field(64, 1024, 2);
-        let rows = spans(std::slice::from_ref(&f), &[f.recv_region(&[1, 0])]);
+        let rows = spans(std::slice::from_ref(&f), &one(f.recv_region(&[1, 0])));
         // Two rows of 1024 doubles, apart (the halo columns between them).
         assert_eq!(rows.len(), 2);
         assert!(rows.iter().all(|s| s.len == 8192 && s.memory == 0));
         assert_eq!(rows[1].offset - rows[0].offset, 1028 * 8);
         assert!(ZeroCopy::Auto.in_place(&rows));
-        let cols = spans(std::slice::from_ref(&f), &[f.send_region(&[0, 1])]);
+        let cols = spans(std::slice::from_ref(&f), &one(f.send_region(&[0, 1])));
         assert_eq!(cols.len(), 64);
         assert!(!ZeroCopy::Auto.in_place(&cols));
         assert!(ZeroCopy::Always.in_place(&cols) && !ZeroCopy::Never.in_place(&rows));
         // One run goes in place whatever its length (one write either way);
         // several short ones are packed.
         let f = field(64, 32, 1);
-        let row = spans(std::slice::from_ref(&f), &[f.recv_region(&[1, 0])]);
+        let row = spans(std::slice::from_ref(&f), &one(f.recv_region(&[1, 0])));
         assert_eq!((row.len(), row[0].len), (1, 256));
         assert!(ZeroCopy::Auto.in_place(&row));
         let f = field(64, 32, 4);
-        let rows = spans(std::slice::from_ref(&f), &[f.recv_region(&[1, 0])]);
+        let rows = spans(std::slice::from_ref(&f), &one(f.recv_region(&[1, 0])));
         assert!(rows.len() == 4 && !ZeroCopy::Auto.in_place(&rows));
     }
 
@@ -153,7 +160,7 @@ mod tests {
         };
         let two = [f.clone(), f.clone()];
         let r = f.send_region(&[-1, 0]);
-        let s = spans(&two, &[r.clone(), r]);
+        let s = spans(&two, &Piece::per_field(vec![r.clone(), r]));
         assert_eq!(s.len(), 2, "{s:?}");
         assert_eq!((s[0].memory, s[0].len), (0, 2 * 1024 * 8));
         assert_eq!((s[1].memory, s[1].offset), (1, s[0].offset));
