@@ -208,7 +208,8 @@ typedef struct sode_stats {
    */
   uint64_t bytes_received;
   /**
-   * Neighbours (links), for `sode_exchange_neighbour_stats`.
+   * Neighbours (links: one per rank on the node, one per direction to
+   * ranks on other nodes), for `sode_exchange_neighbour_stats`.
    */
   int neighbours;
 } sode_stats;
@@ -267,7 +268,10 @@ int sode_exchange_stats(struct sode_exchange *exchange, struct sode_stats *out);
 /**
  * Fills `out` with neighbour `i` (0 to `neighbours - 1` of
  * `sode_exchange_stats`) of `exchange`: its rank, its channel and the
- * bytes one iteration sends it and receives from it. Local.
+ * bytes one iteration sends it and receives from it. A neighbouring rank
+ * on the node (or this rank itself) is one neighbour, every direction to
+ * it together; a rank on another node is one neighbour per direction of
+ * the process grid it lies in. Local.
  *
  * # Safety
  * As `sode_exchange_stats`.

@@ -567,12 +567,12 @@ impl Exchange {
     }
 
     /// Whether every direction to `peer` travels as one message each way:
-    /// when the copy is within the rank or over shared memory (both sides
-    /// decide alike: their transport and node agree).
+    /// when it is this rank or on this node, unless RDMA is forced (both
+    /// sides decide alike: their transport and node agree).
     fn one_message_per_peer(&self, peer: usize) -> bool {
         peer == self.world.rank()
             || match self.transport {
-                Transport::Shm | Transport::Tcp => true,
+                Transport::Shm => true,
                 Transport::Rdma => false,
                 _ => self.world.same_node(peer),
             }

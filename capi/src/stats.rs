@@ -22,7 +22,8 @@ pub struct Stats {
     pub bytes_sent: u64,
     /// Bytes received from other ranks over the completed iterations.
     pub bytes_received: u64,
-    /// Neighbours (links), for `sode_exchange_neighbour_stats`.
+    /// Neighbours (links: one per rank on the node, one per direction to
+    /// ranks on other nodes), for `sode_exchange_neighbour_stats`.
     pub neighbours: c_int,
 }
 

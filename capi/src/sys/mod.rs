@@ -206,7 +206,10 @@ pub unsafe extern "C" fn sode_exchange_stats(exchange: *mut Exchange, out: *mut 
 
 /// Fills `out` with neighbour `i` (0 to `neighbours - 1` of
 /// `sode_exchange_stats`) of `exchange`: its rank, its channel and the
-/// bytes one iteration sends it and receives from it. Local.
+/// bytes one iteration sends it and receives from it. A neighbouring rank
+/// on the node (or this rank itself) is one neighbour, every direction to
+/// it together; a rank on another node is one neighbour per direction of
+/// the process grid it lies in. Local.
 ///
 /// # Safety
 /// As `sode_exchange_stats`.
