@@ -59,6 +59,10 @@ for n in 1 2 4; do
   echo "-- mpirun -n $n stencil3d"
   timeout 300 "${mpirun[@]}" -n "$n" "$fbuild/stencil3d"
 done
+for n in 1 2 4; do
+  echo "-- mpirun -n $n rk2d (Fortran: three Runge-Kutta stage arrays through one exchange)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/rk2d"
+done
 for n in 1 2 3; do
   echo "-- mpirun -n $n ring1d (Fortran: a 1-D ring and line, int64 and real64)"
   timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/ring1d"
