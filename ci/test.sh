@@ -29,6 +29,10 @@ echo "== [${SECONDS}s] the stencil example (the main job) over shared memory, ch
 cargo build --release --locked -p sode-examples --example stencil
 bash ci/stencil.sh
 
+echo "== [${SECONDS}s] the Runge-Kutta example: u and two stage arrays through one exchange, checked bit for bit"
+cargo build --release --locked -p sode-examples --example rk
+for n in 3 4; do target/release/examples/rk -n "$n"; done
+
 echo "== [${SECONDS}s] the commit benchmark: later commits on a job reuse its measurements (median under 50 ms)"
 bash ci/commit-cost.sh
 
