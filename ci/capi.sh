@@ -45,8 +45,8 @@ for n in 1 3; do
   timeout 120 "${mpirun[@]}" -n "$n" "$build/ring1d"
 done
 
-for n in 1 3; do
-  echo "-- mpirun -n $n explicit (boxes between named ranks)"
+for n in 1 2 3; do
+  echo "-- mpirun -n $n explicit (boxes between named ranks; on 2, both columns to the one peer in one message)"
   timeout 300 "${mpirun[@]}" -n "$n" "$build/explicit"
 done
 

@@ -654,34 +654,102 @@ impl Exchange {
         explicit::check(&cards).map_err(|why| CapiError::Mismatch { why })?;
         let mut links = Vec::new();
         let mut planned = Vec::new();
+        // Every box to (and from) a rank on this node travels as one
+        // message each way, the boxes in the order of their tags on both
+        // ends; over the network each box keeps its own message.
+        let mut peers: Vec<usize> = Vec::new();
         for (m, send) in sends
             .iter()
             .map(|m| (m, true))
             .chain(recvs.iter().map(|m| (m, false)))
         {
-            let regions =
-                Piece::per_field(specs.iter().map(|f| f.box_region(&m.lo, &m.size)).collect());
-            let len = message_bytes(specs, &regions);
-            let message = Some(Message { len, tag: m.tag });
-            let verb = if send { "to" } else { "from" };
-            links.push(Link {
-                peer: m.peer,
-                send: if send { message } else { None },
-                recv: if send { None } else { message },
-                offset: Vec::new(),
-                name: format!("rank {} (box {verb} it, tag {})", m.peer, m.tag),
-            });
-            let (out, back) = if send {
-                (Some(regions), None)
-            } else {
-                (None, Some(regions))
-            };
-            planned.push(Planned {
-                send: out,
-                recv: back,
-            });
+            if self.one_message_per_peer(m.peer) {
+                if !peers.contains(&m.peer) {
+                    peers.push(m.peer);
+                }
+                continue;
+            }
+            let (list, none): (&[&BoxMessage], &[&BoxMessage]) = (&[m], &[]);
+            let (out, back) = if send { (list, none) } else { (none, list) };
+            if let Some((link, plan)) = Self::boxes_link(specs, m.peer, out, back) {
+                links.push(link);
+                planned.push(plan);
+            }
+        }
+        fn by_tag(boxes: &[BoxMessage], peer: usize) -> Vec<&BoxMessage> {
+            let mut theirs: Vec<&BoxMessage> = boxes.iter().filter(|m| m.peer == peer).collect();
+            theirs.sort_by_key(|m| m.tag);
+            theirs
+        }
+        for peer in peers {
+            let (out, back) = (by_tag(sends, peer), by_tag(recvs, peer));
+            if let Some((link, plan)) = Self::boxes_link(specs, peer, &out, &back) {
+                links.push(link);
+                planned.push(plan);
+            }
         }
         Ok((links, planned))
+    }
+
+    /// One link to `peer` carrying the boxes `sends` and `recvs` (in that
+    /// order, every field of each box); a single box keeps its own tag.
+    /// `None` when nothing travels.
+    fn boxes_link(
+        specs: &[FieldSpec],
+        peer: usize,
+        sends: &[&BoxMessage],
+        recvs: &[&BoxMessage],
+    ) -> Option<(Link, Planned)> {
+        let pieces = |boxes: &[&BoxMessage]| -> Vec<Piece> {
+            boxes
+                .iter()
+                .flat_map(|m| {
+                    specs.iter().enumerate().map(|(field, f)| Piece {
+                        field,
+                        region: f.box_region(&m.lo, &m.size),
+                    })
+                })
+                .filter(|p| p.region.cells() > 0)
+                .collect()
+        };
+        let message = |boxes: &[&BoxMessage], p: &[Piece]| {
+            let len = message_bytes(specs, p);
+            let tag = match boxes {
+                [one] => one.tag,
+                _ => PEER_TAG,
+            };
+            (len > 0).then_some(Message { len, tag })
+        };
+        let (send, recv) = (pieces(sends), pieces(recvs));
+        let (send_msg, recv_msg) = (message(sends, &send), message(recvs, &recv));
+        if send_msg.is_none() && recv_msg.is_none() {
+            return None;
+        }
+        let tags = |boxes: &[&BoxMessage]| -> String {
+            let t: Vec<String> = boxes.iter().map(|m| m.tag.to_string()).collect();
+            t.join(", ")
+        };
+        let name = match (sends.is_empty(), recvs.is_empty()) {
+            (false, true) => format!("rank {peer} (boxes to it, tags {})", tags(sends)),
+            (true, false) => format!("rank {peer} (boxes from it, tags {})", tags(recvs)),
+            _ => format!(
+                "rank {peer} (boxes to it, tags {}; from it, tags {})",
+                tags(sends),
+                tags(recvs)
+            ),
+        };
+        let link = Link {
+            peer,
+            send: send_msg,
+            recv: recv_msg,
+            offset: Vec::new(),
+            name,
+        };
+        let plan = Planned {
+            send: send_msg.is_some().then_some(send),
+            recv: recv_msg.is_some().then_some(recv),
+        };
+        Some((link, plan))
     }
 
     /// The shared sets' layout (each field [`SharedSets::array_stride`]
