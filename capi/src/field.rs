@@ -240,15 +240,16 @@ impl FieldSpec {
                     max_lo[a], max_hi[a]
                 ));
             }
-            if lo < hl
-                || lo
-                    .checked_add(size)
-                    .and_then(|e| e.checked_add(hh))
-                    .is_none_or(|e| e > n)
-            {
+            // Counted from the owned cells, so that the messages read the
+            // same whatever the caller's lower bound (C's 0, Fortran's own).
+            let Some(above) = lo.checked_add(size).and_then(|end| n.checked_sub(end)) else {
                 return Err(format!(
-                    "axis {a}: the owned box {lo}..{} with halo {hl}/{hh} does not fit the extent {n}",
-                    lo.saturating_add(size)
+                    "axis {a}: the {size} owned cells, {lo} cells into the array, run past its {n} cells"
+                ));
+            };
+            if lo < hl || above < hh {
+                return Err(format!(
+                    "axis {a}: the owned cells do not fit the array with their halo: {hl} halo cells below and {hh} above are needed, the array has {lo} cells below the first owned one and {above} above the last (of {n} along the axis)",
                 ));
             }
             let (ol, oh) = (self.overlap.below(a), self.overlap.above(a));
@@ -490,7 +491,12 @@ mod tests {
             owned_lo: vec![0, 2],
             ..c_order()
         })
-        .contains("does not fit the extent"));
+        .contains("1 halo cells below and 2 above are needed, the array has 0 cells below the first owned one and 3 above the last"));
+        assert!(err(FieldSpec {
+            owned_lo: vec![4, 2],
+            ..c_order()
+        })
+        .contains("the 4 owned cells, 4 cells into the array, run past its 7 cells"));
         assert!(err(FieldSpec {
             strides: vec![6, 2],
             ..c_order()

@@ -77,7 +77,7 @@ static void misuse(sode_comm *c, int size) {
     int64_t big[2] = {4, 6};
     expect("an owned box outside the array",
            sode_exchange_add_field(x, u, SODE_F64, 2, big, LO, OWN, NULL, NULL, SODE_ORDER_C), SODE_ERR_ARG,
-           "does not fit");
+           "run past its 4 cells");
     expect("start before commit", sode_exchange_start(x), SODE_ERR_STATE, "not committed");
     expect("an unknown transport", sode_exchange_set_transport(x, 9), SODE_ERR_ARG, "transport 9");
     expect("shared memory only", sode_exchange_set_transport(x, SODE_TRANSPORT_SHM), SODE_OK, "");
