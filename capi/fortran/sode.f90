@@ -38,7 +38,7 @@ module sode
   integer, parameter, public :: SODE_MODULE_ABI = 1
   !> Timeouts: no deadline, and the job's default (SODE_TIMEOUT, else none).
   real(real64), parameter, public :: SODE_NO_DEADLINE = huge(1d0), SODE_TIMEOUT_DEFAULT = -1d0
-  integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, ORDER_FORTRAN = 1
+  integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3
   !> Element kinds of a field sode keeps (sode_add_shared_field).
   integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32, &
        SODE_INT64 = I64
@@ -178,14 +178,14 @@ module sode
        type(c_ptr) :: out
        integer(c_int) :: rc
      end function c_create_cart
-     function c_add_field(x, base, ty, ndims, ext, owned_lo, owned_size, lo, hi, order) &
-          bind(C, name="sode_exchange_add_field") result(rc)
+     function c_add_field_f(x, base, ty, ndims, lb, ub, first, last, lo, hi) &
+          bind(C, name="sode_exchange_add_field_f") result(rc)
        import :: c_int, c_ptr, c_int64_t
        type(c_ptr), value :: x, base, lo, hi
-       integer(c_int), value :: ty, ndims, order
-       integer(c_int64_t) :: ext(*), owned_lo(*), owned_size(*)
+       integer(c_int), value :: ty, ndims
+       integer(c_int64_t), intent(in) :: lb(*), ub(*), first(*), last(*)
        integer(c_int) :: rc
-     end function c_add_field
+     end function c_add_field_f
      function c_field_count(x, n) bind(C, name="sode_exchange_field_count") result(rc)
        import :: c_ptr, c_int
        type(c_ptr), value :: x
@@ -502,22 +502,13 @@ contains
     integer, intent(in) :: ty, shp(:), lb(:), first(:), last(:)
     integer, intent(in), optional, target :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: ext(size(shp)), owned_lo(size(shp)), owned_size(size(shp))
     integer(c_int), target :: lo(8), hi(8)
     type(c_ptr) :: plo, phi
     integer :: d
     d = size(shp)
     if (size(first) /= d .or. size(last) /= d) then
        call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
-            'sode_add_field: first and last need one index per axis of the array' // c_null_char), ierr)
-       return
-    end if
-    ext = int(shp, c_int64_t)
-    owned_lo = int(first - lb, c_int64_t)
-    owned_size = int(last - first + 1, c_int64_t)
-    if (any(owned_lo < 0) .or. any(owned_size < 1)) then
-       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
-            'sode_add_field: the owned cells first:last lie outside the array or are empty' // c_null_char), ierr)
+            'sode_add_field: first and last need one index per dimension of the array' // c_null_char), ierr)
        return
     end if
     plo = c_null_ptr
@@ -530,8 +521,9 @@ contains
        hi = widths(halo_hi, 8)
        phi = c_loc(hi)
     end if
-    call finish(c_add_field(x%ptr, base, int(ty, c_int), int(d, c_int), ext, owned_lo, owned_size, &
-         plo, phi, int(ORDER_FORTRAN, c_int)), ierr)
+    ! The bounds as the caller has them: sode's messages name them.
+    call finish(c_add_field_f(x%ptr, base, int(ty, c_int), int(d, c_int), int(lb, c_int64_t), &
+         int(lb + shp - 1, c_int64_t), int(first, c_int64_t), int(last, c_int64_t), plo, phi), ierr)
   end subroutine add_any
 
   !> A staggered field's overlap with its neighbours (before commit, every

@@ -528,6 +528,26 @@ int sode_exchange_add_field(struct sode_exchange *exchange,
                             int order);
 
 /**
+ * The Fortran module's `sode_add_field`: as `sode_exchange_add_field`
+ * for an array in Fortran order with the bounds `lbounds(k):ubounds(k)`,
+ * owning `first(k):last(k)`, whose errors are told in those terms
+ * (dimensions counted from 1, the caller's own bounds).
+ *
+ * # Safety
+ * As `sode_exchange_add_field`; the bound arrays hold `ndims` values.
+ */
+int sode_exchange_add_field_f(struct sode_exchange *exchange,
+                              void *base,
+                              int type,
+                              int ndims,
+                              const int64_t *lbounds,
+                              const int64_t *ubounds,
+                              const int64_t *first,
+                              const int64_t *last,
+                              const int *halo_lo,
+                              const int *halo_hi);
+
+/**
  * As `sode_exchange_add_field`, with explicit `strides` (in elements, per
  * axis) instead of an order: padded or sub-arrays.
  *

@@ -71,7 +71,8 @@ contains
     real(real64), pointer, contiguous :: r(:), v(:)
     type(sode_comm) :: sc
     type(sode_exchange) :: x
-    integer :: q, rest, start, own, it, i, g
+    integer :: q, rest, start, own, it, i, g, st
+    logical :: told
 
     q = GLOBAL / nranks
     rest = mod(GLOBAL, nranks)
@@ -80,12 +81,19 @@ contains
     allocate (a(1 - H:own + H), r(1 - HR:own + HR), v(1 - H:own + 1 + H))
     call sode_comm_create_mpi(MPI_COMM_WORLD%MPI_VAL, sc)
     call sode_exchange_create_cart(sc, [nranks], [rank], [periodic], [H], [H], SODE_STAR, x)
+    ! An owned range whose halo leaves the array is told in its own bounds.
+    call sode_add_field(x, a, first=[1 - H], last=[own], ierr=st)
+    told = st == SODE_ERR_ARG .and. &
+         index(sode_last_error(), 'sode_add_field: dimension 1: the owned cells -1:') == 1 .and. &
+         index(sode_last_error(), 'need the bounds -3:') > 0 .and. index(sode_last_error(), 'the array''s are -1:') > 0
+    if (.not. told) write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': a misplaced owned range gave: ', &
+         sode_last_error()
     call sode_add_field(x, a, first=[1], last=[own])
     call sode_add_field(x, r, first=[1], last=[own], halo_lo=[HR], halo_hi=[HR])
     call sode_add_field(x, v, first=[1], last=[own + 1])
     call sode_set_overlap(x, [1], [1])
     call sode_commit(x)
-    wrong = 0
+    wrong = merge(0, 1, told)
     do it = 1, 3
        a = -1
        r = -1d0

@@ -1009,6 +1009,126 @@ pub unsafe extern "C" fn sode_exchange_add_field(
     call(op, || unsafe { add_field(op, exchange, args) })
 }
 
+/// The Fortran module's `sode_add_field`: as `sode_exchange_add_field`
+/// for an array in Fortran order with the bounds `lbounds(k):ubounds(k)`,
+/// owning `first(k):last(k)`, whose errors are told in those terms
+/// (dimensions counted from 1, the caller's own bounds).
+///
+/// # Safety
+/// As `sode_exchange_add_field`; the bound arrays hold `ndims` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_field_f(
+    exchange: *mut Exchange,
+    base: *mut c_void,
+    r#type: c_int,
+    ndims: c_int,
+    lbounds: *const i64,
+    ubounds: *const i64,
+    first: *const i64,
+    last: *const i64,
+    halo_lo: *const c_int,
+    halo_hi: *const c_int,
+) -> c_int {
+    let op = "sode_add_field";
+    call(op, || {
+        let d = usize::try_from(ndims)
+            .ok()
+            .filter(|d| (1..=8).contains(d))
+            .ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!("an array of rank {ndims}: a field has rank 1 to 8"),
+            })?;
+        // SAFETY: the caller's contract: `ndims` values each.
+        let (lb, ub, first, last) = unsafe {
+            (
+                array(op, "lbounds", lbounds, d)?,
+                array(op, "ubounds", ubounds, d)?,
+                array(op, "first", first, d)?,
+                array(op, "last", last, d)?,
+            )
+        };
+        let (halo_below, halo_above) = {
+            // SAFETY: the caller's contract.
+            let x = unsafe { handle(op, "exchange", exchange) }?;
+            let (max_lo, max_hi) = x.halo_widths();
+            let g = x.dims();
+            let widths = |p: *const c_int, name, max: &[usize]| -> Result<Vec<usize>> {
+                if p.is_null() {
+                    Ok(max.to_vec())
+                } else {
+                    // SAFETY: the caller's contract: one per grid axis.
+                    sizes(op, name, &unsafe { array(op, name, p, g) }?)
+                }
+            };
+            (
+                widths(halo_lo, "halo_lo", &max_lo)?,
+                widths(halo_hi, "halo_hi", &max_hi)?,
+            )
+        };
+        let mut extents = Vec::with_capacity(d);
+        let mut owned_lo = Vec::with_capacity(d);
+        let mut owned_size = Vec::with_capacity(d);
+        for k in 0..d {
+            let (hl, hh) = match (halo_below.get(k), halo_above.get(k)) {
+                (Some(&l), Some(&h)) => (l as i128, h as i128),
+                _ => (0, 0),
+            };
+            let (l, u, f, e) = (
+                lb[k] as i128,
+                ub[k] as i128,
+                first[k] as i128,
+                last[k] as i128,
+            );
+            let dim = k + 1;
+            if f > e {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("dimension {dim}: no owned cells (first {f}, last {e})"),
+                });
+            }
+            if f - hl < l || e + hh > u {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!(
+                        "dimension {dim}: the owned cells {f}:{e}, with {hl} halo cells below and {hh} above, need the bounds {}:{}; the array's are {l}:{u}",
+                        f - hl,
+                        e + hh
+                    ),
+                });
+            }
+            extents.push(u - l + 1);
+            owned_lo.push(f - l);
+            owned_size.push(e - f + 1);
+        }
+        let to_i64 = |v: Vec<i128>| -> Result<Vec<i64>> {
+            v.into_iter()
+                .map(|x| {
+                    i64::try_from(x).map_err(|_| CapiError::Invalid {
+                        op,
+                        why: "the array's bounds overflow 64 bits".into(),
+                    })
+                })
+                .collect()
+        };
+        let (extents, owned_lo, owned_size) =
+            (to_i64(extents)?, to_i64(owned_lo)?, to_i64(owned_size)?);
+        let args = FieldArgs {
+            base,
+            ty: r#type,
+            ndims,
+            extents: extents.as_ptr(),
+            strides: None,
+            order: SODE_ORDER_FORTRAN,
+            owned_lo: owned_lo.as_ptr(),
+            owned_size: owned_size.as_ptr(),
+            halo_lo,
+            halo_hi,
+        };
+        // SAFETY: the caller's contract; the vectors outlive the call.
+        unsafe { add_field(op, exchange, args) }
+    })
+}
+
 /// As `sode_exchange_add_field`, with explicit `strides` (in elements, per
 /// axis) instead of an order: padded or sub-arrays.
 ///
