@@ -33,6 +33,10 @@ impl LowerBound {
 }
 
 /// Computes the lower bound of a pattern.
+///
+/// # Errors
+///
+/// The errors of [`Pattern::validate`](crate::Pattern::validate).
 pub fn lower_bound(pattern: &Pattern) -> Result<LowerBound> {
     Ok(lower_bound_of(&Instance::new(pattern)?))
 }

@@ -27,6 +27,11 @@ fn colour(direction: &str) -> &'static str {
 }
 
 /// The plan as an SVG picture, with predicted times.
+///
+/// # Errors
+///
+/// The errors of [`Pattern::validate`](crate::Pattern::validate); [`SchedError::InvalidPlan`](crate::SchedError::InvalidPlan) when
+/// `plan` does not cover `pattern`.
 pub fn gantt_svg(pattern: &Pattern, plan: &Plan) -> Result<String> {
     let instance = Instance::new(pattern)?;
     plan.validate_coverage(&instance)?;

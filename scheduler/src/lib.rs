@@ -28,6 +28,7 @@
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 
 mod algorithms;
 mod bound;

@@ -62,6 +62,11 @@ impl Machine {
     }
 
     /// Checks that every parameter is usable.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidMachine`](crate::SchedError::InvalidMachine) naming the parameter that is out of
+    /// range.
     pub fn validate(&self) -> Result<()> {
         if self.engines == 0 || self.engines > MAX_ENGINES {
             return Err(SchedError::InvalidMachine {

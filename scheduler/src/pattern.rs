@@ -85,6 +85,11 @@ pub(crate) fn direction_axes(direction: &str) -> Result<Vec<(u8, i8)>> {
 
 impl Pattern {
     /// Parses a pattern from its JSON form and validates it.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::Json`](crate::SchedError::Json) when `text` is not a pattern; the errors of
+    /// [`Pattern::validate`](crate::Pattern::validate).
     pub fn from_json(text: &str) -> Result<Pattern> {
         let pattern: Pattern = serde_json::from_str(text).map_err(|e| SchedError::Json {
             what: "pattern",
@@ -100,6 +105,11 @@ impl Pattern {
     }
 
     /// Checks the machine and every request.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidMachine`](crate::SchedError::InvalidMachine), [`SchedError::EmptyPattern`](crate::SchedError::EmptyPattern), or
+    /// [`SchedError::InvalidRequest`](crate::SchedError::InvalidRequest) naming the first bad request.
     pub fn validate(&self) -> Result<()> {
         self.machine.validate()?;
         if self.requests.is_empty() {

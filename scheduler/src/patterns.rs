@@ -73,6 +73,11 @@ pub fn scale_les3_bytes(k: u64) -> (u64, u64, u64) {
 /// direction. Input order: diagonals first, then E, W, N, S (the order that
 /// makes RoundRobin put same-direction puts on different engines at once, as
 /// the paper chose it); N/S and diagonals send two puts each (one per halo row).
+///
+/// # Errors
+///
+/// [`SchedError::InvalidPatternParameter`] for `k` of 0 or too large; the
+/// errors of [`Pattern::validate`](crate::Pattern::validate) for `machine`.
 pub fn scale_les3(k: u64, set: DirectionSet, machine: Machine) -> Result<Pattern> {
     if k == 0 {
         return Err(SchedError::InvalidPatternParameter {
@@ -162,6 +167,13 @@ fn axis_name(axis: usize) -> char {
 /// order, so a diagonal put occupies one link per axis it crosses (`x+`,
 /// `y-`, ...): by symmetry every node forwards its neighbours' diagonal puts
 /// on those links.
+///
+/// # Errors
+///
+/// [`SchedError::InvalidPatternParameter`] for a shape of neither 2 nor 3
+/// axes, an unknown neighbour count, or a zero size, halo or element size;
+/// the errors of
+/// [`Pattern::validate`](crate::Pattern::validate) for `machine`.
 pub fn halo(shape: &HaloShape, machine: Machine) -> Result<Pattern> {
     let dims = shape.size.len();
     let allowed: &[usize] = match dims {
@@ -284,6 +296,12 @@ impl SplitMix64 {
 /// A random 2-D pattern of `n` puts over the eight compass directions, with
 /// sizes spread log-uniformly from 64 B to 1 MiB; diagonal puts occupy their
 /// own link, as on Tofu.
+///
+/// # Errors
+///
+/// [`SchedError::EmptyPattern`] for `n` of 0;
+/// [`SchedError::InvalidPatternParameter`] for more puts than a pattern
+/// may hold; the errors of [`Pattern::validate`](crate::Pattern::validate) for `machine`.
 pub fn random(n: usize, seed: u64, machine: Machine) -> Result<Pattern> {
     if n == 0 {
         return Err(SchedError::EmptyPattern);

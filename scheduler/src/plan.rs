@@ -60,6 +60,10 @@ const EPS: f64 = 1e-6;
 
 impl Plan {
     /// Parses a plan from JSON (not yet checked against a pattern).
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::Json`](crate::SchedError::Json) when `text` is not a plan.
     pub fn from_json(text: &str) -> Result<Plan> {
         serde_json::from_str(text).map_err(|e| SchedError::Json {
             what: "plan",
@@ -82,6 +86,11 @@ impl Plan {
     /// commands follow one another (FIFO); no two commands use the same
     /// receive engine at overlapping times; and the algorithm's own
     /// constraints (link sharing, diagonals in flight) hold.
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`Pattern::validate`](crate::Pattern::validate); [`SchedError::InvalidPlan`](crate::SchedError::InvalidPlan) naming
+    /// the first constraint the plan breaks.
     pub fn validate(&self, pattern: &Pattern) -> Result<()> {
         let instance = Instance::new(pattern)?;
         self.validate_coverage(&instance)?;

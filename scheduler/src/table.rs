@@ -44,6 +44,10 @@ impl Row {
 }
 
 /// Computes the table for a machine.
+///
+/// # Errors
+///
+/// The errors of [`Machine::validate`](crate::Machine::validate) for `machine`.
 pub fn table(machine: Machine) -> Result<Table> {
     let mut algorithms = Algorithm::paper_for(machine.engines);
     algorithms.extend([

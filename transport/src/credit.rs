@@ -201,6 +201,11 @@ impl CreditBook {
     }
 
     /// `peer` granted credit `epoch`.
+    ///
+    /// # Errors
+    ///
+    /// [`ProtocolViolation::CreditOutOfStep`] when `epoch` is not the credit
+    /// `peer` owes next (a peer out of step, or not of this job).
     pub fn on_credit(&mut self, peer: usize, epoch: u32) -> Result<CreditEvent, ProtocolViolation> {
         let (mine, in_flight) = (self.epoch, self.in_flight);
         let p = self.peer(peer)?;
@@ -220,6 +225,12 @@ impl CreditBook {
     }
 
     /// The last chain of `peer`'s writes of iteration `epoch` arrived.
+    ///
+    /// # Errors
+    ///
+    /// [`ProtocolViolation::TooManyArrivals`] or
+    /// [`ProtocolViolation::DataOutOfStep`] when `peer`'s data does not belong
+    /// to the iteration expected of it.
     pub fn on_data(&mut self, peer: usize, epoch: u32) -> Result<Arrival, ProtocolViolation> {
         let (current, in_flight) = (self.epoch, self.in_flight);
         let p = self.peer(peer)?;

@@ -27,6 +27,11 @@ pub struct DeviceSelector {
 
 impl DeviceSelector {
     /// Reads `SODE_DEVICE` (name or index), `SODE_PORT` and `SODE_GID_INDEX`.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::InvalidSetting`](crate::TransportError::InvalidSetting) naming the variable whose value is not a
+    /// name, an index or a number.
     pub fn from_env() -> Result<Self> {
         let device = std::env::var("SODE_DEVICE").ok().filter(|s| !s.is_empty());
         let port = parse_env::<u8>("SODE_PORT", "a port number from 1")?;
@@ -150,6 +155,12 @@ impl fmt::Debug for Device {
 impl Device {
     /// Opens the device `selector` names (or the first with an active port)
     /// and probes its capabilities.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::VerbsLibraryMissing`](crate::TransportError::VerbsLibraryMissing) without libibverbs; [`TransportError::NoDevice`](crate::TransportError::NoDevice),
+    /// [`TransportError::NoActivePort`](crate::TransportError::NoActivePort) or [`TransportError::NoGid`](crate::TransportError::NoGid) when nothing fits `selector`;
+    /// [`TransportError::Verbs`](crate::TransportError::Verbs) when the device cannot be opened or queried.
     pub fn open(selector: &DeviceSelector) -> Result<Device> {
         let list = DeviceList::new().map_err(|e| {
             let sideway::ibverbs::device::GetDeviceListErrorKind::Ibverbs(os) = e.0 else {
@@ -361,6 +372,10 @@ impl Device {
 
     /// Fails with [`TransportError::MemlockTooLow`] when locking `bytes` in
     /// all would pass the soft limit and the process cannot lift it.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::MemlockTooLow`](crate::TransportError::MemlockTooLow), as above.
     pub fn check_memlock(&self, bytes: u64) -> Result<()> {
         check_memlock(bytes, self.caps.memlock_limit, self.caps.ipc_lock_capable)
     }

@@ -47,6 +47,7 @@
 //! # Ok(()) }
 //! ```
 #![deny(missing_docs)]
+#![warn(clippy::missing_errors_doc)]
 #![deny(unsafe_code)]
 
 mod credit;

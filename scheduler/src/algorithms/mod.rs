@@ -133,6 +133,13 @@ impl FromStr for Algorithm {
 }
 
 /// Plans `pattern` with `algorithm`: a pure function of both.
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMachine`](crate::SchedError::InvalidMachine), [`SchedError::EmptyPattern`](crate::SchedError::EmptyPattern) or
+/// [`SchedError::InvalidRequest`](crate::SchedError::InvalidRequest) for a pattern that does not validate;
+/// [`SchedError::TooLargeForExact`](crate::SchedError::TooLargeForExact) or [`SchedError::ExactBudgetExhausted`](crate::SchedError::ExactBudgetExhausted)
+/// from [`Algorithm::Exact`](crate::Algorithm::Exact).
 pub fn plan(pattern: &Pattern, algorithm: Algorithm) -> Result<Plan> {
     let instance = Instance::new(pattern)?;
     plan_instance(&instance, algorithm)

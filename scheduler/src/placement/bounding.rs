@@ -38,6 +38,11 @@ impl BoundingGraph {
 /// The connections of the bounding graph that succeed, as (initiator,
 /// acceptor), and how many were attempted. `allowed(p, q)` says whether p may
 /// open a connection to q (firewalls).
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) when the matrices are not square and of
+/// one size, or `beta` is 0.
 pub fn select_connections(
     latency: &Matrix,
     traffic: &Matrix,
@@ -92,6 +97,10 @@ pub fn select_connections(
 }
 
 /// Builds the bounding graph, its routes and its spanning tree.
+///
+/// # Errors
+///
+/// The errors of [`select_connections`].
 pub fn bounding_graph(
     latency: &Matrix,
     traffic: &Matrix,
@@ -130,6 +139,11 @@ pub fn default_bound(n: usize) -> usize {
 ///
 /// Fails when `bound` is 0 or when the passes leave the processes apart
 /// (a bound of 1 joins only pairs; forbidden pairs can cut a job in two).
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) when `bound` is 0, the matrices do not
+/// agree, or the connections leave the processes apart.
 pub fn capped_graph(
     latency: &Matrix,
     traffic: &Matrix,

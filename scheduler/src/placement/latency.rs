@@ -11,6 +11,12 @@ use crate::patterns::SplitMix64;
 /// A multi-cluster RTT matrix: `sizes[c]` processes in cluster c, `intra[c]`
 /// RTT inside cluster c, `inter[c][d]` RTT between clusters (its diagonal is not used); each pair gets
 /// up to `jitter` (a fraction) of random spread. Symmetric, zero diagonal.
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) when the per-cluster lists disagree in
+/// length, a round-trip time is not positive, or `jitter` is outside
+/// [0, 1).
 pub fn multi_cluster_latencies(
     sizes: &[usize],
     intra: &[f64],
@@ -65,6 +71,10 @@ pub fn multi_cluster_latencies(
 
 /// Four sites in the spirit of MC-MPI's testbed: `per_cluster` processes
 /// each, 50-100 us inside a site, 2-20 ms between sites.
+///
+/// # Errors
+///
+/// The errors of [`multi_cluster_latencies`].
 pub fn four_sites(per_cluster: usize, jitter: f64, seed: u64) -> Result<Matrix> {
     let inter = vec![
         vec![0.0, 2_000.0, 8_000.0, 20_000.0],
@@ -99,6 +109,11 @@ pub struct Estimate {
 /// know, and infers rtt(p, q) = rtt(p, r) when rtt(p, r) > alpha rtt(r, q),
 /// or rtt(r, q) when rtt(p, r) < rtt(r, q) / alpha. Processes take turns,
 /// one measurement each per round, as they would run concurrently.
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) when `truth` is not square or is empty,
+/// or `alpha` is not above 1.
 pub fn estimate_latencies(truth: &Matrix, alpha: f64, seed: u64) -> Result<Estimate> {
     let n = truth.len();
     if n == 0 || truth.iter().any(|r| r.len() != n) {

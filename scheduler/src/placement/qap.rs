@@ -75,6 +75,11 @@ fn check_square(name: &'static str, m: &Matrix, n: usize) -> Result<()> {
 
 impl Qap {
     /// An instance from a traffic matrix T (ranks) and a distance matrix D (slots).
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) when the matrices are empty, not square
+    /// or of different sizes.
     pub fn new(traffic: Matrix, distance: Matrix) -> Result<Qap> {
         let n = traffic.len();
         if n == 0 {
@@ -105,6 +110,11 @@ impl Qap {
     }
 
     /// Checks that `p` is a permutation of the slots.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) naming the slot that is out of range or
+    /// taken twice.
     pub fn check_permutation(&self, p: &[usize]) -> Result<()> {
         let n = self.size();
         let mut seen = vec![false; n];
@@ -313,6 +323,11 @@ impl Qap {
     /// Tabu search from each of `starts` (e.g. the identity and the
     /// hostname-sorted placements, so the result is never worse than them),
     /// then from GRASP constructions.
+    ///
+    /// # Errors
+    ///
+    /// The errors of [`Qap::check_permutation`] for a start that is not a
+    /// permutation.
     pub fn solve_from(&self, starts: &[Vec<usize>], options: &SolverOptions) -> Result<Placement> {
         for start in starts {
             self.check_permutation(start)?;
@@ -387,6 +402,11 @@ pub const EXHAUSTIVE_UP_TO: usize = 8;
 pub const MAX_QAP_SIZE: usize = 10_000;
 
 /// Parses a QAPLIB `.dat` file: n, then the n x n matrix A, then B.
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) when the text is empty, a number does not
+/// parse, or the matrices are short.
 pub fn parse_qaplib(text: &str) -> Result<Qap> {
     let mut words = text.split_whitespace();
     let first = words

@@ -9,6 +9,10 @@ use crate::error::{Result, SchedError};
 /// The traffic matrix of a 2-D stencil on a px x py process grid (rank =
 /// x + px y): `face_bytes` to each of the 4 face neighbours and, with
 /// `corners`, `corner_bytes` to the 4 diagonal ones.
+///
+/// # Errors
+///
+/// [`SchedError::InvalidMatrix`](crate::SchedError::InvalidMatrix) for an empty grid.
 pub fn stencil_traffic(
     px: usize,
     py: usize,

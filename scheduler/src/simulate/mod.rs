@@ -476,6 +476,11 @@ pub struct Simulation {
 
 /// Simulates `plan` running `pattern` (the plan is checked to cover the
 /// pattern first).
+///
+/// # Errors
+///
+/// The errors of [`Pattern::validate`](crate::Pattern::validate);
+/// [`SchedError`](crate::SchedError)`::InvalidPlan` when `plan` does not cover `pattern`.
 pub fn simulate(pattern: &crate::Pattern, plan: &crate::Plan) -> crate::Result<Simulation> {
     let instance = Instance::new(pattern)?;
     plan.validate_coverage(&instance)?;

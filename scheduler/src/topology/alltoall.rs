@@ -71,6 +71,10 @@ fn check_k_m(n: usize, k: usize, m: usize) -> Result<()> {
 
 impl Schedule {
     /// The whole Latin-square machine of order n, with the paper's triples.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidTopology`](crate::SchedError::InvalidTopology) when `n` is not a prime up to 251.
     pub fn whole(n: usize) -> Result<Schedule> {
         let topology = LatinSquareFatTree::new(n)?;
         let servers = (0..topology.server_count()).collect();
@@ -95,6 +99,11 @@ impl Schedule {
 
     /// D = n k m servers: the n x k rectangle of grid leaves P(x, y), x < k,
     /// y < n, m servers under each.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidTopology`](crate::SchedError::InvalidTopology) when `n` is not a prime up to 251, or
+    /// `1 <= m <= k <= n` does not hold.
     pub fn partial(n: usize, k: usize, m: usize, rule: PartialRule) -> Result<Schedule> {
         check_k_m(n, k, m)?;
         let topology = LatinSquareFatTree::new(n)?;
@@ -125,6 +134,10 @@ impl Schedule {
 
     /// The shift pattern on a Latin-square machine: the whole machine, or
     /// with `k_m` the same n k m servers as the partial schedule.
+    ///
+    /// # Errors
+    ///
+    /// As [`Schedule::partial`].
     pub fn shift_latin_square(n: usize, k_m: Option<(usize, usize)>) -> Result<Schedule> {
         let topology = LatinSquareFatTree::new(n)?;
         let servers = match k_m {
@@ -145,6 +158,11 @@ impl Schedule {
 
     /// The shift pattern on a conventional fat-tree of degree d, over its
     /// first `servers` servers (whole leaves first); all of them by default.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidTopology`](crate::SchedError::InvalidTopology) for a degree outside 2 to 1024, or
+    /// `servers` outside 1 to the tree's servers.
     pub fn shift_fat_tree(degree: usize, servers: Option<usize>) -> Result<Schedule> {
         let topology = FatTree::new(degree)?;
         let count = servers.unwrap_or(topology.server_count());

@@ -13,6 +13,10 @@ pub struct FatTree {
 
 impl FatTree {
     /// A fat-tree of switch degree `degree` (half the ports).
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidTopology`](crate::SchedError::InvalidTopology) for a degree outside 2 to 1024.
     pub fn new(degree: usize) -> Result<Self> {
         if !(2..=1024).contains(&degree) {
             return Err(SchedError::InvalidTopology(format!(

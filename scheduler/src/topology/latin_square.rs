@@ -26,6 +26,10 @@ pub struct LatinSquareFatTree {
 
 impl LatinSquareFatTree {
     /// The fat-tree of prime order `n` (switch degree n + 1).
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidTopology`](crate::SchedError::InvalidTopology) when `n` is not a prime up to 251.
     pub fn new(n: usize) -> Result<Self> {
         let plane = ProjectivePlane::new(n)?;
         let size = plane.size();

@@ -53,6 +53,10 @@ pub struct ProjectivePlane {
 
 impl ProjectivePlane {
     /// The plane of prime order `n`.
+    ///
+    /// # Errors
+    ///
+    /// [`SchedError::InvalidTopology`](crate::SchedError::InvalidTopology) when `n` is not a prime up to 251.
     pub fn new(n: usize) -> Result<Self> {
         if !is_prime(n) {
             return Err(SchedError::InvalidTopology(format!(

@@ -51,6 +51,13 @@ impl RdmaExchangeBuilder<'_> {
     /// (each window's rkey only to its writers), checks each write against
     /// the window it targets, and pre-builds the chains. Collective among
     /// those peers.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::Setup`](crate::TransportError::Setup) when a peer's setup message does not arrive in time or
+    /// does not fit; [`TransportError::InvalidWindow`](crate::TransportError::InvalidWindow) or [`TransportError::InvalidCommand`](crate::TransportError::InvalidCommand) for a write
+    /// that does not fit the window it targets; [`TransportError::Verbs`](crate::TransportError::Verbs) or
+    /// [`TransportError::MemlockTooLow`](crate::TransportError::MemlockTooLow) when registering or connecting fails.
     pub fn build(mut self, world: &World, timeout: Duration) -> Result<PersistentWrites> {
         let deadline = Instant::now() + timeout;
         self.check_writes(world)?;

@@ -192,6 +192,11 @@ impl Loop {
 
 /// Measures `dev` with `engines` loopback queue pairs. Takes a few tens of
 /// milliseconds on hardware (longer under emulation).
+///
+/// # Errors
+///
+/// [`TransportError::Verbs`](crate::TransportError::Verbs) when the loopback queue pairs cannot be made or a
+/// measuring write fails.
 pub fn calibrate(dev: &Device, engines: usize) -> Result<Calibration> {
     let engines = engines.max(1);
     let mut lp = Loop::new(dev, engines)?;

@@ -218,6 +218,10 @@ impl<'d> RdmaExchangeBuilder<'d> {
     /// A buffer of `len` zeroed, page-aligned bytes, owned by the exchange:
     /// a source of writes, a home for windows, or both (a field with its
     /// halo). It is registered when first used, once per use.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::Allocate`](crate::TransportError::Allocate) when the memory cannot be had.
     pub fn buffer(&mut self, len: usize) -> Result<BufferId> {
         let b = RegisteredBuffer::new(len)
             .map_err(|source| TransportError::Allocate { len, source })?;
@@ -239,6 +243,10 @@ impl<'d> RdmaExchangeBuilder<'d> {
 
     /// A buffer that is only a window of `len` bytes that the ranks in
     /// `writers` (and only they) may write into.
+    ///
+    /// # Errors
+    ///
+    /// As [`buffer`](Self::buffer).
     pub fn window(&mut self, len: usize, writers: &[usize]) -> Result<WindowId> {
         let b = self.buffer(len)?;
         self.window_in(b, 0, len, writers)
@@ -250,6 +258,11 @@ impl<'d> RdmaExchangeBuilder<'d> {
     /// protection domain, and each writer receives its own rkey, valid on
     /// its own connection only. The same range named twice for the same
     /// writer is registered once.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::InvalidWindow`](crate::TransportError::InvalidWindow) when `buffer` does not exist or the
+    /// range leaves it.
     pub fn window_in(
         &mut self,
         buffer: BufferId,
@@ -266,6 +279,10 @@ impl<'d> RdmaExchangeBuilder<'d> {
     /// iteration `n + 1` when it starts `n` (when every window that writer
     /// writes here has two), so the credit is off the critical path.
     /// [`PersistentWrites::window`] gives the slot of the last iteration.
+    ///
+    /// # Errors
+    ///
+    /// As [`window_in`](Self::window_in); also when `slots` is not 1 or 2.
     pub fn window_in_slots(
         &mut self,
         buffer: BufferId,

@@ -221,6 +221,11 @@ impl PersistentWrites {
     /// windows are free again), then posts each engine's chain, with one
     /// post call, to every peer whose credit for this iteration has arrived
     /// (the others are posted from `wait` as their credits arrive).
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::State`](crate::TransportError::State) while an iteration is in flight or after a failure;
+    /// [`TransportError::Verbs`](crate::TransportError::Verbs) when a post fails (the object then fails for good).
     pub fn start(&mut self) -> Result<()> {
         self.state.lifecycle.require_idle("start")?;
         let s = &mut self.state;
@@ -311,6 +316,12 @@ impl PersistentWrites {
     /// has arrived, or `deadline` passes ([`TransportError::Timeout`], the
     /// exchange stays in flight and `wait` may be called again). A failed
     /// write, a dead peer or a protocol violation fails the object for good.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::Timeout`](crate::TransportError::Timeout) at `deadline`; [`TransportError::State`](crate::TransportError::State) without an iteration in
+    /// flight; [`TransportError::Completion`](crate::TransportError::Completion), [`TransportError::PeerDied`](crate::TransportError::PeerDied) or [`TransportError::Protocol`](crate::TransportError::Protocol) for a
+    /// failed write, a dead peer or a peer out of step.
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         self.state.lifecycle.require_in_flight("wait")?;
         let began = Instant::now();
@@ -355,6 +366,10 @@ impl PersistentWrites {
     /// For callers with only this exchange left to wait for. Returns
     /// whether the iteration is complete. Without a channel
     /// ([`parks`](PersistentWrites::parks) false) it only passes.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](PersistentWrites::wait), but never a timeout.
     pub fn park(&mut self, until: Instant) -> Result<bool> {
         self.state.lifecycle.require_in_flight("park")?;
         let Some(events) = &self.events else {
@@ -421,6 +436,10 @@ impl PersistentWrites {
     /// is no longer in flight). For progressing several channels at once;
     /// allocates nothing unless it fails, and checks the peers' setup links
     /// (system calls) at most every 2 ms.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](PersistentWrites::wait), but never a timeout.
     pub fn test(&mut self) -> Result<bool> {
         self.state.lifecycle.require_in_flight("test")?;
         Ok(self.pass()?.complete)
@@ -462,6 +481,10 @@ impl PersistentWrites {
     }
 
     /// [`wait`](PersistentWrites::wait) with a deadline `timeout` from now.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](PersistentWrites::wait).
     pub fn wait_for(&mut self, timeout: Duration) -> Result<()> {
         self.wait(Instant::now() + timeout)
     }
@@ -772,6 +795,11 @@ impl PersistentWrites {
     }
 
     /// A buffer, to fill (or read) between exchanges.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::State`](crate::TransportError::State) while an iteration is in flight; [`TransportError::NoSuch`](crate::TransportError::NoSuch) for an
+    /// unknown id; [`TransportError::LentMemory`](crate::TransportError::LentMemory) for memory the caller lent.
     pub fn buffer_mut(&mut self, id: BufferId) -> Result<&mut [u8]> {
         self.state.lifecycle.require_idle("buffer_mut")?;
         let count = self.set.buffers().len();
@@ -792,6 +820,10 @@ impl PersistentWrites {
     }
 
     /// A buffer, between exchanges.
+    ///
+    /// # Errors
+    ///
+    /// As [`buffer_mut`](PersistentWrites::buffer_mut).
     pub fn buffer(&self, id: BufferId) -> Result<&[u8]> {
         self.state.lifecycle.require_idle("buffer")?;
         let count = self.set.buffers().len();
@@ -826,6 +858,11 @@ impl PersistentWrites {
 
     /// A receive window (its range of its buffer, the slot of the last
     /// iteration for a two-slot window), to read after `wait`.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::State`](crate::TransportError::State) while an iteration is in flight; [`TransportError::NoSuch`](crate::TransportError::NoSuch) for an
+    /// unknown id; [`TransportError::LentMemory`](crate::TransportError::LentMemory) for a window in lent memory.
     pub fn window(&self, id: WindowId) -> Result<&[u8]> {
         let (b, range) = self.window_range("window", id)?;
         let all = self.set.buffers()[b]
@@ -838,6 +875,10 @@ impl PersistentWrites {
     }
 
     /// A receive window, writable (e.g. to clear it) between exchanges.
+    ///
+    /// # Errors
+    ///
+    /// As [`window`](PersistentWrites::window).
     pub fn window_mut(&mut self, id: WindowId) -> Result<&mut [u8]> {
         let (b, range) = self.window_range("window_mut", id)?;
         let all = self.set.buffers_mut()[b]
