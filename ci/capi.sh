@@ -76,7 +76,7 @@ set -e
 # MPI_Abort's code is sode's status (3, SODE_ERR_STATE), which mpirun
 # returns; `error stop` would give 1.
 if [ "$fatal_status" -ne 3 ] \
-   || ! grep -q "sode: error 3: sode_exchange_wait" <<<"$fatal_out" \
+   || ! grep -q "sode: error 3: sode_wait: " <<<"$fatal_out" \
    || grep -q "left the barrier\|still running" <<<"$fatal_out"; then
   echo "$fatal_out"
   echo "error: a failure without ierr did not end the job through MPI_Abort (status $fatal_status)" >&2

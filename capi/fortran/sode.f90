@@ -304,11 +304,65 @@ module sode
 
 contains
 
-  !> The message of the last sode call on this thread (empty after success).
+  !> The message of the last sode call on this thread (empty after success),
+  !> naming the module's routines (sode_wait, not sode_exchange_wait).
   function sode_last_error() result(msg)
     character(len=:), allocatable :: msg
-    msg = fortran_string(c_last_error())
+    msg = fortran_names(fortran_string(c_last_error()))
   end function sode_last_error
+
+  !> `text` with the C names of the routines this module calls otherwise
+  !> (sode_exchange_wait for sode_wait) in their Fortran names, as whole
+  !> words: the library words its messages for C.
+  function fortran_names(text) result(out)
+    character(len=*), intent(in) :: text
+    character(len=:), allocatable :: out
+    ! Longest first, so that no name is taken for the start of another.
+    character(len=*), parameter :: c_names(16) = [character(len=31) :: &
+         'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_zero_copy', &
+         'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
+         'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_add_field', &
+         'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
+         'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
+    character(len=*), parameter :: f_names(16) = [character(len=24) :: &
+         'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_zero_copy', &
+         'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
+         'sode_set_overlap', 'sode_reset_stats', 'sode_add_field', &
+         'sode_start_set', 'sode_describe', 'sode_commit', 'sode_get_stats', &
+         'sode_start', 'sode_wait', 'sode_test']
+    integer :: i, k, n
+    logical :: replaced
+    out = ''
+    i = 1
+    do while (i <= len(text))
+       replaced = .false.
+       if (i == 1 .or. .not. word_char(text(max(i - 1, 1):max(i - 1, 1)))) then
+          do k = 1, size(c_names)
+             n = len_trim(c_names(k))
+             if (i + n - 1 > len(text)) cycle
+             if (text(i:i + n - 1) /= c_names(k)(1:n)) cycle
+             if (i + n <= len(text)) then
+                if (word_char(text(i + n:i + n))) cycle
+             end if
+             out = out // trim(f_names(k))
+             i = i + n
+             replaced = .true.
+             exit
+          end do
+       end if
+       if (.not. replaced) then
+          out = out // text(i:i)
+          i = i + 1
+       end if
+    end do
+  end function fortran_names
+
+  !> Whether `c` can be part of a routine's name.
+  logical function word_char(c)
+    character(len=1), intent(in) :: c
+    word_char = (c >= 'a' .and. c <= 'z') .or. (c >= 'A' .and. c <= 'Z') .or. (c >= '0' .and. c <= '9') &
+         .or. c == '_'
+  end function word_char
 
   !> The name and meaning of a status code ("SODE_ERR_ARG: an invalid
   !> argument"); sode_last_error() says what failed in the last call.

@@ -55,6 +55,13 @@ program rk2d
   ! they would travel in place from u itself).
   call sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)
   call sode_commit(x)
+  ! A misuse is told in the module's names, not the C library's.
+  call sode_add_field(x, s1, first=[1, 1], last=own, ierr=ierr)
+  if (ierr /= SODE_ERR_STATE .or. index(sode_last_error(), 'before sode_commit') == 0 &
+       .or. index(sode_last_error(), 'sode_exchange') /= 0) then
+     write (error_unit, '(2a)') 'rk2d: a field after commit gave: ', sode_last_error()
+     call mpi_abort(MPI_COMM_WORLD, 1, ierr)
+  end if
 
   do step = 1, STEPS
      call halo(u)
