@@ -17,12 +17,7 @@ for b in mpi sode; do
   [ -x "$work/tealeaf-$b/tea_leaf" ] || { echo "tealeaf-time: run ci/tealeaf.sh first" >&2; exit 1; }
 done
 deck=$work/time.in
-{
-  echo "*tea"
-  sed -n '/^state/p; /_cells=/p; /^[xy]m[ai][nx]=/p; /initial_timestep/p' "$clients/tealeaf/Benchmarks/tea_bm_3.in"
-  printf '%s\n' end_step=10 tl_max_iters=10000 tl_use_cg "tl_eps 1.0e-15" profiler_on
-  echo "*endtea"
-} > "$deck"
+tealeaf_deck "$deck" tea_bm_3 end_step=10 tl_max_iters=10000 tl_use_cg "tl_eps 1.0e-15" profiler_on
 
 run() { # build, ranks: "halo total" seconds from TeaLeaf's profile
   local dir=$work/tealeaf-$1

@@ -41,12 +41,7 @@ make -C "$work/tealeaf-sode" "${make_flags[@]}" OPTIONS="$sode_options" LDLIBS="
 deck() { # name, settings...
   local name=$1
   shift
-  {
-    echo "*tea"
-    sed -n '/^state/p; /_cells=/p; /^[xy]m[ai][nx]=/p; /initial_timestep/p' "$src/Benchmarks/tea_bm_2.in"
-    printf '%s\n' "$@"
-    echo "*endtea"
-  } > "$work/$name.in"
+  tealeaf_deck "$work/$name.in" tea_bm_2 "$@"
 }
 deck cg end_step=10 tl_max_iters=10000 tl_use_cg "tl_eps 1.0e-15" "test_problem 2"
 deck cg-block end_step=10 tl_max_iters=10000 tl_use_cg "tl_eps 1.0e-15" tl_preconditioner_type=jac_block \

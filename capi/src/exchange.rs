@@ -612,25 +612,37 @@ impl Exchange {
             ),
             _ => (PEER_TAG, PEER_TAG),
         };
+        let directions: Vec<String> = sends.iter().map(|o| cart::direction_name(o)).collect();
+        let link = Link {
+            peer: first.rank,
+            send: None,
+            recv: None,
+            name: format!("rank {} ({})", first.rank, directions.join(" / ")),
+            offset: first.offset.clone(),
+        };
+        Self::carrying(specs, link, (send, send_tag), (recv, recv_tag))
+    }
+
+    /// `link` with the messages of its pieces sent and received (each
+    /// with its tag), and its plan; `None` when neither carries a byte.
+    fn carrying(
+        specs: &[FieldSpec],
+        mut link: Link,
+        (send, send_tag): (Vec<Piece>, u32),
+        (recv, recv_tag): (Vec<Piece>, u32),
+    ) -> Option<(Link, Planned)> {
         let message = |p: &[Piece], tag| {
             let len = message_bytes(specs, p);
             (len > 0).then_some(Message { len, tag })
         };
-        let (send_msg, recv_msg) = (message(&send, send_tag), message(&recv, recv_tag));
-        if send_msg.is_none() && recv_msg.is_none() {
+        link.send = message(&send, send_tag);
+        link.recv = message(&recv, recv_tag);
+        if link.send.is_none() && link.recv.is_none() {
             return None;
         }
-        let directions: Vec<String> = sends.iter().map(|o| cart::direction_name(o)).collect();
-        let link = Link {
-            peer: first.rank,
-            send: send_msg,
-            recv: recv_msg,
-            name: format!("rank {} ({})", first.rank, directions.join(" / ")),
-            offset: first.offset.clone(),
-        };
         let plan = Planned {
-            send: send_msg.is_some().then_some(send),
-            recv: recv_msg.is_some().then_some(recv),
+            send: link.send.is_some().then_some(send),
+            recv: link.recv.is_some().then_some(recv),
         };
         Some((link, plan))
     }
@@ -712,19 +724,10 @@ impl Exchange {
                 .filter(|p| p.region.cells() > 0)
                 .collect()
         };
-        let message = |boxes: &[&BoxMessage], p: &[Piece]| {
-            let len = message_bytes(specs, p);
-            let tag = match boxes {
-                [one] => one.tag,
-                _ => PEER_TAG,
-            };
-            (len > 0).then_some(Message { len, tag })
+        let tag = |boxes: &[&BoxMessage]| match boxes {
+            [one] => one.tag,
+            _ => PEER_TAG,
         };
-        let (send, recv) = (pieces(sends), pieces(recvs));
-        let (send_msg, recv_msg) = (message(sends, &send), message(recvs, &recv));
-        if send_msg.is_none() && recv_msg.is_none() {
-            return None;
-        }
         let tags = |boxes: &[&BoxMessage]| -> String {
             let t: Vec<String> = boxes.iter().map(|m| m.tag.to_string()).collect();
             t.join(", ")
@@ -740,16 +743,17 @@ impl Exchange {
         };
         let link = Link {
             peer,
-            send: send_msg,
-            recv: recv_msg,
+            send: None,
+            recv: None,
             offset: Vec::new(),
             name,
         };
-        let plan = Planned {
-            send: send_msg.is_some().then_some(send),
-            recv: recv_msg.is_some().then_some(recv),
-        };
-        Some((link, plan))
+        Self::carrying(
+            specs,
+            link,
+            (pieces(sends), tag(sends)),
+            (pieces(recvs), tag(recvs)),
+        )
     }
 
     /// The shared sets' layout (each field [`SharedSets::array_stride`]

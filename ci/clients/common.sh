@@ -47,3 +47,16 @@ patch_size() { # name
   awk '/^(\+\+\+|---) /{next} /^\+/{a++} /^-/{r++} END{printf "%d lines added, %d removed\n", a, r}' \
     "$root/ci/clients/$1.patch"
 }
+
+# A TeaLeaf input deck at OUT: the states, mesh and first time step of
+# Benchmarks/BENCH.in, then the given settings (solver, steps, checks).
+tealeaf_deck() { # out, bench, settings...
+  local out=$1 bench=$2
+  shift 2
+  {
+    echo "*tea"
+    sed -n '/^state/p; /_cells=/p; /^[xy]m[ai][nx]=/p; /initial_timestep/p' "$clients/tealeaf/Benchmarks/$bench.in"
+    printf '%s\n' "$@"
+    echo "*endtea"
+  } > "$out"
+}

@@ -160,6 +160,26 @@ fn sizes<T: Copy + Into<i64>>(
         .collect()
 }
 
+/// One count per process-grid axis from `p` (`axes` values), or `default`
+/// when `p` is NULL: halo widths, overlaps.
+///
+/// # Safety
+/// `p` NULL or holding `axes` values.
+unsafe fn per_axis(
+    op: &'static str,
+    arg: &'static str,
+    p: *const c_int,
+    axes: usize,
+    default: &[usize],
+) -> Result<Vec<usize>> {
+    if p.is_null() {
+        Ok(default.to_vec())
+    } else {
+        // SAFETY: the caller's contract.
+        sizes(op, arg, &unsafe { array(op, arg, p, axes) }?)
+    }
+}
+
 /// Writes a new handle to `out`.
 ///
 /// # Safety
@@ -930,14 +950,8 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
         None => strides_of(op, &extents, args.order)?,
     };
     let (max_lo, max_hi) = x.halo_widths();
-    let widths = |p: *const c_int, name, max: &[usize]| -> Result<Vec<usize>> {
-        if p.is_null() {
-            Ok(max.to_vec())
-        } else {
-            // SAFETY: the caller's contract.
-            sizes(op, name, &unsafe { array(op, name, p, g) }?)
-        }
-    };
+    // SAFETY (both): the caller's contract, one width per grid axis.
+    let widths = |p, name, max: &[usize]| unsafe { per_axis(op, name, p, g, max) };
     let spec = FieldSpec {
         ty,
         halo_lo: widths(args.halo_lo, "halo_lo", &max_lo)?,
@@ -1052,14 +1066,8 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
             let x = unsafe { handle(op, "exchange", exchange) }?;
             let (max_lo, max_hi) = x.halo_widths();
             let g = x.dims();
-            let widths = |p: *const c_int, name, max: &[usize]| -> Result<Vec<usize>> {
-                if p.is_null() {
-                    Ok(max.to_vec())
-                } else {
-                    // SAFETY: the caller's contract: one per grid axis.
-                    sizes(op, name, &unsafe { array(op, name, p, g) }?)
-                }
-            };
+            // SAFETY (both): the caller's contract, one width per grid axis.
+            let widths = |p, name, max: &[usize]| unsafe { per_axis(op, name, p, g, max) };
             (
                 widths(halo_lo, "halo_lo", &max_lo)?,
                 widths(halo_hi, "halo_hi", &max_hi)?,
@@ -1215,14 +1223,9 @@ pub unsafe extern "C" fn sode_exchange_set_overlap(
         // SAFETY: the caller's contract.
         let x = unsafe { handle(op, "exchange", exchange) }?;
         let g = x.dims();
-        let counts = |p: *const c_int, name| -> Result<Vec<usize>> {
-            if p.is_null() {
-                Ok(vec![0; g])
-            } else {
-                // SAFETY: the caller's contract: one value per axis.
-                sizes(op, name, &unsafe { array(op, name, p, g) }?)
-            }
-        };
+        let none = vec![0; g];
+        // SAFETY (both): the caller's contract, one count per grid axis.
+        let counts = |p, name| unsafe { per_axis(op, name, p, g, &none) };
         let overlap = Overlap {
             lo: counts(overlap_lo, "overlap_lo")?,
             hi: counts(overlap_hi, "overlap_hi")?,
