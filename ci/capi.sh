@@ -30,6 +30,10 @@ done
 echo "-- mpirun -n 4 stencil2d, every face read in place"
 timeout 300 "${mpirun[@]}" -n 4 -x SODE_SHM_READ_MIN=0 -x SODE_SHM_READ_RUN_MIN=0 "$build/stencil2d"
 
+# Every message over TCP, starts on some fields included.
+echo "-- mpirun -n 4 stencil2d --grid 2x2 over TCP"
+timeout 300 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/stencil2d" --grid 2x2
+
 for n in 1 2 4; do
   echo "-- mpirun -n $n rk2d (three Runge-Kutta stage arrays through one exchange)"
   timeout 300 "${mpirun[@]}" -n "$n" "$build/rk2d"

@@ -74,7 +74,7 @@ module sode
   public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
-  public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_wait, sode_test
+  public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_describe
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
@@ -91,6 +91,20 @@ module sode
      module procedure add_i32_1, add_i32_2, add_i32_3, add_i32_4
      module procedure add_i64_1, add_i64_2, add_i64_3, add_i64_4
   end interface sode_add_field
+
+  !> Starts the exchange on the fields `fields` lists only (numbered from 1
+  !> in the order added, each once): `call sode_start_fields(x, [1, 3])`,
+  !> or on other arrays for them, `call sode_start_fields(x, [2],
+  !> [c_loc(s2)])` (as in sode_start_arrays; `c_null_ptr` for a field's
+  !> own). Each message carries those fields' faces only (over RDMA the
+  !> whole message travels), and the wait or test that completes the
+  !> exchange fills their halos only; every neighbour must start the same
+  !> fields. A field left out whose faces travel in place over RDMA:
+  !> SODE_ERR_ARG (call `sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)`
+  !> before commit).
+  interface sode_start_fields
+     module procedure start_fields, start_fields_arrays
+  end interface sode_start_fields
 
   !> A field sode keeps (sode_set_shared_fields): array `a` becomes a
   !> pointer to field `field` (from 0, in the order added) of set `set`
@@ -220,6 +234,14 @@ module sode
        type(c_ptr), intent(in) :: arrays(*)
        integer(c_int) :: rc
      end function c_start_arrays
+     function c_start_fields(x, n, fields, narrays, arrays) bind(C, name="sode_exchange_start_fields_f") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: n, narrays
+       integer(c_int), intent(in) :: fields(*)
+       type(c_ptr), intent(in) :: arrays(*)
+       integer(c_int) :: rc
+     end function c_start_fields
      function c_wait(x, timeout) bind(C, name="sode_exchange_wait") result(rc)
        import :: c_int, c_ptr, c_double
        type(c_ptr), value :: x
@@ -1126,6 +1148,30 @@ contains
     integer, intent(out), optional :: ierr
     call finish(c_start_arrays(x%ptr, size(arrays, kind=c_int), arrays), ierr)
   end subroutine sode_start_arrays
+
+  !> sode_start_fields on the fields' own arrays.
+  subroutine start_fields(x, fields, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: fields(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: ids(size(fields))
+    type(c_ptr) :: own(1)
+    ids = int(fields, c_int)
+    own = c_null_ptr
+    call finish(c_start_fields(x%ptr, size(fields, kind=c_int), ids, 0_c_int, own), ierr)
+  end subroutine start_fields
+
+  !> sode_start_fields on other arrays: `arrays(k)` is `c_loc` of the
+  !> array for field `fields(k)` (or `c_null_ptr` for its own).
+  subroutine start_fields_arrays(x, fields, arrays, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: fields(:)
+    type(c_ptr), intent(in) :: arrays(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: ids(size(fields))
+    ids = int(fields, c_int)
+    call finish(c_start_fields(x%ptr, size(fields, kind=c_int), ids, size(arrays, kind=c_int), arrays), ierr)
+  end subroutine start_fields_arrays
 
   !> Waits for every halo: up to `timeout` seconds (SODE_NO_DEADLINE: as
   !> long as it takes), by default as long as SODE_TIMEOUT says (no

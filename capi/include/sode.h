@@ -686,6 +686,46 @@ int sode_exchange_start(struct sode_exchange *exchange);
 int sode_exchange_start_arrays(struct sode_exchange *exchange, int nfields, void *const *arrays);
 
 /**
+ * Starts the exchange on some of its fields only: the `nfields` fields
+ * `fields` lists (numbered from 0 in the order added, each once), on the
+ * arrays `arrays` gives for them in the same order (NULL `arrays`, or a
+ * NULL entry: a field's own array; as `sode_exchange_start_arrays`).
+ * Each message carries the listed fields' faces only (over RDMA the whole
+ * message still travels), and the wait or test that completes the
+ * exchange fills their halos only: the other fields' halos are left as
+ * they are. Every neighbour must start the same fields; over shared
+ * memory and TCP a neighbour that sends more than this rank expects is
+ * reported as `SODE_ERR_CHANNEL`. So one committed exchange serves a code
+ * that exchanges different sets of its fields at different points,
+ * where MPI takes a buffer per call. A field left out whose faces travel
+ * in place over RDMA (see `sode_exchange_set_zero_copy`): `SODE_ERR_ARG`,
+ * nothing started. Allocates nothing.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; `fields` holds
+ * `nfields` values; `arrays` is NULL or holds `nfields` pointers, with
+ * the rules of `sode_exchange_start_arrays`.
+ */
+int sode_exchange_start_fields(struct sode_exchange *exchange,
+                               int nfields,
+                               const int *fields,
+                               void *const *arrays);
+
+/**
+ * The Fortran module's `sode_start_fields`: as
+ * `sode_exchange_start_fields` with the fields numbered from 1 and
+ * `narrays` arrays (0: the fields' own).
+ *
+ * # Safety
+ * As `sode_exchange_start_fields`; `arrays` holds `narrays` pointers.
+ */
+int sode_exchange_start_fields_f(struct sode_exchange *exchange,
+                                 int nfields,
+                                 const int *fields,
+                                 int narrays,
+                                 void *const *arrays);
+
+/**
  * One pass: `*done` is 1 once every halo has arrived and is unpacked
  * (the exchange is then complete), else 0.
  *

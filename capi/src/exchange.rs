@@ -2,6 +2,7 @@
 //! (collectively: checked across the job, channels built), then started
 //! and waited for every iteration.
 
+use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use sode::{HaloError, Link, LinkExchange, Message, Transport};
@@ -25,6 +26,9 @@ pub struct Field {
     /// The array given for the exchange in flight in its place
     /// (`sode_exchange_start_arrays`), until the wait that completes it.
     pub call: Option<UserMemory>,
+    /// Whether the exchange in flight (or the next) carries it: every
+    /// field but for a start on some of them.
+    pub started: bool,
     /// Bytes the array spans.
     pub bytes: usize,
 }
@@ -141,6 +145,59 @@ fn not_committed(op: &'static str, state: &State) -> CapiError {
             _ => "the exchange is not committed: call sode_exchange_commit first".into(),
         },
     }
+}
+
+/// Fields a start carries, as the caller numbers them: `ids`, counted from
+/// `first` (0 in C, 1 in Fortran) in the order the fields were added.
+#[derive(Debug, Clone, Copy)]
+pub struct FieldList<'a> {
+    /// The fields, each once.
+    pub ids: &'a [c_int],
+    /// The number of the first field added.
+    pub first: c_int,
+}
+
+impl FieldList<'_> {
+    /// The fields' indices from 0 (after [`select`] checked them).
+    fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        let first = i64::from(self.first);
+        self.ids
+            .iter()
+            .map(move |&id| usize::try_from(i64::from(id) - first).unwrap_or(usize::MAX))
+    }
+}
+
+/// Marks the fields `subset` lists (`None`: every field) as started, the
+/// others not; refuses a field listed twice or one the exchange lacks.
+fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str) -> Result<()> {
+    let Some(list) = subset else {
+        fields.iter_mut().for_each(|f| f.started = true);
+        return Ok(());
+    };
+    fields.iter_mut().for_each(|f| f.started = false);
+    let count = fields.len();
+    for (&id, f) in list.ids.iter().zip(list.indices()) {
+        let Some(field) = fields.get_mut(f) else {
+            let last = i64::from(list.first) + count as i64 - 1;
+            return Err(CapiError::Invalid {
+                op,
+                why: match count {
+                    0 => format!("field {id}: the exchange has no fields"),
+                    _ => format!(
+                        "field {id}: the exchange's {count} fields are numbered {}..{last} in the order added",
+                        list.first
+                    ),
+                },
+            });
+        };
+        if std::mem::replace(&mut field.started, true) {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("field {id} is listed twice: list each field once"),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// The status and message a rank reports to the others after commit.
@@ -365,6 +422,7 @@ impl Exchange {
         self.fields.push(Field {
             memory,
             call: None,
+            started: true,
             bytes: span,
             spec,
         });
@@ -1017,6 +1075,20 @@ impl Exchange {
         given: usize,
         array: impl Fn(usize, usize) -> Option<UserMemory>,
     ) -> Result<()> {
+        self.start_fields(op, None, given, array)
+    }
+
+    /// [`start_arrays`](Self::start_arrays) on the fields `subset` lists
+    /// only (`None`: every field), `array(k, bytes)` giving the array of
+    /// the `k`-th field listed. Each message carries the listed fields'
+    /// faces only; the neighbours must start the same fields.
+    pub fn start_fields(
+        &mut self,
+        op: &'static str,
+        subset: Option<&FieldList<'_>>,
+        given: usize,
+        array: impl Fn(usize, usize) -> Option<UserMemory>,
+    ) -> Result<()> {
         if let State::Committed {
             shared: Some(_), ..
         } = &self.state
@@ -1034,45 +1106,109 @@ impl Exchange {
                     .into(),
             });
         }
-        if given != 0 && given != fields.len() {
+        let listed = subset.map_or(fields.len(), |l| l.ids.len());
+        if given != 0 && given != listed {
             return Err(CapiError::Invalid {
                 op,
-                why: format!(
-                    "{given} arrays given for an exchange of {} fields: give one per field, in the order added (NULL for a field's own array)",
-                    fields.len()
-                ),
+                why: match subset {
+                    None => format!("{given} arrays given for an exchange of {} fields: give one per field, in the order added (NULL for a field's own array)", fields.len()),
+                    Some(_) => format!("{given} arrays given for {listed} fields: give one per field listed, in the same order (NULL for a field's own array)"),
+                },
             });
         }
-        let in_place = (0..planned.len()).any(|i| {
-            let s = links.in_place(i);
-            s.send || s.recv
-        });
-        // Every field, so that no array of an earlier start that never
-        // completed stands in for its own.
-        for (f, field) in fields.iter_mut().enumerate() {
-            field.call = if f < given {
-                // The field's own array, given again, is no other array.
-                array(f, field.bytes).filter(|a| !field.memory.as_ref().is_some_and(|m| m.is(a)))
-            } else {
-                None
-            };
-            if field.call.is_some() && in_place {
-                for field in fields.iter_mut() {
-                    field.call = None;
-                }
-                return Err(CapiError::Invalid {
-                    op,
-                    why: format!("field {f}: faces travel in place over RDMA from the array it was added with, so no other array can stand for it; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face"),
-                });
-            }
-        }
-        let started = Self::pack_and_start(links, planned, fields, op);
-        if started.is_err() {
+        select(fields, subset, op)?;
+        let bound = Self::bind_arrays(links, planned, fields, subset, given, array, op)
+            .and_then(|()| Self::carry(links, planned, fields, op))
+            .and_then(|()| Self::pack_and_start(links, planned, fields, op));
+        if bound.is_err() {
             for field in fields.iter_mut() {
                 field.call = None;
             }
         }
-        started
+        bound
+    }
+
+    /// Gives each started field the array `array` names for it (the
+    /// `k`-th of `subset`, or field `k`), every other field none; refuses
+    /// what faces travelling in place over RDMA cannot do: another array,
+    /// or part of a message.
+    fn bind_arrays(
+        links: &LinkExchange,
+        planned: &[Planned],
+        fields: &mut [Field],
+        subset: Option<&FieldList<'_>>,
+        given: usize,
+        array: impl Fn(usize, usize) -> Option<UserMemory>,
+        op: &'static str,
+    ) -> Result<()> {
+        let first = subset.map_or(0, |l| l.first as usize);
+        let in_place = |i: usize| {
+            let s = links.in_place(i);
+            s.send || s.recv
+        };
+        let any_in_place = (0..planned.len()).any(in_place);
+        if subset.is_some() {
+            let skipped = (0..planned.len()).filter(|&i| in_place(i)).find_map(|i| {
+                let p = &planned[i];
+                let pieces = p.send.iter().chain(&p.recv).flatten();
+                pieces.map(|p| p.field).find(|&f| !fields[f].started)
+            });
+            if let Some(f) = skipped {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("field {} travels in place over RDMA in messages with the fields started, so it cannot be left out; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face", f + first),
+                });
+            }
+        }
+        // Every field, so that no array of an earlier start that never
+        // completed stands in for its own.
+        for field in fields.iter_mut() {
+            field.call = None;
+        }
+        let order: &mut dyn Iterator<Item = usize> = match subset {
+            Some(list) => &mut list.indices(),
+            None => &mut (0..fields.len()),
+        };
+        for (k, f) in order.enumerate().take(given) {
+            let field = &mut fields[f];
+            // The field's own array, given again, is no other array.
+            field.call =
+                array(k, field.bytes).filter(|a| !field.memory.as_ref().is_some_and(|m| m.is(a)));
+            if field.call.is_some() && any_in_place {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("field {}: faces travel in place over RDMA from the array it was added with, so no other array can stand for it; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face", f + first),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells every link how many bytes of its messages the started fields
+    /// fill, so that its channel moves those only.
+    fn carry(
+        links: &mut LinkExchange,
+        planned: &[Planned],
+        fields: &[Field],
+        op: &'static str,
+    ) -> Result<()> {
+        let exchange = |source| CapiError::Exchange { op, source };
+        let bytes = |pieces: &[Piece]| -> usize {
+            pieces
+                .iter()
+                .filter(|p| fields[p.field].started)
+                .map(|p| p.region.cells() * fields[p.field].spec.ty.size())
+                .sum()
+        };
+        for (i, p) in planned.iter().enumerate() {
+            if let Some(pieces) = &p.send {
+                links.carry_send(i, bytes(pieces)).map_err(exchange)?;
+            }
+            if let Some(pieces) = &p.recv {
+                links.carry_recv(i, bytes(pieces)).map_err(exchange)?;
+            }
+        }
+        Ok(())
     }
 
     fn pack_and_start(
@@ -1093,7 +1229,7 @@ impl Exchange {
             }
             let out = links.send_buf(i).map_err(exchange)?;
             let mut at = 0;
-            for p in pieces {
+            for p in pieces.iter().filter(|p| fields[p.field].started) {
                 let f = &fields[p.field];
                 let n = p.region.cells() * f.spec.ty.size();
                 let Some(memory) = f.array() else {
@@ -1132,8 +1268,15 @@ impl Exchange {
             let mut at = 0;
             for p in pieces {
                 let Field {
-                    spec, memory, call, ..
+                    spec,
+                    memory,
+                    call,
+                    started,
+                    ..
                 } = &mut fields[p.field];
+                if !*started {
+                    continue;
+                }
                 let n = p.region.cells() * spec.ty.size();
                 let Some(memory) = call.as_mut().or(memory.as_mut()) else {
                     return Err(no_memory(op));

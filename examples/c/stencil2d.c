@@ -19,7 +19,11 @@
  * must keep their sentinel. Under mpirun every configuration runs twice:
  * on the program's arrays, and on arrays sode keeps in shared memory
  * (sode_exchange_set_shared_fields, two sets used in turn), which
- * neighbours on the node read faces from straight. */
+ * neighbours on the node read faces from straight. On the program's
+ * arrays, starts on some of the fields follow (sode_exchange_start_fields:
+ * one field, the other on another array, both, none, then every field
+ * again): the fields started get their halos, the others keep theirs
+ * untouched, and misuse is refused. */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -299,6 +303,101 @@ static void count_in_place(sode_exchange *x, int *sends, int *recvs) {
     }
 }
 
+/* Fails unless `data` holds what fill() writes for iteration `it`: a
+ * field no start carried keeps its halo as it was. */
+static void check_untouched(const struct config *cf, const struct rank_view *v, struct field *f,
+                            int it, const void *data, const char *who) {
+    size_t bytes = (size_t)f->ext[0] * f->ext[1] * f->elem;
+    fill(cf, v, f, it, f->mpi);
+    if (memcmp(data, f->mpi, bytes) != 0) {
+        fprintf(stderr, "rank %d: %s: the %s field, left out, changed\n", world_rank, who,
+                f->elem == 8 ? "double" : "int32");
+        die(1);
+    }
+}
+
+/* Fills both fields for iteration `it` (field 0 into `u`), starts the
+ * fields `list` names, waits. */
+static void start_some(const struct config *cf, const struct rank_view *v, struct field fs[2],
+                       sode_exchange *x, int it, int n, const int *list, void *u, void **arrays) {
+    fill(cf, v, &fs[0], it, u);
+    fill(cf, v, &fs[1], it, fs[1].sode);
+    CHECK_SODE(sode_exchange_start_fields(x, n, list, arrays));
+    CHECK_SODE(sode_exchange_wait(x, 60.0));
+}
+
+/* Starts on some of the fields, iterations 4 to 8; returns the halo cells
+ * filled. */
+static long run_subsets(const struct config *cf, const struct rank_view *v, struct field fs[2],
+                        sode_exchange *x) {
+    long filled = 0;
+    const int just_v[1] = {1}, just_u[1] = {0}, both[2] = {1, 0}, twice[2] = {0, 0}, beyond[1] = {2};
+    start_some(cf, v, fs, x, 4, 1, just_v, fs[0].sode, NULL);
+    filled += check_expected(cf, v, &fs[1], 4, fs[1].sode, "int32 field alone");
+    check_untouched(cf, v, &fs[0], 4, fs[0].sode, "int32 field alone");
+
+    size_t u_bytes = (size_t)fs[0].ext[0] * fs[0].ext[1] * fs[0].elem;
+    void *stage = malloc(u_bytes);
+    if (!stage) {
+        die(1);
+    }
+    fill(cf, v, &fs[0], 5, fs[0].sode);
+    void *arrays[1] = {stage};
+    start_some(cf, v, fs, x, 5, 1, just_u, stage, arrays);
+    filled += check_expected(cf, v, &fs[0], 5, stage, "double field alone, on another array");
+    check_untouched(cf, v, &fs[0], 5, fs[0].sode, "double field alone, on another array");
+    check_untouched(cf, v, &fs[1], 5, fs[1].sode, "double field alone, on another array");
+    free(stage);
+
+    start_some(cf, v, fs, x, 6, 2, both, fs[0].sode, NULL);
+    for (int fi = 0; fi < 2; fi++) {
+        filled += check_expected(cf, v, &fs[fi], 6, fi ? fs[1].sode : fs[0].sode, "both, listed");
+    }
+    start_some(cf, v, fs, x, 7, 0, NULL, fs[0].sode, NULL);
+    check_untouched(cf, v, &fs[0], 7, fs[0].sode, "none");
+    check_untouched(cf, v, &fs[1], 7, fs[1].sode, "none");
+    if (sode_exchange_start_fields(x, 2, twice, NULL) != SODE_ERR_ARG
+        || sode_exchange_start_fields(x, 1, beyond, NULL) != SODE_ERR_ARG
+        || !strstr(sode_last_error(), "numbered 0..1")) {
+        fprintf(stderr, "rank %d: a field listed twice or beyond the exchange's was not refused (%s)\n",
+                world_rank, sode_last_error());
+        die(1);
+    }
+    for (int fi = 0; fi < 2; fi++) {
+        fill(cf, v, &fs[fi], 8, fs[fi].sode);
+    }
+    CHECK_SODE(sode_exchange_start(x));
+    CHECK_SODE(sode_exchange_wait(x, 60.0));
+    for (int fi = 0; fi < 2; fi++) {
+        filled += check_expected(cf, v, &fs[fi], 8, fs[fi].sode, "every field again");
+    }
+    return filled;
+}
+
+/* Whether the starts on some fields run: not where a message travels in
+ * place over RDMA, which carries every field of it (they are refused on
+ * the ranks where it does; under SODE_ZERO_COPY=always, on every rank). */
+static int subsets_run(sode_exchange *x) {
+    int sends, recvs, here, anywhere;
+    count_in_place(x, &sends, &recvs);
+    here = sends + recvs;
+    if (use_mpi) {
+        MPI_Allreduce(&here, &anywhere, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        return anywhere == 0;
+    }
+    const char *mode = getenv("SODE_ZERO_COPY");
+    if (mode && strcmp(mode, "always") == 0 && here) {
+        const int just_v[1] = {1};
+        if (sode_exchange_start_fields(x, 1, just_v, NULL) != SODE_ERR_ARG
+            || !strstr(sode_last_error(), "in place")) {
+            fprintf(stderr, "rank %d: a start leaving out a field in place was not refused (%s)\n",
+                    world_rank, sode_last_error());
+            die(1);
+        }
+    }
+    return mode && strcmp(mode, "never") == 0;
+}
+
 static void teardown(struct rank_view *v, struct field fs[2], sode_exchange **x, sode_comm **c) {
     CHECK_SODE(sode_exchange_free(x));
     CHECK_SODE(sode_comm_free(c));
@@ -351,13 +450,18 @@ static void run(const struct config *cf) {
             cells += f->ext[0] * f->ext[1];
         }
     }
+    int subsets = !shared && subsets_run(x);
+    if (subsets) {
+        filled += run_subsets(cf, &v, fs, x);
+    }
     if (!use_mpi) {
         int sends, recvs;
         count_in_place(x, &sends, &recvs);
         printf("ok rank %d grid %dx%d periodic %d%d %s: %ld cells equal to the owners' values, bit "
-               "for bit, %ld halo cells filled; in place: %d sends, %d receives\n",
+               "for bit, %ld halo cells filled%s; in place: %d sends, %d receives\n",
                world_rank, cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1],
-               cf->box ? "box" : "star", cells, filled, sends, recvs);
+               cf->box ? "box" : "star", cells, filled,
+               subsets ? ", starts on some fields checked" : "", sends, recvs);
         teardown(&v, fs, &x, &comm);
         return;
     }
@@ -366,9 +470,10 @@ static void run(const struct config *cf) {
     MPI_Reduce(&cells, &total_cells, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
     if (world_rank == 0) {
         printf("ok grid %dx%d periodic %d%d %s%s: %ld cells equal to MPI's, bit for bit, %ld "
-               "halo cells filled\n",
+               "halo cells filled%s\n",
                cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1], cf->box ? "box" : "star",
-               shared ? ", fields in sode's shared memory" : "", total_cells, total_filled);
+               shared ? ", fields in sode's shared memory" : "", total_cells, total_filled,
+               subsets ? "; starts on some fields checked" : "");
     }
     teardown(&v, fs, &x, &comm);
 }

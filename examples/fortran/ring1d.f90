@@ -6,11 +6,14 @@
 ! neighbour there (sode_set_overlap) and marks as its own. Three
 ! iterations; every halo cell of each is checked against the value its
 ! owner holds, cells beyond a line's ends must keep their sentinel, and
-! every rank's shared nodes must keep its mark (never sent).
+! every rank's shared nodes must keep its mark (never sent). A fourth
+! starts the real64 cells alone (sode_start_fields): the other two fields
+! must keep every halo cell as it was.
 !
 !   mpirun -n 3 ./ring1d
 program ring1d
   use, intrinsic :: iso_fortran_env, only: real64, int64, error_unit, output_unit
+  use, intrinsic :: iso_c_binding, only: c_loc
   use mpi_f08
   use sode
   implicit none
@@ -72,7 +75,7 @@ contains
     type(sode_comm) :: sc
     type(sode_exchange) :: x
     integer :: q, rest, start, own, it, i, g, st
-    logical :: told
+    logical :: told, alone
 
     q = GLOBAL / nranks
     rest = mod(GLOBAL, nranks)
@@ -94,7 +97,8 @@ contains
     call sode_set_overlap(x, [1], [1])
     call sode_commit(x)
     wrong = merge(0, 1, told)
-    do it = 1, 3
+    do it = 1, 4
+       alone = it == 4
        a = -1
        r = -1d0
        v = -1d0
@@ -105,11 +109,19 @@ contains
        end do
        v(1) = mark(it)
        v(own + 1) = mark(it)
-       call sode_start(x)
+       if (alone) then
+          call sode_start_fields(x, [2], [c_loc(r)])
+       else
+          call sode_start(x)
+       end if
        call sode_wait(x)
        do i = 1 - H, own + H
           g = start + i - 1
-          if (a(i) /= expected(it, g, periodic, -1_int64)) wrong = wrong + 1
+          if (alone .and. (i < 1 .or. i > own)) then
+             if (a(i) /= -1) wrong = wrong + 1
+          else if (a(i) /= expected(it, g, periodic, -1_int64)) then
+             wrong = wrong + 1
+          end if
        end do
        do i = 1 - HR, own + HR
           g = start + i - 1
@@ -119,11 +131,20 @@ contains
           g = start + i - 1
           if (i == 1 .or. i == own + 1) then
              if (v(i) /= mark(it)) wrong = wrong + 1
+          else if (alone .and. (i < 1 .or. i > own + 1)) then
+             if (v(i) /= -1d0) wrong = wrong + 1
           else if (v(i) /= real(expected(it, g, periodic, -2_int64), real64) / 2) then
              wrong = wrong + 1
           end if
        end do
     end do
+    ! A field the exchange lacks is told in the module's numbering.
+    call sode_start_fields(x, [2, 4], ierr=st)
+    if (st /= SODE_ERR_ARG .or. index(sode_last_error(), &
+         'sode_start_fields: field 4: the exchange''s 3 fields are numbered 1..3') /= 1) then
+       write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': field 4 of 3 gave: ', sode_last_error()
+       wrong = wrong + 1
+    end if
     if (wrong /= 0) then
        write (error_unit, '(a, i0, a, l1, a, i0, a)') 'rank ', rank, ' (periodic ', periodic, '): ', &
             wrong, ' cells wrong'

@@ -1185,6 +1185,59 @@ impl LinkExchange {
         }
     }
 
+    /// From the next start on, link `link` carries only the first `bytes`
+    /// of its send buffer (its message's length: the whole message again);
+    /// its peer must expect as many ([`carry_recv`](Self::carry_recv)).
+    /// For a start on part of the data (some fields): shared memory and
+    /// TCP then move only those bytes; RDMA, whose writes are scheduled
+    /// once, moves the whole message.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a link that does not exist or sends
+    /// nothing, or more bytes than its message holds; [`HaloError::State`]
+    /// while an iteration is in flight or after a failure.
+    pub fn carry_send(&mut self, link: usize, bytes: usize) -> Result<()> {
+        self.lifecycle.require_idle("carry_send")?;
+        let len = self.links.get(link).and_then(|l| l.send).map(|m| m.len);
+        match (self.sends.get(link).copied().flatten(), len) {
+            (Some(_), Some(len)) if bytes > len => Err(self.no_message(
+                "carry_send",
+                link,
+                &format!("sends {len} bytes: {bytes} cannot be carried"),
+            )),
+            (Some(Route::Local { .. }), _) => Ok(()),
+            (Some(Route::Channel { channel, message }), _) => {
+                self.channels[channel].carry_send(message, bytes)
+            }
+            (None, _) => Err(self.no_message("carry_send", link, "sends nothing")),
+        }
+    }
+
+    /// From the next start on, link `link` expects only the first `bytes`
+    /// of its receive, as its peer carries
+    /// ([`carry_send`](Self::carry_send)).
+    ///
+    /// # Errors
+    ///
+    /// As [`carry_send`](Self::carry_send), for the receive.
+    pub fn carry_recv(&mut self, link: usize, bytes: usize) -> Result<()> {
+        self.lifecycle.require_idle("carry_recv")?;
+        let len = self.links.get(link).and_then(|l| l.recv).map(|m| m.len);
+        match (self.recvs.get(link).copied().flatten(), len) {
+            (Some(_), Some(len)) if bytes > len => Err(self.no_message(
+                "carry_recv",
+                link,
+                &format!("receives {len} bytes: {bytes} cannot be expected"),
+            )),
+            (Some(Route::Local { .. }), _) => Ok(()),
+            (Some(Route::Channel { channel, message }), _) => {
+                self.channels[channel].carry_recv(message, bytes)
+            }
+            (None, _) => Err(self.no_message("carry_recv", link, "receives nothing")),
+        }
+    }
+
     fn job_barrier(&mut self) -> Result<()> {
         if self.pseudo_collective {
             self.job

@@ -129,6 +129,18 @@ pub enum ShmError {
         /// How many neighbours there are.
         count: usize,
     },
+    /// More bytes to carry than a message holds.
+    #[error("neighbour index {index}: {asked} bytes to carry, but its {what} holds {len}")]
+    CarryTooLong {
+        /// "send" or "receive".
+        what: &'static str,
+        /// The neighbour's index.
+        index: usize,
+        /// The bytes asked for.
+        asked: usize,
+        /// The message's bytes.
+        len: usize,
+    },
     /// A call that needs lent sets, or a buffer of a message that travels
     /// in place (it has none: its bytes are in the lent set).
     #[error("{op}: {why}")]

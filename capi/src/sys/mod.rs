@@ -13,7 +13,7 @@ use sode_job::AllgatherFn;
 use crate::cart::{Cart, Shape};
 use crate::comm::{seconds, Comm};
 use crate::error::{CapiError, Result};
-use crate::exchange::Exchange;
+use crate::exchange::{Exchange, FieldList};
 use crate::explicit::BoxMessage;
 use crate::field::{ElemType, FieldSpec, Overlap};
 use crate::stats::{NeighbourStats, Stats};
@@ -1432,6 +1432,113 @@ pub unsafe extern "C" fn sode_exchange_start_arrays(
             // SAFETY: `f < n` (start_arrays asks for the fields given
             // only), so within the caller's `nfields` pointers.
             let base = unsafe { *arrays.add(f) }.cast::<u8>();
+            // SAFETY: a non-NULL array is valid for its field's bytes
+            // until the exchange completes, by the caller's contract.
+            (!base.is_null()).then(|| unsafe { UserMemory::for_call(base, bytes) })
+        })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { with_exchange(op, exchange, start) }
+}
+
+/// Starts the exchange on some of its fields only: the `nfields` fields
+/// `fields` lists (numbered from 0 in the order added, each once), on the
+/// arrays `arrays` gives for them in the same order (NULL `arrays`, or a
+/// NULL entry: a field's own array; as `sode_exchange_start_arrays`).
+/// Each message carries the listed fields' faces only (over RDMA the whole
+/// message still travels), and the wait or test that completes the
+/// exchange fills their halos only: the other fields' halos are left as
+/// they are. Every neighbour must start the same fields; over shared
+/// memory and TCP a neighbour that sends more than this rank expects is
+/// reported as `SODE_ERR_CHANNEL`. So one committed exchange serves a code
+/// that exchanges different sets of its fields at different points,
+/// where MPI takes a buffer per call. A field left out whose faces travel
+/// in place over RDMA (see `sode_exchange_set_zero_copy`): `SODE_ERR_ARG`,
+/// nothing started. Allocates nothing.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `fields` holds
+/// `nfields` values; `arrays` is NULL or holds `nfields` pointers, with
+/// the rules of `sode_exchange_start_arrays`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_start_fields(
+    exchange: *mut Exchange,
+    nfields: c_int,
+    fields: *const c_int,
+    arrays: *const *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        start_fields(
+            "sode_exchange_start_fields",
+            0,
+            exchange,
+            nfields,
+            fields,
+            arrays,
+        )
+    }
+}
+
+/// The Fortran module's `sode_start_fields`: as
+/// `sode_exchange_start_fields` with the fields numbered from 1 and
+/// `narrays` arrays (0: the fields' own).
+///
+/// # Safety
+/// As `sode_exchange_start_fields`; `arrays` holds `narrays` pointers.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_start_fields_f(
+    exchange: *mut Exchange,
+    nfields: c_int,
+    fields: *const c_int,
+    narrays: c_int,
+    arrays: *const *mut c_void,
+) -> c_int {
+    let op = "sode_start_fields";
+    if narrays != 0 && narrays != nfields {
+        let why = format!("{narrays} arrays for {nfields} fields: give one array per field listed");
+        return call(op, || Err(CapiError::Invalid { op, why }));
+    }
+    let arrays = if narrays == 0 {
+        std::ptr::null()
+    } else {
+        arrays
+    };
+    // SAFETY: the caller's contract.
+    unsafe { start_fields(op, 1, exchange, nfields, fields, arrays) }
+}
+
+/// `sode_exchange_start_fields` with the fields numbered from `first`.
+///
+/// # Safety
+/// As `sode_exchange_start_fields`.
+unsafe fn start_fields(
+    op: &'static str,
+    first: c_int,
+    exchange: *mut Exchange,
+    nfields: c_int,
+    fields: *const c_int,
+    arrays: *const *mut c_void,
+) -> c_int {
+    let start = |x: &mut Exchange| {
+        let n = usize::try_from(nfields).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("nfields is {nfields}: give how many fields are listed"),
+        })?;
+        let ids: &[c_int] = if n == 0 {
+            &[]
+        } else if fields.is_null() {
+            return Err(CapiError::Null { op, arg: "fields" });
+        } else {
+            // SAFETY: the caller's contract: `nfields` values.
+            unsafe { std::slice::from_raw_parts(fields, n) }
+        };
+        let list = FieldList { ids, first };
+        let given = if arrays.is_null() { 0 } else { n };
+        x.start_fields(op, Some(&list), given, |k, bytes| {
+            // SAFETY: `k < n` (start_fields asks for the fields listed
+            // only), so within the caller's `nfields` pointers.
+            let base = unsafe { *arrays.add(k) }.cast::<u8>();
             // SAFETY: a non-NULL array is valid for its field's bytes
             // until the exchange completes, by the caller's contract.
             (!base.is_null()).then(|| unsafe { UserMemory::for_call(base, bytes) })

@@ -57,6 +57,22 @@ pub(crate) trait Channel: std::fmt::Debug {
     /// Message `msg`'s receive buffer, to unpack after completion.
     fn recv_buf(&self, msg: usize) -> Result<&[u8]>;
 
+    /// From the next start on, carries only the first `bytes` of message
+    /// `msg`'s send buffer (at most its length, checked by the caller; the
+    /// receiver expects as many). A channel that cannot shorten a message
+    /// (RDMA's scheduled writes) carries it whole: the default.
+    fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        let _ = (msg, bytes);
+        Ok(())
+    }
+
+    /// From the next start on, expects only the first `bytes` of message
+    /// `msg`'s receive, as its sender carries.
+    fn carry_recv(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        let _ = (msg, bytes);
+        Ok(())
+    }
+
     /// Starts an iteration; never blocks.
     fn start(&mut self) -> Result<()>;
 

@@ -67,6 +67,18 @@ impl Channel for ShmChannel {
         self.exchange.recv_buf(msg).map_err(|e| self.wrap(e))
     }
 
+    fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        self.exchange
+            .carry_send(msg, bytes)
+            .map_err(|e| self.wrap(e))
+    }
+
+    fn carry_recv(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        self.exchange
+            .carry_recv(msg, bytes)
+            .map_err(|e| self.wrap(e))
+    }
+
     fn start(&mut self) -> Result<()> {
         let started = match self.set {
             Some(set) => self.exchange.start_set(set),

@@ -71,6 +71,8 @@ impl Header {
 struct Outgoing {
     tag: u32,
     buf: Vec<u8>,
+    /// Bytes of `buf` each iteration carries (all unless told otherwise).
+    carried: usize,
     header: [u8; HEADER],
 }
 
@@ -79,6 +81,8 @@ struct Outgoing {
 struct Incoming {
     tag: u32,
     buf: Vec<u8>,
+    /// Bytes each iteration carries (all of `buf` unless told otherwise).
+    carried: usize,
     /// Arrived in the current iteration.
     arrived: bool,
 }
@@ -182,6 +186,7 @@ impl TcpChannel {
                 .map(|m| Outgoing {
                     tag: m.tag,
                     buf: vec![0u8; m.len],
+                    carried: m.len,
                     header: [0; HEADER],
                 })
                 .collect(),
@@ -190,6 +195,7 @@ impl TcpChannel {
                 .map(|m| Incoming {
                     tag: m.tag,
                     buf: vec![0u8; m.len],
+                    carried: m.len,
                     arrived: false,
                 })
                 .collect(),
@@ -232,7 +238,8 @@ impl TcpChannel {
                     break;
                 }
                 let skip = if k == conn.next_send { conn.sent } else { 0 };
-                let (head, body) = (&self.sends[s].header[..], &self.sends[s].buf[..]);
+                let out = &self.sends[s];
+                let (head, body) = (&out.header[..], &out.buf[..out.carried]);
                 if skip < HEADER {
                     slices[used] = IoSlice::new(&head[skip..]);
                     slices[used + 1] = IoSlice::new(body);
@@ -251,7 +258,7 @@ impl TcpChannel {
                     // Whole messages written, then part of the next.
                     while n > 0 {
                         let s = conn.sends[conn.next_send];
-                        let left = HEADER + self.sends[s].buf.len() - conn.sent;
+                        let left = HEADER + self.sends[s].carried - conn.sent;
                         if n < left {
                             conn.sent += n;
                             break;
@@ -289,8 +296,9 @@ impl TcpChannel {
                         } else {
                             &mut [][..]
                         };
+                        let m = &mut self.recvs[r];
                         conn.stream.read_vectored(&mut [
-                            IoSliceMut::new(&mut self.recvs[r].buf[conn.payload_got..]),
+                            IoSliceMut::new(&mut m.buf[conn.payload_got..m.carried]),
                             IoSliceMut::new(next),
                         ])
                     }
@@ -313,7 +321,7 @@ impl TcpChannel {
             let spill = match self.conns[c].reading {
                 None => n,
                 Some(r) => {
-                    let want = self.recvs[r].buf.len() - self.conns[c].payload_got;
+                    let want = self.recvs[r].carried - self.conns[c].payload_got;
                     self.conns[c].payload_got += n.min(want);
                     if n >= want {
                         self.finish_recv(c, r);
@@ -362,13 +370,10 @@ impl TcpChannel {
                 format!("tag {tag} twice in iteration {iteration}"),
             ));
         }
-        if len as usize != m.buf.len() {
+        if len as usize != m.carried {
             return Err(self.violation(
                 conn.rank,
-                format!(
-                    "{len} bytes for tag {tag}, this rank expects {}",
-                    m.buf.len()
-                ),
+                format!("{len} bytes for tag {tag}, this rank expects {}", m.carried),
             ));
         }
         let conn = &mut self.conns[c];
@@ -426,6 +431,26 @@ impl Channel for TcpChannel {
             })
     }
 
+    fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        let count = self.sends.len();
+        let m = self.sends.get_mut(msg).ok_or_else(|| HaloError::Usage {
+            op: "carry_send",
+            why: format!("no TCP send {msg} (of {count})"),
+        })?;
+        m.carried = bytes.min(m.buf.len());
+        Ok(())
+    }
+
+    fn carry_recv(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        let count = self.recvs.len();
+        let m = self.recvs.get_mut(msg).ok_or_else(|| HaloError::Usage {
+            op: "carry_recv",
+            why: format!("no TCP receive {msg} (of {count})"),
+        })?;
+        m.carried = bytes.min(m.buf.len());
+        Ok(())
+    }
+
     fn start(&mut self) -> Result<()> {
         self.iteration += 1;
         self.recvs.iter_mut().for_each(|m| m.arrived = false);
@@ -433,7 +458,7 @@ impl Channel for TcpChannel {
             m.header = Header {
                 iteration: self.iteration,
                 tag: m.tag,
-                len: m.buf.len() as u32,
+                len: m.carried as u32,
             }
             .encode();
         }

@@ -286,11 +286,24 @@ struct SendOp {
     /// Window data offset and receive-entry offset in the peer's segment.
     window: Option<(u64, u64)>,
     state: OpState,
+    /// Bytes each iteration carries: the first `carried` of `buf` (all of
+    /// it unless the caller carries less, see `Exchange::carry`).
+    carried: usize,
     sent: usize,
     pushed_any: bool,
     /// Its runs in our lent sets: read there in place, or gathered into
     /// `buf` at start on a packed path.
     runs: Option<CheckedRuns>,
+}
+
+impl SendOp {
+    /// The bytes of its buffer each iteration carries.
+    fn carried_range(&self) -> OwnRange {
+        OwnRange {
+            len: self.carried,
+            ..self.buf
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -310,6 +323,8 @@ struct RecvOp {
     storage: Storage,
     entry: u64,
     state: OpState,
+    /// Bytes each iteration carries (at most `len`, see `Exchange::carry`).
+    carried: usize,
     received: usize,
     get_from: Option<u64>,
     /// Where the sender's buffer lies in its segment (from its send

@@ -51,6 +51,34 @@ fn own_error(what: &str, e: crate::sys::shared::OutOfBounds) -> ShmError {
     }
 }
 
+/// Whether `bytes` of neighbour `index`'s `what` (a message of `len`
+/// bytes, of runs in the lent sets when `runs`) can be carried.
+fn check_carried(
+    what: &'static str,
+    index: usize,
+    bytes: usize,
+    len: usize,
+    runs: bool,
+) -> Result<()> {
+    if bytes > len {
+        return Err(ShmError::CarryTooLong {
+            what,
+            index,
+            asked: bytes,
+            len,
+        });
+    }
+    if runs && bytes != len {
+        return Err(ShmError::InPlace {
+            op: "carry",
+            why: format!(
+                "neighbour {index}'s {what} is runs of the lent sets: it is carried whole"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The operation behind neighbour `index`, or which buffer does not exist.
 fn op_of(table: &[Option<usize>], index: usize, what: &'static str) -> Result<usize> {
     table
@@ -224,6 +252,44 @@ impl Exchange {
         }
         self.set = set as u64;
         self.start()
+    }
+
+    /// From the next start on, carries only the first `bytes` of neighbour
+    /// `index`'s send buffer (its whole length: the whole message again).
+    /// The peer must expect as many ([`carry_recv`](Self::carry_recv)): a
+    /// sender that sends more than its receiver expects is reported as
+    /// [`ShmError::Mismatch`]. For a caller that exchanges a part of its
+    /// data (some of its fields) through the same exchange.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::NoSuchBuffer`] for an index that sends nothing;
+    /// [`ShmError::CarryTooLong`] beyond the message's length;
+    /// [`ShmError::InPlace`] for a message of runs in the lent sets
+    /// (always whole); [`ShmError::State`] while an iteration is in flight.
+    pub fn carry_send(&mut self, index: usize, bytes: usize) -> Result<()> {
+        self.lifecycle.require_idle("carry_send")?;
+        let op = op_of(&self.send_of, index, "send")?;
+        let s = &mut self.sends[op];
+        check_carried("send", index, bytes, s.buf.len, s.runs.is_some())?;
+        s.carried = bytes;
+        Ok(())
+    }
+
+    /// From the next start on, expects only the first `bytes` of neighbour
+    /// `index`'s receive, as its sender carries
+    /// ([`carry_send`](Self::carry_send)).
+    ///
+    /// # Errors
+    ///
+    /// As [`carry_send`](Self::carry_send), for a receive.
+    pub fn carry_recv(&mut self, index: usize, bytes: usize) -> Result<()> {
+        self.lifecycle.require_idle("carry_recv")?;
+        let op = op_of(&self.recv_of, index, "receive")?;
+        let r = &mut self.recvs[op];
+        check_carried("receive", index, bytes, r.len, r.runs.is_some())?;
+        r.carried = bytes;
+        Ok(())
     }
 
     /// Starts an iteration: hands the receive buffers back to their senders
@@ -673,7 +739,7 @@ impl Exchange {
             };
             match s.path {
                 Path::Eager => {
-                    let data = own_bytes(&self.own.map, s.buf)?;
+                    let data = own_bytes(&self.own.map, s.carried_range())?;
                     while !s.pushed_any || s.sent < data.len() {
                         let len = (data.len() - s.sent).min(link.tx.max_payload());
                         let rec = Record {
@@ -711,7 +777,7 @@ impl Exchange {
                         tag: s.tag,
                         seq: n,
                         at,
-                        len: s.buf.len as u64,
+                        len: s.carried as u64,
                     };
                     if link
                         .tx
@@ -739,8 +805,9 @@ impl Exchange {
                         )));
                     }
                     if free >= n {
-                        let data = own_bytes(&self.own.map, s.buf)?;
-                        let slot = layout::window_slot(window, data.len() as u64, n);
+                        let data = own_bytes(&self.own.map, s.carried_range())?;
+                        // Slots are laid out by the whole message's length.
+                        let slot = layout::window_slot(window, s.buf.len as u64, n);
                         link.map
                             .write(slot, data)
                             .map_err(|e| protocol(e.to_string()))?;
@@ -827,7 +894,17 @@ impl Exchange {
                 r.len, rec.tag
             )));
         };
-        if r.received as u64 + len > r.len as u64 {
+        if end > r.carried as u64 {
+            return Err(ShmError::Mismatch {
+                peer: rank,
+                tag: rec.tag,
+                why: format!(
+                    "at least {end} bytes sent, this rank expects {} this iteration",
+                    r.carried
+                ),
+            });
+        }
+        if r.received as u64 + len > r.carried as u64 {
             return Err(protocol(format!(
                 "more eager bytes than the message holds (tag {})",
                 rec.tag
@@ -841,7 +918,7 @@ impl Exchange {
             .read(payload_at, &mut buf.as_mut()[off as usize..end as usize])
             .map_err(|e| protocol(e.to_string()))?;
         r.received += len as usize;
-        if r.received == r.len {
+        if r.received == r.carried {
             r.state = OpState::Done;
         }
         Ok(())
@@ -874,11 +951,14 @@ impl Exchange {
                 rec.tag, rec.at, r.their_buffer
             )));
         }
-        if rec.len != r.len as u64 {
+        if rec.len != r.carried as u64 {
             return Err(ShmError::Mismatch {
                 peer: rank,
                 tag: rec.tag,
-                why: format!("receive_request of {} bytes, we expect {}", rec.len, r.len),
+                why: format!(
+                    "receive_request of {} bytes, we expect {}",
+                    rec.len, r.carried
+                ),
             });
         }
         r.get_from = Some(rec.at);
@@ -914,8 +994,8 @@ impl Exchange {
                 copy_in_place(&mut self.own.map, self.lent, self.set, link, r, addr)?;
                 progress = true;
             }
-            if r.received < r.len {
-                let chunk = (r.len - r.received).min(self.get_chunk);
+            if r.received < r.carried {
+                let chunk = (r.carried - r.received).min(self.get_chunk);
                 let Storage::Private(buf) = &mut r.storage else {
                     return Err(ShmError::Protocol {
                         peer: link.rank,
@@ -937,7 +1017,7 @@ impl Exchange {
                 r.received += chunk;
                 progress = true;
             }
-            if r.received == r.len {
+            if r.received == r.carried {
                 r.state = OpState::Done;
                 link.outbox.push_back(Record {
                     kind: RecordKind::ReceiveDone,

@@ -1,0 +1,125 @@
+//! Carrying part of a message (`Exchange::carry`): on every path, the
+//! first bytes arrive intact at each length, from the whole message down to
+//! none, and ends that disagree about the length are told so.
+
+use std::time::Duration;
+
+use sode_shm::{Context, Path, PathPolicy, Peer, ShmError};
+
+const LEN: usize = 4096;
+
+/// The byte at `i` of iteration `it` from rank `rank`.
+fn byte(rank: usize, it: usize, i: usize) -> u8 {
+    (rank * 131 + it * 17 + i * 7) as u8
+}
+
+/// One rank of two: carries `lens[it]` bytes each way in iteration `it`
+/// and checks what arrived; returns the first error, if any.
+fn rank(job: &str, me: usize, path: Path, lens: &[usize]) -> Result<(), ShmError> {
+    let other = 1 - me;
+    let mut c = Context::new(job, me)?;
+    let mut ex = c
+        .exchange()
+        .path_policy(PathPolicy::Force(path))
+        .setup_timeout(Duration::from_secs(20))
+        .neighbour(Peer::new(other).send(LEN, 0).recv(LEN, 0))
+        .build()?;
+    for (it, &n) in lens.iter().enumerate() {
+        ex.carry_send(0, n)?;
+        ex.carry_recv(0, n)?;
+        for (i, b) in ex.send_buf_mut(0)?.iter_mut().enumerate() {
+            *b = byte(me, it, i);
+        }
+        ex.start()?;
+        ex.wait_for(Duration::from_secs(20))?;
+        let got = &ex.recv_buf(0)?[..n];
+        let bad = (0..n).find(|&i| got[i] != byte(other, it, i));
+        assert_eq!(
+            bad, None,
+            "{path:?}, iteration {it}, {n} bytes: first wrong byte"
+        );
+    }
+    Ok(())
+}
+
+fn both(name: &str, path: Path, lens: Vec<usize>) {
+    let job = format!("carry{name}{}", std::process::id());
+    let (j, l) = (job.clone(), lens.clone());
+    let peer = std::thread::spawn(move || rank(&j, 1, path, &l));
+    rank(&job, 0, path, &lens).unwrap();
+    peer.join().unwrap().unwrap();
+}
+
+#[test]
+fn every_length_arrives_intact_on_every_path() {
+    let lens = vec![LEN, 1000, 0, LEN, 17, 4095, 0, 1];
+    for (name, path) in [("e", Path::Eager), ("g", Path::Get), ("w", Path::Window)] {
+        both(name, path, lens.clone());
+    }
+}
+
+#[test]
+fn ends_that_disagree_about_the_length_are_told() {
+    // Rank 1 sends 3000 bytes where rank 0 expects 1000: rank 0 sees the
+    // mismatch (rank 1 then waits for it in vain, so it is not joined).
+    for (name, path) in [("me", Path::Eager), ("mg", Path::Get)] {
+        let job = format!("carry{name}{}", std::process::id());
+        let j = job.clone();
+        std::thread::spawn(move || {
+            let mut c = Context::new(&j, 1)?;
+            let mut ex = c
+                .exchange()
+                .path_policy(PathPolicy::Force(path))
+                .neighbour(Peer::new(0).send(LEN, 0).recv(LEN, 0))
+                .build()?;
+            ex.carry_send(0, 3000)?;
+            ex.carry_recv(0, 1000)?;
+            ex.start()?;
+            ex.wait_for(Duration::from_secs(3))
+        });
+        let mut c = Context::new(&job, 0).unwrap();
+        let mut ex = c
+            .exchange()
+            .path_policy(PathPolicy::Force(path))
+            .neighbour(Peer::new(1).send(LEN, 0).recv(LEN, 0))
+            .build()
+            .unwrap();
+        ex.carry_send(0, 1000).unwrap();
+        ex.carry_recv(0, 1000).unwrap();
+        ex.start().unwrap();
+        let r = ex.wait_for(Duration::from_secs(10));
+        assert!(
+            matches!(&r, Err(ShmError::Mismatch { peer: 1, .. })),
+            "{path:?}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn lengths_beyond_the_message_are_refused() {
+    let job = format!("carryx{}", std::process::id());
+    let j = job.clone();
+    let peer = std::thread::spawn(move || {
+        let mut c = Context::new(&j, 1).unwrap();
+        c.exchange()
+            .neighbour(Peer::new(0).send(LEN, 0).recv(LEN, 0))
+            .build()
+            .map(|_| ())
+    });
+    let mut c = Context::new(&job, 0).unwrap();
+    let mut ex = c
+        .exchange()
+        .neighbour(Peer::new(1).send(LEN, 0).recv(LEN, 0))
+        .build()
+        .unwrap();
+    let r = ex.carry_send(0, LEN + 1);
+    assert!(
+        matches!(r, Err(ShmError::CarryTooLong { what: "send", asked, len: LEN, .. }) if asked == LEN + 1),
+        "{r:?}"
+    );
+    assert!(matches!(
+        ex.carry_recv(3, 0),
+        Err(ShmError::NoSuchBuffer { index: 3, .. })
+    ));
+    peer.join().unwrap().unwrap();
+}
