@@ -4,13 +4,15 @@
  *
  *   mpirun -n 4 ./stencil2d            every configuration for 4 ranks
  *   mpirun -n 4 ./stencil2d --grid 2x2 every configuration on that grid only
- *   ./stencil2d --env PX PY [--rdma] [--global NX NY]
+ *   ./stencil2d --env PX PY [--rdma] [--subsets] [--global NX NY]
  *                                      without MPI: ranks started by sode-run
  *                                      or SODE_* variables (the two-VM test),
  *                                      on a PX x PY grid (of NX x NY cells,
  *                                      default 13 x 10), checked against
  *                                      the owners' values only; --rdma: RDMA
- *                                      between ranks of one node too
+ *                                      between ranks of one node too;
+ *                                      --subsets: starts on some fields
+ *                                      (every rank alike)
  *
  * Configurations: process grids 1xN, Nx1 (and 2x2 for 4 ranks), periodic
  * on no, both or one axis, star and box stencils; two fields of different
@@ -48,6 +50,8 @@ static int use_mpi = 1;
 static sode_comm *env_comm;
 /* --rdma: every neighbour over RDMA, on this node too. */
 static int force_rdma = 0;
+/* --subsets: starts on some fields without MPI too. */
+static int env_subsets = 0;
 /* Whether sode keeps the fields (two sets, exchanged in turn). */
 static int shared = 0;
 
@@ -376,7 +380,10 @@ static long run_subsets(const struct config *cf, const struct rank_view *v, stru
 
 /* Whether the starts on some fields run: not where a message travels in
  * place over RDMA, which carries every field of it (they are refused on
- * the ranks where it does; under SODE_ZERO_COPY=always, on every rank). */
+ * the ranks where it does). Without MPI, only under --subsets, given to
+ * every rank alike, and only where no message of this rank travels in
+ * place (where one does, the refusal is checked instead: every rank must
+ * then have one, as under SODE_ZERO_COPY=always). */
 static int subsets_run(sode_exchange *x) {
     int sends, recvs, here, anywhere;
     count_in_place(x, &sends, &recvs);
@@ -385,8 +392,10 @@ static int subsets_run(sode_exchange *x) {
         MPI_Allreduce(&here, &anywhere, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         return anywhere == 0;
     }
-    const char *mode = getenv("SODE_ZERO_COPY");
-    if (mode && strcmp(mode, "always") == 0 && here) {
+    if (!env_subsets) {
+        return 0;
+    }
+    if (here) {
         const int just_v[1] = {1};
         if (sode_exchange_start_fields(x, 1, just_v, NULL) != SODE_ERR_ARG
             || !strstr(sode_last_error(), "in place")) {
@@ -395,7 +404,7 @@ static int subsets_run(sode_exchange *x) {
             die(1);
         }
     }
-    return mode && strcmp(mode, "never") == 0;
+    return !here;
 }
 
 static void teardown(struct rank_view *v, struct field fs[2], sode_exchange **x, sode_comm **c) {
@@ -486,6 +495,8 @@ static int env_main(int argc, char **argv) {
     for (int a = 4; a < argc && !bad; a++) {
         if (strcmp(argv[a], "--rdma") == 0) {
             force_rdma = 1;
+        } else if (strcmp(argv[a], "--subsets") == 0) {
+            env_subsets = 1;
         } else if (strcmp(argv[a], "--global") == 0 && a + 2 < argc) {
             global[0] = atoi(argv[a + 1]);
             global[1] = atoi(argv[a + 2]);
@@ -496,8 +507,8 @@ static int env_main(int argc, char **argv) {
         }
     }
     if (bad) {
-        fprintf(stderr, "usage: stencil2d --env PX PY [--rdma] [--global NX NY] (at least 2 cells "
-                        "per rank and axis)\n");
+        fprintf(stderr, "usage: stencil2d --env PX PY [--rdma] [--subsets] [--global NX NY] (at least "
+                        "2 cells per rank and axis)\n");
         return 2;
     }
     CHECK_SODE(sode_comm_create_env(60.0, &env_comm));
