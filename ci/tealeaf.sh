@@ -6,8 +6,8 @@
 #
 # Both are built from the client's own sources and Makefile with the same
 # flags; the port is ci/clients/tealeaf.patch (tea_exchange through sode:
-# one committed exchange per field set and depth, made when first asked
-# for), linked against the installed sode with pkg-config sode_fortran.
+# one committed exchange of every field per depth, made when first asked
+# for, started on the fields asked for), linked against the installed sode with pkg-config sode_fortran.
 # Each input deck (every solver: CG, CG with block Jacobi, PPCG with
 # halo depth 3, Chebyshev, Jacobi) runs under mpirun on each rank count;
 # every number in the two tea.out files must agree, digit for digit (only
