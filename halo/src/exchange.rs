@@ -264,6 +264,8 @@ impl HaloExchangeBuilder<'_> {
             elem: self.elem,
             fields: self.fields,
             shared: self.shared,
+            started: vec![true; self.fields],
+            carrying_all: true,
             neighbours,
             faces,
             exchange,
@@ -325,6 +327,11 @@ pub struct HaloExchange {
     fields: usize,
     /// Sets of fields sode keeps (0: none).
     shared: usize,
+    /// Per field, whether the exchange in flight (or the last) carries it.
+    started: Vec<bool>,
+    /// Whether every message carries every field (else only the fields
+    /// of the last [`HaloExchange::start_fields`]).
+    carrying_all: bool,
     neighbours: Vec<Neighbour>,
     /// Per link (the neighbours' order), its faces as runs of one field.
     faces: Vec<Face>,
@@ -338,6 +345,9 @@ pub struct HaloExchange {
 struct Face {
     send: Vec<sode_shm::Run>,
     recv: Vec<sode_shm::Run>,
+    /// Bytes of one field's send and receive faces.
+    send_bytes: usize,
+    recv_bytes: usize,
 }
 
 impl Face {
@@ -345,7 +355,13 @@ impl Face {
         let (mut send, mut recv) = (Vec::new(), Vec::new());
         runs(ext, elem, &n.send, 0, &mut send);
         runs(ext, elem, &n.recv, 0, &mut recv);
-        Face { send, recv }
+        let bytes = |runs: &[sode_shm::Run]| runs.iter().map(|r| r.len).sum();
+        Face {
+            send_bytes: bytes(&send),
+            recv_bytes: bytes(&recv),
+            send,
+            recv,
+        }
     }
 }
 
@@ -428,6 +444,18 @@ impl HaloExchange {
         fields: usize,
         lens: impl Iterator<Item = usize>,
     ) -> Result<()> {
+        self.check_arrays::<T>(op, fields, self.fields, lens)
+    }
+
+    /// Whether `given` arrays of `lens` cells each, of `T`, are the
+    /// `expected` arrays of the exchange's layout.
+    fn check_arrays<T: Pod>(
+        &self,
+        op: &'static str,
+        given: usize,
+        expected: usize,
+        lens: impl Iterator<Item = usize>,
+    ) -> Result<()> {
         if std::mem::size_of::<T>() != self.elem {
             return Err(HaloError::Usage {
                 op,
@@ -438,10 +466,10 @@ impl HaloExchange {
                 ),
             });
         }
-        if fields != self.fields {
+        if given != expected {
             return Err(HaloError::Usage {
                 op,
-                why: format!("{fields} fields given, {} expected", self.fields),
+                why: format!("{given} fields given, {expected} expected"),
             });
         }
         let cells: usize = self.ext.iter().product();
@@ -556,6 +584,7 @@ impl HaloExchange {
         }
         self.not_shared("start")?;
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
+        self.carry_all()?;
         let began = Instant::now();
         for (i, face) in self.faces.iter().enumerate() {
             let out = self.exchange.send_buf(i)?;
@@ -593,6 +622,12 @@ impl HaloExchange {
     pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
         self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
+        if !self.carrying_all {
+            return Err(HaloError::Usage {
+                op: "wait",
+                why: "the exchange was started on some fields: finish it with wait_fields".into(),
+            });
+        }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
         for (i, face) in self.faces.iter().enumerate() {
@@ -600,6 +635,134 @@ impl HaloExchange {
             let mut at = 0;
             for field in fields.iter_mut() {
                 at += scatter_runs(&data[at..], &face.recv, bytemuck::cast_slice_mut(field));
+            }
+        }
+        self.exchange.add_wait_time(began.elapsed());
+        Ok(())
+    }
+
+    /// Every message carries every field again, after starts on some.
+    fn carry_all(&mut self) -> Result<()> {
+        self.started.iter_mut().for_each(|s| *s = true);
+        if self.carrying_all {
+            return Ok(());
+        }
+        for (i, face) in self.faces.iter().enumerate() {
+            self.exchange.carry_send(i, face.send_bytes * self.fields)?;
+            self.exchange.carry_recv(i, face.recv_bytes * self.fields)?;
+        }
+        self.carrying_all = true;
+        Ok(())
+    }
+
+    /// Marks the fields `which` lists as started, the others not; refuses
+    /// a field listed twice or one the exchange lacks.
+    fn select(&mut self, op: &'static str, which: &[usize]) -> Result<()> {
+        let fields = self.fields;
+        let misuse = |why: String| HaloError::Usage { op, why };
+        self.started.iter_mut().for_each(|s| *s = false);
+        for &f in which {
+            let Some(s) = self.started.get_mut(f) else {
+                return Err(misuse(format!(
+                    "field {f}: the exchange has {fields} fields, numbered from 0"
+                )));
+            };
+            if std::mem::replace(s, true) {
+                return Err(misuse(format!(
+                    "field {f} is listed twice: list each field once"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`start`](Self::start) on some of the fields only: `arrays[k]` is
+    /// the array of field `which[k]` (numbered from 0, each once). Each
+    /// message carries those fields alone over shared memory and TCP (over
+    /// RDMA the whole message travels), and
+    /// [`wait_fields`](Self::wait_fields) fills their halos only: the
+    /// other fields' halos are left as they are. Every neighbour must
+    /// start the same fields. For a code that exchanges different sets of
+    /// its fields at different points through one exchange.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); [`HaloError::Usage`] also for a field
+    /// listed twice or beyond those built, or not one array per field
+    /// listed.
+    pub fn start_fields<T: Pod>(&mut self, which: &[usize], arrays: &[&[T]]) -> Result<()> {
+        let op = "start_fields";
+        if self.exchange.in_flight() {
+            return self.exchange.start();
+        }
+        self.not_shared(op)?;
+        self.check_arrays::<T>(
+            op,
+            arrays.len(),
+            which.len(),
+            arrays.iter().map(|a| a.len()),
+        )?;
+        self.select(op, which)?;
+        self.carrying_all = false;
+        let began = Instant::now();
+        for (i, face) in self.faces.iter().enumerate() {
+            self.exchange.carry_send(i, face.send_bytes * which.len())?;
+            self.exchange.carry_recv(i, face.recv_bytes * which.len())?;
+            let out = self.exchange.send_buf(i)?;
+            let mut at = 0;
+            // In field order, whatever the list's: both ends lay the
+            // message out alike.
+            for f in (0..self.fields).filter(|&f| self.started[f]) {
+                let k = which.iter().position(|&w| w == f).unwrap_or_default();
+                at += gather_runs(bytemuck::cast_slice(arrays[k]), &face.send, &mut out[at..]);
+            }
+        }
+        self.exchange.add_start_time(began.elapsed());
+        self.exchange.start()
+    }
+
+    /// [`wait`](Self::wait) for an exchange started with
+    /// [`start_fields`](Self::start_fields): unpacks the halos of the
+    /// fields `which` lists (the same as at start) into `arrays`.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait); [`HaloError::Usage`] also when `which`
+    /// is not the list the exchange was started with.
+    pub fn wait_fields<T: Pod>(
+        &mut self,
+        deadline: Instant,
+        which: &[usize],
+        arrays: &mut [&mut [T]],
+    ) -> Result<()> {
+        let op = "wait_fields";
+        self.not_shared(op)?;
+        self.check_arrays::<T>(
+            op,
+            arrays.len(),
+            which.len(),
+            arrays.iter().map(|a| a.len()),
+        )?;
+        let started = self.started.iter().filter(|&&s| s).count();
+        let same =
+            which.len() == started && which.iter().all(|&f| self.started.get(f) == Some(&true));
+        if !same {
+            let list: Vec<usize> = (0..self.fields).filter(|&f| self.started[f]).collect();
+            return Err(HaloError::Usage {
+                op,
+                why: format!(
+                    "fields {which:?} asked for, but the exchange was started on {list:?}"
+                ),
+            });
+        }
+        self.exchange.wait(deadline)?;
+        let began = Instant::now();
+        for (i, face) in self.faces.iter().enumerate() {
+            let data = self.exchange.recv_buf(i)?;
+            let mut at = 0;
+            for f in (0..self.fields).filter(|&f| self.started[f]) {
+                let k = which.iter().position(|&w| w == f).unwrap_or_default();
+                at += scatter_runs(&data[at..], &face.recv, bytemuck::cast_slice_mut(arrays[k]));
             }
         }
         self.exchange.add_wait_time(began.elapsed());

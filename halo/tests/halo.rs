@@ -60,6 +60,19 @@ fn two_d_four_and_eight_neighbours() {
 }
 
 #[test]
+fn starts_on_some_fields_leave_the_others_untouched() {
+    // Each field alone, two listed backwards, none, all again: over shared
+    // memory (messages shortened to the fields started, on every path the
+    // sizes reach), and within a rank.
+    check(6, "--global 13,11 --grid 3,2 --periodic 1,1 --halo 2 --neighbours 8 --fields 3 --transport shm --subsets");
+    check(2, "--global 8,90000 --grid 2,1 --periodic 1,0 --halo 2 --neighbours 4 --fields 2 --transport shm --subsets");
+    check(
+        1,
+        "--global 8,7 --grid 1,1 --periodic 1,1 --halo 2 --neighbours 8 --fields 2 --subsets",
+    );
+}
+
+#[test]
 fn three_d_six_eighteen_and_twenty_six_neighbours() {
     for (nb, per, halo, fields) in [
         (6, "0,0,0", 1, 2),
@@ -134,14 +147,17 @@ fn over_rdma_every_neighbour_count() {
         "{t}"
     );
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport rdma --engines 4");
-    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma");
+    // Then starts on some of the fields: over RDMA every message travels
+    // whole, the fields left out unpacked from none of it.
+    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma --subsets");
     check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");
 }
 
 #[test]
 fn over_tcp_every_neighbour_count() {
     // Every neighbour over TCP (forced: these ranks share a node).
-    let t = check(6, "--global 13,11 --grid 3,2 --periodic 1,1 --halo 2 --neighbours 8 --fields 2 --transport tcp");
+    // Then starts on some of the fields: each message shortened to them.
+    let t = check(6, "--global 13,11 --grid 3,2 --periodic 1,1 --halo 2 --neighbours 8 --fields 2 --transport tcp --subsets");
     assert!(t.contains("tcp 8"), "every neighbour over TCP: {t}");
     check(
         4,

@@ -48,6 +48,11 @@ struct Args {
     /// set `iteration % sets` (0: the caller's own arrays).
     #[arg(long, default_value_t = 0)]
     shared_sets: usize,
+    /// Then start on some of the fields: each alone, the last and first
+    /// together (listed backwards), none, then all again; the fields left
+    /// out must keep every cell as it was.
+    #[arg(long)]
+    subsets: bool,
 }
 
 const UNTOUCHED: f64 = -1.0;
@@ -180,6 +185,61 @@ fn exchange(
         halo.wait(Instant::now() + Duration::from_secs(60), &mut muts)?;
         for (f, field) in fields.iter().enumerate() {
             checked += block.check(f, field, it)?;
+        }
+    }
+    if a.subsets {
+        checked += exchange_subsets(a, halo, block, &mut fields)?;
+    }
+    Ok(checked)
+}
+
+/// Starts on some of the fields (`--subsets`), iterations from
+/// `a.iters` on; a field left out must hold what was written before.
+fn exchange_subsets(
+    a: &Args,
+    halo: &mut HaloExchange,
+    block: &Block,
+    fields: &mut [Vec<f64>],
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let n = a.fields;
+    let mut lists: Vec<Vec<usize>> = (0..n).map(|f| vec![f]).collect();
+    if n > 1 {
+        lists.push(vec![n - 1, 0]);
+    }
+    lists.push(vec![]);
+    lists.push((0..n).collect());
+    let mut checked = 0;
+    let mut before = vec![0.0; fields.first().map_or(0, Vec::len)];
+    for (k, which) in lists.iter().enumerate() {
+        let it = a.iters + k as u64;
+        for (f, field) in fields.iter_mut().enumerate() {
+            block.fill(f, field, it);
+        }
+        let refs: Vec<&[f64]> = which.iter().map(|&f| fields[f].as_slice()).collect();
+        halo.start_fields(which, &refs)?;
+        let mut muts: Vec<&mut [f64]> = fields
+            .iter_mut()
+            .enumerate()
+            .filter(|(f, _)| which.contains(f))
+            .map(|(_, v)| v.as_mut_slice())
+            .collect();
+        // `muts` is in field order: list the fields so.
+        let mut sorted = which.clone();
+        sorted.sort_unstable();
+        halo.wait_fields(Instant::now() + Duration::from_secs(60), &sorted, &mut muts)?;
+        for (f, field) in fields.iter().enumerate() {
+            if which.contains(&f) {
+                checked += block.check(f, field, it)?;
+                continue;
+            }
+            block.fill(f, &mut before, it);
+            if let Some(i) = (0..field.len()).find(|&i| field[i].to_bits() != before[i].to_bits()) {
+                return Err(format!(
+                    "iteration {it}, fields {which:?} started: field {f}, left out, changed at local cell {:?}",
+                    block.coords(i)
+                )
+                .into());
+            }
         }
     }
     Ok(checked)
