@@ -52,6 +52,17 @@ pub enum SchedError {
         /// The largest size accepted.
         limit: usize,
     },
+    /// A heuristic whose work grows with the square of the pattern refuses
+    /// a pattern it would take minutes over.
+    #[error("{algorithm} plans at most {limit} requests, this pattern has {requests}: use auto, split or round-robin:K")]
+    TooLargeForHeuristic {
+        /// The heuristic.
+        algorithm: String,
+        /// Requests in the pattern.
+        requests: usize,
+        /// The largest size accepted.
+        limit: usize,
+    },
     /// The exact solver ran out of its node budget before proving optimality.
     #[error("the exact solver explored {nodes} nodes without finishing: use a heuristic (auto) or a smaller pattern")]
     ExactBudgetExhausted {

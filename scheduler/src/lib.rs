@@ -44,7 +44,9 @@ mod simulate;
 mod table;
 pub mod topology;
 
-pub use algorithms::{plan, Algorithm, AUTO_SIMULATED_CANDIDATES_MAX, EXACT_MAX_REQUESTS};
+pub use algorithms::{
+    plan, Algorithm, AUTO_SIMULATED_CANDIDATES_MAX, EXACT_MAX_REQUESTS, QUADRATIC_MAX_PUTS,
+};
 pub use bound::{lower_bound, LowerBound};
 pub use error::{Result, SchedError};
 pub use gantt::gantt_svg;

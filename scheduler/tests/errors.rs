@@ -133,6 +133,40 @@ fn too_many_engines_and_unknown_algorithms() {
 }
 
 #[test]
+fn quadratic_heuristics_refuse_huge_patterns_and_auto_stays_fast() {
+    let n = sode_scheduler::QUADRATIC_MAX_PUTS + 1;
+    let p = sode_scheduler::patterns::random(n, 7, Machine::K_COMPUTER).unwrap();
+    for a in [
+        Algorithm::BottomLeft(1),
+        Algorithm::BottomLeftShare,
+        Algorithm::BottomLeftOverhead,
+        Algorithm::Greedy,
+    ] {
+        let r = plan(&p, a);
+        assert!(
+            matches!(&r, Err(SchedError::TooLargeForHeuristic { requests, .. }) if *requests == n),
+            "{a}: {:?}",
+            r.map(|p| p.algorithm)
+        );
+        let msg = r.unwrap_err().to_string();
+        assert!(msg.contains("use auto, split or round-robin:K"), "{msg}");
+    }
+    // auto plans it from the round-robin candidates, in seconds at most.
+    let t = std::time::Instant::now();
+    let best = plan(&p, Algorithm::Auto).unwrap();
+    assert!(
+        best.algorithm.starts_with("auto=round-robin:"),
+        "{}",
+        best.algorithm
+    );
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
 fn malformed_json_names_the_document() {
     let err = Pattern::from_json("{\"machine\": ").unwrap_err();
     assert!(

@@ -21,6 +21,13 @@ pub use exact::MAX_REQUESTS as EXACT_MAX_REQUESTS;
 /// (their cost grows with the square of the pattern).
 pub const AUTO_SIMULATED_CANDIDATES_MAX: usize = 64;
 
+/// The most puts the bottom-left packers (`bl:K`, `bl-overhead`,
+/// `bl-share`) and `greedy` plan: their work grows with the square of the
+/// pattern (about 8 s for `bl:1` at this size on a 2 GHz core). Larger
+/// patterns get [`SchedError::TooLargeForHeuristic`] from them, and `auto`
+/// and `split` start from the round-robin plans instead.
+pub const QUADRATIC_MAX_PUTS: usize = 16_384;
+
 /// A scheduling algorithm, by its command-line name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -78,14 +85,34 @@ impl Algorithm {
 
     /// The heuristics `auto` runs for a pattern of `requests` puts before it
     /// refines the best of them with `split` (up to
-    /// [`AUTO_SIMULATED_CANDIDATES_MAX`] puts).
+    /// [`AUTO_SIMULATED_CANDIDATES_MAX`] puts); beyond
+    /// [`QUADRATIC_MAX_PUTS`], the round-robin ones only.
     pub fn auto_candidates(engines: usize, requests: usize) -> Vec<Algorithm> {
         let mut out = Self::paper_for(engines);
         out.extend([Algorithm::BottomLeftOverhead, Algorithm::BottomLeftShare]);
         if requests <= AUTO_SIMULATED_CANDIDATES_MAX {
             out.push(Algorithm::Greedy);
         }
-        out
+        Self::within_size(out, requests)
+    }
+
+    /// Whether its work grows with the square of the pattern.
+    fn quadratic(self) -> bool {
+        matches!(
+            self,
+            Algorithm::BottomLeft(_)
+                | Algorithm::BottomLeftOverhead
+                | Algorithm::BottomLeftShare
+                | Algorithm::Greedy
+        )
+    }
+
+    /// `candidates` without those too slow for `requests` puts.
+    fn within_size(mut candidates: Vec<Algorithm>, requests: usize) -> Vec<Algorithm> {
+        if requests > QUADRATIC_MAX_PUTS {
+            candidates.retain(|a| !a.quadratic());
+        }
+        candidates
     }
 }
 
@@ -163,7 +190,9 @@ fn plan_instance(instance: &Instance, algorithm: Algorithm) -> Result<Plan> {
     }
     if algorithm == Algorithm::Split {
         let engines = instance.machine.engines;
-        let start = best_of(&mut runner, &Algorithm::auto_candidates(engines, 0))?;
+        let candidates =
+            Algorithm::within_size(Algorithm::auto_candidates(engines, 0), instance.puts.len());
+        let start = best_of(&mut runner, &candidates)?;
         return refined(&mut runner, &algorithm.to_string(), &start);
     }
     auto(&mut runner)
@@ -242,6 +271,13 @@ fn candidate(runner: &mut Runner<'_>, algorithm: Algorithm) -> Result<Option<Can
                 available: engines,
             });
         }
+    }
+    if algorithm.quadratic() && instance.puts.len() > QUADRATIC_MAX_PUTS {
+        return Err(SchedError::TooLargeForHeuristic {
+            algorithm: algorithm.to_string(),
+            requests: instance.puts.len(),
+            limit: QUADRATIC_MAX_PUTS,
+        });
     }
     if let Some((rules, constraints)) = packing(instance, algorithm) {
         let timed = bottom_left(instance, &instance.longest_first, &rules);
