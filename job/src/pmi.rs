@@ -11,7 +11,7 @@
 //! an in-memory server.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::auth::{hex, unhex};
@@ -48,16 +48,32 @@ impl Reply {
     }
 }
 
+/// A stream whose reads can be given a timeout: a socket.
+pub trait Timed: Read + Write {
+    /// How long a read may block (`None`: as long as it takes).
+    ///
+    /// # Errors
+    ///
+    /// The system's, for a stream that cannot take it.
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()>;
+}
+
 /// A PMI-1 client on a connected stream: one request, one reply line.
-pub struct Client<S: Read + Write> {
+pub struct Client<S: Timed> {
     stream: BufReader<S>,
     kvsname: String,
     /// The server's longest value (`vallen_max`).
     value_max: usize,
     finalized: bool,
+    /// How long a whole step (the greeting, an allgather) may take, every
+    /// request and reply of it together (`None`: each read as the stream
+    /// allows).
+    step_timeout: Option<Duration>,
+    /// When the step under way must be over.
+    deadline: Option<Instant>,
 }
 
-impl<S: Read + Write> std::fmt::Debug for Client<S> {
+impl<S: Timed> std::fmt::Debug for Client<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
             .field("kvsname", &self.kvsname)
@@ -66,7 +82,7 @@ impl<S: Read + Write> std::fmt::Debug for Client<S> {
     }
 }
 
-impl<S: Read + Write> Client<S> {
+impl<S: Timed> Client<S> {
     /// Greets the server (`init`), and learns its limits and this job's
     /// key-value space.
     ///
@@ -75,12 +91,30 @@ impl<S: Read + Write> Client<S> {
     /// The server's refusal, a reply that does not parse, or the wire's
     /// error (a read timeout among them), as text.
     pub fn init(stream: S) -> std::result::Result<Client<S>, String> {
+        Self::init_within(stream, None)
+    }
+
+    /// [`init`](Self::init) with every later step (the greeting itself,
+    /// each [`allgather`](Self::allgather)) given up after `step_timeout`
+    /// in all, however its replies trickle in: a rank that never arrives
+    /// at a barrier is reported then, not a reply's timeout per request.
+    ///
+    /// # Errors
+    ///
+    /// As [`init`](Self::init), the step's timeout among them.
+    pub fn init_within(
+        stream: S,
+        step_timeout: Option<Duration>,
+    ) -> std::result::Result<Client<S>, String> {
         let mut c = Client {
             stream: BufReader::new(stream),
             kvsname: String::new(),
             value_max: 0,
             finalized: false,
+            step_timeout,
+            deadline: None,
         };
+        c.begin_step();
         let r = c.request("init pmi_version=1 pmi_subversion=1", "response_to_init")?;
         if r.get("pmi_version") != Some("1") {
             return Err(format!(
@@ -102,7 +136,50 @@ impl<S: Read + Write> Client<S> {
             .filter(|k| !k.is_empty())
             .ok_or("the server named no key-value space")?
             .to_string();
+        c.end_step();
         Ok(c)
+    }
+
+    /// What a failed read of the reply to `request` says: the step's
+    /// timeout when that is what ran out.
+    fn read_error(&self, request: &str, e: &std::io::Error) -> String {
+        let timed_out = matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut);
+        match self.step_timeout {
+            Some(timeout) if timed_out => step_expired(timeout, request),
+            _ => format!("waiting for the reply to {}: {e}", verb(request)),
+        }
+    }
+
+    /// Starts a step: its requests share one deadline.
+    fn begin_step(&mut self) {
+        self.deadline = self.step_timeout.map(|t| Instant::now() + t);
+    }
+
+    /// Ends a step: a request outside one (the farewell) is given a whole
+    /// step's time.
+    fn end_step(&mut self) {
+        self.deadline = None;
+        if let Some(t) = self.step_timeout {
+            if let Err(e) = self.stream.get_ref().set_read_timeout(Some(t)) {
+                tracing::debug!("PMI: resetting the reply timeout: {e}");
+            }
+        }
+    }
+
+    /// Gives the next read what is left of the step's time; an error once
+    /// none is.
+    fn arm_read(&mut self, request: &str) -> std::result::Result<(), String> {
+        let (Some(deadline), Some(timeout)) = (self.deadline, self.step_timeout) else {
+            return Ok(());
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(step_expired(timeout, request));
+        }
+        self.stream
+            .get_ref()
+            .set_read_timeout(Some(left))
+            .map_err(|e| format!("setting the reply's timeout: {e}"))
     }
 
     /// The job's key-value space: its name is the job's.
@@ -117,11 +194,12 @@ impl<S: Read + Write> Client<S> {
         out.write_all(format!("cmd={request}\n").as_bytes())
             .and_then(|()| out.flush())
             .map_err(|e| format!("sending {}: {e}", verb(request)))?;
+        self.arm_read(request)?;
         let mut line = Vec::new();
         let n = (&mut self.stream)
             .take(MAX_LINE as u64)
             .read_until(b'\n', &mut line)
-            .map_err(|e| format!("waiting for the reply to {}: {e}", verb(request)))?;
+            .map_err(|e| self.read_error(request, &e))?;
         if n == 0 {
             return Err(format!(
                 "the server closed the connection before replying to {}",
@@ -228,6 +306,20 @@ impl<S: Read + Write> Client<S> {
         mine: &[u8],
         all: &mut [u8],
     ) -> std::result::Result<(), String> {
+        self.begin_step();
+        let gathered = self.allgather_step(round, rank, size, mine, all);
+        self.end_step();
+        gathered
+    }
+
+    fn allgather_step(
+        &mut self,
+        round: u64,
+        rank: usize,
+        size: usize,
+        mine: &[u8],
+        all: &mut [u8],
+    ) -> std::result::Result<(), String> {
         let text = hex(mine);
         let chunk = self.hex_chunk();
         let pieces = text.len().div_ceil(chunk).max(1);
@@ -258,12 +350,20 @@ impl<S: Read + Write> Client<S> {
     }
 }
 
-impl<S: Read + Write> Drop for Client<S> {
+impl<S: Timed> Drop for Client<S> {
     fn drop(&mut self) {
         if let Err(e) = self.finalize() {
             tracing::debug!("PMI finalize: {e}");
         }
     }
+}
+
+/// The error of a step that did not finish within `timeout`, at `request`.
+fn step_expired(timeout: Duration, request: &str) -> String {
+    format!(
+        "the step did not finish within {timeout:?} (at {}: is every rank running and reaching it?)",
+        verb(request)
+    )
 }
 
 fn verb(request: &str) -> &str {
@@ -298,7 +398,9 @@ impl Wire {
             .map(Wire::Tcp)
             .map_err(|e| format!("PMI_PORT={port}: {e}"))
     }
+}
 
+impl Timed for Wire {
     fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         match self {
             Wire::Inherited(s) => s.set_read_timeout(t),
@@ -337,7 +439,8 @@ fn failed(step: &'static str) -> impl Fn(String) -> JobError {
 
 /// Connects to the PMI server the environment names: this rank's
 /// out-of-band exchange over it, and the job's key-value space name.
-/// Every reply is awaited at most `timeout` (a barrier waits for the
+/// Each step (the greeting, each allgather) is given up after `timeout`,
+/// every request and reply of it together (a barrier waits for the
 /// slowest rank).
 ///
 /// # Errors
@@ -351,11 +454,9 @@ pub fn join(
     timeout: Duration,
 ) -> Result<(ExternalOob, String)> {
     let stream = Wire::connect(get).map_err(failed("connect"))?;
-    stream
-        .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
-        .map_err(|e| failed("connect")(e.to_string()))?;
     let started = Instant::now();
-    let mut client = Client::init(stream).map_err(failed("init"))?;
+    let step = Some(timeout.max(Duration::from_millis(1)));
+    let mut client = Client::init_within(stream, step).map_err(failed("init"))?;
     let kvsname = client.kvsname().to_string();
     tracing::debug!(rank, size, kvsname, elapsed = ?started.elapsed(), "joined through PMI");
     let mut round = 0u64;
@@ -399,6 +500,12 @@ mod tests {
             Ok(buf.len())
         }
         fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Timed for Stream {
+        fn set_read_timeout(&self, _: Option<Duration>) -> std::io::Result<()> {
             Ok(())
         }
     }
@@ -524,6 +631,11 @@ mod tests {
                 self.0.read(b)
             }
         }
+        impl Timed for Canned {
+            fn set_read_timeout(&self, _: Option<Duration>) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
         impl Write for Canned {
             fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
                 Ok(b.len())
@@ -545,6 +657,50 @@ mod tests {
         let long = format!("cmd=response_to_init {}", "x".repeat(MAX_LINE));
         let e = Client::init(canned(&long)).unwrap_err();
         assert!(e.contains("longer than"), "{e}");
+    }
+
+    /// A server on a real socket that answers every request after `delay`
+    /// (a slow server, or a barrier some rank is late to).
+    fn slow_server(delay: Duration) -> Wire {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::thread::spawn(move || {
+            let server = Server::new(1, 64);
+            let mut lines = std::io::BufReader::new(theirs.try_clone().unwrap());
+            let mut out = theirs;
+            let mut line = String::new();
+            while lines.read_line(&mut line).is_ok_and(|n| n > 0) {
+                std::thread::sleep(delay);
+                if out.write_all(server.answer(&line).as_bytes()).is_err() {
+                    return;
+                }
+                line.clear();
+            }
+        });
+        Wire::Inherited(ours)
+    }
+
+    #[test]
+    fn a_step_is_given_up_after_its_timeout_however_its_replies_trickle() {
+        // Each reply comes in 150 ms, within the 400 ms timeout, but the
+        // greeting's three take 450 ms: given up.
+        let t = Instant::now();
+        let e = Client::init_within(
+            slow_server(Duration::from_millis(150)),
+            Some(Duration::from_millis(400)),
+        )
+        .unwrap_err();
+        assert!(e.contains("did not finish within 400ms"), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        // With time enough, the greeting and an allgather (put, barrier,
+        // get: 3 replies) finish, each step on its own clock.
+        let mut c = Client::init_within(
+            slow_server(Duration::from_millis(20)),
+            Some(Duration::from_millis(400)),
+        )
+        .unwrap();
+        let mut all = [0u8; 3];
+        c.allgather(1, 0, 1, b"abc", &mut all).unwrap();
+        assert_eq!(&all, b"abc");
     }
 
     #[test]
