@@ -103,6 +103,8 @@ pub struct Neighbour {
 /// The job as every rank described it: checked for agreement.
 struct Job<'a> {
     cards: &'a [Card],
+    /// How the caller counts fields and axes in messages.
+    counting: Counting,
     /// Rank at each grid position (axis 0 slowest).
     at: Vec<usize>,
 }
@@ -147,7 +149,11 @@ impl<'a> Job<'a> {
             }
             at[i] = r;
         }
-        Ok(Job { cards, at })
+        Ok(Job {
+            cards,
+            at,
+            counting: Counting::C,
+        })
     }
 
     /// The neighbours of `rank`, in offset order; none across the edges of
@@ -185,8 +191,8 @@ impl<'a> Job<'a> {
                     for (a, &o) in n.offset.iter().enumerate() {
                         if o == 0 && mine.owned_size[a] != other.owned_size[a] {
                             return Err(format!(
-                                "field {f}: rank {r} owns {} cells along axis {a} and its neighbour rank {} ({}) owns {}: neighbours across an axis must own as many cells along the other axes",
-                                mine.owned_size[a], n.rank, direction_name(&n.offset), other.owned_size[a]
+                                "{}: rank {r} owns {} cells along {} and its neighbour rank {} ({}) owns {}: neighbours across an axis must own as many cells along the other axes",
+                                self.counting.field(f), mine.owned_size[a], self.counting.axis(a), n.rank, direction_name(&n.offset), other.owned_size[a]
                             ));
                         }
                     }
@@ -194,8 +200,8 @@ impl<'a> Job<'a> {
                     let d = n.offset.len();
                     if mine.owned_size[d..] != other.owned_size[d..] {
                         return Err(format!(
-                            "field {f}: ranks {r} and {} have different extents along the axes beyond the process grid ({:?} vs {:?})",
-                            n.rank, &mine.owned_size[d..], &other.owned_size[d..]
+                            "{}: ranks {r} and {} have different extents along the axes beyond the process grid ({:?} vs {:?})",
+                            self.counting.field(f), n.rank, &mine.owned_size[d..], &other.owned_size[d..]
                         ));
                     }
                 }
@@ -242,13 +248,47 @@ fn position(dims: &[usize], coords: &[usize]) -> usize {
     coords.iter().zip(dims).fold(0, |i, (&c, &d)| i * d + c)
 }
 
-/// Checks every rank's card and returns `me`'s neighbours. Every rank
-/// reaches the same verdict from the same cards.
-pub fn neighbours_of(me: usize, cards: &[Card]) -> Result<Vec<Neighbour>, String> {
+/// How a caller counts fields and axes, as its messages name them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Counting {
+    /// Fields and axes from 0 (C and Rust).
+    #[default]
+    C,
+    /// Fields and dimensions from 1 (the Fortran module).
+    Fortran,
+}
+
+impl Counting {
+    /// `field 0` (C) or `field 1` (Fortran) for field index `f`.
+    pub fn field(self, f: usize) -> String {
+        match self {
+            Counting::C => format!("field {f}"),
+            Counting::Fortran => format!("field {}", f + 1),
+        }
+    }
+
+    /// `axis 0` (C) or `dimension 1` (Fortran) for axis index `a`.
+    pub fn axis(self, a: usize) -> String {
+        match self {
+            Counting::C => format!("axis {a}"),
+            Counting::Fortran => format!("dimension {}", a + 1),
+        }
+    }
+}
+
+/// Checks every rank's card and returns `me`'s neighbours, the messages
+/// counting as `counting` says. Every rank reaches the same verdict from
+/// the same cards.
+pub fn neighbours_of(
+    me: usize,
+    cards: &[Card],
+    counting: Counting,
+) -> Result<Vec<Neighbour>, String> {
     if cards.is_empty() || me >= cards.len() {
         return Err(format!("rank {me} in a job of {} ranks", cards.len()));
     }
-    let job = Job::new(cards)?;
+    let mut job = Job::new(cards)?;
+    job.counting = counting;
     job.check_shapes()?;
     Ok(job.neighbours(me))
 }
@@ -311,7 +351,7 @@ mod tests {
             card(&[1, 2], &[0, 0], &[false, true], &[4, 4]),
             card(&[1, 2], &[0, 1], &[false, true], &[4, 4]),
         ];
-        let n = neighbours_of(0, &cards).unwrap();
+        let n = neighbours_of(0, &cards, Counting::C).unwrap();
         let got: Vec<(Vec<i32>, usize)> = n.into_iter().map(|n| (n.offset, n.rank)).collect();
         assert_eq!(got, vec![(vec![0, -1], 1), (vec![0, 1], 1)]);
     }
@@ -324,26 +364,37 @@ mod tests {
                 card(&[2, 1], &[1, 0], &[false, false], &[3, 5]),
             ]
         };
-        assert!(neighbours_of(0, &good()).is_ok());
+        assert!(neighbours_of(0, &good(), Counting::C).is_ok());
         let mut cards = good();
         cards[1].fields[0].ty = ElemType::F32;
-        let e0 = neighbours_of(0, &cards).unwrap_err();
-        assert_eq!(e0, neighbours_of(1, &cards).unwrap_err());
+        let e0 = neighbours_of(0, &cards, Counting::C).unwrap_err();
+        assert_eq!(e0, neighbours_of(1, &cards, Counting::C).unwrap_err());
         assert!(e0.contains("different fields"), "{e0}");
         let mut cards = good();
         cards[1].cart.coords = vec![0, 0];
-        assert!(neighbours_of(0, &cards).unwrap_err().contains("both claim"));
+        assert!(neighbours_of(0, &cards, Counting::C)
+            .unwrap_err()
+            .contains("both claim"));
         let mut cards = good();
         cards[1].fields[0].owned_size = vec![3, 6];
-        let e = neighbours_of(1, &cards).unwrap_err();
-        assert!(e.contains("along axis 1"), "{e}");
+        let e = neighbours_of(1, &cards, Counting::C).unwrap_err();
+        assert!(
+            e.starts_with("field 0: ") && e.contains("along axis 1"),
+            "{e}"
+        );
+        // The Fortran module's callers count from 1.
+        let e = neighbours_of(1, &cards, Counting::Fortran).unwrap_err();
+        assert!(
+            e.starts_with("field 1: ") && e.contains("along dimension 2"),
+            "{e}"
+        );
         let mut cards = good();
         cards[0].cart.periodic = vec![true, false];
-        assert!(neighbours_of(1, &cards)
+        assert!(neighbours_of(1, &cards, Counting::C)
             .unwrap_err()
             .contains("different exchanges"));
         let cards = vec![card(&[2, 2], &[0, 0], &[false, false], &[4, 4])];
-        assert!(neighbours_of(0, &cards)
+        assert!(neighbours_of(0, &cards, Counting::C)
             .unwrap_err()
             .contains("4 positions, the job 1"));
     }

@@ -108,6 +108,9 @@ pub struct Exchange {
     zero_copy: Option<inplace::ZeroCopy>,
     /// Sets of fields sode keeps (0: the caller's arrays).
     shared: usize,
+    /// How its caller counts fields and axes (Fortran from 1), for the
+    /// commit's messages.
+    counting: cart::Counting,
     state: State,
 }
 
@@ -237,6 +240,7 @@ impl Exchange {
             transport,
             zero_copy: None,
             shared: 0,
+            counting: cart::Counting::C,
             state: State::Described,
         })
     }
@@ -264,6 +268,7 @@ impl Exchange {
             transport,
             zero_copy: None,
             shared: 0,
+            counting: cart::Counting::C,
             state: State::Described,
         })
     }
@@ -429,6 +434,12 @@ impl Exchange {
         Ok(())
     }
 
+    /// Its messages count fields and axes as the Fortran module does
+    /// (from 1): set by the module's `sode_add_field`.
+    pub fn count_as_fortran(&mut self) {
+        self.counting = cart::Counting::Fortran;
+    }
+
     /// How many fields were added.
     pub fn field_count(&self) -> usize {
         self.fields.len()
@@ -591,7 +602,7 @@ impl Exchange {
             fields: specs.iter().map(FieldSpec::card).collect(),
         };
         let cards = self.gather(&mine)?;
-        let neighbours = cart::neighbours_of(self.world.rank(), &cards)
+        let neighbours = cart::neighbours_of(self.world.rank(), &cards, self.counting)
             .map_err(|why| CapiError::Mismatch { why })?;
         let mut links = Vec::new();
         let mut planned = Vec::new();

@@ -71,9 +71,9 @@ contains
   integer function run(periodic) result(wrong)
     logical, intent(in) :: periodic
     integer(int64), pointer, contiguous :: a(:)
-    real(real64), pointer, contiguous :: r(:), v(:)
+    real(real64), pointer, contiguous :: r(:), v(:), w(:, :)
     type(sode_comm) :: sc
-    type(sode_exchange) :: x
+    type(sode_exchange) :: x, y
     integer :: q, rest, start, own, it, i, g, st
     logical :: told, alone
 
@@ -144,6 +144,20 @@ contains
          'sode_start_fields: field 4: the exchange''s 3 fields are numbered 1..3') /= 1) then
        write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': field 4 of 3 gave: ', sode_last_error()
        wrong = wrong + 1
+    end if
+    ! A field whose second dimension (beyond the grid) differs across
+    ! ranks fails the commit on every rank, told in the module's numbering.
+    if (nranks > 1) then
+       allocate (w(1 - H:own + H, 1:2 + rank))
+       call sode_exchange_create_cart(sc, [nranks], [rank], [periodic], [H], [H], SODE_STAR, y)
+       call sode_add_field(y, w, first=[1, 1], last=[own, 2 + rank])
+       call sode_commit(y, ierr=st)
+       if (st /= SODE_ERR_MISMATCH .or. index(sode_last_error(), 'field 1: ranks ') == 0) then
+          write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': differing extents gave: ', sode_last_error()
+          wrong = wrong + 1
+       end if
+       call sode_exchange_free(y)
+       deallocate (w)
     end if
     if (wrong /= 0) then
        write (error_unit, '(a, i0, a, l1, a, i0, a)') 'rank ', rank, ' (periodic ', periodic, '): ', &

@@ -1133,7 +1133,10 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
             halo_hi,
         };
         // SAFETY: the caller's contract; the vectors outlive the call.
-        unsafe { add_field(op, exchange, args) }
+        unsafe { add_field(op, exchange, args) }?;
+        // SAFETY: the caller's contract (the field was just added to it).
+        unsafe { handle(op, "exchange", exchange) }?.count_as_fortran();
+        Ok(())
     })
 }
 
