@@ -38,7 +38,7 @@ const TAG: usize = 32;
 
 /// How long one connection may take to prove itself: a silent or slow
 /// stranger holds the accept loop no longer than this.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Setup messages are at most this long (checked after authentication too).
 pub const MAX_MESSAGE: usize = 64 << 20;

@@ -25,8 +25,10 @@ const MAGIC: &[u8; 8] = b"SODETCP1";
 const TOKEN: usize = 32;
 /// Magic, rank (u64 little-endian), token.
 const HELLO: usize = 8 + 8 + TOKEN;
-/// Per address tried, at most.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a connection may take to send its hello (a stranger's silent
+/// connection is dropped then; a peer's, delayed by lost packets past it,
+/// is dialled again), and to take its acknowledgement.
+const HELLO_TIMEOUT: Duration = crate::auth::HANDSHAKE_TIMEOUT;
 /// A peer whose node vanished (no FIN, no reset) while this rank waits for
 /// it is declared gone after about this long: keepalive probes every 2 s
 /// after 2 s idle, 4 unanswered. A busy peer's kernel still answers, so
@@ -169,8 +171,44 @@ fn fresh_token() -> Result<[u8; TOKEN]> {
 
 /// Connects to the lower rank `p` at one of its addresses (or through the
 /// gateways between the two) and presents the token; waits for its
-/// acknowledgement.
+/// acknowledgement. A connection lost before it (packets lost for longer
+/// than the peer waits for a hello: it drops the connection) is made again
+/// until `deadline`.
 fn dial(
+    me: usize,
+    p: usize,
+    offer: &Offer,
+    dialer: &Dialer<'_>,
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let mut backoff = Backoff::setup(Duration::from_millis(20));
+    loop {
+        match dial_once(me, p, offer, dialer, deadline) {
+            Err(JobError::Bootstrap { step, whom, source })
+                if Instant::now() < deadline && retriable(&source) =>
+            {
+                tracing::debug!(%whom, %step, %source, "data connection lost before its acknowledgement: dialling again");
+                backoff.snooze();
+            }
+            done => return done,
+        }
+    }
+}
+
+/// Whether a connection failed as one whose peer gave up on it does:
+/// reset, closed, or cut short.
+fn retriable(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::UnexpectedEof
+            | ErrorKind::BrokenPipe
+    )
+}
+
+/// One attempt of [`dial`].
+fn dial_once(
     me: usize,
     p: usize,
     offer: &Offer,
@@ -240,7 +278,7 @@ enum Greeting {
 
 /// Accepts until every higher peer in `tokens` has connected with its
 /// token; drops any other connection. Every connection is greeted at once,
-/// without blocking on any: each has [`CONNECT_TIMEOUT`] to send its hello.
+/// without blocking on any: each has [`HELLO_TIMEOUT`] to send its hello.
 fn accept_all(
     listener: &TcpListener,
     tokens: &mut BTreeMap<usize, [u8; TOKEN]>,
@@ -261,7 +299,7 @@ fn accept_all(
         let mut i = 0;
         while i < pending.len() {
             match read_hello(&mut pending[i], tokens) {
-                Greeting::Waiting if pending[i].since.elapsed() < CONNECT_TIMEOUT => i += 1,
+                Greeting::Waiting if pending[i].since.elapsed() < HELLO_TIMEOUT => i += 1,
                 Greeting::Waiting | Greeting::Dropped => {
                     let p = pending.remove(i).expect("an index below the length");
                     tracing::debug!(from = %p.from, "dropped a data connection without a valid token");
@@ -366,7 +404,7 @@ fn read_hello(p: &mut Pending, tokens: &BTreeMap<usize, [u8; TOKEN]>) -> Greetin
 /// A proved connection, acknowledged and made a blocking data stream.
 fn acknowledge(mut s: TcpStream) -> Option<TcpStream> {
     s.set_nonblocking(false).ok()?;
-    s.set_write_timeout(Some(CONNECT_TIMEOUT)).ok()?;
+    s.set_write_timeout(Some(HELLO_TIMEOUT)).ok()?;
     s.write_all(&[1]).ok()?;
     s.set_write_timeout(None).ok()?;
     configure(&s).ok()?;

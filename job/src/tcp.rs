@@ -150,20 +150,19 @@ impl TcpRendezvous {
         deadline: Instant,
     ) -> Result<TcpRendezvous> {
         let whom = format!("the root at SODE_ROOT={root_name}");
-        let s = connect_retry(root_addr, deadline, &whom)?;
-        let local_ip = s
-            .local_addr()
-            .map_err(io_err("local_addr", "the root"))?
-            .ip();
-        let mut root = Session::connect(s, &secret, &whom, deadline)?;
-        let (listener, mine) = peer_listener(local_ip)?;
-        let hello = Hello {
-            rank: launch.rank,
-            size: launch.size,
-            listen: mine,
+        let mut backoff = Backoff::setup(Duration::from_millis(20));
+        let (root, listener, listen) = loop {
+            match Self::greet_root(launch, &secret, root_addr, &whom, deadline) {
+                Err(e) if Instant::now() < deadline && lost(&e) => {
+                    tracing::debug!(
+                        "the rendezvous connection was lost ({}): joining again",
+                        crate::diag::chain(&e)
+                    );
+                    backoff.snooze();
+                }
+                joined => break joined?,
+            }
         };
-        root.send(&serde_json::to_vec(&hello).map_err(protocol_bug)?)?;
-        let listen: Vec<Vec<SocketAddr>> = decode(&root.recv(deadline)?, &whom)?;
         if listen.len() != launch.size {
             return Err(JobError::Protocol {
                 whom,
@@ -181,6 +180,33 @@ impl TcpRendezvous {
             },
             star: Star::Leaf(Box::new(root)),
         })
+    }
+
+    /// Connects to the root, proves this rank belongs to the job, says
+    /// which rank it is and where it listens, and waits for the directory
+    /// of every rank's addresses.
+    fn greet_root(
+        launch: &LaunchInfo,
+        secret: &Secret,
+        root_addr: SocketAddr,
+        whom: &str,
+        deadline: Instant,
+    ) -> Result<(Session, TcpListener, Vec<Vec<SocketAddr>>)> {
+        let s = connect_retry(root_addr, deadline, whom)?;
+        let local_ip = s
+            .local_addr()
+            .map_err(io_err("local_addr", "the root"))?
+            .ip();
+        let mut root = Session::connect(s, secret, whom, deadline)?;
+        let (listener, mine) = peer_listener(local_ip)?;
+        let hello = Hello {
+            rank: launch.rank,
+            size: launch.size,
+            listen: mine,
+        };
+        root.send(&serde_json::to_vec(&hello).map_err(protocol_bug)?)?;
+        let listen: Vec<Vec<SocketAddr>> = decode(&root.recv(deadline)?, whom)?;
+        Ok((root, listener, listen))
     }
 
     /// Where this rank accepts peer links (for tests that knock on it).
@@ -303,13 +329,19 @@ impl Mesh {
         // The lower rank of a pair connects, the higher accepts.
         let mut links = BTreeMap::new();
         for &p in peers.iter().filter(|&&p| p > self.rank) {
-            let whom = format!("rank {p}");
-            let s = match &self.routes {
-                Some(routes) => routes.dial(self.rank, p, &self.listen[p], deadline, &whom)?,
-                None => connect_any(&self.listen[p], deadline, &whom)?,
+            let mut backoff = Backoff::setup(Duration::from_millis(20));
+            let session = loop {
+                match self.dial_peer(p, deadline) {
+                    Err(e) if Instant::now() < deadline && lost(&e) => {
+                        tracing::debug!(
+                            "the link to rank {p} was lost ({}): dialling again",
+                            crate::diag::chain(&e)
+                        );
+                        backoff.snooze();
+                    }
+                    dialled => break dialled?,
+                }
             };
-            let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
-            session.send(self.rank.to_string().as_bytes())?;
             links.insert(p, PeerLink::new(p, Box::new(TcpPeer { session })));
         }
         let expected: BTreeSet<usize> = peers.iter().copied().filter(|&p| p < self.rank).collect();
@@ -344,11 +376,59 @@ impl Mesh {
                 });
             }
             session.rename(format!("rank {who}"));
+            // The dialler waits for this: a link dropped before it is
+            // dialled again.
+            session.send(ACCEPTED)?;
             links.insert(who, PeerLink::new(who, Box::new(TcpPeer { session })));
             Ok(missing(links).is_empty())
         }, |links| format!("ranks {}", missing(links)))?;
         Ok(links)
     }
+}
+
+/// What an accepting rank answers a peer link it took.
+const ACCEPTED: &[u8] = b"accepted";
+
+impl Mesh {
+    /// Dials rank `p`, proves this rank belongs to the job, says which
+    /// rank it is, and waits until `p` has taken the link.
+    fn dial_peer(&self, p: usize, deadline: Instant) -> Result<Session> {
+        let whom = format!("rank {p}");
+        let s = match &self.routes {
+            Some(routes) => routes.dial(self.rank, p, &self.listen[p], deadline, &whom)?,
+            None => connect_any(&self.listen[p], deadline, &whom)?,
+        };
+        let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
+        session.send(self.rank.to_string().as_bytes())?;
+        if session.recv(deadline)? != ACCEPTED {
+            return Err(JobError::Protocol {
+                whom,
+                why: "it answered the link with something else than its acceptance".into(),
+            });
+        }
+        Ok(session)
+    }
+}
+
+/// Whether a setup connection failed as one the other side gave up on
+/// does (its handshake took longer than it waits, packets being lost):
+/// reset, closed or cut short, to be made again.
+fn lost(e: &JobError) -> bool {
+    use std::error::Error;
+    let mut source: Option<&(dyn Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                ErrorKind::ConnectionReset
+                    | ErrorKind::ConnectionAborted
+                    | ErrorKind::UnexpectedEof
+                    | ErrorKind::BrokenPipe
+            );
+        }
+        source = s.source();
+    }
+    false
 }
 
 /// A direct, authenticated link to one peer; the kernel closes it when the

@@ -284,7 +284,7 @@ fn a_sustained_flood_of_silent_connections_does_not_stop_the_job() {
         .collect();
     // Let the flood fill the rendezvous, and its first connections time
     // out and be refilled, before the real ranks come.
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(sode_job::HANDSHAKE_TIMEOUT + Duration::from_secs(1));
     let t0 = Instant::now();
     let others = start_ranks(1..size, size, port, &secret);
     let worlds: Vec<World> = rank0
