@@ -72,6 +72,7 @@ module sode
   end type neighbour_stats
 
   public :: sode_comm_create_mpi, sode_comm_create_env, sode_comm_free, sode_comm_rank
+  public :: sode_comm_size, sode_field_count
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
   public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
@@ -159,6 +160,12 @@ module sode
        integer(c_int) :: rank
        integer(c_int) :: rc
      end function c_comm_rank
+     function c_comm_size(comm, size) bind(C, name="sode_comm_size") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: comm
+       integer(c_int) :: size
+       integer(c_int) :: rc
+     end function c_comm_size
      function c_comm_free(comm) bind(C, name="sode_comm_free") result(rc)
        import :: c_int, c_ptr
        type(c_ptr) :: comm
@@ -340,16 +347,18 @@ contains
     character(len=*), intent(in) :: text
     character(len=:), allocatable :: out
     ! Longest first, so that no name is taken for the start of another.
-    character(len=*), parameter :: c_names(16) = [character(len=31) :: &
+    character(len=*), parameter :: c_names(17) = [character(len=31) :: &
          'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_zero_copy', &
          'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
-         'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_add_field', &
+         'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_field_count', &
+         'sode_exchange_add_field', &
          'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
          'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
-    character(len=*), parameter :: f_names(16) = [character(len=24) :: &
+    character(len=*), parameter :: f_names(17) = [character(len=24) :: &
          'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_zero_copy', &
          'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
-         'sode_set_overlap', 'sode_reset_stats', 'sode_add_field', &
+         'sode_set_overlap', 'sode_reset_stats', 'sode_field_count', &
+         'sode_add_field', &
          'sode_start_set', 'sode_describe', 'sode_commit', 'sode_get_stats', &
          'sode_start', 'sode_wait', 'sode_test']
     integer :: i, k, n
@@ -471,6 +480,29 @@ contains
     call finish(c_comm_rank(sc%ptr, r), ierr)
     rank = int(r)
   end subroutine sode_comm_rank
+
+  !> The number of ranks in `sc`.
+  subroutine sode_comm_size(sc, size, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n
+    n = 0
+    call finish(c_comm_size(sc%ptr, n), ierr)
+    size = int(n)
+  end subroutine sode_comm_size
+
+  !> The number of fields added to `x` so far (sode_start_fields numbers
+  !> them from 1 in that order).
+  subroutine sode_field_count(x, count, ierr)
+    type(sode_exchange), intent(in) :: x
+    integer, intent(out) :: count
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n
+    n = 0
+    call finish(c_field_count(x%ptr, n), ierr)
+    count = int(n)
+  end subroutine sode_field_count
 
   subroutine sode_comm_free(sc, ierr)
     type(sode_comm), intent(inout) :: sc

@@ -74,7 +74,7 @@ contains
     real(real64), pointer, contiguous :: r(:), v(:), w(:, :)
     type(sode_comm) :: sc
     type(sode_exchange) :: x, y
-    integer :: q, rest, start, own, it, i, g, st
+    integer :: q, rest, start, own, it, i, g, st, n
     logical :: told, alone
 
     q = GLOBAL / nranks
@@ -97,6 +97,10 @@ contains
     call sode_set_overlap(x, [1], [1])
     call sode_commit(x)
     wrong = merge(0, 1, told)
+    call sode_comm_size(sc, n)
+    if (n /= nranks) wrong = wrong + 1
+    call sode_field_count(x, n)
+    if (n /= 3) wrong = wrong + 1
     do it = 1, 4
        alone = it == 4
        a = -1
