@@ -181,29 +181,10 @@ fn dial(
     dialer: &Dialer<'_>,
     deadline: Instant,
 ) -> Result<TcpStream> {
-    let mut backoff = Backoff::setup(Duration::from_millis(20));
-    loop {
-        match dial_once(me, p, offer, dialer, deadline) {
-            Err(JobError::Bootstrap { step, whom, source })
-                if Instant::now() < deadline && retriable(&source) =>
-            {
-                tracing::debug!(%whom, %step, %source, "data connection lost before its acknowledgement: dialling again");
-                backoff.snooze();
-            }
-            done => return done,
-        }
-    }
-}
-
-/// Whether a connection failed as one whose peer gave up on it does:
-/// reset, closed, or cut short.
-fn retriable(e: &std::io::Error) -> bool {
-    matches!(
-        e.kind(),
-        ErrorKind::ConnectionReset
-            | ErrorKind::ConnectionAborted
-            | ErrorKind::UnexpectedEof
-            | ErrorKind::BrokenPipe
+    crate::tcp::again_if_lost(
+        deadline,
+        &format!("the data connection to rank {p}"),
+        || dial_once(me, p, offer, dialer, deadline),
     )
 }
 

@@ -150,19 +150,9 @@ impl TcpRendezvous {
         deadline: Instant,
     ) -> Result<TcpRendezvous> {
         let whom = format!("the root at SODE_ROOT={root_name}");
-        let mut backoff = Backoff::setup(Duration::from_millis(20));
-        let (root, listener, listen) = loop {
-            match Self::greet_root(launch, &secret, root_addr, &whom, deadline) {
-                Err(e) if Instant::now() < deadline && lost(&e) => {
-                    tracing::debug!(
-                        "the rendezvous connection was lost ({}): joining again",
-                        crate::diag::chain(&e)
-                    );
-                    backoff.snooze();
-                }
-                joined => break joined?,
-            }
-        };
+        let (root, listener, listen) = again_if_lost(deadline, "the rendezvous", || {
+            Self::greet_root(launch, &secret, root_addr, &whom, deadline)
+        })?;
         if listen.len() != launch.size {
             return Err(JobError::Protocol {
                 whom,
@@ -329,19 +319,8 @@ impl Mesh {
         // The lower rank of a pair connects, the higher accepts.
         let mut links = BTreeMap::new();
         for &p in peers.iter().filter(|&&p| p > self.rank) {
-            let mut backoff = Backoff::setup(Duration::from_millis(20));
-            let session = loop {
-                match self.dial_peer(p, deadline) {
-                    Err(e) if Instant::now() < deadline && lost(&e) => {
-                        tracing::debug!(
-                            "the link to rank {p} was lost ({}): dialling again",
-                            crate::diag::chain(&e)
-                        );
-                        backoff.snooze();
-                    }
-                    dialled => break dialled?,
-                }
-            };
+            let what = format!("the link to rank {p}");
+            let session = again_if_lost(deadline, &what, || self.dial_peer(p, deadline))?;
             links.insert(p, PeerLink::new(p, Box::new(TcpPeer { session })));
         }
         let expected: BTreeSet<usize> = peers.iter().copied().filter(|&p| p < self.rank).collect();
@@ -407,6 +386,28 @@ impl Mesh {
             });
         }
         Ok(session)
+    }
+}
+
+/// `attempt`, made again while it fails as a connection the other side
+/// gave up on does ([`lost`]) and `deadline` has not passed.
+pub(crate) fn again_if_lost<T>(
+    deadline: Instant,
+    what: &str,
+    mut attempt: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    let mut backoff = Backoff::setup(Duration::from_millis(20));
+    loop {
+        match attempt() {
+            Err(e) if Instant::now() < deadline && lost(&e) => {
+                tracing::debug!(
+                    "{what} was lost ({}): connecting again",
+                    crate::diag::chain(&e)
+                );
+                backoff.snooze();
+            }
+            done => return done,
+        }
     }
 }
 
