@@ -84,7 +84,7 @@ SODE_HEALTH_TEST=auto,2,kill SODE_HEALTH_TIMEOUT=3 \
 leftover=$(ls /dev/shm | grep -F "$SODE_CLUSTER_JOB" | tr '\n' ' ' || true)
 echo "node $node: leftover segments: [$leftover]" > "$out/$node-killed-leftover.log"
 meet killed
-# 3. The same chain; rank 0 (node b's gateway, and the health root) is
+# 3. The same chain; rank 0 (node b's gateway, and the health tree's root) is
 #    stopped: links through it go silent.
 SODE_STOPPED=0 SODE_HEALTH_TEST=auto,0,stop SODE_HEALTH_TIMEOUT=3 \
   run_job stopped 7703 "$SODE_CHAIN_RANKS" 4 "$SODE_HEALTH_EXE" --exact rank --nocapture --test-threads=1

@@ -10,10 +10,12 @@
 #    b's over TCP (c has no RDMA device) and a's forwarded;
 # 2. the health chain of halo/tests/health.rs (0 - 1 - 2 - 3; b: 0 3, a: 1,
 #    c: 2) with node c's rank killed mid-run: ranks 0, 1 and 3 report it
-#    within BOUND_MS (rank 1 hears it through the health root on b, across
-#    the networks), and leave no shared-memory segment;
+#    within BOUND_MS (rank 1 hears it through rank 0 on b, rank 2's parent
+#    in the health tree, across the networks), and leave no shared-memory
+#    segment;
 # 3. the same chain with rank 0 stopped (SIGSTOP): the gateway and the
-#    health root at once; ranks 1, 2 and 3 report it silent within BOUND_MS;
+#    health tree's root at once; ranks 1, 2 and 3 report it silent within
+#    BOUND_MS (rank 3 through rank 1, its parent);
 # 4. the stencil (4 neighbours, walls) with --reorder: the round trips
 #    measured between the nodes (a-c through the gateway) must make the
 #    chosen order cost less (bytes x distance) than launch order, with no

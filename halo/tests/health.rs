@@ -4,6 +4,9 @@
 //! wait fails within a bound, naming the dead rank, although ranks 0 and 1
 //! never exchange with rank 3. Survivors keep their processes (and links)
 //! alive after reporting, so the news cannot travel by a chain of exits.
+//! The health tree (rank 0 parent of 1 and 2, rank 1 of 3) differs from the
+//! chain, so most verdicts cross a rank that never exchanges with the dead
+//! one.
 //!
 //! The ranks are this test executable run again, by the `rank` test below
 //! (a no-op unless `SODE_HEALTH_TEST` is set).
@@ -197,8 +200,16 @@ fn a_killed_rank_is_reported_by_every_rank_over_tcp() {
 
 #[test]
 fn a_killed_rank_0_is_reported_by_every_rank() {
-    // Rank 0 is the one every health link goes through.
+    // Rank 0 is the health tree's root (children 1 and 2; rank 3 is rank
+    // 1's child).
     check(&run_job("tcp", 0, Death::Kill), 0, Duration::from_secs(2));
+}
+
+#[test]
+fn a_killed_inner_rank_is_reported_by_every_rank() {
+    // Rank 1 sits between the root and rank 3 in the health tree: rank 2
+    // hears of it through rank 0 alone.
+    check(&run_job("auto", 1, Death::Kill), 1, Duration::from_secs(2));
 }
 
 #[test]

@@ -1,14 +1,17 @@
-//! The job's health: a watcher thread per rank, on a link of its own to
-//! rank 0 (rank 0 has one to every rank). Ranks send heartbeats; rank 0
-//! declares a rank dead when its link closes without a goodbye (the process
-//! exited or was killed), or its node stops answering at the network level
-//! (TCP keepalive: a paused process's kernel still answers), and tells
-//! every other rank. A rank that loses rank 0 the same way declares rank 0
-//! dead. Silence alone is not death: a rank paused by a debugger, SIGSTOP
-//! or a suspended job is reported, and declared dead only past the
-//! deadline `SODE_HEALTH_TIMEOUT` sets. The data path reads the verdict
-//! with one atomic load ([`Health::failure`]), so every blocked wait of the
-//! job can fail naming the dead rank, not only the dead rank's neighbours.
+//! The job's health: a watcher thread per rank, on links of its own to its
+//! parent and children in a tree of the job's ranks ([`tree_peers`]: at
+//! most three links a rank, whatever the job's size; no rank is a hub).
+//! Each side of a link sends heartbeats; a rank declares a tree neighbour
+//! dead when its link closes without a goodbye (the process exited or was
+//! killed), or its node stops answering at the network level (TCP
+//! keepalive: a paused process's kernel still answers), and passes the
+//! verdict on along every other link, so that it floods the tree: each
+//! part the death cut off holds a neighbour of the dead rank, which saw
+//! it. Silence alone is not death: a rank paused by a debugger, SIGSTOP or
+//! a suspended job is reported, and declared dead only past the deadline
+//! `SODE_HEALTH_TIMEOUT` sets. The data path reads the verdict with one
+//! atomic load ([`Health::failure`]), so every blocked wait of the job can
+//! fail naming the dead rank, not only the dead rank's neighbours.
 
 use std::collections::BTreeMap;
 use std::os::fd::AsFd;
@@ -46,6 +49,22 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 /// dead.
 const SEND_LIMIT: Duration = Duration::from_secs(2);
 
+/// Children per rank in the health tree. Two keeps a rank's links (and the
+/// heartbeats it sends and judges) at three; a verdict crosses at most
+/// 2 log2(N) links, each a wake-up and a short write.
+const FANOUT: usize = 2;
+
+/// The ranks whose health rank `rank` of a job of `size` watches, and that
+/// watch it: its parent `(rank - 1) / FANOUT` and its children. Together
+/// they make one tree of every rank, so a verdict passed along every link
+/// reaches every rank.
+pub(crate) fn tree_peers(rank: usize, size: usize) -> std::collections::BTreeSet<usize> {
+    let parent = rank.checked_sub(1).map(|r| r / FANOUT);
+    let first_child = rank.saturating_mul(FANOUT).saturating_add(1);
+    let children = (first_child..first_child.saturating_add(FANOUT)).filter(|&c| c < size);
+    parent.into_iter().chain(children).collect()
+}
+
 /// What travels on a health link.
 #[derive(Debug, Serialize, Deserialize)]
 enum Note {
@@ -53,7 +72,7 @@ enum Note {
     Beat,
     /// Finished normally: its link closing is not a death.
     Bye,
-    /// Rank 0 telling a rank that `rank` died.
+    /// A tree neighbour passing on that `rank` died.
     Dead { rank: usize, why: String },
 }
 
@@ -94,9 +113,9 @@ struct Verdict {
 }
 
 impl Verdict {
-    /// Records the first death seen; later ones add nothing (the job has
-    /// already failed).
-    fn declare(&self, rank: usize, why: String) {
+    /// Records the first death seen, and says whether it was the first;
+    /// later ones add nothing (the job has already failed).
+    fn declare(&self, rank: usize, why: String) -> bool {
         let host = self.hosts.get(rank).cloned().unwrap_or_default();
         let failure = Failure {
             rank,
@@ -104,18 +123,20 @@ impl Verdict {
             host,
             why,
         };
-        if self.failure.set(failure.clone()).is_ok() {
-            tracing::warn!(%failure, "a rank of the job died");
-            // Never read: the other end stays readable, waking every poll
-            // that includes it from now on.
-            use std::io::Write;
-            let _ = (&self.ring).write(&[1]);
+        if self.failure.set(failure.clone()).is_err() {
+            return false;
         }
+        tracing::warn!(%failure, "a rank of the job died");
+        // Never read: the other end stays readable, waking every poll that
+        // includes it from now on.
+        use std::io::Write;
+        let _ = (&self.ring).write(&[1]);
+        true
     }
 }
 
 /// The job's health, as this rank knows it; its watcher thread stops (and
-/// says goodbye to rank 0, or rank 0 to every rank) when this is dropped.
+/// says goodbye to its tree neighbours) when this is dropped.
 #[derive(Debug)]
 pub(crate) struct Health {
     verdict: Arc<Verdict>,
@@ -127,9 +148,9 @@ pub(crate) struct Health {
 }
 
 impl Health {
-    /// Starts watching over `links` (to rank 0, or from rank 0 to every
-    /// rank), declaring a rank dead after `silence` without a heartbeat
-    /// (`None`: never for silence alone).
+    /// Starts watching over `links` (to this rank's [`tree_peers`]),
+    /// declaring a rank dead after `silence` without a heartbeat (`None`:
+    /// never for silence alone).
     pub(crate) fn start(
         rank: usize,
         links: BTreeMap<usize, PeerLink>,
@@ -171,7 +192,6 @@ impl Health {
             });
         }
         let watch = Watch {
-            rank,
             links: watched,
             verdict: Arc::clone(&verdict),
             stopped,
@@ -250,7 +270,6 @@ fn keep_alive(fd: std::os::fd::BorrowedFd<'_>, peer: usize) {
 
 /// The watcher thread's state.
 struct Watch {
-    rank: usize,
     links: Vec<Watched>,
     verdict: Arc<Verdict>,
     stopped: UnixStream,
@@ -359,10 +378,10 @@ impl Watch {
             }
             Ok(Note::Dead { rank, why }) => {
                 w.heard = Instant::now();
-                // Only rank 0 announces deaths; it is the one link a rank
-                // other than 0 has.
-                if self.rank != 0 {
-                    self.verdict.declare(rank, why);
+                // Passed on once, away from where it came: the tree has no
+                // cycle, so it reaches every rank and ends.
+                if self.verdict.declare(rank, why.clone()) {
+                    self.tell(Some(i), rank, &why);
                 }
             }
             Err(e) => {
@@ -400,18 +419,29 @@ impl Watch {
         }
     }
 
-    /// Link `i`'s rank is dead: declared here, and by rank 0 to every
-    /// other rank.
+    /// Link `i`'s rank is dead: declared here, and passed on along every
+    /// other link.
     fn lost(&mut self, i: usize, why: String) {
         let gone = self.links.swap_remove(i);
         let rank = gone.link.peer();
-        self.verdict.declare(rank, why.clone());
-        if self.rank == 0 {
-            for w in &mut self.links {
-                let _ = w.link.send(&Note::Dead {
-                    rank,
-                    why: why.clone(),
-                });
+        if self.verdict.declare(rank, why.clone()) {
+            self.tell(None, rank, &why);
+        }
+    }
+
+    /// Passes on that `rank` died along every link but `from`'s. A link
+    /// that cannot take it is left to its own watcher's judgement.
+    fn tell(&mut self, from: Option<usize>, rank: usize, why: &str) {
+        for (j, w) in self.links.iter_mut().enumerate() {
+            if Some(j) == from {
+                continue;
+            }
+            let note = Note::Dead {
+                rank,
+                why: why.to_string(),
+            };
+            if let Err(e) = w.link.send(&note) {
+                tracing::debug!(peer = w.link.peer(), error = %crate::diag::chain(&e), "a verdict could not be passed on");
             }
         }
     }
@@ -434,4 +464,196 @@ pub(crate) fn parse_silence(value: Option<&str>) -> Result<Option<Duration>> {
             value: v.into(),
             why: "seconds from 1 to 86400 that a rank may stay silent before the job declares it dead, or off (the default: silence is reported, never fatal)".into(),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::oob::PeerChannel;
+    use std::collections::BTreeSet;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn the_tree_joins_every_rank_with_few_links_each() {
+        for size in 1..=600 {
+            let peers: Vec<BTreeSet<usize>> = (0..size).map(|r| tree_peers(r, size)).collect();
+            let mut edges = 0;
+            for (r, p) in peers.iter().enumerate() {
+                assert!(p.len() <= FANOUT + 1, "rank {r} of {size}: {p:?}");
+                for &q in p {
+                    assert!(q < size && q != r, "rank {r} of {size}: {p:?}");
+                    assert!(peers[q].contains(&r), "{r} - {q} of {size} is one-sided");
+                    edges += 1;
+                }
+            }
+            // Symmetric, N - 1 links and connected: a tree.
+            assert_eq!(edges, 2 * (size - 1), "size {size}");
+            let mut seen = vec![false; size];
+            let mut todo = vec![0];
+            seen[0] = true;
+            while let Some(r) = todo.pop() {
+                for &q in &peers[r] {
+                    if !std::mem::replace(&mut seen[q], true) {
+                        todo.push(q);
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "size {size} is not connected");
+        }
+    }
+
+    /// A health link over a Unix socket pair: length-prefixed messages.
+    #[derive(Debug)]
+    struct Pipe(UnixStream);
+
+    impl PeerChannel for Pipe {
+        fn send(&mut self, msg: &[u8]) -> Result<()> {
+            let len = u32::try_from(msg.len()).unwrap().to_le_bytes();
+            self.0
+                .write_all(&len)
+                .and_then(|()| self.0.write_all(msg))
+                .map_err(|source| JobError::Bootstrap {
+                    step: "sending".into(),
+                    whom: "a test peer".into(),
+                    source,
+                })
+        }
+
+        fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>> {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let read = |s: &mut UnixStream| -> std::io::Result<Vec<u8>> {
+                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
+                let mut len = [0; 4];
+                s.read_exact(&mut len)?;
+                let mut body = vec![0; u32::from_le_bytes(len) as usize];
+                s.read_exact(&mut body)?;
+                Ok(body)
+            };
+            read(&mut self.0).map_err(|source| JobError::Bootstrap {
+                step: "receiving".into(),
+                whom: "a test peer".into(),
+                source,
+            })
+        }
+
+        fn closed(&self) -> bool {
+            false
+        }
+
+        fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+            Some(self.0.as_fd())
+        }
+    }
+
+    /// Every rank's tree links, as socket pairs.
+    fn tree_links(size: usize) -> Vec<BTreeMap<usize, PeerLink>> {
+        let mut links: Vec<BTreeMap<usize, PeerLink>> =
+            (0..size).map(|_| BTreeMap::new()).collect();
+        for r in 0..size {
+            for q in tree_peers(r, size).into_iter().filter(|&q| q > r) {
+                let (a, b) = UnixStream::pair().unwrap();
+                links[r].insert(q, PeerLink::new(q, Box::new(Pipe(a))));
+                links[q].insert(r, PeerLink::new(r, Box::new(Pipe(b))));
+            }
+        }
+        links
+    }
+
+    /// Starts every rank's watcher but `doomed`'s, whose links are
+    /// returned unwatched (dropping them is its death; holding them
+    /// silent, its pause).
+    fn job_without(
+        size: usize,
+        doomed: usize,
+        silence: Option<Duration>,
+    ) -> (Vec<Option<Health>>, BTreeMap<usize, PeerLink>) {
+        let nodes = vec![NodeId::local(); size];
+        let mut held = BTreeMap::new();
+        let job = tree_links(size)
+            .into_iter()
+            .enumerate()
+            .map(|(r, links)| {
+                if r == doomed {
+                    held = links;
+                    return None;
+                }
+                Some(Health::start(r, links, &nodes, silence).unwrap())
+            })
+            .collect();
+        (job, held)
+    }
+
+    /// Waits up to `bound` for every watching rank to name `doomed` dead,
+    /// and returns each one's reason.
+    fn verdicts(job: &[Option<Health>], doomed: usize, bound: Duration) -> Vec<String> {
+        let end = Instant::now() + bound;
+        loop {
+            let seen: Vec<Option<&Failure>> = job.iter().flatten().map(|h| h.failure()).collect();
+            if seen.iter().all(Option::is_some) {
+                return seen
+                    .into_iter()
+                    .flatten()
+                    .map(|f| {
+                        assert_eq!(f.rank, doomed, "{f}");
+                        f.why.clone()
+                    })
+                    .collect();
+            }
+            let missing = seen.iter().filter(|f| f.is_none()).count();
+            assert!(
+                Instant::now() < end,
+                "{missing} ranks heard nothing within {bound:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_death_inside_the_tree_reaches_every_rank() {
+        // Rank 1 of 15: its parent (rank 0) and children (3, 4) see its
+        // links close; the other eleven ranks hear it through them.
+        let (job, held) = job_without(15, 1, None);
+        std::thread::sleep(Duration::from_millis(100));
+        drop(held);
+        let why = verdicts(&job, 1, Duration::from_secs(2));
+        assert!(
+            why.iter().all(|w| w.contains("closed its health link")),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn a_silent_rank_is_declared_dead_past_its_deadline_by_every_rank() {
+        // Rank 2 of 12 holds its links open and says nothing.
+        let (job, held) = job_without(12, 2, Some(Duration::from_secs(1)));
+        let t0 = Instant::now();
+        let why = verdicts(&job, 2, Duration::from_secs(4));
+        assert!(
+            t0.elapsed() >= Duration::from_millis(900),
+            "{:?}",
+            t0.elapsed()
+        );
+        assert!(why.iter().all(|w| w.contains("no heartbeat")), "{why:?}");
+        drop(held);
+    }
+
+    #[test]
+    fn goodbyes_are_not_deaths() {
+        let nodes = vec![NodeId::local(); 7];
+        let mut job: Vec<Health> = tree_links(7)
+            .into_iter()
+            .enumerate()
+            .map(|(r, links)| {
+                Health::start(r, links, &nodes, Some(Duration::from_secs(1))).unwrap()
+            })
+            .collect();
+        // An inner rank and a leaf finish first; the rest stay past the
+        // silence deadline.
+        drop(job.remove(4));
+        drop(job.remove(1));
+        std::thread::sleep(Duration::from_millis(1500));
+        for h in &job {
+            assert_eq!(h.failure(), None);
+        }
+    }
 }

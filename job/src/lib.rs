@@ -13,9 +13,10 @@
 //!   such as an MPI communicator) another.
 //! - [`World`]: the job as the channels see it (ranks, nodes, the agreed job
 //!   id, barriers, setup links).
-//! - Health: heartbeats to rank 0, which declares a rank dead when its
-//!   link closes without a goodbye or its node stops answering, and tells
-//!   every rank; silence is reported, fatal only past `SODE_HEALTH_TIMEOUT`.
+//! - Health: heartbeats between neighbours in a tree of the ranks; a rank
+//!   whose link closes without a goodbye or whose node stops answering is
+//!   declared dead by its tree neighbours, and the verdict floods the tree;
+//!   silence is reported, fatal only past `SODE_HEALTH_TIMEOUT`.
 //! - [`launcher`]: `sode-run`'s engine, and [`launcher::main_or_relaunch`]
 //!   for programs that start their own ranks.
 //! - [`Backoff`] and [`Lifecycle`]: the one way every channel waits, and the

@@ -220,8 +220,8 @@ impl World {
         Ok(world)
     }
 
-    /// Opens the health links (rank 0 to every rank) and starts this
-    /// rank's watcher; collective.
+    /// Opens the health links (each rank to its parent and children in the
+    /// health tree) and starts this rank's watcher; collective.
     fn watch_health(
         oob: &mut dyn OutOfBand,
         nodes: &[NodeId],
@@ -230,15 +230,11 @@ impl World {
         let silence =
             crate::health::parse_silence(std::env::var(crate::HEALTH_TIMEOUT_VAR).ok().as_deref())?;
         let (rank, size) = (oob.rank(), oob.size());
-        let peers: BTreeSet<usize> = if rank == 0 {
-            (1..size).collect()
-        } else {
-            [0].into()
-        };
+        let peers = crate::health::tree_peers(rank, size);
         let links = oob.connect(&peers, deadline)?;
         // No rank opens other links before every health link is accepted:
-        // a leaf's listener would otherwise meet a neighbour's link while
-        // it expects only rank 0's.
+        // a rank's listener would otherwise meet a neighbour's link while
+        // it expects only its tree neighbours'.
         oob.barrier(deadline)?;
         Health::start(rank, links, nodes, silence)
     }
@@ -263,8 +259,9 @@ impl World {
         }
     }
 
-    /// The first rank of the job found dead, if any (one atomic load; rank
-    /// 0 watches every rank's heartbeats and tells the others).
+    /// The first rank of the job found dead, if any (one atomic load; each
+    /// rank watches its neighbours in a tree of the job's ranks, and a
+    /// verdict floods the tree).
     pub fn failure(&self) -> Option<Failure> {
         let f = self.health.as_ref().and_then(|h| h.failure())?;
         let mut f = f.clone();
