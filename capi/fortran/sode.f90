@@ -108,8 +108,8 @@ module sode
   end interface sode_start_fields
 
   !> A field sode keeps (sode_set_shared_fields): array `a` becomes a
-  !> pointer to field `field` (from 0, in the order added) of set `set`
-  !> (from 0), with the bounds `lbounds(:)` to `ubounds(:)` it was added
+  !> pointer to field `field` (from 1, in the order added) of set `set`
+  !> (from 1), with the bounds `lbounds(:)` to `ubounds(:)` it was added
   !> with. Valid until the exchange is freed.
   interface sode_shared_field
      module procedure shared_r64_1, shared_r64_2, shared_r64_3, shared_r64_4
@@ -640,7 +640,7 @@ contains
   !> high end. Those cells, computed by both ranks, are never sent: for
   !> nodes `first` to `last` whose first and last the neighbours hold too,
   !> `call sode_set_overlap(x, [1], [1])`. The field is the one added last,
-  !> or `field` (from 0, in the order added).
+  !> or `field` (from 1, in the order added).
   subroutine sode_set_overlap(x, overlap_lo, overlap_hi, ierr, field)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: overlap_lo(:), overlap_hi(:)
@@ -648,8 +648,8 @@ contains
     integer, intent(in), optional :: field
     integer(c_int) :: rc, n
     if (present(field)) then
-       n = int(field, c_int)
-       rc = SODE_OK
+       rc = numbered('sode_set_overlap', 'field', field)
+       n = int(field - 1, c_int)
     else
        rc = c_field_count(x%ptr, n)
        n = n - 1
@@ -691,13 +691,41 @@ contains
     call add_any(x, c_null_ptr, kind, ubounds - lbounds + 1, lbounds, first, last, ierr, halo_lo, halo_hi)
   end subroutine sode_add_shared_field
 
-  !> Starts exchanging set `set` (from 0) of the fields sode keeps.
+  !> Starts exchanging set `set` (from 1) of the fields sode keeps.
   subroutine sode_start_set(x, set, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set
     integer, intent(out), optional :: ierr
-    call finish(c_start_set(x%ptr, int(set, c_int)), ierr)
+    integer(c_int) :: rc
+    rc = numbered('sode_start_set', 'set', set)
+    if (rc == SODE_OK) rc = c_start_set(x%ptr, int(set - 1, c_int))
+    call finish(rc, ierr)
   end subroutine sode_start_set
+
+  !> SODE_OK when `n`, a set's or field's number, counts from 1 as this
+  !> module's do; otherwise SODE_ERR_ARG, with a message naming `routine`.
+  integer(c_int) function numbered(routine, what, n) result(rc)
+    character(len=*), intent(in) :: routine, what
+    integer, intent(in) :: n
+    character(len=24) :: shown
+    rc = SODE_OK
+    if (n >= 1) return
+    write (shown, '(i0)') n
+    rc = c_report_error(int(SODE_ERR_ARG, c_int), routine // ': ' // what // ' ' // trim(shown) // &
+         ': sets and fields are numbered from 1 in the order added' // c_null_char)
+  end function numbered
+
+  !> The address of field `field` of set `set` (both from 1) that sode
+  !> keeps, in `p`.
+  integer(c_int) function shared_address(x, set, field, p) result(rc)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field
+    type(c_ptr), intent(out) :: p
+    p = c_null_ptr
+    rc = numbered('sode_shared_field', 'set', set)
+    if (rc == SODE_OK) rc = numbered('sode_shared_field', 'field', field)
+    if (rc == SODE_OK) rc = c_shared_field(x%ptr, int(set - 1, c_int), int(field - 1, c_int), p)
+  end function shared_address
 
   subroutine shared_r64_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
@@ -708,7 +736,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -724,7 +752,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -740,7 +768,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -756,7 +784,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -772,7 +800,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -788,7 +816,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -804,7 +832,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -820,7 +848,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -836,7 +864,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -852,7 +880,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -868,7 +896,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -884,7 +912,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -900,7 +928,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -916,7 +944,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -932,7 +960,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -948,7 +976,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = c_shared_field(x%ptr, int(set, c_int), int(field, c_int), p)
+    rc = shared_address(x, set, field, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)

@@ -267,6 +267,20 @@ impl Counting {
         }
     }
 
+    /// `set 0` (C) or `set 1` (Fortran) for set index `s`.
+    pub fn set(self, s: usize) -> String {
+        format!("set {}", s + self.first())
+    }
+
+    /// The number of the first field, set or dimension: 0 (C) or 1
+    /// (Fortran).
+    pub fn first(self) -> usize {
+        match self {
+            Counting::C => 0,
+            Counting::Fortran => 1,
+        }
+    }
+
     /// `axis 0` (C) or `dimension 1` (Fortran) for axis index `a`.
     pub fn axis(self, a: usize) -> String {
         match self {

@@ -372,7 +372,7 @@ impl Exchange {
         for (f, field) in self.fields.iter().enumerate() {
             box_fits(&m, &field.spec).map_err(|why| CapiError::Invalid {
                 op,
-                why: format!("field {f}: {why}"),
+                why: format!("{}: {why}", self.counting.field(f)),
             })?;
         }
         if send {
@@ -405,12 +405,12 @@ impl Exchange {
             .check(self.dims(), &max_lo, &max_hi)
             .map_err(|why| CapiError::Invalid {
                 op,
-                why: format!("field {}: {why}", self.fields.len()),
+                why: format!("{}: {why}", self.counting.field(self.fields.len())),
             })?;
         for m in self.boxes() {
             box_fits(m, &spec).map_err(|why| CapiError::Invalid {
                 op,
-                why: format!("field {}: {why}", self.fields.len()),
+                why: format!("{}: {why}", self.counting.field(self.fields.len())),
             })?;
         }
         let memory = memory(span);
@@ -419,7 +419,7 @@ impl Exchange {
             (Some(_), sets) if sets > 0 => {
                 return Err(CapiError::Invalid {
                     op,
-                    why: format!("field {}: sode keeps the fields (sode_exchange_set_shared_fields): pass NULL as base and get the array with sode_exchange_shared_field after commit", self.fields.len()),
+                    why: format!("{}: sode keeps the fields (sode_exchange_set_shared_fields): pass NULL as base and get the array with sode_exchange_shared_field after commit", self.counting.field(self.fields.len())),
                 })
             }
             _ => {}
@@ -458,11 +458,15 @@ impl Exchange {
             });
         }
         let (max_lo, max_hi) = self.halo_widths();
-        let (dims, count) = (self.dims(), self.fields.len());
+        let (dims, count, counting) = (self.dims(), self.fields.len(), self.counting);
         let Some(f) = self.fields.get_mut(field) else {
             return Err(CapiError::Invalid {
                 op,
-                why: format!("field {field}: the exchange has {count} fields (numbered from 0 in the order added)"),
+                why: format!(
+                    "{}: the exchange has {count} fields (numbered from {} in the order added)",
+                    counting.field(field),
+                    counting.first()
+                ),
             });
         };
         let spec = FieldSpec {
@@ -472,7 +476,7 @@ impl Exchange {
         spec.check(dims, &max_lo, &max_hi)
             .map_err(|why| CapiError::Invalid {
                 op,
-                why: format!("field {field}: {why}"),
+                why: format!("{}: {why}", counting.field(field)),
             })?;
         f.spec = spec;
         Ok(())
@@ -1032,9 +1036,12 @@ impl Exchange {
             return Err(CapiError::Invalid {
                 op,
                 why: format!(
-                    "set {set}, field {field}: the exchange keeps {} sets of {} fields",
+                    "{}, {}: the exchange keeps {} sets of {} fields (numbered from {})",
+                    self.counting.set(set),
+                    self.counting.field(field),
                     layout.sets,
-                    layout.bases.len()
+                    layout.bases.len(),
+                    self.counting.first()
                 ),
             });
         };
@@ -1053,7 +1060,11 @@ impl Exchange {
         if set >= sets {
             return Err(CapiError::Invalid {
                 op,
-                why: format!("set {set}: the exchange keeps {sets} sets"),
+                why: format!(
+                    "{}: the exchange keeps {sets} sets (numbered from {})",
+                    self.counting.set(set),
+                    self.counting.first()
+                ),
             });
         }
         let (links, _, _) = self.committed(op)?;

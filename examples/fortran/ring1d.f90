@@ -75,7 +75,7 @@ contains
     type(sode_comm) :: sc
     type(sode_exchange) :: x, y
     integer :: q, rest, start, own, it, i, g, st, n
-    logical :: told, alone
+    logical :: told, alone, numbered
 
     q = GLOBAL / nranks
     rest = mod(GLOBAL, nranks)
@@ -95,8 +95,19 @@ contains
     call sode_add_field(x, r, first=[1], last=[own], halo_lo=[HR], halo_hi=[HR])
     call sode_add_field(x, v, first=[1], last=[own + 1])
     call sode_set_overlap(x, [1], [1])
+    ! Fields count from 1 here too: field 3 is v's (as just set), and
+    ! fields 0 and 4 are refused by their numbers.
+    call sode_set_overlap(x, [1], [1], field=3)
+    call sode_set_overlap(x, [0], [0], st, field=0)
+    numbered = st == SODE_ERR_ARG .and. &
+         index(sode_last_error(), 'sode_set_overlap: field 0: sets and fields are numbered from 1') == 1
+    call sode_set_overlap(x, [0], [0], st, field=4)
+    numbered = numbered .and. st == SODE_ERR_ARG .and. &
+         index(sode_last_error(), 'sode_set_overlap: field 4: the exchange has 3 fields (numbered from 1') == 1
+    if (.not. numbered) write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': a field numbered out of range gave: ', &
+         sode_last_error()
     call sode_commit(x)
-    wrong = merge(0, 1, told)
+    wrong = merge(0, 1, told .and. numbered)
     call sode_comm_size(sc, n)
     if (n /= nranks) wrong = wrong + 1
     call sode_field_count(x, n)

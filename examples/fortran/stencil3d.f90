@@ -152,12 +152,22 @@ contains
        error stop 1
     end if
 
+    ! Sets and fields count from 1: set 3 of 2 is refused by its number.
+    if (shared) then
+       call sode_start_set(x, 3, ierr)
+       if (ierr /= SODE_ERR_ARG .or. index(sode_last_error(), &
+            'sode_start_set: set 3: the exchange keeps 2 sets (numbered from 1)') /= 1) then
+          write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': set 3 of 2 gave: ', sode_last_error()
+          error stop 1
+       end if
+    end if
+
     filled = 0
     cells = 0
     do it = 1, 3
        if (shared) then
-          call sode_shared_field(x, mod(it, 2), 0, ulb, uub, us)
-          call sode_shared_field(x, mod(it, 2), 1, vlb, vub, vs)
+          call sode_shared_field(x, mod(it, 2) + 1, 1, ulb, uub, us)
+          call sode_shared_field(x, mod(it, 2) + 1, 2, vlb, vub, vs)
        else if (it == 2) then
           u_before = us
           v_before = vs
@@ -171,7 +181,7 @@ contains
        call fill_v(vs, it)
        call fill_v(vm, it)
        if (shared) then
-          call sode_start_set(x, mod(it, 2))
+          call sode_start_set(x, mod(it, 2) + 1)
        else if (it == 2) then
           call sode_start_arrays(x, [c_loc(us), c_loc(vs)], ierr)
           if (ierr == SODE_ERR_ARG .and. index(sode_last_error(), 'in place over RDMA') > 0) then

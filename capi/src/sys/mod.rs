@@ -1132,11 +1132,11 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
             halo_lo,
             halo_hi,
         };
-        // SAFETY: the caller's contract; the vectors outlive the call.
-        unsafe { add_field(op, exchange, args) }?;
-        // SAFETY: the caller's contract (the field was just added to it).
+        // Before the field is added, so that its own messages count from 1.
+        // SAFETY: the caller's contract.
         unsafe { handle(op, "exchange", exchange) }?.count_as_fortran();
-        Ok(())
+        // SAFETY: the caller's contract; the vectors outlive the call.
+        unsafe { add_field(op, exchange, args) }
     })
 }
 
