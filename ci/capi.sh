@@ -71,6 +71,10 @@ for n in 1 2 3; do
   echo "-- mpirun -n $n ring1d (Fortran: a 1-D ring and line, int64 and real64)"
   timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/ring1d"
 done
+for n in 1 2 3 4; do
+  echo "-- mpirun -n $n explicit2d (Fortran: boxes between named ranks, in the arrays' own bounds)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/explicit2d"
+done
 
 echo "-- a Fortran failure without ierr ends the whole job (MPI_Abort)"
 set +e

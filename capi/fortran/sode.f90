@@ -75,6 +75,7 @@ module sode
   public :: sode_comm_size, sode_field_count
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
+  public :: sode_exchange_create, sode_add_send, sode_add_recv
   public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_describe
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
@@ -199,6 +200,28 @@ module sode
        type(c_ptr) :: out
        integer(c_int) :: rc
      end function c_create_cart
+     function c_create_f(sc, ndims, lb, out) bind(C, name="sode_exchange_create_f") result(rc)
+       import :: c_int, c_ptr, c_int64_t
+       type(c_ptr), value :: sc
+       integer(c_int), value :: ndims
+       integer(c_int64_t), intent(in) :: lb(*)
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_create_f
+     function c_add_send_f(x, rank, tag, n, first, last) bind(C, name="sode_exchange_add_send_f") result(rc)
+       import :: c_int, c_ptr, c_int64_t
+       type(c_ptr), value :: x
+       integer(c_int), value :: rank, tag, n
+       integer(c_int64_t), intent(in) :: first(*), last(*)
+       integer(c_int) :: rc
+     end function c_add_send_f
+     function c_add_recv_f(x, rank, tag, n, first, last) bind(C, name="sode_exchange_add_recv_f") result(rc)
+       import :: c_int, c_ptr, c_int64_t
+       type(c_ptr), value :: x
+       integer(c_int), value :: rank, tag, n
+       integer(c_int64_t), intent(in) :: first(*), last(*)
+       integer(c_int) :: rc
+     end function c_add_recv_f
      function c_add_field_f(x, base, ty, ndims, lb, ub, first, last, lo, hi) &
           bind(C, name="sode_exchange_add_field_f") result(rc)
        import :: c_int, c_ptr, c_int64_t
@@ -347,18 +370,18 @@ contains
     character(len=*), intent(in) :: text
     character(len=:), allocatable :: out
     ! Longest first, so that no name is taken for the start of another.
-    character(len=*), parameter :: c_names(17) = [character(len=31) :: &
+    character(len=*), parameter :: c_names(19) = [character(len=31) :: &
          'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_zero_copy', &
          'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
          'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_field_count', &
-         'sode_exchange_add_field', &
+         'sode_exchange_add_field', 'sode_exchange_add_send', 'sode_exchange_add_recv', &
          'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
          'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
-    character(len=*), parameter :: f_names(17) = [character(len=24) :: &
+    character(len=*), parameter :: f_names(19) = [character(len=24) :: &
          'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_zero_copy', &
          'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
          'sode_set_overlap', 'sode_reset_stats', 'sode_field_count', &
-         'sode_add_field', &
+         'sode_add_field', 'sode_add_send', 'sode_add_recv', &
          'sode_start_set', 'sode_describe', 'sode_commit', 'sode_get_stats', &
          'sode_start', 'sode_wait', 'sode_test']
     integer :: i, k, n
@@ -601,6 +624,59 @@ contains
     call finish(c_create_cart(sc%ptr, int(n, c_int), widths(dims, n), widths(coords, n), p, &
          widths(halo_lo, n), widths(halo_hi, n), int(shape, c_int), x%ptr), ierr)
   end subroutine sode_exchange_create_cart
+
+  !> An exchange described by its messages, for codes with their own
+  !> decomposition: boxes of cells of every field sent to and received
+  !> from named ranks (sode_add_send, sode_add_recv), in the fields' own
+  !> bounds. The boxes have `size(lbounds)` dimensions (1 to 8), the
+  !> fields' first ones, which start at `lbounds(:)` in every field added
+  !> (checked by sode_add_field).
+  subroutine sode_exchange_create(sc, lbounds, x, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(in) :: lbounds(:)
+    type(sode_exchange), intent(out) :: x
+    integer, intent(out), optional :: ierr
+    call finish(c_create_f(sc%ptr, size(lbounds, kind=c_int), int(lbounds, c_int64_t), x%ptr), ierr)
+  end subroutine sode_exchange_create
+
+  !> Sends the cells `first(:)` to `last(:)` of every field (in the bounds
+  !> of sode_exchange_create) to rank `rank` each iteration; they fill
+  !> that rank's receive from this one with the same `tag` (0 or more),
+  !> which must have the same shape. Before commit.
+  subroutine sode_add_send(x, rank, tag, first, last, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: rank, tag, first(:), last(:)
+    integer, intent(out), optional :: ierr
+    call finish(box_call(x, rank, tag, first, last, .true.), ierr)
+  end subroutine sode_add_send
+
+  !> Receives into the cells `first(:)` to `last(:)` of every field what
+  !> rank `rank` sends this one with `tag`. Before commit.
+  subroutine sode_add_recv(x, rank, tag, first, last, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: rank, tag, first(:), last(:)
+    integer, intent(out), optional :: ierr
+    call finish(box_call(x, rank, tag, first, last, .false.), ierr)
+  end subroutine sode_add_recv
+
+  integer(c_int) function box_call(x, rank, tag, first, last, send) result(rc)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: rank, tag, first(:), last(:)
+    logical, intent(in) :: send
+    integer(c_int) :: n
+    character(len=*), parameter :: routine(2) = [character(len=13) :: 'sode_add_recv', 'sode_add_send']
+    if (size(first) /= size(last)) then
+       rc = c_report_error(int(SODE_ERR_ARG, c_int), trim(routine(merge(2, 1, send))) // &
+            ': first and last need one index per dimension of the exchange''s boxes' // c_null_char)
+       return
+    end if
+    n = size(first, kind=c_int)
+    if (send) then
+       rc = c_add_send_f(x%ptr, int(rank, c_int), int(tag, c_int), n, int(first, c_int64_t), int(last, c_int64_t))
+    else
+       rc = c_add_recv_f(x%ptr, int(rank, c_int), int(tag, c_int), n, int(first, c_int64_t), int(last, c_int64_t))
+    end if
+  end function box_call
 
   !> Every rank-specific `add_*` lands here: the array's address, type,
   !> shape and lower bounds.

@@ -465,6 +465,21 @@ int sode_exchange_set_transport(struct sode_exchange *exchange, int transport);
 int sode_exchange_create(struct sode_comm *comm, int ndims, struct sode_exchange **exchange);
 
 /**
+ * The Fortran module's `sode_exchange_create`: as
+ * `sode_exchange_create`, its boxes given in the arrays' own bounds,
+ * each axis `k` starting at `lbounds[k]` (`sode_exchange_add_send_f`),
+ * and every field's first `ndims` dimensions starting there too; its
+ * messages count fields and dimensions from 1.
+ *
+ * # Safety
+ * As `sode_exchange_create`; `lbounds` holds `ndims` values.
+ */
+int sode_exchange_create_f(struct sode_comm *comm,
+                           int ndims,
+                           const int64_t *lbounds,
+                           struct sode_exchange **exchange);
+
+/**
  * Sends the box `lo .. lo + size` (0-based, the exchange's `ndims` axes)
  * of every field to `rank` each iteration; it fills that rank's receive
  * from this one with the same `tag`.
@@ -491,6 +506,36 @@ int sode_exchange_add_recv(struct sode_exchange *exchange,
                            int tag,
                            const int64_t *lo,
                            const int64_t *size);
+
+/**
+ * The Fortran module's `sode_add_send`: sends the cells `first[k]` to
+ * `last[k]` (the arrays' own bounds, inclusive) of every field to `rank`;
+ * `n`, the indices each holds, must be the exchange's `ndims`.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_f`, not freed; `first` and
+ * `last` hold `n` values.
+ */
+int sode_exchange_add_send_f(struct sode_exchange *exchange,
+                             int rank,
+                             int tag,
+                             int n,
+                             const int64_t *first,
+                             const int64_t *last);
+
+/**
+ * The Fortran module's `sode_add_recv`: receives into the cells
+ * `first[k]` to `last[k]` of every field what `rank` sends with `tag`.
+ *
+ * # Safety
+ * As `sode_exchange_add_send_f`.
+ */
+int sode_exchange_add_recv_f(struct sode_exchange *exchange,
+                             int rank,
+                             int tag,
+                             int n,
+                             const int64_t *first,
+                             const int64_t *last);
 
 /**
  * Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array

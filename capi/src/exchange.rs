@@ -93,6 +93,9 @@ enum Layout {
         ndims: usize,
         sends: Vec<BoxMessage>,
         recvs: Vec<BoxMessage>,
+        /// The index of each axis's first cell when boxes are given in the
+        /// arrays' own bounds (the Fortran module); `None`: from 0.
+        origin: Option<Vec<i64>>,
     },
 }
 
@@ -111,21 +114,48 @@ pub struct Exchange {
     /// How its caller counts fields and axes (Fortran from 1), for the
     /// commit's messages.
     counting: cart::Counting,
+    /// Whether every message carries every field (else only those of the
+    /// last start on some fields): a start on all of them then sets no
+    /// lengths.
+    carrying_all: bool,
     state: State,
 }
 
-/// Whether box `m` lies inside `field`'s array.
-fn box_fits(m: &BoxMessage, field: &FieldSpec) -> std::result::Result<(), String> {
+/// Whether box `m` lies inside `field`'s array; what is wrong, told from
+/// 0 or, with an `origin`, in the arrays' own bounds.
+fn box_fits(
+    m: &BoxMessage,
+    field: &FieldSpec,
+    origin: Option<&[i64]>,
+) -> std::result::Result<(), String> {
     for (a, (lo, size)) in m.lo.iter().zip(&m.size).enumerate() {
         let extent = field.extents.get(a).copied().unwrap_or(0);
-        if lo.checked_add(*size).is_none_or(|end| end > extent) {
-            return Err(format!(
+        if lo.checked_add(*size).is_some_and(|end| end <= extent) {
+            continue;
+        }
+        return Err(match origin {
+            None => format!(
                 "the box {lo}..{} along axis {a} (to or from rank {}, tag {}) leaves the array's {extent} cells",
                 lo.saturating_add(*size),
                 m.peer,
                 m.tag
-            ));
-        }
+            ),
+            Some(o) => {
+                // Within i128: each term came from an i64 or a usize.
+                let base = i128::from(o.get(a).copied().unwrap_or(0));
+                let (lo, size, extent) = (*lo as i128, *size as i128, extent as i128);
+                format!(
+                    "dimension {}: the box {}:{} (to or from rank {}, tag {}) leaves the array's bounds {}:{}",
+                    a + 1,
+                    base + lo,
+                    base + lo + size - 1,
+                    m.peer,
+                    m.tag,
+                    base,
+                    base + extent - 1
+                )
+            }
+        });
     }
     Ok(())
 }
@@ -241,6 +271,7 @@ impl Exchange {
             zero_copy: None,
             shared: 0,
             counting: cart::Counting::C,
+            carrying_all: true,
             state: State::Described,
         })
     }
@@ -263,12 +294,14 @@ impl Exchange {
                 ndims,
                 sends: Vec::new(),
                 recvs: Vec::new(),
+                origin: None,
             },
             fields: Vec::new(),
             transport,
             zero_copy: None,
             shared: 0,
             counting: cart::Counting::C,
+            carrying_all: true,
             state: State::Described,
         })
     }
@@ -347,6 +380,7 @@ impl Exchange {
             ndims,
             sends,
             recvs,
+            origin,
         } = &mut self.layout
         else {
             return Err(CapiError::State {
@@ -370,7 +404,7 @@ impl Exchange {
             });
         }
         for (f, field) in self.fields.iter().enumerate() {
-            box_fits(&m, &field.spec).map_err(|why| CapiError::Invalid {
+            box_fits(&m, &field.spec, origin.as_deref()).map_err(|why| CapiError::Invalid {
                 op,
                 why: format!("{}: {why}", self.counting.field(f)),
             })?;
@@ -381,6 +415,25 @@ impl Exchange {
             recvs.push(m)
         }
         Ok(())
+    }
+
+    /// Boxes are given in the arrays' own bounds from here on, each axis
+    /// starting at `origin` (the Fortran module's `sode_exchange_create`),
+    /// and messages count fields and dimensions from 1.
+    pub fn count_boxes_from(&mut self, first: Vec<i64>) {
+        if let Layout::Explicit { origin, .. } = &mut self.layout {
+            *origin = Some(first);
+        }
+        self.counting = cart::Counting::Fortran;
+    }
+
+    /// The index of each box axis's first cell, when boxes are given in
+    /// the arrays' own bounds.
+    pub fn box_origin(&self) -> Option<&[i64]> {
+        match &self.layout {
+            Layout::Explicit { origin, .. } => origin.as_deref(),
+            Layout::Cartesian(_) => None,
+        }
     }
 
     /// The boxes of an explicit exchange (none for a Cartesian one).
@@ -408,7 +461,7 @@ impl Exchange {
                 why: format!("{}: {why}", self.counting.field(self.fields.len())),
             })?;
         for m in self.boxes() {
-            box_fits(m, &spec).map_err(|why| CapiError::Invalid {
+            box_fits(m, &spec, self.box_origin()).map_err(|why| CapiError::Invalid {
                 op,
                 why: format!("{}: {why}", self.counting.field(self.fields.len())),
             })?;
@@ -900,6 +953,7 @@ impl Exchange {
                 ndims,
                 sends,
                 recvs,
+                ..
             } => self.explicit_links(*ndims, sends, recvs, &specs)?,
         };
         let builder = LinkExchange::builder(&self.world, links)
@@ -1120,6 +1174,7 @@ impl Exchange {
                 why: "sode keeps the fields: start with sode_exchange_start_set(set)".into(),
             });
         }
+        let mut carrying_all = self.carrying_all;
         let (links, planned, fields) = self.committed(op)?;
         if links.in_flight() {
             return Err(CapiError::State {
@@ -1140,13 +1195,23 @@ impl Exchange {
         }
         select(fields, subset, op)?;
         let bound = Self::bind_arrays(links, planned, fields, subset, given, array, op)
-            .and_then(|()| Self::carry(links, planned, fields, op))
+            .and_then(|()| {
+                if subset.is_none() && carrying_all {
+                    return Ok(());
+                }
+                // Unknown until every length is set.
+                carrying_all = false;
+                Self::carry(links, planned, fields, op)?;
+                carrying_all = subset.is_none();
+                Ok(())
+            })
             .and_then(|()| Self::pack_and_start(links, planned, fields, op));
         if bound.is_err() {
             for field in fields.iter_mut() {
                 field.call = None;
             }
         }
+        self.carrying_all = carrying_all;
         bound
     }
 

@@ -798,6 +798,65 @@ pub unsafe extern "C" fn sode_exchange_create(
     })
 }
 
+/// The Fortran module's `sode_exchange_create`: as
+/// `sode_exchange_create`, its boxes given in the arrays' own bounds,
+/// each axis `k` starting at `lbounds[k]` (`sode_exchange_add_send_f`),
+/// and every field's first `ndims` dimensions starting there too; its
+/// messages count fields and dimensions from 1.
+///
+/// # Safety
+/// As `sode_exchange_create`; `lbounds` holds `ndims` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_create_f(
+    comm: *mut Comm,
+    ndims: c_int,
+    lbounds: *const i64,
+    exchange: *mut *mut Exchange,
+) -> c_int {
+    let op = "sode_exchange_create";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        let d = sizes(op, "ndims", &[ndims])?[0];
+        let mut x = Exchange::explicit(c.world.clone(), c.timeout, d)?;
+        // SAFETY: the caller's contract: `ndims` values.
+        let first = unsafe { array(op, "lbounds", lbounds, d) }?;
+        x.count_boxes_from(first);
+        // SAFETY: the caller's contract.
+        unsafe { put(op, exchange, x) }
+    })
+}
+
+/// Refuses an array whose first dimensions do not start where the
+/// exchange's boxes count from (boxes given in the arrays' own bounds).
+fn check_origin(op: &'static str, origin: Option<&[i64]>, lbounds: &[i64]) -> Result<()> {
+    let Some(origin) = origin else {
+        return Ok(());
+    };
+    match origin.iter().zip(lbounds).position(|(o, l)| o != l) {
+        None => Ok(()),
+        Some(k) => Err(CapiError::Invalid {
+            op,
+            why: format!(
+                "dimension {}: the array's lower bound is {}, but the exchange's boxes count from {} (sode_exchange_create's lbounds): every field's first dimensions must start there",
+                k + 1,
+                lbounds[k],
+                origin[k]
+            ),
+        }),
+    }
+}
+
+/// A box's peer and tag, checked.
+fn peer_and_tag(op: &'static str, rank: c_int, tag: c_int) -> Result<(usize, u32)> {
+    let peer = sizes(op, "rank", &[rank])?[0];
+    let tag = u32::try_from(tag).map_err(|_| CapiError::Invalid {
+        op,
+        why: format!("tag {tag}: tags are non-negative"),
+    })?;
+    Ok((peer, tag))
+}
+
 /// # Safety
 /// As `sode_exchange_add_send`.
 unsafe fn add_box(
@@ -812,11 +871,7 @@ unsafe fn add_box(
     // SAFETY: the caller's contract.
     let x = unsafe { handle(op, "exchange", exchange) }?;
     let d = x.dims();
-    let peer = sizes(op, "rank", &[rank])?[0];
-    let tag = u32::try_from(tag).map_err(|_| CapiError::Invalid {
-        op,
-        why: format!("tag {tag}: tags are non-negative"),
-    })?;
+    let (peer, tag) = peer_and_tag(op, rank, tag)?;
     // SAFETY: the caller's contract: the exchange's `ndims` values each.
     let (lo, size) = unsafe { (array(op, "lo", lo, d)?, array(op, "size", size, d)?) };
     let m = BoxMessage {
@@ -867,6 +922,117 @@ pub unsafe extern "C" fn sode_exchange_add_recv(
     // SAFETY: the caller's contract.
     call(op, || unsafe {
         add_box(op, exchange, rank, tag, lo, size, false)
+    })
+}
+
+/// # Safety
+/// As `sode_exchange_add_send_f`.
+unsafe fn add_box_f(
+    exchange: *mut Exchange,
+    rank: c_int,
+    tag: c_int,
+    n: c_int,
+    first: *const i64,
+    last: *const i64,
+    send: bool,
+) -> Result<()> {
+    let op = if send {
+        "sode_exchange_add_send"
+    } else {
+        "sode_exchange_add_recv"
+    };
+    // SAFETY: the caller's contract.
+    let x = unsafe { handle(op, "exchange", exchange) }?;
+    let Some(origin) = x.box_origin().map(<[i64]>::to_vec) else {
+        return Err(CapiError::State {
+            op,
+            why: "the exchange counts its boxes from 0: make it with the Fortran module's sode_exchange_create".into(),
+        });
+    };
+    let (peer, tag) = peer_and_tag(op, rank, tag)?;
+    let d = origin.len();
+    if usize::try_from(n).ok() != Some(d) {
+        return Err(CapiError::Invalid {
+            op,
+            why: format!("first and last hold {n} indices each, but the exchange's boxes have {d} dimensions (the size of sode_exchange_create's lbounds)"),
+        });
+    }
+    // SAFETY: the caller's contract: the exchange's `ndims` values each.
+    let (first, last) = unsafe { (array(op, "first", first, d)?, array(op, "last", last, d)?) };
+    let mut lo = Vec::with_capacity(d);
+    let mut size = Vec::with_capacity(d);
+    for k in 0..d {
+        let (o, f, l) = (origin[k] as i128, first[k] as i128, last[k] as i128);
+        let dim = k + 1;
+        if f > l {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("dimension {dim}: the box {f}:{l} holds no cells"),
+            });
+        }
+        let offset = usize::try_from(f - o).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("dimension {dim}: the box {f}:{l} starts below the arrays' lower bound {o} (sode_exchange_create's lbounds)"),
+        })?;
+        let cells = usize::try_from(l - f + 1).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("dimension {dim}: the box {f}:{l} is too large"),
+        })?;
+        lo.push(offset);
+        size.push(cells);
+    }
+    x.add_box(
+        BoxMessage {
+            peer,
+            tag,
+            lo,
+            size,
+        },
+        send,
+    )
+}
+
+/// The Fortran module's `sode_add_send`: sends the cells `first[k]` to
+/// `last[k]` (the arrays' own bounds, inclusive) of every field to `rank`;
+/// `n`, the indices each holds, must be the exchange's `ndims`.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_f`, not freed; `first` and
+/// `last` hold `n` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_send_f(
+    exchange: *mut Exchange,
+    rank: c_int,
+    tag: c_int,
+    n: c_int,
+    first: *const i64,
+    last: *const i64,
+) -> c_int {
+    let op = "sode_exchange_add_send";
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        add_box_f(exchange, rank, tag, n, first, last, true)
+    })
+}
+
+/// The Fortran module's `sode_add_recv`: receives into the cells
+/// `first[k]` to `last[k]` of every field what `rank` sends with `tag`.
+///
+/// # Safety
+/// As `sode_exchange_add_send_f`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_recv_f(
+    exchange: *mut Exchange,
+    rank: c_int,
+    tag: c_int,
+    n: c_int,
+    first: *const i64,
+    last: *const i64,
+) -> c_int {
+    let op = "sode_exchange_add_recv";
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        add_box_f(exchange, rank, tag, n, first, last, false)
     })
 }
 
@@ -1064,6 +1230,7 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
         let (halo_below, halo_above) = {
             // SAFETY: the caller's contract.
             let x = unsafe { handle(op, "exchange", exchange) }?;
+            check_origin(op, x.box_origin(), &lb)?;
             let (max_lo, max_hi) = x.halo_widths();
             let g = x.dims();
             // SAFETY (both): the caller's contract, one width per grid axis.
