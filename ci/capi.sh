@@ -39,6 +39,11 @@ for n in 1 2 4; do
   timeout 300 "${mpirun[@]}" -n "$n" "$build/rk2d"
 done
 
+for t in auto tcp; do
+  echo "-- mpirun -n 4 churn, SODE_TRANSPORT=$t (300 exchanges made, run and freed: nothing accumulates)"
+  timeout 300 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=$t "$build/churn" 300
+done
+
 for n in 1 2 3 4; do
   echo "-- mpirun -n $n staggered (cells and nodes; the nodes on block edges never sent)"
   timeout 120 "${mpirun[@]}" -n "$n" "$build/staggered"
@@ -181,7 +186,7 @@ killed_peer() { # transport, what rank 0's message must name
   echo "-- a rank killed during an exchange, SODE_TRANSPORT=$1"
   local secret port status=0 pids=()
   secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(python3 ci/free_port.py)
   for r in 0 1; do
     SODE_TRANSPORT=$1 SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
       timeout 60 "$build/errors" kill > "$build/kill$r.log" 2>&1 &

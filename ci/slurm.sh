@@ -48,7 +48,7 @@ stop() {
   rm -rf "$dir"
 }
 trap stop EXIT
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$root/ci/free_port.py"; }
 
 host=$(hostname -s)
 mkdir -p "$dir/state" "$dir/spool" "$dir/munge" "$dir/tmp"

@@ -22,7 +22,7 @@ run() {
   local modes=("$1" "$2" "$3" "$4"); shift 4
   local secret port pids=() status=0
   secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  port=$(python3 "$root/ci/free_port.py")
   for r in 0 1 2 3; do
     SODE_RANK=$r SODE_SIZE=4 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
       SODE_ZERO_COPY=${modes[$r]} \

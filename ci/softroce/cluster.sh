@@ -19,7 +19,7 @@ guest=${SODE_CLUSTER_GUEST:-$here/cluster-guest.sh}
 kernel=$(bash "$here/install.sh" | tail -n 1)
 out=$(mktemp -d /tmp/sode-cluster.XXXXXX)
 trap 'rm -rf "$out"' EXIT
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$here/../free_port.py"; }
 wire=$(free_port)
 cmd=$(printf '%q ' "$@")
 job="cluster$$"

@@ -41,7 +41,7 @@ kernel=$(bash "$here/install.sh" | tail -n 1)
 out=$(mktemp -d /tmp/sode-three.XXXXXX)
 # SODE_KEEP=1 keeps the logs (the path is printed).
 if [ "${SODE_KEEP:-0}" = 1 ]; then echo "three-nodes: logs in $out" >&2; else trap 'rm -rf "$out"' EXIT; fi
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$root/ci/free_port.py"; }
 wire1=$(free_port)
 wire2=$(free_port)
 od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/secret"

@@ -8,7 +8,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 exe=${ZEROCOPY:-$root/target/capi-examples/zerocopy}
 [ -x "$exe" ] || { echo "zerocopy: $exe is missing: run ci/capi.sh first" >&2; exit 1; }
 secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(python3 "$root/ci/free_port.py")
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 SODE_RANK=1 SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \

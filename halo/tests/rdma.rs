@@ -317,11 +317,7 @@ fn a_bad_rkey_is_a_remote_access_error_naming_the_command() {
 /// rank 1 killing itself mid-exchange: how long rank 0 took to report it,
 /// after checking that it did, naming the dead peer, before its deadline.
 fn killed_peer_reported_after(wait: &str) -> Duration {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = sode_job::free_port().unwrap();
     let deadline_ms = 15_000u64;
     let spawn = |rank: usize| {
         Command::new(CHECK)

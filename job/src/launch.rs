@@ -204,9 +204,71 @@ impl LaunchInfo {
     }
 }
 
+/// A port on 127.0.0.1 that is free now, for a job's rendezvous (rank 0
+/// binds it later: `SODE_ROOT`). Another process taking it in between
+/// makes rank 0 fail with a clear bind error, so it is taken below the
+/// kernel's ephemeral range when it can be, where no outgoing connection
+/// (of this job's neighbours on the node, or of other jobs) is given it;
+/// successive calls in one process name different ports.
+///
+/// # Errors
+///
+/// [`JobError::Start`] when no port can be bound at all.
+pub fn free_port() -> Result<u16> {
+    use std::hash::{BuildHasher, Hasher};
+    use std::net::TcpListener;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if below > 20_000 {
+        let span = u64::from(below - 10_000);
+        // Random per process; a step of a prime apart per call.
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        let base = h.finish();
+        for _ in 0..64 {
+            let call = CALLS.fetch_add(1, Ordering::Relaxed);
+            let port = 10_000 + (base.wrapping_add(call.wrapping_mul(7_919)) % span) as u16;
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
+    Ok(TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| JobError::Start {
+            why: "cannot find a free port for SODE_ROOT".into(),
+            source: Some(e),
+        })?
+        .port())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_bindable_distinct_and_below_the_ephemeral_range() {
+        let below: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .ok()
+            .and_then(|r| r.split_whitespace().next()?.parse().ok())
+            .unwrap_or(32768);
+        let ports: Vec<u16> = (0..20).map(|_| free_port().unwrap()).collect();
+        let mut distinct = ports.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+        for &p in &ports {
+            assert!(
+                below <= 20_000 || p < below,
+                "{p} is in the ephemeral range from {below}"
+            );
+            std::net::TcpListener::bind(("127.0.0.1", p)).unwrap();
+        }
+    }
 
     fn vars<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
         move |k| {

@@ -2,7 +2,6 @@
 //! that start their own ranks when no launcher did.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -169,43 +168,12 @@ fn watch_signals() -> Result<Arc<AtomicBool>> {
     Ok(interrupted)
 }
 
-/// A free port for rank 0 to listen on. It is released before rank 0
-/// binds it; another process taking it in between makes rank 0 fail with
-/// a clear bind error, and the job with it. So it is taken below the
-/// kernel's ephemeral range when it can be, where no outgoing connection
-/// (of this job's neighbours on the node, or of other jobs) is given it.
-fn root_port() -> Result<u16> {
-    use std::hash::{BuildHasher, Hasher};
-    let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
-        .unwrap_or(32768);
-    if below > 20_000 {
-        let span = u64::from(below - 10_000);
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        for attempt in 0..64u64 {
-            h.write_u64(attempt ^ u64::from(std::process::id()));
-            let port = 10_000 + (h.finish() % span) as u16;
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
-            }
-        }
-    }
-    Ok(TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| JobError::Start {
-            why: "cannot find a free port for SODE_ROOT".into(),
-            source: Some(e),
-        })?
-        .port())
-}
-
 fn spawn_ranks(
     n: usize,
     program: &str,
     args: &[String],
 ) -> Result<(Vec<Rank>, Vec<JoinHandle<()>>)> {
-    let port = root_port()?;
+    let port = crate::launch::free_port()?;
     let job = format!("run{}-{}", std::process::id(), port);
     // The ranks prove to each other with it that they belong to this job;
     // the environment of a process is readable by its own user only.

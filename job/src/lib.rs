@@ -73,7 +73,7 @@ pub use backoff::{node_cores, Backoff, WaitPolicy, WAIT_VAR};
 pub use error::{JobError, Result};
 pub use external::{AllgatherFn, ExternalOob};
 pub use health::{Failure, HEALTH_TIMEOUT_VAR, SILENCE_REPORTED};
-pub use launch::{launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
+pub use launch::{free_port, launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
 pub use lifecycle::{Lifecycle, StateError};
 pub use node::NodeId;
 pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};

@@ -840,11 +840,7 @@ mod tests {
 
     #[test]
     fn a_root_bound_to_every_interface_is_advertised_at_a_routable_address() {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = crate::free_port().unwrap();
         let secret = Secret::from_hex(&"3c".repeat(32)).unwrap();
         let ranks: Vec<_> = (0..3)
             .map(|rank| {

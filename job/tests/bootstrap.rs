@@ -5,17 +5,13 @@
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use sode_job::{LaunchInfo, OutOfBand, Secret, TcpRendezvous, World};
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    sode_job::free_port().unwrap()
 }
 
 fn launch(rank: usize, size: usize, port: u16, secret: &Secret) -> LaunchInfo {

@@ -2,7 +2,7 @@
 //! job secret, and bytes that strangers send to a running rendezvous.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
@@ -60,11 +60,7 @@ impl Lcg {
 #[test]
 fn random_bytes_from_strangers_never_stop_a_rendezvous() {
     let secret = Secret::random().unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = sode_job::free_port().unwrap();
     let root: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let launch = |rank| LaunchInfo {
         rank,

@@ -23,13 +23,10 @@ pub fn rdma_available() -> bool {
     ok
 }
 
-/// A free loopback port for a job's rendezvous.
+/// A free loopback port for a job's rendezvous (below the kernel's
+/// ephemeral range: no outgoing connection takes it before rank 0 binds).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    sode_job::free_port().unwrap()
 }
 
 /// Rank `rank` of a job of `size` ranks run as threads of this process,
