@@ -80,6 +80,12 @@ for n in 1 2 3 4; do
   echo "-- mpirun -n $n explicit2d (Fortran: boxes between named ranks, in the arrays' own bounds)"
   timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/explicit2d"
 done
+for n in 1 2 3; do
+  echo "-- mpirun -n $n tiles (Fortran: two tiles a rank in one array, boxes to other ranks and to itself)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/tiles"
+done
+echo "-- mpirun -n 3 tiles over TCP"
+timeout 120 "${mpirun[@]}" -n 3 -x SODE_TRANSPORT=tcp "$fbuild/tiles"
 
 echo "-- a Fortran failure without ierr ends the whole job (MPI_Abort)"
 set +e

@@ -43,6 +43,7 @@ run 2 "$build/errors"
 for n in 2 4; do run "$n" "$fbuild/stencil3d"; done
 run 3 "$fbuild/ring1d"
 run 3 "$fbuild/explicit2d"
+run 3 "$fbuild/tiles"
 
 # A program without MPI meets its peers through Hydra's PMI-1 server.
 echo "-- mpirun.mpich -n 4 target/release/examples/stencil (sode's PMI bootstrap, no MPI)"
