@@ -18,20 +18,32 @@ extern "C" {
  * step (this call, each commit) completes within `timeout_s` (INFINITY: no
  * deadline; SODE_TIMEOUT_DEFAULT: SODE_TIMEOUT's) or fails with
  * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived;
- * the communicator is then unusable. */
+ * the communicator is then unusable.
+ * # Statuses
+ * SODE_ERR_NULL (`out`); SODE_ERR_BOOTSTRAP before MPI_Init, when
+ * MPI_Comm_dup fails, or as `sode_comm_create_allgather` returns it (which
+ * also gives SODE_ERR_ARG for a bad timeout). */
 int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out);
 
 /* The same for Fortran: `comm` is an `integer` handle (`comm%MPI_VAL` with
- * mpi_f08). */
+ * mpi_f08).
+ * # Statuses
+ * As `sode_comm_create_mpi`. */
 int sode_comm_create_mpi_f(MPI_Fint comm, double timeout_s, sode_comm **out);
 
 /* A Cartesian exchange from an MPI Cartesian communicator (MPI_Cart_create):
  * its dimensions, periodicity and this rank's coordinates. `sode` must have
- * been made from `cart` (or a communicator with the same ranks). */
+ * been made from `cart` (or a communicator with the same ranks).
+ * # Statuses
+ * SODE_ERR_ARG when `cart` has no Cartesian topology or this process's rank
+ * in it differs from its rank in `sode`; otherwise as
+ * `sode_exchange_create_cart`. */
 int sode_exchange_create_mpi_cart(sode_comm *sode, MPI_Comm cart, const int *halo_lo,
                                   const int *halo_hi, int shape, sode_exchange **out);
 
-/* The same for Fortran. */
+/* The same for Fortran.
+ * # Statuses
+ * As `sode_exchange_create_mpi_cart`. */
 int sode_exchange_create_mpi_cart_f(sode_comm *sode, MPI_Fint cart, const int *halo_lo,
                                     const int *halo_hi, int shape, sode_exchange **out);
 

@@ -110,7 +110,10 @@ fn c_reference(header: &str, mpi_header: &str) -> String {
          codes below, and leaves a message for `sode_last_error()` on the calling\n\
          thread (empty after success). `SODE_ERR_NULL`: a required pointer was null;\n\
          `SODE_ERR_ARG`: an argument was invalid; `SODE_ERR_STATE`: the call came in\n\
-         the wrong state. Calls on one communicator and its exchanges must not\n\
+         the wrong state. Each function's **Statuses** name the codes it returns\n\
+         besides `SODE_OK`, and when; any call may also return `SODE_ERR_INTERNAL`\n\
+         (a bug in sode, caught at the boundary: please report it with its\n\
+         message). Calls on one communicator and its exchanges must not\n\
          overlap (one thread at a time); `sode_version`, `sode_strerror` and\n\
          `sode_abi_version` may be called from any thread. Collective calls\n\
          (`sode_comm_create_*`, `sode_exchange_commit`) fail on every rank alike.\n\n\
@@ -232,6 +235,18 @@ fn the_c_reference_is_up_to_date() {
         );
     }
     assert!(reference.contains("| `SODE_ERR_TIMEOUT` | `4` |"));
+    // Every call that returns a status says which, and when.
+    let (functions, _) = c_items(&header);
+    let (mpi_functions, _) = c_items(&mpi_header);
+    for f in functions.iter().chain(&mpi_functions) {
+        let returns_status =
+            f.declaration.trim_start().starts_with("int ") && f.name != "sode_abi_version";
+        assert!(
+            !returns_status || f.doc.iter().any(|l| l == "# Statuses"),
+            "{} does not say which statuses it returns (a `# Statuses` section)",
+            f.name
+        );
+    }
     check(&repo().join("docs/reference-c.md"), &reference);
 }
 

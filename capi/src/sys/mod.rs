@@ -208,6 +208,9 @@ unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Resul
 /// and received from other ranks, and the number of neighbours. Local;
 /// `SODE_ERR_STATE` before the commit.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange` or `out`); `SODE_ERR_STATE` before the commit.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create*`, not freed; `out` valid for a
 /// write.
@@ -230,6 +233,10 @@ pub unsafe extern "C" fn sode_exchange_stats(exchange: *mut Exchange, out: *mut 
 /// on the node (or this rank itself) is one neighbour, every direction to
 /// it together; a rank on another node is one neighbour per direction of
 /// the process grid it lies in. Local.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange` or `out`); `SODE_ERR_STATE` before the commit;
+/// `SODE_ERR_ARG` for `i` out of range.
 ///
 /// # Safety
 /// As `sode_exchange_stats`.
@@ -264,6 +271,9 @@ pub unsafe extern "C" fn sode_exchange_neighbour_stats(
 
 /// Sets the counters of `sode_exchange_stats` to zero (after a warm-up,
 /// say). Local.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_STATE` before the commit.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create*`, not freed.
@@ -310,6 +320,10 @@ pub extern "C" fn sode_last_error() -> *const c_char {
 /// libraries built on sode (`libsode_mpi`, the Fortran module) to report
 /// their own failures the same way. A null `message` records an empty one.
 ///
+/// # Statuses
+/// `status`, whatever it is (the call records the message and hands the
+/// status back).
+///
 /// # Safety
 /// A non-null `message` must be a NUL-terminated string.
 #[no_mangle]
@@ -331,6 +345,14 @@ pub unsafe extern "C" fn sode_report_error(status: c_int, message: *const c_char
 /// variables; a process nothing launched is a job of one. Collective.
 /// `timeout_s` bounds this call and every later commit on the
 /// communicator (`INFINITY`: no deadline).
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`comm`); `SODE_ERR_ARG` for a timeout that is not a
+/// positive number of seconds, `INFINITY` or `SODE_TIMEOUT_DEFAULT`;
+/// `SODE_ERR_BOOTSTRAP` when the launcher's variables do not make sense (a
+/// rank beyond the size, a bad `SODE_JOB_SECRET`) or the ranks cannot meet (a
+/// rank that does not arrive within `timeout_s`, a refused or broken
+/// connection).
 ///
 /// # Safety
 /// `comm` must be valid for a write.
@@ -410,6 +432,13 @@ impl Drop for Lent {
 /// MPI communicator's): sode's ranks are its ranks. `release(ctx)` is
 /// called when the last handle using it is freed. Collective.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`allgather` or `comm`); `SODE_ERR_ARG` for a negative
+/// rank or size, or a timeout as `sode_comm_create_env` refuses;
+/// `SODE_ERR_BOOTSTRAP` for a rank not below `size`, when the allgather fails
+/// (its own non-zero return, with its message) or the ranks cannot connect
+/// within `timeout_s`.
+///
 /// # Safety
 /// `allgather` must be callable with `ctx` from the threads that make sode
 /// calls, until `release` is called; `comm` must be valid for a write.
@@ -448,6 +477,9 @@ pub unsafe extern "C" fn sode_comm_create_allgather(
 
 /// This rank in `comm`.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`comm` or `rank`).
+///
 /// # Safety
 /// `comm` from a `sode_comm_create_*`, not freed; `rank` valid for a write.
 #[no_mangle]
@@ -464,6 +496,9 @@ pub unsafe extern "C" fn sode_comm_rank(comm: *mut Comm, rank: *mut c_int) -> c_
 }
 
 /// The number of ranks in `comm`.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`comm` or `size`).
 ///
 /// # Safety
 /// `comm` from a `sode_comm_create_*`, not freed; `size` valid for a write.
@@ -490,6 +525,12 @@ pub unsafe extern "C" fn sode_comm_size(comm: *mut Comm, size: *mut c_int) -> c_
 /// bytes between nodes. `coords` receives this rank's place in the grid,
 /// for `sode_exchange_create_cart` on `*reordered`. Collective: every rank
 /// passes the same grid, and a rank's bad argument fails every rank.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (a required pointer); `SODE_ERR_ARG` for a grid that does
+/// not match the communicator's size or an invalid block, halo or shape (on
+/// every rank alike); `SODE_ERR_BOOTSTRAP` when the ranks cannot agree or
+/// meet again in time. Collective: every rank returns the same status.
 ///
 /// # Safety
 /// `comm` from a `sode_comm_create_*`; the arrays hold `ndims` values;
@@ -630,6 +671,9 @@ unsafe fn reorder_grid(
 /// Frees a communicator and sets `*comm` to NULL (exchanges made from it
 /// keep what they need). NULL or `*comm == NULL` is a no-op.
 ///
+/// # Statuses
+/// `SODE_OK` always (NULL and `*comm == NULL` included).
+///
 /// # Safety
 /// `*comm` from a `sode_comm_create_*`, not freed before.
 #[no_mangle]
@@ -654,6 +698,13 @@ pub unsafe extern "C" fn sode_comm_free(comm: *mut *mut Comm) -> c_int {
 /// (`halo_lo`) and above (`halo_hi`) the owned box per axis (the widest of
 /// any field), and `shape` (`SODE_STAR`, `SODE_STAR_EDGES`, `SODE_BOX`).
 /// Axis `a` of the grid is axis `a` (index position `a`) of every field.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`comm`, an array, or `exchange`); `SODE_ERR_ARG` for
+/// `ndims` outside 1 to 3, a negative value, a coordinate outside the grid, a
+/// halo wider than 2^20 cells, an unknown shape, or an invalid
+/// `SODE_TRANSPORT`. (A grid that does not match the communicator's ranks is
+/// found by the commit.)
 ///
 /// # Safety
 /// `comm` from a `sode_comm_create_*`; the arrays hold `ndims` values;
@@ -708,6 +759,10 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
 /// Before commit; ranks may choose differently (each side of a message
 /// decides for itself).
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for an unknown mode;
+/// `SODE_ERR_STATE` after the commit.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
@@ -744,6 +799,10 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
 /// `SODE_TRANSPORT_TCP` (TCP inside a node too). Overrides `SODE_TRANSPORT`.
 /// Before commit, the same on every rank.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for an unknown transport;
+/// `SODE_ERR_STATE` after the commit.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
@@ -779,6 +838,10 @@ pub unsafe extern "C" fn sode_exchange_set_transport(
 /// and received from named ranks, added with `sode_exchange_add_send` and
 /// `sode_exchange_add_recv`.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`comm` or `exchange`); `SODE_ERR_ARG` for `ndims` outside
+/// 1 to 8, or an invalid `SODE_TRANSPORT`.
+///
 /// # Safety
 /// `comm` from a `sode_comm_create_*`; `exchange` valid for a write.
 #[no_mangle]
@@ -803,6 +866,9 @@ pub unsafe extern "C" fn sode_exchange_create(
 /// each axis `k` starting at `lbounds[k]` (`sode_exchange_add_send_f`),
 /// and every field's first `ndims` dimensions starting there too; its
 /// messages count fields and dimensions from 1.
+///
+/// # Statuses
+/// As `sode_exchange_create`; `SODE_ERR_NULL` for a null `lbounds` too.
 ///
 /// # Safety
 /// As `sode_exchange_create`; `lbounds` holds `ndims` values.
@@ -887,6 +953,12 @@ unsafe fn add_box(
 /// of every field to `rank` each iteration; it fills that rank's receive
 /// from this one with the same `tag`.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`, `lo` or `size`); `SODE_ERR_ARG` for a rank
+/// outside the job, a negative tag, a box of no cells, or a box that leaves a
+/// field added before; `SODE_ERR_STATE` on a Cartesian exchange or after the
+/// commit.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create`, not freed; `lo` and `size` hold
 /// the exchange's `ndims` values.
@@ -907,6 +979,9 @@ pub unsafe extern "C" fn sode_exchange_add_send(
 
 /// Receives into the box `lo .. lo + size` of every field what `rank` sends
 /// this one with `tag`.
+///
+/// # Statuses
+/// As `sode_exchange_add_send`.
 ///
 /// # Safety
 /// As `sode_exchange_add_send`.
@@ -996,6 +1071,11 @@ unsafe fn add_box_f(
 /// `last[k]` (the arrays' own bounds, inclusive) of every field to `rank`;
 /// `n`, the indices each holds, must be the exchange's `ndims`.
 ///
+/// # Statuses
+/// As `sode_exchange_add_send`; `SODE_ERR_ARG` also when `n` is not the
+/// exchange's `ndims`, or a box starts below its lower bounds;
+/// `SODE_ERR_STATE` on an exchange not made by `sode_exchange_create_f`.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_f`, not freed; `first` and
 /// `last` hold `n` values.
@@ -1017,6 +1097,9 @@ pub unsafe extern "C" fn sode_exchange_add_send_f(
 
 /// The Fortran module's `sode_add_recv`: receives into the cells
 /// `first[k]` to `last[k]` of every field what `rank` sends with `tag`.
+///
+/// # Statuses
+/// As `sode_exchange_add_send_f`.
 ///
 /// # Safety
 /// As `sode_exchange_add_send_f`.
@@ -1154,6 +1237,13 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
 /// `base` is NULL (and only then) when sode keeps the fields
 /// (`sode_exchange_set_shared_fields`).
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`, an array, or `base` where the caller keeps
+/// the fields); `SODE_ERR_ARG` for an unknown type or order, a field that
+/// does not fit its array or whose halo exceeds the exchange's, a box that
+/// leaves it, a size that overflows, memory that cannot be had, or a `base`
+/// where sode keeps the fields; `SODE_ERR_STATE` after the commit.
+///
 /// # Safety
 /// `base` must stay valid for the whole array until the exchange is freed,
 /// and not be accessed by other threads during sode calls on it, nor, while
@@ -1193,6 +1283,11 @@ pub unsafe extern "C" fn sode_exchange_add_field(
 /// for an array in Fortran order with the bounds `lbounds(k):ubounds(k)`,
 /// owning `first(k):last(k)`, whose errors are told in those terms
 /// (dimensions counted from 1, the caller's own bounds).
+///
+/// # Statuses
+/// As `sode_exchange_add_field`, its messages in the array's own bounds;
+/// `SODE_ERR_ARG` also for lower bounds other than those of
+/// `sode_exchange_create_f`.
 ///
 /// # Safety
 /// As `sode_exchange_add_field`; the bound arrays hold `ndims` values.
@@ -1310,6 +1405,10 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
 /// As `sode_exchange_add_field`, with explicit `strides` (in elements, per
 /// axis) instead of an order: padded or sub-arrays.
 ///
+/// # Statuses
+/// As `sode_exchange_add_field`; `SODE_ERR_ARG` also for strides under which
+/// elements would overlap.
+///
 /// # Safety
 /// As `sode_exchange_add_field`; `strides` holds `ndims` values.
 #[no_mangle]
@@ -1350,6 +1449,9 @@ pub unsafe extern "C" fn sode_exchange_add_field_strided(
 /// The number of fields added to `exchange` so far (they are numbered
 /// from 0 in that order).
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange` or `count`).
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `count` valid for
 /// a write.
@@ -1377,6 +1479,12 @@ pub unsafe extern "C" fn sode_exchange_field_count(
 /// halo of `d`, the neighbour below receives the `d` cells after the
 /// shared one. Before commit, on a Cartesian exchange; every rank the same
 /// (commit checks).
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a field that does not
+/// exist, a negative count, an overlap along an axis the grid does not split,
+/// owned cells too few for the halo and the overlap, or an explicit exchange;
+/// `SODE_ERR_STATE` after the commit.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; the arrays NULL or
@@ -1424,6 +1532,15 @@ unsafe fn with_exchange(
 /// Checks the exchange across the job and sets up its channels.
 /// Collective: every rank returns the same status.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_STATE` when committed already;
+/// `SODE_ERR_ARG` for an exchange without fields or whose fields do not fit
+/// its decomposition; `SODE_ERR_MISMATCH` when the ranks describe different
+/// exchanges (named: which ranks, which field or box); `SODE_ERR_BOOTSTRAP`
+/// or `SODE_ERR_TIMEOUT` when the ranks cannot meet within the communicator's
+/// timeout; `SODE_ERR_CHANNEL` when a channel cannot be set up (shared
+/// memory, RDMA, TCP). Collective: every rank returns the same status.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
@@ -1438,6 +1555,11 @@ pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut Exchange) -> c_int 
 /// NUL-terminated, cut short when too small; `buf` may be NULL when `size`
 /// is 0); `*needed` (when not NULL) receives the bytes the whole text needs,
 /// its NUL included.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`, or `buf` with a `size` above 0);
+/// `SODE_ERR_STATE` before the commit. A text cut short is no error
+/// (`*needed` says how much it wanted).
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `buf` valid for
@@ -1481,6 +1603,10 @@ pub unsafe extern "C" fn sode_exchange_describe(
 /// `sode_exchange_start_set` exchanges one set (then wait or test as
 /// usual). Before commit, the same on every rank.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for `sets` outside 1 to 16;
+/// `SODE_ERR_STATE` once fields were added, or after the commit.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
@@ -1511,6 +1637,11 @@ pub unsafe extern "C" fn sode_exchange_set_shared_fields(
 /// completes it returns. Between the two, the cells it sends must not be
 /// written nor its halos read (as with MPI's buffers).
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange` or `array`); `SODE_ERR_ARG` for a set or field
+/// that does not exist; `SODE_ERR_STATE` before the commit or when the caller
+/// keeps the fields.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, committed, not freed; `array`
 /// valid for a write.
@@ -1537,6 +1668,12 @@ pub unsafe extern "C" fn sode_exchange_shared_field(
 /// Starts exchanging shared set `set` of the fields sode keeps (see
 /// `sode_exchange_set_shared_fields`); returns at once.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a set that does not
+/// exist; `SODE_ERR_STATE` before the commit, while the previous exchange is
+/// in flight, or when the caller keeps the fields; `SODE_ERR_CHANNEL` when a
+/// neighbour is gone.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
@@ -1556,6 +1693,11 @@ pub unsafe extern "C" fn sode_exchange_start_set(exchange: *mut Exchange, set: c
 
 /// Packs every field's faces (but those read in place, see
 /// `sode_exchange_add_field`) and starts the exchange; returns at once.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_STATE` before the commit, while
+/// the previous exchange is in flight, or when sode keeps the fields;
+/// `SODE_ERR_CHANNEL` when a neighbour or the job failed.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
@@ -1577,6 +1719,11 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
 /// `sode_exchange_set_zero_copy`) cannot be given another array (its own,
 /// given again, is fine): `SODE_ERR_ARG`, nothing started. Allocates
 /// nothing.
+///
+/// # Statuses
+/// As `sode_exchange_start`; `SODE_ERR_NULL` for a null `arrays` with
+/// `nfields` above 0; `SODE_ERR_ARG` for a count other than the fields', or
+/// another array for a field whose faces travel in place over RDMA.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds
@@ -1626,6 +1773,11 @@ pub unsafe extern "C" fn sode_exchange_start_arrays(
 /// in place over RDMA (see `sode_exchange_set_zero_copy`): `SODE_ERR_ARG`,
 /// nothing started. Allocates nothing.
 ///
+/// # Statuses
+/// As `sode_exchange_start_arrays`; `SODE_ERR_ARG` also for a field that does
+/// not exist or is listed twice, or one left out whose faces travel in place
+/// over RDMA.
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `fields` holds
 /// `nfields` values; `arrays` is NULL or holds `nfields` pointers, with
@@ -1653,6 +1805,9 @@ pub unsafe extern "C" fn sode_exchange_start_fields(
 /// The Fortran module's `sode_start_fields`: as
 /// `sode_exchange_start_fields` with the fields numbered from 1 and
 /// `narrays` arrays (0: the fields' own).
+///
+/// # Statuses
+/// As `sode_exchange_start_fields`, fields numbered from 1.
 ///
 /// # Safety
 /// As `sode_exchange_start_fields`; `arrays` holds `narrays` pointers.
@@ -1721,6 +1876,11 @@ unsafe fn start_fields(
 /// One pass: `*done` is 1 once every halo has arrived and is unpacked
 /// (the exchange is then complete), else 0.
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange` or `done`); `SODE_ERR_STATE` before the commit
+/// or when nothing was started; `SODE_ERR_CHANNEL` when a neighbour or the
+/// job failed (naming the rank).
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `done` valid for a
 /// write.
@@ -1743,6 +1903,14 @@ pub unsafe extern "C" fn sode_exchange_test(exchange: *mut Exchange, done: *mut 
 /// the job's health all the same); `SODE_TIMEOUT_DEFAULT` waits as long
 /// as `SODE_TIMEOUT` says (no deadline when it is unset).
 ///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a timeout that is not a
+/// positive number of seconds, `INFINITY` or `SODE_TIMEOUT_DEFAULT`;
+/// `SODE_ERR_STATE` before the commit or when nothing was started;
+/// `SODE_ERR_TIMEOUT` when the time ran out (the exchange is still in flight:
+/// wait again); `SODE_ERR_CHANNEL` when a neighbour or the job failed (naming
+/// the rank).
+///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
@@ -1755,6 +1923,10 @@ pub unsafe extern "C" fn sode_exchange_wait(exchange: *mut Exchange, timeout_s: 
 /// Frees an exchange and sets `*exchange` to NULL; refused
 /// (`SODE_ERR_STATE`, nothing freed) while an exchange is in flight. NULL
 /// or `*exchange == NULL` is a no-op.
+///
+/// # Statuses
+/// `SODE_ERR_STATE` while an exchange is in flight (nothing freed: wait
+/// first); `SODE_OK` otherwise (NULL and `*exchange == NULL` included).
 ///
 /// # Safety
 /// `*exchange` from `sode_exchange_create_*`, not freed before.
