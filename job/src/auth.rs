@@ -8,7 +8,11 @@
 //! 2. `C` → `A`: a 32-byte random challenge `c` and
 //!    `HMAC(secret, "sode/1 connect" ‖ a ‖ c)`.
 //! 3. `A` checks it (in constant time) and answers
-//!    `HMAC(secret, "sode/1 accept" ‖ a ‖ c)`, which `C` checks.
+//!    `HMAC(secret, "sode/1 accept" ‖ a ‖ c)`, which `C` checks; or, when
+//!    the proof is wrong, answers the fixed 32 bytes [`REFUSED`] and
+//!    closes, so that a rank given another secret fails at once, naming
+//!    it, instead of dialling again until its deadline. (A stranger learns
+//!    only that it does not hold the secret, which it knew.)
 //!
 //! Both sides then derive `k = HMAC(secret, "sode/1 session" ‖ a ‖ c)` and
 //! every frame carries `HMAC(k, direction ‖ sequence ‖ body)`, so a frame
@@ -35,6 +39,10 @@ pub const SECRET_VAR: &str = "SODE_JOB_SECRET";
 /// Bytes of a challenge and of a tag.
 const NONCE: usize = 32;
 const TAG: usize = 32;
+
+/// The answer to a wrong proof, in place of the acceptor's tag: no
+/// HMAC-SHA-256 output is this string but with probability 2^-256.
+const REFUSED: [u8; TAG] = *b"sode/1 refused: not this job's!!";
 
 /// How long one connection may take to prove itself: a silent or slow
 /// stranger holds the accept loop no longer than this.
@@ -184,6 +192,9 @@ impl Session {
         write_all(&mut s, &[&c[..], &proof[..]].concat(), whom)?;
         let mut answer = [0u8; TAG];
         read_exact_by(&mut s, &mut answer, deadline, whom)?;
+        if answer == REFUSED {
+            return Err(JobError::SecretRefused { whom: whom.into() });
+        }
         if !verify(&secret.0, b"sode/1 accept", &[&a, &c], &answer) {
             return Err(not_in_job(whom));
         }
@@ -201,6 +212,8 @@ impl Session {
         read_exact_by(&mut s, &mut reply, deadline, whom)?;
         let (c, proof) = reply.split_at(NONCE);
         if !verify(&secret.0, b"sode/1 connect", &[&a, c], proof) {
+            // Best effort: the connection is dropped either way.
+            let _ = s.write_all(&REFUSED);
             return Err(not_in_job(whom));
         }
         let answer = secret.mac(b"sode/1 accept", &[&a, c]);
@@ -395,9 +408,12 @@ mod tests {
         let (c, a) = pair(Secret::random().unwrap(), Secret::random().unwrap());
         let e = a.unwrap_err().to_string();
         assert!(e.contains("does not belong to this job"), "{e}");
+        // Told, not left to guess: a lost connection would be dialled again.
+        let e = c.unwrap_err();
         assert!(
-            c.is_err(),
-            "the connector must not trust an acceptor that did not prove itself"
+            matches!(e, JobError::SecretRefused { .. })
+                && e.to_string().contains("SODE_JOB_SECRET"),
+            "{e}"
         );
     }
 

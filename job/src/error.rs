@@ -61,6 +61,13 @@ pub enum JobError {
         /// The other side.
         whom: String,
     },
+    /// The other side refused this rank's proof: the two were given
+    /// different job secrets.
+    #[error("{whom} refused this rank: the two hold different job secrets (SODE_JOB_SECRET); give every rank of the job the same one, or none and let the launcher choose")]
+    SecretRefused {
+        /// The side that refused.
+        whom: String,
+    },
     /// A rank named as a peer does not exist or is this rank.
     #[error("rank {peer} cannot be a peer: {why}")]
     UnknownPeer {
