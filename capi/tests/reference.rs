@@ -146,9 +146,129 @@ fn c_reference(header: &str, mpi_header: &str) -> String {
     out
 }
 
+/// Marks a procedure that takes `ierr` among the words of its body.
+const IERR: &str = " ierr";
+
+type Words = std::collections::BTreeMap<String, std::collections::BTreeSet<String>>;
+
+/// Each interface name of the module and the C function it binds.
+fn c_bindings(joined: &str) -> std::collections::BTreeMap<String, String> {
+    let mut binds = std::collections::BTreeMap::new();
+    for line in joined.lines() {
+        let t = line.trim();
+        if let (Some(f), Some(at)) = (t.strip_prefix("function "), t.find("bind(C, name=\"")) {
+            let name = f.split('(').next().unwrap_or_default().trim().to_string();
+            let c = t[at + 14..].split('"').next().unwrap_or_default();
+            binds.insert(name, c.to_string());
+        }
+    }
+    binds
+}
+
+/// Each procedure's body as the words of its code (no comment, no string:
+/// `fortran_names` lists every routine's name in strings), with [`IERR`]
+/// for one that takes `ierr`; a generic interface's are its procedures.
+fn procedure_words(module: &str) -> Words {
+    let joined = module.replace("&\n", " ");
+    let mut bodies = Words::new();
+    let mut current: Option<String> = None;
+    let heads = [
+        "subroutine ",
+        "function ",
+        "integer function ",
+        "integer(c_int) function ",
+    ];
+    for line in joined.lines() {
+        let t = line.trim();
+        if t.starts_with("end subroutine") || t.starts_with("end function") {
+            current = None;
+            continue;
+        }
+        let head = heads.iter().find_map(|p| t.strip_prefix(p));
+        if let (None, Some(h)) = (&current, head) {
+            if !t.contains("bind(C") {
+                let name = h.split('(').next().unwrap_or_default().trim().to_string();
+                let args = h.split(['(', ')']).nth(1).unwrap_or_default();
+                if args.split(',').any(|a| a.trim() == "ierr") {
+                    bodies.entry(name.clone()).or_default().insert(IERR.into());
+                }
+                current = Some(name);
+                continue;
+            }
+        }
+        if let Some(name) = &current {
+            let code = t.split('!').next().unwrap_or_default();
+            let code: Vec<&str> = code.split(['\'', '"']).step_by(2).collect();
+            let words = code
+                .join(" ")
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>();
+            bodies.entry(name.clone()).or_default().extend(words);
+        }
+    }
+    let mut generic: Option<String> = None;
+    for line in module.lines() {
+        let t = line.trim();
+        if let Some(name) = t.strip_prefix("interface sode_") {
+            generic = Some(format!("sode_{}", name.trim()));
+        } else if t.starts_with("end interface") {
+            generic = None;
+        } else if let (Some(g), Some(list)) = (&generic, t.strip_prefix("module procedure ")) {
+            let used = list.split(',').map(|w| w.trim().to_string());
+            bodies.entry(g.clone()).or_default().extend(used);
+        }
+    }
+    bodies
+}
+
+/// The C functions each of the module's procedures that take `ierr`
+/// calls, directly or through the module's other procedures: the statuses
+/// its `ierr` can receive are theirs.
+fn c_calls(module: &str) -> Words {
+    let binds = c_bindings(&module.replace("&\n", " "));
+    let bodies = procedure_words(module);
+    let takes_ierr = |name: &String| {
+        bodies[name].contains(IERR)
+            || bodies[name]
+                .iter()
+                .any(|w| bodies.get(w).is_some_and(|m| m.contains(IERR)))
+    };
+    let mut calls = Words::new();
+    for name in bodies.keys().filter(|n| takes_ierr(n)) {
+        let (mut seen, mut todo) = (std::collections::BTreeSet::new(), vec![name.clone()]);
+        let mut c = std::collections::BTreeSet::new();
+        while let Some(n) = todo.pop() {
+            if !seen.insert(n.clone()) {
+                continue;
+            }
+            for w in bodies.get(&n).into_iter().flatten() {
+                if let Some(f) = binds.get(w) {
+                    c.insert(f.clone());
+                } else if bodies.contains_key(w) {
+                    todo.push(w.clone());
+                }
+            }
+        }
+        // Reporting the module's own failures, and ending the job, are no
+        // statuses of their own.
+        let own = [
+            "sode_report_error",
+            "sode_last_error",
+            "sode_mpi_abort",
+            "sode_strerror",
+        ];
+        c.retain(|f| f.starts_with("sode_") && !own.contains(&f.as_str()));
+        calls.insert(name.clone(), c);
+    }
+    calls
+}
+
 /// The module's public procedures and interfaces, each with its `!>`
 /// comment.
 fn fortran_reference(module: &str) -> String {
+    let calls = c_calls(module);
     let mut out = String::from(
         "# Fortran reference\n\n\
          Generated from `capi/fortran/sode.f90` by\n\
@@ -192,6 +312,18 @@ fn fortran_reference(module: &str) -> String {
                     "\n### `{name}`\n\n```fortran\n{signature}\n```\n\n{}\n",
                     doc.join("\n")
                 ));
+                let c: Vec<String> = calls
+                    .get(name)
+                    .into_iter()
+                    .flatten()
+                    .map(|f| format!("`{f}`"))
+                    .collect();
+                if !c.is_empty() {
+                    out.push_str(&format!(
+                        "\n**Statuses** (`ierr`): those of {} in the C reference.\n",
+                        c.join(", ")
+                    ));
+                }
                 doc.clear();
             }
             _ => {
@@ -263,6 +395,25 @@ fn the_fortran_reference_is_up_to_date() {
         assert!(
             reference.contains(&format!("### `{name}`")),
             "{name} missing"
+        );
+    }
+    // Each routine's statuses are those of the C functions it calls.
+    for (routine, c) in [
+        ("sode_wait", "`sode_exchange_wait`"),
+        ("sode_add_field", "`sode_exchange_add_field_f`"),
+        ("sode_comm_reorder_cart", "`sode_comm_reorder_cart`"),
+        ("sode_start_set", "`sode_exchange_start_set`"),
+    ] {
+        let section = reference
+            .split(&format!("### `{routine}`"))
+            .nth(1)
+            .and_then(|s| s.split("\n### ").next())
+            .unwrap_or_default();
+        assert!(
+            section.contains(&format!(
+                "**Statuses** (`ierr`): those of {c} in the C reference"
+            )),
+            "{routine}: {section}"
         );
     }
     check(&repo().join("docs/reference-fortran.md"), &reference);
