@@ -1,0 +1,216 @@
+//! The C ABI's hot path allocates nothing either: after a warm-up,
+//! `sode_exchange_start`, `sode_exchange_start_arrays`,
+//! `sode_exchange_start_fields`, every `sode_exchange_test` poll and
+//! `sode_exchange_wait` make no heap allocation, counted per thread by this
+//! test binary's allocator (`allocation-counter`). Two ranks run as two
+//! threads of this process, meeting through an allgather of their own
+//! (`sode_comm_create_allgather`), over shared memory and over TCP.
+
+// It calls the C ABI as a C program does, through its `unsafe` functions.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_void};
+use std::sync::{Arc, Barrier, Mutex};
+
+use sode_capi::sys::*;
+use sode_capi::{
+    SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP,
+};
+
+/// Cells a side, halo included.
+const SIDE: usize = 34;
+
+/// The ranks' meeting place: each call, every rank's bytes side by side.
+struct Hub {
+    barrier: Barrier,
+    slots: Mutex<Vec<Vec<u8>>>,
+}
+
+/// One rank's context for [`gather`].
+struct Lent {
+    hub: Arc<Hub>,
+    rank: usize,
+}
+
+unsafe extern "C" fn gather(
+    mine: *const c_void,
+    all: *mut c_void,
+    bytes: usize,
+    ctx: *mut c_void,
+) -> c_int {
+    // SAFETY: `ctx` is the `Lent` handed to sode_comm_create_allgather,
+    // `mine` holds `bytes` bytes and `all` two ranks' worth (its contract).
+    let (lent, mine, all) = unsafe {
+        let lent = &*(ctx as *const Lent);
+        let mine = std::slice::from_raw_parts(mine.cast::<u8>(), bytes);
+        let all = std::slice::from_raw_parts_mut(all.cast::<u8>(), bytes * 2);
+        (lent, mine, all)
+    };
+    lent.hub.slots.lock().unwrap()[lent.rank] = mine.to_vec();
+    lent.hub.barrier.wait();
+    for (r, slot) in lent.hub.slots.lock().unwrap().iter().enumerate() {
+        all[r * bytes..(r + 1) * bytes].copy_from_slice(slot);
+    }
+    // No rank writes the next call's bytes before both have read these.
+    lent.hub.barrier.wait();
+    0
+}
+
+unsafe extern "C" fn release(ctx: *mut c_void) {
+    // SAFETY: the `Box<Lent>` leaked at creation, released once.
+    drop(unsafe { Box::from_raw(ctx.cast::<Lent>()) });
+}
+
+/// Allocations counted in one rank's steady state.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+struct Counts {
+    starts: u64,
+    polls: u64,
+    waits: u64,
+    poll_calls: u64,
+}
+
+fn ok(rc: c_int, what: &str) {
+    assert_eq!(rc, SODE_OK, "{what}: {}", last_error());
+}
+
+fn last_error() -> String {
+    // SAFETY: sode_last_error returns a NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(sode_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// One rank: a periodic 2 x 1 grid, two fields, `iters` iterations after
+/// a warm-up of each kind of start.
+fn rank(hub: Arc<Hub>, me: usize, transport: c_int, iters: usize) -> Counts {
+    let lent = Box::into_raw(Box::new(Lent { hub, rank: me })).cast::<c_void>();
+    let mut comm = std::ptr::null_mut();
+    // SAFETY (every call below): valid handles and arrays of the sizes the
+    // calls document, alive until the exchange and communicator are freed.
+    unsafe {
+        ok(
+            sode_comm_create_allgather(
+                me as c_int,
+                2,
+                Some(gather),
+                lent,
+                Some(release),
+                30.0,
+                &mut comm,
+            ),
+            "comm",
+        );
+        let (dims, coords, periodic, halo) = ([2, 1], [me as c_int, 0], [1, 1], [1, 1]);
+        let mut x = std::ptr::null_mut();
+        ok(
+            sode_exchange_create_cart(
+                comm,
+                2,
+                dims.as_ptr(),
+                coords.as_ptr(),
+                periodic.as_ptr(),
+                halo.as_ptr(),
+                halo.as_ptr(),
+                SODE_BOX,
+                &mut x,
+            ),
+            "create",
+        );
+        ok(sode_exchange_set_transport(x, transport), "transport");
+        let mut fields = vec![vec![me as f64; SIDE * SIDE]; 3];
+        let (ext, lo, own) = ([SIDE as i64; 2], [1i64; 2], [SIDE as i64 - 2; 2]);
+        for f in &mut fields[..2] {
+            ok(
+                sode_exchange_add_field(
+                    x,
+                    f.as_mut_ptr().cast(),
+                    SODE_F64,
+                    2,
+                    ext.as_ptr(),
+                    lo.as_ptr(),
+                    own.as_ptr(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    SODE_ORDER_C,
+                ),
+                "add",
+            );
+        }
+        ok(sode_exchange_commit(x), "commit");
+        // Field 0 on its own array, field 1 on the third: a stage array.
+        let arrays: [*mut c_void; 2] = [std::ptr::null_mut(), fields[2].as_mut_ptr().cast()];
+        let one = [1 as c_int];
+        let starts: [&dyn Fn() -> c_int; 3] = [
+            &|| sode_exchange_start(x),
+            &|| sode_exchange_start_arrays(x, 2, arrays.as_ptr()),
+            &|| sode_exchange_start_fields(x, 1, one.as_ptr(), std::ptr::null()),
+        ];
+        let mut c = Counts::default();
+        for it in 0..iters + 6 {
+            // Each kind of start twice before counting.
+            let warm = u64::from(it >= 6);
+            let n = allocation_counter::measure(|| ok(starts[it % 3](), "start"));
+            c.starts += warm * n.count_total;
+            let mut done: c_int = 0;
+            while done == 0 {
+                let n =
+                    allocation_counter::measure(|| ok(sode_exchange_test(x, &mut done), "test"));
+                c.polls += warm * n.count_total;
+                c.poll_calls += warm;
+            }
+            ok(sode_exchange_start(x), "start after test");
+            let n = allocation_counter::measure(|| ok(sode_exchange_wait(x, 30.0), "wait"));
+            c.waits += warm * n.count_total;
+        }
+        ok(sode_exchange_free(&mut x), "free");
+        ok(sode_comm_free(&mut comm), "free comm");
+        // Row 0 (a halo from the other rank along axis 0) holds its
+        // number: the exchange ran.
+        let other = (1 - me) as f64;
+        assert_eq!(fields[0][1], other, "rank {me}: halo row of field 0");
+        c
+    }
+}
+
+fn counted(transport: c_int, iters: usize) -> Vec<Counts> {
+    let hub = Arc::new(Hub {
+        barrier: Barrier::new(2),
+        slots: Mutex::new(vec![Vec::new(); 2]),
+    });
+    let ranks: Vec<_> = (0..2)
+        .map(|me| {
+            let hub = hub.clone();
+            std::thread::spawn(move || rank(hub, me, transport, iters))
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+fn assert_none(what: &str, counts: &[Counts]) {
+    for (r, c) in counts.iter().enumerate() {
+        println!("{what}, rank {r}: {c:?}");
+        assert!(c.poll_calls > 0, "{what}: no test poll was counted");
+        assert_eq!(
+            (c.starts, c.polls, c.waits),
+            (0, 0, 0),
+            "{what}, rank {r}: allocations in starts, {} test polls, waits",
+            c.poll_calls
+        );
+    }
+}
+
+#[test]
+fn the_c_abi_allocates_nothing_in_start_test_and_wait() {
+    assert_none("shared memory", &counted(SODE_TRANSPORT_SHM, 60));
+    assert_none("TCP", &counted(SODE_TRANSPORT_TCP, 30));
+}
+
+#[test]
+fn the_counter_sees_an_allocation() {
+    // A test that cannot fail is no test: the counter counts this thread's.
+    let n = allocation_counter::measure(|| {
+        std::hint::black_box(vec![1u8; 100]);
+    });
+    assert!(n.count_total >= 1);
+}
