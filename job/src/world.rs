@@ -171,6 +171,7 @@ impl World {
         deadline: Instant,
     ) -> Result<World> {
         let (rank, size) = (oob.rank(), oob.size());
+        crate::diag::raise_descriptor_limit();
         let nets = crate::routes::host_nets();
         let relay_listener = RelayListener::bind(&nets)?;
         let mine = Introduction {
