@@ -21,16 +21,10 @@ const SIZES: [usize; 6] = [8, 512, 4096, 32 << 10, 256 << 10, 1 << 20];
 const SHAPES: [(usize, usize); 4] = [(1, 1), (1, 2), (2, 1), (4, 1)];
 
 fn world(rank: usize, port: u16) -> World {
+    let secret = Secret::from_hex(&"4d".repeat(32)).expect("hex");
     let launch = LaunchInfo {
-        rank,
-        size: 2,
-        local_rank: None,
         job_id: (rank == 0).then(|| "rdma-bench".to_string()),
-        root: Some(format!("127.0.0.1:{port}")),
-        secret: Some(Secret::from_hex(&"4d".repeat(32)).expect("hex")),
-        source: "bench",
-        pmix: false,
-        pmi: false,
+        ..LaunchInfo::loopback(rank, 2, port, secret)
     };
     World::init_with(&launch, Duration::from_secs(60)).expect("world")
 }

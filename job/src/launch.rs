@@ -188,6 +188,24 @@ impl LaunchInfo {
         })
     }
 
+    /// Rank `rank` of a job of `size` ranks that meet at `port` on this
+    /// machine's loopback, proving themselves with `secret`: ranks run as
+    /// threads of one process (tests, benchmarks) or started by hand. Rank
+    /// 0 listens there (see [`free_port`]); set `job_id` to name the job.
+    pub fn loopback(rank: usize, size: usize, port: u16, secret: Secret) -> LaunchInfo {
+        LaunchInfo {
+            rank,
+            size,
+            local_rank: None,
+            job_id: None,
+            root: Some(format!("127.0.0.1:{port}")),
+            secret: Some(secret),
+            source: "loopback",
+            pmix: false,
+            pmi: false,
+        }
+    }
+
     /// A job of one process, as when nothing launched it.
     pub fn single() -> LaunchInfo {
         LaunchInfo {

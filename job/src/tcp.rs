@@ -846,15 +846,8 @@ mod tests {
             .map(|rank| {
                 let host = if rank == 0 { "0.0.0.0" } else { "127.0.0.1" };
                 let launch = LaunchInfo {
-                    rank,
-                    size: 3,
-                    local_rank: None,
-                    job_id: None,
                     root: Some(format!("{host}:{port}")),
-                    secret: Some(secret.clone()),
-                    source: "test",
-                    pmix: false,
-                    pmi: false,
+                    ..LaunchInfo::loopback(rank, 3, port, secret.clone())
                 };
                 std::thread::spawn(move || {
                     TcpRendezvous::join(&launch, Instant::now() + Duration::from_secs(20)).unwrap()

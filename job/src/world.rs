@@ -534,15 +534,8 @@ mod tests {
 
     fn launch_info(rank: usize, size: usize, port: u16) -> LaunchInfo {
         LaunchInfo {
-            rank,
-            size,
-            local_rank: None,
             job_id: (rank == 0).then(|| "t-job".to_string()),
-            root: Some(format!("127.0.0.1:{port}")),
-            secret: Some(secret()),
-            source: "test",
-            pmix: false,
-            pmi: false,
+            ..LaunchInfo::loopback(rank, size, port, secret())
         }
     }
 

@@ -16,15 +16,8 @@ fn free_port() -> u16 {
 
 fn launch(rank: usize, size: usize, port: u16, secret: &Secret) -> LaunchInfo {
     LaunchInfo {
-        rank,
-        size,
-        local_rank: None,
         job_id: Some("attacked".into()),
-        root: Some(format!("127.0.0.1:{port}")),
-        secret: Some(secret.clone()),
-        source: "test",
-        pmix: false,
-        pmi: false,
+        ..LaunchInfo::loopback(rank, size, port, secret.clone())
     }
 }
 

@@ -63,15 +63,8 @@ fn random_bytes_from_strangers_never_stop_a_rendezvous() {
     let port = sode_job::free_port().unwrap();
     let root: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let launch = |rank| LaunchInfo {
-        rank,
-        size: 2,
-        local_rank: None,
         job_id: Some("fuzzed".into()),
-        root: Some(root.to_string()),
-        secret: Some(secret.clone()),
-        source: "test",
-        pmix: false,
-        pmi: false,
+        ..LaunchInfo::loopback(rank, 2, port, secret.clone())
     };
     let l0 = launch(0);
     let rank0 = std::thread::spawn(move || World::init_with(&l0, Duration::from_secs(60)));

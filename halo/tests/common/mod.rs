@@ -32,16 +32,10 @@ pub fn free_port() -> u16 {
 /// Rank `rank` of a job of `size` ranks run as threads of this process,
 /// meeting at `port` on loopback.
 pub fn thread_world(rank: usize, size: usize, port: u16, job: &str) -> World {
+    let secret = Secret::from_hex(&"3c".repeat(32)).unwrap();
     let launch = LaunchInfo {
-        rank,
-        size,
-        local_rank: None,
         job_id: (rank == 0).then(|| job.to_string()),
-        root: Some(format!("127.0.0.1:{port}")),
-        secret: Some(Secret::from_hex(&"3c".repeat(32)).unwrap()),
-        source: "test",
-        pmix: false,
-        pmi: false,
+        ..LaunchInfo::loopback(rank, size, port, secret)
     };
     World::init_with(&launch, Duration::from_secs(30)).unwrap()
 }
