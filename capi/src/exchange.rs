@@ -13,7 +13,7 @@ use crate::error::{CapiError, Result};
 use crate::explicit::{self, BoxMessage};
 use crate::field::{FieldSpec, Overlap, Piece};
 use crate::inplace;
-use crate::sys::UserMemory;
+use crate::sys::memory::UserMemory;
 use crate::SODE_OK;
 
 /// A field added to an exchange: its description and its memory.

@@ -12,8 +12,8 @@ use sode_job::World;
 
 use crate::bounded::BoundedExchange;
 use crate::error::{HaloError, Result};
-use crate::exchange::Transport;
 use crate::links::{Link, LinkExchange, Message};
+use crate::settings::Transport;
 
 /// Builds an [`AllToAll`]; collective over the job.
 #[derive(Debug)]

@@ -54,21 +54,23 @@ mod model;
 #[cfg(feature = "rdma")]
 pub mod plan;
 mod reorder;
+mod settings;
 mod stats;
 
 pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};
-pub use channel::Locality;
+pub use channel::{Locality, Span};
 pub use decomp::{
     axes_name, copy_run, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour,
     Region, Stencil,
 };
 pub use error::{HaloError, Result};
-pub use exchange::{HaloExchange, HaloExchangeBuilder, Model, SyncMode, Transport};
+pub use exchange::{HaloExchange, HaloExchangeBuilder};
 pub use links::{
-    InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets, Sides, Span,
+    InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets, Sides,
 };
 pub use reorder::{reorder, Reordered};
+pub use settings::{Model, SyncMode, Transport};
 pub use sode_shm::{PeerCalibration, Run};
 #[cfg(feature = "rdma")]
 pub use sode_transport::UserMemory;

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use sode_job::{Backoff, Lifecycle, World};
 use sode_scheduler::Algorithm;
 
-use crate::channel::{Channel, Locality, ShmChannel, TcpChannel, TcpMessage};
+use crate::channel::{Channel, Locality, ShmChannel, Span, TcpChannel, TcpMessage};
 use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
-use crate::exchange::{Model, SyncMode, Transport};
+use crate::settings::{Model, SyncMode, Transport};
 use crate::stats::{ExchangeStats, Meter, NeighbourStats};
 
 /// One message: bytes per iteration, and a tag that tells it apart from the
@@ -45,19 +45,6 @@ pub struct Link {
     pub offset: Vec<i32>,
     /// How errors and reports name it (`rank 3 (NE)`).
     pub name: String,
-}
-
-/// `len` bytes at `offset` of the memory lent as number `memory` (see
-/// [`LinkExchangeBuilder::lend`]): a run of a message read or received in
-/// place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Span {
-    /// Which lent memory.
-    pub memory: usize,
-    /// Where the run starts in it.
-    pub offset: usize,
-    /// Bytes.
-    pub len: usize,
 }
 
 /// A link's messages in place: the runs of lent memory its send is read

@@ -23,8 +23,8 @@ use sode_scheduler::placement::{capped_graph, default_bound};
 
 use crate::distance::{gather, layout_of, measure_round_trips, Numa, RoundTrip};
 use crate::error::{HaloError, Result};
-use crate::exchange::Transport;
 use crate::links::{check_links, Link, LinkExchange, Message};
+use crate::settings::Transport;
 use plan::{Declared, RankPlan, Source};
 
 /// The tag of the messages between connected ranks.

@@ -17,6 +17,19 @@ pub(crate) use rdma::{RdmaChannel, RdmaRecv, RdmaSend, RdmaSettings};
 
 use crate::error::Result;
 
+/// `len` bytes at `offset` of the memory lent as number `memory` (see
+/// [`LinkExchangeBuilder::lend`](crate::LinkExchangeBuilder::lend)): a run
+/// of a message read or received in place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// Which lent memory.
+    pub memory: usize,
+    /// Where the run starts in it.
+    pub offset: usize,
+    /// Bytes.
+    pub len: usize,
+}
+
 /// How a neighbour is reached, decided once per neighbour at build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Locality {

@@ -11,11 +11,11 @@ use sode_transport::{
     UserMemory, WindowId,
 };
 
+use super::Span;
 use super::{Channel, Locality};
 use crate::error::{HaloError, Result};
-use crate::exchange::Model;
-use crate::links::Span;
 use crate::plan::{machine_of, plan_pieces, stream_writes, SourcePiece, StreamWrite, TargetWindow};
+use crate::settings::Model;
 
 /// How the RDMA writes are set up.
 #[derive(Debug, Clone)]
