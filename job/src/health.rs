@@ -319,7 +319,39 @@ impl Watch {
             }
             match self.links[i].link.send(&Note::Beat) {
                 Ok(()) => i += 1,
+                // A peer that finished said goodbye and closed its end: the
+                // goodbye may wait unread behind a failed heartbeat.
+                Err(_) if self.said_goodbye(i) => {
+                    self.links.swap_remove(i);
+                }
                 Err(e) => self.lost(i, format!("could not be sent a heartbeat: {e}")),
+            }
+        }
+    }
+
+    /// Whether link `i` holds a goodbye not read yet; the notes before it
+    /// are taken as [`read`](Self::read) takes them.
+    fn said_goodbye(&mut self, i: usize) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        loop {
+            let w = &mut self.links[i];
+            let Some(fd) = w.link.liveness_fd() else {
+                return false;
+            };
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            let readable = nix::poll::poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n > 0);
+            if !readable {
+                return false;
+            }
+            match w.link.recv::<Note>(Instant::now() + READ_TIMEOUT) {
+                Ok(Note::Bye) => return true,
+                Ok(Note::Beat) => w.heard = Instant::now(),
+                Ok(Note::Dead { rank, why }) => {
+                    if self.verdict.declare(rank, why.clone()) {
+                        self.tell(Some(i), rank, &why);
+                    }
+                }
+                Err(_) => return false,
             }
         }
     }
