@@ -11,8 +11,8 @@ bash ci/install-deps.sh
 echo "== [${SECONDS}s] the documentation: a README of at most 300 lines, no narration, links that resolve"
 bash ci/docs.sh
 
-echo "== [${SECONDS}s] no import circles in halo and capi"
-python3 ci/module-cycles.py halo/src capi/src
+echo "== [${SECONDS}s] no import circles in job, halo and capi"
+python3 ci/module-cycles.py job/src halo/src capi/src
 echo "== [${SECONDS}s] cargo fmt --check"
 cargo fmt --all -- --check
 echo "== [${SECONDS}s] cargo clippy -D warnings"

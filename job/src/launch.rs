@@ -162,8 +162,8 @@ impl LaunchInfo {
             .map(|v| parse_count(launcher.local_rank, v))
             .transpose()?;
         let root = get(ROOT_VAR).filter(|r| !r.trim().is_empty());
-        let pmix = crate::pmix::available(&get);
-        let pmi = crate::pmi::available(&get);
+        let pmix = pmix_available(&get);
+        let pmi = pmi_available(&get);
         if size > 1 && root.is_none() && !pmix && !pmi {
             return Err(JobError::Launch {
                 why: format!("{rank_var}={rank} of {size}, but neither SODE_ROOT=host:port (where the ranks meet; sode-run sets it, with SODE_JOB_SECRET) nor a PMIx server (PMIX_NAMESPACE and PMIX_SERVER_URI*, set by Open MPI's mpirun and srun --mpi=pmix) nor a PMI one (PMI_FD or PMI_PORT, set by MPICH's mpirun and srun --mpi=pmi2) is in the environment: start the job with sode-run -n N, mpirun, srun --mpi=pmix or srun --mpi=pmi2, or set SODE_ROOT and SODE_JOB_SECRET (plain srun gives a rank but no way to meet)"),
@@ -220,6 +220,30 @@ impl LaunchInfo {
             pmi: false,
         }
     }
+}
+
+/// Whether the environment names a PMIx server to connect to (checked
+/// here, where the launcher is told apart, and re-exported as
+/// [`pmix::available`](crate::pmix::available)).
+pub fn pmix_available(get: &impl Fn(&str) -> Option<String>) -> bool {
+    get("PMIX_NAMESPACE").is_some()
+        && [
+            "PMIX_SERVER_URI41",
+            "PMIX_SERVER_URI4",
+            "PMIX_SERVER_URI3",
+            "PMIX_SERVER_URI21",
+            "PMIX_SERVER_URI2",
+        ]
+        .iter()
+        .any(|v| get(v).is_some())
+}
+
+/// Whether the environment names a PMI-1 wire server to talk to (as
+/// [`pmi::available`](crate::pmi::available)).
+pub fn pmi_available(get: &impl Fn(&str) -> Option<String>) -> bool {
+    (get("PMI_FD").is_some() || get("PMI_PORT").is_some())
+        && get("PMI_RANK").is_some()
+        && get("PMI_SIZE").is_some()
 }
 
 /// A port on 127.0.0.1 that is free now, for a job's rendezvous (rank 0

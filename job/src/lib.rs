@@ -47,6 +47,7 @@
 mod auth;
 mod backoff;
 pub mod diag;
+mod dial;
 mod error;
 mod external;
 mod health;
@@ -54,6 +55,7 @@ mod launch;
 pub mod launcher;
 mod lifecycle;
 mod memo;
+mod nets;
 mod node;
 mod oob;
 pub mod pmi;

@@ -22,12 +22,7 @@ use crate::external::{AllgatherFn, ExternalOob};
 /// `vallen_max` servers use, with room to spare.
 const MAX_LINE: usize = 64 << 10;
 
-/// Whether the environment names a PMI-1 wire server to talk to.
-pub fn available(get: &impl Fn(&str) -> Option<String>) -> bool {
-    (get("PMI_FD").is_some() || get("PMI_PORT").is_some())
-        && get("PMI_RANK").is_some()
-        && get("PMI_SIZE").is_some()
-}
+pub use crate::launch::pmi_available as available;
 
 /// One reply: its `key=value` words.
 #[derive(Debug)]

@@ -7,19 +7,7 @@ use crate::error::{JobError, Result};
 use crate::external::{AllgatherFn, ExternalOob};
 use crate::sys::pmix::{Pmix, RANK_WILDCARD};
 
-/// Whether the environment names a PMIx server to connect to.
-pub fn available(get: &impl Fn(&str) -> Option<String>) -> bool {
-    get("PMIX_NAMESPACE").is_some()
-        && [
-            "PMIX_SERVER_URI41",
-            "PMIX_SERVER_URI4",
-            "PMIX_SERVER_URI3",
-            "PMIX_SERVER_URI21",
-            "PMIX_SERVER_URI2",
-        ]
-        .iter()
-        .any(|v| get(v).is_some())
-}
+pub use crate::launch::pmix_available as available;
 
 fn failed(step: &str) -> impl Fn(String) -> JobError + '_ {
     move |why| JobError::External {

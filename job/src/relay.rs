@@ -24,8 +24,9 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::auth::HANDSHAKE_TIMEOUT;
+use crate::dial::{configure, connect_any};
 use crate::error::{JobError, Result};
-use crate::routes::{usable_order, Net};
+use crate::nets::{usable_order, Net};
 use crate::splice::{SpliceHandle, Splicer};
 
 const MAGIC: &[u8; 8] = b"SODERLY1";
@@ -267,7 +268,7 @@ fn serve(mut conn: TcpStream, serving: &Serving) -> Result<()> {
     let onward_deadline = Instant::now() + Duration::from_millis(request.millis_left);
     let onward = if request.hops.is_empty() {
         let ordered = usable_order(nets, false, &request.target);
-        crate::tcp::connect_any(&ordered, onward_deadline, "the far end")
+        connect_any(&ordered, onward_deadline, "the far end")
     } else {
         through(
             nets,
@@ -286,7 +287,7 @@ fn serve(mut conn: TcpStream, serving: &Serving) -> Result<()> {
     write_frame(&mut conn, &reply, &whom)?;
     let onward = onward?;
     for s in [&conn, &onward] {
-        crate::streams::configure(s).map_err(io_at("configure", &whom))?;
+        configure(s).map_err(io_at("configure", &whom))?;
     }
     serving
         .splice
@@ -310,7 +311,7 @@ pub(crate) fn through(
     let (gateway, offer) = first.offer();
     let at = format!("{whom} through {gateway}");
     let ordered = usable_order(nets, false, &offer.addrs);
-    let mut s = crate::tcp::connect_any(&ordered, deadline, &at)?;
+    let mut s = connect_any(&ordered, deadline, &at)?;
     let mut hello = [0u8; 8 + TOKEN];
     hello[..8].copy_from_slice(MAGIC);
     hello[8..].copy_from_slice(&offer.token);

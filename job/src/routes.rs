@@ -13,12 +13,13 @@
 //! Every rank computes the same routes from the same reports.
 
 use std::collections::VecDeque;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
+use crate::nets::{usable_order, Net};
 use crate::node::NodeId;
 use crate::relay::RelayOffer;
 
@@ -28,22 +29,6 @@ use crate::relay::RelayOffer;
 /// that look alike on unconnected clusters). Ranks that both name groups
 /// reach each other directly exactly when they share one.
 pub const GROUPS_VAR: &str = "SODE_GROUPS";
-
-/// An IPv4 network an interface of a node is on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Net {
-    pub(crate) addr: Ipv4Addr,
-    pub(crate) prefix: u8,
-}
-
-impl Net {
-    fn contains(&self, ip: Ipv4Addr) -> bool {
-        let keep = u32::MAX
-            .checked_shl(32 - u32::from(self.prefix.min(32)))
-            .unwrap_or(0);
-        u32::from(self.addr) & keep == u32::from(ip) & keep
-    }
-}
 
 /// What a rank tells the others about how it can be reached.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -269,7 +254,7 @@ impl Routes {
             let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
             let ordered = usable_order(mine, same_node, addrs);
             let joined = from >= self.node.len() || to >= self.node.len() || self.direct(from, to);
-            return crate::tcp::connect_any(&ordered, deadline, whom).map_err(|e| match e {
+            return crate::dial::connect_any(&ordered, deadline, whom).map_err(|e| match e {
                 JobError::Bootstrap { step, whom, source } if !joined => JobError::Bootstrap {
                     step: format!(
                         "{step}; the two ranks share no network and no gateway joins them (run a rank on a node of both networks, or name the networks in {GROUPS_VAR})"
@@ -283,40 +268,6 @@ impl Routes {
         let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
         crate::relay::through(mine, &hops, addrs, deadline, whom)
     }
-}
-
-/// `addrs` of a peer in the order worth trying from a host on `mine`:
-/// on the same node, loopback first; on another, addresses inside one of
-/// `mine` first, and none of this host's own addresses (a peer's address
-/// equal to one of ours is another host's copy of a private network).
-pub(crate) fn usable_order(mine: &[Net], same_node: bool, addrs: &[SocketAddr]) -> Vec<SocketAddr> {
-    if same_node {
-        let mut out = addrs.to_vec();
-        out.sort_by_key(|a| !a.ip().is_loopback());
-        return out;
-    }
-    let v4 = |a: &SocketAddr| match a.ip() {
-        IpAddr::V4(ip) => Some(ip),
-        IpAddr::V6(_) => None,
-    };
-    let mut near = Vec::new();
-    let mut rest = Vec::new();
-    for a in addrs {
-        let ip = v4(a);
-        if a.ip().is_loopback() || ip.is_some_and(|ip| mine.iter().any(|n| n.addr == ip)) {
-            continue;
-        }
-        if ip.is_some_and(|ip| mine.iter().any(|n| n.contains(ip))) {
-            near.push(*a);
-        } else {
-            rest.push(*a);
-        }
-    }
-    near.extend(rest);
-    if near.is_empty() {
-        return addrs.to_vec();
-    }
-    near
 }
 
 #[cfg(test)]

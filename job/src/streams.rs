@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
+use crate::dial::configure;
 use crate::error::{JobError, Result};
 use crate::oob::PeerLink;
 use crate::routes::Routes;
@@ -29,13 +30,6 @@ const HELLO: usize = 8 + 8 + TOKEN;
 /// connection is dropped then; a peer's, delayed by lost packets past it,
 /// is dialled again), and to take its acknowledgement.
 const HELLO_TIMEOUT: Duration = crate::auth::HANDSHAKE_TIMEOUT;
-/// A peer whose node vanished (no FIN, no reset) while this rank waits for
-/// it is declared gone after about this long: keepalive probes every 2 s
-/// after 2 s idle, 4 unanswered. A busy peer's kernel still answers, so
-/// only a dead node or a cut network trips it. (No `TCP_USER_TIMEOUT`: it
-/// would also close a stream whose peer computes for longer without
-/// reading, its window full.)
-const DEAD_AFTER: Duration = Duration::from_secs(10);
 
 /// Where a lower rank listens for a higher one, and the token it expects.
 #[derive(Debug, Serialize, Deserialize)]
@@ -181,7 +175,7 @@ fn dial(
     dialer: &Dialer<'_>,
     deadline: Instant,
 ) -> Result<TcpStream> {
-    crate::tcp::again_if_lost(
+    crate::dial::again_if_lost(
         deadline,
         &format!("the data connection to rank {p}"),
         || dial_once(me, p, offer, dialer, deadline),
@@ -390,20 +384,6 @@ fn acknowledge(mut s: TcpStream) -> Option<TcpStream> {
     s.set_write_timeout(None).ok()?;
     configure(&s).ok()?;
     Some(s)
-}
-
-/// `TCP_NODELAY` (halos are latency-bound), and keepalive so that a
-/// vanished peer is an error within [`DEAD_AFTER`], not a silence until
-/// the caller's deadline.
-pub(crate) fn configure(s: &TcpStream) -> std::io::Result<()> {
-    use nix::sys::socket::{setsockopt, sockopt};
-    s.set_nodelay(true)?;
-    let probe = (DEAD_AFTER.as_secs() / 5).max(1) as u32;
-    setsockopt(s, sockopt::KeepAlive, &true)?;
-    setsockopt(s, sockopt::TcpKeepIdle, &probe)?;
-    setsockopt(s, sockopt::TcpKeepInterval, &probe)?;
-    setsockopt(s, sockopt::TcpKeepCount, &4)?;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::auth::{Secret, Session, HANDSHAKE_TIMEOUT, SECRET_VAR};
 use crate::backoff::Backoff;
+use crate::dial::{again_if_lost, connect_any, connect_retry};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
@@ -389,49 +390,6 @@ impl Mesh {
     }
 }
 
-/// `attempt`, made again while it fails as a connection the other side
-/// gave up on does ([`lost`]) and `deadline` has not passed.
-pub(crate) fn again_if_lost<T>(
-    deadline: Instant,
-    what: &str,
-    mut attempt: impl FnMut() -> Result<T>,
-) -> Result<T> {
-    let mut backoff = Backoff::setup(Duration::from_millis(20));
-    loop {
-        match attempt() {
-            Err(e) if Instant::now() < deadline && lost(&e) => {
-                tracing::debug!(
-                    "{what} was lost ({}): connecting again",
-                    crate::diag::chain(&e)
-                );
-                backoff.snooze();
-            }
-            done => return done,
-        }
-    }
-}
-
-/// Whether a setup connection failed as one the other side gave up on
-/// does (its handshake took longer than it waits, packets being lost):
-/// reset, closed or cut short, to be made again.
-fn lost(e: &JobError) -> bool {
-    use std::error::Error;
-    let mut source: Option<&(dyn Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if let Some(io) = s.downcast_ref::<std::io::Error>() {
-            return matches!(
-                io.kind(),
-                ErrorKind::ConnectionReset
-                    | ErrorKind::ConnectionAborted
-                    | ErrorKind::UnexpectedEof
-                    | ErrorKind::BrokenPipe
-            );
-        }
-        source = s.source();
-    }
-    false
-}
-
 /// A direct, authenticated link to one peer; the kernel closes it when the
 /// peer dies.
 #[derive(Debug)]
@@ -698,88 +656,6 @@ fn prefer(addrs: &mut Vec<SocketAddr>, ip: IpAddr) {
     let a = SocketAddr::new(ip, port);
     addrs.retain(|&x| x != a);
     addrs.insert(0, a);
-}
-
-fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpStream> {
-    let mut backoff = Backoff::setup(Duration::from_millis(5));
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let attempt = left
-            .max(Duration::from_millis(10))
-            .min(Duration::from_secs(2));
-        match TcpStream::connect_timeout(&addr, attempt) {
-            // Connecting to a local port nobody listens on yet, the kernel
-            // may pick that very port as ours and connect the socket to
-            // itself, keeping the listener from binding: drop it and retry.
-            Ok(s) if s.local_addr().ok() == Some(addr) => {
-                drop(s);
-                if Instant::now() >= deadline {
-                    return Err(JobError::Bootstrap {
-                        step: format!("connect to {addr}"),
-                        whom: whom.into(),
-                        source: std::io::Error::other(
-                            "nothing listens there (the connection reached itself)",
-                        ),
-                    });
-                }
-                backoff.snooze();
-            }
-            Ok(s) => {
-                let _ = s.set_nodelay(true);
-                return Ok(s);
-            }
-            // The other side may not listen yet: retry until the deadline.
-            Err(_) if Instant::now() < deadline => backoff.snooze(),
-            Err(e) => {
-                return Err(JobError::Bootstrap {
-                    step: format!("connect to {addr}"),
-                    whom: whom.into(),
-                    source: e,
-                })
-            }
-        }
-    }
-}
-
-/// Connects to the first of `addrs` that answers, trying them in turn
-/// until `deadline`.
-pub(crate) fn connect_any(
-    addrs: &[SocketAddr],
-    deadline: Instant,
-    whom: &str,
-) -> Result<TcpStream> {
-    if let [one] = addrs {
-        return connect_retry(*one, deadline, whom);
-    }
-    let mut backoff = Backoff::setup(Duration::from_millis(5));
-    loop {
-        let mut last = None;
-        for addr in addrs {
-            match TcpStream::connect_timeout(addr, Duration::from_millis(500)) {
-                Ok(s) => {
-                    let _ = s.set_nodelay(true);
-                    return Ok(s);
-                }
-                Err(e) => last = Some((addr, e)),
-            }
-        }
-        match last {
-            Some((addr, e)) if Instant::now() >= deadline => {
-                return Err(JobError::Bootstrap {
-                    step: format!("connect to {addr} (or any of {addrs:?})"),
-                    whom: whom.into(),
-                    source: e,
-                })
-            }
-            None => {
-                return Err(JobError::Protocol {
-                    whom: whom.into(),
-                    why: "it advertised no address to connect to".into(),
-                })
-            }
-            Some(_) => backoff.snooze(),
-        }
-    }
 }
 
 fn io_err<'a>(step: &'a str, whom: &'a str) -> impl Fn(std::io::Error) -> JobError + 'a {
