@@ -594,8 +594,9 @@ mod tests {
                         World::init_with(&launch_info(rank, size, port), Duration::from_secs(10))
                             .unwrap();
                     assert!(w.failure().is_none());
-                    // Rank 2 leaves at once (saying goodbye); rank 0, the
-                    // health root, and rank 1 stay for three heartbeats.
+                    // Rank 2 leaves at once (saying goodbye); rank 0, its
+                    // parent in the health tree, and rank 1 stay for three
+                    // heartbeats.
                     let stay = if rank == 2 { 10 } else { 1500 };
                     std::thread::sleep(Duration::from_millis(stay));
                     let failure = w.failure();
