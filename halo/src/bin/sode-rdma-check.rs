@@ -368,6 +368,8 @@ fn stolen_key() -> Result<(), Box<dyn Error>> {
     // Exchange 2, between ranks 0 and 2 only: rank 2 aims its write at
     // rank 0's first window, under the key rank 0 gave rank 1.
     let outcome = if me == 1 {
+        // Rank 1 keeps step with the barrier that ends exchange 2.
+        world.barrier(Duration::from_secs(60))?;
         Ok(())
     } else {
         steal(&world, &dev, &keys[1])
@@ -422,7 +424,11 @@ fn steal(world: &World, dev: &Device, stolen: &[u8]) -> Result<(), Box<dyn Error
     } else {
         Duration::from_secs(30)
     };
-    Ok(y.wait_for(wait)?)
+    let outcome = y.wait_for(wait);
+    // Rank 0 keeps its end open until rank 2 has its own verdict: closed
+    // first, it would be what rank 2 reports, not the device's refusal.
+    world.barrier(Duration::from_secs(60))?;
+    Ok(outcome?)
 }
 
 fn calibrate(engines: usize) -> Result<(), Box<dyn Error>> {
