@@ -346,11 +346,7 @@ impl Watch {
             match w.link.recv::<Note>(Instant::now() + READ_TIMEOUT) {
                 Ok(Note::Bye) => return true,
                 Ok(Note::Beat) => w.heard = Instant::now(),
-                Ok(Note::Dead { rank, why }) => {
-                    if self.verdict.declare(rank, why.clone()) {
-                        self.tell(Some(i), rank, &why);
-                    }
-                }
+                Ok(Note::Dead { rank, why }) => self.spread(Some(i), rank, why),
                 Err(_) => return false,
             }
         }
@@ -410,11 +406,7 @@ impl Watch {
             }
             Ok(Note::Dead { rank, why }) => {
                 w.heard = Instant::now();
-                // Passed on once, away from where it came: the tree has no
-                // cycle, so it reaches every rank and ends.
-                if self.verdict.declare(rank, why.clone()) {
-                    self.tell(Some(i), rank, &why);
-                }
+                self.spread(Some(i), rank, why);
             }
             Err(e) => {
                 tracing::debug!(error = %crate::diag::chain(&e), "health link lost");
@@ -456,8 +448,15 @@ impl Watch {
     fn lost(&mut self, i: usize, why: String) {
         let gone = self.links.swap_remove(i);
         let rank = gone.link.peer();
+        self.spread(None, rank, why);
+    }
+
+    /// Declares `rank` dead and, the first time, passes it on along every
+    /// link but `from`'s: the tree has no cycle, so the verdict reaches
+    /// every rank and ends.
+    fn spread(&mut self, from: Option<usize>, rank: usize, why: String) {
         if self.verdict.declare(rank, why.clone()) {
-            self.tell(None, rank, &why);
+            self.tell(from, rank, &why);
         }
     }
 
