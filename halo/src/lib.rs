@@ -56,6 +56,8 @@ pub mod plan;
 mod reorder;
 mod settings;
 mod stats;
+#[cfg(feature = "rdma")]
+mod windows;
 
 pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};

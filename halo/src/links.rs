@@ -120,25 +120,6 @@ pub struct Sides {
     pub recv: bool,
 }
 
-/// A receiver's windows for one message, as every rank learns them: the
-/// sender, the tag, and the bytes of each window in stream order.
-#[cfg(feature = "rdma")]
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct WindowList {
-    from: usize,
-    tag: u32,
-    runs: Vec<usize>,
-}
-
-/// What each rank tells the job before the RDMA channel is built: its
-/// windows and, from one rank per node, that node's measured model.
-#[cfg(feature = "rdma")]
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-struct RdmaCard {
-    windows: Vec<WindowList>,
-    model: Option<sode_scheduler::Machine>,
-}
-
 /// Where one side of a link travels.
 #[derive(Debug, Clone, Copy)]
 enum Route {
@@ -714,8 +695,8 @@ impl<'w> LinkExchangeBuilder<'w> {
         let members = self.members(Locality::Rdma);
         let how = |i: usize| self.in_place.get(i).cloned().unwrap_or_default();
         // Each receiver numbers its windows in the order of its RDMA
-        // receives (a message received in place has a window per run);
-        // every rank learns every numbering.
+        // receives (a message received in place has a window per run) and
+        // tells each sender the windows of its messages.
         let mut rdma_recvs = Vec::new();
         for &i in &members {
             let l = &self.links[i];
@@ -735,29 +716,36 @@ impl<'w> LinkExchangeBuilder<'w> {
                 ));
             }
         }
-        let mine: Vec<WindowList> = rdma_recvs
+        let agreed = self.agree_model()?;
+        if members.is_empty() {
+            return Ok(None);
+        }
+        let incoming: Vec<crate::windows::Incoming> = rdma_recvs
             .iter()
-            .map(|(tag, r)| WindowList {
+            .map(|(tag, r)| crate::windows::Incoming {
                 from: r.peer,
                 tag: *tag,
                 runs: r.runs(),
             })
             .collect();
-        let card = RdmaCard {
-            windows: mine,
-            model: self.node_model(),
-        };
-        let cards = self.gather_cards(&card)?;
-        if members.is_empty() {
-            return Ok(None);
-        }
-        let agreed = self.agree_model(&cards);
-        let windows: Vec<Vec<WindowList>> = cards.into_iter().map(|c| c.windows).collect();
+        let peers = members.iter().map(|&i| self.links[i].peer).collect();
+        let theirs = crate::windows::swap(
+            self.world,
+            &peers,
+            &crate::windows::number(&incoming),
+            self.timeout,
+        )?;
         let mut rdma_sends = Vec::new();
         for &i in &members {
             let l = &self.links[i];
             let Some(m) = l.send else { continue };
-            let (target, target_runs) = self.target_windows(&windows[l.peer], i, m)?;
+            let (target, target_runs) = crate::windows::target(
+                theirs.get(&l.peer).map_or(&[][..], Vec::as_slice),
+                self.world.rank(),
+                l.peer,
+                (m.tag, m.len),
+                &l.name,
+            )?;
             sends[i] = Some(Route::Channel {
                 channel: channels.len(),
                 message: rdma_sends.len(),
@@ -794,41 +782,6 @@ impl<'w> LinkExchangeBuilder<'w> {
         let summary = ch.summary().to_string();
         channels.push(Box::new(ch));
         Ok(Some(summary))
-    }
-
-    /// The windows link `i`'s peer made for message `m` of this rank: the
-    /// index of the first in its numbering, and the bytes of each.
-    #[cfg(feature = "rdma")]
-    fn target_windows(
-        &self,
-        theirs: &[WindowList],
-        i: usize,
-        m: Message,
-    ) -> Result<(usize, Vec<usize>)> {
-        let me = self.world.rank();
-        let l = &self.links[i];
-        let disagree = |why: String| HaloError::Usage {
-            op: "build",
-            why: format!("{why} ({}): the two ranks' links disagree", l.name),
-        };
-        let mut first = 0;
-        for w in theirs {
-            if (w.from, w.tag) == (me, m.tag) {
-                let total = w.runs.iter().try_fold(0usize, |a, &r| a.checked_add(r));
-                if total != Some(m.len) || w.runs.contains(&0) {
-                    return Err(disagree(format!(
-                        "rank {} expects {:?} bytes with tag {} from rank {me}, which sends {}",
-                        l.peer, total, m.tag, m.len
-                    )));
-                }
-                return Ok((first, w.runs.clone()));
-            }
-            first += w.runs.len();
-        }
-        Err(disagree(format!(
-            "rank {} does not expect a message with tag {} from rank {me}",
-            l.peer, m.tag
-        )))
     }
 
     /// Whether any pair of ranks of the job would talk over RDMA (the same
@@ -874,53 +827,41 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     /// The job's model, the same on every rank: `None` when it is not to be
     /// calibrated, or when no node measured (each rank then calibrates its
-    /// own device, as a last resort).
+    /// own device, as a last resort). Every rank joins the allgather of
+    /// the nodes' measurements (a record of fixed size each, empty from
+    /// ranks that did not measure), whatever its setting, so that the
+    /// job's collectives stay in step.
     #[cfg(feature = "rdma")]
-    fn agree_model(&self, cards: &[RdmaCard]) -> Option<crate::model::Agreed> {
-        if self.model != Model::Calibrated {
-            return None;
-        }
-        // Each node by its lowest rank.
-        let mut first_on = HashMap::new();
-        let reports: Vec<crate::model::Report> = cards
-            .iter()
-            .enumerate()
-            .map(|(rank, c)| crate::model::Report {
-                rank,
-                node: *first_on.entry(self.world.node_of(rank)).or_insert(rank),
-                machine: c.model,
-            })
-            .collect();
-        let agreed = crate::model::agree(&reports);
-        if agreed.is_none() {
-            tracing::warn!("no node calibrated its device: each rank calibrates its own");
-        }
-        agreed
-    }
-
-    /// Every rank's card: its RDMA receives, `(from, tag, runs)` in window
-    /// order, and its node's model if it measured one.
-    #[cfg(feature = "rdma")]
-    fn gather_cards(&self, mine: &RdmaCard) -> Result<Vec<RdmaCard>> {
-        let body = serde_json::to_vec(mine).map_err(|e| HaloError::Usage {
-            op: "build",
-            why: e.to_string(),
-        })?;
+    fn agree_model(&self) -> Result<Option<crate::model::Agreed>> {
+        let body = crate::model::encode(self.node_model());
         let all = self
             .world
             .allgather(&body, self.timeout)
             .map_err(|source| HaloError::Barrier {
                 source: Box::new(source),
             })?;
-        all.iter()
-            .enumerate()
-            .map(|(r, b)| {
-                serde_json::from_slice(b).map_err(|e| HaloError::Usage {
-                    op: "build",
-                    why: format!("rank {r} sent an unreadable window list and model: {e}"),
-                })
-            })
-            .collect()
+        if self.model != Model::Calibrated {
+            return Ok(None);
+        }
+        // Each node by its lowest rank.
+        let mut first_on = HashMap::new();
+        let mut reports = Vec::with_capacity(all.len());
+        for (rank, b) in all.iter().enumerate() {
+            let machine = crate::model::decode(b).map_err(|e| HaloError::Usage {
+                op: "build",
+                why: format!("rank {rank} sent an unreadable model of its node: {e}"),
+            })?;
+            reports.push(crate::model::Report {
+                rank,
+                node: *first_on.entry(self.world.node_of(rank)).or_insert(rank),
+                machine,
+            });
+        }
+        let agreed = crate::model::agree(&reports);
+        if agreed.is_none() {
+            tracing::warn!("no node calibrated its device: each rank calibrates its own");
+        }
+        Ok(agreed)
     }
 }
 

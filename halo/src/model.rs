@@ -38,6 +38,57 @@ impl Agreed {
     }
 }
 
+/// Bytes of one rank's record in the job's allgather of measurements.
+pub(crate) const RECORD_BYTES: usize = 1 + 8 * 6;
+
+/// One rank's measurement as a record of [`RECORD_BYTES`] whatever it
+/// holds (a flag, then the engines and five rates as little-endian 64-bit
+/// words), so that the allgather costs each rank the same for any model.
+pub(crate) fn encode(machine: Option<Machine>) -> [u8; RECORD_BYTES] {
+    let mut out = [0u8; RECORD_BYTES];
+    if let Some(m) = machine {
+        out[0] = 1;
+        let words = [
+            m.engines as u64,
+            m.engine_gbps.to_bits(),
+            m.link_gbps.to_bits(),
+            m.node_gbps.to_bits(),
+            m.command_overhead_us.to_bits(),
+            m.fixed_overhead_us.to_bits(),
+        ];
+        for (chunk, w) in out[1..].chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+    }
+    out
+}
+
+/// A record made by [`encode`]; what is wrong with it otherwise.
+pub(crate) fn decode(record: &[u8]) -> Result<Option<Machine>, String> {
+    if record.len() != RECORD_BYTES {
+        return Err(format!(
+            "a record of {} bytes, not {RECORD_BYTES}",
+            record.len()
+        ));
+    }
+    let mut words = record[1..]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+    let mut next = || words.next().unwrap_or_default();
+    match record[0] {
+        0 => Ok(None),
+        1 => Ok(Some(Machine {
+            engines: usize::try_from(next()).map_err(|_| "an engine count beyond usize")?,
+            engine_gbps: f64::from_bits(next()),
+            link_gbps: f64::from_bits(next()),
+            node_gbps: f64::from_bits(next()),
+            command_overhead_us: f64::from_bits(next()),
+            fixed_overhead_us: f64::from_bits(next()),
+        })),
+        flag => Err(format!("a flag of {flag}, not 0 or 1")),
+    }
+}
+
 /// Per node, its lowest-ranked measurement; across nodes, the median by
 /// per-queue-pair bandwidth (the lower middle for an even count; ties by
 /// rank). The same answer from the same reports, in any order. `None` when
@@ -69,6 +120,24 @@ pub(crate) fn agree(reports: &[Report]) -> Option<Agreed> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_is_the_same_size_for_any_model_and_reads_back() {
+        let m = Machine {
+            engines: 3,
+            engine_gbps: 0.0123,
+            link_gbps: 1e9,
+            node_gbps: 2.5,
+            command_overhead_us: 1.0 / 3.0,
+            fixed_overhead_us: 18.0,
+        };
+        assert_eq!(decode(&encode(Some(m))), Ok(Some(m)));
+        assert_eq!(decode(&encode(None)), Ok(None));
+        assert!(decode(&encode(None)[..5]).unwrap_err().contains("5 bytes"));
+        let mut bad = encode(Some(m));
+        bad[0] = 7;
+        assert!(decode(&bad).unwrap_err().contains("flag of 7"));
+    }
 
     fn m(gbps: f64) -> Option<Machine> {
         Some(Machine {

@@ -153,6 +153,38 @@ fn over_rdma_every_neighbour_count() {
     check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");
 }
 
+/// Each rank's "N bytes gathered from the job", by rank.
+fn gathered(t: &str) -> Vec<u64> {
+    let mut by_rank: Vec<(usize, u64)> = t
+        .lines()
+        .filter_map(|l| {
+            let rank = l.split_once("] rank ")?.1.split_once(':')?.0.parse().ok()?;
+            let bytes = l.split_once(" bytes gathered")?.0.rsplit_once(' ')?.1;
+            Some((rank, bytes.parse().ok()?))
+        })
+        .collect();
+    by_rank.sort_unstable();
+    by_rank.into_iter().map(|(_, b)| b).collect()
+}
+
+#[test]
+fn over_rdma_what_a_rank_gathers_does_not_grow_with_the_messages() {
+    if !rdma_available() {
+        return;
+    }
+    // The same job with 6 and with 26 neighbours a rank, two fields: each
+    // receiver gives its RDMA windows to their senders alone, so what the
+    // job's allgathers bring each rank is the same fixed-size records.
+    let run = |neighbours: u32| {
+        let t = check(4, &format!("--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours {neighbours} --fields 2 --transport rdma --iters 3"));
+        let bytes = gathered(&t);
+        assert_eq!(bytes.len(), 4, "every rank reports what it gathered: {t}");
+        bytes
+    };
+    let (few, many) = (run(6), run(26));
+    assert_eq!(few, many, "bytes gathered by rank, 6 and 26 neighbours");
+}
+
 #[test]
 fn over_tcp_every_neighbour_count() {
     // Every neighbour over TCP (forced: these ranks share a node).

@@ -50,6 +50,9 @@ pub struct World {
     routes: Arc<Routes>,
     /// What the layers above measured once for the whole job.
     memo: Arc<Memo>,
+    /// Bytes this rank received from the other ranks through
+    /// [`World::allgather`].
+    gathered: Arc<std::sync::atomic::AtomicU64>,
     /// This rank forwarding for others, when it is its node's gateway
     /// (last: dropped after the health watcher, it lingers while
     /// connections through it are open).
@@ -215,6 +218,7 @@ impl World {
             order: None,
             routes,
             memo: Arc::default(),
+            gathered: Arc::default(),
             relay,
         };
         adopt_wait_policy(world.local_size())?;
@@ -256,6 +260,7 @@ impl World {
             health: None,
             order: None,
             memo: Arc::default(),
+            gathered: Arc::default(),
             relay: None,
         }
     }
@@ -317,6 +322,7 @@ impl World {
             order: Some(Arc::new(Order { launch, rank })),
             routes: self.routes.clone(),
             memo: self.memo.clone(),
+            gathered: self.gathered.clone(),
             relay: self.relay.clone(),
         })
     }
@@ -437,6 +443,13 @@ impl World {
             Some(mut oob) => oob.allgather(mine, Instant::now() + timeout)?,
             None => vec![mine.to_vec()],
         };
+        let theirs: usize = all
+            .iter()
+            .map(Vec::len)
+            .sum::<usize>()
+            .saturating_sub(mine.len());
+        self.gathered
+            .fetch_add(theirs as u64, std::sync::atomic::Ordering::Relaxed);
         if let Some(o) = &self.order {
             // Launch order to ours.
             all = o
@@ -446,6 +459,14 @@ impl World {
                 .collect();
         }
         Ok(all)
+    }
+
+    /// Bytes this rank has received from the other ranks through
+    /// [`allgather`](Self::allgather) so far (shared with its renumbered
+    /// copies): the part of a setup's traffic that grows with the job's
+    /// size, since every rank receives every rank's block.
+    pub fn gathered_bytes(&self) -> u64 {
+        self.gathered.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Opens a data connection (a TCP stream, `TCP_NODELAY`, blocking) to

@@ -122,7 +122,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let ch = halo.channels();
     let count = |k: &str| ch.iter().filter(|c| **c == k).count();
     println!(
-        "rank {me}: {} neighbours (shm {}, rdma {}, tcp {}, local {}; read in place {}), {checked} halo cells checked over {} iterations{}",
+        "rank {me}: {} neighbours (shm {}, rdma {}, tcp {}, local {}; read in place {}), {checked} halo cells checked over {} iterations, {} bytes gathered from the job{}",
         ch.len(),
         count("shm"),
         count("rdma"),
@@ -130,6 +130,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         count("local"),
         halo.halos_read_in_place(),
         a.iters,
+        world.gathered_bytes(),
         halo.plan_summary().map(|p| format!(", plan {p}")).unwrap_or_default()
     );
     Ok(())

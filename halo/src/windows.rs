@@ -1,0 +1,175 @@
+//! Where an RDMA sender writes: each receiver numbers its windows (one per
+//! message it receives over RDMA, or one per run of a message received in
+//! place) and tells each sender, over a setup link to that sender alone,
+//! the windows of that sender's messages. What a rank receives grows with
+//! its neighbours and their messages, not with the job.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use sode_job::World;
+
+use crate::error::{HaloError, Result};
+
+/// A receiver's windows for one message from one sender: its tag, the
+/// receiver's number for the first window, and the bytes of each window in
+/// stream order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct WindowList {
+    pub(crate) tag: u32,
+    pub(crate) first: usize,
+    pub(crate) runs: Vec<usize>,
+}
+
+/// One message this rank receives over RDMA: from whom, its tag, and the
+/// bytes of each of its windows.
+#[derive(Debug, Clone)]
+pub(crate) struct Incoming {
+    pub(crate) from: usize,
+    pub(crate) tag: u32,
+    pub(crate) runs: Vec<usize>,
+}
+
+/// This rank's windows, numbered in the order of `incoming`, grouped by
+/// the sender they are for.
+pub(crate) fn number(incoming: &[Incoming]) -> BTreeMap<usize, Vec<WindowList>> {
+    let mut by_sender: BTreeMap<usize, Vec<WindowList>> = BTreeMap::new();
+    let mut first = 0;
+    for m in incoming {
+        by_sender.entry(m.from).or_default().push(WindowList {
+            tag: m.tag,
+            first,
+            runs: m.runs.clone(),
+        });
+        first += m.runs.len();
+    }
+    by_sender
+}
+
+/// Gives each of `peers` the windows of its messages to this rank (`mine`,
+/// by sender) and returns theirs for this rank's messages, by peer.
+/// Collective among `peers`: each must name this rank too.
+///
+/// Each pair swaps in rank order (the lower rank sends first), and every
+/// rank takes its peers in ascending order, so no two ranks wait on each
+/// other whatever the lists' sizes.
+pub(crate) fn swap(
+    world: &World,
+    peers: &BTreeSet<usize>,
+    mine: &BTreeMap<usize, Vec<WindowList>>,
+    timeout: Duration,
+) -> Result<BTreeMap<usize, Vec<WindowList>>> {
+    let deadline = Instant::now() + timeout;
+    let setup = |source| HaloError::Barrier {
+        source: Box::new(source),
+    };
+    let mut links = world.connect_peers(peers, timeout).map_err(setup)?;
+    let me = world.rank();
+    let none = Vec::new();
+    let mut theirs = BTreeMap::new();
+    for &p in peers {
+        let link = links.get_mut(&p).ok_or_else(|| HaloError::Usage {
+            op: "build",
+            why: format!("no setup link to rank {p} to learn its RDMA windows"),
+        })?;
+        let ours = mine.get(&p).unwrap_or(&none);
+        let lists: Vec<WindowList> = if p < me {
+            let lists = link.recv(deadline).map_err(setup)?;
+            link.send(ours).map_err(setup)?;
+            lists
+        } else {
+            link.send(ours).map_err(setup)?;
+            link.recv(deadline).map_err(setup)?
+        };
+        theirs.insert(p, lists);
+    }
+    Ok(theirs)
+}
+
+/// The windows `peer` made for rank `me`'s message of `len` bytes with
+/// `tag` (on the link `name`): its number for the first, and the bytes of
+/// each.
+///
+/// # Errors
+///
+/// [`HaloError::Usage`] when `peer` expects no message with that tag from
+/// `me`, or windows that do not add up to the message's bytes.
+pub(crate) fn target(
+    theirs: &[WindowList],
+    me: usize,
+    peer: usize,
+    (tag, len): (u32, usize),
+    name: &str,
+) -> Result<(usize, Vec<usize>)> {
+    let disagree = |why: String| HaloError::Usage {
+        op: "build",
+        why: format!("{why} ({name}): the two ranks' links disagree"),
+    };
+    let Some(w) = theirs.iter().find(|w| w.tag == tag) else {
+        return Err(disagree(format!(
+            "rank {peer} does not expect a message with tag {tag} from rank {me}"
+        )));
+    };
+    let total = w.runs.iter().try_fold(0usize, |a, &r| a.checked_add(r));
+    if total != Some(len) || w.runs.contains(&0) {
+        return Err(disagree(format!(
+            "rank {peer} expects {total:?} bytes with tag {tag} from rank {me}, which sends {len}"
+        )));
+    }
+    Ok((w.first, w.runs.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn incoming(from: usize, tag: u32, runs: &[usize]) -> Incoming {
+        Incoming {
+            from,
+            tag,
+            runs: runs.to_vec(),
+        }
+    }
+
+    #[test]
+    fn windows_are_numbered_across_senders_and_given_to_each_its_own() {
+        let by = number(&[
+            incoming(3, 7, &[10]),
+            incoming(1, 2, &[4, 4, 4]),
+            incoming(3, 9, &[8, 8]),
+        ]);
+        assert_eq!(by.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(
+            by[&3],
+            vec![
+                WindowList {
+                    tag: 7,
+                    first: 0,
+                    runs: vec![10]
+                },
+                WindowList {
+                    tag: 9,
+                    first: 4,
+                    runs: vec![8, 8]
+                },
+            ]
+        );
+        assert_eq!(by[&1][0].first, 1);
+        assert_eq!(
+            target(&by[&3], 3, 0, (9, 16), "x").unwrap(),
+            (4, vec![8, 8])
+        );
+        let wrong_len = target(&by[&3], 3, 0, (9, 15), "x").unwrap_err();
+        assert!(
+            wrong_len.to_string().contains("expects Some(16) bytes"),
+            "{wrong_len}"
+        );
+        let no_tag = target(&by[&1], 1, 0, (7, 10), "x").unwrap_err();
+        assert!(
+            no_tag
+                .to_string()
+                .contains("does not expect a message with tag 7"),
+            "{no_tag}"
+        );
+    }
+}
