@@ -1,6 +1,12 @@
 //! A Cartesian exchange as the C ABI describes it, checked across the whole
 //! job: every rank checks every rank's description (gathered at commit), so
 //! all of them reach the same verdict and fail alike.
+//!
+//! What is gathered is a `Record` of fixed size per rank: its place in the
+//! grid and digests of what the ranks must describe alike. Only when the
+//! records disagree do the ranks gather their whole descriptions ([`Card`]),
+//! to name what differs; a commit that succeeds costs each rank the same
+//! bytes per rank of the job for one field or forty.
 
 use serde::{Deserialize, Serialize};
 
@@ -91,6 +97,223 @@ pub struct Card {
     pub fields: Vec<FieldCard>,
 }
 
+/// Bytes of an encoded [`Record`].
+pub(crate) const RECORD_BYTES: usize = 2 + 8 + 3 * 8 + 4 * 8;
+
+/// What a rank tells every other at commit, of [`RECORD_BYTES`] whatever
+/// the exchange: enough for every rank to find every rank's neighbours and
+/// check that the messages' shapes agree at both ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Whether its description passed [`Cart::check`] (the rest means
+    /// nothing otherwise).
+    valid: bool,
+    /// The transport it chose.
+    transport: u8,
+    /// A digest of what every rank must describe alike: the grid, its
+    /// periodicity, halo widths and shape; the fields' types, halo widths,
+    /// memory orders, overlaps and numbers of axes.
+    common: u64,
+    /// Its coordinates (0 beyond the grid's axes).
+    coords: [u64; 3],
+    /// Per grid axis, a digest of every field's owned cells along it; last,
+    /// one of the axes beyond the grid.
+    owned: [u64; 4],
+}
+
+impl Record {
+    /// The record of `card`, with `transport`.
+    pub(crate) fn of(card: &Card, transport: u8) -> Record {
+        let cart = &card.cart;
+        let valid = cart.check().is_ok();
+        let mut r = Record {
+            valid,
+            transport,
+            common: 0,
+            coords: [0; 3],
+            owned: [0; 4],
+        };
+        if !valid {
+            return r;
+        }
+        let d = cart.dims.len();
+        let fields: Vec<_> = card
+            .fields
+            .iter()
+            .map(|f| {
+                (
+                    f.ty,
+                    &f.halo_lo,
+                    &f.halo_hi,
+                    &f.order,
+                    &f.overlap,
+                    f.owned_size.len(),
+                )
+            })
+            .collect();
+        let common = (
+            &cart.dims,
+            &cart.periodic,
+            &cart.halo_lo,
+            &cart.halo_hi,
+            cart.shape,
+            fields,
+        );
+        r.common = digest(serde_json::to_vec(&common).unwrap_or_default());
+        for a in 0..d {
+            r.coords[a] = cart.coords[a] as u64;
+            r.owned[a] = digest(card.fields.iter().flat_map(|f| word(f.owned_size.get(a))));
+        }
+        r.owned[3] = digest(card.fields.iter().flat_map(|f| {
+            let beyond = f.owned_size.get(d..).unwrap_or_default();
+            word(Some(&beyond.len()))
+                .into_iter()
+                .chain(beyond.iter().flat_map(|x| word(Some(x))))
+        }));
+        r
+    }
+
+    /// Its bytes.
+    pub(crate) fn encode(&self) -> [u8; RECORD_BYTES] {
+        let mut out = [0u8; RECORD_BYTES];
+        out[0] = u8::from(self.valid);
+        out[1] = self.transport;
+        let words = std::iter::once(self.common)
+            .chain(self.coords)
+            .chain(self.owned);
+        for (chunk, w) in out[2..].chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// The record `bytes` encode; `None` for bytes no [`Record::encode`]
+    /// made.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
+        if bytes.len() != RECORD_BYTES || bytes[0] > 1 {
+            return None;
+        }
+        let mut words = bytes[2..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        let mut next = || words.next().unwrap_or_default();
+        Some(Record {
+            valid: bytes[0] == 1,
+            transport: bytes[1],
+            common: next(),
+            coords: [next(), next(), next()],
+            owned: [next(), next(), next(), next()],
+        })
+    }
+}
+
+/// `x` as eight little-endian bytes (`usize::MAX` for none).
+fn word(x: Option<&usize>) -> [u8; 8] {
+    (x.copied().unwrap_or(usize::MAX) as u64).to_le_bytes()
+}
+
+/// FNV-1a: the same digest of the same bytes on every rank (the ranks run
+/// one sode; no rank of the job is an adversary of the others).
+pub(crate) fn digest(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// `me`'s neighbours when every rank's record (`records`, by rank) agrees
+/// with `mine`'s grid: the same description and transport, each position
+/// of the grid taken once, and every message's shape the same at both
+/// ends. `None` otherwise: the ranks then compare their whole cards
+/// ([`neighbours_of`]), which names what differs. Every rank answers alike
+/// from the same records.
+pub(crate) fn neighbours_by_records(
+    me: usize,
+    records: &[Record],
+    mine: &Cart,
+) -> Option<Vec<Neighbour>> {
+    let first = records.first()?;
+    let agree = |r: &Record| r.valid && r.transport == first.transport && r.common == first.common;
+    if !records.iter().all(agree) || me >= records.len() {
+        return None;
+    }
+    let d = mine.dims.len();
+    let cells = mine
+        .dims
+        .iter()
+        .try_fold(1usize, |n, &g| n.checked_mul(g))?;
+    if cells != records.len() {
+        return None;
+    }
+    let coords = |r: &Record| -> Vec<usize> { r.coords[..d].iter().map(|&c| c as usize).collect() };
+    let mut at = vec![usize::MAX; cells];
+    for (rank, r) in records.iter().enumerate() {
+        let c = coords(r);
+        if c.iter().zip(&mine.dims).any(|(&x, &g)| x >= g) {
+            return None;
+        }
+        let i = position(&mine.dims, &c);
+        if at[i] != usize::MAX {
+            return None;
+        }
+        at[i] = rank;
+    }
+    let grid = Grid {
+        dims: &mine.dims,
+        periodic: &mine.periodic,
+        shape: mine.shape,
+        at: &at,
+    };
+    for (rank, r) in records.iter().enumerate() {
+        for n in grid.neighbours(&coords(r)) {
+            let theirs = &records[n.rank];
+            let along = n.offset.iter().enumerate().filter(|(_, &o)| o == 0);
+            if along.clone().any(|(a, _)| r.owned[a] != theirs.owned[a])
+                || r.owned[3] != theirs.owned[3]
+            {
+                return None;
+            }
+        }
+        if rank == me && coords(r) != mine.coords {
+            return None;
+        }
+    }
+    Some(grid.neighbours(&mine.coords))
+}
+
+/// A process grid with every position's rank.
+struct Grid<'a> {
+    dims: &'a [usize],
+    periodic: &'a [bool],
+    shape: Shape,
+    /// Rank at each grid position (axis 0 slowest).
+    at: &'a [usize],
+}
+
+impl Grid<'_> {
+    /// The neighbours of the rank at `coords`, in offset order; none across
+    /// the edges of non-periodic axes.
+    fn neighbours(&self, coords: &[usize]) -> Vec<Neighbour> {
+        stencil_offsets(self.dims.len(), self.shape.stencil())
+            .into_iter()
+            .filter_map(|offset| {
+                let mut c = Vec::with_capacity(offset.len());
+                for (a, &o) in offset.iter().enumerate() {
+                    let x = coords[a] as i64 + i64::from(o);
+                    let g = self.dims[a] as i64;
+                    if (x < 0 || x >= g) && !self.periodic[a] {
+                        return None;
+                    }
+                    c.push(x.rem_euclid(g) as usize);
+                }
+                Some(Neighbour {
+                    rank: self.at[position(self.dims, &c)],
+                    offset,
+                })
+            })
+            .collect()
+    }
+}
+
 /// One neighbour of this rank: where, and who.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Neighbour {
@@ -160,24 +383,13 @@ impl<'a> Job<'a> {
     /// non-periodic axes.
     fn neighbours(&self, rank: usize) -> Vec<Neighbour> {
         let cart = &self.cards[rank].cart;
-        stencil_offsets(cart.dims.len(), cart.shape.stencil())
-            .into_iter()
-            .filter_map(|offset| {
-                let mut c = Vec::with_capacity(offset.len());
-                for (a, &o) in offset.iter().enumerate() {
-                    let x = cart.coords[a] as i64 + i64::from(o);
-                    let g = cart.dims[a] as i64;
-                    if (x < 0 || x >= g) && !cart.periodic[a] {
-                        return None;
-                    }
-                    c.push(x.rem_euclid(g) as usize);
-                }
-                Some(Neighbour {
-                    rank: self.at[position(&cart.dims, &c)],
-                    offset,
-                })
-            })
-            .collect()
+        Grid {
+            dims: &cart.dims,
+            periodic: &cart.periodic,
+            shape: cart.shape,
+            at: &self.at,
+        }
+        .neighbours(&cart.coords)
     }
 
     /// Checks that each message's shape is the same at both ends: along the
@@ -411,6 +623,120 @@ mod tests {
         assert!(neighbours_of(0, &cards, Counting::C)
             .unwrap_err()
             .contains("4 positions, the job 1"));
+    }
+
+    /// What the records say for each rank: the same neighbours as the
+    /// whole cards when they agree, `None` when the cards find fault.
+    fn records_match_cards(cards: &[Card]) {
+        let records: Vec<Record> = cards
+            .iter()
+            .map(|c| Record::decode(&Record::of(c, 0).encode()).unwrap())
+            .collect();
+        for me in 0..cards.len() {
+            let by_records = neighbours_by_records(me, &records, &cards[me].cart);
+            match neighbours_of(me, cards, Counting::C) {
+                Ok(n) => assert_eq!(by_records, Some(n), "rank {me} of {cards:?}"),
+                Err(e) => assert_eq!(by_records, None, "rank {me}: the cards say {e}"),
+            }
+        }
+    }
+
+    /// Every rank of a `dims` grid (rank order row-major), each owning
+    /// `owned` (or `odd` at rank `odd_rank`).
+    fn grid(
+        dims: &[usize],
+        periodic: &[bool],
+        owned: &[usize],
+        odd: Option<(usize, Vec<usize>)>,
+    ) -> Vec<Card> {
+        let n: usize = dims.iter().product();
+        (0..n)
+            .map(|r| {
+                let mut coords = vec![0; dims.len()];
+                let mut rest = r;
+                for a in (0..dims.len()).rev() {
+                    coords[a] = rest % dims[a];
+                    rest /= dims[a];
+                }
+                let own = match &odd {
+                    Some((at, o)) if *at == r => o.clone(),
+                    _ => owned.to_vec(),
+                };
+                card(dims, &coords, periodic, &own)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn records_find_the_neighbours_the_whole_cards_find_and_every_fault() {
+        for shape in [Shape::Star, Shape::Edges, Shape::Box] {
+            for (dims, periodic) in [
+                (vec![5], vec![true]),
+                (vec![4], vec![false]),
+                (vec![3, 2], vec![true, false]),
+                (vec![2, 2], vec![true, true]),
+                (vec![1, 3], vec![false, true]),
+                (vec![2, 3, 2], vec![true, false, true]),
+                (vec![3, 1, 2], vec![false, false, false]),
+            ] {
+                let d = dims.len();
+                let mut cards = grid(&dims, &periodic, &vec![4; d], None);
+                for c in &mut cards {
+                    c.cart.shape = shape;
+                }
+                records_match_cards(&cards);
+                // One rank owning another extent along each axis in turn.
+                for a in 0..d {
+                    let mut odd = vec![4; d];
+                    odd[a] = 3;
+                    let last = cards.len() - 1;
+                    let mut bad = grid(&dims, &periodic, &vec![4; d], Some((last, odd)));
+                    for c in &mut bad {
+                        c.cart.shape = shape;
+                    }
+                    records_match_cards(&bad);
+                }
+            }
+        }
+        let good = || grid(&[2, 2], &[true, false], &[4, 4], None);
+        let mut faults: Vec<Vec<Card>> = Vec::new();
+        let mut c = good();
+        c[1].fields[0].ty = ElemType::F32;
+        faults.push(c);
+        let mut c = good();
+        c[2].cart.coords = vec![0, 0];
+        faults.push(c);
+        let mut c = good();
+        c[3].cart.periodic = vec![true, true];
+        faults.push(c);
+        let mut c = good();
+        c[0].cart.coords = vec![2, 0];
+        faults.push(c);
+        let mut c = good();
+        c[1].fields[0].owned_size = vec![4, 4, 2];
+        faults.push(c);
+        let mut c = good();
+        let again = c[2].fields[0].clone();
+        c[2].fields.push(again);
+        faults.push(c);
+        faults.push(good()[..3].to_vec());
+        for cards in &faults {
+            assert!(neighbours_of(0, cards, Counting::C).is_err(), "{cards:?}");
+            records_match_cards(cards);
+        }
+        // Axes beyond the grid: the same on every rank, or a fault.
+        let mut c = good();
+        for card in &mut c {
+            card.fields[0].owned_size = vec![4, 4, 7];
+            card.fields[0].halo_lo.push(0);
+            card.fields[0].halo_hi.push(0);
+            card.fields[0].order = vec![2, 1, 0];
+        }
+        records_match_cards(&c);
+        assert!(neighbours_of(0, &c, Counting::C).is_ok());
+        c[3].fields[0].owned_size[2] = 6;
+        assert!(neighbours_of(0, &c, Counting::C).is_err());
+        records_match_cards(&c);
     }
 
     #[test]

@@ -612,6 +612,26 @@ impl Exchange {
         Ok(())
     }
 
+    /// Every rank's record (`mine` encoded), through the job's allgather,
+    /// each read back by `decode`.
+    fn gather_records<R>(&self, mine: &[u8], decode: fn(&[u8]) -> Option<R>) -> Result<Vec<R>> {
+        let op = "sode_exchange_commit";
+        self.world
+            .allgather(mine, self.timeout)
+            .map_err(|source| CapiError::Bootstrap { op, source })?
+            .iter()
+            .enumerate()
+            .map(|(r, b)| {
+                decode(b).ok_or_else(|| CapiError::Mismatch {
+                    why: format!(
+                        "rank {r} sent an unreadable description ({} bytes): is it the same sode, and the same kind of exchange?",
+                        b.len()
+                    ),
+                })
+            })
+            .collect()
+    }
+
     /// Every rank's `mine`, through the job's allgather, with the transport
     /// each chose (which must agree).
     fn gather<T: serde::Serialize + serde::de::DeserializeOwned>(
@@ -658,9 +678,19 @@ impl Exchange {
             cart: cart.clone(),
             fields: specs.iter().map(FieldSpec::card).collect(),
         };
-        let cards = self.gather(&mine)?;
-        let neighbours = cart::neighbours_of(self.world.rank(), &cards, self.counting)
-            .map_err(|why| CapiError::Mismatch { why })?;
+        let me = self.world.rank();
+        let record = cart::Record::of(&mine, self.transport as u8);
+        let records = self.gather_records(&record.encode(), cart::Record::decode)?;
+        let neighbours = match cart::neighbours_by_records(me, &records, cart) {
+            Some(n) => n,
+            // The ranks disagree (all of them see it): the whole cards
+            // name what differs.
+            None => {
+                let cards = self.gather(&mine)?;
+                cart::neighbours_of(me, &cards, self.counting)
+                    .map_err(|why| CapiError::Mismatch { why })?
+            }
+        };
         let mut links = Vec::new();
         let mut planned = Vec::new();
         let mut push = |group: &[cart::Neighbour]| {
@@ -788,8 +818,19 @@ impl Exchange {
             sends: sends.iter().map(BoxMessage::side).collect(),
             recvs: recvs.iter().map(BoxMessage::side).collect(),
         };
-        let cards = self.gather(&mine)?;
-        explicit::check(&cards).map_err(|why| CapiError::Mismatch { why })?;
+        let record = explicit::Record::of(
+            &mine,
+            self.world.rank(),
+            self.world.size(),
+            self.transport as u8,
+        );
+        let records = self.gather_records(&record.encode(), explicit::Record::decode)?;
+        if !explicit::records_agree(&records) {
+            // The ranks disagree (all of them see it): the whole cards
+            // name what differs.
+            let cards = self.gather(&mine)?;
+            explicit::check(&cards).map_err(|why| CapiError::Mismatch { why })?;
+        }
         let mut links = Vec::new();
         let mut planned = Vec::new();
         // Every box to (and from) a rank on this node travels as one

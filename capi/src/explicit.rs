@@ -3,6 +3,12 @@
 //! which ranks, with a tag; a send to rank `q` with tag `t` fills `q`'s
 //! receive from this rank with tag `t`. Checked across the whole job at
 //! commit, so every rank reaches the same verdict.
+//!
+//! What is gathered is a `Record` of fixed size per rank, however many
+//! boxes it has: digests of what the ranks must describe alike, and of its
+//! sends and receives, which add up to the same over the job exactly when
+//! every send meets its receive. Only when they do not do the ranks gather
+//! their whole descriptions ([`Card`]), to name what differs.
 
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +79,152 @@ fn unique(r: usize, sides: &[Side], what: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Bytes of an encoded [`Record`].
+pub(crate) const RECORD_BYTES: usize = 2 + 6 * 8;
+
+/// What a rank tells every other at commit, of [`RECORD_BYTES`] whatever
+/// its boxes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Record {
+    /// Whether its own lists pass what it can check alone: peers in the
+    /// job, no (peer, tag) twice.
+    valid: bool,
+    /// The transport it chose.
+    transport: u8,
+    /// A digest of what every rank must describe alike: the boxes' axes;
+    /// the fields' types, halo widths, memory orders, overlaps and numbers
+    /// of axes.
+    common: u64,
+    /// The sum of a digest of each send: sender, receiver, tag, cells per
+    /// axis, and the sender's extents beyond the boxes' axes.
+    sends: u64,
+    /// The same sum over its receives (with its own extents beyond the
+    /// boxes' axes): over the job, the two sums are equal when every send
+    /// meets a receive of its shape between ranks whose fields agree.
+    recvs: u64,
+    /// How many it sends.
+    send_count: u64,
+    /// How many it receives.
+    recv_count: u64,
+}
+
+impl Record {
+    /// The record of rank `me`'s `card` in a job of `size` ranks, with
+    /// `transport`.
+    pub(crate) fn of(card: &Card, me: usize, size: usize, transport: u8) -> Record {
+        let valid = unique(me, &card.sends, "").is_ok()
+            && unique(me, &card.recvs, "").is_ok()
+            && card.sends.iter().chain(&card.recvs).all(|s| s.peer < size);
+        let fields: Vec<_> = card
+            .fields
+            .iter()
+            .map(|f| {
+                (
+                    f.ty,
+                    &f.halo_lo,
+                    &f.halo_hi,
+                    &f.order,
+                    &f.overlap,
+                    f.owned_size.len(),
+                )
+            })
+            .collect();
+        let common =
+            crate::cart::digest(serde_json::to_vec(&(card.ndims, fields)).unwrap_or_default());
+        let beyond: Vec<&[usize]> = card
+            .fields
+            .iter()
+            .map(|f| f.owned_size.get(card.ndims..).unwrap_or_default())
+            .collect();
+        let one = |from: usize, to: usize, s: &Side| -> u64 {
+            let words = [from, to, s.tag as usize, s.size.len()]
+                .into_iter()
+                .chain(s.size.iter().copied())
+                .chain(
+                    beyond
+                        .iter()
+                        .flat_map(|b| std::iter::once(b.len()).chain(b.iter().copied())),
+                );
+            mix(crate::cart::digest(
+                words.flat_map(|w| (w as u64).to_le_bytes()),
+            ))
+        };
+        let sum = |it: &mut dyn Iterator<Item = u64>| it.fold(0u64, u64::wrapping_add);
+        Record {
+            valid,
+            transport,
+            common,
+            sends: sum(&mut card.sends.iter().map(|s| one(me, s.peer, s))),
+            recvs: sum(&mut card.recvs.iter().map(|r| one(r.peer, me, r))),
+            send_count: card.sends.len() as u64,
+            recv_count: card.recvs.len() as u64,
+        }
+    }
+
+    /// Its bytes.
+    pub(crate) fn encode(&self) -> [u8; RECORD_BYTES] {
+        let mut out = [0u8; RECORD_BYTES];
+        out[0] = u8::from(self.valid);
+        out[1] = self.transport;
+        let words = [
+            self.common,
+            self.sends,
+            self.recvs,
+            self.send_count,
+            self.recv_count,
+        ];
+        for (chunk, w) in out[2..].chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+
+    /// The record `bytes` encode; `None` for bytes no [`Record::encode`]
+    /// made.
+    pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
+        if bytes.len() != RECORD_BYTES || bytes[0] > 1 {
+            return None;
+        }
+        let mut words = bytes[2..]
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
+        let mut next = || words.next().unwrap_or_default();
+        Some(Record {
+            valid: bytes[0] == 1,
+            transport: bytes[1],
+            common: next(),
+            sends: next(),
+            recvs: next(),
+            send_count: next(),
+            recv_count: next(),
+        })
+    }
+}
+
+/// Whether every rank's record (`records`) says the job agrees: each rank's
+/// lists valid, one transport and description, and every send met by a
+/// receive. When not, the ranks compare their whole cards ([`check`]),
+/// which names what differs. Every rank answers alike.
+pub(crate) fn records_agree(records: &[Record]) -> bool {
+    let Some(first) = records.first() else {
+        return false;
+    };
+    let total = |f: fn(&Record) -> u64| records.iter().map(f).fold(0u64, u64::wrapping_add);
+    records
+        .iter()
+        .all(|r| r.valid && r.transport == first.transport && r.common == first.common)
+        && total(|r| r.sends) == total(|r| r.recvs)
+        && total(|r| r.send_count) == total(|r| r.recv_count)
+}
+
+/// A finaliser (splitmix64's) that spreads a digest's bits, so that sums of
+/// digests of different messages do not cancel.
+fn mix(mut x: u64) -> u64 {
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// Checks every rank's messages against its peers': each send met by a
@@ -190,5 +342,86 @@ mod tests {
         let mut bad = good;
         bad[0].sends[0].peer = 5;
         assert!(check(&bad).unwrap_err().contains("the job has 2 ranks"));
+    }
+
+    /// Whether the records agree exactly when the whole cards do.
+    fn records_match_cards(cards: &[Card]) {
+        let records: Vec<Record> = cards
+            .iter()
+            .enumerate()
+            .map(|(r, c)| Record::decode(&Record::of(c, r, cards.len(), 0).encode()).unwrap())
+            .collect();
+        assert_eq!(
+            records_agree(&records),
+            check(cards).is_ok(),
+            "{cards:?}: {:?}",
+            check(cards)
+        );
+    }
+
+    #[test]
+    fn records_agree_exactly_when_the_whole_cards_do() {
+        // A ring of 5 ranks, each sending two boxes to the next and
+        // receiving them from the previous.
+        let ring = || -> Vec<Card> {
+            (0..5)
+                .map(|r| {
+                    let (next, prev) = ((r + 1) % 5, (r + 4) % 5);
+                    card(
+                        &[(next, 1, [1, 8]), (next, 2, [8, 2])],
+                        &[(prev, 1, [1, 8]), (prev, 2, [8, 2])],
+                    )
+                })
+                .collect()
+        };
+        records_match_cards(&ring());
+        let mut faults: Vec<Vec<Card>> = Vec::new();
+        // Shapes swapped between two boxes: the counts and tags still
+        // match, the shapes do not.
+        let mut c = ring();
+        c[2].recvs[0].size = vec![8, 2];
+        c[2].recvs[1].size = vec![1, 8];
+        faults.push(c);
+        // A send to the wrong rank, its receive left waiting.
+        let mut c = ring();
+        c[0].sends[1].peer = 2;
+        faults.push(c);
+        // Two ranks' receives from each other's senders swapped.
+        let mut c = ring();
+        c[3].recvs[0].peer = 1;
+        faults.push(c);
+        let mut c = ring();
+        c[4].recvs.pop();
+        faults.push(c);
+        let mut c = ring();
+        c[1].fields[0].ty = ElemType::F32;
+        faults.push(c);
+        let mut c = ring();
+        c[1].fields[0].owned_size = vec![8, 8, 3];
+        faults.push(c);
+        let mut c = ring();
+        c[1].ndims = 3;
+        faults.push(c);
+        let mut c = ring();
+        c[0].sends[0].peer = 9;
+        faults.push(c);
+        for cards in &faults {
+            assert!(check(cards).is_err(), "{cards:?}");
+            records_match_cards(cards);
+        }
+        // Extents beyond the boxes' axes: alike between the ranks that
+        // exchange, or a fault.
+        let mut c = ring();
+        for card in &mut c {
+            card.fields[0].owned_size = vec![8, 8, 4];
+            card.fields[0].halo_lo.push(0);
+            card.fields[0].halo_hi.push(0);
+            card.fields[0].order = vec![2, 1, 0];
+        }
+        records_match_cards(&c);
+        assert!(check(&c).is_ok());
+        c[3].fields[0].owned_size[2] = 5;
+        assert!(check(&c).is_err());
+        records_match_cards(&c);
     }
 }

@@ -1,0 +1,317 @@
+//! What a rank receives through the job's allgathers when it commits an
+//! exchange is a record of fixed size from each rank, however many fields
+//! or boxes the exchange has: the fields are checked by their digests,
+//! and described in full only when two ranks disagree (the error then
+//! names what differs). Ranks run as threads of this process, meeting
+//! through an allgather of their own that counts the bytes it delivers.
+
+// It calls the C ABI as a C program does, through its `unsafe` functions.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+
+use sode_capi::sys::*;
+use sode_capi::{SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C, SODE_TRANSPORT_SHM};
+
+/// Cells a side of a block, halo included.
+const SIDE: usize = 12;
+
+/// The ranks' meeting place: each call, every rank's bytes side by side.
+struct Hub {
+    ranks: usize,
+    barrier: Barrier,
+    slots: Mutex<Vec<Vec<u8>>>,
+    /// Per rank, bytes of the other ranks' blocks delivered to it.
+    received: Vec<AtomicU64>,
+}
+
+/// One rank's context for [`gather`].
+struct Lent {
+    hub: Arc<Hub>,
+    rank: usize,
+}
+
+unsafe extern "C" fn gather(
+    mine: *const c_void,
+    all: *mut c_void,
+    bytes: usize,
+    ctx: *mut c_void,
+) -> c_int {
+    // SAFETY: `ctx` is the `Lent` handed to sode_comm_create_allgather,
+    // `mine` holds `bytes` bytes and `all` every rank's worth (its
+    // contract).
+    let (lent, mine, all) = unsafe {
+        let lent = &*(ctx as *const Lent);
+        let mine = std::slice::from_raw_parts(mine.cast::<u8>(), bytes);
+        let all = std::slice::from_raw_parts_mut(all.cast::<u8>(), bytes * lent.hub.ranks);
+        (lent, mine, all)
+    };
+    let hub = &lent.hub;
+    hub.slots.lock().unwrap()[lent.rank] = mine.to_vec();
+    hub.barrier.wait();
+    for (r, slot) in hub.slots.lock().unwrap().iter().enumerate() {
+        all[r * bytes..(r + 1) * bytes].copy_from_slice(slot);
+    }
+    hub.received[lent.rank].fetch_add((bytes * (hub.ranks - 1)) as u64, Ordering::Relaxed);
+    // No rank writes the next call's bytes before every rank has read these.
+    hub.barrier.wait();
+    0
+}
+
+unsafe extern "C" fn release(ctx: *mut c_void) {
+    // SAFETY: the `Box<Lent>` leaked at creation, released once.
+    drop(unsafe { Box::from_raw(ctx.cast::<Lent>()) });
+}
+
+fn ok(rc: c_int, what: &str) {
+    assert_eq!(rc, SODE_OK, "{what}: {}", last_error());
+}
+
+fn last_error() -> String {
+    // SAFETY: sode_last_error returns a NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(sode_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Rank `me`'s communicator over the hub.
+fn comm(hub: &Arc<Hub>, me: usize) -> *mut sode_capi::comm::Comm {
+    let lent = Box::into_raw(Box::new(Lent {
+        hub: hub.clone(),
+        rank: me,
+    }))
+    .cast::<c_void>();
+    let mut comm = std::ptr::null_mut();
+    // SAFETY: a valid allgather and context, released by sode.
+    let rc = unsafe {
+        sode_comm_create_allgather(
+            me as c_int,
+            hub.ranks as c_int,
+            Some(gather),
+            lent,
+            Some(release),
+            30.0,
+            &mut comm,
+        )
+    };
+    ok(rc, "comm");
+    comm
+}
+
+/// Adds every array of `arrays` (each `SIDE x SIDE`, halo 1, owning
+/// `owned`) to `x`, then commits it; the bytes the commit brought rank
+/// `me`, or its error.
+///
+/// # Safety
+///
+/// `x` is a live exchange, and `arrays` outlive it.
+unsafe fn add_and_commit(
+    hub: &Hub,
+    me: usize,
+    x: *mut sode_capi::exchange::Exchange,
+    arrays: &mut [Vec<f64>],
+    owned: [i64; 2],
+) -> Result<u64, String> {
+    ok(
+        unsafe { sode_exchange_set_transport(x, SODE_TRANSPORT_SHM) },
+        "transport",
+    );
+    let (ext, lo) = ([SIDE as i64; 2], [1i64; 2]);
+    for a in arrays {
+        // SAFETY: as the function's contract.
+        let rc = unsafe {
+            sode_exchange_add_field(
+                x,
+                a.as_mut_ptr().cast(),
+                SODE_F64,
+                2,
+                ext.as_ptr(),
+                lo.as_ptr(),
+                owned.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                SODE_ORDER_C,
+            )
+        };
+        ok(rc, "add");
+    }
+    let before = hub.received[me].load(Ordering::Relaxed);
+    // SAFETY: as the function's contract.
+    let rc = unsafe { sode_exchange_commit(x) };
+    let brought = hub.received[me].load(Ordering::Relaxed) - before;
+    if rc != SODE_OK {
+        return Err(last_error());
+    }
+    // SAFETY: as the function's contract.
+    unsafe {
+        ok(sode_exchange_start(x), "start");
+        ok(sode_exchange_wait(x, 30.0), "wait");
+    }
+    Ok(brought)
+}
+
+/// One rank of a periodic `dims` grid: commits an exchange of `fields`
+/// fields (or fails to, when `owned` differs from the other ranks'), runs
+/// it once and checks a halo cell; the bytes the commit brought it, or the
+/// commit's error.
+fn rank(
+    hub: Arc<Hub>,
+    me: usize,
+    dims: [c_int; 2],
+    fields: usize,
+    owned: i64,
+) -> Result<u64, String> {
+    let mut comm = comm(&hub, me);
+    let coords = [me as c_int / dims[1], me as c_int % dims[1]];
+    let mut arrays = vec![vec![me as f64; SIDE * SIDE]; fields];
+    // SAFETY (every call below): valid handles and arrays of the sizes the
+    // calls document, alive until the exchange and communicator are freed.
+    unsafe {
+        let (periodic, halo) = ([1, 1], [1, 1]);
+        let mut x = std::ptr::null_mut();
+        ok(
+            sode_exchange_create_cart(
+                comm,
+                2,
+                dims.as_ptr(),
+                coords.as_ptr(),
+                periodic.as_ptr(),
+                halo.as_ptr(),
+                halo.as_ptr(),
+                SODE_BOX,
+                &mut x,
+            ),
+            "create",
+        );
+        let out = add_and_commit(&hub, me, x, &mut arrays, [owned, SIDE as i64 - 2]);
+        if out.is_ok() {
+            // The first halo row comes from the rank above (periodic).
+            let above = ((coords[0] + dims[0] - 1) % dims[0]) * dims[1] + coords[1];
+            for a in &arrays {
+                assert_eq!(a[1], f64::from(above), "rank {me}: a halo cell");
+            }
+        }
+        ok(sode_exchange_free(&mut x), "free");
+        ok(sode_comm_free(&mut comm), "free comm");
+        out
+    }
+}
+
+/// One rank of a ring described by its messages: `boxes` one-cell boxes
+/// of its last owned row to the next rank, received from the previous into
+/// the first halo row (each with its own tag), over 2 fields; the bytes
+/// the commit brought it, checked halo cells included.
+fn ring_rank(hub: Arc<Hub>, me: usize, boxes: usize) -> Result<u64, String> {
+    let n = hub.ranks;
+    let mut comm = comm(&hub, me);
+    let mut arrays = vec![vec![me as f64; SIDE * SIDE]; 2];
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    // SAFETY (every call below): valid handles and arrays of the sizes the
+    // calls document, alive until the exchange and communicator are freed.
+    unsafe {
+        let mut x = std::ptr::null_mut();
+        ok(sode_exchange_create(comm, 2, &mut x), "create");
+        for k in 0..boxes {
+            let (tag, col, one) = (k as c_int + 1, k as i64 + 1, [1i64, 1]);
+            let (from, into) = ([SIDE as i64 - 2, col], [0, col]);
+            ok(
+                sode_exchange_add_send(x, next as c_int, tag, from.as_ptr(), one.as_ptr()),
+                "send",
+            );
+            ok(
+                sode_exchange_add_recv(x, prev as c_int, tag, into.as_ptr(), one.as_ptr()),
+                "recv",
+            );
+        }
+        let side = SIDE as i64 - 2;
+        let out = add_and_commit(&hub, me, x, &mut arrays, [side, side]);
+        if out.is_ok() {
+            for a in &arrays {
+                for k in 0..boxes {
+                    assert_eq!(a[k + 1], prev as f64, "rank {me}: box {k}");
+                }
+                assert_eq!(a[boxes + 1], me as f64, "rank {me}: no box there");
+            }
+        }
+        ok(sode_exchange_free(&mut x), "free");
+        ok(sode_comm_free(&mut comm), "free comm");
+        out
+    }
+}
+
+/// A hub for `ranks` ranks.
+fn hub(ranks: usize) -> Arc<Hub> {
+    Arc::new(Hub {
+        ranks,
+        barrier: Barrier::new(ranks),
+        slots: Mutex::new(vec![Vec::new(); ranks]),
+        received: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+    })
+}
+
+/// Every rank's outcome; rank 3 owns `odd_owned` cells along axis 0 (the
+/// others `SIDE - 2`).
+fn job(dims: [c_int; 2], fields: usize, odd_owned: i64) -> Vec<Result<u64, String>> {
+    let hub = hub((dims[0] * dims[1]) as usize);
+    let threads: Vec<_> = (0..hub.ranks)
+        .map(|me| {
+            let hub = hub.clone();
+            let owned = if me == 3 { odd_owned } else { SIDE as i64 - 2 };
+            std::thread::spawn(move || rank(hub, me, dims, fields, owned))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
+    let side = SIDE as i64 - 2;
+    let bytes = |fields| -> Vec<u64> {
+        job([2, 3], fields, side)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect()
+    };
+    let (one, forty) = (bytes(1), bytes(40));
+    println!("bytes a commit brought each of 6 ranks: 1 field {one:?}, 40 fields {forty:?}");
+    assert_eq!(one, forty, "bytes gathered at commit, by rank");
+    // A few fixed-size records from each other rank.
+    assert!(one.iter().all(|&b| b <= 5 * 160), "{one:?}");
+}
+
+#[test]
+fn fields_that_disagree_across_a_face_are_still_named_on_every_rank() {
+    // Rank 3 (row 1, column 0) owns 7 rows where the others own 10: its
+    // neighbours along axis 1 must own as many along axis 0.
+    let outcomes = job([2, 3], 40, 7);
+    for (r, o) in outcomes.iter().enumerate() {
+        let e = o.as_ref().expect_err("a mismatch fails every rank");
+        assert!(
+            e.contains("rank 3 owns 7 cells along axis 0") && e.contains("owns 10"),
+            "rank {r}: {e}"
+        );
+    }
+}
+
+#[test]
+fn a_commit_of_boxes_brings_each_rank_the_same_bytes_for_1_and_for_10_boxes() {
+    let bytes = |boxes| -> Vec<u64> {
+        let hub = hub(5);
+        let threads: Vec<_> = (0..hub.ranks)
+            .map(|me| {
+                let hub = hub.clone();
+                std::thread::spawn(move || ring_rank(hub, me, boxes))
+            })
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap().unwrap())
+            .collect()
+    };
+    let (one, ten) = (bytes(1), bytes(10));
+    println!("bytes a commit of boxes brought each of 5 ranks: 1 box {one:?}, 10 boxes {ten:?}");
+    assert_eq!(one, ten, "bytes gathered at commit, by rank");
+    assert!(one.iter().all(|&b| b <= 4 * 160), "{one:?}");
+}
