@@ -25,6 +25,9 @@ struct Hub {
     slots: Mutex<Vec<Vec<u8>>>,
     /// Per rank, bytes of the other ranks' blocks delivered to it.
     received: Vec<AtomicU64>,
+    /// The process's resident bytes once every rank has committed and run
+    /// its exchange once, before any frees it.
+    resident: AtomicU64,
 }
 
 /// One rank's context for [`gather`].
@@ -152,6 +155,26 @@ unsafe fn add_and_commit(
     Ok(brought)
 }
 
+/// What the job's allgathers brought a rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Bytes {
+    /// From its communicator's creation to its exchange's commit.
+    setup: u64,
+    /// In the commit.
+    commit: u64,
+}
+
+/// The process's resident memory (`VmRSS`).
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap();
+    kb * 1024
+}
+
 /// One rank of a periodic `dims` grid: commits an exchange of `fields`
 /// fields (or fails to, when `owned` differs from the other ranks'), runs
 /// it once and checks a halo cell; the bytes the commit brought it, or the
@@ -162,7 +185,8 @@ fn rank(
     dims: [c_int; 2],
     fields: usize,
     owned: i64,
-) -> Result<u64, String> {
+) -> Result<Bytes, String> {
+    let setup_from = hub.received[me].load(Ordering::Relaxed);
     let mut comm = comm(&hub, me);
     let coords = [me as c_int / dims[1], me as c_int % dims[1]];
     let mut arrays = vec![vec![me as f64; SIDE * SIDE]; fields];
@@ -185,13 +209,24 @@ fn rank(
             ),
             "create",
         );
-        let out = add_and_commit(&hub, me, x, &mut arrays, [owned, SIDE as i64 - 2]);
+        let out =
+            add_and_commit(&hub, me, x, &mut arrays, [owned, SIDE as i64 - 2]).map(|commit| {
+                Bytes {
+                    commit,
+                    setup: hub.received[me].load(Ordering::Relaxed) - setup_from,
+                }
+            });
         if out.is_ok() {
             // The first halo row comes from the rank above (periodic).
             let above = ((coords[0] + dims[0] - 1) % dims[0]) * dims[1] + coords[1];
             for a in &arrays {
                 assert_eq!(a[1], f64::from(above), "rank {me}: a halo cell");
             }
+            hub.barrier.wait();
+            if me == 0 {
+                hub.resident.store(resident_bytes(), Ordering::Relaxed);
+            }
+            hub.barrier.wait();
         }
         ok(sode_exchange_free(&mut x), "free");
         ok(sode_comm_free(&mut comm), "free comm");
@@ -248,13 +283,18 @@ fn hub(ranks: usize) -> Arc<Hub> {
         barrier: Barrier::new(ranks),
         slots: Mutex::new(vec![Vec::new(); ranks]),
         received: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
+        resident: AtomicU64::new(0),
     })
 }
 
 /// Every rank's outcome; rank 3 owns `odd_owned` cells along axis 0 (the
 /// others `SIDE - 2`).
-fn job(dims: [c_int; 2], fields: usize, odd_owned: i64) -> Vec<Result<u64, String>> {
-    let hub = hub((dims[0] * dims[1]) as usize);
+fn job(
+    hub: &Arc<Hub>,
+    dims: [c_int; 2],
+    fields: usize,
+    odd_owned: i64,
+) -> Vec<Result<Bytes, String>> {
     let threads: Vec<_> = (0..hub.ranks)
         .map(|me| {
             let hub = hub.clone();
@@ -269,9 +309,9 @@ fn job(dims: [c_int; 2], fields: usize, odd_owned: i64) -> Vec<Result<u64, Strin
 fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
     let side = SIDE as i64 - 2;
     let bytes = |fields| -> Vec<u64> {
-        job([2, 3], fields, side)
+        job(&hub(6), [2, 3], fields, side)
             .into_iter()
-            .map(|r| r.unwrap())
+            .map(|r| r.unwrap().commit)
             .collect()
     };
     let (one, forty) = (bytes(1), bytes(40));
@@ -285,7 +325,7 @@ fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
 fn fields_that_disagree_across_a_face_are_still_named_on_every_rank() {
     // Rank 3 (row 1, column 0) owns 7 rows where the others own 10: its
     // neighbours along axis 1 must own as many along axis 0.
-    let outcomes = job([2, 3], 40, 7);
+    let outcomes = job(&hub(6), [2, 3], 40, 7);
     for (r, o) in outcomes.iter().enumerate() {
         let e = o.as_ref().expect_err("a mismatch fails every rank");
         assert!(
@@ -314,4 +354,52 @@ fn a_commit_of_boxes_brings_each_rank_the_same_bytes_for_1_and_for_10_boxes() {
     println!("bytes a commit of boxes brought each of 5 ranks: 1 box {one:?}, 10 boxes {ten:?}");
     assert_eq!(one, ten, "bytes gathered at commit, by rank");
     assert!(one.iter().all(|&b| b <= 4 * 160), "{one:?}");
+}
+
+#[test]
+fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_ranks() {
+    // Two-dimensional periodic grids of thread ranks (8 neighbours each),
+    // one field: from the communicator's creation to the first exchange.
+    println!(
+        "ranks  setup bytes a rank  per other rank  commit per other rank  resident KiB a rank"
+    );
+    let mut per_other = Vec::new();
+    let mut resident = Vec::new();
+    let before = resident_bytes();
+    for dims in [[4, 4], [8, 8], [16, 16], [16, 32]] {
+        let hub = hub((dims[0] * dims[1]) as usize);
+        let n = hub.ranks;
+        let bytes: Vec<Bytes> = job(&hub, dims, 1, SIDE as i64 - 2)
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        let most = bytes.iter().map(|b| b.setup).max().unwrap();
+        let commit = bytes.iter().map(|b| b.commit).max().unwrap();
+        let others = (n - 1) as u64;
+        let kib = hub.resident.load(Ordering::Relaxed).saturating_sub(before) / n as u64 / 1024;
+        println!(
+            "{n:>5}  {most:>18}  {:>14}  {:>21}  {kib:>19}",
+            most / others,
+            commit / others
+        );
+        // Every rank alike: no rank gathers for the others.
+        assert!(bytes.iter().all(|b| b == &bytes[0]), "{n} ranks: {bytes:?}");
+        assert_eq!(
+            most % others,
+            0,
+            "{n} ranks: {most} bytes is not a record per other rank"
+        );
+        per_other.push((most / others, commit / others));
+        resident.push(kib);
+    }
+    assert!(
+        per_other.iter().all(|p| *p == per_other[0]),
+        "bytes per other rank: {per_other:?}"
+    );
+    // Memory a rank holds grows with its neighbours, not the job (allowing
+    // for the allocator's noise).
+    assert!(
+        resident[3] <= 2 * resident[0] + 256,
+        "resident KiB a rank: {resident:?}"
+    );
 }
