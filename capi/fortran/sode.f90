@@ -78,6 +78,7 @@ module sode
   public :: sode_exchange_create, sode_add_send, sode_add_recv
   public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_describe
+  public :: sode_set_depth
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
   public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
@@ -313,6 +314,12 @@ module sode
        integer(c_int), value :: t
        integer(c_int) :: rc
      end function c_set_transport
+     function c_set_depth(x, depth) bind(C, name="sode_exchange_set_depth") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: depth
+       integer(c_int) :: rc
+     end function c_set_depth
      function c_set_shared_fields(x, sets) bind(C, name="sode_exchange_set_shared_fields") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -370,18 +377,18 @@ contains
     character(len=*), intent(in) :: text
     character(len=:), allocatable :: out
     ! Longest first, so that no name is taken for the start of another.
-    character(len=*), parameter :: c_names(19) = [character(len=31) :: &
+    character(len=*), parameter :: c_names(20) = [character(len=31) :: &
          'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_zero_copy', &
          'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
          'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_field_count', &
-         'sode_exchange_add_field', 'sode_exchange_add_send', 'sode_exchange_add_recv', &
+         'sode_exchange_set_depth', 'sode_exchange_add_field', 'sode_exchange_add_send', 'sode_exchange_add_recv', &
          'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
          'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
-    character(len=*), parameter :: f_names(19) = [character(len=24) :: &
+    character(len=*), parameter :: f_names(20) = [character(len=24) :: &
          'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_zero_copy', &
          'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
          'sode_set_overlap', 'sode_reset_stats', 'sode_field_count', &
-         'sode_add_field', 'sode_add_send', 'sode_add_recv', &
+         'sode_set_depth', 'sode_add_field', 'sode_add_send', 'sode_add_recv', &
          'sode_start_set', 'sode_describe', 'sode_commit', 'sode_get_stats', &
          'sode_start', 'sode_wait', 'sode_test']
     integer :: i, k, n
@@ -1224,6 +1231,21 @@ contains
     integer, intent(out), optional :: ierr
     call finish(c_set_zero_copy(x%ptr, int(mode, c_int)), ierr)
   end subroutine sode_set_zero_copy
+
+  !> Makes the starts that follow move at most `depth` layers of each
+  !> halo, those nearest the owned cells (0, the default: every layer, as
+  !> committed). One exchange committed at the widest halos then serves
+  !> the steps that need fewer layers: `call sode_set_depth(x, 1)` before
+  !> `call sode_start_fields(x, [2, 3])`. Any time but while an exchange is
+  !> in flight; every rank alike. A start at a depth fails where faces
+  !> travel in place over RDMA (`sode_set_zero_copy(x,
+  !> SODE_ZERO_COPY_NEVER)` before commit packs them).
+  subroutine sode_set_depth(x, depth, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: depth
+    integer, intent(out), optional :: ierr
+    call finish(c_set_depth(x%ptr, int(depth, c_int)), ierr)
+  end subroutine sode_set_depth
 
   !> How each neighbour is reached, one line per link (after commit):
   !> `rank 1 (y+): rdma; sends 8192 bytes in place (1 runs); ...`.

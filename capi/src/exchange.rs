@@ -59,6 +59,22 @@ struct Planned {
     recv: Option<Vec<Piece>>,
 }
 
+impl Planned {
+    /// The same messages at `depth` layers of each halo
+    /// ([`Piece::at_depth`]).
+    fn at_depth(&self, depth: usize) -> Planned {
+        let cut = |pieces: &Option<Vec<Piece>>, send: bool| {
+            pieces
+                .as_ref()
+                .map(|ps| ps.iter().map(|p| p.at_depth(depth, send)).collect())
+        };
+        Planned {
+            send: cut(&self.send, true),
+            recv: cut(&self.recv, false),
+        }
+    }
+}
+
 /// The bytes of a message made of `pieces`.
 fn message_bytes(specs: &[FieldSpec], pieces: &[Piece]) -> usize {
     pieces
@@ -78,6 +94,8 @@ enum State {
         links: Box<LinkExchange>,
         planned: Vec<Planned>,
         shared: Option<SharedLayout>,
+        /// The messages at each depth a start has used, made at its first.
+        by_depth: Vec<(usize, Vec<Planned>)>,
     },
     /// Commit failed: the handle can only be freed.
     Broken(String),
@@ -115,9 +133,11 @@ pub struct Exchange {
     /// commit's messages.
     counting: cart::Counting,
     /// Whether every message carries every field (else only those of the
-    /// last start on some fields): a start on all of them then sets no
-    /// lengths.
+    /// last start on some fields or at another depth): a start on all of
+    /// them at every layer then sets no lengths.
     carrying_all: bool,
+    /// Layers of each halo the next starts move (0: every layer).
+    depth: usize,
     state: State,
 }
 
@@ -272,6 +292,7 @@ impl Exchange {
             shared: 0,
             counting: cart::Counting::C,
             carrying_all: true,
+            depth: 0,
             state: State::Described,
         })
     }
@@ -302,6 +323,7 @@ impl Exchange {
             shared: 0,
             counting: cart::Counting::C,
             carrying_all: true,
+            depth: 0,
             state: State::Described,
         })
     }
@@ -574,6 +596,7 @@ impl Exchange {
                     links: Box::new(links),
                     planned,
                     shared,
+                    by_depth: Vec::new(),
                 };
                 Ok(())
             }
@@ -751,6 +774,7 @@ impl Exchange {
                         } else {
                             f.recv_region(o)
                         },
+                        toward: o.to_vec(),
                     })
                 })
                 .filter(|p| p.region.cells() > 0)
@@ -886,6 +910,7 @@ impl Exchange {
                     specs.iter().enumerate().map(|(field, f)| Piece {
                         field,
                         region: f.box_region(&m.lo, &m.size),
+                        toward: Vec::new(),
                     })
                 })
                 .filter(|p| p.region.cells() > 0)
@@ -1097,6 +1122,39 @@ impl Exchange {
         Ok(text)
     }
 
+    /// As [`committed`](Self::committed), its messages at the depth set
+    /// (made the first time a start uses that depth).
+    fn committed_at_depth(
+        &mut self,
+        op: &'static str,
+    ) -> Result<(&mut LinkExchange, &[Planned], &mut [Field])> {
+        let depth = self.depth;
+        match &mut self.state {
+            State::Committed {
+                links,
+                planned,
+                by_depth,
+                ..
+            } => {
+                let at: &[Planned] = if depth == 0 {
+                    planned
+                } else {
+                    let i = match by_depth.iter().position(|(d, _)| *d == depth) {
+                        Some(i) => i,
+                        None => {
+                            by_depth
+                                .push((depth, planned.iter().map(|p| p.at_depth(depth)).collect()));
+                            by_depth.len() - 1
+                        }
+                    };
+                    &by_depth[i].1
+                };
+                Ok((links, at, &mut self.fields))
+            }
+            other => Err(not_committed(op, other)),
+        }
+    }
+
     fn committed(
         &mut self,
         op: &'static str,
@@ -1148,9 +1206,46 @@ impl Exchange {
         Ok(sets[at..].as_mut_ptr())
     }
 
+    /// Makes later starts move at most `depth` layers of each halo, those
+    /// nearest the owned cells (0: every layer, as committed). Any time but
+    /// while an exchange is in flight; every rank alike.
+    pub fn set_depth(&mut self, depth: usize) -> Result<()> {
+        let op = "sode_exchange_set_depth";
+        if depth != 0 {
+            if let Layout::Explicit { .. } = self.layout {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("depth {depth}: an exchange described by its boxes moves each box whole; a depth applies to Cartesian exchanges (sode_exchange_create_cart)"),
+                });
+            }
+            if self.shared > 0 {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("depth {depth}: sode moves the halos of the fields it keeps whole (sode_exchange_set_shared_fields)"),
+                });
+            }
+        }
+        if let State::Committed { links, .. } = &self.state {
+            if links.in_flight() {
+                return Err(CapiError::State {
+                    op,
+                    why: "an exchange is in flight: call sode_exchange_wait first".into(),
+                });
+            }
+        }
+        self.depth = depth;
+        Ok(())
+    }
+
     /// Starts exchanging shared set `set`: no packing by the caller.
     pub fn start_set(&mut self, set: usize) -> Result<()> {
         let op = "sode_exchange_start_set";
+        if self.depth != 0 {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("the depth is set to {} layers, but sode moves the halos of the fields it keeps whole: call sode_exchange_set_depth(x, 0) first", self.depth),
+            });
+        }
         let sets = self.shared(op)?.sets;
         if set >= sets {
             return Err(CapiError::Invalid {
@@ -1216,7 +1311,19 @@ impl Exchange {
             });
         }
         let mut carrying_all = self.carrying_all;
-        let (links, planned, fields) = self.committed(op)?;
+        let every_layer = self.depth == 0;
+        let depth = self.depth;
+        let (links, planned, fields) = self.committed_at_depth(op)?;
+        let in_place = (0..planned.len()).any(|i| {
+            let s = links.in_place(i);
+            s.send || s.recv
+        });
+        if depth != 0 && in_place {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("faces travel in place over RDMA at the committed halo widths, so a start cannot move {depth} layers of them; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face, or sode_exchange_set_depth(x, 0)"),
+            });
+        }
         if links.in_flight() {
             return Err(CapiError::State {
                 op,
@@ -1237,13 +1344,13 @@ impl Exchange {
         select(fields, subset, op)?;
         let bound = Self::bind_arrays(links, planned, fields, subset, given, array, op)
             .and_then(|()| {
-                if subset.is_none() && carrying_all {
+                if subset.is_none() && every_layer && carrying_all {
                     return Ok(());
                 }
                 // Unknown until every length is set.
                 carrying_all = false;
                 Self::carry(links, planned, fields, op)?;
-                carrying_all = subset.is_none();
+                carrying_all = subset.is_none() && every_layer;
                 Ok(())
             })
             .and_then(|()| Self::pack_and_start(links, planned, fields, op));
@@ -1437,7 +1544,7 @@ impl Exchange {
     /// Waits up to `timeout` for every halo, then unpacks them.
     pub fn wait(&mut self, timeout: Duration) -> Result<()> {
         let op = "sode_exchange_wait";
-        let (links, planned, fields) = self.committed(op)?;
+        let (links, planned, fields) = self.committed_at_depth(op)?;
         links
             .wait(Instant::now() + timeout)
             .map_err(|source| CapiError::Exchange { op, source })?;
@@ -1447,7 +1554,7 @@ impl Exchange {
     /// One pass: true (and the halos unpacked) once complete.
     pub fn test(&mut self) -> Result<bool> {
         let op = "sode_exchange_test";
-        let (links, planned, fields) = self.committed(op)?;
+        let (links, planned, fields) = self.committed_at_depth(op)?;
         let exchange = |source: HaloError| CapiError::Exchange { op, source };
         if !links.test().map_err(exchange)? {
             return Ok(false);

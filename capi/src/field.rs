@@ -52,6 +52,11 @@ pub struct Piece {
     pub field: usize,
     /// Its cells.
     pub region: Region,
+    /// The direction of the neighbour it goes to or comes from, each axis
+    /// -1, 0 or +1 (empty for a box of an exchange described by its
+    /// messages): along the axes it crosses, its layers lie in order of
+    /// their distance from the owned box's edge.
+    pub toward: Vec<i32>,
 }
 
 impl Piece {
@@ -60,8 +65,41 @@ impl Piece {
         regions
             .into_iter()
             .enumerate()
-            .map(|(field, region)| Piece { field, region })
+            .map(|(field, region)| Piece {
+                field,
+                region,
+                toward: Vec::new(),
+            })
             .collect()
+    }
+
+    /// The piece at `depth` layers: along each axis it crosses, the
+    /// `depth` layers nearest the edge between the two ranks (all of them
+    /// when it has fewer). A send lies inside the owned box, so its
+    /// nearest layers are the last ones towards a neighbour above and the
+    /// first towards one below; a receive lies outside, the other way
+    /// round. Both ends of a message cut it alike.
+    pub fn at_depth(&self, depth: usize, send: bool) -> Piece {
+        let mut region = self.region.clone();
+        for (a, &o) in self.toward.iter().enumerate() {
+            let (Some(start), Some(size)) = (region.start.get_mut(a), region.size.get_mut(a))
+            else {
+                continue;
+            };
+            let keep = depth.min(*size);
+            // Above and sent, or below and received: the last layers.
+            if (o > 0) == send && o != 0 {
+                *start += *size - keep;
+            }
+            if o != 0 {
+                *size = keep;
+            }
+        }
+        Piece {
+            field: self.field,
+            region,
+            toward: self.toward.clone(),
+        }
     }
 }
 

@@ -105,7 +105,11 @@ mod tests {
 
     /// Field 0's `region`, the only piece.
     fn one(region: Region) -> [Piece; 1] {
-        [Piece { field: 0, region }]
+        [Piece {
+            field: 0,
+            region,
+            toward: Vec::new(),
+        }]
     }
 
     /// A C-order 2-D f64 field, `rows` x `cols` owned, halo `h` all round.

@@ -9,57 +9,17 @@
 // It calls the C ABI as a C program does, through its `unsafe` functions.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_int, c_void};
-use std::sync::{Arc, Barrier, Mutex};
+mod common;
 
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use common::{comm, hub, ok, on_every_rank, Hub};
 use sode_capi::sys::*;
-use sode_capi::{
-    SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP,
-};
+use sode_capi::{SODE_BOX, SODE_F64, SODE_ORDER_C, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
 
 /// Cells a side, halo included.
 const SIDE: usize = 34;
-
-/// The ranks' meeting place: each call, every rank's bytes side by side.
-struct Hub {
-    barrier: Barrier,
-    slots: Mutex<Vec<Vec<u8>>>,
-}
-
-/// One rank's context for [`gather`].
-struct Lent {
-    hub: Arc<Hub>,
-    rank: usize,
-}
-
-unsafe extern "C" fn gather(
-    mine: *const c_void,
-    all: *mut c_void,
-    bytes: usize,
-    ctx: *mut c_void,
-) -> c_int {
-    // SAFETY: `ctx` is the `Lent` handed to sode_comm_create_allgather,
-    // `mine` holds `bytes` bytes and `all` two ranks' worth (its contract).
-    let (lent, mine, all) = unsafe {
-        let lent = &*(ctx as *const Lent);
-        let mine = std::slice::from_raw_parts(mine.cast::<u8>(), bytes);
-        let all = std::slice::from_raw_parts_mut(all.cast::<u8>(), bytes * 2);
-        (lent, mine, all)
-    };
-    lent.hub.slots.lock().unwrap()[lent.rank] = mine.to_vec();
-    lent.hub.barrier.wait();
-    for (r, slot) in lent.hub.slots.lock().unwrap().iter().enumerate() {
-        all[r * bytes..(r + 1) * bytes].copy_from_slice(slot);
-    }
-    // No rank writes the next call's bytes before both have read these.
-    lent.hub.barrier.wait();
-    0
-}
-
-unsafe extern "C" fn release(ctx: *mut c_void) {
-    // SAFETY: the `Box<Lent>` leaked at creation, released once.
-    drop(unsafe { Box::from_raw(ctx.cast::<Lent>()) });
-}
 
 /// Allocations counted in one rank's steady state.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -70,37 +30,13 @@ struct Counts {
     poll_calls: u64,
 }
 
-fn ok(rc: c_int, what: &str) {
-    assert_eq!(rc, SODE_OK, "{what}: {}", last_error());
-}
-
-fn last_error() -> String {
-    // SAFETY: sode_last_error returns a NUL-terminated string.
-    unsafe { std::ffi::CStr::from_ptr(sode_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 /// One rank: a periodic 2 x 1 grid, two fields, `iters` iterations after
 /// a warm-up of each kind of start.
 fn rank(hub: Arc<Hub>, me: usize, transport: c_int, iters: usize) -> Counts {
-    let lent = Box::into_raw(Box::new(Lent { hub, rank: me })).cast::<c_void>();
-    let mut comm = std::ptr::null_mut();
+    let mut comm = comm(&hub, me);
     // SAFETY (every call below): valid handles and arrays of the sizes the
     // calls document, alive until the exchange and communicator are freed.
     unsafe {
-        ok(
-            sode_comm_create_allgather(
-                me as c_int,
-                2,
-                Some(gather),
-                lent,
-                Some(release),
-                30.0,
-                &mut comm,
-            ),
-            "comm",
-        );
         let (dims, coords, periodic, halo) = ([2, 1], [me as c_int, 0], [1, 1], [1, 1]);
         let mut x = std::ptr::null_mut();
         ok(
@@ -174,17 +110,7 @@ fn rank(hub: Arc<Hub>, me: usize, transport: c_int, iters: usize) -> Counts {
 }
 
 fn counted(transport: c_int, iters: usize) -> Vec<Counts> {
-    let hub = Arc::new(Hub {
-        barrier: Barrier::new(2),
-        slots: Mutex::new(vec![Vec::new(); 2]),
-    });
-    let ranks: Vec<_> = (0..2)
-        .map(|me| {
-            let hub = hub.clone();
-            std::thread::spawn(move || rank(hub, me, transport, iters))
-        })
-        .collect();
-    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    on_every_rank(&hub(2), move |hub, me| rank(hub, me, transport, iters))
 }
 
 fn assert_none(what: &str, counts: &[Counts]) {

@@ -8,100 +8,18 @@
 // It calls the C ABI as a C program does, through its `unsafe` functions.
 #![allow(unsafe_code)]
 
-use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
+mod common;
 
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use common::{comm, hub, last_error, ok, on_every_rank, Hub};
 use sode_capi::sys::*;
 use sode_capi::{SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C, SODE_TRANSPORT_SHM};
 
 /// Cells a side of a block, halo included.
 const SIDE: usize = 12;
-
-/// The ranks' meeting place: each call, every rank's bytes side by side.
-struct Hub {
-    ranks: usize,
-    barrier: Barrier,
-    slots: Mutex<Vec<Vec<u8>>>,
-    /// Per rank, bytes of the other ranks' blocks delivered to it.
-    received: Vec<AtomicU64>,
-    /// The process's resident bytes once every rank has committed and run
-    /// its exchange once, before any frees it.
-    resident: AtomicU64,
-}
-
-/// One rank's context for [`gather`].
-struct Lent {
-    hub: Arc<Hub>,
-    rank: usize,
-}
-
-unsafe extern "C" fn gather(
-    mine: *const c_void,
-    all: *mut c_void,
-    bytes: usize,
-    ctx: *mut c_void,
-) -> c_int {
-    // SAFETY: `ctx` is the `Lent` handed to sode_comm_create_allgather,
-    // `mine` holds `bytes` bytes and `all` every rank's worth (its
-    // contract).
-    let (lent, mine, all) = unsafe {
-        let lent = &*(ctx as *const Lent);
-        let mine = std::slice::from_raw_parts(mine.cast::<u8>(), bytes);
-        let all = std::slice::from_raw_parts_mut(all.cast::<u8>(), bytes * lent.hub.ranks);
-        (lent, mine, all)
-    };
-    let hub = &lent.hub;
-    hub.slots.lock().unwrap()[lent.rank] = mine.to_vec();
-    hub.barrier.wait();
-    for (r, slot) in hub.slots.lock().unwrap().iter().enumerate() {
-        all[r * bytes..(r + 1) * bytes].copy_from_slice(slot);
-    }
-    hub.received[lent.rank].fetch_add((bytes * (hub.ranks - 1)) as u64, Ordering::Relaxed);
-    // No rank writes the next call's bytes before every rank has read these.
-    hub.barrier.wait();
-    0
-}
-
-unsafe extern "C" fn release(ctx: *mut c_void) {
-    // SAFETY: the `Box<Lent>` leaked at creation, released once.
-    drop(unsafe { Box::from_raw(ctx.cast::<Lent>()) });
-}
-
-fn ok(rc: c_int, what: &str) {
-    assert_eq!(rc, SODE_OK, "{what}: {}", last_error());
-}
-
-fn last_error() -> String {
-    // SAFETY: sode_last_error returns a NUL-terminated string.
-    unsafe { std::ffi::CStr::from_ptr(sode_last_error()) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Rank `me`'s communicator over the hub.
-fn comm(hub: &Arc<Hub>, me: usize) -> *mut sode_capi::comm::Comm {
-    let lent = Box::into_raw(Box::new(Lent {
-        hub: hub.clone(),
-        rank: me,
-    }))
-    .cast::<c_void>();
-    let mut comm = std::ptr::null_mut();
-    // SAFETY: a valid allgather and context, released by sode.
-    let rc = unsafe {
-        sode_comm_create_allgather(
-            me as c_int,
-            hub.ranks as c_int,
-            Some(gather),
-            lent,
-            Some(release),
-            30.0,
-            &mut comm,
-        )
-    };
-    ok(rc, "comm");
-    comm
-}
 
 /// Adds every array of `arrays` (each `SIDE x SIDE`, halo 1, owning
 /// `owned`) to `x`, then commits it; the bytes the commit brought rank
@@ -276,17 +194,6 @@ fn ring_rank(hub: Arc<Hub>, me: usize, boxes: usize) -> Result<u64, String> {
     }
 }
 
-/// A hub for `ranks` ranks.
-fn hub(ranks: usize) -> Arc<Hub> {
-    Arc::new(Hub {
-        ranks,
-        barrier: Barrier::new(ranks),
-        slots: Mutex::new(vec![Vec::new(); ranks]),
-        received: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
-        resident: AtomicU64::new(0),
-    })
-}
-
 /// Every rank's outcome; rank 3 owns `odd_owned` cells along axis 0 (the
 /// others `SIDE - 2`).
 fn job(
@@ -295,14 +202,10 @@ fn job(
     fields: usize,
     odd_owned: i64,
 ) -> Vec<Result<Bytes, String>> {
-    let threads: Vec<_> = (0..hub.ranks)
-        .map(|me| {
-            let hub = hub.clone();
-            let owned = if me == 3 { odd_owned } else { SIDE as i64 - 2 };
-            std::thread::spawn(move || rank(hub, me, dims, fields, owned))
-        })
-        .collect();
-    threads.into_iter().map(|t| t.join().unwrap()).collect()
+    on_every_rank(hub, move |hub, me| {
+        let owned = if me == 3 { odd_owned } else { SIDE as i64 - 2 };
+        rank(hub, me, dims, fields, owned)
+    })
 }
 
 #[test]
@@ -338,16 +241,9 @@ fn fields_that_disagree_across_a_face_are_still_named_on_every_rank() {
 #[test]
 fn a_commit_of_boxes_brings_each_rank_the_same_bytes_for_1_and_for_10_boxes() {
     let bytes = |boxes| -> Vec<u64> {
-        let hub = hub(5);
-        let threads: Vec<_> = (0..hub.ranks)
-            .map(|me| {
-                let hub = hub.clone();
-                std::thread::spawn(move || ring_rank(hub, me, boxes))
-            })
-            .collect();
-        threads
+        on_every_rank(&hub(5), move |hub, me| ring_rank(hub, me, boxes))
             .into_iter()
-            .map(|t| t.join().unwrap().unwrap())
+            .map(|r| r.unwrap())
             .collect()
     };
     let (one, ten) = (bytes(1), bytes(10));

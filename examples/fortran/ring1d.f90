@@ -8,7 +8,9 @@
 ! owner holds, cells beyond a line's ends must keep their sentinel, and
 ! every rank's shared nodes must keep its mark (never sent). A fourth
 ! starts the real64 cells alone (sode_start_fields): the other two fields
-! must keep every halo cell as it was.
+! must keep every halo cell as it was. A fifth moves one layer of the
+! int64 field's two (sode_set_depth): the outer layer and the other
+! fields must keep theirs.
 !
 !   mpirun -n 3 ./ring1d
 program ring1d
@@ -75,7 +77,7 @@ contains
     type(sode_comm) :: sc
     type(sode_exchange) :: x, y
     integer :: q, rest, start, own, it, i, g, st, n
-    logical :: told, alone, numbered
+    logical :: told, alone, shallow, numbered
 
     q = GLOBAL / nranks
     rest = mod(GLOBAL, nranks)
@@ -112,8 +114,9 @@ contains
     if (n /= nranks) wrong = wrong + 1
     call sode_field_count(x, n)
     if (n /= 3) wrong = wrong + 1
-    do it = 1, 4
+    do it = 1, 5
        alone = it == 4
+       shallow = it == 5
        a = -1
        r = -1d0
        v = -1d0
@@ -126,13 +129,18 @@ contains
        v(own + 1) = mark(it)
        if (alone) then
           call sode_start_fields(x, [2], [c_loc(r)])
+       else if (shallow) then
+          ! One layer of the int64 field's two, and no other field.
+          call sode_set_depth(x, 1)
+          call sode_start_fields(x, [1])
        else
           call sode_start(x)
        end if
        call sode_wait(x)
+       if (shallow) call sode_set_depth(x, 0)
        do i = 1 - H, own + H
           g = start + i - 1
-          if (alone .and. (i < 1 .or. i > own)) then
+          if ((alone .and. (i < 1 .or. i > own)) .or. (shallow .and. (i < 0 .or. i > own + 1))) then
              if (a(i) /= -1) wrong = wrong + 1
           else if (a(i) /= expected(it, g, periodic, -1_int64)) then
              wrong = wrong + 1
@@ -140,13 +148,17 @@ contains
        end do
        do i = 1 - HR, own + HR
           g = start + i - 1
-          if (r(i) /= real(expected(it, g, periodic, -4_int64), real64) / 4) wrong = wrong + 1
+          if (shallow .and. (i < 1 .or. i > own)) then
+             if (r(i) /= -1d0) wrong = wrong + 1
+          else if (r(i) /= real(expected(it, g, periodic, -4_int64), real64) / 4) then
+             wrong = wrong + 1
+          end if
        end do
        do i = 1 - H, own + 1 + H
           g = start + i - 1
           if (i == 1 .or. i == own + 1) then
              if (v(i) /= mark(it)) wrong = wrong + 1
-          else if (alone .and. (i < 1 .or. i > own + 1)) then
+          else if ((alone .or. shallow) .and. (i < 1 .or. i > own + 1)) then
              if (v(i) /= -1d0) wrong = wrong + 1
           else if (v(i) /= real(expected(it, g, periodic, -2_int64), real64) / 2) then
              wrong = wrong + 1

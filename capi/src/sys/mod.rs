@@ -736,6 +736,40 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
     }
 }
 
+/// Makes the starts that follow move at most `depth` layers of each halo:
+/// the layers nearest the owned cells, along every axis a message crosses
+/// (corners `depth` by `depth`); 0 (the default) moves every layer, as
+/// committed. A code whose steps need halos of different widths commits
+/// one exchange at the widest and sets the depth before each start
+/// (`sode_exchange_start_fields` picks the fields). Shared memory and TCP
+/// then move only those layers. Any time but while an exchange is in
+/// flight, after commit or before; every rank alike, like the fields
+/// started.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a negative depth, or a
+/// depth on an exchange described by its boxes or whose fields sode keeps;
+/// `SODE_ERR_STATE` while an exchange is in flight. A start at a depth
+/// returns `SODE_ERR_ARG` where faces travel in place over RDMA
+/// (`sode_exchange_set_zero_copy`).
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_set_depth(exchange: *mut Exchange, depth: c_int) -> c_int {
+    let op = "sode_exchange_set_depth";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let d = usize::try_from(depth).map_err(|_| CapiError::Invalid {
+                op,
+                why: format!("depth {depth}: give the layers to move (0: every layer)"),
+            })?;
+            x.set_depth(d)
+        })
+    }
+}
+
 /// Which channels carry the exchange's messages: `SODE_TRANSPORT_AUTO`
 /// (shared memory inside a node; between nodes RDMA where both have a
 /// device, TCP otherwise; the default),

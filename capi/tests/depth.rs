@@ -1,0 +1,230 @@
+//! Starts at a depth: an exchange committed with halos 2 wide moves 1
+//! layer, then 2, then every layer again, on some of its fields or all,
+//! over shared memory and over TCP; every halo cell is checked after each
+//! exchange (the layers beyond the depth must keep what they held). Four
+//! ranks on a periodic 2 x 2 grid, as threads of this process.
+
+// It calls the C ABI as a C program does, through its `unsafe` functions.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use common::{comm, hub, last_error, ok, on_every_rank, Hub};
+use sode_capi::sys::*;
+use sode_capi::{
+    SODE_BOX, SODE_ERR_ARG, SODE_ERR_STATE, SODE_F64, SODE_ORDER_C, SODE_TRANSPORT_SHM,
+    SODE_TRANSPORT_TCP,
+};
+
+/// Halo width on every side.
+const HALO: usize = 2;
+/// Owned cells a side.
+const OWN: usize = 6;
+/// Cells a side, halo included.
+const SIDE: usize = OWN + 2 * HALO;
+/// Ranks a side of the grid.
+const GRID: usize = 2;
+/// What a halo cell holds before an exchange.
+const UNTOUCHED: f64 = -1.0;
+
+/// The value of field `f` at global cell (`y`, `x`), wrapped.
+fn value(f: usize, y: i64, x: i64) -> f64 {
+    let n = (GRID * OWN) as i64;
+    (f * 1_000_000) as f64 + (y.rem_euclid(n) * 1000 + x.rem_euclid(n)) as f64
+}
+
+/// A rank's arrays: owned cells by [`value`], halos [`UNTOUCHED`].
+fn fresh(me: usize, fields: usize) -> Vec<Vec<f64>> {
+    let (cy, cx) = (me / GRID, me % GRID);
+    (0..fields)
+        .map(|f| {
+            let mut a = vec![UNTOUCHED; SIDE * SIDE];
+            for y in HALO..HALO + OWN {
+                for x in HALO..HALO + OWN {
+                    let gy = (cy * OWN + y - HALO) as i64;
+                    let gx = (cx * OWN + x - HALO) as i64;
+                    a[y * SIDE + x] = value(f, gy, gx);
+                }
+            }
+            a
+        })
+        .collect()
+}
+
+/// Layers outside the owned box along one axis (0 inside it).
+fn outside(i: usize) -> usize {
+    if i < HALO {
+        HALO - i
+    } else {
+        (i + 1).saturating_sub(HALO + OWN)
+    }
+}
+
+/// Checks every halo cell of field `f` after an exchange at `depth` (0:
+/// every layer) that moved it (`moved`) or not.
+fn check(me: usize, f: usize, a: &[f64], depth: usize, moved: bool) -> Result<usize, String> {
+    let (cy, cx) = (me / GRID, me % GRID);
+    let reach = if depth == 0 { HALO } else { depth };
+    let mut filled = 0;
+    for y in 0..SIDE {
+        for x in 0..SIDE {
+            let (oy, ox) = (outside(y), outside(x));
+            if oy == 0 && ox == 0 {
+                continue;
+            }
+            let gy = (cy * OWN) as i64 + y as i64 - HALO as i64;
+            let gx = (cx * OWN) as i64 + x as i64 - HALO as i64;
+            let want = if moved && oy <= reach && ox <= reach {
+                filled += 1;
+                value(f, gy, gx)
+            } else {
+                UNTOUCHED
+            };
+            let got = a[y * SIDE + x];
+            if got != want {
+                return Err(format!(
+                    "rank {me}, field {f}, depth {depth}: cell ({y}, {x}) holds {got}, not {want}"
+                ));
+            }
+        }
+    }
+    Ok(filled)
+}
+
+/// One rank: commits 2 fields with halos `HALO` wide, then exchanges at
+/// depth 1, 2 and 0, all fields and field 1 alone; each time checks every
+/// halo cell. The halo cells it saw filled.
+fn rank(hub: Arc<Hub>, me: usize, transport: c_int) -> Result<usize, String> {
+    let mut comm = comm(&hub, me);
+    let mut arrays = fresh(me, 2);
+    let mut filled = 0;
+    // SAFETY (every call below): valid handles and arrays of the sizes the
+    // calls document, alive until the exchange and communicator are freed.
+    unsafe {
+        let g = GRID as c_int;
+        let (dims, coords) = ([g, g], [(me / GRID) as c_int, (me % GRID) as c_int]);
+        let (periodic, halo) = ([1, 1], [HALO as c_int; 2]);
+        let mut x = std::ptr::null_mut();
+        ok(
+            sode_exchange_create_cart(
+                comm,
+                2,
+                dims.as_ptr(),
+                coords.as_ptr(),
+                periodic.as_ptr(),
+                halo.as_ptr(),
+                halo.as_ptr(),
+                SODE_BOX,
+                &mut x,
+            ),
+            "create",
+        );
+        ok(sode_exchange_set_transport(x, transport), "transport");
+        let (ext, lo, own) = ([SIDE as i64; 2], [HALO as i64; 2], [OWN as i64; 2]);
+        for a in &mut arrays {
+            let rc = sode_exchange_add_field(
+                x,
+                a.as_mut_ptr().cast(),
+                SODE_F64,
+                2,
+                ext.as_ptr(),
+                lo.as_ptr(),
+                own.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                SODE_ORDER_C,
+            );
+            ok(rc, "add");
+        }
+        assert_eq!(
+            sode_exchange_set_depth(x, -1),
+            SODE_ERR_ARG,
+            "a negative depth"
+        );
+        ok(sode_exchange_commit(x), "commit");
+        let one = [1 as c_int];
+        for (depth, only_1) in [
+            (1, false),
+            (2, false),
+            (0, false),
+            (1, true),
+            (0, true),
+            (1, false),
+        ] {
+            // In place: the exchange holds the arrays added.
+            for (a, f) in arrays.iter_mut().zip(fresh(me, 2)) {
+                a.copy_from_slice(&f);
+            }
+            ok(sode_exchange_set_depth(x, depth as c_int), "depth");
+            if only_1 {
+                ok(
+                    sode_exchange_start_fields(x, 1, one.as_ptr(), std::ptr::null()),
+                    "start field 1",
+                );
+            } else {
+                ok(sode_exchange_start(x), "start");
+            }
+            assert_eq!(
+                sode_exchange_set_depth(x, 2),
+                SODE_ERR_STATE,
+                "a depth while in flight"
+            );
+            ok(sode_exchange_wait(x, 30.0), "wait");
+            for (f, a) in arrays.iter().enumerate() {
+                filled += check(me, f, a, depth, f == 1 || !only_1)?;
+            }
+        }
+        ok(sode_exchange_free(&mut x), "free");
+        ok(sode_comm_free(&mut comm), "free comm");
+    }
+    Ok(filled)
+}
+
+fn every_rank(transport: c_int) {
+    let outcomes = on_every_rank(&hub(GRID * GRID), move |hub, me| rank(hub, me, transport));
+    for (r, o) in outcomes.iter().enumerate() {
+        match o {
+            // Per field and exchange: 1 layer fills 28 cells, 2 fill 64.
+            Ok(filled) => assert_eq!(
+                *filled,
+                28 * 2 + 64 * 2 + 64 * 2 + 28 + 64 + 28 * 2,
+                "rank {r}"
+            ),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
+#[test]
+fn over_shared_memory_each_depth_moves_its_layers_only() {
+    every_rank(SODE_TRANSPORT_SHM);
+}
+
+#[test]
+fn over_tcp_each_depth_moves_its_layers_only() {
+    every_rank(SODE_TRANSPORT_TCP);
+}
+
+#[test]
+fn a_depth_is_refused_where_it_cannot_apply() {
+    let outcomes = on_every_rank(&hub(1), |hub, me| {
+        let mut comm = comm(&hub, me);
+        // SAFETY: valid handles.
+        unsafe {
+            let mut x = std::ptr::null_mut();
+            ok(sode_exchange_create(comm, 2, &mut x), "create");
+            let rc = sode_exchange_set_depth(x, 1);
+            let boxes = (rc, last_error());
+            ok(sode_exchange_set_depth(x, 0), "depth 0 on boxes");
+            ok(sode_exchange_free(&mut x), "free");
+            ok(sode_comm_free(&mut comm), "free comm");
+            boxes
+        }
+    });
+    let (rc, e) = &outcomes[0];
+    assert_eq!(*rc, SODE_ERR_ARG);
+    assert!(e.contains("moves each box whole"), "{e}");
+}
