@@ -1,8 +1,8 @@
 //! The C ABI's hot path allocates nothing either: after a warm-up,
 //! `sode_exchange_start`, `sode_exchange_start_arrays`,
-//! `sode_exchange_start_fields`, every `sode_exchange_test` poll and
-//! `sode_exchange_wait` make no heap allocation, counted per thread by this
-//! test binary's allocator (`allocation-counter`). Two ranks run as two
+//! `sode_exchange_start_fields` (and a start at a depth), every
+//! `sode_exchange_test` poll and `sode_exchange_wait` make no heap
+//! allocation, counted per thread by this test binary's allocator (`allocation-counter`). Two ranks run as two
 //! threads of this process, meeting through an allgather of their own
 //! (`sode_comm_create_allgather`), over shared memory and over TCP.
 
@@ -77,16 +77,23 @@ fn rank(hub: Arc<Hub>, me: usize, transport: c_int, iters: usize) -> Counts {
         // Field 0 on its own array, field 1 on the third: a stage array.
         let arrays: [*mut c_void; 2] = [std::ptr::null_mut(), fields[2].as_mut_ptr().cast()];
         let one = [1 as c_int];
-        let starts: [&dyn Fn() -> c_int; 3] = [
+        // The last at a depth (of the halo's one layer: its messages made
+        // at the first such start, kept for the next).
+        let starts: [&dyn Fn() -> c_int; 4] = [
             &|| sode_exchange_start(x),
             &|| sode_exchange_start_arrays(x, 2, arrays.as_ptr()),
             &|| sode_exchange_start_fields(x, 1, one.as_ptr(), std::ptr::null()),
+            &|| sode_exchange_start(x),
         ];
         let mut c = Counts::default();
-        for it in 0..iters + 6 {
+        for it in 0..iters + 8 {
             // Each kind of start twice before counting.
-            let warm = u64::from(it >= 6);
-            let n = allocation_counter::measure(|| ok(starts[it % 3](), "start"));
+            let warm = u64::from(it >= 8);
+            ok(
+                sode_exchange_set_depth(x, c_int::from(it % 4 == 3)),
+                "depth",
+            );
+            let n = allocation_counter::measure(|| ok(starts[it % 4](), "start"));
             c.starts += warm * n.count_total;
             let mut done: c_int = 0;
             while done == 0 {
