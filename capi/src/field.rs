@@ -73,28 +73,10 @@ impl Piece {
             .collect()
     }
 
-    /// The piece at `depth` layers: along each axis it crosses, the
-    /// `depth` layers nearest the edge between the two ranks (all of them
-    /// when it has fewer). A send lies inside the owned box, so its
-    /// nearest layers are the last ones towards a neighbour above and the
-    /// first towards one below; a receive lies outside, the other way
-    /// round. Both ends of a message cut it alike.
+    /// The piece at `depth` layers ([`Region::at_depth`]): both ends of
+    /// a message cut it alike.
     pub fn at_depth(&self, depth: usize, send: bool) -> Piece {
-        let mut region = self.region.clone();
-        for (a, &o) in self.toward.iter().enumerate() {
-            let (Some(start), Some(size)) = (region.start.get_mut(a), region.size.get_mut(a))
-            else {
-                continue;
-            };
-            let keep = depth.min(*size);
-            // Above and sent, or below and received: the last layers.
-            if (o > 0) == send && o != 0 {
-                *start += *size - keep;
-            }
-            if o != 0 {
-                *size = keep;
-            }
-        }
+        let region = self.region.at_depth(&self.toward, depth, send);
         Piece {
             field: self.field,
             region,

@@ -28,6 +28,33 @@ impl Region {
     pub fn cells(&self) -> usize {
         self.size.iter().product()
     }
+
+    /// This face of a message to or from the neighbour at `toward` (each
+    /// axis -1, 0 or +1), cut to `depth` layers: along each axis it
+    /// crosses, the `depth` layers nearest the edge between the two ranks
+    /// (all of them when it has fewer). A sent face lies inside the owned
+    /// box, so its nearest layers are the last towards a neighbour above
+    /// and the first towards one below; a received face lies outside, the
+    /// other way round. Both ends of a message cut it alike, so a halo
+    /// committed `w` layers wide can move fewer.
+    pub fn at_depth(&self, toward: &[i32], depth: usize, sent: bool) -> Region {
+        let mut cut = self.clone();
+        for (a, &o) in toward.iter().enumerate() {
+            let (Some(start), Some(size)) = (cut.start.get_mut(a), cut.size.get_mut(a)) else {
+                continue;
+            };
+            if o == 0 {
+                continue;
+            }
+            let keep = depth.min(*size);
+            // Above and sent, or below and received: the last layers.
+            if (o > 0) == sent {
+                *start += *size - keep;
+            }
+            *size = keep;
+        }
+        cut
+    }
 }
 
 /// One neighbour of a rank: the direction to it, its rank, what is sent to

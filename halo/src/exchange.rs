@@ -9,7 +9,7 @@ use sode_job::World;
 use sode_scheduler::Algorithm;
 
 use crate::channel::Locality;
-use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour};
+use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 use crate::settings::{Model, SyncMode, Transport};
@@ -203,6 +203,8 @@ impl HaloExchangeBuilder<'_> {
             carrying_all: true,
             neighbours,
             faces,
+            depth: 0,
+            by_depth: Vec::new(),
             exchange,
         })
     }
@@ -264,12 +266,17 @@ pub struct HaloExchange {
     shared: usize,
     /// Per field, whether the exchange in flight (or the last) carries it.
     started: Vec<bool>,
-    /// Whether every message carries every field (else only the fields
-    /// of the last [`HaloExchange::start_fields`]).
+    /// Whether every message carries every field at every layer (else
+    /// only the fields of the last [`HaloExchange::start_fields`], or
+    /// fewer layers).
     carrying_all: bool,
     neighbours: Vec<Neighbour>,
     /// Per link (the neighbours' order), its faces as runs of one field.
     faces: Vec<Face>,
+    /// Layers of each halo the next starts move (0: every layer).
+    depth: usize,
+    /// The faces at each depth set, made when it was first set.
+    by_depth: Vec<(usize, Vec<Face>)>,
     exchange: LinkExchange,
 }
 
@@ -287,9 +294,20 @@ struct Face {
 
 impl Face {
     fn of(n: &Neighbour, ext: &[usize], elem: usize) -> Face {
+        Face::between(&n.send, &n.recv, ext, elem)
+    }
+
+    /// The faces of `n` at `depth` layers ([`Region::at_depth`]).
+    fn at_depth(n: &Neighbour, ext: &[usize], elem: usize, depth: usize) -> Face {
+        let send = n.send.at_depth(&n.offset, depth, true);
+        let recv = n.recv.at_depth(&n.offset, depth, false);
+        Face::between(&send, &recv, ext, elem)
+    }
+
+    fn between(send_cells: &Region, recv_cells: &Region, ext: &[usize], elem: usize) -> Face {
         let (mut send, mut recv) = (Vec::new(), Vec::new());
-        runs(ext, elem, &n.send, 0, &mut send);
-        runs(ext, elem, &n.recv, 0, &mut recv);
+        runs(ext, elem, send_cells, 0, &mut send);
+        runs(ext, elem, recv_cells, 0, &mut recv);
         let bytes = |runs: &[sode_shm::Run]| runs.iter().map(|r| r.len).sum();
         Face {
             send_bytes: bytes(&send),
@@ -298,6 +316,15 @@ impl Face {
             recv,
         }
     }
+}
+
+/// The faces at `depth` (0: `faces`, as built; else those made when it was
+/// set).
+fn faces_at<'a>(faces: &'a [Face], by_depth: &'a [(usize, Vec<Face>)], depth: usize) -> &'a [Face] {
+    by_depth
+        .iter()
+        .find(|(d, _)| *d == depth && depth != 0)
+        .map_or(faces, |(_, f)| f.as_slice())
 }
 
 impl HaloExchange {
@@ -521,7 +548,10 @@ impl HaloExchange {
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
         self.carry_all()?;
         let began = Instant::now();
-        for (i, face) in self.faces.iter().enumerate() {
+        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
+            .iter()
+            .enumerate()
+        {
             let out = self.exchange.send_buf(i)?;
             let mut at = 0;
             for field in fields {
@@ -557,7 +587,7 @@ impl HaloExchange {
     pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
         self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
-        if !self.carrying_all {
+        if !self.started.iter().all(|&s| s) {
             return Err(HaloError::Usage {
                 op: "wait",
                 why: "the exchange was started on some fields: finish it with wait_fields".into(),
@@ -565,7 +595,10 @@ impl HaloExchange {
         }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
-        for (i, face) in self.faces.iter().enumerate() {
+        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
+            .iter()
+            .enumerate()
+        {
             let data = self.exchange.recv_buf(i)?;
             let mut at = 0;
             for field in fields.iter_mut() {
@@ -576,17 +609,77 @@ impl HaloExchange {
         Ok(())
     }
 
-    /// Every message carries every field again, after starts on some.
+    /// Every message carries every field (at the depth set), after starts
+    /// on some or at another depth.
     fn carry_all(&mut self) -> Result<()> {
         self.started.iter_mut().for_each(|s| *s = true);
-        if self.carrying_all {
+        if self.carrying_all && self.depth == 0 {
             return Ok(());
         }
-        for (i, face) in self.faces.iter().enumerate() {
+        self.carrying_all = false;
+        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
+            .iter()
+            .enumerate()
+        {
             self.exchange.carry_send(i, face.send_bytes * self.fields)?;
             self.exchange.carry_recv(i, face.recv_bytes * self.fields)?;
         }
-        self.carrying_all = true;
+        self.carrying_all = self.depth == 0;
+        Ok(())
+    }
+
+    /// Makes the starts that follow move at most `depth` layers of each
+    /// halo: the layers nearest the owned cells, along every axis a message
+    /// crosses (corners `depth` by `depth`); 0 (as built) moves every
+    /// layer. A code whose steps need halos of different widths builds one
+    /// exchange at the widest and sets the depth before each start
+    /// ([`start_fields`](Self::start_fields) picks the fields). Shared
+    /// memory and TCP then move only those layers (over RDMA the whole
+    /// message travels, the rest unused); the outer layers keep what they
+    /// held. Every rank sets the same depth.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] while an exchange is in flight, or for a depth
+    /// on an exchange that keeps its fields (their halos move whole).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # fn f(halo: &mut sode::HaloExchange, u: &mut [f64]) -> sode::Result<()> {
+    /// # let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    /// halo.set_depth(1)?; // this step reads one layer of a halo built 2 wide
+    /// halo.start(&[&u[..]])?;
+    /// halo.wait(deadline, &mut [&mut u[..]])?;
+    /// halo.set_depth(0)?; // every layer again
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn set_depth(&mut self, depth: usize) -> Result<()> {
+        let op = "set_depth";
+        if self.exchange.in_flight() {
+            return Err(HaloError::Usage {
+                op,
+                why: "an exchange is in flight: wait for it first".into(),
+            });
+        }
+        if depth != 0 && self.shared > 0 {
+            return Err(HaloError::Usage {
+                op,
+                why: format!(
+                    "depth {depth}: the exchange keeps its fields, whose halos move whole"
+                ),
+            });
+        }
+        if depth != 0 && !self.by_depth.iter().any(|(d, _)| *d == depth) {
+            let faces = self
+                .neighbours
+                .iter()
+                .map(|n| Face::at_depth(n, &self.ext, self.elem, depth))
+                .collect();
+            self.by_depth.push((depth, faces));
+        }
+        self.depth = depth;
         Ok(())
     }
 
@@ -640,7 +733,10 @@ impl HaloExchange {
         self.select(op, which)?;
         self.carrying_all = false;
         let began = Instant::now();
-        for (i, face) in self.faces.iter().enumerate() {
+        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
+            .iter()
+            .enumerate()
+        {
             self.exchange.carry_send(i, face.send_bytes * which.len())?;
             self.exchange.carry_recv(i, face.recv_bytes * which.len())?;
             let out = self.exchange.send_buf(i)?;
@@ -692,7 +788,10 @@ impl HaloExchange {
         }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
-        for (i, face) in self.faces.iter().enumerate() {
+        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
+            .iter()
+            .enumerate()
+        {
             let data = self.exchange.recv_buf(i)?;
             let mut at = 0;
             for f in (0..self.fields).filter(|&f| self.started[f]) {

@@ -60,6 +60,20 @@ fn two_d_four_and_eight_neighbours() {
 }
 
 #[test]
+fn starts_at_a_depth_leave_the_outer_layers_untouched() {
+    // Depth 1, 2, 3, then every layer, then one field at depth 1: over
+    // shared memory (messages shortened to the layers moved), TCP, and
+    // within a rank (periodic axes of one process).
+    check(4, "--global 13,11 --grid 2,2 --periodic 1,0 --halo 3 --neighbours 8 --fields 2 --transport shm --depths");
+    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,1,0 --halo 2 --neighbours 26 --fields 2 --transport tcp --depths --subsets");
+    check(2, "--global 9,10,7 --grid 2,1,1 --periodic 1,1,1 --halo 2 --neighbours 18 --fields 2 --depths");
+    check(
+        3,
+        "--global 17 --grid 3 --periodic 1 --halo 3 --neighbours 2 --depths",
+    );
+}
+
+#[test]
 fn starts_on_some_fields_leave_the_others_untouched() {
     // Each field alone, two listed backwards, none, all again: over shared
     // memory (messages shortened to the fields started, on every path the
@@ -149,7 +163,9 @@ fn over_rdma_every_neighbour_count() {
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport rdma --engines 4");
     // Then starts on some of the fields: over RDMA every message travels
     // whole, the fields left out unpacked from none of it.
-    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma --subsets");
+    // And at each depth: the whole message travels, the layers beyond
+    // the depth unpacked from none of it.
+    check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma --subsets --depths");
     check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");
 }
 

@@ -53,6 +53,11 @@ struct Args {
     /// out must keep every cell as it was.
     #[arg(long)]
     subsets: bool,
+    /// Then exchange at each depth from 1 to the halo's width, and every
+    /// layer again, then the last field alone at depth 1: the layers
+    /// beyond the depth, and the fields left out, must keep their values.
+    #[arg(long)]
+    depths: bool,
 }
 
 const UNTOUCHED: f64 = -1.0;
@@ -161,7 +166,7 @@ fn exchange_shared(
             let Some(last) = (0..=it).rev().find(|i| *i as usize % sets == s) else {
                 continue;
             };
-            checked += block.check(k % a.fields, field, last)?;
+            checked += block.check(k % a.fields, field, last, 0)?;
         }
     }
     Ok(checked)
@@ -185,11 +190,70 @@ fn exchange(
         let mut muts: Vec<&mut [f64]> = fields.iter_mut().map(|f| f.as_mut_slice()).collect();
         halo.wait(Instant::now() + Duration::from_secs(60), &mut muts)?;
         for (f, field) in fields.iter().enumerate() {
-            checked += block.check(f, field, it)?;
+            checked += block.check(f, field, it, 0)?;
         }
     }
     if a.subsets {
         checked += exchange_subsets(a, halo, block, &mut fields)?;
+    }
+    if a.depths {
+        checked += exchange_depths(a, halo, block, &mut fields)?;
+    }
+    Ok(checked)
+}
+
+/// Exchanges at each depth from 1 to the halo's width, then at every layer
+/// (`--depths`), iterations after the others; every cell checked.
+fn exchange_depths(
+    a: &Args,
+    halo: &mut HaloExchange,
+    block: &Block,
+    fields: &mut [Vec<f64>],
+) -> Result<u64, Box<dyn std::error::Error>> {
+    let mut checked = 0;
+    for (k, depth) in (1..=a.halo).chain([0]).enumerate() {
+        let it = a.iters + 100 + k as u64;
+        for (f, field) in fields.iter_mut().enumerate() {
+            block.fill(f, field, it);
+        }
+        halo.set_depth(depth)?;
+        let refs: Vec<&[f64]> = fields.iter().map(|f| f.as_slice()).collect();
+        halo.start(&refs)?;
+        let mut muts: Vec<&mut [f64]> = fields.iter_mut().map(|f| f.as_mut_slice()).collect();
+        halo.wait(Instant::now() + Duration::from_secs(60), &mut muts)?;
+        for (f, field) in fields.iter().enumerate() {
+            checked += block.check(f, field, it, depth)?;
+        }
+    }
+    // The last field alone at one layer: the others keep their halos.
+    let (it, last) = (a.iters + 200, fields.len() - 1);
+    for (f, field) in fields.iter_mut().enumerate() {
+        block.fill(f, field, it);
+    }
+    halo.set_depth(1)?;
+    halo.start_fields(&[last], &[fields[last].as_slice()])?;
+    halo.wait_fields(
+        Instant::now() + Duration::from_secs(60),
+        &[last],
+        &mut [fields[last].as_mut_slice()],
+    )?;
+    halo.set_depth(0)?;
+    let mut before = vec![0.0; fields[last].len()];
+    for (f, field) in fields.iter().enumerate() {
+        if f == last {
+            checked += block.check(f, field, it, 1)?;
+            continue;
+        }
+        block.fill(f, &mut before, it);
+        if field
+            .iter()
+            .zip(&before)
+            .any(|(x, y)| x.to_bits() != y.to_bits())
+        {
+            return Err(
+                format!("depth 1, field {last} started: field {f}, left out, changed").into(),
+            );
+        }
     }
     Ok(checked)
 }
@@ -230,7 +294,7 @@ fn exchange_subsets(
         halo.wait_fields(Instant::now() + Duration::from_secs(60), &sorted, &mut muts)?;
         for (f, field) in fields.iter().enumerate() {
             if which.contains(&f) {
-                checked += block.check(f, field, it)?;
+                checked += block.check(f, field, it, 0)?;
                 continue;
             }
             block.fill(f, &mut before, it);
@@ -285,12 +349,16 @@ impl Block {
         }
     }
 
-    /// Checks every cell after an exchange; the halo cells checked.
-    fn check(&self, f: usize, field: &[f64], it: u64) -> Result<u64, String> {
+    /// Checks every cell after an exchange at `depth` layers (0: every
+    /// layer); the halo cells checked.
+    fn check(&self, f: usize, field: &[f64], it: u64, depth: usize) -> Result<u64, String> {
         let mut checked = 0;
         for (i, &got) in field.iter().enumerate() {
             let l = self.coords(i);
-            let (want, offset, g) = self.expected(f, &l, it);
+            let (mut want, offset, g) = self.expected(f, &l, it);
+            if depth > 0 && self.beyond(&l, depth) {
+                want = UNTOUCHED;
+            }
             if got.to_bits() != want.to_bits() {
                 return Err(format!(
                     "iteration {it}, field {f}, local cell {l:?} (offset {offset:?}, global {g:?}): got {got}, expected {want}"
@@ -299,6 +367,20 @@ impl Block {
             checked += u64::from(offset.iter().any(|&o| o != 0));
         }
         Ok(checked)
+    }
+
+    /// Whether local cell `l` lies more than `depth` layers outside the
+    /// owned box along some axis.
+    fn beyond(&self, l: &[usize], depth: usize) -> bool {
+        let h = self.halo;
+        l.iter().enumerate().any(|(ax, &x)| {
+            let out = if x < h {
+                h - x
+            } else {
+                (x + 1).saturating_sub(h + self.size[ax])
+            };
+            out > depth
+        })
     }
 
     /// What local cell `l` must hold: its owner's value, wrapped across
