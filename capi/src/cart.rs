@@ -97,11 +97,8 @@ pub struct Card {
     pub fields: Vec<FieldCard>,
 }
 
-/// Bytes of an encoded [`Record`].
-pub(crate) const RECORD_BYTES: usize = 2 + 8 + 3 * 8 + 4 * 8;
-
-/// What a rank tells every other at commit, of [`RECORD_BYTES`] whatever
-/// the exchange: enough for every rank to find every rank's neighbours and
+/// What a rank tells every other at commit, of a fixed size whatever the
+/// exchange (`crate::record`): enough for every rank to find every rank's neighbours and
 /// check that the messages' shapes agree at both ends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Record {
@@ -137,87 +134,51 @@ impl Record {
             return r;
         }
         let d = cart.dims.len();
-        let fields: Vec<_> = card
-            .fields
-            .iter()
-            .map(|f| {
-                (
-                    f.ty,
-                    &f.halo_lo,
-                    &f.halo_hi,
-                    &f.order,
-                    &f.overlap,
-                    f.owned_size.len(),
-                )
-            })
-            .collect();
-        let common = (
+        let layout = (
             &cart.dims,
             &cart.periodic,
             &cart.halo_lo,
             &cart.halo_hi,
             cart.shape,
-            fields,
         );
-        r.common = digest(serde_json::to_vec(&common).unwrap_or_default());
+        r.common = crate::record::common_digest(layout, &card.fields);
         for a in 0..d {
             r.coords[a] = cart.coords[a] as u64;
-            r.owned[a] = digest(card.fields.iter().flat_map(|f| word(f.owned_size.get(a))));
+            r.owned[a] = crate::record::digest(
+                card.fields
+                    .iter()
+                    .flat_map(|f| crate::record::word(f.owned_size.get(a))),
+            );
         }
-        r.owned[3] = digest(card.fields.iter().flat_map(|f| {
+        r.owned[3] = crate::record::digest(card.fields.iter().flat_map(|f| {
             let beyond = f.owned_size.get(d..).unwrap_or_default();
-            word(Some(&beyond.len()))
+            crate::record::word(Some(&beyond.len()))
                 .into_iter()
-                .chain(beyond.iter().flat_map(|x| word(Some(x))))
+                .chain(beyond.iter().flat_map(|x| crate::record::word(Some(x))))
         }));
         r
     }
 
     /// Its bytes.
-    pub(crate) fn encode(&self) -> [u8; RECORD_BYTES] {
-        let mut out = [0u8; RECORD_BYTES];
-        out[0] = u8::from(self.valid);
-        out[1] = self.transport;
-        let words = std::iter::once(self.common)
-            .chain(self.coords)
-            .chain(self.owned);
-        for (chunk, w) in out[2..].chunks_exact_mut(8).zip(words) {
-            chunk.copy_from_slice(&w.to_le_bytes());
-        }
-        out
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut words = vec![self.common];
+        words.extend(self.coords);
+        words.extend(self.owned);
+        crate::record::encode(self.valid, self.transport, &words)
     }
 
     /// The record `bytes` encode; `None` for bytes no [`Record::encode`]
     /// made.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        if bytes.len() != RECORD_BYTES || bytes[0] > 1 {
-            return None;
-        }
-        let mut words = bytes[2..]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
-        let mut next = || words.next().unwrap_or_default();
+        let (valid, transport, w) = crate::record::decode::<8>(bytes)?;
         Some(Record {
-            valid: bytes[0] == 1,
-            transport: bytes[1],
-            common: next(),
-            coords: [next(), next(), next()],
-            owned: [next(), next(), next(), next()],
+            valid,
+            transport,
+            common: w[0],
+            coords: [w[1], w[2], w[3]],
+            owned: [w[4], w[5], w[6], w[7]],
         })
     }
-}
-
-/// `x` as eight little-endian bytes (`usize::MAX` for none).
-fn word(x: Option<&usize>) -> [u8; 8] {
-    (x.copied().unwrap_or(usize::MAX) as u64).to_le_bytes()
-}
-
-/// FNV-1a: the same digest of the same bytes on every rank (the ranks run
-/// one sode; no rank of the job is an adversary of the others).
-pub(crate) fn digest(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
 }
 
 /// `me`'s neighbours when every rank's record (`records`, by rank) agrees

@@ -81,11 +81,8 @@ fn unique(r: usize, sides: &[Side], what: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Bytes of an encoded [`Record`].
-pub(crate) const RECORD_BYTES: usize = 2 + 6 * 8;
-
-/// What a rank tells every other at commit, of [`RECORD_BYTES`] whatever
-/// its boxes.
+/// What a rank tells every other at commit, of a fixed size whatever its
+/// boxes (`crate::record`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Record {
     /// Whether its own lists pass what it can check alone: peers in the
@@ -117,22 +114,7 @@ impl Record {
         let valid = unique(me, &card.sends, "").is_ok()
             && unique(me, &card.recvs, "").is_ok()
             && card.sends.iter().chain(&card.recvs).all(|s| s.peer < size);
-        let fields: Vec<_> = card
-            .fields
-            .iter()
-            .map(|f| {
-                (
-                    f.ty,
-                    &f.halo_lo,
-                    &f.halo_hi,
-                    &f.order,
-                    &f.overlap,
-                    f.owned_size.len(),
-                )
-            })
-            .collect();
-        let common =
-            crate::cart::digest(serde_json::to_vec(&(card.ndims, fields)).unwrap_or_default());
+        let common = crate::record::common_digest(card.ndims, &card.fields);
         let beyond: Vec<&[usize]> = card
             .fields
             .iter()
@@ -147,7 +129,7 @@ impl Record {
                         .iter()
                         .flat_map(|b| std::iter::once(b.len()).chain(b.iter().copied())),
                 );
-            mix(crate::cart::digest(
+            mix(crate::record::digest(
                 words.flat_map(|w| (w as u64).to_le_bytes()),
             ))
         };
@@ -164,10 +146,7 @@ impl Record {
     }
 
     /// Its bytes.
-    pub(crate) fn encode(&self) -> [u8; RECORD_BYTES] {
-        let mut out = [0u8; RECORD_BYTES];
-        out[0] = u8::from(self.valid);
-        out[1] = self.transport;
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let words = [
             self.common,
             self.sends,
@@ -175,30 +154,21 @@ impl Record {
             self.send_count,
             self.recv_count,
         ];
-        for (chunk, w) in out[2..].chunks_exact_mut(8).zip(words) {
-            chunk.copy_from_slice(&w.to_le_bytes());
-        }
-        out
+        crate::record::encode(self.valid, self.transport, &words)
     }
 
     /// The record `bytes` encode; `None` for bytes no [`Record::encode`]
     /// made.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        if bytes.len() != RECORD_BYTES || bytes[0] > 1 {
-            return None;
-        }
-        let mut words = bytes[2..]
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()));
-        let mut next = || words.next().unwrap_or_default();
+        let (valid, transport, w) = crate::record::decode::<5>(bytes)?;
         Some(Record {
-            valid: bytes[0] == 1,
-            transport: bytes[1],
-            common: next(),
-            sends: next(),
-            recvs: next(),
-            send_count: next(),
-            recv_count: next(),
+            valid,
+            transport,
+            common: w[0],
+            sends: w[1],
+            recvs: w[2],
+            send_count: w[3],
+            recv_count: w[4],
         })
     }
 }

@@ -32,6 +32,7 @@ pub mod exchange;
 pub mod explicit;
 pub mod field;
 pub mod inplace;
+mod record;
 pub mod stats;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -14,9 +14,9 @@ mod common;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
-use common::{comm, hub, ok, on_every_rank, Hub};
+use common::{add_f64, comm, hub, ok, on_every_rank, periodic_2d, Hub};
 use sode_capi::sys::*;
-use sode_capi::{SODE_BOX, SODE_F64, SODE_ORDER_C, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
+use sode_capi::{SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
 
 /// Cells a side, halo included.
 const SIDE: usize = 34;
@@ -37,41 +37,11 @@ fn rank(hub: Arc<Hub>, me: usize, transport: c_int, iters: usize) -> Counts {
     // SAFETY (every call below): valid handles and arrays of the sizes the
     // calls document, alive until the exchange and communicator are freed.
     unsafe {
-        let (dims, coords, periodic, halo) = ([2, 1], [me as c_int, 0], [1, 1], [1, 1]);
-        let mut x = std::ptr::null_mut();
-        ok(
-            sode_exchange_create_cart(
-                comm,
-                2,
-                dims.as_ptr(),
-                coords.as_ptr(),
-                periodic.as_ptr(),
-                halo.as_ptr(),
-                halo.as_ptr(),
-                SODE_BOX,
-                &mut x,
-            ),
-            "create",
-        );
-        ok(sode_exchange_set_transport(x, transport), "transport");
+        let mut x = periodic_2d(comm, [2, 1], [me as c_int, 0], 1, transport);
         let mut fields = vec![vec![me as f64; SIDE * SIDE]; 3];
         let (ext, lo, own) = ([SIDE as i64; 2], [1i64; 2], [SIDE as i64 - 2; 2]);
         for f in &mut fields[..2] {
-            ok(
-                sode_exchange_add_field(
-                    x,
-                    f.as_mut_ptr().cast(),
-                    SODE_F64,
-                    2,
-                    ext.as_ptr(),
-                    lo.as_ptr(),
-                    own.as_ptr(),
-                    std::ptr::null(),
-                    std::ptr::null(),
-                    SODE_ORDER_C,
-                ),
-                "add",
-            );
+            add_f64(x, f, ext, lo, own);
         }
         ok(sode_exchange_commit(x), "commit");
         // Field 0 on its own array, field 1 on the third: a stage array.

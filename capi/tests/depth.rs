@@ -12,12 +12,9 @@ mod common;
 use std::ffi::c_int;
 use std::sync::Arc;
 
-use common::{comm, hub, last_error, ok, on_every_rank, Hub};
+use common::{add_f64, comm, hub, last_error, ok, on_every_rank, periodic_2d, Hub};
 use sode_capi::sys::*;
-use sode_capi::{
-    SODE_BOX, SODE_ERR_ARG, SODE_ERR_STATE, SODE_F64, SODE_ORDER_C, SODE_TRANSPORT_SHM,
-    SODE_TRANSPORT_TCP,
-};
+use sode_capi::{SODE_ERR_ARG, SODE_ERR_STATE, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
 
 /// Halo width on every side.
 const HALO: usize = 2;
@@ -105,39 +102,11 @@ fn rank(hub: Arc<Hub>, me: usize, transport: c_int) -> Result<usize, String> {
     // calls document, alive until the exchange and communicator are freed.
     unsafe {
         let g = GRID as c_int;
-        let (dims, coords) = ([g, g], [(me / GRID) as c_int, (me % GRID) as c_int]);
-        let (periodic, halo) = ([1, 1], [HALO as c_int; 2]);
-        let mut x = std::ptr::null_mut();
-        ok(
-            sode_exchange_create_cart(
-                comm,
-                2,
-                dims.as_ptr(),
-                coords.as_ptr(),
-                periodic.as_ptr(),
-                halo.as_ptr(),
-                halo.as_ptr(),
-                SODE_BOX,
-                &mut x,
-            ),
-            "create",
-        );
-        ok(sode_exchange_set_transport(x, transport), "transport");
+        let coords = [(me / GRID) as c_int, (me % GRID) as c_int];
+        let mut x = periodic_2d(comm, [g, g], coords, HALO as c_int, transport);
         let (ext, lo, own) = ([SIDE as i64; 2], [HALO as i64; 2], [OWN as i64; 2]);
         for a in &mut arrays {
-            let rc = sode_exchange_add_field(
-                x,
-                a.as_mut_ptr().cast(),
-                SODE_F64,
-                2,
-                ext.as_ptr(),
-                lo.as_ptr(),
-                own.as_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                SODE_ORDER_C,
-            );
-            ok(rc, "add");
+            add_f64(x, a, ext, lo, own);
         }
         assert_eq!(
             sode_exchange_set_depth(x, -1),

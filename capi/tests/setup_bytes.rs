@@ -14,9 +14,9 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use common::{comm, hub, last_error, ok, on_every_rank, Hub};
+use common::{add_f64, comm, hub, last_error, ok, on_every_rank, periodic_2d, Hub};
 use sode_capi::sys::*;
-use sode_capi::{SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C, SODE_TRANSPORT_SHM};
+use sode_capi::{SODE_OK, SODE_TRANSPORT_SHM};
 
 /// Cells a side of a block, halo included.
 const SIDE: usize = 12;
@@ -35,28 +35,10 @@ unsafe fn add_and_commit(
     arrays: &mut [Vec<f64>],
     owned: [i64; 2],
 ) -> Result<u64, String> {
-    ok(
-        unsafe { sode_exchange_set_transport(x, SODE_TRANSPORT_SHM) },
-        "transport",
-    );
     let (ext, lo) = ([SIDE as i64; 2], [1i64; 2]);
     for a in arrays {
         // SAFETY: as the function's contract.
-        let rc = unsafe {
-            sode_exchange_add_field(
-                x,
-                a.as_mut_ptr().cast(),
-                SODE_F64,
-                2,
-                ext.as_ptr(),
-                lo.as_ptr(),
-                owned.as_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                SODE_ORDER_C,
-            )
-        };
-        ok(rc, "add");
+        unsafe { add_f64(x, a, ext, lo, owned) };
     }
     let before = hub.received[me].load(Ordering::Relaxed);
     // SAFETY: as the function's contract.
@@ -111,22 +93,7 @@ fn rank(
     // SAFETY (every call below): valid handles and arrays of the sizes the
     // calls document, alive until the exchange and communicator are freed.
     unsafe {
-        let (periodic, halo) = ([1, 1], [1, 1]);
-        let mut x = std::ptr::null_mut();
-        ok(
-            sode_exchange_create_cart(
-                comm,
-                2,
-                dims.as_ptr(),
-                coords.as_ptr(),
-                periodic.as_ptr(),
-                halo.as_ptr(),
-                halo.as_ptr(),
-                SODE_BOX,
-                &mut x,
-            ),
-            "create",
-        );
+        let mut x = periodic_2d(comm, dims, coords, 1, SODE_TRANSPORT_SHM);
         let out =
             add_and_commit(&hub, me, x, &mut arrays, [owned, SIDE as i64 - 2]).map(|commit| {
                 Bytes {

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 use sode_capi::comm::Comm;
+use sode_capi::exchange::Exchange;
 use sode_capi::sys::*;
-use sode_capi::SODE_OK;
+use sode_capi::{SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C};
 
 /// The ranks' meeting place: each call, every rank's bytes side by side.
 pub struct Hub {
@@ -111,6 +112,72 @@ pub fn on_every_rank<T: Send + 'static>(
         })
         .collect();
     threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// Rank `me`'s periodic 2-D exchange with every neighbour (`SODE_BOX`)
+/// at `coords` of a `dims` grid, halos `halo` wide, over `transport`.
+pub fn periodic_2d(
+    comm: *mut Comm,
+    dims: [c_int; 2],
+    coords: [c_int; 2],
+    halo: c_int,
+    transport: c_int,
+) -> *mut Exchange {
+    let (periodic, halo) = ([1, 1], [halo; 2]);
+    let mut x = std::ptr::null_mut();
+    // SAFETY: arrays of the sizes the call documents; `comm` the caller's.
+    let rc = unsafe {
+        sode_exchange_create_cart(
+            comm,
+            2,
+            dims.as_ptr(),
+            coords.as_ptr(),
+            periodic.as_ptr(),
+            halo.as_ptr(),
+            halo.as_ptr(),
+            SODE_BOX,
+            &mut x,
+        )
+    };
+    ok(rc, "create");
+    // SAFETY: the exchange just made.
+    ok(
+        unsafe { sode_exchange_set_transport(x, transport) },
+        "transport",
+    );
+    x
+}
+
+/// Adds `array` to `x` as a field of doubles, `ext` cells in C order,
+/// owning `own` cells from `lo`.
+///
+/// # Safety
+///
+/// `x` is a live exchange, and `array` outlives it.
+pub unsafe fn add_f64(
+    x: *mut Exchange,
+    array: &mut [f64],
+    ext: [i64; 2],
+    lo: [i64; 2],
+    own: [i64; 2],
+) {
+    assert_eq!(array.len() as i64, ext[0] * ext[1], "the array's cells");
+    // SAFETY: as the function's contract.
+    let rc = unsafe {
+        sode_exchange_add_field(
+            x,
+            array.as_mut_ptr().cast(),
+            SODE_F64,
+            2,
+            ext.as_ptr(),
+            lo.as_ptr(),
+            own.as_ptr(),
+            std::ptr::null(),
+            std::ptr::null(),
+            SODE_ORDER_C,
+        )
+    };
+    ok(rc, "add");
 }
 
 pub fn ok(rc: c_int, what: &str) {
