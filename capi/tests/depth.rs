@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use common::{add_f64, comm, hub, last_error, ok, on_every_rank, periodic_2d, Hub};
 use sode_capi::sys::*;
-use sode_capi::{SODE_ERR_ARG, SODE_ERR_STATE, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
+use sode_capi::{SODE_ERR_ARG, SODE_ERR_STATE, SODE_OK, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
 
 /// Halo width on every side.
 const HALO: usize = 2;
@@ -196,4 +196,53 @@ fn a_depth_is_refused_where_it_cannot_apply() {
     let (rc, e) = &outcomes[0];
     assert_eq!(*rc, SODE_ERR_ARG);
     assert!(e.contains("moves each box whole"), "{e}");
+}
+
+#[test]
+fn ranks_at_different_depths_are_told_not_given_stale_cells() {
+    // Rank 0 moves one layer, rank 1 two: each receives a message of
+    // another length than it expects. Over TCP both are told at once;
+    // over shared memory the rank sent too much is told, and the rank sent
+    // too little is told (through a window) or waits out its deadline
+    // (eager): neither unpacks stale cells as halo.
+    for transport in [SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP] {
+        let outcomes = on_every_rank(&hub(2), move |hub, me| {
+            let mut comm = comm(&hub, me);
+            let mut arrays = fresh(me, 1);
+            // SAFETY: valid handles and arrays, alive until freed.
+            unsafe {
+                let mut x = periodic_2d(comm, [2, 1], [me as c_int, 0], HALO as c_int, transport);
+                add_f64(
+                    x,
+                    &mut arrays[0],
+                    [SIDE as i64; 2],
+                    [HALO as i64; 2],
+                    [OWN as i64; 2],
+                );
+                ok(sode_exchange_commit(x), "commit");
+                ok(sode_exchange_set_depth(x, 1 + me as c_int), "depth");
+                ok(sode_exchange_start(x), "start");
+                let rc = sode_exchange_wait(x, 3.0);
+                let told = last_error();
+                // A failed exchange is broken; its handle can be freed.
+                let _ = sode_exchange_free(&mut x);
+                ok(sode_comm_free(&mut comm), "free comm");
+                (rc, told)
+            }
+        });
+        for (r, (rc, told)) in outcomes.iter().enumerate() {
+            assert_ne!(
+                *rc, SODE_OK,
+                "transport {transport}, rank {r}: the wait succeeded"
+            );
+            assert!(
+                told.contains("bytes") || told.contains("timed out") || told.contains("within"),
+                "rank {r}: {told}"
+            );
+        }
+        assert!(
+            outcomes.iter().any(|(_, told)| told.contains("expects")),
+            "transport {transport}: no rank was told of the lengths: {outcomes:?}"
+        );
+    }
 }

@@ -18,7 +18,7 @@ use crate::sys::shared::SharedMap;
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
 /// 2: windows of two slots (credits a step ahead); 3: the doorbell; 4: send
 /// buffers in the segment; 5: lent sets and messages read in place.
-pub(crate) const VERSION: u64 = 5;
+pub(crate) const VERSION: u64 = 6;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -80,6 +80,11 @@ pub(crate) const R_IN_PLACE: u64 = 40;
 pub(crate) const R_FREE_FOR: u64 = 64;
 /// The writer's notice: the last iteration whose data is in the window.
 pub(crate) const R_ARRIVED: u64 = 128;
+/// The writer's bytes in each slot (slot `k` at `R_CARRIED + 8 * k`),
+/// stored before its notice: the owner checks them against what it
+/// expects, so ends that disagree about a message's length are told, not
+/// read as stale bytes.
+pub(crate) const R_CARRIED: u64 = 136;
 
 fn align(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
@@ -112,6 +117,12 @@ pub(crate) fn window_stride(len: u64) -> u64 {
 /// Where iteration `n`'s data lies in the window at `window`.
 pub(crate) fn window_slot(window: u64, len: u64, n: u64) -> u64 {
     window + (n % window_slots(len)) * window_stride(len)
+}
+
+/// Where the writer leaves the bytes it carried for iteration `n` in the
+/// receive entry at `entry` of a window of `len` bytes.
+pub(crate) fn window_carried(entry: u64, len: u64, n: u64) -> u64 {
+    entry + R_CARRIED + 8 * (n % window_slots(len))
 }
 
 /// The last iteration a writer may write for while the owner is in

@@ -811,6 +811,11 @@ impl Exchange {
                         link.map
                             .write(slot, data)
                             .map_err(|e| protocol(e.to_string()))?;
+                        // Published by the notice's release below.
+                        link.map
+                            .atomic(layout::window_carried(entry, s.buf.len as u64, n))
+                            .map_err(|e| protocol(e.to_string()))?
+                            .store(data.len() as u64, Ordering::Relaxed);
                         link.map
                             .atomic(entry + layout::R_ARRIVED)
                             .map_err(|e| protocol(e.to_string()))?
@@ -1062,6 +1067,25 @@ impl Exchange {
                 });
             }
             if arrived >= n {
+                let carried = self
+                    .own
+                    .map
+                    .atomic(layout::window_carried(r.entry, r.len as u64, n))
+                    .map_err(|e| ShmError::Protocol {
+                        peer: rank,
+                        what: e.to_string(),
+                    })?
+                    .load(Ordering::Relaxed);
+                if carried != r.carried as u64 {
+                    return Err(ShmError::Mismatch {
+                        peer: rank,
+                        tag: r.tag,
+                        why: format!(
+                            "{carried} bytes sent, this rank expects {} this iteration",
+                            r.carried
+                        ),
+                    });
+                }
                 r.state = OpState::Done;
                 progress = true;
             }
