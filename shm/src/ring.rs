@@ -33,6 +33,10 @@ pub(crate) enum RecordKind {
     ReceiveRequest = 3,
     /// Get protocol receive_done for the receiver's `tag`/`seq`.
     ReceiveDone = 4,
+    /// A message's last eager fragment (as [`RecordKind::Eager`]): the
+    /// receiver learns where the message ends, so a message shorter than
+    /// it expects is told at once.
+    EagerLast = 5,
 }
 
 impl RecordKind {
@@ -42,6 +46,7 @@ impl RecordKind {
             2 => RecordKind::Eager,
             3 => RecordKind::ReceiveRequest,
             4 => RecordKind::ReceiveDone,
+            5 => RecordKind::EagerLast,
             _ => return None,
         })
     }
@@ -62,7 +67,7 @@ pub(crate) struct Record {
 
 impl Record {
     fn payload_len(&self) -> u64 {
-        if self.kind == RecordKind::Eager {
+        if matches!(self.kind, RecordKind::Eager | RecordKind::EagerLast) {
             self.len
         } else {
             0

@@ -97,40 +97,52 @@ fn ends_that_disagree_about_the_length_are_told() {
 }
 
 #[test]
-fn a_window_writer_that_carries_less_than_expected_is_told() {
-    // Rank 1 writes 1000 bytes into rank 0's window, which expects 3000:
-    // no stale bytes are read as the rest (an eager receiver waits for
-    // them until its deadline instead).
-    let job = format!("carryw{}", std::process::id());
-    let j = job.clone();
-    let peer = std::thread::spawn(move || {
-        let mut c = Context::new(&j, 1)?;
+fn a_sender_that_carries_less_than_expected_is_told() {
+    // Rank 1 sends 1000 bytes where rank 0 expects 3000: told at once on
+    // every path (the last eager fragment says where the message ends, a
+    // window write and a receive_request carry their length), so no
+    // stale bytes are read as the rest.
+    for (name, path) in [("le", Path::Eager), ("lg", Path::Get), ("lw", Path::Window)] {
+        let job = format!("carry{name}{}", std::process::id());
+        let j = job.clone();
+        let peer = std::thread::spawn(move || {
+            let mut c = Context::new(&j, 1)?;
+            let mut ex = c
+                .exchange()
+                .path_policy(PathPolicy::Force(path))
+                .neighbour(Peer::new(0).send(LEN, 0).recv(LEN, 0))
+                .build()?;
+            ex.carry_send(0, 1000)?;
+            ex.carry_recv(0, 1000)?;
+            ex.start()?;
+            ex.wait_for(Duration::from_secs(10))
+        });
+        let mut c = Context::new(&job, 0).unwrap();
         let mut ex = c
             .exchange()
-            .path_policy(PathPolicy::Force(Path::Window))
-            .neighbour(Peer::new(0).send(LEN, 0).recv(LEN, 0))
-            .build()?;
-        ex.carry_send(0, 1000)?;
-        ex.carry_recv(0, 1000)?;
-        ex.start()?;
-        ex.wait_for(Duration::from_secs(10))
-    });
-    let mut c = Context::new(&job, 0).unwrap();
-    let mut ex = c
-        .exchange()
-        .path_policy(PathPolicy::Force(Path::Window))
-        .neighbour(Peer::new(1).send(LEN, 0).recv(LEN, 0))
-        .build()
-        .unwrap();
-    ex.carry_send(0, 1000).unwrap();
-    ex.carry_recv(0, 3000).unwrap();
-    ex.start().unwrap();
-    let r = ex.wait_for(Duration::from_secs(10));
-    assert!(
-        matches!(&r, Err(ShmError::Mismatch { peer: 1, why, .. }) if why.contains("1000 bytes sent, this rank expects 3000")),
-        "{r:?}"
-    );
-    peer.join().unwrap().unwrap();
+            .path_policy(PathPolicy::Force(path))
+            .neighbour(Peer::new(1).send(LEN, 0).recv(LEN, 0))
+            .build()
+            .unwrap();
+        ex.carry_send(0, 1000).unwrap();
+        ex.carry_recv(0, 3000).unwrap();
+        ex.start().unwrap();
+        let began = std::time::Instant::now();
+        let r = ex.wait_for(Duration::from_secs(10));
+        assert!(
+            matches!(&r, Err(ShmError::Mismatch { peer: 1, why, .. }) if why.contains("1000")),
+            "{path:?}: {r:?}"
+        );
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "{path:?}: told only after {:?}",
+            began.elapsed()
+        );
+        // The get path's sender waits for a receive_done that never comes.
+        if path != Path::Get {
+            peer.join().unwrap().unwrap();
+        }
+    }
 }
 
 #[test]

@@ -742,8 +742,13 @@ impl Exchange {
                     let data = own_bytes(&self.own.map, s.carried_range())?;
                     while !s.pushed_any || s.sent < data.len() {
                         let len = (data.len() - s.sent).min(link.tx.max_payload());
+                        let kind = if s.sent + len == data.len() {
+                            RecordKind::EagerLast
+                        } else {
+                            RecordKind::Eager
+                        };
                         let rec = Record {
-                            kind: RecordKind::Eager,
+                            kind,
                             tag: s.tag,
                             seq: n,
                             at: s.sent as u64,
@@ -864,7 +869,7 @@ impl Exchange {
             )));
         }
         match rec.kind {
-            RecordKind::Eager => self.on_eager(pi, &rec, p.payload_at)?,
+            RecordKind::Eager | RecordKind::EagerLast => self.on_eager(pi, &rec, p.payload_at)?,
             RecordKind::ReceiveRequest => self.on_receive_request(pi, &rec)?,
             RecordKind::ReceiveDone => self.on_receive_done(pi, &rec)?,
             RecordKind::Wrap => return Err(protocol("stray wrap record".into())),
@@ -923,6 +928,16 @@ impl Exchange {
             .read(payload_at, &mut buf.as_mut()[off as usize..end as usize])
             .map_err(|e| protocol(e.to_string()))?;
         r.received += len as usize;
+        if rec.kind == RecordKind::EagerLast && r.received != r.carried {
+            return Err(ShmError::Mismatch {
+                peer: rank,
+                tag: rec.tag,
+                why: format!(
+                    "{} bytes sent, this rank expects {} this iteration",
+                    r.received, r.carried
+                ),
+            });
+        }
         if r.received == r.carried {
             r.state = OpState::Done;
         }
