@@ -3,7 +3,7 @@
 use std::sync::atomic::{fence, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Exchange, ExchangeReport, OpState, OwnRange, Path, Storage};
+use super::{Exchange, ExchangeReport, OpState, OwnRange, Path, PeerSegment, SendOp, Storage};
 use crate::error::{Result, ShmError};
 use crate::layout;
 use crate::ring::{Record, RecordKind};
@@ -36,6 +36,45 @@ fn op_for(
 }
 
 /// A send buffer's bytes in our own segment.
+/// Pushes what of send `s`'s eager `data` (iteration `n`) fits into its
+/// peer's ring, the last fragment marked as such; whether any went.
+fn push_eager(s: &mut SendOp, link: &mut PeerSegment, data: &[u8], n: u64) -> Result<bool> {
+    let mut progress = false;
+    while !s.pushed_any || s.sent < data.len() {
+        let len = (data.len() - s.sent).min(link.tx.max_payload());
+        let kind = if s.sent + len == data.len() {
+            RecordKind::EagerLast
+        } else {
+            RecordKind::Eager
+        };
+        let rec = Record {
+            kind,
+            tag: s.tag,
+            seq: n,
+            at: s.sent as u64,
+            len: len as u64,
+        };
+        let ok = link
+            .tx
+            .try_push(&link.map, &rec, &data[s.sent..s.sent + len])
+            .map_err(|e| ShmError::Protocol {
+                peer: link.rank,
+                what: e.0,
+            })?;
+        if !ok {
+            break;
+        }
+        progress = true;
+        link.notify = true;
+        s.pushed_any = true;
+        s.sent += len;
+    }
+    if s.pushed_any && s.sent == data.len() {
+        s.state = OpState::Done;
+    }
+    Ok(progress)
+}
+
 fn own_bytes(map: &SharedMap, r: OwnRange) -> Result<&[u8]> {
     map.bytes(r.offset, r.len).map_err(|e| ShmError::Io {
         what: "reading a send buffer in our own segment".into(),
@@ -740,35 +779,7 @@ impl Exchange {
             match s.path {
                 Path::Eager => {
                     let data = own_bytes(&self.own.map, s.carried_range())?;
-                    while !s.pushed_any || s.sent < data.len() {
-                        let len = (data.len() - s.sent).min(link.tx.max_payload());
-                        let kind = if s.sent + len == data.len() {
-                            RecordKind::EagerLast
-                        } else {
-                            RecordKind::Eager
-                        };
-                        let rec = Record {
-                            kind,
-                            tag: s.tag,
-                            seq: n,
-                            at: s.sent as u64,
-                            len: len as u64,
-                        };
-                        let ok = link
-                            .tx
-                            .try_push(&link.map, &rec, &data[s.sent..s.sent + len])
-                            .map_err(|e| protocol(e.0))?;
-                        if !ok {
-                            break;
-                        }
-                        progress = true;
-                        link.notify = true;
-                        s.pushed_any = true;
-                        s.sent += len;
-                    }
-                    if s.pushed_any && s.sent == data.len() {
-                        s.state = OpState::Done;
-                    }
+                    progress |= push_eager(s, link, data, n)?;
                 }
                 Path::Get | Path::Read => {
                     // In place, the request names the set we exchange.
