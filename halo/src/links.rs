@@ -1423,7 +1423,14 @@ impl LinkExchange {
     }
 
     fn complete(&mut self, deadline: Instant) -> Result<()> {
-        self.lifecycle.require_in_flight("wait")?;
+        if let Err(e) = self.lifecycle.require_in_flight("wait") {
+            // A start refused because the job had failed: the wait says so
+            // again, rather than only that nothing is in flight.
+            if self.lifecycle == Lifecycle::Idle {
+                self.check_health(false)?;
+            }
+            return Err(e.into());
+        }
         // Every channel progresses in one loop: a rank never sits in one
         // while a peer waits for it in another.
         let mut backoff = Backoff::exchange();

@@ -56,6 +56,11 @@ fn rank() {
         .transport(transport)
         .build()
         .unwrap();
+    // Idle throughout, for a start once the job has failed.
+    let mut spare = HaloExchange::builder(&w, &d)
+        .transport(transport)
+        .build()
+        .unwrap();
     let cells: usize = halo.local_extent().iter().product();
     let mut u = vec![me as f64; cells];
     for iteration in 0..100_000 {
@@ -67,9 +72,22 @@ fn rank() {
             .start(&[&u])
             .and_then(|()| halo.wait(Instant::now() + DEADLINE, &mut [&mut u]));
         if let Err(e) = step {
+            let spent = t0.elapsed();
+            // Once the job is known to have failed, a start is refused, and
+            // a wait after it says what failed, not only that nothing is in
+            // flight.
+            let known = Instant::now() + Duration::from_secs(20);
+            while w.failure().is_none() && Instant::now() < known {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let said = |r: sode::Result<()>| {
+                r.map_or_else(|e| sode_job::diag::chain(&e), |()| "ok".into())
+            };
+            let start = said(spare.start(&[&u]));
+            let wait = said(spare.wait(Instant::now(), &mut [&mut u]));
             println!(
-                "rank {me}: failed after {} ms in iteration {iteration}: {}",
-                t0.elapsed().as_millis(),
+                "rank {me}: failed after {} ms in iteration {iteration}: {}; then a start: {start}; a wait: {wait}",
+                spent.as_millis(),
                 sode_job::diag::chain(&e)
             );
             // Alive, links open, until the test has read every report.
@@ -167,13 +185,26 @@ fn output(child: std::process::Child) -> String {
 /// Every report names rank `doomed` and came within `bound`.
 fn check(reports: &[String], doomed: usize, bound: Duration) {
     assert_eq!(reports.len(), SIZE - 1, "{reports:?}");
+    // The job's verdict, or a neighbour's own channel naming it.
+    let names = |text: &str| {
+        text.contains(&format!("rank {doomed} (on "))
+            || text.contains(&format!("with rank {doomed}"))
+            || text.contains(&format!("peer rank {doomed} "))
+    };
     for line in reports {
-        // The job's verdict, or a neighbour's own channel naming it.
+        let (first, rest) = line.split_once("; then a start: ").unwrap_or((line, ""));
+        let (start, wait) = rest.split_once("; a wait: ").unwrap_or((rest, ""));
         assert!(
-            line.contains(&format!("rank {doomed} (on "))
-                || line.contains(&format!("with rank {doomed}"))
-                || line.contains(&format!("peer rank {doomed} ")),
+            names(first),
             "a survivor does not name the dead rank {doomed}: {line}"
+        );
+        assert!(
+            names(start),
+            "a start after it does not name the dead rank {doomed}: {line}"
+        );
+        assert!(
+            names(wait),
+            "the wait after that does not name the dead rank {doomed}: {line}"
         );
         let ms: u64 = line
             .split("failed after ")
