@@ -58,6 +58,43 @@ fn every_length_arrives_intact_on_every_path() {
     }
 }
 
+/// One iteration between two ranks over `path` where each end carries the
+/// bytes its pair says, (sent, expected): rank 1 on a thread of its own
+/// (returned, not joined: it may wait in vain), rank 0 here; rank 0's
+/// outcome and how long its wait took.
+fn disagree(
+    job: &str,
+    path: Path,
+    one: (usize, usize),
+    zero: (usize, usize),
+) -> (
+    std::thread::JoinHandle<Result<(), ShmError>>,
+    Result<(), ShmError>,
+    Duration,
+) {
+    let pair = move |c: &mut Context, peer: usize, (sent, expected): (usize, usize)| {
+        let mut ex = c
+            .exchange()
+            .path_policy(PathPolicy::Force(path))
+            .neighbour(Peer::new(peer).send(LEN, 0).recv(LEN, 0))
+            .build()?;
+        ex.carry_send(0, sent)?;
+        ex.carry_recv(0, expected)?;
+        ex.start()?;
+        Ok::<_, ShmError>(ex)
+    };
+    let j = job.to_string();
+    let peer = std::thread::spawn(move || {
+        let mut c = Context::new(&j, 1)?;
+        pair(&mut c, 0, one)?.wait_for(Duration::from_secs(10))
+    });
+    let mut c = Context::new(job, 0).unwrap();
+    let mut ex = pair(&mut c, 1, zero).unwrap();
+    let began = std::time::Instant::now();
+    let r = ex.wait_for(Duration::from_secs(10));
+    (peer, r, began.elapsed())
+}
+
 #[test]
 fn ends_that_disagree_about_the_length_are_told() {
     // Rank 1 sends 3000 bytes where rank 0 expects 1000: rank 0 sees the
@@ -65,30 +102,7 @@ fn ends_that_disagree_about_the_length_are_told() {
     // Through a window the writer leaves its length beside its data.
     for (name, path) in [("me", Path::Eager), ("mg", Path::Get), ("mw", Path::Window)] {
         let job = format!("carry{name}{}", std::process::id());
-        let j = job.clone();
-        std::thread::spawn(move || {
-            let mut c = Context::new(&j, 1)?;
-            let mut ex = c
-                .exchange()
-                .path_policy(PathPolicy::Force(path))
-                .neighbour(Peer::new(0).send(LEN, 0).recv(LEN, 0))
-                .build()?;
-            ex.carry_send(0, 3000)?;
-            ex.carry_recv(0, 1000)?;
-            ex.start()?;
-            ex.wait_for(Duration::from_secs(3))
-        });
-        let mut c = Context::new(&job, 0).unwrap();
-        let mut ex = c
-            .exchange()
-            .path_policy(PathPolicy::Force(path))
-            .neighbour(Peer::new(1).send(LEN, 0).recv(LEN, 0))
-            .build()
-            .unwrap();
-        ex.carry_send(0, 1000).unwrap();
-        ex.carry_recv(0, 1000).unwrap();
-        ex.start().unwrap();
-        let r = ex.wait_for(Duration::from_secs(10));
+        let (_, r, _) = disagree(&job, path, (3000, 1000), (1000, 1000));
         assert!(
             matches!(&r, Err(ShmError::Mismatch { peer: 1, .. })),
             "{path:?}: {r:?}"
@@ -104,39 +118,14 @@ fn a_sender_that_carries_less_than_expected_is_told() {
     // stale bytes are read as the rest.
     for (name, path) in [("le", Path::Eager), ("lg", Path::Get), ("lw", Path::Window)] {
         let job = format!("carry{name}{}", std::process::id());
-        let j = job.clone();
-        let peer = std::thread::spawn(move || {
-            let mut c = Context::new(&j, 1)?;
-            let mut ex = c
-                .exchange()
-                .path_policy(PathPolicy::Force(path))
-                .neighbour(Peer::new(0).send(LEN, 0).recv(LEN, 0))
-                .build()?;
-            ex.carry_send(0, 1000)?;
-            ex.carry_recv(0, 1000)?;
-            ex.start()?;
-            ex.wait_for(Duration::from_secs(10))
-        });
-        let mut c = Context::new(&job, 0).unwrap();
-        let mut ex = c
-            .exchange()
-            .path_policy(PathPolicy::Force(path))
-            .neighbour(Peer::new(1).send(LEN, 0).recv(LEN, 0))
-            .build()
-            .unwrap();
-        ex.carry_send(0, 1000).unwrap();
-        ex.carry_recv(0, 3000).unwrap();
-        ex.start().unwrap();
-        let began = std::time::Instant::now();
-        let r = ex.wait_for(Duration::from_secs(10));
+        let (peer, r, took) = disagree(&job, path, (1000, 1000), (1000, 3000));
         assert!(
             matches!(&r, Err(ShmError::Mismatch { peer: 1, why, .. }) if why.contains("1000")),
             "{path:?}: {r:?}"
         );
         assert!(
-            began.elapsed() < Duration::from_secs(5),
-            "{path:?}: told only after {:?}",
-            began.elapsed()
+            took < Duration::from_secs(5),
+            "{path:?}: told only after {took:?}"
         );
         // The get path's sender waits for a receive_done that never comes.
         if path != Path::Get {
