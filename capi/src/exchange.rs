@@ -1342,7 +1342,7 @@ impl Exchange {
             });
         }
         select(fields, subset, op)?;
-        let bound = Self::bind_arrays(links, planned, fields, subset, given, array, op)
+        let bound = Self::bind_arrays(links, planned, fields, (subset, given), in_place, array, op)
             .and_then(|()| {
                 if subset.is_none() && every_layer && carrying_all {
                     return Ok(());
@@ -1366,13 +1366,13 @@ impl Exchange {
     /// Gives each started field the array `array` names for it (the
     /// `k`-th of `subset`, or field `k`), every other field none; refuses
     /// what faces travelling in place over RDMA cannot do: another array,
-    /// or part of a message.
+    /// or part of a message (`any_in_place`: whether any link does).
     fn bind_arrays(
         links: &LinkExchange,
         planned: &[Planned],
         fields: &mut [Field],
-        subset: Option<&FieldList<'_>>,
-        given: usize,
+        (subset, given): (Option<&FieldList<'_>>, usize),
+        any_in_place: bool,
         array: impl Fn(usize, usize) -> Option<UserMemory>,
         op: &'static str,
     ) -> Result<()> {
@@ -1381,7 +1381,6 @@ impl Exchange {
             let s = links.in_place(i);
             s.send || s.recv
         };
-        let any_in_place = (0..planned.len()).any(in_place);
         if subset.is_some() {
             let skipped = (0..planned.len()).filter(|&i| in_place(i)).find_map(|i| {
                 let p = &planned[i];
