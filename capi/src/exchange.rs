@@ -5,7 +5,7 @@
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, Link, LinkExchange, Message, Transport};
+use sode::{HaloError, Link, LinkExchange, LinkExchangeBuilder, Locality, Message, Transport};
 use sode_job::World;
 
 use crate::cart::{self, Cart};
@@ -82,10 +82,6 @@ fn message_bytes(specs: &[FieldSpec], pieces: &[Piece]) -> usize {
         .map(|p| p.region.cells() * specs[p.field].ty.size())
         .sum()
 }
-
-/// The tag of the one message each way between two ranks whose every
-/// direction travels together (3^3: above any direction's tag).
-const PEER_TAG: u32 = 27;
 
 #[derive(Debug)]
 enum State {
@@ -696,6 +692,7 @@ impl Exchange {
         &self,
         cart: &Cart,
         specs: &[FieldSpec],
+        grouped: &[bool],
     ) -> Result<(Vec<Link>, Vec<Planned>)> {
         let mine = cart::Card {
             cart: cart.clone(),
@@ -722,13 +719,12 @@ impl Exchange {
                 planned.push(plan);
             }
         };
-        // Every direction to a rank this one reaches by a copy (itself,
-        // or shared memory) travels as one message each way; over the
-        // network each direction keeps its own (RDMA writes faces in place
-        // and spreads them over its engines by direction).
+        // Every direction to a rank reached by a copy, shared memory or
+        // TCP travels as one message each way; over RDMA each direction
+        // keeps its own.
         let mut peers: Vec<usize> = Vec::new();
         for n in &neighbours {
-            if !self.one_message_per_peer(n.rank) {
+            if !grouped.get(n.rank).copied().unwrap_or(false) {
                 push(std::slice::from_ref(n));
             } else if !peers.contains(&n.rank) {
                 peers.push(n.rank);
@@ -745,16 +741,23 @@ impl Exchange {
         Ok((links, planned))
     }
 
-    /// Whether every direction to `peer` travels as one message each way:
-    /// when it is this rank or on this node, unless RDMA is forced (both
-    /// sides decide alike: their transport and node agree).
-    fn one_message_per_peer(&self, peer: usize) -> bool {
-        peer == self.world.rank()
-            || match self.transport {
-                Transport::Shm => true,
-                Transport::Rdma => false,
-                _ => self.world.same_node(peer),
-            }
+    /// Per rank of the job, whether every direction (or box) to it
+    /// travels as one message each way: unless it is reached over RDMA,
+    /// which writes faces in place and spreads them over its engines by
+    /// direction. Both ends decide alike: `builder` answers as it will
+    /// build.
+    fn one_message_per_peer(&self, builder: &mut LinkExchangeBuilder<'_>) -> Result<Vec<bool>> {
+        (0..self.world.size())
+            .map(|peer| {
+                let locality = builder
+                    .locality_of(peer)
+                    .map_err(|source| CapiError::Exchange {
+                        op: "sode_exchange_commit",
+                        source,
+                    })?;
+                Ok(locality != Locality::Rdma)
+            })
+            .collect()
     }
 
     /// One link to the rank of every neighbour in `group` (all the same
@@ -790,7 +793,7 @@ impl Exchange {
                 sode::direction_tag(&one.offset),
                 sode::direction_tag(&one.offset.iter().map(|o| -o).collect::<Vec<_>>()),
             ),
-            _ => (PEER_TAG, PEER_TAG),
+            _ => (sode::PEER_TAG, sode::PEER_TAG),
         };
         let directions: Vec<String> = sends.iter().map(|o| cart::direction_name(o)).collect();
         let link = Link {
@@ -835,6 +838,7 @@ impl Exchange {
         sends: &[BoxMessage],
         recvs: &[BoxMessage],
         specs: &[FieldSpec],
+        grouped: &[bool],
     ) -> Result<(Vec<Link>, Vec<Planned>)> {
         let mine = explicit::Card {
             ndims,
@@ -857,16 +861,17 @@ impl Exchange {
         }
         let mut links = Vec::new();
         let mut planned = Vec::new();
-        // Every box to (and from) a rank on this node travels as one
-        // message each way, the boxes in the order of their tags on both
-        // ends; over the network each box keeps its own message.
+        // Every box to (and from) a rank reached by a copy, shared memory
+        // or TCP travels as one message each way, the boxes in the order
+        // of their tags on both ends; over RDMA each box keeps its own
+        // message.
         let mut peers: Vec<usize> = Vec::new();
         for (m, send) in sends
             .iter()
             .map(|m| (m, true))
             .chain(recvs.iter().map(|m| (m, false)))
         {
-            if self.one_message_per_peer(m.peer) {
+            if grouped.get(m.peer).copied().unwrap_or(false) {
                 if !peers.contains(&m.peer) {
                     peers.push(m.peer);
                 }
@@ -918,7 +923,7 @@ impl Exchange {
         };
         let tag = |boxes: &[&BoxMessage]| match boxes {
             [one] => one.tag,
-            _ => PEER_TAG,
+            _ => sode::PEER_TAG,
         };
         let tags = |boxes: &[&BoxMessage]| -> String {
             let t: Vec<String> = boxes.iter().map(|m| m.tag.to_string()).collect();
@@ -1013,18 +1018,20 @@ impl Exchange {
             });
         }
         let specs: Vec<FieldSpec> = self.fields.iter().map(|f| f.spec.clone()).collect();
+        let mut builder = LinkExchange::builder(&self.world, Vec::new())
+            .transport(self.transport)
+            .setup_timeout(self.timeout);
+        let grouped = self.one_message_per_peer(&mut builder)?;
         let (links, planned) = match &self.layout {
-            Layout::Cartesian(cart) => self.cartesian_links(cart, &specs)?,
+            Layout::Cartesian(cart) => self.cartesian_links(cart, &specs, &grouped)?,
             Layout::Explicit {
                 ndims,
                 sends,
                 recvs,
                 ..
-            } => self.explicit_links(*ndims, sends, recvs, &specs)?,
+            } => self.explicit_links(*ndims, sends, recvs, &specs, &grouped)?,
         };
-        let builder = LinkExchange::builder(&self.world, links)
-            .transport(self.transport)
-            .setup_timeout(self.timeout);
+        let builder = builder.with_links(links);
         let (builder, shared) = if self.shared > 0 {
             let (layout, sets) = self.shared_layout(&specs, &planned)?;
             (builder.shared_sets(sets), Some(layout))

@@ -116,6 +116,10 @@ pub fn direction_tag(offset: &[i32]) -> u32 {
     offset.iter().fold(0u32, |t, &o| t * 3 + (o + 1) as u32)
 }
 
+/// The tag of the one message each way between two ranks whose every
+/// direction travels together (3^3: above any direction's tag).
+pub const PEER_TAG: u32 = 27;
+
 /// A direction's name by axes, `x+y-` (empty for none).
 pub fn axes_name(offset: &[i32]) -> String {
     offset

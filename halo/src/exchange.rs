@@ -9,7 +9,7 @@ use sode_job::World;
 use sode_scheduler::Algorithm;
 
 use crate::channel::Locality;
-use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region};
+use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 use crate::settings::{Model, SyncMode, Transport};
@@ -144,39 +144,18 @@ impl HaloExchangeBuilder<'_> {
     /// assert_eq!(halo.stats().exchanges, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn build(self) -> Result<HaloExchange> {
+    pub fn build(mut self) -> Result<HaloExchange> {
         self.check()?;
         let me = self.world.rank();
         let neighbours = self.decomp.neighbours(me);
-        let bytes = |cells: usize| {
-            cells
-                .checked_mul(self.elem)
-                .and_then(|b| b.checked_mul(self.fields))
-                .ok_or_else(|| HaloError::Usage {
-                    op: "build",
-                    why: format!(
-                        "{cells} cells of {} bytes in {} fields overflow the address space",
-                        self.elem, self.fields
-                    ),
-                })
-        };
-        let links = neighbours
+        let mut one_message = Vec::with_capacity(neighbours.len());
+        for n in &neighbours {
+            one_message.push(self.links.locality_of(n.rank)? != Locality::Rdma);
+        }
+        let carried = group_links(&neighbours, &one_message);
+        let links = carried
             .iter()
-            .map(|n| {
-                Ok(Link {
-                    peer: n.rank,
-                    send: Some(Message {
-                        len: bytes(n.send.cells())?,
-                        tag: n.send_tag(),
-                    }),
-                    recv: Some(Message {
-                        len: bytes(n.recv.cells())?,
-                        tag: n.recv_tag(),
-                    }),
-                    offset: n.offset.clone(),
-                    name: format!("rank {} ({})", n.rank, n.direction()),
-                })
-            })
+            .map(|c| self.link(&neighbours, c))
             .collect::<Result<Vec<_>>>()?;
         let ext = self.decomp.local_extent(me);
         let mut builder = self.links.with_links(links);
@@ -187,6 +166,7 @@ impl HaloExchangeBuilder<'_> {
                 self.fields,
                 self.shared,
                 &neighbours,
+                &carried,
             )?);
         }
         let exchange = builder.build()?;
@@ -194,6 +174,10 @@ impl HaloExchangeBuilder<'_> {
             .iter()
             .map(|n| Face::of(n, &ext, self.elem))
             .collect();
+        let mut link_of = vec![0; neighbours.len()];
+        for (l, c) in carried.iter().enumerate() {
+            c.send.iter().for_each(|&k| link_of[k] = l);
+        }
         Ok(HaloExchange {
             ext,
             elem: self.elem,
@@ -202,23 +186,118 @@ impl HaloExchangeBuilder<'_> {
             started: vec![true; self.fields],
             carrying_all: true,
             neighbours,
+            carried,
+            link_of,
             faces,
             depth: 0,
             by_depth: Vec::new(),
             exchange,
         })
     }
+
+    /// The link carrying the faces `c` lists: its messages' bytes (every
+    /// field) and tags, named by its peer and directions.
+    fn link(&self, neighbours: &[Neighbour], c: &Carried) -> Result<Link> {
+        let bytes = |list: &[usize], send: bool| {
+            let cells = list.iter().try_fold(0usize, |sum, &k| {
+                let n = &neighbours[k];
+                sum.checked_add(if send { n.send.cells() } else { n.recv.cells() })
+            });
+            cells
+                .and_then(|c| c.checked_mul(self.elem))
+                .and_then(|b| b.checked_mul(self.fields))
+                .ok_or_else(|| HaloError::Usage {
+                    op: "build",
+                    why: format!(
+                        "the faces to rank {} of {} fields of {}-byte cells overflow the address space",
+                        neighbours[list[0]].rank, self.fields, self.elem
+                    ),
+                })
+        };
+        let first = &neighbours[c.send[0]];
+        let (send_tag, recv_tag) = match c.send.as_slice() {
+            [_] => (first.send_tag(), first.recv_tag()),
+            _ => (PEER_TAG, PEER_TAG),
+        };
+        let directions: Vec<String> = c.send.iter().map(|&k| neighbours[k].direction()).collect();
+        Ok(Link {
+            peer: first.rank,
+            send: Some(Message {
+                len: bytes(&c.send, true)?,
+                tag: send_tag,
+            }),
+            recv: Some(Message {
+                len: bytes(&c.recv, false)?,
+                tag: recv_tag,
+            }),
+            offset: first.offset.clone(),
+            name: format!("rank {} ({})", first.rank, directions.join(" / ")),
+        })
+    }
+}
+
+/// The neighbours one link carries: every direction to its peer when the
+/// peer is reached by a copy, shared memory or TCP (one message each
+/// way), one direction over RDMA (which writes faces in place and spreads
+/// directions over its engines).
+#[derive(Debug)]
+struct Carried {
+    /// The neighbours (indices into the neighbour list) whose faces it
+    /// sends, in the order packed: by direction.
+    send: Vec<usize>,
+    /// The same neighbours, in the order their halos are unpacked: by the
+    /// opposite direction, the order in which the peer packs them.
+    recv: Vec<usize>,
+}
+
+/// The links of `neighbours`, in the order of each link's first
+/// neighbour: those with `one_message` set are grouped by peer.
+fn group_links(neighbours: &[Neighbour], one_message: &[bool]) -> Vec<Carried> {
+    let mut carried: Vec<Carried> = Vec::new();
+    let mut grouped: Vec<(usize, usize)> = Vec::new(); // (peer, link)
+    for (k, n) in neighbours.iter().enumerate() {
+        let group = one_message[k]
+            .then(|| grouped.iter().find(|(p, _)| *p == n.rank).map(|(_, l)| *l))
+            .flatten();
+        match group {
+            Some(l) => carried[l].send.push(k),
+            None => {
+                if one_message[k] {
+                    grouped.push((n.rank, carried.len()));
+                }
+                carried.push(Carried {
+                    send: vec![k],
+                    recv: Vec::new(),
+                });
+            }
+        }
+    }
+    for c in &mut carried {
+        c.send
+            .sort_by(|&a, &b| neighbours[a].offset.cmp(&neighbours[b].offset));
+        c.recv = c.send.clone();
+        let opposite = |k: usize| {
+            neighbours[k]
+                .offset
+                .iter()
+                .map(|o| -o)
+                .collect::<Vec<i32>>()
+        };
+        c.recv.sort_by_key(|&k| opposite(k));
+    }
+    carried
 }
 
 /// The shared sets of `sets` x `fields` arrays of extent `ext`, each
-/// [`SharedSets::array_stride`] apart, and each neighbour's faces as runs
-/// of a set.
+/// [`SharedSets::array_stride`] apart, and each link's faces as runs of a
+/// set (in the order [`HaloExchange::start`] packs them).
 fn shared_sets(
     ext: &[usize],
     elem: usize,
     fields: usize,
     sets: usize,
     neighbours: &[Neighbour],
+    carried: &[Carried],
 ) -> Result<SharedSets> {
     let overflow = || {
         HaloError::Usage {
@@ -233,13 +312,19 @@ fn shared_sets(
         .ok_or_else(overflow)?;
     let set_len = stride.checked_mul(fields).ok_or_else(overflow)?;
     set_len.checked_mul(sets).ok_or_else(overflow)?;
-    let runs = neighbours
+    let runs = carried
         .iter()
-        .map(|n| {
+        .map(|c| {
             let (mut send, mut recv) = (Vec::new(), Vec::new());
-            for f in 0..fields {
-                runs(ext, elem, &n.send, f * stride, &mut send);
-                runs(ext, elem, &n.recv, f * stride, &mut recv);
+            for &k in &c.send {
+                for f in 0..fields {
+                    runs(ext, elem, &neighbours[k].send, f * stride, &mut send);
+                }
+            }
+            for &k in &c.recv {
+                for f in 0..fields {
+                    runs(ext, elem, &neighbours[k].recv, f * stride, &mut recv);
+                }
             }
             LinkRuns {
                 send: Some(send),
@@ -271,7 +356,11 @@ pub struct HaloExchange {
     /// fewer layers).
     carrying_all: bool,
     neighbours: Vec<Neighbour>,
-    /// Per link (the neighbours' order), its faces as runs of one field.
+    /// Per link, the neighbours whose faces it carries.
+    carried: Vec<Carried>,
+    /// Per neighbour, the link that carries its faces.
+    link_of: Vec<usize>,
+    /// Per neighbour, its faces as runs of one field.
     faces: Vec<Face>,
     /// Layers of each halo the next starts move (0: every layer).
     depth: usize,
@@ -327,6 +416,74 @@ fn faces_at<'a>(faces: &'a [Face], by_depth: &'a [(usize, Vec<Face>)], depth: us
         .map_or(faces, |(_, f)| f.as_slice())
 }
 
+/// Packs into each link's message the faces it sends of every field
+/// `array_of` gives an array for (field `f` from `arrays[array_of(f)]`),
+/// face by face and within a face field by field: the peer unpacks in the
+/// same order.
+fn pack_links<T: Pod>(
+    exchange: &mut LinkExchange,
+    carried: &[Carried],
+    faces: &[Face],
+    fields: usize,
+    arrays: &[&[T]],
+    array_of: impl Fn(usize) -> Option<usize>,
+) -> Result<()> {
+    for (l, c) in carried.iter().enumerate() {
+        let out = exchange.send_buf(l)?;
+        let mut at = 0;
+        for &k in &c.send {
+            for a in (0..fields).filter_map(&array_of) {
+                at += gather_runs(
+                    bytemuck::cast_slice(arrays[a]),
+                    &faces[k].send,
+                    &mut out[at..],
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Unpacks each link's message into the halos it fills, as
+/// [`pack_links`] laid it out.
+fn unpack_links<T: Pod>(
+    exchange: &LinkExchange,
+    carried: &[Carried],
+    faces: &[Face],
+    fields: usize,
+    arrays: &mut [&mut [T]],
+    array_of: impl Fn(usize) -> Option<usize>,
+) -> Result<()> {
+    for (l, c) in carried.iter().enumerate() {
+        let data = exchange.recv_buf(l)?;
+        let mut at = 0;
+        for &k in &c.recv {
+            for a in (0..fields).filter_map(&array_of) {
+                let into = bytemuck::cast_slice_mut(&mut *arrays[a]);
+                at += scatter_runs(&data[at..], &faces[k].recv, into);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// From the next start on, each link's messages carry `fields` fields of
+/// `faces`.
+fn carry_links(
+    exchange: &mut LinkExchange,
+    carried: &[Carried],
+    faces: &[Face],
+    fields: usize,
+) -> Result<()> {
+    for (l, c) in carried.iter().enumerate() {
+        let send: usize = c.send.iter().map(|&k| faces[k].send_bytes).sum();
+        let recv: usize = c.recv.iter().map(|&k| faces[k].recv_bytes).sum();
+        exchange.carry_send(l, send * fields)?;
+        exchange.carry_recv(l, recv * fields)?;
+    }
+    Ok(())
+}
+
 impl HaloExchange {
     /// A builder for `decomp` over the ranks of `world`.
     pub fn builder<'w>(world: &'w World, decomp: &Decomposition) -> HaloExchangeBuilder<'w> {
@@ -352,13 +509,15 @@ impl HaloExchange {
 
     /// How each neighbour is reached, in the decomposition's order.
     pub fn localities(&self) -> Vec<Locality> {
-        self.exchange.localities()
+        let by_link = self.exchange.localities();
+        self.link_of.iter().map(|&l| by_link[l]).collect()
     }
 
     /// How each neighbour is reached, in the decomposition's order, as
     /// text: the channel, and for TCP the gateways passed (`tcp via rank 2`).
     pub fn paths(&self) -> Vec<String> {
-        self.exchange.paths()
+        let by_link = self.exchange.paths();
+        self.link_of.iter().map(|&l| by_link[l].clone()).collect()
     }
 
     /// Which channel each neighbour uses: `shm`, `rdma` or `local`.
@@ -370,8 +529,9 @@ impl HaloExchange {
     /// array ([`HaloExchangeBuilder::shared_fields`]); the others are
     /// packed.
     pub fn halos_read_in_place(&self) -> usize {
-        (0..self.neighbours.len())
-            .filter(|&i| self.exchange.read_in_place(i))
+        self.link_of
+            .iter()
+            .filter(|&&l| self.exchange.read_in_place(l))
             .count()
     }
 
@@ -548,16 +708,15 @@ impl HaloExchange {
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
         self.carry_all()?;
         let began = Instant::now();
-        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
-            .iter()
-            .enumerate()
-        {
-            let out = self.exchange.send_buf(i)?;
-            let mut at = 0;
-            for field in fields {
-                at += gather_runs(bytemuck::cast_slice(field), &face.send, &mut out[at..]);
-            }
-        }
+        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
+        pack_links(
+            &mut self.exchange,
+            &self.carried,
+            faces,
+            self.fields,
+            fields,
+            Some,
+        )?;
         self.exchange.add_start_time(began.elapsed());
         self.exchange.start()
     }
@@ -595,16 +754,15 @@ impl HaloExchange {
         }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
-        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
-            .iter()
-            .enumerate()
-        {
-            let data = self.exchange.recv_buf(i)?;
-            let mut at = 0;
-            for field in fields.iter_mut() {
-                at += scatter_runs(&data[at..], &face.recv, bytemuck::cast_slice_mut(field));
-            }
-        }
+        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
+        unpack_links(
+            &self.exchange,
+            &self.carried,
+            faces,
+            self.fields,
+            fields,
+            Some,
+        )?;
         self.exchange.add_wait_time(began.elapsed());
         Ok(())
     }
@@ -617,13 +775,8 @@ impl HaloExchange {
             return Ok(());
         }
         self.carrying_all = false;
-        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
-            .iter()
-            .enumerate()
-        {
-            self.exchange.carry_send(i, face.send_bytes * self.fields)?;
-            self.exchange.carry_recv(i, face.recv_bytes * self.fields)?;
-        }
+        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
+        carry_links(&mut self.exchange, &self.carried, faces, self.fields)?;
         self.carrying_all = self.depth == 0;
         Ok(())
     }
@@ -733,21 +886,24 @@ impl HaloExchange {
         self.select(op, which)?;
         self.carrying_all = false;
         let began = Instant::now();
-        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
-            .iter()
-            .enumerate()
-        {
-            self.exchange.carry_send(i, face.send_bytes * which.len())?;
-            self.exchange.carry_recv(i, face.recv_bytes * which.len())?;
-            let out = self.exchange.send_buf(i)?;
-            let mut at = 0;
-            // In field order, whatever the list's: both ends lay the
-            // message out alike.
-            for f in (0..self.fields).filter(|&f| self.started[f]) {
-                let k = which.iter().position(|&w| w == f).unwrap_or_default();
-                at += gather_runs(bytemuck::cast_slice(arrays[k]), &face.send, &mut out[at..]);
-            }
-        }
+        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
+        carry_links(&mut self.exchange, &self.carried, faces, which.len())?;
+        // In field order, whatever the list's: both ends lay the message
+        // out alike.
+        let started = &self.started;
+        let array_of = |f: usize| {
+            started[f]
+                .then(|| which.iter().position(|&w| w == f))
+                .flatten()
+        };
+        pack_links(
+            &mut self.exchange,
+            &self.carried,
+            faces,
+            self.fields,
+            arrays,
+            array_of,
+        )?;
         self.exchange.add_start_time(began.elapsed());
         self.exchange.start()
     }
@@ -788,17 +944,21 @@ impl HaloExchange {
         }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
-        for (i, face) in faces_at(&self.faces, &self.by_depth, self.depth)
-            .iter()
-            .enumerate()
-        {
-            let data = self.exchange.recv_buf(i)?;
-            let mut at = 0;
-            for f in (0..self.fields).filter(|&f| self.started[f]) {
-                let k = which.iter().position(|&w| w == f).unwrap_or_default();
-                at += scatter_runs(&data[at..], &face.recv, bytemuck::cast_slice_mut(arrays[k]));
-            }
-        }
+        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
+        let started = &self.started;
+        let array_of = |f: usize| {
+            started[f]
+                .then(|| which.iter().position(|&w| w == f))
+                .flatten()
+        };
+        unpack_links(
+            &self.exchange,
+            &self.carried,
+            faces,
+            self.fields,
+            arrays,
+            array_of,
+        )?;
         self.exchange.add_wait_time(began.elapsed());
         Ok(())
     }
@@ -806,8 +966,9 @@ impl HaloExchange {
     /// What it has done since it was built or
     /// [`reset_stats`](Self::reset_stats): iterations completed, time in
     /// start (packing included) and in wait (unpacking included), bytes
-    /// sent and received, and per neighbour its channel and bytes per
-    /// iteration.
+    /// sent and received, and per link its neighbouring rank, channel and
+    /// bytes per iteration (every direction to a rank within this one, on
+    /// this node or over TCP is one link; over RDMA, one per direction).
     ///
     /// # Examples
     ///

@@ -64,7 +64,7 @@ pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR
 pub use channel::{Locality, Span};
 pub use decomp::{
     axes_name, copy_run, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour,
-    Region, Stencil,
+    Region, Stencil, PEER_TAG,
 };
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder};

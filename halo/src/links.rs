@@ -202,8 +202,10 @@ impl<'w> LinkExchangeBuilder<'w> {
         self
     }
 
-    /// Replaces the links (a builder configured before its links are known).
-    pub(crate) fn with_links(mut self, links: Vec<Link>) -> Self {
+    /// Replaces the links: for a builder configured (and asked
+    /// [`locality_of`](Self::locality_of) its peers) before its links are
+    /// known.
+    pub fn with_links(mut self, links: Vec<Link>) -> Self {
         self.links = links;
         self
     }
@@ -249,6 +251,22 @@ impl<'w> LinkExchangeBuilder<'w> {
         locality(self.world, self.transport, &self.fabrics, a, b)
     }
 
+    /// How this rank will reach `peer`, decided as [`build`](Self::build)
+    /// decides it (with the transport set so far), so that links can be
+    /// shaped by their channel before they are given: every direction to a
+    /// peer reached by a copy, shared memory or TCP can travel as one
+    /// message. Collective the first time, as `build` is: under the
+    /// automatic choice across nodes it gathers every rank's RDMA fabric.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Barrier`] when another rank does not arrive within the
+    /// setup timeout.
+    pub fn locality_of(&mut self, peer: usize) -> Result<Locality> {
+        self.gather_fabrics()?;
+        Ok(self.locality(self.world.rank(), peer))
+    }
+
     /// Under the automatic choice across nodes, the RDMA fabric of each
     /// rank's device (none without a device that opens, or without the
     /// `rdma` feature): every rank's answer, gathered, so that both ends of
@@ -256,7 +274,7 @@ impl<'w> LinkExchangeBuilder<'w> {
     fn gather_fabrics(&mut self) -> Result<()> {
         let size = self.world.size();
         let spans_nodes = (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0));
-        if self.transport != Transport::Auto || !spans_nodes {
+        if self.transport != Transport::Auto || !spans_nodes || self.fabrics.len() == size {
             return Ok(());
         }
         #[cfg(feature = "rdma")]

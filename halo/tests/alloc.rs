@@ -30,7 +30,8 @@ fn counted(transport: Transport, iters: usize) -> Vec<Counts> {
 /// [`counted`], or with the fields sode keeps (two sets, alternating) on a
 /// 1 x 2 grid whose faces (two fields of 2 rows of 512 KiB) are read in
 /// place over shared memory whatever this machine measures (the probe
-/// stops at 256 KiB), the corners packed.
+/// stops at 256 KiB): every direction to the other rank, corners included,
+/// travels in the one message read in place.
 fn counted_on(transport: Transport, iters: usize, shared: bool) -> Vec<Counts> {
     let port = free_port();
     let ranks: Vec<_> = (0..2)
@@ -52,7 +53,9 @@ fn counted_on(transport: Transport, iters: usize, shared: bool) -> Vec<Counts> {
                     .unwrap();
                 if shared {
                     if transport == Transport::Shm {
-                        assert_eq!(halo.halos_read_in_place(), 2, "the faces are read in place");
+                        // Faces and corners: the six directions to the
+                        // other rank (the other two are this rank's own).
+                        assert_eq!(halo.halos_read_in_place(), 6, "the faces are read in place");
                     }
                     return steady(&mut halo, iters, |halo, step| match step {
                         Step::Start(it) => halo.start_set(it % 2).unwrap(),
