@@ -99,8 +99,8 @@ module sode
   !> in the order added, each once): `call sode_start_fields(x, [1, 3])`,
   !> or on other arrays for them, `call sode_start_fields(x, [2],
   !> [c_loc(s2)])` (as in sode_start_arrays; `c_null_ptr` for a field's
-  !> own). Each message carries those fields' faces only (over RDMA the
-  !> whole message travels), and the wait or test that completes the
+  !> own). Each message carries those fields' faces only (on every
+  !> channel), and the wait or test that completes the
   !> exchange fills their halos only; every neighbour must start the same
   !> fields. A field left out whose faces travel in place over RDMA:
   !> SODE_ERR_ARG (call `sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)`

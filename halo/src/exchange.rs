@@ -786,10 +786,10 @@ impl HaloExchange {
     /// crosses (corners `depth` by `depth`); 0 (as built) moves every
     /// layer. A code whose steps need halos of different widths builds one
     /// exchange at the widest and sets the depth before each start
-    /// ([`start_fields`](Self::start_fields) picks the fields). Shared
-    /// memory and TCP then move only those layers (over RDMA the whole
-    /// message travels, the rest unused); the outer layers keep what they
-    /// held. Every rank sets the same depth.
+    /// ([`start_fields`](Self::start_fields) picks the fields). Every
+    /// channel then moves only those layers (RDMA shortens its writes);
+    /// the outer layers keep what they held. Every rank sets the same
+    /// depth.
     ///
     /// # Errors
     ///
@@ -859,8 +859,7 @@ impl HaloExchange {
 
     /// [`start`](Self::start) on some of the fields only: `arrays[k]` is
     /// the array of field `which[k]` (numbered from 0, each once). Each
-    /// message carries those fields alone over shared memory and TCP (over
-    /// RDMA the whole message travels), and
+    /// message carries those fields alone, on every channel, and
     /// [`wait_fields`](Self::wait_fields) fills their halos only: the
     /// other fields' halos are left as they are. Every neighbour must
     /// start the same fields. For a code that exchanges different sets of

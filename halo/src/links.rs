@@ -1134,9 +1134,10 @@ impl LinkExchange {
     /// From the next start on, link `link` carries only the first `bytes`
     /// of its send buffer (its message's length: the whole message again);
     /// its peer must expect as many ([`carry_recv`](Self::carry_recv)).
-    /// For a start on part of the data (some fields): shared memory and
-    /// TCP then move only those bytes; RDMA, whose writes are scheduled
-    /// once, moves the whole message.
+    /// For a start on part of the data (some fields, fewer layers): every
+    /// channel then moves only those bytes (RDMA shortens its scheduled
+    /// writes), but for a message read in place over RDMA, which travels
+    /// whole.
     ///
     /// # Errors
     ///

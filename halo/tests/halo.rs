@@ -161,10 +161,8 @@ fn over_rdma_every_neighbour_count() {
         "{t}"
     );
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 1,1,1 --halo 1 --neighbours 26 --transport rdma --engines 4");
-    // Then starts on some of the fields: over RDMA every message travels
-    // whole, the fields left out unpacked from none of it.
-    // And at each depth: the whole message travels, the layers beyond
-    // the depth unpacked from none of it.
+    // Then starts on some of the fields, and at each depth: the RDMA
+    // writes shortened to the fields and layers that move.
     check(4, "--global 9,10,7 --grid 2,2,1 --periodic 0,0,0 --halo 3 --neighbours 18 --fields 2 --transport rdma --subsets --depths");
     check(2, "--global 8,7 --grid 2,1 --periodic 1,1 --halo 1 --neighbours 4 --transport rdma --engines 1");
 }

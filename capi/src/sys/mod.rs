@@ -741,8 +741,8 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
 /// (corners `depth` by `depth`); 0 (the default) moves every layer, as
 /// committed. A code whose steps need halos of different widths commits
 /// one exchange at the widest and sets the depth before each start
-/// (`sode_exchange_start_fields` picks the fields). Shared memory and TCP
-/// then move only those layers. Any time but while an exchange is in
+/// (`sode_exchange_start_fields` picks the fields). Every channel then
+/// moves only those layers. Any time but while an exchange is in
 /// flight, after commit or before; every rank alike, like the fields
 /// started.
 ///
@@ -1740,8 +1740,8 @@ pub unsafe extern "C" fn sode_exchange_start_arrays(
 /// `fields` lists (numbered from 0 in the order added, each once), on the
 /// arrays `arrays` gives for them in the same order (NULL `arrays`, or a
 /// NULL entry: a field's own array; as `sode_exchange_start_arrays`).
-/// Each message carries the listed fields' faces only (over RDMA the whole
-/// message still travels), and the wait or test that completes the
+/// Each message carries the listed fields' faces only (on every channel),
+/// and the wait or test that completes the
 /// exchange fills their halos only: the other fields' halos are left as
 /// they are. Every neighbour must start the same fields; over shared
 /// memory and TCP a neighbour that sends more than this rank expects is

@@ -73,7 +73,8 @@ pub(crate) trait Channel: std::fmt::Debug {
     /// From the next start on, carries only the first `bytes` of message
     /// `msg`'s send buffer (at most its length, checked by the caller; the
     /// receiver expects as many). A channel that cannot shorten a message
-    /// (RDMA's scheduled writes) carries it whole: the default.
+    /// carries it whole: the default (RDMA shortens its scheduled writes;
+    /// a message read in place there travels whole).
     fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
         let _ = (msg, bytes);
         Ok(())

@@ -86,8 +86,28 @@ pub(crate) struct RdmaChannel {
     sends: Vec<Option<Range<usize>>>,
     /// Per received message: its window, or `None` when received in place.
     windows: Vec<Option<WindowId>>,
+    /// Per packed message, the writes that carry it (empty when read in
+    /// place: it travels whole), and the bytes they carry now.
+    carriers: Vec<Carriers>,
     names: String,
     summary: String,
+}
+
+/// The writes that carry one packed message, and how much of it they
+/// carry from the next start on.
+#[derive(Debug, Default)]
+struct Carriers {
+    writes: Vec<Carrier>,
+    carried: usize,
+}
+
+/// One write of a packed message: its command and the bytes of the
+/// message it was planned to carry.
+#[derive(Debug, Clone, Copy)]
+struct Carrier {
+    command: usize,
+    range_start: usize,
+    len: usize,
 }
 
 /// Where one side of every message lives once laid out.
@@ -134,7 +154,9 @@ impl RdmaChannel {
             plan.algorithm, settings.engines, plan.simulated_us, machine.engine_gbps, machine.command_overhead_us,
             settings.model_source.as_ref().map(|s| format!(" ({s})")).unwrap_or_default()
         );
-        for w in plan_writes(&plan, messages, &layout.sources, max_sge)? {
+        let writes = plan_writes(&plan, messages, &layout.sources, max_sge)?;
+        let carriers = carriers_of(messages, &layout.sends, &writes);
+        for (_, w) in writes {
             if w.gather.is_empty() {
                 b.write(w.write);
             } else {
@@ -148,6 +170,7 @@ impl RdmaChannel {
             buf: layout.buf,
             sends: layout.sends,
             windows: layout.windows,
+            carriers,
             names,
             summary,
         })
@@ -272,14 +295,51 @@ fn lay_out(
     })
 }
 
-/// Every write of the plan: each piece of each put becomes the writes that
-/// carry that range of the message's stream into the peer's windows.
+/// Per message, the writes (numbered as commands in the order given) that
+/// carry it from the channel's buffer at `sends`; none for a message read
+/// in place, which travels whole.
+fn carriers_of(
+    messages: &[RdmaSend],
+    sends: &[Option<Range<usize>>],
+    writes: &[(usize, StreamWrite)],
+) -> Vec<Carriers> {
+    let mut carriers: Vec<Carriers> = messages
+        .iter()
+        .map(|m| Carriers {
+            writes: Vec::new(),
+            carried: m.len,
+        })
+        .collect();
+    for (command, (j, w)) in writes.iter().enumerate() {
+        if let (Some(range), true) = (&sends[*j], w.gather.is_empty()) {
+            carriers[*j].writes.push(Carrier {
+                command,
+                range_start: w.write.src_offset - range.start,
+                len: w.write.len,
+            });
+        }
+    }
+    carriers
+}
+
+impl Carriers {
+    /// Each write's bytes when the message carries its first `bytes`.
+    fn lens(&self, bytes: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        self.writes
+            .iter()
+            .map(move |w| (w.command, bytes.saturating_sub(w.range_start).min(w.len)))
+    }
+}
+
+/// Every write of the plan, with the message it carries: each piece of
+/// each put becomes the writes that carry that range of the message's
+/// stream into the peer's windows.
 fn plan_writes(
     plan: &sode_scheduler::Plan,
     messages: &[RdmaSend],
     sources: &[Vec<SourcePiece>],
     max_sge: usize,
-) -> Result<Vec<StreamWrite>> {
+) -> Result<Vec<(usize, StreamWrite)>> {
     let pieces = plan_pieces(plan, |id| messages.get(id as usize).map(|m| m.len))?;
     let mut out = Vec::new();
     for p in pieces {
@@ -301,7 +361,7 @@ fn plan_writes(
                     m.peer, m.len
                 ),
             })?;
-        out.extend(writes);
+        out.extend(writes.into_iter().map(|w| (j, w)));
     }
     Ok(out)
 }
@@ -397,6 +457,29 @@ impl Channel for RdmaChannel {
         self.writes.window(window).map_err(|e| self.wrap(e))
     }
 
+    /// Shortens the writes of a packed message to its first `bytes` (each
+    /// write keeps its place; those past the end write nothing but still
+    /// carry their chain's immediate). A message read in place travels
+    /// whole.
+    fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
+        let Some(c) = self.carriers.get_mut(msg) else {
+            return Ok(());
+        };
+        if c.carried == bytes || c.writes.is_empty() {
+            return Ok(());
+        }
+        for (command, len) in c.lens(bytes) {
+            if let Err(e) = self.writes.carry(command, len) {
+                return Err(HaloError::Rdma {
+                    neighbours: self.names.clone(),
+                    source: Box::new(e),
+                });
+            }
+        }
+        c.carried = bytes;
+        Ok(())
+    }
+
     fn start(&mut self) -> Result<()> {
         self.writes.start().map_err(|e| self.wrap(e))
     }
@@ -429,5 +512,70 @@ fn in_place(op: &'static str, how: &str) -> HaloError {
     HaloError::Usage {
         op,
         why: format!("this message is {how}: it has no buffer of its own"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sode_transport::Write;
+
+    fn send(len: usize, from: Option<Vec<Span>>) -> RdmaSend {
+        RdmaSend {
+            peer: 1,
+            len,
+            target: 0,
+            target_runs: vec![len],
+            from,
+            offset: Vec::new(),
+        }
+    }
+
+    fn write(
+        j: usize,
+        src_offset: usize,
+        len: usize,
+        gather: Vec<(usize, usize)>,
+    ) -> (usize, StreamWrite) {
+        let write = Write {
+            peer: 1,
+            engine: 0,
+            src: BufferId(0),
+            src_offset,
+            window: WindowId(0),
+            dst_offset: 0,
+            len,
+        };
+        (j, StreamWrite { write, gather })
+    }
+
+    #[test]
+    fn a_packed_message_is_cut_write_by_write_and_one_read_in_place_is_not() {
+        // Message 0: 100 bytes at 50 of the buffer, in two writes (on two
+        // engines); message 1: read in place (a gather); message 2: 30
+        // bytes at 150, one write.
+        let in_place = vec![Span {
+            memory: 0,
+            offset: 0,
+            len: 40,
+        }];
+        let messages = [send(100, None), send(40, Some(in_place)), send(30, None)];
+        let sends = [Some(50..150), None, Some(150..180)];
+        let writes = [
+            write(0, 50, 60, Vec::new()),
+            write(1, 0, 40, vec![(0, 20), (100, 20)]),
+            write(0, 110, 40, Vec::new()),
+            write(2, 150, 30, Vec::new()),
+        ];
+        let c = carriers_of(&messages, &sends, &writes);
+        let lens = |m: usize, bytes: usize| c[m].lens(bytes).collect::<Vec<_>>();
+        assert_eq!(lens(0, 100), [(0, 60), (2, 40)], "whole");
+        assert_eq!(lens(0, 70), [(0, 60), (2, 10)]);
+        assert_eq!(lens(0, 60), [(0, 60), (2, 0)]);
+        assert_eq!(lens(0, 5), [(0, 5), (2, 0)]);
+        assert_eq!(lens(0, 0), [(0, 0), (2, 0)]);
+        assert!(c[1].writes.is_empty(), "read in place: whole");
+        assert_eq!(lens(2, 12), [(3, 12)]);
+        assert_eq!(c[2].carried, 30);
     }
 }

@@ -509,7 +509,9 @@ impl RdmaExchangeBuilder<'_> {
                 let ids: Vec<usize> = (0..writes.len())
                     .filter(|&i| writes[i].peer == p && writes[i].engine == e)
                     .collect();
-                let Some(&last) = ids.last() else { continue };
+                if ids.is_empty() {
+                    continue;
+                }
                 // The chain into slot 0 and into slot 1: one chain when the
                 // windows it writes have one slot.
                 let chain = |parity: usize| {
@@ -527,7 +529,7 @@ impl RdmaExchangeBuilder<'_> {
                 } else {
                     add(&odd)?
                 };
-                chains.push(Chain::new(pi, e, [even_id, odd_id], even.len(), last));
+                chains.push(Chain::new(pi, e, [even_id, odd_id], ids));
             }
             let credit = if peers.writers_here.contains(&p) {
                 Some(add(&[credit_entry(p)])?)

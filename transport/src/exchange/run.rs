@@ -39,6 +39,8 @@ pub(crate) struct Chain {
     /// `ids[n % 2]`.
     ids: [ChainId; 2],
     len: usize,
+    /// The commands it posts, in order.
+    commands: Vec<usize>,
     /// The command whose completion ends the chain (the only signalled one).
     last: usize,
     posted: bool,
@@ -46,19 +48,21 @@ pub(crate) struct Chain {
 }
 
 impl Chain {
+    /// The chain of `commands` (not empty) to peer index `peer` on
+    /// `engine`.
     pub(crate) fn new(
         peer: usize,
         engine: usize,
         ids: [ChainId; 2],
-        len: usize,
-        last: usize,
+        commands: Vec<usize>,
     ) -> Chain {
         Chain {
             peer,
             engine,
             ids,
-            len,
-            last,
+            len: commands.len(),
+            last: commands.last().copied().unwrap_or_default(),
+            commands,
             posted: false,
             done: false,
         }
@@ -150,6 +154,8 @@ pub(crate) struct State {
     writes: Vec<Write>,
     /// For each command, the chain it ends (if it is a chain's last).
     ends_chain: Vec<Option<usize>>,
+    /// For each command, its chain and its place in it.
+    placed: Vec<Option<(usize, usize)>>,
     chains: Vec<Chain>,
     peers: Vec<Peer>,
     book: CreditBook,
@@ -173,8 +179,12 @@ impl State {
         post_mode: PostMode,
     ) -> State {
         let mut ends_chain = vec![None; writes.len()];
+        let mut placed = vec![None; writes.len()];
         for (ci, c) in chains.iter().enumerate() {
             ends_chain[c.last] = Some(ci);
+            for (at, &command) in c.commands.iter().enumerate() {
+                placed[command] = Some((ci, at));
+            }
         }
         for p in &mut peers {
             p.recv_posted = vec![RECV_DEPTH; engines];
@@ -192,6 +202,7 @@ impl State {
             engines,
             writes,
             ends_chain,
+            placed,
             chains,
             peers,
             book,
@@ -792,6 +803,40 @@ impl PersistentWrites {
     /// The number of write commands in the plan.
     pub fn commands(&self) -> usize {
         self.state.writes.len()
+    }
+
+    /// Makes command `command` write its first `bytes` bytes from the next
+    /// start on (at most the bytes it was planned with; the rest of its
+    /// target keeps what it held), so that an exchange that moves less
+    /// than its messages hold (some fields, fewer layers) puts less on the
+    /// wire. A command of no bytes still carries its chain's immediate.
+    /// Only a command that reads one run (not a gather list) can be
+    /// shortened.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::State`](crate::TransportError::State) while an
+    /// iteration is in flight or after a failure;
+    /// [`TransportError::InvalidCommand`](crate::TransportError::InvalidCommand)
+    /// for a command that does not exist, gathers several runs, or was
+    /// planned with fewer bytes.
+    pub fn carry(&mut self, command: usize, bytes: usize) -> Result<()> {
+        self.state.lifecycle.require_idle("carry")?;
+        let invalid = |why: String| TransportError::InvalidCommand { command, why };
+        let Some(Some((chain, at))) = self.state.placed.get(command).copied() else {
+            return Err(invalid(format!(
+                "the exchange has {} commands, in chains",
+                self.state.writes.len()
+            )));
+        };
+        let len = u32::try_from(bytes)
+            .map_err(|_| invalid(format!("{bytes} bytes do not fit one request")))?;
+        let [even, odd] = self.state.chains[chain].ids;
+        self.set.set_len(even, at, len).map_err(invalid)?;
+        if odd != even {
+            self.set.set_len(odd, at, len).map_err(invalid)?;
+        }
+        Ok(())
     }
 
     /// A buffer, to fill (or read) between exchanges.

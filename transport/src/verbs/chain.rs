@@ -35,7 +35,19 @@ pub(crate) struct ChainEntry {
 pub(crate) struct WriteChain {
     wrs: Box<[ibv_send_wr]>,
     /// Owned here because the requests point into it.
-    _sges: Box<[ibv_sge]>,
+    sges: Box<[ibv_sge]>,
+    /// Per request, the bytes it was built to read from one gather entry
+    /// (at `first`), the most [`WriteChain::set_len`] may give it; `None`
+    /// for a gather list, which always travels whole.
+    single: Box<[Option<SingleSource>]>,
+}
+
+/// A request reading one run: where its gather entry is, and its length
+/// as built.
+#[derive(Debug, Clone, Copy)]
+struct SingleSource {
+    first: usize,
+    built: u32,
 }
 
 // SAFETY: the raw pointers inside the requests point into this chain's own
@@ -62,6 +74,19 @@ impl WriteChain {
             })
             .collect();
         let counts: Vec<usize> = entries.iter().map(|e| e.gather.len().max(1)).collect();
+        let mut first = 0;
+        let single = entries
+            .iter()
+            .zip(&counts)
+            .map(|(e, &count)| {
+                let s = e.gather.is_empty().then_some(SingleSource {
+                    first,
+                    built: e.len,
+                });
+                first += count;
+                s
+            })
+            .collect();
         let mut wrs: Box<[ibv_send_wr]> = entries
             .iter()
             .map(|e| {
@@ -111,7 +136,38 @@ impl WriteChain {
                 null_mut()
             };
         }
-        WriteChain { wrs, _sges: sges }
+        WriteChain { wrs, sges, single }
+    }
+
+    /// Makes request `i` write its first `len` bytes from the next post on:
+    /// at most the length it was built with (so it reads only memory
+    /// checked when the chain was added), from a request of one run (a
+    /// gather list travels whole). 0 leaves a write of no bytes, whose
+    /// immediate (if it carries one) still arrives.
+    pub(crate) fn set_len(&mut self, i: usize, len: u32) -> Result<(), String> {
+        let Some(Some(source)) = self.single.get(i).copied() else {
+            return Err(format!(
+                "request {i} gathers several runs (or does not exist): it travels whole"
+            ));
+        };
+        if len > source.built {
+            return Err(format!(
+                "request {i} was built to write {} bytes, not {len}",
+                source.built
+            ));
+        }
+        self.sges[source.first].length = len;
+        let wr = &mut self.wrs[i];
+        if len == 0 {
+            wr.sg_list = null_mut();
+            wr.num_sge = 0;
+        } else {
+            // SAFETY: `first` indexes this chain's own gather array (set in
+            // `new`), which is never resized.
+            wr.sg_list = unsafe { self.sges.as_mut_ptr().add(source.first) };
+            wr.num_sge = 1;
+        }
+        Ok(())
     }
 
     /// Sets the immediate (host order; sent in network order) of every

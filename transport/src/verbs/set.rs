@@ -71,6 +71,12 @@ impl ChainSet {
         Ok(ChainId(self.chains.len() - 1))
     }
 
+    /// Makes request `entry` of `chain` write its first `len` bytes (at
+    /// most those it was built with); see [`WriteChain::set_len`].
+    pub(crate) fn set_len(&mut self, chain: ChainId, entry: usize, len: u32) -> Result<(), String> {
+        self.chains[chain.0].set_len(entry, len)
+    }
+
     /// Sets the immediate of the requests `entries` of `chain`.
     pub(crate) fn set_imm(&mut self, chain: ChainId, imm: u32, entries: &[usize]) {
         self.chains[chain.0].set_imm(imm, entries);
