@@ -200,7 +200,8 @@ typedef struct sode_stats {
    */
   double wait_seconds;
   /**
-   * Bytes sent to other ranks over the completed iterations.
+   * Bytes sent to other ranks over the completed iterations (a start on
+   * some fields or at a depth counts what it moved).
    */
   uint64_t bytes_sent;
   /**
@@ -208,8 +209,9 @@ typedef struct sode_stats {
    */
   uint64_t bytes_received;
   /**
-   * Neighbours (links: one per rank on the node, one per direction to
-   * ranks on other nodes), for `sode_exchange_neighbour_stats`.
+   * Neighbours (links: one per rank reached by a copy, shared memory or
+   * TCP, one per direction to ranks reached over RDMA), for
+   * `sode_exchange_neighbour_stats`.
    */
   int neighbours;
 } sode_stats;
@@ -228,7 +230,8 @@ typedef struct sode_neighbour_stats {
    */
   const char *channel;
   /**
-   * Bytes sent to it per iteration.
+   * Bytes sent to it per iteration (the fields and depth of the last
+   * start).
    */
   uint64_t bytes_sent;
   /**

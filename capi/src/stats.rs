@@ -18,12 +18,14 @@ pub struct Stats {
     /// Seconds spent in wait and test calls: progressing, waiting for the
     /// neighbours, unpacking.
     pub wait_seconds: f64,
-    /// Bytes sent to other ranks over the completed iterations.
+    /// Bytes sent to other ranks over the completed iterations (a start on
+    /// some fields or at a depth counts what it moved).
     pub bytes_sent: u64,
     /// Bytes received from other ranks over the completed iterations.
     pub bytes_received: u64,
-    /// Neighbours (links: one per rank on the node, one per direction to
-    /// ranks on other nodes), for `sode_exchange_neighbour_stats`.
+    /// Neighbours (links: one per rank reached by a copy, shared memory or
+    /// TCP, one per direction to ranks reached over RDMA), for
+    /// `sode_exchange_neighbour_stats`.
     pub neighbours: c_int,
 }
 
@@ -36,7 +38,8 @@ pub struct NeighbourStats {
     /// How it is reached: `"shm"`, `"rdma"`, `"tcp"`, or `"local"` (this
     /// rank itself, a copy); a static string.
     pub channel: *const c_char,
-    /// Bytes sent to it per iteration.
+    /// Bytes sent to it per iteration (the fields and depth of the last
+    /// start).
     pub bytes_sent: u64,
     /// Bytes received from it per iteration.
     pub bytes_received: u64,

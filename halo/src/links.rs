@@ -16,7 +16,7 @@ use crate::channel::{Channel, Locality, ShmChannel, Span, TcpChannel, TcpMessage
 use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
 use crate::settings::{Model, SyncMode, Transport};
-use crate::stats::{ExchangeStats, Meter, NeighbourStats};
+use crate::stats::{ExchangeStats, Meter, Moved, NeighbourStats};
 
 /// One message: bytes per iteration, and a tag that tells it apart from the
 /// other messages between the same two ranks (the sender's send tag is the
@@ -540,6 +540,14 @@ impl<'w> LinkExchangeBuilder<'w> {
             meter: Meter::new(self.world.job_id(), &self.name, self.world.rank()),
             job: self.world.clone(),
             timeout: self.timeout,
+            carried: self
+                .links
+                .iter()
+                .map(|l| Moved {
+                    sent: l.send.map_or(0, |m| m.len as u64),
+                    received: l.recv.map_or(0, |m| m.len as u64),
+                })
+                .collect(),
             links: self.links,
         })
     }
@@ -995,6 +1003,8 @@ pub struct LinkExchange {
     timeout: Duration,
     /// What it has done, and its trace.
     meter: Meter,
+    /// Per link, the bytes each way the next iteration moves (as carried).
+    carried: Vec<Moved>,
 }
 
 impl Drop for LinkExchange {
@@ -1153,9 +1163,14 @@ impl LinkExchange {
                 link,
                 &format!("sends {len} bytes: {bytes} cannot be carried"),
             )),
-            (Some(Route::Local { .. }), _) => Ok(()),
+            (Some(Route::Local { .. }), _) => {
+                self.carried[link].sent = bytes as u64;
+                Ok(())
+            }
             (Some(Route::Channel { channel, message }), _) => {
-                self.channels[channel].carry_send(message, bytes)
+                self.channels[channel].carry_send(message, bytes)?;
+                self.carried[link].sent = bytes as u64;
+                Ok(())
             }
             (None, _) => Err(self.no_message("carry_send", link, "sends nothing")),
         }
@@ -1177,9 +1192,14 @@ impl LinkExchange {
                 link,
                 &format!("receives {len} bytes: {bytes} cannot be expected"),
             )),
-            (Some(Route::Local { .. }), _) => Ok(()),
+            (Some(Route::Local { .. }), _) => {
+                self.carried[link].received = bytes as u64;
+                Ok(())
+            }
             (Some(Route::Channel { channel, message }), _) => {
-                self.channels[channel].carry_recv(message, bytes)
+                self.channels[channel].carry_recv(message, bytes)?;
+                self.carried[link].received = bytes as u64;
+                Ok(())
             }
             (None, _) => Err(self.no_message("carry_recv", link, "receives nothing")),
         }
@@ -1464,24 +1484,42 @@ impl LinkExchange {
             }
         }
         self.lifecycle.complete();
-        self.meter.exchanges += 1;
+        let moved = self.moved();
+        self.meter.completed(moved);
         self.scatter()?;
         self.job_barrier()
     }
 
     /// What it has done since it was built or [`reset_stats`](Self::reset_stats):
-    /// iterations, time in start and in wait, bytes per neighbour.
+    /// iterations, time in start and in wait, bytes moved (as carried),
+    /// and per link what the next iteration moves.
     pub fn stats(&self) -> ExchangeStats {
         let links = self
             .links
             .iter()
             .zip(self.localities())
-            .map(|(l, channel)| {
-                let len = |m: &Option<Message>| m.as_ref().map_or(0, |m| m.len);
-                NeighbourStats::new(l.peer, channel, len(&l.send), len(&l.recv))
+            .zip(&self.carried)
+            .map(|((l, channel), c)| {
+                NeighbourStats::new(l.peer, channel, c.sent as usize, c.received as usize)
             })
             .collect();
         crate::stats::stats(&self.meter, links)
+    }
+
+    /// What one iteration moves to and from other ranks (copies within
+    /// this rank left out), as the links carry now.
+    fn moved(&self) -> Moved {
+        let remote = |route: &Option<Route>| matches!(route, Some(Route::Channel { .. }));
+        let mut moved = Moved::default();
+        for (i, c) in self.carried.iter().enumerate() {
+            if remote(&self.sends[i]) {
+                moved.sent += c.sent;
+            }
+            if remote(&self.recvs[i]) {
+                moved.received += c.received;
+            }
+        }
+        moved
     }
 
     /// Sets the counters of [`stats`](Self::stats) to zero (after a

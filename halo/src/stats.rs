@@ -28,12 +28,14 @@ pub struct ExchangeStats {
     /// Time spent in `wait` and `test`: progressing, waiting for the
     /// neighbours, unpacking.
     pub wait_time: Duration,
-    /// Bytes sent to other ranks over the completed iterations.
+    /// Bytes sent to other ranks over the completed iterations (as each
+    /// carried them: a start on some fields or at a depth counts what it
+    /// moved).
     pub bytes_sent: u64,
     /// Bytes received from other ranks over the completed iterations.
     pub bytes_received: u64,
     /// Per link, in the links' order: the neighbour, its channel, and
-    /// what one iteration moves.
+    /// what the next iteration moves (the last fields and depth set).
     pub neighbours: Vec<NeighbourStats>,
 }
 
@@ -51,6 +53,13 @@ pub struct NeighbourStats {
     pub bytes_received: u64,
 }
 
+/// Bytes one iteration moves, each way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Moved {
+    pub(crate) sent: u64,
+    pub(crate) received: u64,
+}
+
 /// A start or a wait, for the trace.
 #[derive(Debug, Clone, Copy)]
 struct Event {
@@ -63,6 +72,8 @@ struct Event {
 #[derive(Debug)]
 pub(crate) struct Meter {
     pub(crate) exchanges: u64,
+    /// Bytes moved to and from other ranks over those iterations.
+    moved: Moved,
     pub(crate) start_time: Duration,
     pub(crate) wait_time: Duration,
     trace: Option<Trace>,
@@ -92,10 +103,19 @@ impl Meter {
             });
         Meter {
             exchanges: 0,
+            moved: Moved::default(),
             start_time: Duration::ZERO,
             wait_time: Duration::ZERO,
             trace,
         }
+    }
+
+    /// Counts a completed iteration that moved `moved` to and from other
+    /// ranks.
+    pub(crate) fn completed(&mut self, moved: Moved) {
+        self.exchanges += 1;
+        self.moved.sent = self.moved.sent.saturating_add(moved.sent);
+        self.moved.received = self.moved.received.saturating_add(moved.received);
     }
 
     /// Adds a start that began at `began` and ends now.
@@ -126,6 +146,7 @@ impl Meter {
     /// Zero counters; the trace goes on.
     pub(crate) fn reset(&mut self) {
         self.exchanges = 0;
+        self.moved = Moved::default();
         self.start_time = Duration::ZERO;
         self.wait_time = Duration::ZERO;
     }
@@ -161,18 +182,14 @@ impl Meter {
 }
 
 /// The stats of an exchange whose links are `links` (peer, channel, bytes
-/// sent and received per iteration).
+/// the next iteration sends and receives).
 pub(crate) fn stats(meter: &Meter, links: Vec<NeighbourStats>) -> ExchangeStats {
-    let remote = links.iter().filter(|n| n.channel != Locality::SelfCopy);
-    let (sent, received) = remote.fold((0u64, 0u64), |(s, r), n| {
-        (s + n.bytes_sent, r + n.bytes_received)
-    });
     ExchangeStats {
         exchanges: meter.exchanges,
         start_time: meter.start_time,
         wait_time: meter.wait_time,
-        bytes_sent: sent.saturating_mul(meter.exchanges),
-        bytes_received: received.saturating_mul(meter.exchanges),
+        bytes_sent: meter.moved.sent,
+        bytes_received: meter.moved.received,
         neighbours: links,
     }
 }
@@ -193,19 +210,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn totals_count_other_ranks_only() {
+    fn totals_add_what_each_iteration_moved() {
         let mut m = Meter::new("j", "h0", 0);
-        m.exchanges = 3;
-        let s = stats(
-            &m,
-            vec![
-                NeighbourStats::new(1, Locality::Shm, 100, 40),
-                NeighbourStats::new(0, Locality::SelfCopy, 7, 7),
-                NeighbourStats::new(2, Locality::Tcp, 10, 60),
-            ],
-        );
-        assert_eq!((s.bytes_sent, s.bytes_received), (330, 300));
-        assert_eq!(s.neighbours.len(), 3);
+        let moved = |sent, received| Moved { sent, received };
+        m.completed(moved(110, 100));
+        m.completed(moved(110, 100));
+        m.completed(moved(30, 20)); // a start on some fields
+        let links = vec![NeighbourStats::new(1, Locality::Shm, 30, 20)];
+        let s = stats(&m, links.clone());
+        assert_eq!((s.exchanges, s.bytes_sent, s.bytes_received), (3, 250, 220));
+        assert_eq!(s.neighbours, links);
+        m.reset();
+        let s = stats(&m, links);
+        assert_eq!((s.exchanges, s.bytes_sent, s.bytes_received), (0, 0, 0));
     }
 
     #[test]

@@ -53,6 +53,19 @@ fn stats_count_what_was_exchanged_and_the_trace_has_every_call() {
                 assert_eq!(s.bytes_sent, 2 * face * iterations);
                 assert_eq!(s.bytes_received, 2 * face * iterations);
                 assert!(s.start_time > Duration::ZERO && s.wait_time > Duration::ZERO);
+                // Starts on one field count its bytes only: half of each
+                // face.
+                for _ in 0..3 {
+                    ex.start_fields(&[1], &[&v]).unwrap();
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    ex.wait_fields(deadline, &[1], &mut [&mut v]).unwrap();
+                }
+                let s = ex.stats();
+                assert_eq!(s.exchanges, iterations + 3);
+                let moved = 2 * face * iterations + 3 * face;
+                assert_eq!((s.bytes_sent, s.bytes_received), (moved, moved));
+                let n = &s.neighbours[0];
+                assert_eq!((n.bytes_sent, n.bytes_received), (face, face), "{n:?}");
                 ex.reset_stats();
                 let s = ex.stats();
                 assert_eq!(
@@ -75,9 +88,10 @@ fn stats_count_what_was_exchanged_and_the_trace_has_every_call() {
             .unwrap_or_else(|e| panic!("{}: {e}", t.display()));
         let events = v["traceEvents"].as_array().unwrap();
         let count = |name: &str| events.iter().filter(|e| e["name"] == name).count() as u64;
+        // The full starts and the three on one field.
         assert_eq!(
             (count("start"), count("wait")),
-            (iterations, iterations),
+            (iterations + 3, iterations + 3),
             "{}",
             t.display()
         );
