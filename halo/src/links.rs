@@ -149,6 +149,9 @@ pub struct LinkExchangeBuilder<'w> {
     /// Per rank, the RDMA fabric its device is on (empty: it cannot use
     /// RDMA), gathered at build when the automatic choice spans nodes.
     fabrics: Vec<String>,
+    /// The transport `fabrics` was settled for (gathered, or found not
+    /// needed).
+    fabrics_for: Option<Transport>,
     #[cfg(feature = "rdma")]
     lent: Vec<sode_transport::UserMemory>,
     shared: Option<SharedSets>,
@@ -169,6 +172,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             model: Model::Calibrated,
             in_place: Vec::new(),
             fabrics: Vec::new(),
+            fabrics_for: None,
             #[cfg(feature = "rdma")]
             lent: Vec::new(),
             shared: None,
@@ -272,9 +276,14 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// `rdma` feature): every rank's answer, gathered, so that both ends of
     /// a link choose alike.
     fn gather_fabrics(&mut self) -> Result<()> {
+        // Settled once per transport: `locality_of` asks for every peer.
+        if self.fabrics_for == Some(self.transport) {
+            return Ok(());
+        }
         let size = self.world.size();
         let spans_nodes = (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0));
         if self.transport != Transport::Auto || !spans_nodes || self.fabrics.len() == size {
+            self.fabrics_for = Some(self.transport);
             return Ok(());
         }
         #[cfg(feature = "rdma")]
@@ -302,6 +311,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             .iter()
             .map(|b| String::from_utf8_lossy(b).into_owned())
             .collect();
+        self.fabrics_for = Some(self.transport);
         Ok(())
     }
 
