@@ -274,10 +274,11 @@ int sode_exchange_stats(struct sode_exchange *exchange, struct sode_stats *out);
 /**
  * Fills `out` with neighbour `i` (0 to `neighbours - 1` of
  * `sode_exchange_stats`) of `exchange`: its rank, its channel and the
- * bytes one iteration sends it and receives from it. A neighbouring rank
- * on the node (or this rank itself) is one neighbour, every direction to
- * it together; a rank on another node is one neighbour per direction of
- * the process grid it lies in. Local.
+ * bytes one iteration sends it and receives from it (as the last start
+ * carried). A neighbouring rank reached by a copy (this rank itself),
+ * shared memory or TCP is one neighbour, every direction to it together;
+ * a rank reached over RDMA is one neighbour per direction of the process
+ * grid it lies in. Local.
  *
  * # Statuses
  * `SODE_ERR_NULL` (`exchange` or `out`); `SODE_ERR_STATE` before the commit;
