@@ -416,72 +416,95 @@ fn faces_at<'a>(faces: &'a [Face], by_depth: &'a [(usize, Vec<Face>)], depth: us
         .map_or(faces, |(_, f)| f.as_slice())
 }
 
-/// Packs into each link's message the faces it sends of every field
-/// `array_of` gives an array for (field `f` from `arrays[array_of(f)]`),
-/// face by face and within a face field by field: the peer unpacks in the
-/// same order.
-fn pack_links<T: Pod>(
-    exchange: &mut LinkExchange,
-    carried: &[Carried],
-    faces: &[Face],
+/// How the fields' faces lie in the links' messages: each link's faces
+/// (at the depth set), face by face and within a face field by field,
+/// in the order both ends use.
+struct Packing<'a> {
+    carried: &'a [Carried],
+    faces: &'a [Face],
     fields: usize,
-    arrays: &[&[T]],
-    array_of: impl Fn(usize) -> Option<usize>,
-) -> Result<()> {
-    for (l, c) in carried.iter().enumerate() {
-        let out = exchange.send_buf(l)?;
-        let mut at = 0;
-        for &k in &c.send {
-            for a in (0..fields).filter_map(&array_of) {
-                at += gather_runs(
-                    bytemuck::cast_slice(arrays[a]),
-                    &faces[k].send,
-                    &mut out[at..],
-                );
-            }
-        }
-    }
-    Ok(())
 }
 
-/// Unpacks each link's message into the halos it fills, as
-/// [`pack_links`] laid it out.
-fn unpack_links<T: Pod>(
-    exchange: &LinkExchange,
-    carried: &[Carried],
-    faces: &[Face],
-    fields: usize,
-    arrays: &mut [&mut [T]],
-    array_of: impl Fn(usize) -> Option<usize>,
-) -> Result<()> {
-    for (l, c) in carried.iter().enumerate() {
-        let data = exchange.recv_buf(l)?;
-        let mut at = 0;
-        for &k in &c.recv {
-            for a in (0..fields).filter_map(&array_of) {
-                let into = bytemuck::cast_slice_mut(&mut *arrays[a]);
-                at += scatter_runs(&data[at..], &faces[k].recv, into);
+impl Packing<'_> {
+    /// Packs into each link's message the faces it sends of every field
+    /// `array_of` gives an array for (field `f` from
+    /// `arrays[array_of(f)]`).
+    fn pack<T: Pod>(
+        &self,
+        exchange: &mut LinkExchange,
+        arrays: &[&[T]],
+        array_of: impl Fn(usize) -> Option<usize>,
+    ) -> Result<()> {
+        for (l, c) in self.carried.iter().enumerate() {
+            let out = exchange.send_buf(l)?;
+            let mut at = 0;
+            for &k in &c.send {
+                for a in (0..self.fields).filter_map(&array_of) {
+                    let from = bytemuck::cast_slice(arrays[a]);
+                    at += gather_runs(from, &self.faces[k].send, &mut out[at..]);
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
+
+    /// Unpacks each link's message into the halos it fills, as
+    /// [`pack`](Self::pack) laid it out.
+    fn unpack<T: Pod>(
+        &self,
+        exchange: &LinkExchange,
+        arrays: &mut [&mut [T]],
+        array_of: impl Fn(usize) -> Option<usize>,
+    ) -> Result<()> {
+        for (l, c) in self.carried.iter().enumerate() {
+            let data = exchange.recv_buf(l)?;
+            let mut at = 0;
+            for &k in &c.recv {
+                for a in (0..self.fields).filter_map(&array_of) {
+                    let into = bytemuck::cast_slice_mut(&mut *arrays[a]);
+                    at += scatter_runs(&data[at..], &self.faces[k].recv, into);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// From the next start on, each link's messages carry `fields` of
+    /// the fields.
+    fn carry(&self, exchange: &mut LinkExchange, fields: usize) -> Result<()> {
+        for (l, c) in self.carried.iter().enumerate() {
+            let send: usize = c.send.iter().map(|&k| self.faces[k].send_bytes).sum();
+            let recv: usize = c.recv.iter().map(|&k| self.faces[k].recv_bytes).sum();
+            exchange.carry_send(l, send * fields)?;
+            exchange.carry_recv(l, recv * fields)?;
+        }
+        Ok(())
+    }
 }
 
-/// From the next start on, each link's messages carry `fields` fields of
-/// `faces`.
-fn carry_links(
-    exchange: &mut LinkExchange,
-    carried: &[Carried],
-    faces: &[Face],
+/// The packing of `carried`'s faces at `depth` (see [`faces_at`]).
+fn packing<'a>(
+    carried: &'a [Carried],
+    faces: &'a [Face],
+    by_depth: &'a [(usize, Vec<Face>)],
+    depth: usize,
     fields: usize,
-) -> Result<()> {
-    for (l, c) in carried.iter().enumerate() {
-        let send: usize = c.send.iter().map(|&k| faces[k].send_bytes).sum();
-        let recv: usize = c.recv.iter().map(|&k| faces[k].recv_bytes).sum();
-        exchange.carry_send(l, send * fields)?;
-        exchange.carry_recv(l, recv * fields)?;
+) -> Packing<'a> {
+    Packing {
+        carried,
+        faces: faces_at(faces, by_depth, depth),
+        fields,
     }
-    Ok(())
+}
+
+/// For a start on the fields `which` lists (`started` marks them): where
+/// field `f`'s array is in the list, `None` for a field left out.
+fn listed<'a>(started: &'a [bool], which: &'a [usize]) -> impl Fn(usize) -> Option<usize> + 'a {
+    move |f| {
+        started[f]
+            .then(|| which.iter().position(|&w| w == f))
+            .flatten()
+    }
 }
 
 impl HaloExchange {
@@ -708,15 +731,14 @@ impl HaloExchange {
         self.check::<T>("start", fields.len(), fields.iter().map(|f| f.len()))?;
         self.carry_all()?;
         let began = Instant::now();
-        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
-        pack_links(
-            &mut self.exchange,
+        packing(
             &self.carried,
-            faces,
+            &self.faces,
+            &self.by_depth,
+            self.depth,
             self.fields,
-            fields,
-            Some,
-        )?;
+        )
+        .pack(&mut self.exchange, fields, Some)?;
         self.exchange.add_start_time(began.elapsed());
         self.exchange.start()
     }
@@ -754,15 +776,14 @@ impl HaloExchange {
         }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
-        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
-        unpack_links(
-            &self.exchange,
+        packing(
             &self.carried,
-            faces,
+            &self.faces,
+            &self.by_depth,
+            self.depth,
             self.fields,
-            fields,
-            Some,
-        )?;
+        )
+        .unpack(&self.exchange, fields, Some)?;
         self.exchange.add_wait_time(began.elapsed());
         Ok(())
     }
@@ -775,8 +796,14 @@ impl HaloExchange {
             return Ok(());
         }
         self.carrying_all = false;
-        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
-        carry_links(&mut self.exchange, &self.carried, faces, self.fields)?;
+        packing(
+            &self.carried,
+            &self.faces,
+            &self.by_depth,
+            self.depth,
+            self.fields,
+        )
+        .carry(&mut self.exchange, self.fields)?;
         self.carrying_all = self.depth == 0;
         Ok(())
     }
@@ -885,24 +912,17 @@ impl HaloExchange {
         self.select(op, which)?;
         self.carrying_all = false;
         let began = Instant::now();
-        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
-        carry_links(&mut self.exchange, &self.carried, faces, which.len())?;
+        let packing = packing(
+            &self.carried,
+            &self.faces,
+            &self.by_depth,
+            self.depth,
+            self.fields,
+        );
+        packing.carry(&mut self.exchange, which.len())?;
         // In field order, whatever the list's: both ends lay the message
         // out alike.
-        let started = &self.started;
-        let array_of = |f: usize| {
-            started[f]
-                .then(|| which.iter().position(|&w| w == f))
-                .flatten()
-        };
-        pack_links(
-            &mut self.exchange,
-            &self.carried,
-            faces,
-            self.fields,
-            arrays,
-            array_of,
-        )?;
+        packing.pack(&mut self.exchange, arrays, listed(&self.started, which))?;
         self.exchange.add_start_time(began.elapsed());
         self.exchange.start()
     }
@@ -943,21 +963,14 @@ impl HaloExchange {
         }
         self.exchange.wait(deadline)?;
         let began = Instant::now();
-        let faces = faces_at(&self.faces, &self.by_depth, self.depth);
-        let started = &self.started;
-        let array_of = |f: usize| {
-            started[f]
-                .then(|| which.iter().position(|&w| w == f))
-                .flatten()
-        };
-        unpack_links(
-            &self.exchange,
+        let packing = packing(
             &self.carried,
-            faces,
+            &self.faces,
+            &self.by_depth,
+            self.depth,
             self.fields,
-            arrays,
-            array_of,
-        )?;
+        );
+        packing.unpack(&self.exchange, arrays, listed(&self.started, which))?;
         self.exchange.add_wait_time(began.elapsed());
         Ok(())
     }
