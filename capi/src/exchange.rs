@@ -1357,6 +1357,10 @@ impl Exchange {
                 // Unknown until every length is set.
                 carrying_all = false;
                 Self::carry(links, planned, fields, op)?;
+                let shape = sode::start_shape(fields.iter().map(|f| f.started), depth);
+                links
+                    .set_shape(shape)
+                    .map_err(|source| CapiError::Exchange { op, source })?;
                 carrying_all = subset.is_none() && every_layer;
                 Ok(())
             })

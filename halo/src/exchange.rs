@@ -8,7 +8,7 @@ use bytemuck::Pod;
 use sode_job::World;
 use sode_scheduler::Algorithm;
 
-use crate::channel::Locality;
+use crate::channel::{start_shape, Locality};
 use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
@@ -804,6 +804,8 @@ impl HaloExchange {
             self.fields,
         )
         .carry(&mut self.exchange, self.fields)?;
+        let shape = start_shape(self.started.iter().copied(), self.depth);
+        self.exchange.set_shape(shape)?;
         self.carrying_all = self.depth == 0;
         Ok(())
     }
@@ -920,6 +922,8 @@ impl HaloExchange {
             self.fields,
         );
         packing.carry(&mut self.exchange, which.len())?;
+        let shape = start_shape(self.started.iter().copied(), self.depth);
+        self.exchange.set_shape(shape)?;
         // In field order, whatever the list's: both ends lay the message
         // out alike.
         packing.pack(&mut self.exchange, arrays, listed(&self.started, which))?;

@@ -1215,6 +1215,25 @@ impl LinkExchange {
         }
     }
 
+    /// From the next start on, every message carries `shape`: what part
+    /// of the exchange the starts move ([`start_shape`](crate::start_shape)
+    /// of the fields and depth), alike on every rank. Over RDMA a receiver
+    /// whose own shape differs fails the wait, naming the writer, rather
+    /// than unpack data laid out otherwise (shared memory and TCP compare
+    /// each message's length).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::State`] while an iteration is in flight or after a
+    /// failure.
+    pub fn set_shape(&mut self, shape: u8) -> Result<()> {
+        self.lifecycle.require_idle("set_shape")?;
+        for c in &mut self.channels {
+            c.set_shape(shape)?;
+        }
+        Ok(())
+    }
+
     fn job_barrier(&mut self) -> Result<()> {
         if self.pseudo_collective {
             self.job

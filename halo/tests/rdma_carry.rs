@@ -4,12 +4,16 @@
 //! The bytes past the carried length must keep what an earlier iteration
 //! left in the receiver's window (had they travelled, they would hold this
 //! iteration's pattern), and a write cut to nothing must still deliver its
-//! chain's immediate. Two ranks as two threads of this process, over
-//! loopback. Without an RDMA device it says so (and fails under
-//! `SODE_REQUIRE_RDMA`).
+//! chain's immediate. And since a shortened message no longer tells its
+//! receiver how long it is, each write carries the shape of its start
+//! (which fields, what depth): ranks that started different parts of an
+//! exchange are told, not handed data laid out otherwise. Two ranks as
+//! two threads of this process, over loopback. Without an RDMA device it
+//! says so (and fails under `SODE_REQUIRE_RDMA`).
 
 use std::time::Duration;
 
+use sode::Transport;
 use sode_job::World;
 use sode_transport::{
     BufferId, Device, DeviceSelector, PersistentWrites, RdmaExchangeBuilder, TransportError,
@@ -17,7 +21,7 @@ use sode_transport::{
 };
 
 mod common;
-use common::{free_port, rdma_available, thread_world};
+use common::{free_port, rdma_available, thread_world, told_apart};
 
 const LEN: usize = 8192;
 const HALF: usize = LEN / 2;
@@ -117,4 +121,12 @@ fn shortened_writes_leave_the_rest_of_the_window_untouched() {
     }
     w.barrier(Duration::from_secs(30)).unwrap();
     writer.join().unwrap();
+}
+
+#[test]
+fn ranks_that_start_other_fields_or_depths_are_told() {
+    if !rdma_available() {
+        return;
+    }
+    told_apart(Transport::Rdma);
 }

@@ -28,8 +28,13 @@
 //! arrive while the receiver is still in `n`; it is counted for `n + 1`
 //! ([`CreditBook::on_data`]). Iteration 1's credit is implied at setup.
 
-/// Iteration numbers travel in 31 bits of an immediate; they wrap.
-pub const EPOCH_MASK: u32 = (1 << 31) - 1;
+/// Bits of an immediate that carry the iteration number (it wraps).
+pub const EPOCH_BITS: u32 = 24;
+/// The iteration number's bits of an immediate.
+pub const EPOCH_MASK: u32 = (1 << EPOCH_BITS) - 1;
+/// The bits above the iteration that carry the writer's shape in a data
+/// immediate (the top bit marks a credit).
+pub const SHAPE_MASK: u32 = 0x7f;
 
 /// A peer that broke the protocol (it or this rank called start and wait
 /// out of step, or a message was corrupted).
@@ -53,6 +58,15 @@ pub enum ProtocolViolation {
         current: u32,
         /// Whether an exchange was in flight.
         in_flight: bool,
+    },
+    /// The peer's data of this iteration carries another shape than this
+    /// rank's start: the two started different parts of the exchange.
+    #[error("the peer's writes carry shape {theirs}, this rank's start shape {ours}: the ranks started different parts of the exchange (other fields, or another depth)")]
+    ShapeMismatch {
+        /// The peer's shape.
+        theirs: u8,
+        /// This rank's.
+        ours: u8,
     },
     /// More chains arrived than the peer announced at setup.
     #[error("{arrived} arrivals in one iteration, {announced} announced")]
@@ -127,12 +141,16 @@ struct PeerBook {
     arrivals: usize,
     /// Chains of the next iteration arrived already (with a lead).
     early: usize,
+    /// The shape those early chains carried.
+    early_shape: u8,
 }
 
 /// One rank's credit and epoch bookkeeping over all its peers.
 #[derive(Debug, Clone)]
 pub struct CreditBook {
     epoch: u32,
+    /// The shape this rank started the iteration with.
+    shape: u8,
     in_flight: bool,
     peers: Vec<PeerBook>,
 }
@@ -143,6 +161,7 @@ impl CreditBook {
     pub fn new(roles: impl IntoIterator<Item = PeerRole>) -> CreditBook {
         CreditBook {
             epoch: 0,
+            shape: 0,
             in_flight: false,
             peers: roles
                 .into_iter()
@@ -151,20 +170,38 @@ impl CreditBook {
                     credit: role.credit_lead.min(1),
                     arrivals: 0,
                     early: 0,
+                    early_shape: 0,
                 })
                 .collect(),
         }
     }
 
-    /// Begins the next iteration and returns its number: the credit to
-    /// grant every writer.
-    pub fn start(&mut self) -> u32 {
+    /// Begins the next iteration, of `shape` (what part of the exchange
+    /// it moves; its writers' data must carry the same), and returns its
+    /// number: the credit to grant every writer.
+    ///
+    /// # Errors
+    ///
+    /// [`ProtocolViolation::ShapeMismatch`], with the index of the peer,
+    /// when data of this iteration that came early carries another shape.
+    pub fn start(&mut self, shape: u8) -> Result<u32, (usize, ProtocolViolation)> {
         self.epoch = next(self.epoch);
+        self.shape = shape;
         self.in_flight = true;
-        for p in &mut self.peers {
+        for (i, p) in self.peers.iter_mut().enumerate() {
             p.arrivals = std::mem::take(&mut p.early);
+            if p.arrivals > 0 && p.early_shape != shape {
+                let theirs = p.early_shape;
+                return Err((
+                    i,
+                    ProtocolViolation::ShapeMismatch {
+                        theirs,
+                        ours: shape,
+                    },
+                ));
+            }
         }
-        self.epoch
+        Ok(self.epoch)
     }
 
     /// The credit to grant `peer` at this start: the iteration in flight,
@@ -224,20 +261,34 @@ impl CreditBook {
         })
     }
 
-    /// The last chain of `peer`'s writes of iteration `epoch` arrived.
+    /// The last chain of `peer`'s writes of iteration `epoch`, carrying
+    /// `shape`, arrived.
     ///
     /// # Errors
     ///
     /// [`ProtocolViolation::TooManyArrivals`] or
     /// [`ProtocolViolation::DataOutOfStep`] when `peer`'s data does not belong
-    /// to the iteration expected of it.
-    pub fn on_data(&mut self, peer: usize, epoch: u32) -> Result<Arrival, ProtocolViolation> {
-        let (current, in_flight) = (self.epoch, self.in_flight);
+    /// to the iteration expected of it; [`ProtocolViolation::ShapeMismatch`]
+    /// when its shape is not this rank's for the iteration.
+    pub fn on_data(
+        &mut self,
+        peer: usize,
+        epoch: u32,
+        shape: u8,
+    ) -> Result<Arrival, ProtocolViolation> {
+        let (current, in_flight, ours) = (self.epoch, self.in_flight, self.shape);
         let p = self.peer(peer)?;
         let announced = p.role.arrivals_per_iteration;
         // With a lead, the next iteration's data may come before this
-        // rank's start of it: counted for then.
+        // rank's start of it: counted for then, its shape checked then.
         if p.role.grant_lead > 0 && epoch == next(current) {
+            if p.early > 0 && p.early_shape != shape {
+                return Err(ProtocolViolation::ShapeMismatch {
+                    theirs: shape,
+                    ours: p.early_shape,
+                });
+            }
+            p.early_shape = shape;
             p.early += 1;
             if p.early > announced {
                 return Err(ProtocolViolation::TooManyArrivals {
@@ -252,6 +303,12 @@ impl CreditBook {
                 got: epoch,
                 current,
                 in_flight,
+            });
+        }
+        if shape != ours {
+            return Err(ProtocolViolation::ShapeMismatch {
+                theirs: shape,
+                ours,
             });
         }
         p.arrivals += 1;
@@ -290,9 +347,9 @@ fn next(epoch: u32) -> u32 {
 }
 
 /// Whether credit `credit` covers iteration `epoch` (it is that iteration
-/// or a later one, in 31-bit wrapping order: a credit is never far ahead).
+/// or a later one, in wrapping order: a credit is never far ahead).
 fn not_behind(credit: u32, epoch: u32) -> bool {
-    credit.wrapping_sub(epoch) & EPOCH_MASK < 1 << 30
+    credit.wrapping_sub(epoch) & EPOCH_MASK < 1 << (EPOCH_BITS - 1)
 }
 
 #[cfg(test)]
@@ -347,7 +404,7 @@ mod tests {
         }
 
         fn start(&mut self) {
-            self.book.start();
+            self.book.start(0).unwrap();
             self.posted = false;
             self.out[0].push_back(Msg::Credit(self.book.grant(0)));
             self.try_post();
@@ -373,7 +430,7 @@ mod tests {
                     }
                 }
                 Msg::Data { epoch } => {
-                    self.book.on_data(0, epoch)?;
+                    self.book.on_data(0, epoch, 0)?;
                     let slot = self.slot(epoch);
                     if let Some(held) = self.slots[slot].filter(|&w| w != epoch) {
                         assert!(
@@ -506,7 +563,11 @@ mod tests {
         // ... while a's credit of 2 reaches b, still in iteration 1: b
         // posts 2 at its next start, and a may see that data early.
         assert_eq!(b.book.on_credit(0, 2), Ok(CreditEvent::Early));
-        assert_eq!(a.book.on_data(0, 2), Ok(Arrival::Partial), "counted for 2");
+        assert_eq!(
+            a.book.on_data(0, 2, 0),
+            Ok(Arrival::Partial),
+            "counted for 2"
+        );
         a.finish();
         a.start();
         assert!(
@@ -547,7 +608,7 @@ mod tests {
         let role = PeerRole::new(true, 1);
         let mut book = CreditBook::new([role]);
         assert_eq!(
-            book.on_data(0, 1),
+            book.on_data(0, 1, 0),
             Err(ProtocolViolation::DataOutOfStep {
                 got: 1,
                 current: 0,
@@ -562,20 +623,20 @@ mod tests {
                 expected: 2
             })
         );
-        assert_eq!(book.start(), 1);
+        assert_eq!(book.start(0), Ok(1));
         assert!(
             book.may_post(0),
             "the early credit lets the first start post"
         );
-        assert_eq!(book.on_data(0, 1), Ok(Arrival::PeerComplete));
+        assert_eq!(book.on_data(0, 1, 0), Ok(Arrival::PeerComplete));
         assert!(matches!(
-            book.on_data(0, 1),
+            book.on_data(0, 1, 0),
             Err(ProtocolViolation::TooManyArrivals {
                 arrived: 2,
                 announced: 1
             })
         ));
-        assert!(book.on_data(0, 2).is_err(), "data from the future");
+        assert!(book.on_data(0, 2, 0).is_err(), "data from the future");
         assert!(book.on_credit(4, 1).is_err(), "unknown peer");
         let msg = ProtocolViolation::CreditOutOfStep {
             got: 3,
@@ -586,12 +647,46 @@ mod tests {
     }
 
     #[test]
-    fn iteration_numbers_wrap_in_31_bits() {
+    fn iteration_numbers_wrap_in_24_bits() {
         let mut book = CreditBook::new([PeerRole::new(true, 1)]);
         book.epoch = EPOCH_MASK;
         book.peers[0].credit = EPOCH_MASK;
-        assert_eq!(book.start(), 0);
+        assert_eq!(book.start(0), Ok(0));
         assert_eq!(book.on_credit(0, 0), Ok(CreditEvent::PostNow));
-        assert_eq!(book.on_data(0, 0), Ok(Arrival::PeerComplete));
+        assert_eq!(book.on_data(0, 0, 0), Ok(Arrival::PeerComplete));
+    }
+
+    #[test]
+    fn data_of_another_shape_is_a_violation_on_time_or_early() {
+        let mismatch = |theirs, ours| Err(ProtocolViolation::ShapeMismatch { theirs, ours });
+        let mut book = CreditBook::new([PeerRole::new(true, 2)]);
+        assert_eq!(book.start(5), Ok(1));
+        assert_eq!(book.on_data(0, 1, 5), Ok(Arrival::Partial));
+        assert_eq!(book.on_data(0, 1, 6), mismatch(6, 5));
+        // With a lead: early data keeps its shape until this rank's start
+        // of its iteration says which it should have been.
+        let role = PeerRole {
+            grant_lead: 1,
+            credit_lead: 1,
+            ..PeerRole::new(true, 2)
+        };
+        let mut book = CreditBook::new([role]);
+        assert_eq!(book.start(3), Ok(1));
+        assert_eq!(book.on_data(0, 2, 4), Ok(Arrival::Partial));
+        assert_eq!(
+            book.on_data(0, 2, 3),
+            mismatch(3, 4),
+            "early chains disagree"
+        );
+        let mut book = CreditBook::new([role]);
+        assert_eq!(book.start(3), Ok(1));
+        assert_eq!(book.on_data(0, 1, 3), Ok(Arrival::Partial));
+        assert_eq!(book.on_data(0, 2, 4), Ok(Arrival::Partial));
+        assert_eq!(book.on_data(0, 1, 3), Ok(Arrival::PeerComplete));
+        book.finish();
+        let told = Err((0, ProtocolViolation::ShapeMismatch { theirs: 4, ours: 3 }));
+        assert_eq!(book.start(3), told, "told at the start of 2");
+        let msg = ProtocolViolation::ShapeMismatch { theirs: 4, ours: 3 }.to_string();
+        assert!(msg.contains("different parts of the exchange"), "{msg}");
     }
 }

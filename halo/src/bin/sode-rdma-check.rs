@@ -417,14 +417,16 @@ fn steal(world: &World, dev: &Device, stolen: &[u8]) -> Result<(), Box<dyn Error
     }
     let mut y = b.build(world, Duration::from_secs(60))?;
     y.buffer_mut(src)?.fill(0xee);
-    y.start()?;
     // Rank 0 cannot complete (nothing legitimate arrives): a short wait.
     let wait = if me == 0 {
         Duration::from_secs(5)
     } else {
         Duration::from_secs(30)
     };
-    let outcome = y.wait_for(wait);
+    // The device's refusal may come back within the start itself (the
+    // start reaps what is already there): it is the outcome either way,
+    // and every rank still meets the barrier below.
+    let outcome = y.start().and_then(|()| y.wait_for(wait));
     // Rank 0 keeps its end open until rank 2 has its own verdict: closed
     // first, it would be what rank 2 reports, not the device's refusal.
     world.barrier(Duration::from_secs(60))?;

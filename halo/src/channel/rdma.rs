@@ -480,6 +480,10 @@ impl Channel for RdmaChannel {
         Ok(())
     }
 
+    fn set_shape(&mut self, shape: u8) -> Result<()> {
+        self.writes.set_shape(shape).map_err(|e| self.wrap(e))
+    }
+
     fn start(&mut self) -> Result<()> {
         self.writes.start().map_err(|e| self.wrap(e))
     }

@@ -1,7 +1,7 @@
 //! TCP with the neighbours no faster channel reaches: one stream per peer
 //! (from [`sode_job::World::connect_streams`], each proved to be its rank's),
-//! non-blocking; every message is a 16-byte header (iteration, tag, length)
-//! and its bytes, written with one vectored write straight from the send
+//! non-blocking; every message is a 16-byte header (iteration and the
+//! start's shape, tag, length) and its bytes, written with one vectored write straight from the send
 //! buffer. Nothing is allocated per exchange.
 //!
 //! Ordering: a peer's messages of iteration n precede its messages of n + 1
@@ -40,16 +40,24 @@ pub(crate) struct TcpMessage {
 /// What precedes each message on the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Header {
+    /// The iteration, below [`SHAPE_SHIFT`] bits (it never reaches them).
     iteration: u64,
+    /// What part of the exchange the start moves ([`crate::start_shape`]),
+    /// in the iteration word's top byte.
+    shape: u8,
     tag: u32,
     /// Checked at build to fit.
     len: u32,
 }
 
+/// Where the shape sits in the iteration word.
+const SHAPE_SHIFT: u32 = 56;
+
 impl Header {
     fn encode(self) -> [u8; HEADER] {
         let mut h = [0u8; HEADER];
-        h[..8].copy_from_slice(&self.iteration.to_le_bytes());
+        let word = self.iteration & ((1 << SHAPE_SHIFT) - 1) | u64::from(self.shape) << SHAPE_SHIFT;
+        h[..8].copy_from_slice(&word.to_le_bytes());
         h[8..12].copy_from_slice(&self.tag.to_le_bytes());
         h[12..].copy_from_slice(&self.len.to_le_bytes());
         h
@@ -57,8 +65,10 @@ impl Header {
 
     fn decode(h: &[u8; HEADER]) -> Header {
         let [i0, i1, i2, i3, i4, i5, i6, i7, t0, t1, t2, t3, l0, l1, l2, l3] = *h;
+        let word = u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]);
         Header {
-            iteration: u64::from_le_bytes([i0, i1, i2, i3, i4, i5, i6, i7]),
+            iteration: word & ((1 << SHAPE_SHIFT) - 1),
+            shape: (word >> SHAPE_SHIFT) as u8,
             tag: u32::from_le_bytes([t0, t1, t2, t3]),
             len: u32::from_le_bytes([l0, l1, l2, l3]),
         }
@@ -116,6 +126,8 @@ pub(crate) struct TcpChannel {
     sends: Vec<Outgoing>,
     recvs: Vec<Incoming>,
     iteration: u64,
+    /// The shape of this rank's starts ([`Channel::set_shape`]).
+    shape: u8,
     names: String,
     /// The job, whose verdict on a dead rank wakes a sleeping wait.
     job: sode_job::World,
@@ -200,6 +212,7 @@ impl TcpChannel {
                 })
                 .collect(),
             iteration: 0,
+            shape: 0,
             names,
         })
     }
@@ -345,6 +358,7 @@ impl TcpChannel {
         let conn = &self.conns[c];
         let Header {
             iteration,
+            shape,
             tag,
             len,
         } = Header::decode(&conn.header_in);
@@ -363,6 +377,12 @@ impl TcpChannel {
                 format!("a message with tag {tag}, which this rank does not receive from it"),
             ));
         };
+        if shape != self.shape {
+            return Err(self.violation(
+                conn.rank,
+                format!("a message of shape {shape} (tag {tag}), this rank's start has shape {}: the ranks started different parts of the exchange (other fields, or another depth)", self.shape),
+            ));
+        }
         let m = &self.recvs[r];
         if m.arrived {
             return Err(self.violation(
@@ -431,6 +451,11 @@ impl Channel for TcpChannel {
             })
     }
 
+    fn set_shape(&mut self, shape: u8) -> Result<()> {
+        self.shape = shape;
+        Ok(())
+    }
+
     fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
         let count = self.sends.len();
         let m = self.sends.get_mut(msg).ok_or_else(|| HaloError::Usage {
@@ -457,6 +482,7 @@ impl Channel for TcpChannel {
         for m in &mut self.sends {
             m.header = Header {
                 iteration: self.iteration,
+                shape: self.shape,
                 tag: m.tag,
                 len: m.carried as u32,
             }
@@ -578,12 +604,14 @@ mod tests {
     #[test]
     fn headers_round_trip_little_endian() {
         let h = Header {
-            iteration: 0x0102_0304_0506_0708,
+            iteration: 0x0002_0304_0506_0708,
+            shape: 0x7f,
             tag: 0x0a0b_0c0d,
             len: 4096,
         };
         let bytes = h.encode();
         assert_eq!(bytes[0], 0x08, "little-endian on the wire");
+        assert_eq!(bytes[7], 0x7f, "the shape in the iteration word's top byte");
         assert_eq!(bytes[8], 0x0d);
         assert_eq!(Header::decode(&bytes), h);
     }

@@ -2,8 +2,9 @@
 //! uses some of them).
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
 use sode_job::{LaunchInfo, Secret, World};
 
 /// Whether an RDMA device is there. Without one the caller skips (this
@@ -38,4 +39,79 @@ pub fn thread_world(rank: usize, size: usize, port: u16, job: &str) -> World {
         ..LaunchInfo::loopback(rank, size, port, secret)
     };
     World::init_with(&launch, Duration::from_secs(30)).unwrap()
+}
+
+/// Arrays of one rank: its two fields.
+pub type Fields = (Vec<f64>, Vec<f64>);
+
+/// Two ranks over `transport`, 2 x 1 and periodic, two fields of halo 2: each
+/// rank exchanges once in step, then as `step` says (its rank, the
+/// exchange, its fields: a start and its wait); returns each rank's error
+/// from `step`, empty for none.
+pub fn disagree(
+    transport: Transport,
+    step: fn(usize, &mut HaloExchange, &mut Fields) -> sode::Result<()>,
+) -> Vec<String> {
+    let port = free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let w = thread_world(rank, 2, port, "shape-test");
+                let d =
+                    Decomposition::new(&[16, 8], &[2, 1], &[true, true], 2, Stencil::Full).unwrap();
+                let mut halo = HaloExchange::builder(&w, &d)
+                    .transport(transport)
+                    .fields(2)
+                    .build()
+                    .unwrap();
+                let cells: usize = halo.local_extent().iter().product();
+                let mut f: Fields = (vec![1.0; cells], vec![2.0; cells]);
+                halo.start(&[&f.0, &f.1]).unwrap();
+                halo.wait(deadline(), &mut [&mut f.0, &mut f.1]).unwrap();
+                let told = step(rank, &mut halo, &mut f);
+                // Both ranks keep their exchange until both have waited.
+                w.barrier(Duration::from_secs(30)).unwrap();
+                told.err()
+                    .map(|e| sode_job::diag::chain(&e))
+                    .unwrap_or_default()
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+pub fn deadline() -> Instant {
+    Instant::now() + Duration::from_secs(20)
+}
+
+/// Ranks over `transport` that start different fields (of one length) or
+/// different depths fail their waits, each naming the other; ranks that
+/// start the same fields do not.
+pub fn told_apart(transport: Transport) {
+    // Field 0 on rank 0, field 1 on rank 1: messages of the same length.
+    let fields = disagree(transport, |rank, halo, f| {
+        let array = if rank == 0 { &mut f.0 } else { &mut f.1 };
+        halo.start_fields(&[rank], &[&array[..]])?;
+        halo.wait_fields(deadline(), &[rank], &mut [&mut array[..]])
+    });
+    // Both fields, one layer on rank 0 and two on rank 1.
+    let depths = disagree(transport, |rank, halo, f| {
+        halo.set_depth(rank + 1)?;
+        halo.start(&[&f.0, &f.1])?;
+        halo.wait(deadline(), &mut [&mut f.0, &mut f.1])
+    });
+    let same = disagree(transport, |_, halo, f| {
+        halo.start_fields(&[1], &[&f.1])?;
+        halo.wait_fields(deadline(), &[1], &mut [&mut f.1])
+    });
+    assert_eq!(same, ["", ""], "the same fields on both ranks");
+    for (what, told) in [("fields", fields), ("depths", depths)] {
+        for (rank, e) in told.iter().enumerate() {
+            assert!(
+                e.contains("different parts of the exchange")
+                    && e.contains(&format!("rank {}", 1 - rank)),
+                "{what}, rank {rank}: {e:?}"
+            );
+        }
+    }
 }

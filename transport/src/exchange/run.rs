@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 use sode_job::{Backoff, Lifecycle, PeerLink};
 
 use super::{BufferId, PersistentWrites, PostMode, WindowId, Write, RECV_DEPTH};
-use crate::credit::{CreditBook, CreditEvent, PeerRole, ProtocolViolation, EPOCH_MASK};
+use crate::credit::{
+    CreditBook, CreditEvent, PeerRole, ProtocolViolation, EPOCH_BITS, EPOCH_MASK, SHAPE_MASK,
+};
 use crate::error::{Result, TransportError};
 use crate::verbs::notify::WATCH_MAX;
 use crate::verbs::{self, ChainId, Completion};
@@ -156,6 +158,9 @@ pub(crate) struct State {
     ends_chain: Vec<Option<usize>>,
     /// For each command, its chain and its place in it.
     placed: Vec<Option<(usize, usize)>>,
+    /// What part of the exchange this rank's starts move (see
+    /// [`PersistentWrites::set_shape`]).
+    shape: u8,
     chains: Vec<Chain>,
     peers: Vec<Peer>,
     book: CreditBook,
@@ -203,6 +208,7 @@ impl State {
             writes,
             ends_chain,
             placed,
+            shape: 0,
             chains,
             peers,
             book,
@@ -240,7 +246,7 @@ impl PersistentWrites {
     pub fn start(&mut self) -> Result<()> {
         self.state.lifecycle.require_idle("start")?;
         let s = &mut self.state;
-        s.book.start();
+        let began = s.book.start(s.shape);
         for c in &mut s.chains {
             c.posted = false;
             c.done = false;
@@ -250,6 +256,10 @@ impl PersistentWrites {
         s.credits_posted = 0;
         s.stats.iterations += 1;
         s.lifecycle.start();
+        if let Err((pi, v)) = began {
+            let e = self.violation(pi, v);
+            return Err(self.fail(e));
+        }
         let result = self.post_credits().and_then(|()| {
             for pi in 0..self.state.peers.len() {
                 self.post_granted(pi)?;
@@ -300,7 +310,9 @@ impl PersistentWrites {
             }
             let id = c.ids[(epoch % 2) as usize];
             let (len, qp) = (c.len, pi * self.state.engines + c.engine);
-            self.set.set_imm(id, epoch, &[len - 1]);
+            let shape = u32::from(self.state.shape) & SHAPE_MASK;
+            self.set
+                .set_imm(id, epoch | shape << EPOCH_BITS, &[len - 1]);
             let t0 = Instant::now();
             let posted = self.set.post(id, qp, how.posting());
             let s = &mut self.state;
@@ -565,6 +577,7 @@ impl PersistentWrites {
         }
         self.repost_receives(pi, engine, slot)?;
         let epoch = c.imm & EPOCH_MASK;
+        let shape = ((c.imm >> EPOCH_BITS) & SHAPE_MASK) as u8;
         if c.imm & IMM_CREDIT != 0 && c.opcode == verbs::WC_RECV {
             let event = self.state.book.on_credit(pi, epoch);
             match event.map_err(|v| self.violation(pi, v))? {
@@ -572,7 +585,7 @@ impl PersistentWrites {
                 CreditEvent::Early => {}
             }
         } else if c.opcode == verbs::WC_RECV_RDMA_WITH_IMM {
-            let arrival = self.state.book.on_data(pi, epoch);
+            let arrival = self.state.book.on_data(pi, epoch, shape);
             arrival.map_err(|v| self.violation(pi, v))?;
         } else {
             return Err(TransportError::UnexpectedCompletion {
@@ -836,6 +849,24 @@ impl PersistentWrites {
         if odd != even {
             self.set.set_len(odd, at, len).map_err(invalid)?;
         }
+        Ok(())
+    }
+
+    /// Marks the starts that follow as moving part `shape` of the exchange
+    /// (7 bits; 0 as built): each data write carries it, and a receiver
+    /// whose own start has another shape fails the iteration
+    /// ([`TransportError::Protocol`](crate::TransportError::Protocol),
+    /// naming the writer) rather than take data laid out otherwise. The
+    /// layer above sets it from what a start moves (its fields, its depth),
+    /// alike on every rank.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::State`](crate::TransportError::State) while an
+    /// iteration is in flight or after a failure.
+    pub fn set_shape(&mut self, shape: u8) -> Result<()> {
+        self.state.lifecycle.require_idle("set_shape")?;
+        self.state.shape = shape & SHAPE_MASK as u8;
         Ok(())
     }
 

@@ -1,0 +1,15 @@
+//! Ranks that start different parts of one exchange (other fields of the
+//! same length, or another depth) are told over TCP: each message's header
+//! carries the shape of its start, and the receiver compares it with its
+//! own. (Over RDMA: `rdma_carry.rs`, in the SoftRoCE guest. Shared memory
+//! compares each message's length only.) Two ranks as two threads of this
+//! process.
+
+use sode::Transport;
+
+mod common;
+
+#[test]
+fn over_tcp_ranks_that_start_other_fields_or_depths_are_told() {
+    common::told_apart(Transport::Tcp);
+}
