@@ -200,10 +200,10 @@ fn a_depth_is_refused_where_it_cannot_apply() {
 
 #[test]
 fn ranks_at_different_depths_are_told_not_given_stale_cells() {
-    // Rank 0 moves one layer, rank 1 two: each receives a message of
-    // another length than it expects, and each is told so at once, over
-    // shared memory (whatever its path) and TCP, instead of unpacking
-    // stale cells as halo.
+    // Rank 0 moves one layer, rank 1 two: each is told at once, instead of
+    // unpacking stale cells as halo: over shared memory (whatever its
+    // path) that a message has another length than it expects, over TCP
+    // that the peer's start has another shape.
     for transport in [SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP] {
         let outcomes = on_every_rank(&hub(2), move |hub, me| {
             let mut comm = comm(&hub, me);
@@ -234,8 +234,13 @@ fn ranks_at_different_depths_are_told_not_given_stale_cells() {
                 *rc, SODE_OK,
                 "transport {transport}, rank {r}: the wait succeeded"
             );
+            let why = if transport == SODE_TRANSPORT_TCP {
+                "different parts of the exchange"
+            } else {
+                "expects"
+            };
             assert!(
-                told.contains("expects"),
+                told.contains(why),
                 "transport {transport}, rank {r}: {told}"
             );
         }
