@@ -1217,10 +1217,10 @@ impl LinkExchange {
 
     /// From the next start on, every message carries `shape`: what part
     /// of the exchange the starts move ([`start_shape`](crate::start_shape)
-    /// of the fields and depth), alike on every rank. Over RDMA a receiver
-    /// whose own shape differs fails the wait, naming the writer, rather
-    /// than unpack data laid out otherwise (shared memory and TCP compare
-    /// each message's length).
+    /// of the fields and depth), alike on every rank. Over TCP and RDMA a
+    /// receiver whose own shape differs fails the wait, naming the writer,
+    /// rather than unpack data laid out otherwise (shared memory compares
+    /// each message's length only).
     ///
     /// # Errors
     ///

@@ -40,11 +40,9 @@ pub(crate) struct Chain {
     /// id twice when its windows have one slot); iteration `n` posts
     /// `ids[n % 2]`.
     ids: [ChainId; 2],
-    len: usize,
-    /// The commands it posts, in order.
+    /// The commands it posts, in order; the last one's completion ends
+    /// the chain (the only signalled one).
     commands: Vec<usize>,
-    /// The command whose completion ends the chain (the only signalled one).
-    last: usize,
     posted: bool,
     done: bool,
 }
@@ -62,8 +60,6 @@ impl Chain {
             peer,
             engine,
             ids,
-            len: commands.len(),
-            last: commands.last().copied().unwrap_or_default(),
             commands,
             posted: false,
             done: false,
@@ -186,7 +182,9 @@ impl State {
         let mut ends_chain = vec![None; writes.len()];
         let mut placed = vec![None; writes.len()];
         for (ci, c) in chains.iter().enumerate() {
-            ends_chain[c.last] = Some(ci);
+            if let Some(&last) = c.commands.last() {
+                ends_chain[last] = Some(ci);
+            }
             for (at, &command) in c.commands.iter().enumerate() {
                 placed[command] = Some((ci, at));
             }
@@ -309,7 +307,7 @@ impl PersistentWrites {
                 continue;
             }
             let id = c.ids[(epoch % 2) as usize];
-            let (len, qp) = (c.len, pi * self.state.engines + c.engine);
+            let (len, qp) = (c.commands.len(), pi * self.state.engines + c.engine);
             let shape = u32::from(self.state.shape) & SHAPE_MASK;
             self.set
                 .set_imm(id, epoch | shape << EPOCH_BITS, &[len - 1]);
