@@ -913,9 +913,9 @@ int sode_exchange_start_arrays(struct sode_exchange *exchange, int nfields, void
  * and the wait or test that completes the
  * exchange fills their halos only: the other fields' halos are left as
  * they are. Every neighbour must start the same fields (at the same
- * depth): over TCP and RDMA a neighbour that started others is reported
- * as `SODE_ERR_CHANNEL` ("different parts of the exchange"), over shared
- * memory one whose messages have another length. So one committed exchange serves a code
+ * depth): a neighbour that started others is reported as
+ * `SODE_ERR_CHANNEL` ("different parts of the exchange") on every
+ * channel. So one committed exchange serves a code
  * that exchanges different sets of its fields at different points,
  * where MPI takes a buffer per call. A field left out whose faces travel
  * in place over RDMA (see `sode_exchange_set_zero_copy`): `SODE_ERR_ARG`,

@@ -1217,10 +1217,9 @@ impl LinkExchange {
 
     /// From the next start on, every message carries `shape`: what part
     /// of the exchange the starts move ([`start_shape`](crate::start_shape)
-    /// of the fields and depth), alike on every rank. Over TCP and RDMA a
-    /// receiver whose own shape differs fails the wait, naming the writer,
-    /// rather than unpack data laid out otherwise (shared memory compares
-    /// each message's length only).
+    /// of the fields and depth), alike on every rank. Over shared memory,
+    /// TCP and RDMA a receiver whose own shape differs fails the wait,
+    /// naming the writer, rather than unpack data laid out otherwise.
     ///
     /// # Errors
     ///

@@ -17,8 +17,9 @@ use crate::sys::shared::SharedMap;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
 /// 2: windows of two slots (credits a step ahead); 3: the doorbell; 4: send
-/// buffers in the segment; 5: lent sets and messages read in place.
-pub(crate) const VERSION: u64 = 6;
+/// buffers in the segment; 5: lent sets and messages read in place; 6:
+/// carried lengths; 7: the start's shape in records and carried words.
+pub(crate) const VERSION: u64 = 7;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -83,8 +84,24 @@ pub(crate) const R_ARRIVED: u64 = 128;
 /// The writer's bytes in each slot (slot `k` at `R_CARRIED + 8 * k`),
 /// stored before its notice: the owner checks them against what it
 /// expects, so ends that disagree about a message's length are told, not
-/// read as stale bytes.
+/// read as stale bytes. Its top byte holds the writer's start shape
+/// ([`carried_word`]).
 pub(crate) const R_CARRIED: u64 = 136;
+
+/// Where a carried word keeps the writer's start shape.
+const CARRIED_SHAPE_SHIFT: u32 = 56;
+
+/// What a window's carried word for `len` bytes of a start of `shape`
+/// holds (a window is far shorter than 2^56 bytes).
+pub(crate) fn carried_word(len: u64, shape: u8) -> u64 {
+    len | u64::from(shape) << CARRIED_SHAPE_SHIFT
+}
+
+/// A carried word's bytes and shape ([`carried_word`]).
+pub(crate) fn carried_of(word: u64) -> (u64, u8) {
+    let len = word & ((1 << CARRIED_SHAPE_SHIFT) - 1);
+    (len, (word >> CARRIED_SHAPE_SHIFT) as u8)
+}
 
 fn align(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to

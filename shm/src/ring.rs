@@ -52,6 +52,9 @@ impl RecordKind {
     }
 }
 
+/// Where a record's shape sits in its kind word.
+const SHAPE_SHIFT: u32 = 24;
+
 /// A record's header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Record {
@@ -63,6 +66,12 @@ pub(crate) struct Record {
     pub(crate) at: u64,
     /// Bytes: an eager fragment's payload, or a receive_request's message.
     pub(crate) len: u64,
+    /// The shape of the sender's start ([`Exchange::set_shape`]) on data
+    /// and receive_request records; 0 on the others. It travels in the top
+    /// byte of the kind word.
+    ///
+    /// [`Exchange::set_shape`]: crate::Exchange::set_shape
+    pub(crate) shape: u8,
 }
 
 impl Record {
@@ -172,6 +181,7 @@ impl RingTx {
                         seq: 0,
                         at: 0,
                         len: 0,
+                        shape: 0,
                     },
                 )
                 .map_err(io)?;
@@ -196,7 +206,8 @@ impl RingTx {
         rec: &Record,
     ) -> Result<(), crate::sys::shared::OutOfBounds> {
         let mut h = [0u8; RECORD_HEADER as usize];
-        h[0..4].copy_from_slice(&(rec.kind as u32).to_le_bytes());
+        let kind_word = rec.kind as u32 | u32::from(rec.shape) << SHAPE_SHIFT;
+        h[0..4].copy_from_slice(&kind_word.to_le_bytes());
         h[4..8].copy_from_slice(&rec.tag.to_le_bytes());
         h[8..16].copy_from_slice(&rec.seq.to_le_bytes());
         h[16..24].copy_from_slice(&rec.at.to_le_bytes());
@@ -259,7 +270,8 @@ impl RingRx {
             let mut h = [0u8; RECORD_HEADER as usize];
             map.read(self.layout.data() + off, &mut h).map_err(io)?;
             let word = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().expect("8 bytes"));
-            let kind_raw = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+            let kind_word = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+            let kind_raw = kind_word & ((1 << SHAPE_SHIFT) - 1);
             let kind = RecordKind::from_u32(kind_raw)
                 .ok_or_else(|| RingCorrupt(format!("unknown record kind {kind_raw}")))?;
             if kind == RecordKind::Wrap {
@@ -272,6 +284,7 @@ impl RingRx {
                 seq: word(8),
                 at: word(16),
                 len: word(24),
+                shape: (kind_word >> SHAPE_SHIFT) as u8,
             };
             let payload = record.payload_len();
             if payload > self.layout.max_payload() {
@@ -338,6 +351,7 @@ mod tests {
             seq,
             at: 0,
             len: len as u64,
+            shape: 0,
         }
     }
 

@@ -81,6 +81,7 @@ fn control(kind: RecordKind, at: u64, len: u64) -> Record {
         seq: 0,
         at,
         len,
+        shape: 0,
     }
 }
 

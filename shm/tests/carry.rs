@@ -1,6 +1,7 @@
 //! Carrying part of a message (`Exchange::carry`): on every path, the
 //! first bytes arrive intact at each length, from the whole message down to
-//! none, and ends that disagree about the length are told so.
+//! none, and ends that disagree about the length, or that started different
+//! parts of their data (`Exchange::set_shape`), are told so.
 
 use std::time::Duration;
 
@@ -58,28 +59,48 @@ fn every_length_arrives_intact_on_every_path() {
     }
 }
 
-/// One iteration between two ranks over `path` where each end carries the
-/// bytes its pair says, (sent, expected): rank 1 on a thread of its own
-/// (returned, not joined: it may wait in vain), rank 0 here; rank 0's
-/// outcome and how long its wait took.
+/// What one end of [`disagree`]'s iteration carries.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    sent: usize,
+    expected: usize,
+    /// Its start's shape (`Exchange::set_shape`).
+    shape: u8,
+}
+
+impl End {
+    /// Sends `sent` bytes and expects `expected`, of a whole start.
+    fn carrying(sent: usize, expected: usize) -> End {
+        End {
+            sent,
+            expected,
+            shape: 0,
+        }
+    }
+}
+
+/// One iteration between two ranks over `path`, each end as its `End`
+/// says: rank 1 on a thread of its own (returned, not joined: it may wait
+/// in vain), rank 0 here; rank 0's outcome and how long its wait took.
 fn disagree(
     job: &str,
     path: Path,
-    one: (usize, usize),
-    zero: (usize, usize),
+    one: End,
+    zero: End,
 ) -> (
     std::thread::JoinHandle<Result<(), ShmError>>,
     Result<(), ShmError>,
     Duration,
 ) {
-    let pair = move |c: &mut Context, peer: usize, (sent, expected): (usize, usize)| {
+    let pair = move |c: &mut Context, peer: usize, end: End| {
         let mut ex = c
             .exchange()
             .path_policy(PathPolicy::Force(path))
             .neighbour(Peer::new(peer).send(LEN, 0).recv(LEN, 0))
             .build()?;
-        ex.carry_send(0, sent)?;
-        ex.carry_recv(0, expected)?;
+        ex.carry_send(0, end.sent)?;
+        ex.carry_recv(0, end.expected)?;
+        ex.set_shape(end.shape)?;
         ex.start()?;
         Ok::<_, ShmError>(ex)
     };
@@ -102,7 +123,12 @@ fn ends_that_disagree_about_the_length_are_told() {
     // Through a window the writer leaves its length beside its data.
     for (name, path) in [("me", Path::Eager), ("mg", Path::Get), ("mw", Path::Window)] {
         let job = format!("carry{name}{}", std::process::id());
-        let (_, r, _) = disagree(&job, path, (3000, 1000), (1000, 1000));
+        let (_, r, _) = disagree(
+            &job,
+            path,
+            End::carrying(3000, 1000),
+            End::carrying(1000, 1000),
+        );
         assert!(
             matches!(&r, Err(ShmError::Mismatch { peer: 1, .. })),
             "{path:?}: {r:?}"
@@ -118,7 +144,12 @@ fn a_sender_that_carries_less_than_expected_is_told() {
     // stale bytes are read as the rest.
     for (name, path) in [("le", Path::Eager), ("lg", Path::Get), ("lw", Path::Window)] {
         let job = format!("carry{name}{}", std::process::id());
-        let (peer, r, took) = disagree(&job, path, (1000, 1000), (1000, 3000));
+        let (peer, r, took) = disagree(
+            &job,
+            path,
+            End::carrying(1000, 1000),
+            End::carrying(1000, 3000),
+        );
         assert!(
             matches!(&r, Err(ShmError::Mismatch { peer: 1, why, .. }) if why.contains("1000")),
             "{path:?}: {r:?}"
@@ -131,6 +162,50 @@ fn a_sender_that_carries_less_than_expected_is_told() {
         if path != Path::Get {
             peer.join().unwrap().unwrap();
         }
+    }
+}
+
+#[test]
+fn ends_that_started_different_parts_of_the_same_length_are_told() {
+    // Both ends carry 1000 bytes, but rank 1 started another part of its
+    // data (shape 5) than rank 0 (shape 9): the bytes are not what rank 0
+    // unpacks, and it is told at once on every path, naming rank 1. A
+    // whole start (shape 0) against a part is told too.
+    let cases = [(5, 9), (0, 9), (5, 0)];
+    for (name, path) in [("se", Path::Eager), ("sg", Path::Get), ("sw", Path::Window)] {
+        for (k, (theirs, ours)) in cases.into_iter().enumerate() {
+            let job = format!("carry{name}{k}{}", std::process::id());
+            let one = End {
+                shape: theirs,
+                ..End::carrying(1000, 1000)
+            };
+            let zero = End {
+                shape: ours,
+                ..End::carrying(1000, 1000)
+            };
+            let (_, r, took) = disagree(&job, path, one, zero);
+            assert!(
+                matches!(&r, Err(ShmError::Mismatch { peer: 1, why, .. })
+                    if why.contains("different parts of the exchange")
+                        && why.contains(&format!("shape {theirs}"))),
+                "{path:?}, shapes {theirs} and {ours}: {r:?}"
+            );
+            assert!(
+                took < Duration::from_secs(5),
+                "{path:?}: told only after {took:?}"
+            );
+        }
+    }
+    // Equal shapes of parts pass, the bytes intact.
+    for (name, path) in [("pe", Path::Eager), ("pg", Path::Get), ("pw", Path::Window)] {
+        let job = format!("carry{name}{}", std::process::id());
+        let end = End {
+            shape: 77,
+            ..End::carrying(1000, 1000)
+        };
+        let (peer, r, _) = disagree(&job, path, end, end);
+        assert!(r.is_ok(), "{path:?}: {r:?}");
+        peer.join().unwrap().unwrap();
     }
 }
 

@@ -110,10 +110,9 @@ pub(crate) trait Channel: std::fmt::Debug {
     }
 
     /// From the next start on, marks every message with `shape`, what part
-    /// of the exchange a start moves ([`start_shape`]); a channel that
-    /// checks it (RDMA, TCP) fails a receive of another shape. The
-    /// default does nothing: shared memory checks each message's length
-    /// only.
+    /// of the exchange a start moves ([`start_shape`]); a channel between
+    /// ranks (shared memory, TCP, RDMA) fails a receive of another shape.
+    /// The default does nothing: within a rank both ends are one start.
     fn set_shape(&mut self, shape: u8) -> Result<()> {
         let _ = shape;
         Ok(())

@@ -79,6 +79,10 @@ impl Channel for ShmChannel {
             .map_err(|e| self.wrap(e))
     }
 
+    fn set_shape(&mut self, shape: u8) -> Result<()> {
+        self.exchange.set_shape(shape).map_err(|e| self.wrap(e))
+    }
+
     fn start(&mut self) -> Result<()> {
         let started = match self.set {
             Some(set) => self.exchange.start_set(set),

@@ -486,6 +486,7 @@ impl Operations {
             parks: segment.blocks,
             lent: segment.layout.lent,
             set: 0,
+            shape: 0,
             report,
         }
     }

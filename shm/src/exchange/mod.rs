@@ -372,5 +372,8 @@ pub struct Exchange {
     /// Our lent sets, and the one this iteration exchanges.
     lent: Option<crate::layout::Lent>,
     set: u64,
+    /// What every message of this iteration carries and must come with
+    /// ([`Exchange::set_shape`]).
+    shape: u8,
     report: ExchangeReport,
 }

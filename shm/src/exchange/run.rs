@@ -35,10 +35,30 @@ fn op_for(
         })
 }
 
+/// Refuses a message whose start `theirs` differs from this rank's
+/// `ours` ([`Exchange::set_shape`]): the two ranks started different
+/// fields or depths, and the bytes, even of the right length, are not
+/// what this rank unpacks.
+fn check_shape(peer: usize, tag: u32, theirs: u8, ours: u8) -> Result<()> {
+    if theirs == ours {
+        return Ok(());
+    }
+    Err(ShmError::Mismatch {
+        peer,
+        tag,
+        why: format!("a message of shape {theirs}, this rank's start has shape {ours}: the ranks started different parts of the exchange (other fields, or another depth)"),
+    })
+}
+
 /// A send buffer's bytes in our own segment.
 /// Pushes what of send `s`'s eager `data` (iteration `n`) fits into its
 /// peer's ring, the last fragment marked as such; whether any went.
-fn push_eager(s: &mut SendOp, link: &mut PeerSegment, data: &[u8], n: u64) -> Result<bool> {
+fn push_eager(
+    s: &mut SendOp,
+    link: &mut PeerSegment,
+    data: &[u8],
+    (n, shape): (u64, u8),
+) -> Result<bool> {
     let mut progress = false;
     while !s.pushed_any || s.sent < data.len() {
         let len = (data.len() - s.sent).min(link.tx.max_payload());
@@ -53,6 +73,7 @@ fn push_eager(s: &mut SendOp, link: &mut PeerSegment, data: &[u8], n: u64) -> Re
             seq: n,
             at: s.sent as u64,
             len: len as u64,
+            shape,
         };
         let ok = link
             .tx
@@ -312,6 +333,23 @@ impl Exchange {
         let s = &mut self.sends[op];
         check_carried("send", index, bytes, s.buf.len, s.runs.is_some())?;
         s.carried = bytes;
+        Ok(())
+    }
+
+    /// From the next start on, marks every message with `shape`, and
+    /// refuses any that does not carry the same
+    /// ([`ShmError::Mismatch`]). A caller that starts parts of its data
+    /// (some fields, a depth) gives each part its own shape, so that ranks
+    /// that start different parts of the same length are told instead of
+    /// reading each other's bytes as their own. 0, the default, for the
+    /// whole message.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::State`] while an iteration is in flight.
+    pub fn set_shape(&mut self, shape: u8) -> Result<()> {
+        self.lifecycle.require_idle("set_shape")?;
+        self.shape = shape;
         Ok(())
     }
 
@@ -779,7 +817,7 @@ impl Exchange {
             match s.path {
                 Path::Eager => {
                     let data = own_bytes(&self.own.map, s.carried_range())?;
-                    progress |= push_eager(s, link, data, n)?;
+                    progress |= push_eager(s, link, data, (n, self.shape))?;
                 }
                 Path::Get | Path::Read => {
                     // In place, the request names the set we exchange.
@@ -794,6 +832,7 @@ impl Exchange {
                         seq: n,
                         at,
                         len: s.carried as u64,
+                        shape: self.shape,
                     };
                     if link
                         .tx
@@ -831,7 +870,10 @@ impl Exchange {
                         link.map
                             .atomic(layout::window_carried(entry, s.buf.len as u64, n))
                             .map_err(|e| protocol(e.to_string()))?
-                            .store(data.len() as u64, Ordering::Relaxed);
+                            .store(
+                                layout::carried_word(data.len() as u64, self.shape),
+                                Ordering::Relaxed,
+                            );
                         link.map
                             .atomic(entry + layout::R_ARRIVED)
                             .map_err(|e| protocol(e.to_string()))?
@@ -909,6 +951,7 @@ impl Exchange {
                 r.state
             )));
         }
+        check_shape(rank, rec.tag, rec.shape, self.shape)?;
         let Some(end) = off.checked_add(len).filter(|&e| e <= r.len as u64) else {
             return Err(protocol(format!(
                 "eager fragment {off}+{len} outside the {}-byte message of tag {}",
@@ -982,6 +1025,7 @@ impl Exchange {
                 rec.tag, rec.at, r.their_buffer
             )));
         }
+        check_shape(rank, rec.tag, rec.shape, self.shape)?;
         if rec.len != r.carried as u64 {
             return Err(ShmError::Mismatch {
                 peer: rank,
@@ -1056,6 +1100,7 @@ impl Exchange {
                     seq: n,
                     at: 0,
                     len: 0,
+                    shape: 0,
                 });
                 progress = true;
             }
@@ -1093,7 +1138,7 @@ impl Exchange {
                 });
             }
             if arrived >= n {
-                let carried = self
+                let word = self
                     .own
                     .map
                     .atomic(layout::window_carried(r.entry, r.len as u64, n))
@@ -1102,6 +1147,8 @@ impl Exchange {
                         what: e.to_string(),
                     })?
                     .load(Ordering::Relaxed);
+                let (carried, shape) = layout::carried_of(word);
+                check_shape(rank, r.tag, shape, self.shape)?;
                 if carried != r.carried as u64 {
                     return Err(ShmError::Mismatch {
                         peer: rank,
