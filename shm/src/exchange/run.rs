@@ -50,7 +50,6 @@ fn check_shape(peer: usize, tag: u32, theirs: u8, ours: u8) -> Result<()> {
     })
 }
 
-/// A send buffer's bytes in our own segment.
 /// Pushes what of send `s`'s eager `data` (iteration `n`) fits into its
 /// peer's ring, the last fragment marked as such; whether any went.
 fn push_eager(
@@ -96,6 +95,7 @@ fn push_eager(
     Ok(progress)
 }
 
+/// A send buffer's bytes in our own segment.
 fn own_bytes(map: &SharedMap, r: OwnRange) -> Result<&[u8]> {
     map.bytes(r.offset, r.len).map_err(|e| ShmError::Io {
         what: "reading a send buffer in our own segment".into(),
