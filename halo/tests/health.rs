@@ -8,6 +8,10 @@
 //! chain, so most verdicts cross a rank that never exchanges with the dead
 //! one.
 //!
+//! A rank that exits without freeing anything says so at exit: with a
+//! failing status it is reported as dead, with status 0 (a program that
+//! ends without freeing its communicators) it is not.
+//!
 //! The ranks are this test executable run again, by the `rank` test below
 //! (a no-op unless `SODE_HEALTH_TEST` is set).
 
@@ -33,10 +37,30 @@ enum Death {
     Kill,
     /// Stopped: its links stay open; only its silence tells.
     Stop,
+    /// Exits with status 3 without freeing anything, mid-run.
+    FailedExit,
+    /// Finishes its iterations and exits with status 0 without freeing
+    /// anything (a C `return` from `main`), the others still running.
+    Finish,
 }
 
+impl Death {
+    /// The child's word for it.
+    fn kind(self) -> &'static str {
+        match self {
+            Death::Kill => "kill",
+            Death::Stop => "stop",
+            Death::FailedExit => "exit3",
+            Death::Finish => "finish",
+        }
+    }
+}
+
+/// Iterations of a job whose doomed rank finishes ([`Death::Finish`]).
+const FINISH_AFTER: usize = 20;
+
 /// One rank of the job, when run as a child (`ROLE` is
-/// `transport,doomed,kill|stop|poweroff`).
+/// `transport,doomed,kill|stop|exit3|finish|poweroff`).
 #[test]
 fn rank() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -63,6 +87,22 @@ fn rank() {
         .unwrap();
     let cells: usize = halo.local_extent().iter().product();
     let mut u = vec![me as f64; cells];
+    if how == "finish" {
+        for _ in 0..FINISH_AFTER {
+            halo.start(&[&u]).unwrap();
+            halo.wait(Instant::now() + DEADLINE, &mut [&mut u]).unwrap();
+        }
+        if me == doomed {
+            // Nothing dropped: the World's links close with the process.
+            std::process::exit(0);
+        }
+        // Long enough for the doomed rank's links to close and its tree
+        // neighbours to judge it.
+        std::thread::sleep(Duration::from_secs(2));
+        let failure = w.failure().map_or("none".into(), |f| f.to_string());
+        println!("rank {me}: after rank {doomed} finished: failure {failure}");
+        return;
+    }
     for iteration in 0..100_000 {
         if me == doomed && iteration == DIE_AT {
             go(&how);
@@ -105,6 +145,8 @@ fn go(how: &str) {
     use nix::sys::signal::{raise, Signal};
     match how {
         "stop" => raise(Signal::SIGSTOP).unwrap(),
+        // Nothing dropped: the exit hook tells the tree neighbours.
+        "exit3" => std::process::exit(3),
         "poweroff" => {
             println!(
                 "rank {}: powering the node off",
@@ -120,16 +162,22 @@ fn go(how: &str) {
 /// Runs the job with rank `doomed` going by `death`; per survivor, its
 /// report line.
 fn run_job(transport: &str, doomed: usize, death: Death) -> Vec<String> {
+    let marker = match death {
+        Death::Finish => "after rank",
+        _ => "failed after",
+    };
+    run_job_for(transport, doomed, death, marker)
+}
+
+/// As [`run_job`]: per survivor, its line from `rank R: MARKER` on.
+fn run_job_for(transport: &str, doomed: usize, death: Death, marker: &str) -> Vec<String> {
     // One job at a time: four processes each on two cores are enough.
     static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port();
     let secret: String = "7d".repeat(32);
     let job = format!("health{}{doomed}{:?}", std::process::id(), death);
-    let kind = match death {
-        Death::Kill => "kill",
-        Death::Stop => "stop",
-    };
+    let kind = death.kind();
     let children: Vec<_> = (0..SIZE)
         .map(|r| {
             Command::new(std::env::current_exe().unwrap())
@@ -164,12 +212,14 @@ fn run_job(transport: &str, doomed: usize, death: Death) -> Vec<String> {
     for (r, text) in survivors {
         println!("rank {r}:\n{text}");
         // The harness's "test rank ... " may precede the report.
-        let start = format!("rank {r}: failed after");
+        let start = format!("rank {r}: {marker}");
         let line = text
             .lines()
             .find_map(|l| l.find(&start).map(|i| &l[i..]))
             .unwrap_or_else(|| {
-                panic!("rank {r} reported no failure:\n{text}\nthe doomed rank {doomed}:\n{doomed_text}")
+                panic!(
+                    "rank {r} reported nothing:\n{text}\nthe doomed rank {doomed}:\n{doomed_text}"
+                )
             });
         reports.push(line.to_string());
     }
@@ -252,4 +302,29 @@ fn a_stopped_rank_is_declared_dead_after_its_silence() {
         reports.iter().any(|l| l.contains("no heartbeat")),
         "{reports:?}"
     );
+}
+
+#[test]
+fn a_rank_that_exits_with_a_failing_status_is_reported_by_every_rank() {
+    // Rank 1 calls exit(3) mid-run, freeing nothing: its exit hook tells
+    // its tree neighbours it failed, and the news floods the tree.
+    let reports = run_job("auto", 1, Death::FailedExit);
+    check(&reports, 1, Duration::from_secs(2));
+    assert!(
+        reports.iter().any(|l| l.contains("exited with status 3")),
+        "{reports:?}"
+    );
+}
+
+#[test]
+fn a_rank_that_finishes_without_freeing_is_not_taken_for_dead() {
+    // Rank 1 (between rank 0 and rank 3 in the health tree) ends its
+    // program after its last exchange without dropping its World, as a C
+    // program returns from main: its exit hook says goodbye, so the ranks
+    // still running record no failure.
+    let reports = run_job("auto", 1, Death::Finish);
+    assert_eq!(reports.len(), SIZE - 1, "{reports:?}");
+    for line in &reports {
+        assert!(line.ends_with("failure none"), "{line}");
+    }
 }

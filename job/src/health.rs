@@ -2,8 +2,9 @@
 //! parent and children in a tree of the job's ranks ([`tree_peers`]: at
 //! most three links a rank, whatever the job's size; no rank is a hub).
 //! Each side of a link sends heartbeats; a rank declares a tree neighbour
-//! dead when its link closes without a goodbye (the process exited or was
-//! killed), or its node stops answering at the network level (TCP
+//! dead when its link closes without a goodbye (the process was killed or
+//! crashed; one that exits says goodbye from an exit hook, or with a
+//! failing status that it failed), or its node stops answering at the network level (TCP
 //! keepalive: a paused process's kernel still answers), and passes the
 //! verdict on along every other link, so that it floods the tree: each
 //! part the death cut off holds a neighbour of the dead rank, which saw
@@ -140,11 +141,69 @@ impl Verdict {
 #[derive(Debug)]
 pub(crate) struct Health {
     verdict: Arc<Verdict>,
-    /// Dropped to wake and stop the watcher.
-    stop: Option<UnixStream>,
+    /// Stops the watcher, which says goodbye: when this is dropped, or
+    /// when the process exits without dropping it.
+    farewell: Arc<Farewell>,
     /// Readable once a rank is found dead.
     told: UnixStream,
+}
+
+/// What stops a watcher, shared with the exit hook.
+#[derive(Debug)]
+struct Farewell {
+    /// Dropped to wake and stop the watcher.
+    stop: Mutex<Option<UnixStream>>,
     watcher: Mutex<Option<JoinHandle<()>>>,
+    /// A failing exit status, set before the watcher is stopped: it then
+    /// tells its tree neighbours that this rank failed, not goodbye.
+    failed_exit: Arc<OnceLock<i32>>,
+    /// The process the watcher runs in: a child forked from it (which
+    /// has no watcher thread) says nothing at its exit.
+    pid: u32,
+}
+
+impl Farewell {
+    /// Stops the watcher and waits until it has said goodbye to its tree
+    /// neighbours (each goodbye is bounded by [`SEND_LIMIT`]); once.
+    fn say_goodbye(&self) {
+        fn take<T>(m: &Mutex<Option<T>>) -> Option<T> {
+            m.lock().unwrap_or_else(|p| p.into_inner()).take()
+        }
+        // Closing our end wakes the watcher, which says goodbye and ends.
+        drop(take(&self.stop));
+        if let Some(w) = take(&self.watcher) {
+            let _ = w.join();
+        }
+    }
+}
+
+/// The watchers of this process that have not said goodbye. A program
+/// that exits without freeing its communicators (a C `return` from
+/// `main`, Fortran's `end program`) has them say it at exit, so that the
+/// ranks still running do not take its closing links for a death.
+static LIVE: Mutex<Vec<std::sync::Weak<Farewell>>> = Mutex::new(Vec::new());
+
+/// Run at exit with the exit status (`None`: not known): every live
+/// watcher of the process says goodbye, or, for a failing status, that
+/// this rank failed, which its tree neighbours pass on as a death.
+fn goodbye_at_exit(status: Option<i32>) {
+    // Never wait at exit: the lock is held for microseconds at a time,
+    // or forever in a child forked while another thread held it.
+    let mut guard = match LIVE.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    let live = std::mem::take(&mut *guard);
+    drop(guard);
+    let me = std::process::id();
+    let ours = live.iter().filter_map(std::sync::Weak::upgrade);
+    for farewell in ours.filter(|f| f.pid == me) {
+        if let Some(failed) = status.filter(|&s| s != 0) {
+            let _ = farewell.failed_exit.set(failed);
+        }
+        farewell.say_goodbye();
+    }
 }
 
 impl Health {
@@ -191,7 +250,10 @@ impl Health {
                 reported: false,
             });
         }
+        let failed_exit = Arc::new(OnceLock::new());
         let watch = Watch {
+            rank,
+            failed_exit: Arc::clone(&failed_exit),
             links: watched,
             verdict: Arc::clone(&verdict),
             stopped,
@@ -205,11 +267,24 @@ impl Health {
                 step: "spawning its thread",
                 source,
             })?;
+        let farewell = Arc::new(Farewell {
+            stop: Mutex::new(Some(stop)),
+            watcher: Mutex::new(Some(watcher)),
+            failed_exit,
+            pid: std::process::id(),
+        });
+        {
+            let mut live = LIVE.lock().unwrap_or_else(|p| p.into_inner());
+            live.retain(|f| f.strong_count() > 0);
+            live.push(Arc::downgrade(&farewell));
+        }
+        if !crate::sys::at_exit::run_at_exit(goodbye_at_exit) {
+            tracing::debug!("no exit hook: a process that exits without freeing its communicators is reported dead by its tree neighbours");
+        }
         Ok(Health {
             verdict,
-            stop: Some(stop),
+            farewell,
             told,
-            watcher: Mutex::new(Some(watcher)),
         })
     }
 
@@ -227,16 +302,7 @@ impl Health {
 
 impl Drop for Health {
     fn drop(&mut self) {
-        // Closing our end wakes the watcher, which says goodbye and ends.
-        drop(self.stop.take());
-        let watcher = self
-            .watcher
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(w) = watcher {
-            let _ = w.join();
-        }
+        self.farewell.say_goodbye();
     }
 }
 
@@ -270,6 +336,10 @@ fn keep_alive(fd: std::os::fd::BorrowedFd<'_>, peer: usize) {
 
 /// The watcher thread's state.
 struct Watch {
+    /// This rank, as its tree neighbours number it.
+    rank: usize,
+    /// Set when the process exits with a failing status.
+    failed_exit: Arc<OnceLock<i32>>,
     links: Vec<Watched>,
     verdict: Arc<Verdict>,
     stopped: UnixStream,
@@ -296,8 +366,15 @@ impl Watch {
             }
             self.check_silence();
         }
+        let last = match self.failed_exit.get() {
+            Some(status) => Note::Dead {
+                rank: self.rank,
+                why: format!("exited with status {status} while the job ran on"),
+            },
+            None => Note::Bye,
+        };
         for w in &mut self.links {
-            let _ = w.link.send(&Note::Bye);
+            let _ = w.link.send(&last);
         }
     }
 

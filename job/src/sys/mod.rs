@@ -1,5 +1,6 @@
 //! Every `unsafe` of sode-job: the PMIx client library, loaded at run time,
-//! and the PMI socket a launcher leaves open.
+//! the PMI socket a launcher leaves open, and the hook run at exit.
 
+pub(crate) mod at_exit;
 pub(crate) mod inherited;
 pub(crate) mod pmix;
