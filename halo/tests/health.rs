@@ -232,6 +232,11 @@ fn output(child: std::process::Child) -> String {
     String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
 }
 
+/// At least one report says `what` (how the rank was found dead).
+fn some_says(reports: &[String], what: &str) {
+    assert!(reports.iter().any(|l| l.contains(what)), "{reports:?}");
+}
+
 /// Every report names rank `doomed` and came within `bound`.
 fn check(reports: &[String], doomed: usize, bound: Duration) {
     assert_eq!(reports.len(), SIZE - 1, "{reports:?}");
@@ -298,10 +303,7 @@ fn a_stopped_rank_is_declared_dead_after_its_silence() {
     // SODE_HEALTH_TIMEOUT=2: two seconds without a heartbeat, then the news.
     let reports = run_job("auto", 3, Death::Stop);
     check(&reports, 3, Duration::from_secs(6));
-    assert!(
-        reports.iter().any(|l| l.contains("no heartbeat")),
-        "{reports:?}"
-    );
+    some_says(&reports, "no heartbeat");
 }
 
 #[test]
@@ -310,10 +312,7 @@ fn a_rank_that_exits_with_a_failing_status_is_reported_by_every_rank() {
     // its tree neighbours it failed, and the news floods the tree.
     let reports = run_job("auto", 1, Death::FailedExit);
     check(&reports, 1, Duration::from_secs(2));
-    assert!(
-        reports.iter().any(|l| l.contains("exited with status 3")),
-        "{reports:?}"
-    );
+    some_says(&reports, "exited with status 3");
 }
 
 #[test]
