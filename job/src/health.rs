@@ -4,11 +4,11 @@
 //! Each side of a link sends heartbeats; a rank declares a tree neighbour
 //! dead when its link closes without a goodbye (the process was killed or
 //! crashed; one that exits says goodbye from an exit hook, or with a
-//! failing status that it failed), or its node stops answering at the network level (TCP
-//! keepalive: a paused process's kernel still answers), and passes the
-//! verdict on along every other link, so that it floods the tree: each
-//! part the death cut off holds a neighbour of the dead rank, which saw
-//! it. Silence alone is not death: a rank paused by a debugger, SIGSTOP or
+//! failing status that it failed), or its node stops answering at the
+//! network level (TCP keepalive: a paused process's kernel still
+//! answers), and passes the verdict on along every other link, so that it
+//! floods the tree: each part the death cut off holds a neighbour of the
+//! dead rank, which saw it. Silence alone is not death: a rank paused by a debugger, SIGSTOP or
 //! a suspended job is reported, and declared dead only past the deadline
 //! `SODE_HEALTH_TIMEOUT` sets. The data path reads the verdict with one
 //! atomic load ([`Health::failure`]), so every blocked wait of the job can
