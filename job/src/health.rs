@@ -1,6 +1,7 @@
 //! The job's health: a watcher thread per rank, on links of its own to its
-//! parent and children in a tree of the job's ranks ([`tree_peers`]: at
-//! most three links a rank, whatever the job's size; no rank is a hub).
+//! parent and children in a tree of the job's ranks, and to the ranks one
+//! generation further ([`tree_peers`]: at most eight links a rank, whatever
+//! the job's size; no rank is a hub).
 //! Each side of a link sends heartbeats; a rank declares a tree neighbour
 //! dead when its link closes without a goodbye (the process was killed or
 //! crashed; one that exits says goodbye from an exit hook, or with a
@@ -51,19 +52,33 @@ const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const SEND_LIMIT: Duration = Duration::from_secs(2);
 
 /// Children per rank in the health tree. Two keeps a rank's links (and the
-/// heartbeats it sends and judges) at three; a verdict crosses at most
-/// 2 log2(N) links, each a wake-up and a short write.
+/// heartbeats it sends and judges) at eight with the grandparent and
+/// grandchildren; a verdict crosses at most 2 log2(N) links, each a
+/// wake-up and a short write.
 const FANOUT: usize = 2;
 
 /// The ranks whose health rank `rank` of a job of `size` watches, and that
-/// watch it: its parent `(rank - 1) / FANOUT` and its children. Together
-/// they make one tree of every rank, so a verdict passed along every link
-/// reaches every rank.
+/// watch it: in a tree of every rank, its parent `(rank - 1) / FANOUT`
+/// and its children, and also its grandparent and grandchildren. The tree
+/// alone joins every rank, so a verdict passed along every link reaches
+/// every rank; the links that skip a generation keep a rank's children
+/// joined to the rest after it finishes early (and says goodbye), so a
+/// later death below it still reaches every rank. At most
+/// `2 + FANOUT + FANOUT^2` links a rank.
 pub(crate) fn tree_peers(rank: usize, size: usize) -> std::collections::BTreeSet<usize> {
-    let parent = rank.checked_sub(1).map(|r| r / FANOUT);
-    let first_child = rank.saturating_mul(FANOUT).saturating_add(1);
-    let children = (first_child..first_child.saturating_add(FANOUT)).filter(|&c| c < size);
-    parent.into_iter().chain(children).collect()
+    let parent = |r: usize| r.checked_sub(1).map(|r| r / FANOUT);
+    let children = |r: usize| {
+        let first = r.saturating_mul(FANOUT).saturating_add(1);
+        (first..first.saturating_add(FANOUT)).filter(|&c| c < size)
+    };
+    let grandparent = parent(rank).and_then(parent);
+    let grandchildren = children(rank).flat_map(children);
+    parent(rank)
+        .into_iter()
+        .chain(grandparent)
+        .chain(children(rank))
+        .chain(grandchildren)
+        .collect()
 }
 
 /// What travels on a health link.
@@ -529,8 +544,8 @@ impl Watch {
     }
 
     /// Declares `rank` dead and, the first time, passes it on along every
-    /// link but `from`'s: the tree has no cycle, so the verdict reaches
-    /// every rank and ends.
+    /// link but `from`'s: the verdict reaches every rank joined to this
+    /// one, and ends, since each rank passes it on once.
     fn spread(&mut self, from: Option<usize>, rank: usize, why: String) {
         if self.verdict.declare(rank, why.clone()) {
             self.tell(from, rank, &why);
@@ -587,15 +602,20 @@ mod tests {
             let peers: Vec<BTreeSet<usize>> = (0..size).map(|r| tree_peers(r, size)).collect();
             let mut edges = 0;
             for (r, p) in peers.iter().enumerate() {
-                assert!(p.len() <= FANOUT + 1, "rank {r} of {size}: {p:?}");
+                assert!(
+                    p.len() <= 2 + FANOUT + FANOUT * FANOUT,
+                    "rank {r} of {size}: {p:?}"
+                );
                 for &q in p {
                     assert!(q < size && q != r, "rank {r} of {size}: {p:?}");
                     assert!(peers[q].contains(&r), "{r} - {q} of {size} is one-sided");
                     edges += 1;
                 }
             }
-            // Symmetric, N - 1 links and connected: a tree.
-            assert_eq!(edges, 2 * (size - 1), "size {size}");
+            // Symmetric: a link to each rank's parent (all but rank 0) and
+            // grandparent (all but the first 1 + FANOUT), and connected.
+            let grand = size.saturating_sub(1 + FANOUT);
+            assert_eq!(edges, 2 * (size - 1 + grand), "size {size}");
             let mut seen = vec![false; size];
             let mut todo = vec![0];
             seen[0] = true;
@@ -743,6 +763,20 @@ mod tests {
         );
         assert!(why.iter().all(|w| w.contains("no heartbeat")), "{why:?}");
         drop(held);
+    }
+
+    #[test]
+    fn a_death_below_a_rank_that_finished_early_reaches_every_rank() {
+        // Rank 1 of 15 finishes (says goodbye); then its child, rank 3,
+        // dies. Rank 3's grandparent (rank 0) and its sibling's link to
+        // rank 0 keep the part below rank 1 joined: all 13 other ranks
+        // hear, not only rank 3's children (7, 8).
+        let (mut job, held) = job_without(15, 3, None);
+        drop(job[1].take());
+        std::thread::sleep(Duration::from_millis(200));
+        drop(held);
+        let why = verdicts(&job, 3, Duration::from_secs(2));
+        assert_eq!(why.len(), 13);
     }
 
     #[test]
