@@ -50,13 +50,15 @@ fn check_shape(peer: usize, tag: u32, theirs: u8, ours: u8) -> Result<()> {
     })
 }
 
-/// Pushes what of send `s`'s eager `data` (iteration `n`) fits into its
-/// peer's ring, the last fragment marked as such; whether any went.
+/// Pushes what of send `s`'s eager `data` (iteration `n`, of a start of
+/// `shape`) fits into its peer's ring, the last fragment marked as such;
+/// whether any went.
 fn push_eager(
     s: &mut SendOp,
     link: &mut PeerSegment,
     data: &[u8],
-    (n, shape): (u64, u8),
+    n: u64,
+    shape: u8,
 ) -> Result<bool> {
     let mut progress = false;
     while !s.pushed_any || s.sent < data.len() {
@@ -817,7 +819,7 @@ impl Exchange {
             match s.path {
                 Path::Eager => {
                     let data = own_bytes(&self.own.map, s.carried_range())?;
-                    progress |= push_eager(s, link, data, (n, self.shape))?;
+                    progress |= push_eager(s, link, data, n, self.shape)?;
                 }
                 Path::Get | Path::Read => {
                     // In place, the request names the set we exchange.
