@@ -17,6 +17,9 @@ for exe in "$@"; do
     # the host already (emulated, they were only slower: the halo checks
     # alone took 140 s), the dead forwarder among them.
     halo-* | alltoall-* | bounded-*) "$exe" --test-threads=1 rdma || status=1 ;;
+    # The library's unit tests: the channel conformance suite, RDMA among
+    # the channels it runs against here.
+    sode-*) "$exe" --test-threads=1 conformance || status=1 ;;
     *) "$exe" --test-threads=1 || status=1 ;;
   esac
 done

@@ -12,22 +12,12 @@ use std::time::{Duration, Instant};
 use sode_job::{Backoff, Lifecycle, World};
 use sode_scheduler::Algorithm;
 
-use crate::channel::{Channel, Locality, ShmChannel, Span, TcpChannel, TcpMessage};
+use crate::channel::{Built, Channel, Locality, Member, Setup, ShmChannel, TcpChannel};
+pub use crate::channel::{InPlace, LinkRuns, Message, Sides};
 use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
 use crate::settings::{Model, SyncMode, Transport};
 use crate::stats::{ExchangeStats, Meter, Moved, NeighbourStats};
-
-/// One message: bytes per iteration, and a tag that tells it apart from the
-/// other messages between the same two ranks (the sender's send tag is the
-/// receiver's receive tag).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Message {
-    /// Bytes per iteration (at least 1).
-    pub len: usize,
-    /// The tag.
-    pub tag: u32,
-}
 
 /// What this rank exchanges with one peer: a message sent, one received, or
 /// both.
@@ -45,18 +35,6 @@ pub struct Link {
     pub offset: Vec<i32>,
     /// How errors and reports name it (`rank 3 (NE)`).
     pub name: String,
-}
-
-/// A link's messages in place: the runs of lent memory its send is read
-/// from and its receive lands in, in stream order. Honoured on links that
-/// travel over RDMA (no copy at either end: the device reads and writes the
-/// caller's memory); elsewhere the message is packed as usual.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InPlace {
-    /// The send's runs (`None`: packed into [`LinkExchange::send_buf`]).
-    pub send: Option<Vec<Span>>,
-    /// The receive's runs (`None`: unpacked from [`LinkExchange::recv_buf`]).
-    pub recv: Option<Vec<Span>>,
 }
 
 /// Fields kept in shared memory: `sets` arrays of `set_len` bytes, each
@@ -93,15 +71,6 @@ impl SharedSets {
     }
 }
 
-/// One link's runs in a shared set.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LinkRuns {
-    /// Where its send is read from.
-    pub send: Option<Vec<sode_shm::Run>>,
-    /// Where its receive lands.
-    pub recv: Option<Vec<sode_shm::Run>>,
-}
-
 /// Where the shared sets live.
 #[derive(Debug)]
 enum SharedStore {
@@ -109,15 +78,6 @@ enum SharedStore {
     Channel { channel: usize },
     /// Private memory (no neighbour on this node), 8-byte aligned.
     Private { memory: Vec<u64>, len: usize },
-}
-
-/// Which sides of a link travel in place (no send or receive buffer).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Sides {
-    /// The send is read straight from lent memory.
-    pub send: bool,
-    /// The receive lands straight in lent memory.
-    pub recv: bool,
 }
 
 /// Where one side of a link travels.
@@ -252,7 +212,7 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     /// How rank `a` reaches rank `b`: the same answer on every rank.
     fn locality(&self, a: usize, b: usize) -> Locality {
-        locality(self.world, self.transport, &self.fabrics, a, b)
+        crate::channel::locality(self.world, self.transport, &self.fabrics, a, b)
     }
 
     /// How this rank will reach `peer`, decided as [`build`](Self::build)
@@ -521,17 +481,28 @@ impl<'w> LinkExchangeBuilder<'w> {
                 })?;
             }
         }
-        let mut channels: Vec<Box<dyn Channel>> = Vec::new();
-        let mut in_place = vec![Sides::default(); n];
-        let store = self.build_shm(
-            &self.name,
-            &mut sends,
-            &mut recvs,
-            &mut channels,
-            &mut in_place,
-        )?;
-        let summary = self.build_rdma(&mut sends, &mut recvs, &mut channels, &mut in_place)?;
-        self.build_tcp(&mut sends, &mut recvs, &mut channels)?;
+        let mut placing = Placing {
+            sends,
+            recvs,
+            in_place: vec![Sides::default(); n],
+            channels: Vec::new(),
+        };
+        let setup = Setup {
+            world: self.world,
+            timeout: self.timeout,
+        };
+        let store = self.set_up_shm(&setup, &mut placing)?;
+        let summary = self.set_up_rdma(&setup, &mut placing)?;
+        let (tcp, members) = self.members(Locality::Tcp);
+        if !tcp.is_empty() {
+            placing.add(&tcp, TcpChannel::set_up(&setup, &members)?);
+        }
+        let Placing {
+            sends,
+            recvs,
+            in_place,
+            channels,
+        } = placing;
         let shared = self.shared.take();
         Ok(LinkExchange {
             in_place,
@@ -562,342 +533,120 @@ impl<'w> LinkExchangeBuilder<'w> {
         })
     }
 
-    /// The shared-memory channel, if this rank has neighbours on its node,
-    /// and where the shared sets live (if any were asked for). Records in
-    /// `in_place` which sides travel in place.
-    fn build_shm(
-        &self,
-        name: &str,
-        sends: &mut [Option<Route>],
-        recvs: &mut [Option<Route>],
-        channels: &mut Vec<Box<dyn Channel>>,
-        in_place: &mut [Sides],
-    ) -> Result<Option<SharedStore>> {
-        let shm = self.members(Locality::Shm);
-        let private = |s: &SharedSets| {
-            let len = s
-                .sets
-                .checked_mul(s.set_len)
-                .ok_or_else(|| HaloError::Usage {
-                    op: "build",
-                    why: format!(
-                        "{} shared sets of {} bytes overflow the address space",
-                        s.sets, s.set_len
-                    ),
-                })?;
-            let memory = zeroed(len.div_ceil(8), || {
-                format!(
-                    "{} shared sets of {} bytes ({len} bytes in all)",
-                    s.sets, s.set_len
-                )
-            })?;
-            Ok::<_, HaloError>(SharedStore::Private { memory, len })
-        };
-        if shm.is_empty() {
-            return self.shared.as_ref().map(private).transpose();
+    /// The shared-memory channel, if this rank has neighbours on its
+    /// node, and where the shared sets live (if any were asked for).
+    fn set_up_shm(&self, setup: &Setup<'_>, placing: &mut Placing) -> Result<Option<SharedStore>> {
+        let (links, members) = self.members(Locality::Shm);
+        if links.is_empty() {
+            return self.shared.as_ref().map(private_sets).transpose();
         }
-        let runs = |i: usize| self.shared.as_ref().and_then(|s| s.runs.get(i));
-        let peers = shm.iter().map(|&i| {
-            let l = &self.links[i];
-            let mut p = sode_shm::Peer::new(l.peer);
-            if let Some(m) = l.send {
-                p = p.send(m.len, m.tag);
-                if let Some(r) = runs(i).and_then(|r| r.send.clone()) {
-                    p = p.send_in_place(r);
-                    in_place[i].send = true;
-                }
-            }
-            if let Some(m) = l.recv {
-                p = p.recv(m.len, m.tag);
-                if let Some(r) = runs(i).and_then(|r| r.recv.clone()) {
-                    p = p.recv_in_place(r);
-                    in_place[i].recv = true;
-                }
-            }
-            p
-        });
-        let peers: Vec<sode_shm::Peer> = peers.collect();
-        let names = self.names(&shm);
-        // The probes are the job's, measured by its first exchange.
-        let probes = crate::job_memo::JobMemo::of(self.world).shm_probes.clone();
-        let mut ctx = sode_shm::Context::from_world(self.world)
-            .map_err(|source| HaloError::Shm {
-                neighbours: names.clone(),
-                source: Box::new(source),
-            })?
-            .with_probe_cache(probes);
-        let lend = self.shared.as_ref().map(|s| (s.sets, s.set_len));
-        let ch = ShmChannel::build(ctx.exchange().name(name), peers, names, self.timeout, lend)?;
-        for (message, &i) in shm.iter().enumerate() {
-            let route = Route::Channel {
-                channel: channels.len(),
-                message,
-            };
-            sends[i] = self.links[i].send.map(|_| route);
-            recvs[i] = self.links[i].recv.map(|_| route);
-        }
-        let store = lend.map(|_| SharedStore::Channel {
-            channel: channels.len(),
-        });
-        channels.push(Box::new(ch));
-        Ok(store)
-    }
-
-    /// The links whose peer the locality `l` reaches.
-    fn members(&self, l: Locality) -> Vec<usize> {
-        let me = self.world.rank();
-        (0..self.links.len())
-            .filter(|&i| self.links[i].peer != me && self.locality(me, self.links[i].peer) == l)
-            .collect()
-    }
-
-    /// `rank 1 (E), rank 3 (N)`: the links a channel carries, for errors.
-    fn names(&self, members: &[usize]) -> String {
-        members
+        let runs: Vec<Option<&LinkRuns>> = links
             .iter()
-            .map(|&i| self.links[i].name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
-    /// The TCP channel, if this rank has TCP neighbours; collective with
-    /// them.
-    fn build_tcp(
-        &self,
-        sends: &mut [Option<Route>],
-        recvs: &mut [Option<Route>],
-        channels: &mut Vec<Box<dyn Channel>>,
-    ) -> Result<()> {
-        let members = self.members(Locality::Tcp);
-        if members.is_empty() {
-            return Ok(());
-        }
-        let (mut out, mut inn) = (Vec::new(), Vec::new());
-        for &i in &members {
-            let l = &self.links[i];
-            if let Some(m) = l.send {
-                sends[i] = Some(Route::Channel {
-                    channel: channels.len(),
-                    message: out.len(),
-                });
-                out.push(TcpMessage {
-                    peer: l.peer,
-                    tag: m.tag,
-                    len: m.len,
-                });
-            }
-            if let Some(m) = l.recv {
-                recvs[i] = Some(Route::Channel {
-                    channel: channels.len(),
-                    message: inn.len(),
-                });
-                inn.push(TcpMessage {
-                    peer: l.peer,
-                    tag: m.tag,
-                    len: m.len,
-                });
-            }
-        }
-        let ch = TcpChannel::build(self.world, out, inn, self.names(&members), self.timeout)?;
-        channels.push(Box::new(ch));
-        Ok(())
-    }
-
-    #[cfg(not(feature = "rdma"))]
-    fn build_rdma(
-        &mut self,
-        _: &mut [Option<Route>],
-        _: &mut [Option<Route>],
-        _: &mut Vec<Box<dyn Channel>>,
-        _: &mut [Sides],
-    ) -> Result<Option<String>> {
-        Ok(None)
+            .map(|&i| self.shared.as_ref().and_then(|s| s.runs.get(i)))
+            .collect();
+        let lend = self.shared.as_ref().map(|s| (s.sets, s.set_len));
+        let built = ShmChannel::set_up(setup, &self.name, &members, &runs, lend)?;
+        let channel = placing.add(&links, built);
+        Ok(lend.map(|_| SharedStore::Channel { channel }))
     }
 
     /// The RDMA channel, if any rank of the job needs one; its plan's
-    /// summary. Records in `in_place` which sides travel in place.
+    /// summary.
     #[cfg(feature = "rdma")]
-    fn build_rdma(
-        &mut self,
-        sends: &mut [Option<Route>],
-        recvs: &mut [Option<Route>],
-        channels: &mut Vec<Box<dyn Channel>>,
-        in_place: &mut [Sides],
-    ) -> Result<Option<String>> {
-        use crate::channel::{RdmaChannel, RdmaRecv, RdmaSend, RdmaSettings};
-        if !self.job_uses_rdma() {
-            return Ok(None);
-        }
-        let members = self.members(Locality::Rdma);
-        let how = |i: usize| self.in_place.get(i).cloned().unwrap_or_default();
-        // Each receiver numbers its windows in the order of its RDMA
-        // receives (a message received in place has a window per run) and
-        // tells each sender the windows of its messages.
-        let mut rdma_recvs = Vec::new();
-        for &i in &members {
-            let l = &self.links[i];
-            if let Some(m) = l.recv {
-                recvs[i] = Some(Route::Channel {
-                    channel: channels.len(),
-                    message: rdma_recvs.len(),
-                });
-                in_place[i].recv = how(i).recv.is_some();
-                rdma_recvs.push((
-                    m.tag,
-                    RdmaRecv {
-                        peer: l.peer,
-                        len: m.len,
-                        into: how(i).recv,
-                    },
-                ));
-            }
-        }
-        let agreed = self.agree_model()?;
-        if members.is_empty() {
-            return Ok(None);
-        }
-        let incoming: Vec<crate::windows::Incoming> = rdma_recvs
-            .iter()
-            .map(|(tag, r)| crate::windows::Incoming {
-                from: r.peer,
-                tag: *tag,
-                runs: r.runs(),
-            })
-            .collect();
-        let peers = members.iter().map(|&i| self.links[i].peer).collect();
-        let theirs = crate::windows::swap(
-            self.world,
-            &peers,
-            &crate::windows::number(&incoming),
-            self.timeout,
-        )?;
-        let mut rdma_sends = Vec::new();
-        for &i in &members {
-            let l = &self.links[i];
-            let Some(m) = l.send else { continue };
-            let (target, target_runs) = crate::windows::target(
-                theirs.get(&l.peer).map_or(&[][..], Vec::as_slice),
-                self.world.rank(),
-                l.peer,
-                (m.tag, m.len),
-                &l.name,
-            )?;
-            sends[i] = Some(Route::Channel {
-                channel: channels.len(),
-                message: rdma_sends.len(),
-            });
-            in_place[i].send = how(i).send.is_some();
-            rdma_sends.push(RdmaSend {
-                peer: l.peer,
-                len: m.len,
-                target,
-                target_runs,
-                from: how(i).send,
-                offset: l.offset.clone(),
-            });
-        }
-        let settings = RdmaSettings {
+    fn set_up_rdma(&mut self, setup: &Setup<'_>, placing: &mut Placing) -> Result<Option<String>> {
+        let lent = std::mem::take(&mut self.lent);
+        let (links, members) = self.members(Locality::Rdma);
+        let in_place: Vec<Option<&InPlace>> = links.iter().map(|&i| self.in_place.get(i)).collect();
+        let job = crate::channel::RdmaJob {
+            transport: self.transport,
+            fabrics: &self.fabrics,
             engines: self.engines,
             algorithm: self.algorithm,
-            model: match agreed {
-                Some(a) => Model::Given(a.machine),
-                None => self.model,
-            },
-            model_source: agreed.map(|a| a.describe()),
-            timeout: self.timeout,
+            model: self.model,
+            lent,
         };
-        let rdma_recvs: Vec<RdmaRecv> = rdma_recvs.into_iter().map(|(_, r)| r).collect();
-        let ch = RdmaChannel::build(
-            self.world,
-            &rdma_sends,
-            &rdma_recvs,
-            std::mem::take(&mut self.lent),
-            &settings,
-            self.names(&members),
-        )?;
-        let summary = ch.summary().to_string();
-        channels.push(Box::new(ch));
-        Ok(Some(summary))
+        let built = crate::channel::RdmaChannel::set_up(setup, job, &members, &in_place)?;
+        Ok(built.and_then(|b| {
+            let summary = b.summary.clone();
+            placing.add(&links, b);
+            summary
+        }))
     }
 
-    /// Whether any pair of ranks of the job would talk over RDMA (the same
-    /// answer on every rank, so all of them join the window allgather).
-    #[cfg(feature = "rdma")]
-    fn job_uses_rdma(&self) -> bool {
-        let size = self.world.size();
-        match self.transport {
-            Transport::Shm | Transport::Tcp => false,
-            Transport::Rdma => size > 1,
-            // Two ranks on different nodes whose devices share a fabric.
-            Transport::Auto => (0..size).any(|a| {
-                (a + 1..size).any(|b| {
-                    self.world.node_of(a) != self.world.node_of(b)
-                        && same_fabric(&self.fabrics, a, b)
-                })
-            }),
-        }
+    #[cfg(not(feature = "rdma"))]
+    fn set_up_rdma(&mut self, _: &Setup<'_>, _: &mut Placing) -> Result<Option<String>> {
+        Ok(None)
     }
 
-    /// This node's model, measured by its lowest rank when the model is
-    /// to be calibrated (`None` elsewhere, or when this node has no device
-    /// that works: the other nodes' measurements stand for it).
-    #[cfg(feature = "rdma")]
-    fn node_model(&self) -> Option<sode_scheduler::Machine> {
-        if self.model != Model::Calibrated || self.world.local_rank() != 0 {
-            return None;
-        }
-        let calibrate = || {
-            let measured = sode_transport::DeviceSelector::from_env()
-                .and_then(|s| sode_transport::Device::open(&s))
-                .and_then(|dev| sode_transport::calibrate(&dev, self.engines));
-            match measured {
-                Ok(c) => Some(crate::plan::machine_of(&c)),
-                Err(e) => {
-                    tracing::debug!(error = %e, "this node's device was not calibrated");
-                    None
+    /// The links whose peer the locality `l` reaches, and each as its
+    /// channel's setup sees it.
+    fn members(&self, l: Locality) -> (Vec<usize>, Vec<Member<'_>>) {
+        let me = self.world.rank();
+        let links: Vec<usize> = (0..self.links.len())
+            .filter(|&i| self.links[i].peer != me && self.locality(me, self.links[i].peer) == l)
+            .collect();
+        let members = links
+            .iter()
+            .map(|&i| {
+                let l = &self.links[i];
+                Member {
+                    peer: l.peer,
+                    send: l.send,
+                    recv: l.recv,
+                    name: &l.name,
+                    offset: &l.offset,
                 }
-            }
-        };
-        crate::job_memo::JobMemo::of(self.world).node_model(self.engines, calibrate)
+            })
+            .collect();
+        (links, members)
     }
+}
 
-    /// The job's model, the same on every rank: `None` when it is not to be
-    /// calibrated, or when no node measured (each rank then calibrates its
-    /// own device, as a last resort). Every rank joins the allgather of
-    /// the nodes' measurements (a record of fixed size each, empty from
-    /// ranks that did not measure), whatever its setting, so that the
-    /// job's collectives stay in step.
-    #[cfg(feature = "rdma")]
-    fn agree_model(&self) -> Result<Option<crate::model::Agreed>> {
-        let body = crate::model::encode(self.node_model());
-        let all = self
-            .world
-            .allgather(&body, self.timeout)
-            .map_err(|source| HaloError::Barrier {
-                source: Box::new(source),
-            })?;
-        if self.model != Model::Calibrated {
-            return Ok(None);
+/// Shared sets in private memory (no neighbour on this node).
+fn private_sets(s: &SharedSets) -> Result<SharedStore> {
+    let len = s
+        .sets
+        .checked_mul(s.set_len)
+        .ok_or_else(|| HaloError::Usage {
+            op: "build",
+            why: format!(
+                "{} shared sets of {} bytes overflow the address space",
+                s.sets, s.set_len
+            ),
+        })?;
+    let memory = zeroed(len.div_ceil(8), || {
+        format!(
+            "{} shared sets of {} bytes ({len} bytes in all)",
+            s.sets, s.set_len
+        )
+    })?;
+    Ok(SharedStore::Private { memory, len })
+}
+
+/// The channels set up so far, and where each link's sides travel.
+struct Placing {
+    sends: Vec<Option<Route>>,
+    recvs: Vec<Option<Route>>,
+    in_place: Vec<Sides>,
+    channels: Vec<Box<dyn Channel>>,
+}
+
+impl Placing {
+    /// Routes the sides of `links` (the members `built` was set up for, in
+    /// order) to its channel; the channel's number.
+    fn add(&mut self, links: &[usize], built: Built) -> usize {
+        let channel = self.channels.len();
+        for (&i, at) in links.iter().zip(&built.placed) {
+            if let Some(message) = at.send {
+                self.sends[i] = Some(Route::Channel { channel, message });
+            }
+            if let Some(message) = at.recv {
+                self.recvs[i] = Some(Route::Channel { channel, message });
+            }
+            self.in_place[i] = at.in_place;
         }
-        // Each node by its lowest rank.
-        let mut first_on = HashMap::new();
-        let mut reports = Vec::with_capacity(all.len());
-        for (rank, b) in all.iter().enumerate() {
-            let machine = crate::model::decode(b).map_err(|e| HaloError::Usage {
-                op: "build",
-                why: format!("rank {rank} sent an unreadable model of its node: {e}"),
-            })?;
-            reports.push(crate::model::Report {
-                rank,
-                node: *first_on.entry(self.world.node_of(rank)).or_insert(rank),
-                machine,
-            });
-        }
-        let agreed = crate::model::agree(&reports);
-        if agreed.is_none() {
-            tracing::warn!("no node calibrated its device: each rank calibrates its own");
-        }
-        Ok(agreed)
+        self.channels.push(built.channel);
+        channel
     }
 }
 
@@ -952,35 +701,6 @@ pub(crate) fn check_links(links: &[Link], size: usize) -> std::result::Result<()
         }
     }
     Ok(())
-}
-
-fn same_fabric(fabrics: &[String], a: usize, b: usize) -> bool {
-    match (fabrics.get(a), fabrics.get(b)) {
-        (Some(fa), Some(fb)) => !fa.is_empty() && fa == fb,
-        _ => false,
-    }
-}
-
-/// How rank `a` reaches rank `b` under `transport`, given each rank's RDMA
-/// fabric (`fabrics`, gathered under the automatic choice).
-pub(crate) fn locality(
-    world: &World,
-    transport: Transport,
-    fabrics: &[String],
-    a: usize,
-    b: usize,
-) -> Locality {
-    if a == b {
-        return Locality::SelfCopy;
-    }
-    match transport {
-        Transport::Shm => Locality::Shm,
-        Transport::Rdma => Locality::Rdma,
-        Transport::Tcp => Locality::Tcp,
-        Transport::Auto if world.node_of(a) == world.node_of(b) => Locality::Shm,
-        Transport::Auto if same_fabric(fabrics, a, b) => Locality::Rdma,
-        Transport::Auto => Locality::Tcp,
-    }
 }
 
 /// A persistent exchange of messages: fill [`send_buf`](Self::send_buf)s,
@@ -1657,6 +1377,7 @@ fn split_shared<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channel::Span;
 
     fn self_link() -> Link {
         Link {

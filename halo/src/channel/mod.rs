@@ -5,17 +5,26 @@
 //! is the communication object that runs it, and each neighbour's messages
 //! travel on the channel its locality called for, decided once at build.
 
+#[cfg(test)]
+mod conformance;
+#[cfg(test)]
+mod memory;
 mod shm;
 pub(crate) use shm::ShmChannel;
 mod tcp;
-pub(crate) use tcp::{TcpChannel, TcpMessage};
+pub(crate) use tcp::TcpChannel;
 
 #[cfg(feature = "rdma")]
 mod rdma;
 #[cfg(feature = "rdma")]
-pub(crate) use rdma::{RdmaChannel, RdmaRecv, RdmaSend, RdmaSettings};
+pub(crate) use rdma::{RdmaChannel, RdmaJob};
+
+use std::time::Duration;
+
+use sode_job::World;
 
 use crate::error::Result;
+use crate::settings::Transport;
 
 /// The shape of a start that moves the fields `started` marks at `depth`
 /// layers (0: every layer): 0 for every field at every layer, else a
@@ -50,6 +59,136 @@ pub struct Span {
     pub offset: usize,
     /// Bytes.
     pub len: usize,
+}
+
+/// One message: bytes per iteration, and a tag that tells it apart from the
+/// other messages between the same two ranks (the sender's send tag is the
+/// receiver's receive tag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Message {
+    /// Bytes per iteration (at least 1).
+    pub len: usize,
+    /// The tag.
+    pub tag: u32,
+}
+
+/// A link's messages in place: the runs of lent memory its send is read
+/// from and its receive lands in, in stream order. Honoured on links that
+/// travel over RDMA (no copy at either end: the device reads and writes the
+/// caller's memory); elsewhere the message is packed as usual.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InPlace {
+    /// The send's runs (`None`: packed into [`LinkExchange::send_buf`](crate::LinkExchange::send_buf)).
+    pub send: Option<Vec<Span>>,
+    /// The receive's runs (`None`: unpacked from [`LinkExchange::recv_buf`](crate::LinkExchange::recv_buf)).
+    pub recv: Option<Vec<Span>>,
+}
+
+/// One link's runs in a shared set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkRuns {
+    /// Where its send is read from.
+    pub send: Option<Vec<sode_shm::Run>>,
+    /// Where its receive lands.
+    pub recv: Option<Vec<sode_shm::Run>>,
+}
+
+/// Which sides of a link travel in place (no send or receive buffer).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sides {
+    /// The send is read straight from lent memory.
+    pub send: bool,
+    /// The receive lands straight in lent memory.
+    pub recv: bool,
+}
+
+/// Whether ranks `a` and `b` have RDMA devices on the same fabric.
+pub(crate) fn same_fabric(fabrics: &[String], a: usize, b: usize) -> bool {
+    match (fabrics.get(a), fabrics.get(b)) {
+        (Some(fa), Some(fb)) => !fa.is_empty() && fa == fb,
+        _ => false,
+    }
+}
+
+/// How rank `a` reaches rank `b` under `transport`, given each rank's RDMA
+/// fabric (`fabrics`, gathered under the automatic choice).
+pub(crate) fn locality(
+    world: &World,
+    transport: Transport,
+    fabrics: &[String],
+    a: usize,
+    b: usize,
+) -> Locality {
+    if a == b {
+        return Locality::SelfCopy;
+    }
+    match transport {
+        Transport::Shm => Locality::Shm,
+        Transport::Rdma => Locality::Rdma,
+        Transport::Tcp => Locality::Tcp,
+        Transport::Auto if world.node_of(a) == world.node_of(b) => Locality::Shm,
+        Transport::Auto if same_fabric(fabrics, a, b) => Locality::Rdma,
+        Transport::Auto => Locality::Tcp,
+    }
+}
+
+/// One link as a channel's setup sees it: the peer, the messages each
+/// way and how errors name it; what every channel needs of the
+/// exchange's links, and no more.
+#[derive(Debug, Clone)]
+pub(crate) struct Member<'a> {
+    /// The peer's rank.
+    pub peer: usize,
+    /// What this rank sends it.
+    pub send: Option<Message>,
+    /// What this rank receives from it.
+    pub recv: Option<Message>,
+    /// `rank 3 (NE)`.
+    pub name: &'a str,
+    /// The direction to the peer in the process grid (empty when none).
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+    pub offset: &'a [i32],
+}
+
+/// `rank 1 (E), rank 3 (N)`: the members a channel carries, for errors.
+pub(crate) fn names(members: &[Member<'_>]) -> String {
+    members
+        .iter()
+        .map(|m| m.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What every channel's setup is given beside its members.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Setup<'w> {
+    /// The job.
+    pub world: &'w World,
+    /// How long setup may wait for the peers.
+    pub timeout: Duration,
+}
+
+/// Where one member's messages travel in the channel set up for it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Placed {
+    /// Its send's number among the channel's messages.
+    pub send: Option<usize>,
+    /// Its receive's number among the channel's messages.
+    pub recv: Option<usize>,
+    /// Which sides travel in place.
+    pub in_place: Sides,
+}
+
+/// A channel set up for its members.
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The channel.
+    pub channel: Box<dyn Channel>,
+    /// Per member, in the order the members were given.
+    pub placed: Vec<Placed>,
+    /// What its plan says of itself (RDMA's scheduled writes).
+    #[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+    pub summary: Option<String>,
 }
 
 /// How a neighbour is reached, decided once per neighbour at build.

@@ -11,11 +11,10 @@ use sode_transport::{
     UserMemory, WindowId,
 };
 
-use super::Span;
-use super::{Channel, Locality};
+use super::{names, Built, Channel, InPlace, Locality, Member, Placed, Setup, Span};
 use crate::error::{HaloError, Result};
 use crate::plan::{machine_of, plan_pieces, stream_writes, SourcePiece, StreamWrite, TargetWindow};
-use crate::settings::Model;
+use crate::settings::{Model, Transport};
 
 /// How the RDMA writes are set up.
 #[derive(Debug, Clone)]
@@ -108,6 +107,207 @@ struct Carrier {
     command: usize,
     range_start: usize,
     len: usize,
+}
+
+/// What the job asked of RDMA, beside the members.
+#[derive(Debug)]
+pub(crate) struct RdmaJob<'a> {
+    /// The transport asked for.
+    pub transport: Transport,
+    /// Per rank, the RDMA fabric of its device (gathered under the
+    /// automatic choice across nodes).
+    pub fabrics: &'a [String],
+    /// Queue pairs per neighbour.
+    pub engines: usize,
+    /// The scheduling algorithm.
+    pub algorithm: Algorithm,
+    /// The machine model asked for.
+    pub model: Model,
+    /// The memory the members' spans in place name.
+    pub lent: Vec<UserMemory>,
+}
+
+impl RdmaChannel {
+    /// Sets up RDMA with `members` (every link to a rank reached over
+    /// RDMA; `in_place[i]` says which of member `i`'s runs travel in
+    /// place), when any rank of the job uses RDMA: then every rank calls
+    /// it, members or not, for the job's model is agreed collectively.
+    /// `None` when this rank has no RDMA member.
+    pub(crate) fn set_up(
+        setup: &Setup<'_>,
+        job: RdmaJob<'_>,
+        members: &[Member<'_>],
+        in_place: &[Option<&InPlace>],
+    ) -> Result<Option<Built>> {
+        if !job.uses_rdma(setup.world) {
+            return Ok(None);
+        }
+        let how = |i: usize| {
+            in_place
+                .get(i)
+                .copied()
+                .flatten()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let mut placed = vec![Placed::default(); members.len()];
+        // Each receiver numbers its windows in the order of its RDMA
+        // receives (a message received in place has a window per run) and
+        // tells each sender the windows of its messages.
+        let mut receives = Vec::new();
+        for (i, m) in members.iter().enumerate() {
+            let Some(r) = m.recv else { continue };
+            placed[i].recv = Some(receives.len());
+            placed[i].in_place.recv = how(i).recv.is_some();
+            receives.push((
+                r.tag,
+                RdmaRecv {
+                    peer: m.peer,
+                    len: r.len,
+                    into: how(i).recv,
+                },
+            ));
+        }
+        let agreed = job.agree_model(setup)?;
+        if members.is_empty() {
+            return Ok(None);
+        }
+        let incoming: Vec<crate::windows::Incoming> = receives
+            .iter()
+            .map(|(tag, r)| crate::windows::Incoming {
+                from: r.peer,
+                tag: *tag,
+                runs: r.runs(),
+            })
+            .collect();
+        let peers = members.iter().map(|m| m.peer).collect();
+        let numbered = crate::windows::number(&incoming);
+        let theirs = crate::windows::swap(setup.world, &peers, &numbered, setup.timeout)?;
+        let mut messages = Vec::new();
+        for (i, m) in members.iter().enumerate() {
+            let Some(s) = m.send else { continue };
+            let (target, target_runs) = crate::windows::target(
+                theirs.get(&m.peer).map_or(&[][..], Vec::as_slice),
+                setup.world.rank(),
+                m.peer,
+                (s.tag, s.len),
+                m.name,
+            )?;
+            placed[i].send = Some(messages.len());
+            placed[i].in_place.send = how(i).send.is_some();
+            messages.push(RdmaSend {
+                peer: m.peer,
+                len: s.len,
+                target,
+                target_runs,
+                from: how(i).send,
+                offset: m.offset.to_vec(),
+            });
+        }
+        let settings = RdmaSettings {
+            engines: job.engines,
+            algorithm: job.algorithm,
+            model: match agreed {
+                Some(a) => Model::Given(a.machine),
+                None => job.model,
+            },
+            model_source: agreed.map(|a| a.describe()),
+            timeout: setup.timeout,
+        };
+        let receives: Vec<RdmaRecv> = receives.into_iter().map(|(_, r)| r).collect();
+        let channel = RdmaChannel::build(
+            setup.world,
+            &messages,
+            &receives,
+            job.lent,
+            &settings,
+            names(members),
+        )?;
+        let summary = channel.summary().to_string();
+        Ok(Some(Built {
+            channel: Box::new(channel),
+            placed,
+            summary: Some(summary),
+        }))
+    }
+}
+
+impl RdmaJob<'_> {
+    /// Whether any pair of ranks of the job would talk over RDMA (the same
+    /// answer on every rank, so all of them join the window allgather).
+    fn uses_rdma(&self, world: &World) -> bool {
+        let size = world.size();
+        match self.transport {
+            Transport::Shm | Transport::Tcp => false,
+            Transport::Rdma => size > 1,
+            // Two ranks on different nodes whose devices share a fabric.
+            Transport::Auto => (0..size).any(|a| {
+                (a + 1..size).any(|b| {
+                    world.node_of(a) != world.node_of(b) && super::same_fabric(self.fabrics, a, b)
+                })
+            }),
+        }
+    }
+
+    /// This node's model, measured by its lowest rank when the model is
+    /// to be calibrated (`None` elsewhere, or when this node has no device
+    /// that works: the other nodes' measurements stand for it).
+    fn node_model(&self, world: &World) -> Option<Machine> {
+        if self.model != Model::Calibrated || world.local_rank() != 0 {
+            return None;
+        }
+        let calibrate = || {
+            let measured = DeviceSelector::from_env()
+                .and_then(|s| Device::open(&s))
+                .and_then(|dev| sode_transport::calibrate(&dev, self.engines));
+            match measured {
+                Ok(c) => Some(machine_of(&c)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "this node's device was not calibrated");
+                    None
+                }
+            }
+        };
+        crate::job_memo::JobMemo::of(world).node_model(self.engines, calibrate)
+    }
+
+    /// The job's model, the same on every rank: `None` when it is not to be
+    /// calibrated, or when no node measured (each rank then calibrates its
+    /// own device, as a last resort). Every rank joins the allgather of
+    /// the nodes' measurements (a record of fixed size each, empty from
+    /// ranks that did not measure), whatever its setting, so that the
+    /// job's collectives stay in step.
+    fn agree_model(&self, setup: &Setup<'_>) -> Result<Option<crate::model::Agreed>> {
+        let world = setup.world;
+        let body = crate::model::encode(self.node_model(world));
+        let all = world
+            .allgather(&body, setup.timeout)
+            .map_err(|source| HaloError::Barrier {
+                source: Box::new(source),
+            })?;
+        if self.model != Model::Calibrated {
+            return Ok(None);
+        }
+        // Each node by its lowest rank.
+        let mut first_on = std::collections::HashMap::new();
+        let mut reports = Vec::with_capacity(all.len());
+        for (rank, b) in all.iter().enumerate() {
+            let machine = crate::model::decode(b).map_err(|e| HaloError::Usage {
+                op: "build",
+                why: format!("rank {rank} sent an unreadable model of its node: {e}"),
+            })?;
+            reports.push(crate::model::Report {
+                rank,
+                node: *first_on.entry(world.node_of(rank)).or_insert(rank),
+                machine,
+            });
+        }
+        let agreed = crate::model::agree(&reports);
+        if agreed.is_none() {
+            tracing::warn!("no node calibrated its device: each rank calibrates its own");
+        }
+        Ok(agreed)
+    }
 }
 
 /// Where one side of every message lives once laid out.

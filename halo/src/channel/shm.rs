@@ -1,6 +1,6 @@
 //! Shared memory with the neighbours on this node (`sode-shm`).
 
-use super::{Channel, Locality};
+use super::{names, Built, Channel, LinkRuns, Locality, Member, Placed, Setup};
 use crate::error::{HaloError, Result};
 
 /// A `sode-shm` exchange carrying one message per shared-memory neighbour.
@@ -14,10 +14,64 @@ pub(crate) struct ShmChannel {
 }
 
 impl ShmChannel {
+    /// Sets up shared memory with `members` (every link to a rank on this
+    /// node), in the segment `name`; collective with each of them. A
+    /// member with `runs` (in the shared sets that `lend` asks the
+    /// segment to hold: how many, of how many bytes) travels in place.
+    pub(crate) fn set_up(
+        setup: &Setup<'_>,
+        name: &str,
+        members: &[Member<'_>],
+        runs: &[Option<&LinkRuns>],
+        lend: Option<(usize, usize)>,
+    ) -> Result<Built> {
+        let mut placed = Vec::with_capacity(members.len());
+        let peers = members.iter().enumerate().map(|(i, m)| {
+            let runs = runs.get(i).copied().flatten();
+            let mut p = sode_shm::Peer::new(m.peer);
+            let mut at = Placed::default();
+            if let Some(s) = m.send {
+                p = p.send(s.len, s.tag);
+                at.send = Some(i);
+                if let Some(r) = runs.and_then(|r| r.send.clone()) {
+                    p = p.send_in_place(r);
+                    at.in_place.send = true;
+                }
+            }
+            if let Some(r) = m.recv {
+                p = p.recv(r.len, r.tag);
+                at.recv = Some(i);
+                if let Some(r) = runs.and_then(|r| r.recv.clone()) {
+                    p = p.recv_in_place(r);
+                    at.in_place.recv = true;
+                }
+            }
+            placed.push(at);
+            p
+        });
+        let peers: Vec<sode_shm::Peer> = peers.collect();
+        let names = names(members);
+        // The probes are the job's, measured by its first exchange.
+        let probes = crate::job_memo::JobMemo::of(setup.world).shm_probes.clone();
+        let mut ctx = sode_shm::Context::from_world(setup.world)
+            .map_err(|source| HaloError::Shm {
+                neighbours: names.clone(),
+                source: Box::new(source),
+            })?
+            .with_probe_cache(probes);
+        let builder = ctx.exchange().name(name);
+        let channel = ShmChannel::build(builder, peers, names, setup.timeout, lend)?;
+        Ok(Built {
+            channel: Box::new(channel),
+            placed,
+            summary: None,
+        })
+    }
+
     /// Builds the exchange `builder` describes (its name, in its context)
     /// with `peers` (message `i` is `peers[i]`); collective with each of
     /// them.
-    pub(crate) fn build(
+    fn build(
         builder: sode_shm::ShmExchangeBuilder<'_>,
         peers: Vec<sode_shm::Peer>,
         names: String,

@@ -13,7 +13,7 @@ use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
 use std::net::TcpStream;
 use std::time::Instant;
 
-use super::{Channel, Locality};
+use super::{names, Built, Channel, Locality, Member, Placed, Setup};
 use crate::error::{HaloError, Result};
 
 const HEADER: usize = 16;
@@ -28,7 +28,7 @@ const SHORT_NAP: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// A message this rank sends or receives over TCP.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct TcpMessage {
+struct TcpMessage {
     /// The other rank.
     pub peer: usize,
     /// Its tag (unique per peer and direction).
@@ -134,9 +134,42 @@ pub(crate) struct TcpChannel {
 }
 
 impl TcpChannel {
+    /// Sets up TCP streams with `members` (every link to a rank reached
+    /// over TCP); collective with each of them.
+    pub(crate) fn set_up(setup: &Setup<'_>, members: &[Member<'_>]) -> Result<Built> {
+        let (mut out, mut inn) = (Vec::new(), Vec::new());
+        let mut placed = Vec::with_capacity(members.len());
+        for m in members {
+            let mut at = Placed::default();
+            if let Some(s) = m.send {
+                at.send = Some(out.len());
+                out.push(TcpMessage {
+                    peer: m.peer,
+                    tag: s.tag,
+                    len: s.len,
+                });
+            }
+            if let Some(r) = m.recv {
+                at.recv = Some(inn.len());
+                inn.push(TcpMessage {
+                    peer: m.peer,
+                    tag: r.tag,
+                    len: r.len,
+                });
+            }
+            placed.push(at);
+        }
+        let channel = TcpChannel::build(setup.world, out, inn, names(members), setup.timeout)?;
+        Ok(Built {
+            channel: Box::new(channel),
+            placed,
+            summary: None,
+        })
+    }
+
     /// Connects to every peer of `sends` and `recvs` (message `i` of each is
     /// number `i` on this channel); collective with each of them.
-    pub(crate) fn build(
+    fn build(
         world: &sode_job::World,
         sends: Vec<TcpMessage>,
         recvs: Vec<TcpMessage>,
