@@ -415,36 +415,51 @@ struct Row {
     copy: f64,
 }
 
-/// The thresholds the rows call for. Eager up to the last size where it is
-/// no slower than a window put; get from the first size after which it
-/// stays faster than eager; read in place from the first size after which
-/// a get stays faster than a window put with a copy on either side.
+/// The thresholds the rows call for. Eager up to the end of the sizes
+/// where it is no slower than a window put; get from the start of the
+/// sizes where it is faster than eager; read in place from the start of
+/// the sizes where a get is faster than a window put with a copy on
+/// either side. Each is the step that fits the rows best
+/// ([`step_from`]), so one size measured badly (a busy process took the
+/// responder's core through all its trials) does not move it.
 fn crossovers(rows: &[Row], largest: usize) -> Thresholds {
-    let mut eager_max = 0;
-    for r in rows {
-        if r.eager <= r.window {
-            eager_max = r.size;
-        } else {
-            break;
-        }
-    }
-    let from_last = |better: &dyn Fn(&Row) -> bool| {
-        let mut min = largest * 2;
-        for r in rows.iter().rev() {
-            if better(r) {
-                min = r.size;
-            } else {
-                break;
-            }
-        }
-        min
-    };
+    let never = largest * 2;
+    // Eager below the first size where it stops being no slower.
+    let eager_from = step_from(rows, never, &|r| r.eager > r.window);
+    let eager_max = rows
+        .iter()
+        .map(|r| r.size)
+        .filter(|&s| s < eager_from)
+        .max()
+        .unwrap_or(0);
     Thresholds {
         eager_max,
-        get_min: from_last(&|r| r.get < r.eager),
-        read_min: from_last(&|r| r.get < r.window + 2.0 * r.copy),
+        get_min: step_from(rows, never, &|r| r.get < r.eager),
+        read_min: step_from(rows, never, &|r| r.get < r.window + 2.0 * r.copy),
         measured: true,
     }
+}
+
+/// Where a path becomes `better`: the size from which `better` holds and
+/// below which it does not that the fewest rows contradict (`never` when
+/// no size is), the larger of two that tie. On rows that cross once it
+/// is the crossing; a lone row against its neighbours is outvoted.
+fn step_from(rows: &[Row], never: usize, better: &dyn Fn(&Row) -> bool) -> usize {
+    // Starting at `never`, every row that is better contradicts.
+    let mut cost = rows.iter().filter(|r| better(r)).count();
+    let (mut best, mut best_cost) = (never, cost);
+    for r in rows.iter().rev() {
+        // Moving the step below `r` makes it agree if better, else not.
+        if better(r) {
+            cost -= 1;
+        } else {
+            cost += 1;
+        }
+        if cost < best_cost {
+            (best, best_cost) = (r.size, cost);
+        }
+    }
+    best
 }
 
 /// A plain copy of `size` bytes out of `src`, in nanoseconds (best of a
@@ -538,5 +553,70 @@ impl Thresholds {
         Ok(set
             .complete()
             .unwrap_or_else(|| set.apply(Thresholds::measure())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows over [`SIZES`] where get beats eager at the sizes `get_wins`
+    /// marks, and eager never beats a window put past 64 bytes.
+    fn rows(get_wins: [bool; 10]) -> Vec<Row> {
+        SIZES
+            .iter()
+            .zip(get_wins)
+            .map(|(&size, wins)| Row {
+                size,
+                eager: 100.0,
+                window: if size <= 64 { 200.0 } else { 50.0 },
+                get: if wins { 80.0 } else { 120.0 },
+                copy: 1000.0,
+            })
+            .collect()
+    }
+
+    const LARGEST: usize = 262_144;
+
+    #[test]
+    fn rows_that_cross_once_give_the_crossing() {
+        let t = crossovers(
+            &rows([
+                false, false, false, true, true, true, true, true, true, true,
+            ]),
+            LARGEST,
+        );
+        assert_eq!((t.eager_max, t.get_min, t.read_min), (64, 1024, 8));
+        let never = crossovers(&rows([false; 10]), LARGEST);
+        assert_eq!(never.get_min, 2 * LARGEST, "get never better: never chosen");
+        let always = crossovers(&rows([true; 10]), LARGEST);
+        assert_eq!(always.get_min, 8);
+    }
+
+    #[test]
+    fn one_size_measured_badly_does_not_move_a_threshold() {
+        // The largest size slow in every trial: before, this read "never".
+        let top = rows([
+            false, false, false, true, true, true, true, true, true, false,
+        ]);
+        assert_eq!(crossovers(&top, LARGEST).get_min, 1024);
+        // One size in the middle either way.
+        let dip = rows([
+            false, false, false, true, true, false, true, true, true, true,
+        ]);
+        assert_eq!(crossovers(&dip, LARGEST).get_min, 1024);
+        let blip = rows([
+            false, true, false, false, false, false, true, true, true, true,
+        ]);
+        assert_eq!(crossovers(&blip, LARGEST).get_min, 32768);
+    }
+
+    #[test]
+    fn a_tie_takes_the_larger_size() {
+        // From 4096 or from 32768, one row contradicts either way.
+        let tie = rows([
+            false, false, false, false, true, false, true, true, true, true,
+        ]);
+        assert_eq!(crossovers(&tie, LARGEST).get_min, 32768);
     }
 }
