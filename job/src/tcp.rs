@@ -106,6 +106,7 @@ impl TcpRendezvous {
             deadline,
             step: &format!("rendezvous at SODE_ROOT={root_name}"),
             hint: "did they start, with the same SODE_ROOT and SODE_JOB_SECRET?",
+            confirmed: false,
         };
         acceptor.run(
             &mut joined,
@@ -343,6 +344,7 @@ impl Mesh {
             deadline,
             step: &format!("accepting peer links at rank {me}"),
             hint: "do they list this rank as a peer?",
+            confirmed: true,
         };
         acceptor.run(&mut links, |links, greeted| {
             let Greeted { mut session, first, from } = greeted;
@@ -356,9 +358,6 @@ impl Mesh {
                 });
             }
             session.rename(format!("rank {who}"));
-            // The dialler waits for this: a link dropped before it is
-            // dialled again.
-            session.send(ACCEPTED)?;
             links.insert(who, PeerLink::new(who, Box::new(TcpPeer { session })));
             Ok(missing(links).is_empty())
         }, |links| format!("ranks {}", missing(links)))?;
@@ -368,6 +367,10 @@ impl Mesh {
 
 /// What an accepting rank answers a peer link it took.
 const ACCEPTED: &[u8] = b"accepted";
+/// What the dialling rank answers the acceptance: only then does the
+/// acceptor count the link, so a link lost before the dialler heard the
+/// acceptance (which it then dials again) is never counted in its place.
+const CONFIRMED: &[u8] = b"confirmed";
 
 impl Mesh {
     /// Dials rank `p`, proves this rank belongs to the job, says which
@@ -386,6 +389,7 @@ impl Mesh {
                 why: "it answered the link with something else than its acceptance".into(),
             });
         }
+        session.send(CONFIRMED)?;
         Ok(session)
     }
 }
@@ -465,6 +469,10 @@ struct Acceptor<'a> {
     deadline: Instant,
     step: &'a str,
     hint: &'a str,
+    /// Whether each connection, once it sent its first message, is
+    /// answered [`ACCEPTED`] and must answer [`CONFIRMED`] before it is
+    /// admitted (peer links), all on its handshake's thread.
+    confirmed: bool,
 }
 
 impl Acceptor<'_> {
@@ -534,12 +542,12 @@ impl Acceptor<'_> {
             tracing::warn!("dropped a connection from {from}: its socket could not be shared");
             return;
         };
-        let (secret, tx) = (self.secret.clone(), done.clone());
+        let (secret, tx, confirmed) = (self.secret.clone(), done.clone(), self.confirmed);
         let spawned = std::thread::Builder::new()
             .name("sode-handshake".into())
             .stack_size(HANDSHAKE_STACK)
             // The receiver is gone once every rank arrived.
-            .spawn(move || drop(tx.send((id, greet(s, from, &secret)))));
+            .spawn(move || drop(tx.send((id, greet(s, from, &secret, confirmed)))));
         match spawned {
             Ok(_) => under_way.push_back(UnderWay { id, stream }),
             Err(e) => tracing::warn!(
@@ -567,13 +575,25 @@ impl Acceptor<'_> {
     }
 }
 
-/// The handshake and first message of a connection the listener took, or
-/// `None` (the connection dropped, and why said once) when it does not
-/// belong to the job, sends garbage, stays silent or goes away.
-fn greet(s: TcpStream, from: SocketAddr, secret: &Secret) -> Option<Greeted> {
+/// The handshake and first message of a connection the listener took
+/// (and, when `confirmed`, the acceptance answered), or `None` (the
+/// connection dropped, and why said once) when it does not belong to the
+/// job, sends garbage, stays silent or goes away.
+fn greet(s: TcpStream, from: SocketAddr, secret: &Secret, confirmed: bool) -> Option<Greeted> {
     let whom = format!("a connection from {from}");
     let result = Session::accept(s, secret, &whom).and_then(|mut session| {
-        let first = session.recv(Instant::now() + HANDSHAKE_TIMEOUT)?;
+        let until = Instant::now() + HANDSHAKE_TIMEOUT;
+        let first = session.recv(until)?;
+        if confirmed {
+            session.send(ACCEPTED)?;
+            if session.recv(until)? != CONFIRMED {
+                return Err(JobError::Protocol {
+                    whom: whom.clone(),
+                    why: "it answered the acceptance with something else than its confirmation"
+                        .into(),
+                });
+            }
+        }
         Ok(Greeted {
             session,
             first,
@@ -711,6 +731,53 @@ mod tests {
         assert!(
             last >= Duration::from_millis(150) && last < Duration::from_secs(5),
             "the failing send took {last:?}: {why}"
+        );
+    }
+
+    /// Rank `rank` of two whose peer listeners are `listeners`.
+    fn mesh(rank: usize, listeners: &[&TcpListener], secret: &Secret) -> Mesh {
+        Mesh {
+            rank,
+            size: 2,
+            secret: secret.clone(),
+            listener: listeners[rank].try_clone().unwrap(),
+            listen: listeners
+                .iter()
+                .map(|l| vec![l.local_addr().unwrap()])
+                .collect(),
+            routes: None,
+        }
+    }
+
+    #[test]
+    fn a_peer_link_lost_before_its_acceptance_is_dialled_again_and_taken() {
+        let secret = Secret::random().unwrap();
+        let ls = [0, 1].map(|_| TcpListener::bind("127.0.0.1:0").unwrap());
+        let listeners = [&ls[0], &ls[1]];
+        let (mut m0, mut m1) = (mesh(0, &listeners, &secret), mesh(1, &listeners, &secret));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let acceptor = std::thread::spawn(move || {
+            let mut links = m1.connect(&BTreeSet::from([0]), deadline)?;
+            let link = links.get_mut(&0).expect("a link to rank 0");
+            link.send(&"from 1")?;
+            link.recv::<String>(deadline)
+        });
+        // Rank 0's first link says who it is, then goes away before it
+        // hears the acceptance: a link lost on the way.
+        let s = TcpStream::connect(ls[1].local_addr().unwrap()).unwrap();
+        let mut lost = Session::connect(s, &secret, "rank 1", deadline).unwrap();
+        lost.send(b"0").unwrap();
+        drop(lost);
+        // Then it dials again, as `again_if_lost` does.
+        let mut links = m0.connect(&BTreeSet::from([1]), deadline).unwrap();
+        let link = links.get_mut(&1).expect("a link to rank 1");
+        assert_eq!(link.recv::<String>(deadline).unwrap(), "from 1");
+        link.send(&"from 0").unwrap();
+        let got = acceptor.join().unwrap();
+        assert_eq!(
+            got.unwrap(),
+            "from 0",
+            "rank 1 took the lost link in place of the second"
         );
     }
 
