@@ -237,7 +237,21 @@ impl Joined {
         let whom = format!("a rank at {from}");
         let h: Hello = decode(&first, &whom)?;
         let size = self.listen.len();
-        if h.size != size || h.rank == 0 || h.rank >= size || self.listen[h.rank].is_some() {
+        let known = h.size == size && h.rank > 0 && h.rank < size;
+        if known
+            && self.links[h.rank]
+                .as_ref()
+                .is_some_and(|s| gone(s.stream()))
+        {
+            // Its first link broke before the directory came, and it
+            // joined again (`again_if_lost`): the new link stands.
+            tracing::debug!(
+                "rank {} joined again from {from}: its first link was lost",
+                h.rank
+            );
+            self.listen[h.rank] = None;
+        }
+        if !known || self.listen[h.rank].is_some() {
             let state = if h.rank < size && self.listen[h.rank].is_some() {
                 "already joined"
             } else {
@@ -411,18 +425,7 @@ impl PeerChannel for TcpPeer {
     }
 
     fn closed(&self) -> bool {
-        let stream = self.session.stream();
-        if stream.set_nonblocking(true).is_err() {
-            return true;
-        }
-        let mut b = [0u8; 1];
-        let closed = match stream.peek(&mut b) {
-            Ok(0) => true,
-            Ok(_) => false,
-            Err(e) => e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted,
-        };
-        let _ = stream.set_nonblocking(false);
-        closed
+        closed(self.session.stream())
     }
 
     fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
@@ -436,6 +439,40 @@ impl PeerChannel for TcpPeer {
             .set_write_timeout(limit)
             .map_err(io_err("set_write_timeout", "a peer link"))
     }
+}
+
+/// Whether the other end of `stream` closed it or the connection broke.
+fn closed(stream: &TcpStream) -> bool {
+    if stream.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let mut b = [0u8; 1];
+    let closed = match stream.peek(&mut b) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::Interrupted,
+    };
+    let _ = stream.set_nonblocking(false);
+    closed
+}
+
+/// How long a rank that joins the rendezvous a second time may take to
+/// show its first link closed: its close may still be on the way.
+const REJOIN_GRACE: Duration = Duration::from_millis(500);
+
+/// Whether `stream`, the link of a rank that joined again, is closed, or
+/// closes within [`REJOIN_GRACE`]: then the rank lost it and dialled
+/// again; else two processes claim one rank.
+fn gone(stream: &TcpStream) -> bool {
+    let until = Instant::now() + REJOIN_GRACE;
+    let mut backoff = Backoff::setup(Duration::from_millis(1));
+    while !closed(stream) {
+        if Instant::now() >= until {
+            return false;
+        }
+        backoff.snooze();
+    }
+    true
 }
 
 /// A connection that proved it belongs to the job, with its first message.
@@ -779,6 +816,65 @@ mod tests {
             "from 0",
             "rank 1 took the lost link in place of the second"
         );
+    }
+
+    #[test]
+    fn a_rank_whose_rendezvous_link_broke_joins_again() {
+        let port = crate::free_port().unwrap();
+        let secret = Secret::from_hex(&"4e".repeat(32)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let join = |rank: usize| {
+            let launch = LaunchInfo::loopback(rank, 3, port, secret.clone());
+            std::thread::spawn(move || TcpRendezvous::join(&launch, deadline).map(|r| r.mesh.rank))
+        };
+        let root = join(0);
+        // Rank 1's first link says hello, then breaks before the
+        // directory comes (rank 2 has not joined yet).
+        let s = connect_retry(SocketAddr::from(([127, 0, 0, 1], port)), deadline, "root").unwrap();
+        let mut first = Session::connect(s, &secret, "the root", deadline).unwrap();
+        let hello = Hello {
+            rank: 1,
+            size: 3,
+            listen: vec![SocketAddr::from(([127, 0, 0, 1], 9))],
+        };
+        first.send(&serde_json::to_vec(&hello).unwrap()).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        drop(first);
+        let one = join(1);
+        // Rank 2 comes last, so the root still waits when rank 1 joins
+        // again (a link lost once every rank is in is not covered).
+        std::thread::sleep(Duration::from_secs(1));
+        let two = join(2);
+        for (rank, h) in [root, one, two].into_iter().enumerate() {
+            let got = h.join().unwrap();
+            assert!(matches!(got, Ok(r) if r == rank), "rank {rank}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn two_processes_that_claim_one_rank_are_still_named() {
+        let port = crate::free_port().unwrap();
+        let secret = Secret::from_hex(&"4f".repeat(32)).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let launch = LaunchInfo::loopback(0, 3, port, secret.clone());
+        let root = std::thread::spawn(move || TcpRendezvous::join(&launch, deadline).err());
+        let twins: Vec<_> = (0..2)
+            .map(|_| {
+                let launch = LaunchInfo::loopback(1, 3, port, secret.clone());
+                std::thread::spawn(move || {
+                    let _ = TcpRendezvous::join(&launch, Instant::now() + Duration::from_secs(5));
+                })
+            })
+            .collect();
+        let told = root
+            .join()
+            .unwrap()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(told.contains("rank 1 already joined"), "{told:?}");
+        for t in twins {
+            t.join().unwrap();
+        }
     }
 
     #[test]
