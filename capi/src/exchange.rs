@@ -1330,7 +1330,7 @@ impl Exchange {
         if depth != 0 && in_place {
             return Err(CapiError::Invalid {
                 op,
-                why: format!("faces travel in place over RDMA at the committed halo widths, so a start cannot move {depth} layers of them; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face, or sode_exchange_set_depth(x, 0)"),
+                why: format!("faces travel in place over RDMA at the committed halo widths, so a start cannot move {depth} layers of them; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit, or run with SODE_ZERO_COPY=never, to pack every face, or sode_exchange_set_depth(x, 0)"),
             });
         }
         if links.in_flight() {
@@ -1403,7 +1403,7 @@ impl Exchange {
             if let Some(f) = skipped {
                 return Err(CapiError::Invalid {
                     op,
-                    why: format!("field {} travels in place over RDMA in messages with the fields started, so it cannot be left out; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face", f + first),
+                    why: format!("field {} travels in place over RDMA in messages with the fields started, so it cannot be left out; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit, or run with SODE_ZERO_COPY=never, to pack every face", f + first),
                 });
             }
         }
@@ -1424,7 +1424,7 @@ impl Exchange {
             if field.call.is_some() && any_in_place {
                 return Err(CapiError::Invalid {
                     op,
-                    why: format!("field {}: faces travel in place over RDMA from the array it was added with, so no other array can stand for it; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit to pack every face", f + first),
+                    why: format!("field {}: faces travel in place over RDMA from the array it was added with, so no other array can stand for it; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit, or run with SODE_ZERO_COPY=never, to pack every face", f + first),
                 });
             }
         }
