@@ -182,17 +182,22 @@ impl CreditBook {
     ///
     /// # Errors
     ///
-    /// [`ProtocolViolation::ShapeMismatch`], with the index of the peer,
-    /// when data of this iteration that came early carries another shape.
+    /// [`ProtocolViolation::ShapeMismatch`], with the index of the (first)
+    /// peer, when data of this iteration that came early carries another
+    /// shape; the iteration has begun all the same.
     pub fn start(&mut self, shape: u8) -> Result<u32, (usize, ProtocolViolation)> {
         self.epoch = next(self.epoch);
         self.shape = shape;
         self.in_flight = true;
+        let mut mismatch = None;
+        // Every peer's early data counted, whatever the verdict: the
+        // iteration begins all the same, so that this rank's writes still
+        // go out and tell the peer too.
         for (i, p) in self.peers.iter_mut().enumerate() {
             p.arrivals = std::mem::take(&mut p.early);
-            if p.arrivals > 0 && p.early_shape != shape {
+            if p.arrivals > 0 && p.early_shape != shape && mismatch.is_none() {
                 let theirs = p.early_shape;
-                return Err((
+                mismatch = Some((
                     i,
                     ProtocolViolation::ShapeMismatch {
                         theirs,
@@ -201,7 +206,10 @@ impl CreditBook {
                 ));
             }
         }
-        Ok(self.epoch)
+        match mismatch {
+            Some(m) => Err(m),
+            None => Ok(self.epoch),
+        }
     }
 
     /// The credit to grant `peer` at this start: the iteration in flight,
@@ -688,5 +696,32 @@ mod tests {
         assert_eq!(book.start(3), told, "told at the start of 2");
         let msg = ProtocolViolation::ShapeMismatch { theirs: 4, ours: 3 }.to_string();
         assert!(msg.contains("different parts of the exchange"), "{msg}");
+    }
+
+    #[test]
+    fn an_iteration_told_of_another_shape_at_start_begins_all_the_same() {
+        // Two peers with a lead; both send their next iteration early, the
+        // first with another shape.
+        let role = PeerRole {
+            grant_lead: 1,
+            credit_lead: 1,
+            ..PeerRole::new(true, 1)
+        };
+        let mut book = CreditBook::new([role, role]);
+        assert_eq!(book.start(3), Ok(1));
+        assert_eq!(book.on_data(0, 1, 3), Ok(Arrival::PeerComplete));
+        assert_eq!(book.on_data(1, 1, 3), Ok(Arrival::PeerComplete));
+        assert_eq!(book.on_data(0, 2, 4), Ok(Arrival::Partial));
+        assert_eq!(book.on_data(1, 2, 3), Ok(Arrival::Partial));
+        for peer in 0..2 {
+            assert_eq!(book.on_credit(peer, 2), Ok(CreditEvent::Early));
+        }
+        book.finish();
+        let told = Err((0, ProtocolViolation::ShapeMismatch { theirs: 4, ours: 3 }));
+        assert_eq!(book.start(3), told);
+        // In flight, with the second peer's early data counted: this rank
+        // still posts its writes, which tell the first peer in turn.
+        assert!(book.in_flight() && book.may_post(0) && book.may_post(1));
+        assert_eq!(book.arrivals_missing(1), 0, "the second peer's early chain");
     }
 }

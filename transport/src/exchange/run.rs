@@ -168,6 +168,11 @@ pub(crate) struct State {
     stats: ExchangeStats,
     /// When the peers' setup links are next checked for a closed peer.
     next_liveness: Instant,
+    /// A peer's early data of this iteration that carried another shape
+    /// (found at start), told once this rank's own writes to that peer
+    /// are out, so that the peer is told too rather than waiting out its
+    /// deadline; the iteration does not complete meanwhile.
+    deferred: Option<(usize, ProtocolViolation)>,
 }
 
 impl State {
@@ -217,11 +222,13 @@ impl State {
             credits_done: 0,
             stats: ExchangeStats::default(),
             next_liveness: Instant::now(),
+            deferred: None,
         }
     }
 
     fn done(&self) -> bool {
-        self.chains_done == self.chains.len()
+        self.deferred.is_none()
+            && self.chains_done == self.chains.len()
             && self.credits_done == self.credits_posted
             && self.book.arrivals_complete()
     }
@@ -254,10 +261,7 @@ impl PersistentWrites {
         s.credits_posted = 0;
         s.stats.iterations += 1;
         s.lifecycle.start();
-        if let Err((pi, v)) = began {
-            let e = self.violation(pi, v);
-            return Err(self.fail(e));
-        }
+        s.deferred = began.err();
         let result = self.post_credits().and_then(|()| {
             for pi in 0..self.state.peers.len() {
                 self.post_granted(pi)?;
@@ -470,6 +474,9 @@ impl PersistentWrites {
     /// peers when that is due; any error fails the object.
     fn pass(&mut self) -> Result<Pass> {
         let progressed = self.progress().map_err(|e| self.fail(e))?;
+        if let Some(e) = self.deferred_due() {
+            return Err(self.fail(e));
+        }
         if self.state.done() {
             self.finish();
             return Ok(Pass {
@@ -546,6 +553,18 @@ impl PersistentWrites {
             device: self.device.clone(),
             source,
         }
+    }
+
+    /// The violation found at start, once this rank's writes to its peer
+    /// have all completed.
+    fn deferred_due(&mut self) -> Option<TransportError> {
+        let s = &self.state;
+        let pi = s.deferred.as_ref()?.0;
+        if !s.peers[pi].chains.iter().all(|&ci| s.chains[ci].done) {
+            return None;
+        }
+        let (pi, v) = self.state.deferred.take()?;
+        Some(self.violation(pi, v))
     }
 
     fn violation(&self, pi: usize, v: ProtocolViolation) -> TransportError {
