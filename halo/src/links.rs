@@ -566,8 +566,8 @@ impl<'w> LinkExchangeBuilder<'w> {
             lent,
         };
         let built = crate::channel::RdmaChannel::set_up(setup, job, &members, &in_place)?;
-        Ok(built.and_then(|b| {
-            let summary = b.summary.clone();
+        Ok(built.and_then(|mut b| {
+            let summary = b.summary.take();
             placing.add(&links, b);
             summary
         }))

@@ -8,9 +8,9 @@
 //!   iteration, several messages to one peer told apart by their tags;
 //! - a shortened message carries its first bytes only, and the full
 //!   length comes back;
-//! - ranks that start different shapes are told so, naming the peer (at
-//!   the start, where the peer's data came early, or on the way to
-//!   completion), and equal shapes pass;
+//! - ranks that start different shapes are both told so, naming the
+//!   peer (by the start or on the way to completion), and equal shapes
+//!   pass;
 //! - a receiver that expects another length than its sender carries is
 //!   told so, naming the peer (but over RDMA, whose receiver counts
 //!   writes, not bytes: there the lengths follow from the shape, checked

@@ -26,9 +26,11 @@ impl ShmChannel {
         lend: Option<(usize, usize)>,
     ) -> Result<Built> {
         let mut placed = Vec::with_capacity(members.len());
-        let peers = members.iter().enumerate().map(|(i, m)| {
+        let mut peers = Vec::with_capacity(members.len());
+        for (i, m) in members.iter().enumerate() {
             let runs = runs.get(i).copied().flatten();
             let mut p = sode_shm::Peer::new(m.peer);
+            // Message i of each side is member i's.
             let mut at = Placed::default();
             if let Some(s) = m.send {
                 p = p.send(s.len, s.tag);
@@ -47,9 +49,8 @@ impl ShmChannel {
                 }
             }
             placed.push(at);
-            p
-        });
-        let peers: Vec<sode_shm::Peer> = peers.collect();
+            peers.push(p);
+        }
         let names = names(members);
         // The probes are the job's, measured by its first exchange.
         let probes = crate::job_memo::JobMemo::of(setup.world).shm_probes.clone();

@@ -141,21 +141,18 @@ impl TcpChannel {
         let mut placed = Vec::with_capacity(members.len());
         for m in members {
             let mut at = Placed::default();
+            let with = |msg: super::Message| TcpMessage {
+                peer: m.peer,
+                tag: msg.tag,
+                len: msg.len,
+            };
             if let Some(s) = m.send {
                 at.send = Some(out.len());
-                out.push(TcpMessage {
-                    peer: m.peer,
-                    tag: s.tag,
-                    len: s.len,
-                });
+                out.push(with(s));
             }
             if let Some(r) = m.recv {
                 at.recv = Some(inn.len());
-                inn.push(TcpMessage {
-                    peer: m.peer,
-                    tag: r.tag,
-                    len: r.len,
-                });
+                inn.push(with(r));
             }
             placed.push(at);
         }
