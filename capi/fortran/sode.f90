@@ -1297,9 +1297,9 @@ contains
   !> TARGET or POINTER), or `c_null_ptr` for the field's own, one per field
   !> in the order added. The wait or test that completes the exchange
   !> fills the halos of the same arrays; the next `sode_start` uses the
-  !> fields' own arrays again. A field whose faces travel in place over
-  !> RDMA cannot be given another array (SODE_ERR_ARG; call
-  !> `sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)` before commit).
+  !> fields' own arrays again. Where faces travel in place over RDMA, a
+  !> field given another array has the faces of its messages packed and
+  !> unpacked for that start, as if they were packed.
   subroutine sode_start_arrays(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: arrays(:)

@@ -1378,10 +1378,11 @@ impl Exchange {
 
     /// Gives each started field the array `array` names for it (the
     /// `k`-th of `subset`, or field `k`), every other field none; refuses
-    /// what faces travelling in place over RDMA cannot do: another array,
-    /// or part of a message (`any_in_place`: whether any link does).
+    /// what faces travelling in place over RDMA cannot do, part of a
+    /// message (`any_in_place`: whether any link does), and stages the
+    /// start when a field read or received in place has another array.
     fn bind_arrays(
-        links: &LinkExchange,
+        links: &mut LinkExchange,
         planned: &[Planned],
         fields: &mut [Field],
         (subset, given): (Option<&FieldList<'_>>, usize),
@@ -1421,14 +1422,22 @@ impl Exchange {
             // The field's own array, given again, is no other array.
             field.call =
                 array(k, field.bytes).filter(|a| !field.memory.as_ref().is_some_and(|m| m.is(a)));
-            if field.call.is_some() && any_in_place {
-                return Err(CapiError::Invalid {
-                    op,
-                    why: format!("field {}: faces travel in place over RDMA from the array it was added with, so no other array can stand for it; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit, or run with SODE_ZERO_COPY=never, to pack every face", f + first),
-                });
-            }
         }
-        Ok(())
+        // The device reads and writes only the arrays lent at commit: a
+        // face of another array goes through the channel's buffers.
+        let moved_in_place = |f: usize| {
+            planned.iter().enumerate().any(|(i, p)| {
+                let s = links.in_place(i);
+                let has =
+                    |pieces: &Option<Vec<Piece>>| pieces.iter().flatten().any(|p| p.field == f);
+                (s.send && has(&p.send)) || (s.recv && has(&p.recv))
+            })
+        };
+        let staged = any_in_place
+            && (0..fields.len()).any(|f| fields[f].call.is_some() && moved_in_place(f));
+        links
+            .set_staged(staged)
+            .map_err(|source| CapiError::Exchange { op, source })
     }
 
     /// Tells every link how many bytes of its messages the started fields
@@ -1471,7 +1480,7 @@ impl Exchange {
             .enumerate()
             .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
         {
-            if links.in_place(i).send {
+            if links.in_place_now(i).send {
                 continue;
             }
             let out = links.send_buf(i).map_err(exchange)?;
@@ -1506,7 +1515,7 @@ impl Exchange {
         for (i, pieces) in planned
             .iter()
             .enumerate()
-            .filter(|(i, _)| !links.in_place(*i).recv)
+            .filter(|(i, _)| !links.in_place_now(*i).recv)
             .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
         {
             let data = links

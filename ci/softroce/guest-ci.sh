@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # In the SoftRoCE guest, for CI: perftest's ib_write_bw as a smoke test of
 # rxe0, the RDMA test executables given as arguments, the stencil example
-# over RDMA, the C stencil over RDMA with faces packed and in place, TCP
-# setup through packet loss, SCALE-LES3 beside MPI, and a quick benchmark.
+# over RDMA, the C stencil over RDMA with faces packed and in place, the C
+# Runge-Kutta example over RDMA, TCP setup through packet loss, SCALE-LES3
+# beside MPI, and a quick benchmark.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/smoke.sh"
@@ -11,6 +12,8 @@ echo "== the stencil example over RDMA (rxe0), checked bit for bit"
 TRANSPORT=rdma bash "$here/../stencil.sh"
 echo "== the C ABI over RDMA: faces packed, in place, mixed and by run length, bit for bit"
 bash "$here/capi-rdma.sh"
+echo "== the C Runge-Kutta example over RDMA: three stage arrays through one exchange, faces in place and mixed, against MPI"
+bash "$here/rk-rdma.sh"
 echo "== TCP setup through 10 % packet loss"
 bash "$here/tcp-loss.sh" 6 10
 echo "== SCALE-LES3 over RDMA beside MPI persistent over UCX rc (quick)"

@@ -506,6 +506,7 @@ impl<'w> LinkExchangeBuilder<'w> {
         let shared = self.shared.take();
         Ok(LinkExchange {
             in_place,
+            staged: false,
             shared,
             set: None,
             store,
@@ -711,6 +712,9 @@ pub struct LinkExchange {
     rank: usize,
     /// Per link, which sides travel in place.
     in_place: Vec<Sides>,
+    /// Whether the starts that follow move RDMA's in-place messages
+    /// through buffers instead ([`set_staged`](Self::set_staged)).
+    staged: bool,
     /// The shared sets asked for (with each link's runs in them), where
     /// they are, and the set in flight.
     shared: Option<SharedSets>,
@@ -795,6 +799,50 @@ impl LinkExchange {
     /// shared memory. Those have no send or receive buffer.
     pub fn in_place(&self, link: usize) -> Sides {
         self.in_place.get(link).copied().unwrap_or_default()
+    }
+
+    /// Which sides of link `link` travel in place in the starts that
+    /// follow: [`in_place`](Self::in_place)'s, but none over RDMA while
+    /// the starts are [staged](Self::set_staged); the sides that do not
+    /// travel in place have a send or receive buffer.
+    pub fn in_place_now(&self, link: usize) -> Sides {
+        let over_rdma = |route: Option<&Option<Route>>| match route.copied().flatten() {
+            Some(Route::Channel { channel, .. }) => {
+                self.channels[channel].locality() == Locality::Rdma
+            }
+            _ => false,
+        };
+        let mut sides = self.in_place(link);
+        if self.staged {
+            sides.send &= !over_rdma(self.sends.get(link));
+            sides.recv &= !over_rdma(self.recvs.get(link));
+        }
+        sides
+    }
+
+    /// From the next start on, moves the messages that travel in place
+    /// over RDMA through the channel's buffers, when `staged`: the caller
+    /// packs and unpacks them as it does any packed message. For starts on
+    /// other arrays than those lent at build (Runge-Kutta stages, double
+    /// buffers): the device keeps reading and writing only the memory it
+    /// was given. Each side is chosen by its own rank; a receiver tells
+    /// each writer in its credit. It costs a pack on the sender and an
+    /// unpack on the receiver, as if the message had been packed.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::State`] while an iteration is in flight or after a
+    /// failure.
+    pub fn set_staged(&mut self, staged: bool) -> Result<()> {
+        self.lifecycle.require_idle("set_staged")?;
+        if self.staged == staged {
+            return Ok(());
+        }
+        for c in &mut self.channels {
+            c.set_staged(staged)?;
+        }
+        self.staged = staged;
+        Ok(())
     }
 
     /// Whether link `link`'s receive is read straight from the sender's

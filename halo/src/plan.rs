@@ -135,6 +135,9 @@ pub struct StreamWrite {
     pub write: Write,
     /// The source pieces in order (empty: contiguous from `src_offset`).
     pub gather: Vec<(usize, usize)>,
+    /// Where its first byte is in the message's stream (its place in the
+    /// packed message).
+    pub at: usize,
 }
 
 /// The writes that carry bytes `range` of a message whose stream is
@@ -170,6 +173,7 @@ pub fn stream_writes(
         let limit = range.end.min(t_start + targets[t].len);
         let buffer = sources[s].buffer;
         let dst_offset = at - t_start;
+        let first = at;
         let mut gather: Vec<(usize, usize)> = Vec::new();
         while at < limit && sources[s].buffer == buffer {
             let piece = sources[s];
@@ -202,6 +206,7 @@ pub fn stream_writes(
                 len,
             },
             gather: if gather.len() > 1 { gather } else { Vec::new() },
+            at: first,
         });
     }
     Some(out)

@@ -1,6 +1,7 @@
 //! Where an RDMA sender writes: each receiver numbers its windows (one per
 //! message it receives over RDMA, or one per run of a message received in
-//! place) and tells each sender, over a setup link to that sender alone,
+//! place, and then one staging window for the starts that name other
+//! arrays) and tells each sender, over a setup link to that sender alone,
 //! the windows of that sender's messages. What a rank receives grows with
 //! its neighbours and their messages, not with the job.
 
@@ -12,22 +13,35 @@ use sode_job::World;
 use crate::error::{HaloError, Result};
 
 /// A receiver's windows for one message from one sender: its tag, the
-/// receiver's number for the first window, and the bytes of each window in
-/// stream order.
+/// receiver's number for the first window, the bytes of each window in
+/// stream order, and the number of the window a staged start receives the
+/// whole message in (for a message received in place).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct WindowList {
     pub(crate) tag: u32,
     pub(crate) first: usize,
     pub(crate) runs: Vec<usize>,
+    pub(crate) staging: Option<usize>,
 }
 
-/// One message this rank receives over RDMA: from whom, its tag, and the
-/// bytes of each of its windows.
+/// One message this rank receives over RDMA: from whom, its tag, the
+/// bytes of each of its windows, and whether it has a staging window after
+/// them (received in place).
 #[derive(Debug, Clone)]
 pub(crate) struct Incoming {
     pub(crate) from: usize,
     pub(crate) tag: u32,
     pub(crate) runs: Vec<usize>,
+    pub(crate) staged: bool,
+}
+
+/// Where a sender writes one message: the receiver's number of its first
+/// window, the bytes of each, and its staging window if it has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) first: usize,
+    pub(crate) runs: Vec<usize>,
+    pub(crate) staging: Option<usize>,
 }
 
 /// This rank's windows, numbered in the order of `incoming`, grouped by
@@ -36,12 +50,14 @@ pub(crate) fn number(incoming: &[Incoming]) -> BTreeMap<usize, Vec<WindowList>> 
     let mut by_sender: BTreeMap<usize, Vec<WindowList>> = BTreeMap::new();
     let mut first = 0;
     for m in incoming {
+        let staging = m.staged.then_some(first + m.runs.len());
         by_sender.entry(m.from).or_default().push(WindowList {
             tag: m.tag,
             first,
             runs: m.runs.clone(),
+            staging,
         });
-        first += m.runs.len();
+        first += m.runs.len() + usize::from(m.staged);
     }
     by_sender
 }
@@ -87,8 +103,7 @@ pub(crate) fn swap(
 }
 
 /// The windows `peer` made for rank `me`'s message of `len` bytes with
-/// `tag` (on the link `name`): its number for the first, and the bytes of
-/// each.
+/// `tag` (on the link `name`).
 ///
 /// # Errors
 ///
@@ -100,7 +115,7 @@ pub(crate) fn target(
     peer: usize,
     (tag, len): (u32, usize),
     name: &str,
-) -> Result<(usize, Vec<usize>)> {
+) -> Result<Target> {
     let disagree = |why: String| HaloError::Usage {
         op: "build",
         why: format!("{why} ({name}): the two ranks' links disagree"),
@@ -116,7 +131,11 @@ pub(crate) fn target(
             "rank {peer} expects {total:?} bytes with tag {tag} from rank {me}, which sends {len}"
         )));
     }
-    Ok((w.first, w.runs.clone()))
+    Ok(Target {
+        first: w.first,
+        runs: w.runs.clone(),
+        staging: w.staging,
+    })
 }
 
 #[cfg(test)]
@@ -128,6 +147,7 @@ mod tests {
             from,
             tag,
             runs: runs.to_vec(),
+            staged: runs.len() > 1,
         }
     }
 
@@ -137,27 +157,36 @@ mod tests {
             incoming(3, 7, &[10]),
             incoming(1, 2, &[4, 4, 4]),
             incoming(3, 9, &[8, 8]),
+            incoming(2, 1, &[5]),
         ]);
-        assert_eq!(by.keys().copied().collect::<Vec<_>>(), vec![1, 3]);
+        assert_eq!(by.keys().copied().collect::<Vec<_>>(), vec![1, 2, 3]);
         assert_eq!(
             by[&3],
             vec![
                 WindowList {
                     tag: 7,
                     first: 0,
-                    runs: vec![10]
+                    runs: vec![10],
+                    staging: None,
                 },
                 WindowList {
                     tag: 9,
-                    first: 4,
-                    runs: vec![8, 8]
+                    first: 5,
+                    runs: vec![8, 8],
+                    staging: Some(7),
                 },
             ]
         );
-        assert_eq!(by[&1][0].first, 1);
+        // Three runs and their staging window.
+        assert_eq!((by[&1][0].first, by[&1][0].staging), (1, Some(4)));
+        assert_eq!(by[&2][0].first, 8);
         assert_eq!(
             target(&by[&3], 3, 0, (9, 16), "x").unwrap(),
-            (4, vec![8, 8])
+            Target {
+                first: 5,
+                runs: vec![8, 8],
+                staging: Some(7)
+            }
         );
         let wrong_len = target(&by[&3], 3, 0, (9, 15), "x").unwrap_err();
         assert!(

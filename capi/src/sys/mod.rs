@@ -1694,15 +1694,17 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
 /// same arrays; the next start uses the fields' own arrays again unless
 /// given others. One committed exchange so serves every Runge-Kutta stage
 /// or both buffers of a double-buffered sweep, as MPI takes a buffer per
-/// call. A field whose faces travel in place over RDMA (see
-/// `sode_exchange_set_zero_copy`) cannot be given another array (its own,
-/// given again, is fine): `SODE_ERR_ARG`, nothing started. Allocates
-/// nothing.
+/// call. Where faces travel in place over RDMA (see
+/// `sode_exchange_set_zero_copy`), the device reads and writes only the
+/// arrays added: a start that gives another array for such a field packs
+/// and unpacks the faces of its messages through sode's buffers instead,
+/// as if they were packed, and the next start on the arrays added travels
+/// in place again. Each rank decides for itself, so neighbours may start
+/// on different arrays. Allocates nothing.
 ///
 /// # Statuses
 /// As `sode_exchange_start`; `SODE_ERR_NULL` for a null `arrays` with
-/// `nfields` above 0; `SODE_ERR_ARG` for a count other than the fields', or
-/// another array for a field whose faces travel in place over RDMA.
+/// `nfields` above 0; `SODE_ERR_ARG` for a count other than the fields'.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds

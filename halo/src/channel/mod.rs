@@ -257,6 +257,18 @@ pub(crate) trait Channel: std::fmt::Debug {
         Ok(())
     }
 
+    /// From the next start on, moves messages that travel in place (the
+    /// caller's arrays, over RDMA) through the channel's own buffers
+    /// instead, when `staged`: the caller packs them into
+    /// [`send_buf`](Self::send_buf) and unpacks them from
+    /// [`recv_buf`](Self::recv_buf), as for any packed message. For a start
+    /// on other arrays than those the channel was built on. The default
+    /// does nothing: only RDMA moves messages in place.
+    fn set_staged(&mut self, staged: bool) -> Result<()> {
+        let _ = staged;
+        Ok(())
+    }
+
     /// Starts an iteration; never blocks.
     fn start(&mut self) -> Result<()>;
 

@@ -7,8 +7,8 @@ use std::time::Duration;
 use sode_job::World;
 use sode_scheduler::{Algorithm, Machine, Pattern, Request};
 use sode_transport::{
-    BufferId, Device, DeviceSelector, PersistentWrites, RdmaExchangeBuilder, TransportError,
-    UserMemory, WindowId,
+    BufferId, Device, DeviceSelector, PersistentWrites, RdmaExchangeBuilder, Staged,
+    TransportError, UserMemory, WindowId,
 };
 
 use super::{names, Built, Channel, InPlace, Locality, Member, Placed, Setup, Span};
@@ -45,6 +45,9 @@ pub(crate) struct RdmaSend {
     pub target: usize,
     /// Bytes of each of those windows.
     pub target_runs: Vec<usize>,
+    /// The peer's window that a start it stages receives the whole
+    /// message in (when it receives in place).
+    pub staging: Option<usize>,
     /// Read in place from lent memory (`None`: packed into the channel's
     /// buffer by the caller).
     pub from: Option<Vec<Span>>,
@@ -76,7 +79,9 @@ impl RdmaRecv {
 
 /// A persistent set of scheduled RDMA writes: one buffer holding every
 /// packed send region and every unpacked receive window; messages read or
-/// received in place use the lent memory instead.
+/// received in place use the lent memory instead, and each of them also
+/// has a range of the buffer that a staged start (one on other arrays than
+/// those lent) packs or unpacks it through.
 #[derive(Debug)]
 pub(crate) struct RdmaChannel {
     writes: PersistentWrites,
@@ -85,6 +90,12 @@ pub(crate) struct RdmaChannel {
     sends: Vec<Option<Range<usize>>>,
     /// Per received message: its window, or `None` when received in place.
     windows: Vec<Option<WindowId>>,
+    /// Per message read in place: its staging range of `buf`.
+    staged_sends: Vec<Option<Range<usize>>>,
+    /// Per message received in place: its staging window.
+    staged_windows: Vec<Option<WindowId>>,
+    /// Whether the starts that follow are staged.
+    staged: bool,
     /// Per packed message, the writes that carry it (empty when read in
     /// place: it travels whole), and the bytes they carry now.
     carriers: Vec<Carriers>,
@@ -178,6 +189,7 @@ impl RdmaChannel {
                 from: r.peer,
                 tag: *tag,
                 runs: r.runs(),
+                staged: r.into.is_some(),
             })
             .collect();
         let peers = members.iter().map(|m| m.peer).collect();
@@ -186,7 +198,7 @@ impl RdmaChannel {
         let mut messages = Vec::new();
         for (i, m) in members.iter().enumerate() {
             let Some(s) = m.send else { continue };
-            let (target, target_runs) = crate::windows::target(
+            let target = crate::windows::target(
                 theirs.get(&m.peer).map_or(&[][..], Vec::as_slice),
                 setup.world.rank(),
                 m.peer,
@@ -198,8 +210,9 @@ impl RdmaChannel {
             messages.push(RdmaSend {
                 peer: m.peer,
                 len: s.len,
-                target,
-                target_runs,
+                target: target.first,
+                target_runs: target.runs,
+                staging: target.staging,
                 from: how(i).send,
                 offset: m.offset.to_vec(),
             });
@@ -316,6 +329,8 @@ struct Layout {
     buf: BufferId,
     sends: Vec<Option<Range<usize>>>,
     windows: Vec<Option<WindowId>>,
+    staged_sends: Vec<Option<Range<usize>>>,
+    staged_windows: Vec<Option<WindowId>>,
     /// Per message, its stream on this side.
     sources: Vec<Vec<SourcePiece>>,
 }
@@ -356,12 +371,18 @@ impl RdmaChannel {
         );
         let writes = plan_writes(&plan, messages, &layout.sources, max_sge)?;
         let carriers = carriers_of(messages, &layout.sends, &writes);
-        for (_, w) in writes {
+        for (j, w) in writes {
             if w.gather.is_empty() {
                 b.write(w.write);
             } else {
                 b.write_gather(w.write, &w.gather);
             }
+            b.staged(Staged {
+                src: layout.staged_sends[j]
+                    .as_ref()
+                    .map(|r| (layout.buf, r.start + w.at)),
+                dst: messages[j].staging.map(|win| (WindowId(win), w.at)),
+            });
         }
         let writes = b.build(world, settings.timeout).map_err(wrap)?;
         tracing::debug!(plan = %summary, "RDMA writes scheduled");
@@ -370,6 +391,9 @@ impl RdmaChannel {
             buf: layout.buf,
             sends: layout.sends,
             windows: layout.windows,
+            staged_sends: layout.staged_sends,
+            staged_windows: layout.staged_windows,
+            staged: false,
             carriers,
             names,
             summary,
@@ -419,36 +443,37 @@ impl From<TransportError> for LayoutError {
     }
 }
 
-/// The channel's buffer (packed sends first, then unpacked windows), the
-/// lent memory as buffers, the in-place windows over it, and each
-/// message's stream on this side.
+/// The channel's buffer (packed and staged sends first, then unpacked and
+/// staging windows), the lent memory as buffers, the in-place windows over
+/// it, and each message's stream on this side.
 fn lay_out(
     b: &mut RdmaExchangeBuilder<'_>,
     messages: &[RdmaSend],
     receives: &[RdmaRecv],
     lent: Vec<UserMemory>,
 ) -> std::result::Result<Layout, LayoutError> {
+    // A message in place has its staging range too, of one slot.
     let packed = messages
         .iter()
-        .filter(|m| m.from.is_none())
         .map(|m| Some(m.len))
-        .chain(
-            receives
-                .iter()
-                .filter(|r| r.into.is_none())
-                .map(|r| r.len.checked_mul(window_slots(r.len))),
-        )
+        .chain(receives.iter().map(|r| match r.into {
+            Some(_) => Some(r.len),
+            None => r.len.checked_mul(window_slots(r.len)),
+        }))
         .try_fold(0usize, |total, len| total.checked_add(len?))
         .ok_or(LayoutError::Overflow)?;
     let buf = b.buffer(packed)?;
     let lent: Vec<BufferId> = lent.into_iter().map(|m| b.user_buffer(m)).collect();
     let mut at = 0;
     let mut sends = Vec::with_capacity(messages.len());
+    let mut staged_sends = Vec::with_capacity(messages.len());
     let mut sources = Vec::with_capacity(messages.len());
     for m in messages {
         match &m.from {
             Some(spans) => {
                 sends.push(None);
+                staged_sends.push(Some(at..at + m.len));
+                at += m.len;
                 sources.push(
                     spans
                         .iter()
@@ -462,6 +487,7 @@ fn lay_out(
             }
             None => {
                 sends.push(Some(at..at + m.len));
+                staged_sends.push(None);
                 sources.push(vec![SourcePiece {
                     buffer: buf,
                     offset: at,
@@ -471,7 +497,9 @@ fn lay_out(
             }
         }
     }
+    // Windows in the order `crate::windows::number` gives their numbers.
     let mut windows = Vec::with_capacity(receives.len());
+    let mut staged_windows = Vec::with_capacity(receives.len());
     for r in receives {
         match &r.into {
             Some(spans) => {
@@ -479,10 +507,13 @@ fn lay_out(
                     b.window_in(lent[s.memory], s.offset, s.len, &[r.peer])?;
                 }
                 windows.push(None);
+                staged_windows.push(Some(b.window_in(buf, at, r.len, &[r.peer])?));
+                at += r.len;
             }
             None => {
                 let slots = window_slots(r.len);
                 windows.push(Some(b.window_in_slots(buf, at, r.len, slots, &[r.peer])?));
+                staged_windows.push(None);
                 at += r.len * slots;
             }
         }
@@ -491,6 +522,8 @@ fn lay_out(
         buf,
         sends,
         windows,
+        staged_sends,
+        staged_windows,
         sources,
     })
 }
@@ -638,8 +671,10 @@ impl Channel for RdmaChannel {
     }
 
     fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]> {
-        let Some(range) = self.sends[msg].clone() else {
-            return Err(in_place("send_buf", "read in place from lent memory"));
+        let range = match (&self.sends[msg], &self.staged_sends[msg]) {
+            (Some(range), _) => range.clone(),
+            (None, Some(range)) if self.staged => range.clone(),
+            _ => return Err(in_place("send_buf", "read in place from lent memory")),
         };
         match self.writes.buffer_mut(self.buf) {
             Ok(all) => Ok(&mut all[range]),
@@ -651,8 +686,10 @@ impl Channel for RdmaChannel {
     }
 
     fn recv_buf(&self, msg: usize) -> Result<&[u8]> {
-        let Some(window) = self.windows[msg] else {
-            return Err(in_place("recv_buf", "received in place into lent memory"));
+        let window = match (self.windows[msg], self.staged_windows[msg]) {
+            (Some(window), _) => window,
+            (None, Some(window)) if self.staged => window,
+            _ => return Err(in_place("recv_buf", "received in place into lent memory")),
         };
         self.writes.window(window).map_err(|e| self.wrap(e))
     }
@@ -682,6 +719,12 @@ impl Channel for RdmaChannel {
 
     fn set_shape(&mut self, shape: u8) -> Result<()> {
         self.writes.set_shape(shape).map_err(|e| self.wrap(e))
+    }
+
+    fn set_staged(&mut self, staged: bool) -> Result<()> {
+        self.writes.set_staged(staged).map_err(|e| self.wrap(e))?;
+        self.staged = staged;
+        Ok(())
     }
 
     fn start(&mut self) -> Result<()> {
@@ -730,6 +773,7 @@ mod tests {
             len,
             target: 0,
             target_runs: vec![len],
+            staging: None,
             from,
             offset: Vec::new(),
         }
@@ -750,7 +794,8 @@ mod tests {
             dst_offset: 0,
             len,
         };
-        (j, StreamWrite { write, gather })
+        let at = 0;
+        (j, StreamWrite { write, gather, at })
     }
 
     #[test]

@@ -17,7 +17,7 @@ use super::{
     CqLayout, PersistentWrites, PlannedWrite, RdmaExchangeBuilder, Write, MAX_WRITE, RECV_DEPTH,
 };
 use crate::error::{Result, TransportError};
-use crate::verbs::{ChainEntry, ChainSet, CompletionPoller, CqEvents, Keys, RecvRing};
+use crate::verbs::{ChainEntry, ChainId, ChainSet, CompletionPoller, CqEvents, Keys, RecvRing};
 
 /// Who this rank exchanges with: every peer it writes to and every writer
 /// of one of its windows, in rank order.
@@ -85,11 +85,19 @@ impl RdmaExchangeBuilder<'_> {
                 source: Box::new(source),
             })?;
         let remote = self.swap_details(world.rank(), &mut links, &peers, &queues, deadline)?;
-        // Each write twice: into slot 0 and (for two-slot windows) slot 1.
-        let entries = [
-            self.entries(world.rank(), &remote, &src_keys, queues.inline, 0)?,
-            self.entries(world.rank(), &remote, &src_keys, queues.inline, 1)?,
-        ];
+        // Each write per variant (staged or not, each side), into slot 0
+        // and (for two-slot windows) slot 1.
+        let mut entries: [[Vec<ChainEntry>; 2]; 4] = Default::default();
+        for (variant, pair) in entries.iter_mut().enumerate() {
+            for (parity, e) in pair.iter_mut().enumerate() {
+                let how = Variant {
+                    parity: parity as u64,
+                    staged_src: variant & 1 != 0,
+                    staged_dst: variant & 2 != 0,
+                };
+                *e = self.entries(world.rank(), &remote, &src_keys, queues.inline, how)?;
+            }
+        }
         for (pi, &p) in peers.list.iter().enumerate() {
             for e in 0..self.engines {
                 let slot = pi * self.engines + e;
@@ -172,6 +180,18 @@ impl RdmaExchangeBuilder<'_> {
                 src.len()
             ));
         }
+        if let Some((buffer, off)) = planned.staged.src {
+            let fits = self
+                .buffers
+                .get(buffer.0)
+                .is_some_and(|b| off.checked_add(w.len).is_some_and(|end| end <= b.len()));
+            if !fits {
+                return Err(format!(
+                    "its staged source {off}..{off}+{} is not inside buffer {}",
+                    w.len, buffer.0
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -186,7 +206,10 @@ impl RdmaExchangeBuilder<'_> {
         let pairs: BTreeSet<(usize, usize)> = self
             .writes
             .iter()
-            .map(|p| (p.write.src.0, p.write.peer))
+            .flat_map(|p| {
+                let staged = p.staged.src.map(|(b, _)| (b.0, p.write.peer));
+                std::iter::once((p.write.src.0, p.write.peer)).chain(staged)
+            })
             .collect();
         for (src, peer) in pairs {
             let pd = &pds[peer_index(peers, peer)?];
@@ -419,43 +442,56 @@ impl RdmaExchangeBuilder<'_> {
     }
 
     /// Every write as a work request, checked against the window it
-    /// targets as its owner described it.
+    /// targets as its owner described it, in variant `how`.
     fn entries(
         &self,
         me: usize,
         remote: &BTreeMap<usize, ConnInfo>,
         src_keys: &BTreeMap<(usize, usize), Keys>,
         inline: u32,
-        parity: u64,
+        how: Variant,
     ) -> Result<Vec<ChainEntry>> {
         let mut entries = Vec::with_capacity(self.writes.len());
-        for (i, PlannedWrite { write: w, gather }) in self.writes.iter().enumerate() {
+        for (i, planned) in self.writes.iter().enumerate() {
+            let w = &planned.write;
+            let (window, dst_offset) = match planned.staged.dst {
+                Some(staged) if how.staged_dst => staged,
+                _ => (w.window, w.dst_offset),
+            };
+            let (src_buffer, src_offset, gather) = match planned.staged.src {
+                Some((b, off)) if how.staged_src => (b, off, &[][..]),
+                _ => (w.src, w.src_offset, &planned.gather[..]),
+            };
             let info = &remote[&w.peer];
             let bad = |why: String| TransportError::InvalidCommand { command: i, why };
-            let Some(win) = info.windows.iter().find(|d| d.id == w.window.0) else {
+            let Some(win) = info.windows.iter().find(|d| d.id == window.0) else {
                 return Err(bad(format!(
                     "rank {} has no window {} that rank {me} may write into (it offers {:?}); the window must list this rank among its writers",
                     w.peer,
-                    w.window.0,
+                    window.0,
                     info.windows.iter().map(|d| d.id).collect::<Vec<_>>()
                 )));
             };
-            if (w.dst_offset as u64)
+            if (dst_offset as u64)
                 .checked_add(w.len as u64)
                 .is_none_or(|end| end > win.len)
             {
                 return Err(bad(format!(
                     "destination range {}..{} is outside window {} of rank {} ({} bytes)",
-                    w.dst_offset,
-                    w.dst_offset + w.len,
-                    w.window.0,
+                    dst_offset,
+                    dst_offset + w.len,
+                    window.0,
                     w.peer,
                     win.len
                 )));
             }
-            let src = src_keys[&(w.src.0, w.peer)];
-            let slot = if win.slots == 2 { parity * win.len } else { 0 };
-            let mut target = (win.addr + slot + w.dst_offset as u64, win.rkey);
+            let src = src_keys[&(src_buffer.0, w.peer)];
+            let slot = if win.slots == 2 {
+                how.parity * win.len
+            } else {
+                0
+            };
+            let mut target = (win.addr + slot + dst_offset as u64, win.rkey);
             if self.wrong_rkey == Some(i) {
                 target.1 ^= 0x5a5a_0000;
             }
@@ -464,7 +500,7 @@ impl RdmaExchangeBuilder<'_> {
             }
             entries.push(ChainEntry {
                 wr_id: i as u64,
-                local_addr: src.addr + w.src_offset as u64,
+                local_addr: src.addr + src_offset as u64,
                 lkey: src.lkey,
                 len: w.len as u32,
                 remote: Some(target),
@@ -490,7 +526,7 @@ impl RdmaExchangeBuilder<'_> {
         queues: Queues,
         mut links: BTreeMap<usize, PeerLink>,
         remote: &BTreeMap<usize, ConnInfo>,
-        entries: [Vec<ChainEntry>; 2],
+        entries: [[Vec<ChainEntry>; 2]; 4],
     ) -> Result<PersistentWrites> {
         let me = world.rank();
         let mut set = ChainSet::new(queues.qps, self.buffers);
@@ -512,24 +548,36 @@ impl RdmaExchangeBuilder<'_> {
                 if ids.is_empty() {
                     continue;
                 }
-                // The chain into slot 0 and into slot 1: one chain when the
-                // windows it writes have one slot.
-                let chain = |parity: usize| {
-                    let mut chain: Vec<ChainEntry> =
-                        ids.iter().map(|&i| entries[parity][i].clone()).collect();
+                // Per variant, the chain into slot 0 and into slot 1; a
+                // chain equal to one added already is that one.
+                let chain = |variant: usize, parity: usize| {
+                    let mut chain: Vec<ChainEntry> = ids
+                        .iter()
+                        .map(|&i| entries[variant][parity][i].clone())
+                        .collect();
                     let tail = chain.last_mut().expect("non-empty");
                     tail.with_imm = true;
                     tail.signaled = true;
                     chain
                 };
-                let (even, odd) = (chain(0), chain(1));
-                let even_id = add(&even)?;
-                let odd_id = if even.iter().zip(&odd).all(|(a, b)| a.remote == b.remote) {
-                    even_id
-                } else {
-                    add(&odd)?
-                };
-                chains.push(Chain::new(pi, e, [even_id, odd_id], ids));
+                let mut added: Vec<(Vec<ChainEntry>, ChainId)> = Vec::new();
+                let mut variants = [[None; 2]; 4];
+                for (variant, pair) in variants.iter_mut().enumerate() {
+                    for (parity, slot) in pair.iter_mut().enumerate() {
+                        let c = chain(variant, parity);
+                        let id = match added.iter().find(|(seen, _)| *seen == c) {
+                            Some(&(_, id)) => id,
+                            None => {
+                                let id = add(&c)?;
+                                added.push((c, id));
+                                id
+                            }
+                        };
+                        *slot = Some(id);
+                    }
+                }
+                let variants = variants.map(|pair| pair.map(|id| id.expect("every slot set")));
+                chains.push(Chain::new(pi, e, variants, ids));
             }
             let credit = if peers.writers_here.contains(&p) {
                 Some(add(&[credit_entry(p)])?)
@@ -582,6 +630,15 @@ fn credit_entry(peer: usize) -> ChainEntry {
         signaled: true,
         gather: Vec::new(),
     }
+}
+
+/// Which copy of each write [`RdmaExchangeBuilder::entries`] makes: into
+/// which slot, and whether it reads and lands where a staged start does.
+#[derive(Debug, Clone, Copy)]
+struct Variant {
+    parity: u64,
+    staged_src: bool,
+    staged_dst: bool,
 }
 
 fn handshake(

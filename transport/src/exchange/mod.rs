@@ -90,12 +90,30 @@ impl PostMode {
     }
 }
 
-/// One write as described: where it goes, and the source pieces of a
-/// gather write (empty: contiguous from `write.src_offset`).
+/// One write as described: where it goes, the source pieces of a gather
+/// write (empty: contiguous from `write.src_offset`), and where it reads
+/// and lands in a staged start.
 #[derive(Debug, Clone)]
 struct PlannedWrite {
     write: Write,
     gather: Vec<(usize, usize)>,
+    staged: Staged,
+}
+
+/// Where a write reads and lands when a start is staged: the way around
+/// memory that cannot take part this time (the caller's arrays read or
+/// received in place, when a start names other arrays). Each side is
+/// chosen per start: the writer's source by
+/// [`PersistentWrites::set_staged`] on the writer, its target by the same
+/// call on the receiver, which says so in its credit. A write keeps its
+/// length and its place in its chain, so the receiver counts the same
+/// arrivals either way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Staged {
+    /// Read instead contiguously from (buffer, offset) (`None`: as built).
+    pub src: Option<(BufferId, usize)>,
+    /// Land instead at (the peer's window, offset) (`None`: as built).
+    pub dst: Option<(WindowId, usize)>,
 }
 
 /// Collects buffers, windows and writes, then builds a [`PersistentWrites`].
@@ -348,6 +366,7 @@ impl<'d> RdmaExchangeBuilder<'d> {
         self.writes.push(PlannedWrite {
             write: w,
             gather: Vec::new(),
+            staged: Staged::default(),
         });
         self
     }
@@ -362,7 +381,17 @@ impl<'d> RdmaExchangeBuilder<'d> {
         self.writes.push(PlannedWrite {
             write: w,
             gather: pieces.to_vec(),
+            staged: Staged::default(),
         });
+        self
+    }
+
+    /// Gives the write added last where it reads and lands in a staged
+    /// start ([`Staged`]); checked at build like the write itself.
+    pub fn staged(&mut self, staged: Staged) -> &mut Self {
+        if let Some(last) = self.writes.last_mut() {
+            last.staged = staged;
+        }
         self
     }
 }

@@ -18,8 +18,11 @@ use crate::verbs::{self, ChainId, Completion};
 
 /// `wr_id` bit of credit sends (the rest is the peer's rank).
 pub(crate) const CREDIT_TAG: u64 = 1 << 63;
-/// Immediate bit of credits; the low 31 bits are the iteration number.
+/// Immediate bit of credits; the low 24 bits are the iteration number.
 const IMM_CREDIT: u32 = 1 << 31;
+/// Immediate bit of a credit whose sender's start is staged: write to its
+/// staged targets ([`crate::Staged`]).
+const IMM_STAGED: u32 = 1 << 30;
 /// How often `wait` checks that the peers it waits for are alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 /// The longest sleep of [`PersistentWrites::park`] while the links of all
@@ -36,10 +39,11 @@ const PEER_GRACE: Duration = Duration::from_millis(200);
 pub(crate) struct Chain {
     peer: usize,
     engine: usize,
-    /// The chain into slot 0 and into slot 1 of two-slot windows (the same
-    /// id twice when its windows have one slot); iteration `n` posts
-    /// `ids[n % 2]`.
-    ids: [ChainId; 2],
+    /// Per variant (bit 0: this rank's start staged, bit 1: the peer's),
+    /// the chain into slot 0 and into slot 1 of two-slot windows (the same
+    /// id where they do not differ); iteration `n` posts
+    /// `ids[variant][n % 2]`.
+    ids: ChainVariants,
     /// The commands it posts, in order; the last one's completion ends
     /// the chain (the only signalled one).
     commands: Vec<usize>,
@@ -53,7 +57,7 @@ impl Chain {
     pub(crate) fn new(
         peer: usize,
         engine: usize,
-        ids: [ChainId; 2],
+        ids: ChainVariants,
         commands: Vec<usize>,
     ) -> Chain {
         Chain {
@@ -66,6 +70,9 @@ impl Chain {
         }
     }
 }
+
+/// A chain's ids per variant and slot parity (see [`Chain`]).
+pub(crate) type ChainVariants = [[ChainId; 2]; 4];
 
 /// How far ahead credits go between this rank and a peer (0 or 1 each way).
 #[derive(Debug, Clone, Copy)]
@@ -94,6 +101,8 @@ pub(crate) struct Peer {
     /// does not scan every chain.
     chains: Vec<usize>,
     leads: Leads,
+    /// Whether the peer's last credit asked for its staged targets.
+    target_staged: bool,
 }
 
 impl Peer {
@@ -122,6 +131,7 @@ impl Peer {
             recv_posted: Vec::new(),
             chains: Vec::new(),
             leads,
+            target_staged: false,
         }
     }
 }
@@ -157,6 +167,9 @@ pub(crate) struct State {
     /// What part of the exchange this rank's starts move (see
     /// [`PersistentWrites::set_shape`]).
     shape: u8,
+    /// Whether this rank's starts are staged (see
+    /// [`PersistentWrites::set_staged`]).
+    staged: bool,
     chains: Vec<Chain>,
     peers: Vec<Peer>,
     book: CreditBook,
@@ -212,6 +225,7 @@ impl State {
             ends_chain,
             placed,
             shape: 0,
+            staged: false,
             chains,
             peers,
             book,
@@ -278,7 +292,9 @@ impl PersistentWrites {
                 continue;
             };
             let granted = self.state.book.grant(pi);
-            self.set.set_imm(credit, IMM_CREDIT | granted, &[0]);
+            let staged = if self.state.staged { IMM_STAGED } else { 0 };
+            self.set
+                .set_imm(credit, IMM_CREDIT | staged | granted, &[0]);
             let qp = pi * self.state.engines;
             self.set
                 .post(credit, qp, verbs::Posting::Chain)
@@ -304,13 +320,15 @@ impl PersistentWrites {
             return Ok(());
         }
         let (epoch, how) = (self.state.book.epoch(), self.state.post_mode);
+        let variant =
+            usize::from(self.state.staged) | usize::from(self.state.peers[pi].target_staged) << 1;
         for k in 0..self.state.peers[pi].chains.len() {
             let ci = self.state.peers[pi].chains[k];
             let c = &self.state.chains[ci];
             if c.posted {
                 continue;
             }
-            let id = c.ids[(epoch % 2) as usize];
+            let id = c.ids[variant][(epoch % 2) as usize];
             let (len, qp) = (c.commands.len(), pi * self.state.engines + c.engine);
             let shape = u32::from(self.state.shape) & SHAPE_MASK;
             self.set
@@ -596,6 +614,10 @@ impl PersistentWrites {
         let epoch = c.imm & EPOCH_MASK;
         let shape = ((c.imm >> EPOCH_BITS) & SHAPE_MASK) as u8;
         if c.imm & IMM_CREDIT != 0 && c.opcode == verbs::WC_RECV {
+            // With one slot (the only windows that have staged twins) a
+            // credit comes only once this rank's writes of the iteration
+            // before were all posted, so no post of those sees it.
+            self.state.peers[pi].target_staged = c.imm & IMM_STAGED != 0;
             let event = self.state.book.on_credit(pi, epoch);
             match event.map_err(|v| self.violation(pi, v))? {
                 CreditEvent::PostNow => self.post_granted(pi)?,
@@ -861,11 +883,33 @@ impl PersistentWrites {
         };
         let len = u32::try_from(bytes)
             .map_err(|_| invalid(format!("{bytes} bytes do not fit one request")))?;
-        let [even, odd] = self.state.chains[chain].ids;
-        self.set.set_len(even, at, len).map_err(invalid)?;
-        if odd != even {
-            self.set.set_len(odd, at, len).map_err(invalid)?;
+        // Every distinct chain the command is in (no allocation: a start
+        // on other fields may call this).
+        let ids = self.state.chains[chain].ids;
+        let ids = ids.as_flattened();
+        for (k, &id) in ids.iter().enumerate() {
+            if !ids[..k].contains(&id) {
+                self.set.set_len(id, at, len).map_err(invalid)?;
+            }
         }
+        Ok(())
+    }
+
+    /// Makes the starts that follow staged or not: a staged start's writes
+    /// read from their staged sources, and its credits ask each writer to
+    /// land in its staged targets ([`crate::Staged`]); both sides are
+    /// chosen per start, by each rank alone. The layer above stages a
+    /// start when memory the writes were built on (the caller's arrays)
+    /// does not take part in it, and packs and unpacks through the staged
+    /// buffers instead.
+    ///
+    /// # Errors
+    ///
+    /// [`TransportError::State`](crate::TransportError::State) while an
+    /// iteration is in flight or after a failure.
+    pub fn set_staged(&mut self, staged: bool) -> Result<()> {
+        self.state.lifecycle.require_idle("set_staged")?;
+        self.state.staged = staged;
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use rdma_mummy_sys::{ibv_post_send, ibv_send_flags, ibv_send_wr, ibv_sge, ibv_wr
 use sideway::ibverbs::queue_pair::{BasicQueuePair, QueuePair};
 
 /// One request of a chain.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ChainEntry {
     /// Returned in the completion; the caller's command index.
     pub wr_id: u64,
