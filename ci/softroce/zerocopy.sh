@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # In the SoftRoCE guest (or on any machine with an RDMA device): the
-# zero-copy table, examples/c/zerocopy as 2 ranks over rxe0, faces packed
-# against faces in place, same run, alternating.
+# zero-copy table, examples/c/zerocopy as 2 ranks over rxe0: faces packed,
+# in place, and in place but started on another array (staged), same run,
+# rotating which goes first.
 #   bash ci/softroce/run.sh bash ci/softroce/zerocopy.sh [rounds [iterations]]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

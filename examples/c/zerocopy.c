@@ -1,13 +1,15 @@
 /* Faces packed or in place over RDMA: two ranks on a 2 x 1 grid exchange
  * the rows of one double field (halo of h rows, one halo column each side,
  * so each face is h separate runs), every neighbour over RDMA, once with
- * every face packed and unpacked (SODE_ZERO_COPY_NEVER) and once read and
- * written in place by the device (SODE_ZERO_COPY_ALWAYS), on the same
- * memory, in the same run, alternating round by round. Prints a table:
- * microseconds per exchange (rank 0's mean over a round), median and
- * minimum of the rounds, and in place / packed of the medians; then
- * checks that both left the same field, bit for bit, with the peer's rows
- * in its halo.
+ * every face packed and unpacked (SODE_ZERO_COPY_NEVER), once read and
+ * written in place by the device (SODE_ZERO_COPY_ALWAYS), and once with
+ * the in-place exchange started on another array of the same layout
+ * (staged: packed and unpacked through sode's buffers), in the same run,
+ * rotating round by round which goes first. Prints a table: microseconds
+ * per exchange (rank 0's mean over a round), median and minimum of the
+ * rounds, and in place / packed and staged / packed of the medians; then
+ * checks that all three left the same field, bit for bit, with the peer's
+ * rows in its halo.
  *
  *   (ranks started by sode-run or SODE_* variables, 2 of them)
  *   ./zerocopy [rounds [iterations per round]]
@@ -73,14 +75,23 @@ static int halo_is_peers(const double *u, int rows, int n, int h) {
     return 1;
 }
 
-/* Mean microseconds per exchange over `iters`. */
-static double round_us(sode_exchange *x, int iters) {
+/* Mean microseconds per exchange over `iters`, started on `array` (NULL:
+ * the field's own). */
+static double round_us(sode_exchange *x, int iters, double *array) {
+    void *arrays[1] = {array};
     double t0 = now();
     for (int i = 0; i < iters; i++) {
-        check(sode_exchange_start(x), "start");
+        check(sode_exchange_start_arrays(x, 1, arrays), "start");
         check(sode_exchange_wait(x, 60.0), "wait");
     }
     return (now() - t0) / iters * 1e6;
+}
+
+/* Every cell of a rank's field (halo included) as this rank fills it. */
+static void fill(double *u, size_t cells) {
+    for (size_t c = 0; c < cells; c++) {
+        u[c] = rank * 1e9 + (double)c;
+    }
 }
 
 int main(int argc, char **argv) {
@@ -97,10 +108,11 @@ int main(int argc, char **argv) {
     }
     if (rank == 0) {
         printf("2 ranks over RDMA, one double field, faces of h rows (h runs each); %d rounds of "
-               "%d exchanges, alternating\n\n",
+               "%d exchanges, rotating which goes first\n\n",
                rounds, iters);
         printf("| h | row (bytes) | face (bytes) | packed median us | packed min | in place median "
-               "us | in place min | in place / packed |\n|---|---|---|---|---|---|---|---|\n");
+               "us | in place min | staged median us | staged min | in place / packed | staged / "
+               "packed |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     }
     const int widths[2] = {1, 4};
     /* Rows of 256 B to 256 KiB. */
@@ -110,52 +122,66 @@ int main(int argc, char **argv) {
         for (int l = 0; l < 7; l++) {
             int h = widths[w], rows = 8, n = lengths[l];
             size_t cells = (size_t)(rows + 2 * h) * (n + 2);
-            double *u = malloc(cells * sizeof *u), *packed_halo = malloc(cells * sizeof *u);
-            for (size_t c = 0; c < cells; c++) {
-                u[c] = rank * 1e9 + (double)c;
+            double *u = malloc(cells * sizeof *u), *other = malloc(cells * sizeof *u),
+                   *packed_halo = malloc(cells * sizeof *u);
+            if (!u || !other || !packed_halo) {
+                fprintf(stderr, "rank %d: out of memory\n", rank);
+                return 2;
             }
-            sode_exchange *x[2] = {exchange(comm, u, rows, n, h, SODE_ZERO_COPY_NEVER),
-                                   exchange(comm, u, rows, n, h, SODE_ZERO_COPY_ALWAYS)};
-            double t[2][99];
-            round_us(x[0], iters / 10 + 1); /* warm up both */
-            round_us(x[1], iters / 10 + 1);
+            fill(u, cells);
+            fill(other, cells);
+            /* Packed, in place, and in place started on `other`. */
+            sode_exchange *x[3] = {exchange(comm, u, rows, n, h, SODE_ZERO_COPY_NEVER),
+                                   exchange(comm, u, rows, n, h, SODE_ZERO_COPY_ALWAYS), NULL};
+            x[2] = x[1];
+            double *on[3] = {NULL, NULL, other};
+            double t[3][99];
+            for (int k = 0; k < 3; k++) { /* warm up each */
+                round_us(x[k], iters / 10 + 1, on[k]);
+            }
             for (int r = 0; r < rounds; r++) {
-                /* Alternate which goes first. */
-                int first = r % 2;
-                t[first][r] = round_us(x[first], iters);
-                t[1 - first][r] = round_us(x[1 - first], iters);
+                /* Rotate which goes first. */
+                for (int k = 0; k < 3; k++) {
+                    int way = (r + k) % 3;
+                    t[way][r] = round_us(x[way], iters, on[way]);
+                }
             }
-            /* Both leave the same field: the peer's rows in the halo. */
-            for (size_t c = 0; c < cells; c++) {
-                u[c] = rank * 1e9 + (double)c;
-            }
-            round_us(x[0], 1);
+            /* All three leave the same field: the peer's rows in the halo. */
+            fill(u, cells);
+            round_us(x[0], 1, NULL);
             memcpy(packed_halo, u, cells * sizeof *u);
-            for (size_t c = 0; c < cells; c++) {
-                u[c] = rank * 1e9 + (double)c;
-            }
-            round_us(x[1], 1);
-            if (memcmp(packed_halo, u, cells * sizeof *u) != 0 || !halo_is_peers(u, rows, n, h)) {
-                fprintf(stderr, "rank %d: packed and in place differ, or miss the peer's rows (h %d, row %d)\n", rank, h, n);
+            fill(u, cells);
+            round_us(x[1], 1, NULL);
+            int same = memcmp(packed_halo, u, cells * sizeof *u) == 0 && halo_is_peers(u, rows, n, h);
+            fill(u, cells);
+            fill(other, cells);
+            round_us(x[2], 1, other);
+            same = same && memcmp(packed_halo, other, cells * sizeof *u) == 0;
+            if (!same) {
+                fprintf(stderr, "rank %d: packed, in place and staged differ, or miss the peer's rows (h %d, row %d)\n", rank, h, n);
                 failures++;
             }
             if (rank == 0) {
-                qsort(t[0], rounds, sizeof(double), cmp);
-                qsort(t[1], rounds, sizeof(double), cmp);
-                double p = t[0][rounds / 2], z = t[1][rounds / 2];
-                printf("| %d | %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.2f |\n", h, n * sizeof(double),
-                       (size_t)h * n * sizeof(double), p, t[0][0], z, t[1][0], z / p);
+                for (int k = 0; k < 3; k++) {
+                    qsort(t[k], rounds, sizeof(double), cmp);
+                }
+                double p = t[0][rounds / 2], z = t[1][rounds / 2], st = t[2][rounds / 2];
+                printf("| %d | %zu | %zu | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.2f | %.2f |\n", h,
+                       n * sizeof(double), (size_t)h * n * sizeof(double), p, t[0][0], z, t[1][0], st,
+                       t[2][0], z / p, st / p);
                 fflush(stdout);
             }
             check(sode_exchange_free(&x[0]), "free");
             check(sode_exchange_free(&x[1]), "free");
             free(u);
+            free(other);
             free(packed_halo);
         }
     }
     check(sode_comm_free(&comm), "comm free");
     if (failures == 0 && rank == 0) {
-        printf("\nok packed and in place left the same field, the peer's rows in the halo, bit for bit\n");
+        printf("\nok packed, in place and staged left the same field, the peer's rows in the halo, bit "
+               "for bit\n");
     }
     return failures ? 1 : 0;
 }
