@@ -31,6 +31,9 @@ pub struct Field {
     pub started: bool,
     /// Bytes the array spans.
     pub bytes: usize,
+    /// Whether some face of it travels in place over RDMA (known at
+    /// commit): a start on another array for it is then staged.
+    pub in_place: bool,
 }
 
 impl Field {
@@ -499,6 +502,7 @@ impl Exchange {
             memory,
             call: None,
             started: true,
+            in_place: false,
             bytes: span,
             spec,
         });
@@ -588,6 +592,15 @@ impl Exchange {
         let agreed = self.agree(&verdict);
         match (built, agreed) {
             (Ok((links, planned, shared)), Ok(())) => {
+                for (i, p) in planned.iter().enumerate() {
+                    let s = links.in_place(i);
+                    let sides = [(s.send, &p.send), (s.recv, &p.recv)];
+                    for (_, pieces) in sides.into_iter().filter(|(moved, _)| *moved) {
+                        for piece in pieces.iter().flatten() {
+                            self.fields[piece.field].in_place = true;
+                        }
+                    }
+                }
                 self.state = State::Committed {
                     links: Box::new(links),
                     planned,
@@ -1351,7 +1364,7 @@ impl Exchange {
             });
         }
         select(fields, subset, op)?;
-        let bound = Self::bind_arrays(links, planned, fields, (subset, given), in_place, array, op)
+        let bound = Self::bind_arrays(links, planned, fields, (subset, given), array, op)
             .and_then(|()| {
                 if subset.is_none() && every_layer && carrying_all {
                     return Ok(());
@@ -1379,14 +1392,13 @@ impl Exchange {
     /// Gives each started field the array `array` names for it (the
     /// `k`-th of `subset`, or field `k`), every other field none; refuses
     /// what faces travelling in place over RDMA cannot do, part of a
-    /// message (`any_in_place`: whether any link does), and stages the
-    /// start when a field read or received in place has another array.
+    /// message, and stages the start when a field read or received in
+    /// place has another array.
     fn bind_arrays(
         links: &mut LinkExchange,
         planned: &[Planned],
         fields: &mut [Field],
         (subset, given): (Option<&FieldList<'_>>, usize),
-        any_in_place: bool,
         array: impl Fn(usize, usize) -> Option<UserMemory>,
         op: &'static str,
     ) -> Result<()> {
@@ -1425,16 +1437,7 @@ impl Exchange {
         }
         // The device reads and writes only the arrays lent at commit: a
         // face of another array goes through the channel's buffers.
-        let moved_in_place = |f: usize| {
-            planned.iter().enumerate().any(|(i, p)| {
-                let s = links.in_place(i);
-                let has =
-                    |pieces: &Option<Vec<Piece>>| pieces.iter().flatten().any(|p| p.field == f);
-                (s.send && has(&p.send)) || (s.recv && has(&p.recv))
-            })
-        };
-        let staged = any_in_place
-            && (0..fields.len()).any(|f| fields[f].call.is_some() && moved_in_place(f));
+        let staged = fields.iter().any(|f| f.call.is_some() && f.in_place);
         links
             .set_staged(staged)
             .map_err(|source| CapiError::Exchange { op, source })
