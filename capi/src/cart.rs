@@ -10,9 +10,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use sode::{stencil_offsets, Stencil};
-
-use crate::field::FieldCard;
+use sode::field::FieldCard;
+use sode::pattern::{direction_name, grid_position, GridNeighbour, ProcessGrid};
+use sode::Stencil;
 
 /// Which neighbours the stencil reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,7 +191,7 @@ pub(crate) fn neighbours_by_records(
     me: usize,
     records: &[Record],
     mine: &Cart,
-) -> Option<Vec<Neighbour>> {
+) -> Option<Vec<GridNeighbour>> {
     let first = records.first()?;
     let agree = |r: &Record| r.valid && r.transport == first.transport && r.common == first.common;
     if !records.iter().all(agree) || me >= records.len() {
@@ -212,16 +212,16 @@ pub(crate) fn neighbours_by_records(
         if c.iter().zip(&mine.dims).any(|(&x, &g)| x >= g) {
             return None;
         }
-        let i = position(&mine.dims, &c);
+        let i = grid_position(&mine.dims, &c);
         if at[i] != usize::MAX {
             return None;
         }
         at[i] = rank;
     }
-    let grid = Grid {
+    let grid = ProcessGrid {
         dims: &mine.dims,
         periodic: &mine.periodic,
-        shape: mine.shape,
+        stencil: mine.shape.stencil(),
         at: &at,
     };
     for (rank, r) in records.iter().enumerate() {
@@ -239,49 +239,6 @@ pub(crate) fn neighbours_by_records(
         }
     }
     Some(grid.neighbours(&mine.coords))
-}
-
-/// A process grid with every position's rank.
-struct Grid<'a> {
-    dims: &'a [usize],
-    periodic: &'a [bool],
-    shape: Shape,
-    /// Rank at each grid position (axis 0 slowest).
-    at: &'a [usize],
-}
-
-impl Grid<'_> {
-    /// The neighbours of the rank at `coords`, in offset order; none across
-    /// the edges of non-periodic axes.
-    fn neighbours(&self, coords: &[usize]) -> Vec<Neighbour> {
-        stencil_offsets(self.dims.len(), self.shape.stencil())
-            .into_iter()
-            .filter_map(|offset| {
-                let mut c = Vec::with_capacity(offset.len());
-                for (a, &o) in offset.iter().enumerate() {
-                    let x = coords[a] as i64 + i64::from(o);
-                    let g = self.dims[a] as i64;
-                    if (x < 0 || x >= g) && !self.periodic[a] {
-                        return None;
-                    }
-                    c.push(x.rem_euclid(g) as usize);
-                }
-                Some(Neighbour {
-                    rank: self.at[position(self.dims, &c)],
-                    offset,
-                })
-            })
-            .collect()
-    }
-}
-
-/// One neighbour of this rank: where, and who.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Neighbour {
-    /// Offset in the process grid, each axis -1, 0 or +1.
-    pub offset: Vec<i32>,
-    /// Its rank.
-    pub rank: usize,
 }
 
 /// The job as every rank described it: checked for agreement.
@@ -324,7 +281,7 @@ impl<'a> Job<'a> {
         }
         let mut at = vec![usize::MAX; cells];
         for (r, c) in cards.iter().enumerate() {
-            let i = position(&c.cart.dims, &c.cart.coords);
+            let i = grid_position(&c.cart.dims, &c.cart.coords);
             if at[i] != usize::MAX {
                 return Err(format!(
                     "ranks {} and {r} both claim coordinates {:?}",
@@ -342,12 +299,12 @@ impl<'a> Job<'a> {
 
     /// The neighbours of `rank`, in offset order; none across the edges of
     /// non-periodic axes.
-    fn neighbours(&self, rank: usize) -> Vec<Neighbour> {
+    fn neighbours(&self, rank: usize) -> Vec<GridNeighbour> {
         let cart = &self.cards[rank].cart;
-        Grid {
+        ProcessGrid {
             dims: &cart.dims,
             periodic: &cart.periodic,
-            shape: cart.shape,
+            stencil: cart.shape.stencil(),
             at: &self.at,
         }
         .neighbours(&cart.coords)
@@ -417,10 +374,6 @@ pub fn check_same_fields(
     ))
 }
 
-fn position(dims: &[usize], coords: &[usize]) -> usize {
-    coords.iter().zip(dims).fold(0, |i, (&c, &d)| i * d + c)
-}
-
 /// How a caller counts fields and axes, as its messages name them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Counting {
@@ -470,7 +423,7 @@ pub fn neighbours_of(
     me: usize,
     cards: &[Card],
     counting: Counting,
-) -> Result<Vec<Neighbour>, String> {
+) -> Result<Vec<GridNeighbour>, String> {
     if cards.is_empty() || me >= cards.len() {
         return Err(format!("rank {me} in a job of {} ranks", cards.len()));
     }
@@ -480,27 +433,10 @@ pub fn neighbours_of(
     Ok(job.neighbours(me))
 }
 
-/// A direction as C callers index the process grid: `axis 0+`,
-/// `axis 0-, axis 1+` (`dims[0]` is axis 0, whatever the arrays' memory
-/// order; "x" and "y" would name them differently in C and Fortran order).
-pub fn direction_name(offset: &[i32]) -> String {
-    let parts: Vec<String> = offset
-        .iter()
-        .enumerate()
-        .filter(|(_, &o)| o != 0)
-        .map(|(a, &o)| format!("axis {a}{}", if o > 0 { '+' } else { '-' }))
-        .collect();
-    if parts.is_empty() {
-        "itself".into()
-    } else {
-        parts.join(", ")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::field::ElemType;
+    use sode::field::ElemType;
 
     fn card(dims: &[usize], coords: &[usize], periodic: &[bool], owned: &[usize]) -> Card {
         let d = dims.len();
@@ -522,13 +458,6 @@ mod tests {
                 overlap: Default::default(),
             }],
         }
-    }
-
-    #[test]
-    fn directions_are_named_by_the_callers_axis_index() {
-        assert_eq!(direction_name(&[1, 0]), "axis 0+");
-        assert_eq!(direction_name(&[0, -1, 1]), "axis 1-, axis 2+");
-        assert_eq!(direction_name(&[0, 0]), "itself");
     }
 
     #[test]
@@ -702,8 +631,8 @@ mod tests {
 
     #[test]
     fn shapes_are_sodes_stencils() {
-        assert_eq!(stencil_offsets(3, Shape::Star.stencil()).len(), 6);
-        assert_eq!(stencil_offsets(3, Shape::Edges.stencil()).len(), 18);
-        assert_eq!(stencil_offsets(3, Shape::Box.stencil()).len(), 26);
+        assert_eq!(sode::stencil_offsets(3, Shape::Star.stencil()).len(), 6);
+        assert_eq!(sode::stencil_offsets(3, Shape::Edges.stencil()).len(), 18);
+        assert_eq!(sode::stencil_offsets(3, Shape::Box.stencil()).len(), 26);
     }
 }

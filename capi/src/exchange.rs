@@ -5,14 +5,16 @@
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, Link, LinkExchange, LinkExchangeBuilder, Locality, Message, Transport};
+use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, Transport};
 use sode_job::World;
+
+use sode::field::{FieldLayout, Overlap, Piece};
+use sode::pattern::{self, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
+use sode::zero_copy::{self, ZeroCopy};
 
 use crate::cart::{self, Cart};
 use crate::error::{CapiError, Result};
-use crate::explicit::{self, BoxMessage};
-use crate::field::{FieldSpec, Overlap, Piece};
-use crate::inplace;
+use crate::explicit;
 use crate::sys::memory::UserMemory;
 use crate::SODE_OK;
 
@@ -20,7 +22,7 @@ use crate::SODE_OK;
 #[derive(Debug)]
 pub struct Field {
     /// The description.
-    pub spec: FieldSpec,
+    pub spec: FieldLayout,
     /// The user's array (`None`: sode keeps it, in the shared sets).
     pub memory: Option<UserMemory>,
     /// The array given for the exchange in flight in its place
@@ -43,6 +45,31 @@ impl Field {
     }
 }
 
+/// The fields as the pattern packs them: each started field from the
+/// array given for this start, or its own.
+struct Arrays<'a>(&'a mut [Field]);
+
+impl FieldArrays for Arrays<'_> {
+    fn layout(&self, field: usize) -> &FieldLayout {
+        &self.0[field].spec
+    }
+
+    fn started(&self, field: usize) -> bool {
+        self.0[field].started
+    }
+
+    fn bytes(&self, field: usize) -> Option<&[u8]> {
+        Some(self.0[field].array()?.bytes())
+    }
+
+    fn bytes_mut(&mut self, field: usize) -> Option<(&FieldLayout, &mut [u8])> {
+        let Field {
+            spec, memory, call, ..
+        } = &mut self.0[field];
+        Some((spec, call.as_mut().or(memory.as_mut())?.bytes_mut()))
+    }
+}
+
 /// Where the fields sode keeps lie: `sets` sets of `set_len` bytes, field
 /// `f` at `bases[f]` in each.
 #[derive(Debug, Clone)]
@@ -52,49 +79,15 @@ struct SharedLayout {
     bases: Vec<usize>,
 }
 
-/// One link's messages: the pieces sent to its peer and received from it
-/// (computed once, at commit).
-#[derive(Debug)]
-struct Planned {
-    /// What is sent (`None`: nothing is).
-    send: Option<Vec<Piece>>,
-    /// What is received (`None`: nothing is).
-    recv: Option<Vec<Piece>>,
-}
-
-impl Planned {
-    /// The same messages at `depth` layers of each halo
-    /// ([`Piece::at_depth`]).
-    fn at_depth(&self, depth: usize) -> Planned {
-        let cut = |pieces: &Option<Vec<Piece>>, send: bool| {
-            pieces
-                .as_ref()
-                .map(|ps| ps.iter().map(|p| p.at_depth(depth, send)).collect())
-        };
-        Planned {
-            send: cut(&self.send, true),
-            recv: cut(&self.recv, false),
-        }
-    }
-}
-
-/// The bytes of a message made of `pieces`.
-fn message_bytes(specs: &[FieldSpec], pieces: &[Piece]) -> usize {
-    pieces
-        .iter()
-        .map(|p| p.region.cells() * specs[p.field].ty.size())
-        .sum()
-}
-
 #[derive(Debug)]
 enum State {
     Described,
     Committed {
         links: Box<LinkExchange>,
-        planned: Vec<Planned>,
+        planned: Vec<LinkPieces>,
         shared: Option<SharedLayout>,
         /// The messages at each depth a start has used, made at its first.
-        by_depth: Vec<(usize, Vec<Planned>)>,
+        by_depth: Vec<(usize, Vec<LinkPieces>)>,
     },
     /// Commit failed: the handle can only be freed.
     Broken(String),
@@ -125,7 +118,7 @@ pub struct Exchange {
     fields: Vec<Field>,
     transport: Transport,
     /// Which faces travel in place (`None`: as `SODE_ZERO_COPY` says).
-    zero_copy: Option<inplace::ZeroCopy>,
+    zero_copy: Option<ZeroCopy>,
     /// Sets of fields sode keeps (0: the caller's arrays).
     shared: usize,
     /// How its caller counts fields and axes (Fortran from 1), for the
@@ -144,7 +137,7 @@ pub struct Exchange {
 /// 0 or, with an `origin`, in the arrays' own bounds.
 fn box_fits(
     m: &BoxMessage,
-    field: &FieldSpec,
+    field: &FieldLayout,
     origin: Option<&[i64]>,
 ) -> std::result::Result<(), String> {
     for (a, (lo, size)) in m.lo.iter().zip(&m.size).enumerate() {
@@ -177,15 +170,6 @@ fn box_fits(
         });
     }
     Ok(())
-}
-
-/// The error of `op` on a field with no array to pack from or unpack into
-/// (its description was checked at add: this is sode's fault).
-fn no_memory(op: &'static str) -> CapiError {
-    CapiError::Internal {
-        op,
-        why: "a field without memory".into(),
-    }
 }
 
 /// The error of `op` on an exchange in `state`, which is not committed.
@@ -300,7 +284,7 @@ impl Exchange {
     /// `ndims` axes of its fields: add them with
     /// [`add_box`](Self::add_box).
     pub fn explicit(world: World, timeout: Duration, ndims: usize) -> Result<Exchange> {
-        if !(1..=crate::field::MAX_AXES).contains(&ndims) {
+        if !(1..=sode::field::MAX_AXES).contains(&ndims) {
             return Err(CapiError::Invalid {
                 op: "sode_exchange_create",
                 why: format!("ndims is {ndims}: boxes have 1 to 8 axes"),
@@ -365,9 +349,9 @@ impl Exchange {
     }
 
     /// Which faces travel in place over RDMA (default: as `SODE_ZERO_COPY`
-    /// says, else [`ZeroCopy::Auto`](inplace::ZeroCopy::Auto)); before
+    /// says, else [`ZeroCopy::Auto`]); before
     /// commit. Ranks may differ.
-    pub fn set_zero_copy(&mut self, mode: inplace::ZeroCopy) -> Result<()> {
+    pub fn set_zero_copy(&mut self, mode: ZeroCopy) -> Result<()> {
         self.before_commit("sode_exchange_set_zero_copy", "choose the zero-copy mode")?;
         self.zero_copy = Some(mode);
         Ok(())
@@ -469,7 +453,7 @@ impl Exchange {
     /// Adds a field; its description is checked against the exchange.
     pub fn add_field(
         &mut self,
-        spec: FieldSpec,
+        spec: FieldLayout,
         memory: impl FnOnce(usize) -> Option<UserMemory>,
     ) -> Result<()> {
         let op = "sode_exchange_add_field";
@@ -544,7 +528,7 @@ impl Exchange {
                 ),
             });
         };
-        let spec = FieldSpec {
+        let spec = FieldLayout {
             overlap,
             ..f.spec.clone()
         };
@@ -704,12 +688,12 @@ impl Exchange {
     fn cartesian_links(
         &self,
         cart: &Cart,
-        specs: &[FieldSpec],
+        specs: &[FieldLayout],
         grouped: &[bool],
-    ) -> Result<(Vec<Link>, Vec<Planned>)> {
+    ) -> Result<PlannedLinks> {
         let mine = cart::Card {
             cart: cart.clone(),
-            fields: specs.iter().map(FieldSpec::card).collect(),
+            fields: specs.iter().map(FieldLayout::card).collect(),
         };
         let me = self.world.rank();
         let record = cart::Record::of(&mine, self.transport as u8);
@@ -724,34 +708,7 @@ impl Exchange {
                     .map_err(|why| CapiError::Mismatch { why })?
             }
         };
-        let mut links = Vec::new();
-        let mut planned = Vec::new();
-        let mut push = |group: &[cart::Neighbour]| {
-            if let Some((link, plan)) = Self::group_link(specs, group) {
-                links.push(link);
-                planned.push(plan);
-            }
-        };
-        // Every direction to a rank reached by a copy, shared memory or
-        // TCP travels as one message each way; over RDMA each direction
-        // keeps its own.
-        let mut peers: Vec<usize> = Vec::new();
-        for n in &neighbours {
-            if !grouped.get(n.rank).copied().unwrap_or(false) {
-                push(std::slice::from_ref(n));
-            } else if !peers.contains(&n.rank) {
-                peers.push(n.rank);
-            }
-        }
-        for peer in peers {
-            let group: Vec<cart::Neighbour> = neighbours
-                .iter()
-                .filter(|n| n.rank == peer)
-                .cloned()
-                .collect();
-            push(&group);
-        }
-        Ok((links, planned))
+        Ok(PlannedLinks::cartesian(specs, &neighbours, grouped))
     }
 
     /// Per rank of the job, whether every direction (or box) to it
@@ -775,76 +732,6 @@ impl Exchange {
             .collect()
     }
 
-    /// One link to the rank of every neighbour in `group` (all the same
-    /// rank), carrying each direction's pieces: sent in the order of the
-    /// directions, received in the order of their opposites, so that both
-    /// ends lay the message out alike. `None` when nothing travels.
-    fn group_link(specs: &[FieldSpec], group: &[cart::Neighbour]) -> Option<(Link, Planned)> {
-        let first = group.first()?;
-        let pieces = |offsets: &[&Vec<i32>], send: bool| -> Vec<Piece> {
-            offsets
-                .iter()
-                .flat_map(|o| {
-                    specs.iter().enumerate().map(move |(field, f)| Piece {
-                        field,
-                        region: if send {
-                            f.send_region(o)
-                        } else {
-                            f.recv_region(o)
-                        },
-                        toward: o.to_vec(),
-                    })
-                })
-                .filter(|p| p.region.cells() > 0)
-                .collect()
-        };
-        let mut sends: Vec<&Vec<i32>> = group.iter().map(|n| &n.offset).collect();
-        sends.sort();
-        let mut recvs = sends.clone();
-        recvs.sort_by_key(|o| o.iter().map(|x| -x).collect::<Vec<i32>>());
-        let (send, recv) = (pieces(&sends, true), pieces(&recvs, false));
-        let (send_tag, recv_tag) = match group {
-            [one] => (
-                sode::direction_tag(&one.offset),
-                sode::direction_tag(&one.offset.iter().map(|o| -o).collect::<Vec<_>>()),
-            ),
-            _ => (sode::PEER_TAG, sode::PEER_TAG),
-        };
-        let directions: Vec<String> = sends.iter().map(|o| cart::direction_name(o)).collect();
-        let link = Link {
-            peer: first.rank,
-            send: None,
-            recv: None,
-            name: format!("rank {} ({})", first.rank, directions.join(" / ")),
-            offset: first.offset.clone(),
-        };
-        Self::carrying(specs, link, (send, send_tag), (recv, recv_tag))
-    }
-
-    /// `link` with the messages of its pieces sent and received (each
-    /// with its tag), and its plan; `None` when neither carries a byte.
-    fn carrying(
-        specs: &[FieldSpec],
-        mut link: Link,
-        (send, send_tag): (Vec<Piece>, u32),
-        (recv, recv_tag): (Vec<Piece>, u32),
-    ) -> Option<(Link, Planned)> {
-        let message = |p: &[Piece], tag| {
-            let len = message_bytes(specs, p);
-            (len > 0).then_some(Message { len, tag })
-        };
-        link.send = message(&send, send_tag);
-        link.recv = message(&recv, recv_tag);
-        if link.send.is_none() && link.recv.is_none() {
-            return None;
-        }
-        let plan = Planned {
-            send: link.send.is_some().then_some(send),
-            recv: link.recv.is_some().then_some(recv),
-        };
-        Some((link, plan))
-    }
-
     /// The links of an explicit exchange (one per box), checked across the
     /// job.
     fn explicit_links(
@@ -852,14 +739,14 @@ impl Exchange {
         ndims: usize,
         sends: &[BoxMessage],
         recvs: &[BoxMessage],
-        specs: &[FieldSpec],
+        specs: &[FieldLayout],
         grouped: &[bool],
-    ) -> Result<(Vec<Link>, Vec<Planned>)> {
+    ) -> Result<PlannedLinks> {
         let mine = explicit::Card {
             ndims,
-            fields: specs.iter().map(FieldSpec::card).collect(),
-            sends: sends.iter().map(BoxMessage::side).collect(),
-            recvs: recvs.iter().map(BoxMessage::side).collect(),
+            fields: specs.iter().map(FieldLayout::card).collect(),
+            sends: sends.iter().map(explicit::side).collect(),
+            recvs: recvs.iter().map(explicit::side).collect(),
         };
         let record = explicit::Record::of(
             &mine,
@@ -874,106 +761,15 @@ impl Exchange {
             let cards = self.gather(&mine)?;
             explicit::check(&cards).map_err(|why| CapiError::Mismatch { why })?;
         }
-        let mut links = Vec::new();
-        let mut planned = Vec::new();
-        // Every box to (and from) a rank reached by a copy, shared memory
-        // or TCP travels as one message each way, the boxes in the order
-        // of their tags on both ends; over RDMA each box keeps its own
-        // message.
-        let mut peers: Vec<usize> = Vec::new();
-        for (m, send) in sends
-            .iter()
-            .map(|m| (m, true))
-            .chain(recvs.iter().map(|m| (m, false)))
-        {
-            if grouped.get(m.peer).copied().unwrap_or(false) {
-                if !peers.contains(&m.peer) {
-                    peers.push(m.peer);
-                }
-                continue;
-            }
-            let (list, none): (&[&BoxMessage], &[&BoxMessage]) = (&[m], &[]);
-            let (out, back) = if send { (list, none) } else { (none, list) };
-            if let Some((link, plan)) = Self::boxes_link(specs, m.peer, out, back) {
-                links.push(link);
-                planned.push(plan);
-            }
-        }
-        fn by_tag(boxes: &[BoxMessage], peer: usize) -> Vec<&BoxMessage> {
-            let mut theirs: Vec<&BoxMessage> = boxes.iter().filter(|m| m.peer == peer).collect();
-            theirs.sort_by_key(|m| m.tag);
-            theirs
-        }
-        for peer in peers {
-            let (out, back) = (by_tag(sends, peer), by_tag(recvs, peer));
-            if let Some((link, plan)) = Self::boxes_link(specs, peer, &out, &back) {
-                links.push(link);
-                planned.push(plan);
-            }
-        }
-        Ok((links, planned))
-    }
-
-    /// One link to `peer` carrying the boxes `sends` and `recvs` (in that
-    /// order, every field of each box); a single box keeps its own tag.
-    /// `None` when nothing travels.
-    fn boxes_link(
-        specs: &[FieldSpec],
-        peer: usize,
-        sends: &[&BoxMessage],
-        recvs: &[&BoxMessage],
-    ) -> Option<(Link, Planned)> {
-        let pieces = |boxes: &[&BoxMessage]| -> Vec<Piece> {
-            boxes
-                .iter()
-                .flat_map(|m| {
-                    specs.iter().enumerate().map(|(field, f)| Piece {
-                        field,
-                        region: f.box_region(&m.lo, &m.size),
-                        toward: Vec::new(),
-                    })
-                })
-                .filter(|p| p.region.cells() > 0)
-                .collect()
-        };
-        let tag = |boxes: &[&BoxMessage]| match boxes {
-            [one] => one.tag,
-            _ => sode::PEER_TAG,
-        };
-        let tags = |boxes: &[&BoxMessage]| -> String {
-            let t: Vec<String> = boxes.iter().map(|m| m.tag.to_string()).collect();
-            t.join(", ")
-        };
-        let name = match (sends.is_empty(), recvs.is_empty()) {
-            (false, true) => format!("rank {peer} (boxes to it, tags {})", tags(sends)),
-            (true, false) => format!("rank {peer} (boxes from it, tags {})", tags(recvs)),
-            _ => format!(
-                "rank {peer} (boxes to it, tags {}; from it, tags {})",
-                tags(sends),
-                tags(recvs)
-            ),
-        };
-        let link = Link {
-            peer,
-            send: None,
-            recv: None,
-            offset: Vec::new(),
-            name,
-        };
-        Self::carrying(
-            specs,
-            link,
-            (pieces(sends), tag(sends)),
-            (pieces(recvs), tag(recvs)),
-        )
+        Ok(PlannedLinks::boxes(specs, sends, recvs, grouped))
     }
 
     /// The shared sets' layout (each field [`SharedSets::array_stride`]
     /// from the last) and every link's runs in a set.
     fn shared_layout(
         &self,
-        specs: &[FieldSpec],
-        planned: &[Planned],
+        specs: &[FieldLayout],
+        planned: &[LinkPieces],
     ) -> Result<(SharedLayout, sode::SharedSets)> {
         let overflow = || CapiError::Invalid {
             op: "sode_exchange_commit",
@@ -993,7 +789,7 @@ impl Exchange {
         let runs_of = |pieces: &Option<Vec<Piece>>| {
             let pieces = pieces.as_deref()?;
             Some(
-                inplace::spans(specs, pieces)
+                zero_copy::spans(specs, pieces)
                     .into_iter()
                     .map(|s| sode::Run {
                         offset: bases[s.memory] + s.offset,
@@ -1022,7 +818,7 @@ impl Exchange {
         Ok((layout, sets))
     }
 
-    fn build(&self) -> Result<(LinkExchange, Vec<Planned>, Option<SharedLayout>)> {
+    fn build(&self) -> Result<(LinkExchange, Vec<LinkPieces>, Option<SharedLayout>)> {
         let op = "sode_exchange_commit";
         if self.fields.is_empty() {
             // Every message would be empty: say what is missing, not that.
@@ -1032,12 +828,15 @@ impl Exchange {
                     .into(),
             });
         }
-        let specs: Vec<FieldSpec> = self.fields.iter().map(|f| f.spec.clone()).collect();
+        let specs: Vec<FieldLayout> = self.fields.iter().map(|f| f.spec.clone()).collect();
         let mut builder = LinkExchange::builder(&self.world, Vec::new())
             .transport(self.transport)
             .setup_timeout(self.timeout);
         let grouped = self.one_message_per_peer(&mut builder)?;
-        let (links, planned) = match &self.layout {
+        let PlannedLinks {
+            links,
+            pieces: planned,
+        } = match &self.layout {
             Layout::Cartesian(cart) => self.cartesian_links(cart, &specs, &grouped)?,
             Layout::Explicit {
                 ndims,
@@ -1065,11 +864,11 @@ impl Exchange {
     fn in_place<'w>(
         &self,
         mut builder: sode::LinkExchangeBuilder<'w>,
-        specs: &[FieldSpec],
-        planned: &[Planned],
+        specs: &[FieldLayout],
+        planned: &[LinkPieces],
     ) -> Result<sode::LinkExchangeBuilder<'w>> {
-        use inplace::ZeroCopy;
         use sode::InPlace;
+        use ZeroCopy;
         let op = "sode_exchange_commit";
         let mode = match self.zero_copy {
             Some(m) => m,
@@ -1090,7 +889,7 @@ impl Exchange {
         builder = builder.lend(lent);
         for (i, p) in planned.iter().enumerate() {
             let side = |pieces: &Option<Vec<Piece>>| {
-                let spans = inplace::spans(specs, pieces.as_deref()?);
+                let spans = zero_copy::spans(specs, pieces.as_deref()?);
                 mode.in_place(&spans).then_some(spans)
             };
             let how = InPlace {
@@ -1108,8 +907,8 @@ impl Exchange {
     fn in_place<'w>(
         &self,
         builder: sode::LinkExchangeBuilder<'w>,
-        _: &[FieldSpec],
-        _: &[Planned],
+        _: &[FieldLayout],
+        _: &[LinkPieces],
     ) -> Result<sode::LinkExchangeBuilder<'w>> {
         Ok(builder)
     }
@@ -1118,15 +917,15 @@ impl Exchange {
     /// one line per link.
     pub fn describe(&mut self) -> Result<String> {
         let (links, planned, fields) = self.committed("sode_exchange_describe")?;
-        let specs: Vec<FieldSpec> = fields.iter().map(|f| f.spec.clone()).collect();
+        let specs: Vec<FieldLayout> = fields.iter().map(|f| f.spec.clone()).collect();
         let mut text = String::new();
         for (i, (l, locality)) in links.links().iter().zip(links.localities()).enumerate() {
             let sides = links.in_place(i);
             let side = |verb: &str, pieces: &Option<Vec<Piece>>, in_place: bool| {
                 let pieces = pieces.as_deref()?;
-                let bytes = message_bytes(&specs, pieces);
+                let bytes = pattern::message_bytes(&specs, pieces);
                 Some(if in_place {
-                    let runs = inplace::spans(&specs, pieces).len();
+                    let runs = zero_copy::spans(&specs, pieces).len();
                     format!("; {verb} {bytes} bytes in place ({runs} runs)")
                 } else {
                     format!("; {verb} {bytes} bytes packed")
@@ -1149,7 +948,7 @@ impl Exchange {
     fn committed_at_depth(
         &mut self,
         op: &'static str,
-    ) -> Result<(&mut LinkExchange, &[Planned], &mut [Field])> {
+    ) -> Result<(&mut LinkExchange, &[LinkPieces], &mut [Field])> {
         let depth = self.depth;
         match &mut self.state {
             State::Committed {
@@ -1158,7 +957,7 @@ impl Exchange {
                 by_depth,
                 ..
             } => {
-                let at: &[Planned] = if depth == 0 {
+                let at: &[LinkPieces] = if depth == 0 {
                     planned
                 } else {
                     let i = match by_depth.iter().position(|(d, _)| *d == depth) {
@@ -1180,7 +979,7 @@ impl Exchange {
     fn committed(
         &mut self,
         op: &'static str,
-    ) -> Result<(&mut LinkExchange, &[Planned], &mut [Field])> {
+    ) -> Result<(&mut LinkExchange, &[LinkPieces], &mut [Field])> {
         match &mut self.state {
             State::Committed { links, planned, .. } => Ok((links, planned, &mut self.fields)),
             other => Err(not_committed(op, other)),
@@ -1396,7 +1195,7 @@ impl Exchange {
     /// place has another array.
     fn bind_arrays(
         links: &mut LinkExchange,
-        planned: &[Planned],
+        planned: &[LinkPieces],
         fields: &mut [Field],
         (subset, given): (Option<&FieldList<'_>>, usize),
         array: impl Fn(usize, usize) -> Option<UserMemory>,
@@ -1447,66 +1246,29 @@ impl Exchange {
     /// fill, so that its channel moves those only.
     fn carry(
         links: &mut LinkExchange,
-        planned: &[Planned],
-        fields: &[Field],
+        planned: &[LinkPieces],
+        fields: &mut [Field],
         op: &'static str,
     ) -> Result<()> {
-        let exchange = |source| CapiError::Exchange { op, source };
-        let bytes = |pieces: &[Piece]| -> usize {
-            pieces
-                .iter()
-                .filter(|p| fields[p.field].started)
-                .map(|p| p.region.cells() * fields[p.field].spec.ty.size())
-                .sum()
-        };
-        for (i, p) in planned.iter().enumerate() {
-            if let Some(pieces) = &p.send {
-                links.carry_send(i, bytes(pieces)).map_err(exchange)?;
-            }
-            if let Some(pieces) = &p.recv {
-                links.carry_recv(i, bytes(pieces)).map_err(exchange)?;
-            }
-        }
-        Ok(())
+        pattern::carry(links, planned, &Arrays(fields))
+            .map_err(|source| CapiError::Exchange { op, source })
     }
 
     fn pack_and_start(
         links: &mut LinkExchange,
-        planned: &[Planned],
-        fields: &[Field],
+        planned: &[LinkPieces],
+        fields: &mut [Field],
         op: &'static str,
     ) -> Result<()> {
-        let exchange = |source| CapiError::Exchange { op, source };
-        let began = Instant::now();
-        for (i, pieces) in planned
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
-        {
-            if links.in_place_now(i).send {
-                continue;
-            }
-            let out = links.send_buf(i).map_err(exchange)?;
-            let mut at = 0;
-            for p in pieces.iter().filter(|p| fields[p.field].started) {
-                let f = &fields[p.field];
-                let n = p.region.cells() * f.spec.ty.size();
-                let Some(memory) = f.array() else {
-                    return Err(no_memory(op));
-                };
-                f.spec.pack(memory.bytes(), &p.region, &mut out[at..at + n]);
-                at += n;
-            }
-        }
-        links.add_start_time(began.elapsed());
-        links.start().map_err(exchange)
+        pattern::pack_and_start(links, planned, &Arrays(fields))
+            .map_err(|source| CapiError::Exchange { op, source })
     }
 
     /// Unpacks every halo (but those received in place) once the exchange
     /// is complete.
     fn unpack(
         links: &mut LinkExchange,
-        planned: &[Planned],
+        planned: &[LinkPieces],
         fields: &mut [Field],
         op: &'static str,
     ) -> Result<()> {
@@ -1514,41 +1276,12 @@ impl Exchange {
             // Fields sode keeps: the exchange scattered their halos.
             return Ok(());
         }
-        let began = Instant::now();
-        for (i, pieces) in planned
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !links.in_place_now(*i).recv)
-            .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
-        {
-            let data = links
-                .recv_buf(i)
-                .map_err(|source| CapiError::Exchange { op, source })?;
-            let mut at = 0;
-            for p in pieces {
-                let Field {
-                    spec,
-                    memory,
-                    call,
-                    started,
-                    ..
-                } = &mut fields[p.field];
-                if !*started {
-                    continue;
-                }
-                let n = p.region.cells() * spec.ty.size();
-                let Some(memory) = call.as_mut().or(memory.as_mut()) else {
-                    return Err(no_memory(op));
-                };
-                spec.unpack(&data[at..at + n], &p.region, memory.bytes_mut());
-                at += n;
-            }
-        }
+        pattern::unpack(links, planned, &mut Arrays(fields))
+            .map_err(|source| CapiError::Exchange { op, source })?;
         // The exchange is complete: the arrays given for it are let go.
         for f in fields.iter_mut() {
             f.call = None;
         }
-        links.add_wait_time(began.elapsed());
         Ok(())
     }
 
@@ -1600,66 +1333,5 @@ impl Exchange {
             }
         }
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::field::ElemType;
-
-    /// A C-order f64 field of `own` cells with halo widths 1 below and 2
-    /// above on both axes (so that a piece laid out against the wrong
-    /// direction has the wrong size).
-    fn field(own: [usize; 2]) -> FieldSpec {
-        FieldSpec {
-            ty: ElemType::F64,
-            extents: vec![own[0] + 3, own[1] + 3],
-            strides: vec![own[1] + 3, 1],
-            owned_lo: vec![1, 1],
-            owned_size: own.to_vec(),
-            halo_lo: vec![1, 1],
-            halo_hi: vec![2, 2],
-            overlap: Overlap::default(),
-        }
-    }
-
-    /// Every direction between two ranks of a periodic 2 x 2 grid (each is
-    /// the other's neighbour along axis 0 both ways, and diagonally) as one
-    /// message: what one end sends, piece by piece, is what the other
-    /// receives, in the same order and shape.
-    #[test]
-    fn both_ends_of_a_peer_link_lay_the_message_out_alike() {
-        let offsets = |a1: i32| -> Vec<cart::Neighbour> {
-            [-1, 1]
-                .iter()
-                .flat_map(|&a0| [0, a1].map(|b| (a0, b)))
-                .map(|(a0, b)| cart::Neighbour {
-                    offset: vec![a0, b],
-                    rank: 1,
-                })
-                .collect()
-        };
-        // Rank 0 at (0, 0) sees rank 2 at (±1, 0) and (±1, ±1) of one
-        // sign along axis 1; the other end sees the opposites.
-        let (here, there) = (offsets(1), offsets(-1));
-        let specs = [field([5, 7]), field([5, 7])];
-        let (link, sent) = Exchange::group_link(&specs, &here).unwrap();
-        let (back, received) = Exchange::group_link(&specs, &there).unwrap();
-        let (sent, received) = (sent.send.unwrap(), received.recv.unwrap());
-        assert_eq!(sent.len(), 8, "4 directions, 2 fields");
-        let shapes = |pieces: &[Piece]| -> Vec<(usize, Vec<usize>)> {
-            pieces
-                .iter()
-                .map(|p| (p.field, p.region.size.clone()))
-                .collect()
-        };
-        assert_eq!(shapes(&sent), shapes(&received));
-        assert_eq!(link.send.unwrap().tag, back.recv.unwrap().tag);
-        assert_eq!(link.send.unwrap().len, back.recv.unwrap().len);
-        assert!(link.name.contains(" / "), "{}", link.name);
-        // A single direction keeps its direction's tags.
-        let (one, _) = Exchange::group_link(&specs, &here[..1]).unwrap();
-        assert_eq!(one.send.unwrap().tag, sode::direction_tag(&here[0].offset));
     }
 }

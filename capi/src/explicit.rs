@@ -12,20 +12,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::field::FieldCard;
-
-/// One box sent to, or received from, a peer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BoxMessage {
-    /// The peer's rank.
-    pub peer: usize,
-    /// The tag pairing it with the peer's receive (or send).
-    pub tag: u32,
-    /// First index per axis, in the fields' index space (0-based).
-    pub lo: Vec<usize>,
-    /// Cells per axis.
-    pub size: Vec<usize>,
-}
+use sode::field::FieldCard;
+pub use sode::pattern::BoxMessage;
 
 /// What one side of a message tells the other ranks: peer, tag, shape.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,14 +39,12 @@ pub struct Card {
     pub recvs: Vec<Side>,
 }
 
-impl BoxMessage {
-    /// What the other ranks see of it.
-    pub fn side(&self) -> Side {
-        Side {
-            peer: self.peer,
-            tag: self.tag,
-            size: self.size.clone(),
-        }
+/// What the other ranks see of box `m`.
+pub fn side(m: &BoxMessage) -> Side {
+    Side {
+        peer: m.peer,
+        tag: m.tag,
+        size: m.size.clone(),
     }
 }
 
@@ -266,7 +252,7 @@ pub fn check(cards: &[Card]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::field::ElemType;
+    use sode::field::ElemType;
 
     fn card(sends: &[(usize, u32, [usize; 2])], recvs: &[(usize, u32, [usize; 2])]) -> Card {
         let side = |&(peer, tag, size): &(usize, u32, [usize; 2])| Side {

@@ -20,8 +20,11 @@
 //! sode_exchange_free(&x); sode_comm_free(&comm);
 //! ```
 //!
-//! The safe logic lives in [`cart`], [`field`] and [`exchange`]; every
-//! `unsafe` (pointers from C) in `sys`.
+//! The fields, the pattern and the packing are `sode`'s
+//! ([`sode::field`], [`sode::pattern`]); this crate keeps the handles
+//! ([`exchange`]), the job-wide agreement at commit ([`cart`],
+//! [`explicit`]), status codes and messages; every `unsafe` (pointers from
+//! C) in `sys`.
 #![deny(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -30,8 +33,6 @@ pub mod comm;
 pub mod error;
 pub mod exchange;
 pub mod explicit;
-pub mod field;
-pub mod inplace;
 mod record;
 pub mod stats;
 #[allow(unsafe_code)]

@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 
-use crate::field::FieldCard;
+use sode::field::FieldCard;
 
 /// The bytes of a record of `words` words.
 pub(crate) fn bytes(words: usize) -> usize {

@@ -19,6 +19,13 @@ pub enum HaloError {
         /// What is wrong.
         why: String,
     },
+    /// A field's layout does not fit its array or the exchange
+    /// ([`FieldLayout::check`](crate::field::FieldLayout::check)).
+    #[error("{why}")]
+    Layout {
+        /// What does not fit, by axis.
+        why: String,
+    },
     /// A call in the wrong state (start twice, wait without start), or
     /// after an error failed the exchange.
     #[error(transparent)]

@@ -47,10 +47,12 @@ mod error;
 mod exchange;
 #[cfg(feature = "rdma")]
 mod fabric;
+pub mod field;
 mod job_memo;
 mod links;
 #[cfg(feature = "rdma")]
 mod model;
+pub mod pattern;
 #[cfg(feature = "rdma")]
 pub mod plan;
 mod reorder;
@@ -58,6 +60,7 @@ mod settings;
 mod stats;
 #[cfg(feature = "rdma")]
 mod windows;
+pub mod zero_copy;
 
 pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};

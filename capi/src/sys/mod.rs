@@ -19,9 +19,9 @@ use crate::comm::{seconds, Comm};
 use crate::error::{CapiError, Result};
 use crate::exchange::{Exchange, FieldList};
 use crate::explicit::BoxMessage;
-use crate::field::{ElemType, FieldSpec, Overlap};
 use crate::stats::{NeighbourStats, Stats};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
+use sode::field::{ElemType, FieldLayout, Overlap};
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -720,9 +720,9 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
     unsafe {
         with_exchange(op, exchange, |x| {
             let m = match mode {
-                crate::SODE_ZERO_COPY_AUTO => crate::inplace::ZeroCopy::Auto,
-                crate::SODE_ZERO_COPY_ALWAYS => crate::inplace::ZeroCopy::Always,
-                crate::SODE_ZERO_COPY_NEVER => crate::inplace::ZeroCopy::Never,
+                crate::SODE_ZERO_COPY_AUTO => sode::zero_copy::ZeroCopy::Auto,
+                crate::SODE_ZERO_COPY_ALWAYS => sode::zero_copy::ZeroCopy::Always,
+                crate::SODE_ZERO_COPY_NEVER => sode::zero_copy::ZeroCopy::Never,
                 other => {
                     return Err(CapiError::Invalid {
                         op,
@@ -1180,7 +1180,7 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
     let (max_lo, max_hi) = x.halo_widths();
     // SAFETY (both): the caller's contract, one width per grid axis.
     let widths = |p, name, max: &[usize]| unsafe { per_axis(op, name, p, g, max) };
-    let spec = FieldSpec {
+    let spec = FieldLayout {
         ty,
         halo_lo: widths(args.halo_lo, "halo_lo", &max_lo)?,
         halo_hi: widths(args.halo_hi, "halo_hi", &max_hi)?,

@@ -1,13 +1,16 @@
-//! A user's field as the C ABI describes it: element type, extents and
-//! strides of the whole array, the owned box and the halo widths; and the
-//! packing of its regions into messages, in memory order.
+//! A field as the caller's array holds it, in every language sode binds:
+//! element type, extents and strides of the whole array (C or Fortran
+//! order, padded or not), the owned box, halo widths per axis and side, and
+//! the cells a staggered field shares with its neighbours; and the packing
+//! of its regions into messages, in memory order.
 
 use serde::{Deserialize, Serialize};
 
-use sode::Region;
+use crate::decomp::Region;
+use crate::error::HaloError;
 
 /// Most axes a field may have.
-pub(crate) const MAX_AXES: usize = 8;
+pub const MAX_AXES: usize = 8;
 
 /// The element types a field may have; only their size matters to the
 /// copies (bit for bit), the type is checked to agree across ranks.
@@ -122,7 +125,7 @@ impl Overlap {
 /// and its overlap with the neighbours there. Along further axes
 /// (components, levels) the owned range travels whole.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldSpec {
+pub struct FieldLayout {
     /// Element type.
     pub ty: ElemType,
     /// Elements per axis, halos included.
@@ -215,10 +218,23 @@ fn span_bytes(ty: ElemType, extents: &[usize], strides: &[usize]) -> Result<usiz
         .ok_or_else(|| "the extents and strides overflow the address space".into())
 }
 
-impl FieldSpec {
+impl FieldLayout {
     /// Checks the field against an exchange with `grid_axes` process-grid
     /// axes and halo widths `max_lo`, `max_hi`; returns the bytes it spans.
+    ///
+    /// # Errors
+    /// [`HaloError::Layout`], naming the axis and what does not fit.
     pub fn check(
+        &self,
+        grid_axes: usize,
+        max_lo: &[usize],
+        max_hi: &[usize],
+    ) -> Result<usize, HaloError> {
+        self.problem(grid_axes, max_lo, max_hi)
+            .map_err(|why| HaloError::Layout { why })
+    }
+
+    fn problem(
         &self,
         grid_axes: usize,
         max_lo: &[usize],
@@ -363,7 +379,7 @@ impl FieldSpec {
 
     /// Calls `run(element_offset, elements)` for each contiguous run of
     /// `r`, in memory order (fastest axis innermost). Allocates nothing.
-    pub(crate) fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
+    pub fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
         let d = self.extents.len().min(MAX_AXES);
         if r.cells() == 0 {
             return;
@@ -412,7 +428,7 @@ impl FieldSpec {
         let e = self.ty.size();
         let mut k = 0;
         self.runs(r, |at, n| {
-            sode::copy_run(&mut out[k..k + n * e], &field[at * e..(at + n) * e]);
+            crate::decomp::copy_run(&mut out[k..k + n * e], &field[at * e..(at + n) * e]);
             k += n * e;
         });
     }
@@ -422,7 +438,7 @@ impl FieldSpec {
         let e = self.ty.size();
         let mut k = 0;
         self.runs(r, |at, n| {
-            sode::copy_run(&mut field[at * e..(at + n) * e], &data[k..k + n * e]);
+            crate::decomp::copy_run(&mut field[at * e..(at + n) * e], &data[k..k + n * e]);
             k += n * e;
         });
     }
@@ -434,8 +450,8 @@ mod tests {
 
     /// A 2-D field of f64, C order (axis 1 fastest), owned 4 x 3 with halo
     /// widths 1/2 on axis 0 and 2/1 on axis 1.
-    fn c_order() -> FieldSpec {
-        FieldSpec {
+    fn c_order() -> FieldLayout {
+        FieldLayout {
             ty: ElemType::F64,
             extents: vec![7, 6],
             strides: vec![6, 1],
@@ -450,7 +466,7 @@ mod tests {
     #[test]
     fn regions_follow_the_halo_widths_of_the_receiving_side() {
         let f = c_order();
-        assert_eq!(f.check(2, &[1, 2], &[2, 1]), Ok(7 * 6 * 8));
+        assert_eq!(f.check(2, &[1, 2], &[2, 1]).unwrap(), 7 * 6 * 8);
         // To the low neighbour on axis 0: the rows filling its high halo (2).
         let r = f.send_region(&[-1, 0]);
         assert_eq!((r.start, r.size), (vec![1, 2], vec![2, 3]));
@@ -484,7 +500,7 @@ mod tests {
     #[test]
     fn a_strided_axis_is_packed_element_by_element() {
         // Fortran order with padding: axis 0 fastest but stride 2.
-        let f = FieldSpec {
+        let f = FieldLayout {
             strides: vec![2, 14],
             ..c_order()
         };
@@ -500,29 +516,29 @@ mod tests {
 
     #[test]
     fn bad_fields_are_named() {
-        let err = |f: FieldSpec| f.check(2, &[1, 2], &[2, 1]).unwrap_err();
-        assert!(err(FieldSpec {
+        let err = |f: FieldLayout| f.check(2, &[1, 2], &[2, 1]).unwrap_err().to_string();
+        assert!(err(FieldLayout {
             halo_lo: vec![2, 2],
             owned_lo: vec![2, 2],
             ..c_order()
         })
         .contains("wider than the exchange's"));
-        assert!(err(FieldSpec {
+        assert!(err(FieldLayout {
             owned_lo: vec![0, 2],
             ..c_order()
         })
         .contains("1 halo cells below and 2 above are needed, the array has 0 cells below the first owned one and 3 above the last"));
-        assert!(err(FieldSpec {
+        assert!(err(FieldLayout {
             owned_lo: vec![4, 2],
             ..c_order()
         })
         .contains("the 4 owned cells, 4 cells into the array, run past its 7 cells"));
-        assert!(err(FieldSpec {
+        assert!(err(FieldLayout {
             strides: vec![6, 2],
             ..c_order()
         })
         .contains("overlap"));
-        let one_axis = FieldSpec {
+        let one_axis = FieldLayout {
             extents: vec![7],
             strides: vec![1],
             owned_lo: vec![1],
@@ -530,18 +546,18 @@ mod tests {
             ..c_order()
         };
         assert!(err(one_axis).contains("axes"));
-        assert!(err(FieldSpec {
+        assert!(err(FieldLayout {
             strides: vec![usize::MAX / 2, 1],
             ..c_order()
         })
         .contains("overflow"));
-        assert!(err(FieldSpec {
+        assert!(err(FieldLayout {
             owned_size: vec![1, 3],
             extents: vec![4, 6],
             ..c_order()
         })
         .contains("fewer than a halo width"));
-        assert!(err(FieldSpec {
+        assert!(err(FieldLayout {
             overlap: Overlap {
                 lo: vec![3, 0],
                 hi: vec![0, 0]
@@ -556,7 +572,7 @@ mod tests {
     #[test]
     fn an_overlap_keeps_the_shared_nodes_home() {
         let n = 6;
-        let f = FieldSpec {
+        let f = FieldLayout {
             ty: ElemType::F64,
             extents: vec![n + 5],
             strides: vec![1],
@@ -583,7 +599,7 @@ mod tests {
         // Both ranks must agree on it.
         assert_ne!(
             f.card(),
-            FieldSpec {
+            FieldLayout {
                 overlap: Overlap::default(),
                 ..f.clone()
             }

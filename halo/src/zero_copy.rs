@@ -6,11 +6,10 @@
 //! a few long runs goes in place and a face of many short runs (a column of
 //! a C array) is packed. Each side decides for itself; the sender adapts
 //! its writes to the windows the receiver made. `SODE_ZERO_COPY` (or
-//! `sode_exchange_set_zero_copy`) overrides the choice.
+//! `sode_exchange_set_zero_copy` in C) overrides the choice.
 
-use sode::Span;
-
-use crate::field::{FieldSpec, Piece};
+use crate::channel::Span;
+use crate::field::{FieldLayout, Piece};
 
 /// `SODE_ZERO_COPY`: when faces travel in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +37,9 @@ pub const MAX_RUNS: usize = 64;
 
 impl ZeroCopy {
     /// The mode `SODE_ZERO_COPY` names (unset or empty: auto).
+    ///
+    /// # Errors
+    /// Another value, named with the three that work.
     pub fn from_env() -> Result<ZeroCopy, String> {
         match std::env::var("SODE_ZERO_COPY") {
             Err(std::env::VarError::NotPresent) => Ok(ZeroCopy::Auto),
@@ -75,7 +77,7 @@ impl ZeroCopy {
 
 /// The runs of a message made of `pieces` (field `f` lent as memory `f`),
 /// in message order, adjacent runs merged.
-pub fn spans(specs: &[FieldSpec], pieces: &[Piece]) -> Vec<Span> {
+pub fn spans(specs: &[FieldLayout], pieces: &[Piece]) -> Vec<Span> {
     let mut out: Vec<Span> = Vec::new();
     for piece in pieces {
         let (memory, f) = (piece.field, &specs[piece.field]);
@@ -100,8 +102,8 @@ pub fn spans(specs: &[FieldSpec], pieces: &[Piece]) -> Vec<Span> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decomp::Region;
     use crate::field::ElemType;
-    use sode::Region;
 
     /// Field 0's `region`, the only piece.
     fn one(region: Region) -> [Piece; 1] {
@@ -113,8 +115,8 @@ mod tests {
     }
 
     /// A C-order 2-D f64 field, `rows` x `cols` owned, halo `h` all round.
-    fn field(rows: usize, cols: usize, h: usize) -> FieldSpec {
-        FieldSpec {
+    fn field(rows: usize, cols: usize, h: usize) -> FieldLayout {
+        FieldLayout {
             ty: ElemType::F64,
             extents: vec![rows + 2 * h, cols + 2 * h],
             strides: vec![cols + 2 * h, 1],
@@ -153,7 +155,7 @@ mod tests {
     #[test]
     fn a_face_spanning_whole_rows_is_one_run_and_fields_stay_apart() {
         // No halo along the fast axis: the face's rows touch, one run.
-        let f = FieldSpec {
+        let f = FieldLayout {
             extents: vec![68, 1024],
             strides: vec![1024, 1],
             owned_lo: vec![2, 0],

@@ -1,0 +1,602 @@
+//! A halo pattern over fields laid out as the caller's arrays hold them
+//! ([`FieldLayout`]): which neighbours a Cartesian process grid gives a
+//! rank, or which boxes an explicit description sends and receives; the
+//! links those make, each message a list of [`Piece`]s laid out alike at
+//! both ends; and the packing of the pieces from the caller's arrays into
+//! the links' buffers and back, per start, on any arrays and any subset of
+//! the fields. Every language binds this one model: the C and Fortran ABI
+//! keeps handles, status codes and the job-wide agreement only.
+
+use std::time::Instant;
+
+use crate::decomp::{direction_tag, Stencil, PEER_TAG};
+use crate::error::{HaloError, Result};
+use crate::field::{FieldLayout, Piece};
+use crate::links::{Link, LinkExchange, Message};
+
+/// One neighbour in a process grid: which way, and who.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GridNeighbour {
+    /// Offset in the process grid, each axis -1, 0 or +1.
+    pub offset: Vec<i32>,
+    /// Its rank.
+    pub rank: usize,
+}
+
+/// A Cartesian process grid with every position's rank.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessGrid<'a> {
+    /// Processes per axis.
+    pub dims: &'a [usize],
+    /// Periodic axes.
+    pub periodic: &'a [bool],
+    /// Which neighbours the stencil reads.
+    pub stencil: Stencil,
+    /// Rank at each grid position ([`grid_position`]: axis 0 slowest).
+    pub at: &'a [usize],
+}
+
+impl ProcessGrid<'_> {
+    /// The neighbours of the rank at `coords`, in offset order (axis 0
+    /// slowest); none across the edges of non-periodic axes.
+    pub fn neighbours(&self, coords: &[usize]) -> Vec<GridNeighbour> {
+        crate::decomp::stencil_offsets(self.dims.len(), self.stencil)
+            .into_iter()
+            .filter_map(|offset| {
+                let mut c = Vec::with_capacity(offset.len());
+                for (a, &o) in offset.iter().enumerate() {
+                    let x = coords[a] as i64 + i64::from(o);
+                    let g = self.dims[a] as i64;
+                    if (x < 0 || x >= g) && !self.periodic[a] {
+                        return None;
+                    }
+                    c.push(x.rem_euclid(g) as usize);
+                }
+                Some(GridNeighbour {
+                    rank: *self.at.get(grid_position(self.dims, &c))?,
+                    offset,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The position of `coords` in a grid of `dims`, axis 0 slowest.
+pub fn grid_position(dims: &[usize], coords: &[usize]) -> usize {
+    coords.iter().zip(dims).fold(0, |i, (&c, &d)| i * d + c)
+}
+
+/// A direction as callers index the process grid: `axis 0+`,
+/// `axis 0-, axis 1+` (`dims[0]` is axis 0, whatever the arrays' memory
+/// order; "x" and "y" would name them differently in C and Fortran order).
+pub fn direction_name(offset: &[i32]) -> String {
+    let parts: Vec<String> = offset
+        .iter()
+        .enumerate()
+        .filter(|(_, &o)| o != 0)
+        .map(|(a, &o)| format!("axis {a}{}", if o > 0 { '+' } else { '-' }))
+        .collect();
+    if parts.is_empty() {
+        "itself".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// One box sent to, or received from, a peer, in an exchange described by
+/// its messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxMessage {
+    /// The peer's rank.
+    pub peer: usize,
+    /// The tag pairing it with the peer's receive (or send).
+    pub tag: u32,
+    /// First index per axis, in the fields' index space (0-based).
+    pub lo: Vec<usize>,
+    /// Cells per axis.
+    pub size: Vec<usize>,
+}
+
+/// One link's messages as pieces of the fields: those sent to its peer and
+/// those received from it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkPieces {
+    /// What is sent (`None`: nothing is).
+    pub send: Option<Vec<Piece>>,
+    /// What is received (`None`: nothing is).
+    pub recv: Option<Vec<Piece>>,
+}
+
+impl LinkPieces {
+    /// The same messages at `depth` layers of each halo
+    /// ([`Piece::at_depth`]).
+    pub fn at_depth(&self, depth: usize) -> LinkPieces {
+        let cut = |pieces: &Option<Vec<Piece>>, send: bool| {
+            pieces
+                .as_ref()
+                .map(|ps| ps.iter().map(|p| p.at_depth(depth, send)).collect())
+        };
+        LinkPieces {
+            send: cut(&self.send, true),
+            recv: cut(&self.recv, false),
+        }
+    }
+}
+
+/// The bytes of a message made of `pieces`.
+pub fn message_bytes(layouts: &[FieldLayout], pieces: &[Piece]) -> usize {
+    pieces
+        .iter()
+        .map(|p| p.region.cells() * layouts[p.field].ty.size())
+        .sum()
+}
+
+/// Links and, beside each, its pieces: what a [`LinkExchange`] is built
+/// from and what every start packs.
+#[derive(Debug, Default)]
+pub struct PlannedLinks {
+    /// The links, for [`LinkExchange::builder`].
+    pub links: Vec<Link>,
+    /// Each link's pieces, in the same order.
+    pub pieces: Vec<LinkPieces>,
+}
+
+impl PlannedLinks {
+    fn push(&mut self, planned: Option<(Link, LinkPieces)>) {
+        if let Some((link, pieces)) = planned {
+            self.links.push(link);
+            self.pieces.push(pieces);
+        }
+    }
+
+    /// The links to `neighbours` carrying every field of `layouts`. Every
+    /// direction to a rank `grouped` marks (reached by a copy, shared
+    /// memory or TCP) travels as one message each way; other ranks (over
+    /// RDMA, which spreads directions over its engines) get one link per
+    /// direction. Both ends lay each message out alike.
+    pub fn cartesian(
+        layouts: &[FieldLayout],
+        neighbours: &[GridNeighbour],
+        grouped: &[bool],
+    ) -> PlannedLinks {
+        let mut out = PlannedLinks::default();
+        let mut peers: Vec<usize> = Vec::new();
+        for n in neighbours {
+            if !grouped.get(n.rank).copied().unwrap_or(false) {
+                out.push(direction_link(layouts, std::slice::from_ref(n)));
+            } else if !peers.contains(&n.rank) {
+                peers.push(n.rank);
+            }
+        }
+        for peer in peers {
+            let group: Vec<GridNeighbour> = neighbours
+                .iter()
+                .filter(|n| n.rank == peer)
+                .cloned()
+                .collect();
+            out.push(direction_link(layouts, &group));
+        }
+        out
+    }
+
+    /// The links of an explicit exchange carrying every field of
+    /// `layouts` in each box: every box to (and from) a rank `grouped`
+    /// marks travels in one message each way, the boxes in the order of
+    /// their tags on both ends; other ranks' boxes keep a message each.
+    pub fn boxes(
+        layouts: &[FieldLayout],
+        sends: &[BoxMessage],
+        recvs: &[BoxMessage],
+        grouped: &[bool],
+    ) -> PlannedLinks {
+        let mut out = PlannedLinks::default();
+        let mut peers: Vec<usize> = Vec::new();
+        let sides = sends.iter().map(|m| (m, true));
+        for (m, send) in sides.chain(recvs.iter().map(|m| (m, false))) {
+            if grouped.get(m.peer).copied().unwrap_or(false) {
+                if !peers.contains(&m.peer) {
+                    peers.push(m.peer);
+                }
+                continue;
+            }
+            let (list, none): (&[&BoxMessage], &[&BoxMessage]) = (&[m], &[]);
+            let (to, from) = if send { (list, none) } else { (none, list) };
+            out.push(boxes_link(layouts, m.peer, to, from));
+        }
+        fn by_tag(boxes: &[BoxMessage], peer: usize) -> Vec<&BoxMessage> {
+            let mut theirs: Vec<&BoxMessage> = boxes.iter().filter(|m| m.peer == peer).collect();
+            theirs.sort_by_key(|m| m.tag);
+            theirs
+        }
+        for peer in peers {
+            let (to, from) = (by_tag(sends, peer), by_tag(recvs, peer));
+            out.push(boxes_link(layouts, peer, &to, &from));
+        }
+        out
+    }
+}
+
+/// One link to the rank of every neighbour in `group` (all the same rank),
+/// carrying each direction's pieces: sent in the order of the directions,
+/// received in the order of their opposites, so that both ends lay the
+/// message out alike. `None` when nothing travels.
+fn direction_link(layouts: &[FieldLayout], group: &[GridNeighbour]) -> Option<(Link, LinkPieces)> {
+    let first = group.first()?;
+    let pieces = |offsets: &[&Vec<i32>], send: bool| -> Vec<Piece> {
+        offsets
+            .iter()
+            .flat_map(|o| {
+                layouts.iter().enumerate().map(move |(field, f)| Piece {
+                    field,
+                    region: if send {
+                        f.send_region(o)
+                    } else {
+                        f.recv_region(o)
+                    },
+                    toward: o.to_vec(),
+                })
+            })
+            .filter(|p| p.region.cells() > 0)
+            .collect()
+    };
+    let mut sends: Vec<&Vec<i32>> = group.iter().map(|n| &n.offset).collect();
+    sends.sort();
+    let mut recvs = sends.clone();
+    recvs.sort_by_key(|o| o.iter().map(|x| -x).collect::<Vec<i32>>());
+    let (send, recv) = (pieces(&sends, true), pieces(&recvs, false));
+    let (send_tag, recv_tag) = match group {
+        [one] => (
+            direction_tag(&one.offset),
+            direction_tag(&one.offset.iter().map(|o| -o).collect::<Vec<_>>()),
+        ),
+        _ => (PEER_TAG, PEER_TAG),
+    };
+    let directions: Vec<String> = sends.iter().map(|o| direction_name(o)).collect();
+    let link = Link {
+        peer: first.rank,
+        send: None,
+        recv: None,
+        name: format!("rank {} ({})", first.rank, directions.join(" / ")),
+        offset: first.offset.clone(),
+    };
+    carrying(layouts, link, (send, send_tag), (recv, recv_tag))
+}
+
+/// One link to `peer` carrying the boxes `sends` and `recvs` (in that
+/// order, every field of each box); a single box keeps its own tag. `None`
+/// when nothing travels.
+fn boxes_link(
+    layouts: &[FieldLayout],
+    peer: usize,
+    sends: &[&BoxMessage],
+    recvs: &[&BoxMessage],
+) -> Option<(Link, LinkPieces)> {
+    let pieces = |boxes: &[&BoxMessage]| -> Vec<Piece> {
+        boxes
+            .iter()
+            .flat_map(|m| {
+                layouts.iter().enumerate().map(|(field, f)| Piece {
+                    field,
+                    region: f.box_region(&m.lo, &m.size),
+                    toward: Vec::new(),
+                })
+            })
+            .filter(|p| p.region.cells() > 0)
+            .collect()
+    };
+    let tag = |boxes: &[&BoxMessage]| match boxes {
+        [one] => one.tag,
+        _ => PEER_TAG,
+    };
+    let tags = |boxes: &[&BoxMessage]| -> String {
+        let t: Vec<String> = boxes.iter().map(|m| m.tag.to_string()).collect();
+        t.join(", ")
+    };
+    let name = match (sends.is_empty(), recvs.is_empty()) {
+        (false, true) => format!("rank {peer} (boxes to it, tags {})", tags(sends)),
+        (true, false) => format!("rank {peer} (boxes from it, tags {})", tags(recvs)),
+        _ => format!(
+            "rank {peer} (boxes to it, tags {}; from it, tags {})",
+            tags(sends),
+            tags(recvs)
+        ),
+    };
+    let link = Link {
+        peer,
+        send: None,
+        recv: None,
+        offset: Vec::new(),
+        name,
+    };
+    carrying(
+        layouts,
+        link,
+        (pieces(sends), tag(sends)),
+        (pieces(recvs), tag(recvs)),
+    )
+}
+
+/// `link` with the messages of its pieces sent and received (each with its
+/// tag), and its pieces; `None` when neither carries a byte.
+fn carrying(
+    layouts: &[FieldLayout],
+    mut link: Link,
+    (send, send_tag): (Vec<Piece>, u32),
+    (recv, recv_tag): (Vec<Piece>, u32),
+) -> Option<(Link, LinkPieces)> {
+    let message = |p: &[Piece], tag| {
+        let len = message_bytes(layouts, p);
+        (len > 0).then_some(Message { len, tag })
+    };
+    link.send = message(&send, send_tag);
+    link.recv = message(&recv, recv_tag);
+    if link.send.is_none() && link.recv.is_none() {
+        return None;
+    }
+    let pieces = LinkPieces {
+        send: link.send.is_some().then_some(send),
+        recv: link.recv.is_some().then_some(recv),
+    };
+    Some((link, pieces))
+}
+
+/// The arrays a start packs from and its completion unpacks into, field by
+/// field as the pattern numbers them, and which fields it carries.
+pub trait FieldArrays {
+    /// The fields' layouts.
+    fn layout(&self, field: usize) -> &FieldLayout;
+    /// Whether this start carries `field`.
+    fn started(&self, field: usize) -> bool;
+    /// `field`'s array, its bytes from its base (`None`: it has none).
+    fn bytes(&self, field: usize) -> Option<&[u8]>;
+    /// The same to unpack into, beside its layout.
+    fn bytes_mut(&mut self, field: usize) -> Option<(&FieldLayout, &mut [u8])>;
+}
+
+/// The error of a field with no array (its caller checked it had one).
+fn no_array(op: &'static str, field: usize) -> HaloError {
+    HaloError::Usage {
+        op,
+        why: format!("field {field} has no array"),
+    }
+}
+
+/// Tells every link how many bytes of its messages the started fields
+/// fill, so that its channel moves those only.
+///
+/// # Errors
+/// As [`LinkExchange::carry_send`] and [`LinkExchange::carry_recv`].
+pub fn carry(
+    links: &mut LinkExchange,
+    pieces: &[LinkPieces],
+    fields: &impl FieldArrays,
+) -> Result<()> {
+    let bytes = |pieces: &[Piece]| -> usize {
+        pieces
+            .iter()
+            .filter(|p| fields.started(p.field))
+            .map(|p| p.region.cells() * fields.layout(p.field).ty.size())
+            .sum()
+    };
+    for (i, p) in pieces.iter().enumerate() {
+        if let Some(send) = &p.send {
+            links.carry_send(i, bytes(send))?;
+        }
+        if let Some(recv) = &p.recv {
+            links.carry_recv(i, bytes(recv))?;
+        }
+    }
+    Ok(())
+}
+
+/// Packs every started field's pieces of every message not read in place
+/// into its link's send buffer, then starts the exchange.
+///
+/// # Errors
+/// [`HaloError::Usage`] for a started field without an array; otherwise
+/// as [`LinkExchange::send_buf`] and [`LinkExchange::start`].
+pub fn pack_and_start(
+    links: &mut LinkExchange,
+    pieces: &[LinkPieces],
+    fields: &impl FieldArrays,
+) -> Result<()> {
+    let began = Instant::now();
+    for (i, send) in pieces
+        .iter()
+        .enumerate()
+        .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
+    {
+        if links.in_place_now(i).send {
+            continue;
+        }
+        let out = links.send_buf(i)?;
+        let mut at = 0;
+        for p in send.iter().filter(|p| fields.started(p.field)) {
+            let layout = fields.layout(p.field);
+            let n = p.region.cells() * layout.ty.size();
+            let array = fields
+                .bytes(p.field)
+                .ok_or_else(|| no_array("start", p.field))?;
+            layout.pack(array, &p.region, &mut out[at..at + n]);
+            at += n;
+        }
+    }
+    links.add_start_time(began.elapsed());
+    links.start()
+}
+
+/// Unpacks every started field's pieces of every message not received in
+/// place, once the exchange is complete.
+///
+/// # Errors
+/// [`HaloError::Usage`] for a started field without an array; otherwise
+/// as [`LinkExchange::recv_buf`].
+pub fn unpack(
+    links: &mut LinkExchange,
+    pieces: &[LinkPieces],
+    fields: &mut impl FieldArrays,
+) -> Result<()> {
+    let began = Instant::now();
+    for (i, recv) in pieces
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !links.in_place_now(*i).recv)
+        .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
+    {
+        let data = links.recv_buf(i)?;
+        let mut at = 0;
+        for p in recv {
+            if !fields.started(p.field) {
+                continue;
+            }
+            let (layout, array) = fields
+                .bytes_mut(p.field)
+                .ok_or_else(|| no_array("wait", p.field))?;
+            let n = p.region.cells() * layout.ty.size();
+            layout.unpack(&data[at..at + n], &p.region, array);
+            at += n;
+        }
+    }
+    links.add_wait_time(began.elapsed());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::field::{ElemType, Overlap};
+
+    fn grid_at(dims: &[usize]) -> Vec<usize> {
+        (0..dims.iter().product()).collect()
+    }
+
+    #[test]
+    fn neighbours_wrap_on_periodic_axes_only() {
+        let at = grid_at(&[3, 2]);
+        let grid = ProcessGrid {
+            dims: &[3, 2],
+            periodic: &[true, false],
+            stencil: Stencil::Faces,
+            at: &at,
+        };
+        let n = grid.neighbours(&[0, 0]);
+        let offsets: Vec<(Vec<i32>, usize)> = n.into_iter().map(|n| (n.offset, n.rank)).collect();
+        // Axis 0 wraps (rank at (2, 0) is 4); axis 1 does not go below 0.
+        assert_eq!(
+            offsets,
+            vec![(vec![-1, 0], 4), (vec![0, 1], 1), (vec![1, 0], 2)]
+        );
+    }
+
+    #[test]
+    fn directions_are_named_by_the_callers_axis_index() {
+        assert_eq!(direction_name(&[1, 0]), "axis 0+");
+        assert_eq!(direction_name(&[0, -1, 1]), "axis 1-, axis 2+");
+        assert_eq!(direction_name(&[0, 0]), "itself");
+    }
+
+    /// A C-order 2-D f64 field owned 2 x 3 with halo 1.
+    fn layout() -> FieldLayout {
+        FieldLayout {
+            ty: ElemType::F64,
+            extents: vec![4, 5],
+            strides: vec![5, 1],
+            owned_lo: vec![1, 1],
+            owned_size: vec![2, 3],
+            halo_lo: vec![1, 1],
+            halo_hi: vec![1, 1],
+            overlap: Overlap::default(),
+        }
+    }
+
+    #[test]
+    fn grouped_directions_share_one_link_laid_out_alike_at_both_ends() {
+        let layouts = [layout(), layout()];
+        // A periodic 1 x 2 grid: rank 1 is both axis 1- and axis 1+.
+        let n = [
+            GridNeighbour {
+                offset: vec![0, -1],
+                rank: 1,
+            },
+            GridNeighbour {
+                offset: vec![0, 1],
+                rank: 1,
+            },
+        ];
+        let apart = PlannedLinks::cartesian(&layouts, &n, &[false, false]);
+        assert_eq!(apart.links.len(), 2);
+        let one = PlannedLinks::cartesian(&layouts, &n, &[false, true]);
+        assert_eq!(one.links.len(), 1);
+        let (link, pieces) = (&one.links[0], &one.pieces[0]);
+        assert_eq!(link.send.map(|m| m.tag), Some(PEER_TAG));
+        // Two directions x two fields x two cells (a column of 2) x 8 B.
+        assert_eq!(link.send.map(|m| m.len), Some(2 * 2 * 2 * 8));
+        // Sent: axis 1- then 1+; received: the opposites' order (what the
+        // peer sends first, toward 1-, lands in this rank's 1+ halo).
+        let send = pieces.send.as_ref().unwrap();
+        let recv = pieces.recv.as_ref().unwrap();
+        assert_eq!(
+            (&send[0].toward, &send[2].toward),
+            (&vec![0, -1], &vec![0, 1])
+        );
+        assert_eq!(
+            (&recv[0].toward, &recv[2].toward),
+            (&vec![0, 1], &vec![0, -1])
+        );
+    }
+
+    /// A C-order f64 field of `own` cells with halo widths 1 below and 2
+    /// above on both axes (so that a piece laid out against the wrong
+    /// direction has the wrong size).
+    fn field_of(own: [usize; 2]) -> FieldLayout {
+        FieldLayout {
+            ty: ElemType::F64,
+            extents: vec![own[0] + 3, own[1] + 3],
+            strides: vec![own[1] + 3, 1],
+            owned_lo: vec![1, 1],
+            owned_size: own.to_vec(),
+            halo_lo: vec![1, 1],
+            halo_hi: vec![2, 2],
+            overlap: Overlap::default(),
+        }
+    }
+
+    /// Every direction between two ranks of a periodic 2 x 2 grid (each is
+    /// the other's neighbour along axis 0 both ways, and diagonally) as one
+    /// message: what one end sends, piece by piece, is what the other
+    /// receives, in the same order and shape.
+    #[test]
+    fn both_ends_of_a_peer_link_lay_the_message_out_alike() {
+        let offsets = |a1: i32| -> Vec<GridNeighbour> {
+            [-1, 1]
+                .iter()
+                .flat_map(|&a0| [0, a1].map(|b| (a0, b)))
+                .map(|(a0, b)| GridNeighbour {
+                    offset: vec![a0, b],
+                    rank: 1,
+                })
+                .collect()
+        };
+        // Rank 0 at (0, 0) sees rank 2 at (±1, 0) and (±1, ±1) of one
+        // sign along axis 1; the other end sees the opposites.
+        let (here, there) = (offsets(1), offsets(-1));
+        let specs = [field_of([5, 7]), field_of([5, 7])];
+        let (link, sent) = direction_link(&specs, &here).unwrap();
+        let (back, received) = direction_link(&specs, &there).unwrap();
+        let (sent, received) = (sent.send.unwrap(), received.recv.unwrap());
+        assert_eq!(sent.len(), 8, "4 directions, 2 fields");
+        let shapes = |pieces: &[Piece]| -> Vec<(usize, Vec<usize>)> {
+            pieces
+                .iter()
+                .map(|p| (p.field, p.region.size.clone()))
+                .collect()
+        };
+        assert_eq!(shapes(&sent), shapes(&received));
+        assert_eq!(link.send.unwrap().tag, back.recv.unwrap().tag);
+        assert_eq!(link.send.unwrap().len, back.recv.unwrap().len);
+        assert!(link.name.contains(" / "), "{}", link.name);
+        // A single direction keeps its direction's tags.
+        let (one, _) = direction_link(&specs, &here[..1]).unwrap();
+        assert_eq!(one.send.unwrap().tag, direction_tag(&here[0].offset));
+    }
+}
