@@ -102,9 +102,9 @@ module sode
   !> own). Each message carries those fields' faces only (on every
   !> channel), and the wait or test that completes the
   !> exchange fills their halos only; every neighbour must start the same
-  !> fields. A field left out whose faces travel in place over RDMA:
-  !> SODE_ERR_ARG (call `sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)`
-  !> before commit).
+  !> fields. Faces that travel in place over RDMA are packed for such a
+  !> start, through sode's buffers; a start on every field travels in
+  !> place again.
   interface sode_start_fields
      module procedure start_fields, start_fields_arrays
   end interface sode_start_fields

@@ -1135,16 +1135,6 @@ impl Exchange {
         let every_layer = self.depth == 0;
         let depth = self.depth;
         let (links, planned, fields) = self.committed_at_depth(op)?;
-        let in_place = (0..planned.len()).any(|i| {
-            let s = links.in_place(i);
-            s.send || s.recv
-        });
-        if depth != 0 && in_place {
-            return Err(CapiError::Invalid {
-                op,
-                why: format!("faces travel in place over RDMA at the committed halo widths, so a start cannot move {depth} layers of them; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit, or run with SODE_ZERO_COPY=never, to pack every face, or sode_exchange_set_depth(x, 0)"),
-            });
-        }
         if links.in_flight() {
             return Err(CapiError::State {
                 op,
@@ -1163,7 +1153,8 @@ impl Exchange {
             });
         }
         select(fields, subset, op)?;
-        let bound = Self::bind_arrays(links, planned, fields, (subset, given), array, op)
+        let partial = subset.is_some() || !every_layer;
+        let bound = Self::bind_arrays(links, fields, (subset, given, partial), array, op)
             .and_then(|()| {
                 if subset.is_none() && every_layer && carrying_all {
                     return Ok(());
@@ -1189,36 +1180,19 @@ impl Exchange {
     }
 
     /// Gives each started field the array `array` names for it (the
-    /// `k`-th of `subset`, or field `k`), every other field none; refuses
-    /// what faces travelling in place over RDMA cannot do, part of a
-    /// message, and stages the start when a field read or received in
-    /// place has another array.
+    /// `k`-th of `subset`, or field `k`), every other field none; and
+    /// stages the start where messages travel in place over RDMA but the
+    /// start cannot: a field of them given another array, or a `partial`
+    /// start (some fields, fewer layers), since a message in place
+    /// carries every field's whole faces where the caller's arrays hold
+    /// them.
     fn bind_arrays(
         links: &mut LinkExchange,
-        planned: &[LinkPieces],
         fields: &mut [Field],
-        (subset, given): (Option<&FieldList<'_>>, usize),
+        (subset, given, partial): (Option<&FieldList<'_>>, usize, bool),
         array: impl Fn(usize, usize) -> Option<UserMemory>,
         op: &'static str,
     ) -> Result<()> {
-        let first = subset.map_or(0, |l| l.first as usize);
-        let in_place = |i: usize| {
-            let s = links.in_place(i);
-            s.send || s.recv
-        };
-        if subset.is_some() {
-            let skipped = (0..planned.len()).filter(|&i| in_place(i)).find_map(|i| {
-                let p = &planned[i];
-                let pieces = p.send.iter().chain(&p.recv).flatten();
-                pieces.map(|p| p.field).find(|&f| !fields[f].started)
-            });
-            if let Some(f) = skipped {
-                return Err(CapiError::Invalid {
-                    op,
-                    why: format!("field {} travels in place over RDMA in messages with the fields started, so it cannot be left out; call sode_exchange_set_zero_copy(x, SODE_ZERO_COPY_NEVER) before commit, or run with SODE_ZERO_COPY=never, to pack every face", f + first),
-                });
-            }
-        }
         // Every field, so that no array of an earlier start that never
         // completed stands in for its own.
         for field in fields.iter_mut() {
@@ -1235,8 +1209,11 @@ impl Exchange {
                 array(k, field.bytes).filter(|a| !field.memory.as_ref().is_some_and(|m| m.is(a)));
         }
         // The device reads and writes only the arrays lent at commit: a
-        // face of another array goes through the channel's buffers.
-        let staged = fields.iter().any(|f| f.call.is_some() && f.in_place);
+        // face of another array, or part of a message, goes through the
+        // channel's buffers.
+        let staged = fields
+            .iter()
+            .any(|f| f.in_place && (partial || f.call.is_some()));
         links
             .set_staged(staged)
             .map_err(|source| CapiError::Exchange { op, source })

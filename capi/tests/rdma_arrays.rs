@@ -9,6 +9,13 @@
 //! (the device wrote into no array but the one started). Faces in place
 //! on every rank, and mixed: ranks 0 and 3 in place, 1 and 2 packed.
 //!
+//! Then starts on part of such an exchange: two fields with halos two
+//! wide, started in turn on both, on one, at a depth of one layer, and on
+//! one field's other array at that depth. Every halo cell the start moves
+//! holds its owner's value of that iteration, and every other one (the
+//! field left out, the outer layer) holds what it held, though the owned
+//! cells of every field changed.
+//!
 //! It needs an RDMA device (the SoftRoCE guest in CI): without one it
 //! says so and passes, unless `SODE_REQUIRE_RDMA` is set.
 
@@ -22,6 +29,12 @@ use std::ffi::{c_int, c_void};
 use common::{add_f64, comm, hub, last_error, ok, on_every_rank, periodic_2d};
 use sode_capi::sys::*;
 use sode_capi::{SODE_TRANSPORT_RDMA, SODE_ZERO_COPY_ALWAYS, SODE_ZERO_COPY_NEVER};
+
+/// The partial starts' fields: owned cells a side, halo width, cells a
+/// side.
+const P_OWN: usize = 12;
+const P_HALO: usize = 2;
+const P_SIDE: usize = P_OWN + 2 * P_HALO;
 
 /// Owned cells a side (columns are 16 runs of one cell in place).
 const OWN: usize = 16;
@@ -185,4 +198,174 @@ fn rdma_mixed_sides_take_another_array_per_start() {
     let in_place = every_rank([all, none, none, all]);
     assert!(in_place[0] > 0 && in_place[3] > 0, "in place: {in_place:?}");
     assert_eq!((in_place[1], in_place[2]), (0, 0), "packed ranks");
+}
+
+/// What iteration `it` of the partial starts moves: the fields (from 0),
+/// the depth (0: every layer), and whether field 0 goes on its other
+/// array.
+fn partial_start(it: usize) -> (&'static [c_int], c_int, bool) {
+    match it % 4 {
+        0 => (&[0, 1], 0, false),
+        1 => (&[1], 0, false),
+        2 => (&[0, 1], 1, false),
+        _ => (&[0], 1, true),
+    }
+}
+
+/// The owner's value of field `f`'s global cell (`y`, `x`), wrapped, in
+/// iteration `it`.
+fn p_value(f: usize, it: usize, y: i64, x: i64) -> f64 {
+    let n = (GRID * P_OWN) as i64;
+    (f * 100_000_000 + it * 1_000_000) as f64 + (y.rem_euclid(n) * 1000 + x.rem_euclid(n)) as f64
+}
+
+/// How far local cell index `i` lies outside the owned range (0 inside).
+fn layer(i: usize) -> usize {
+    if i < P_HALO {
+        P_HALO - i
+    } else {
+        i.saturating_sub(P_HALO + P_OWN - 1)
+    }
+}
+
+/// Checks every halo cell of field `f`'s array `a` after iteration `it`:
+/// its owner's value where the start moved it (`moved`: the field was
+/// started, at `depth`), else `before`'s.
+fn p_check(
+    me: usize,
+    (f, it): (usize, usize),
+    a: &[f64],
+    before: &[f64],
+    moved: Option<c_int>,
+) -> Result<(), String> {
+    let (cy, cx) = (me / GRID, me % GRID);
+    for y in 0..P_SIDE {
+        for x in 0..P_SIDE {
+            let far = layer(y).max(layer(x));
+            if far == 0 {
+                continue;
+            }
+            let reached = moved.is_some_and(|d| d == 0 || far <= d as usize);
+            let (gy, gx) = (
+                (cy * P_OWN + y) as i64 - P_HALO as i64,
+                (cx * P_OWN + x) as i64 - P_HALO as i64,
+            );
+            let want = if reached {
+                p_value(f, it, gy, gx)
+            } else {
+                before[y * P_SIDE + x]
+            };
+            let got = a[y * P_SIDE + x];
+            if got != want {
+                return Err(format!(
+                    "rank {me}, iteration {it}: field {f} halo cell ({y}, {x}) holds {got}, not {want} (moved: {moved:?})"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One rank of the partial starts: fields 0 and 1 committed on arrays
+/// 0 and 1, field 0 also started on array 2. Returns the sides in place.
+fn partial_rank(hub: std::sync::Arc<common::Hub>, me: usize, mode: c_int) -> Result<usize, String> {
+    let mut comm = comm(&hub, me);
+    let mut arrays = vec![vec![UNTOUCHED; P_SIDE * P_SIDE]; 3];
+    let (cy, cx) = (me / GRID, me % GRID);
+    // SAFETY (every call below): valid handles and arrays of the sizes the
+    // calls document, alive until the exchange and communicator are freed.
+    unsafe {
+        let g = GRID as c_int;
+        let mut x = periodic_2d(
+            comm,
+            [g, g],
+            [cy as c_int, cx as c_int],
+            P_HALO as c_int,
+            SODE_TRANSPORT_RDMA,
+        );
+        ok(sode_exchange_set_zero_copy(x, mode), "zero copy");
+        let (ext, lo, own) = ([P_SIDE as i64; 2], [P_HALO as i64; 2], [P_OWN as i64; 2]);
+        let (first, rest) = arrays.split_at_mut(1);
+        add_f64(x, &mut first[0], ext, lo, own);
+        add_f64(x, &mut rest[0], ext, lo, own);
+        ok(sode_exchange_commit(x), "commit");
+        let in_place = sides_in_place(x);
+        for it in 0..12 {
+            let (fields, depth, other) = partial_start(it);
+            // Every field's owned cells change, started or not.
+            for (k, a) in arrays.iter_mut().enumerate() {
+                let f = k % 2;
+                for y in P_HALO..P_HALO + P_OWN {
+                    for x in P_HALO..P_HALO + P_OWN {
+                        let (gy, gx) = (
+                            (cy * P_OWN + y) as i64 - P_HALO as i64,
+                            (cx * P_OWN + x) as i64 - P_HALO as i64,
+                        );
+                        a[y * P_SIDE + x] = p_value(f, it, gy, gx);
+                    }
+                }
+            }
+            let before = arrays.clone();
+            ok(sode_exchange_set_depth(x, depth), "depth");
+            let other_array: *mut c_void = arrays[2].as_mut_ptr().cast();
+            let given = [other_array];
+            let rc = sode_exchange_start_fields(
+                x,
+                fields.len() as c_int,
+                fields.as_ptr(),
+                if other {
+                    given.as_ptr()
+                } else {
+                    std::ptr::null()
+                },
+            );
+            if rc != sode_capi::SODE_OK {
+                return Err(format!(
+                    "rank {me}, iteration {it}: start: {}",
+                    last_error()
+                ));
+            }
+            let rc = sode_exchange_wait(x, 60.0);
+            if rc != sode_capi::SODE_OK {
+                return Err(format!("rank {me}, iteration {it}: {}", last_error()));
+            }
+            for (k, a) in arrays.iter().enumerate() {
+                let f = k % 2;
+                let started = fields.contains(&(f as c_int)) && (k == 2) == (other && f == 0);
+                p_check(me, (f, it), a, &before[k], started.then_some(depth))?;
+            }
+        }
+        ok(sode_exchange_free(&mut x), "free");
+        ok(sode_comm_free(&mut comm), "free comm");
+        Ok(in_place)
+    }
+}
+
+fn every_rank_partial(modes: [c_int; 4]) -> Vec<usize> {
+    let outcomes = on_every_rank(&hub(GRID * GRID), move |hub, me| {
+        partial_rank(hub, me, modes[me])
+    });
+    outcomes
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+#[test]
+fn rdma_faces_in_place_take_partial_starts() {
+    if !device() {
+        return;
+    }
+    let in_place = every_rank_partial([SODE_ZERO_COPY_ALWAYS; 4]);
+    assert!(in_place.iter().all(|&n| n > 0), "in place: {in_place:?}");
+}
+
+#[test]
+fn rdma_mixed_sides_take_partial_starts() {
+    if !device() {
+        return;
+    }
+    let (all, none) = (SODE_ZERO_COPY_ALWAYS, SODE_ZERO_COPY_NEVER);
+    let in_place = every_rank_partial([all, none, none, all]);
+    assert!(in_place[0] > 0 && in_place[3] > 0, "in place: {in_place:?}");
 }

@@ -924,8 +924,9 @@ impl LinkExchange {
     /// its peer must expect as many ([`carry_recv`](Self::carry_recv)).
     /// For a start on part of the data (some fields, fewer layers): every
     /// channel then moves only those bytes (RDMA shortens its scheduled
-    /// writes), but for a message read in place over RDMA, which travels
-    /// whole.
+    /// writes); a message read in place over RDMA is cut only in a
+    /// [staged](Self::set_staged) start, and a start that is not staged
+    /// fails until the message is carried whole again.
     ///
     /// # Errors
     ///

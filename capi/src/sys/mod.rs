@@ -750,9 +750,9 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
 /// # Statuses
 /// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a negative depth, or a
 /// depth on an exchange described by its boxes or whose fields sode keeps;
-/// `SODE_ERR_STATE` while an exchange is in flight. A start at a depth
-/// returns `SODE_ERR_ARG` where faces travel in place over RDMA
-/// (`sode_exchange_set_zero_copy`).
+/// `SODE_ERR_STATE` while an exchange is in flight. Where faces travel
+/// in place over RDMA (`sode_exchange_set_zero_copy`), a start at a depth
+/// packs and unpacks them through sode's buffers, as if they were packed.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
@@ -1751,14 +1751,14 @@ pub unsafe extern "C" fn sode_exchange_start_arrays(
 /// `SODE_ERR_CHANNEL` ("different parts of the exchange") on every
 /// channel. So one committed exchange serves a code
 /// that exchanges different sets of its fields at different points,
-/// where MPI takes a buffer per call. A field left out whose faces travel
-/// in place over RDMA (see `sode_exchange_set_zero_copy`): `SODE_ERR_ARG`,
-/// nothing started. Allocates nothing.
+/// where MPI takes a buffer per call. Where faces travel in place over
+/// RDMA (see `sode_exchange_set_zero_copy`), such a start packs and
+/// unpacks them through sode's buffers, as if they were packed; a start
+/// on every field travels in place again. Allocates nothing.
 ///
 /// # Statuses
 /// As `sode_exchange_start_arrays`; `SODE_ERR_ARG` also for a field that does
-/// not exist or is listed twice, or one left out whose faces travel in place
-/// over RDMA.
+/// not exist or is listed twice.
 ///
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed; `fields` holds

@@ -235,7 +235,7 @@ pub(crate) trait Channel: std::fmt::Debug {
     /// `msg`'s send buffer (at most its length, checked by the caller; the
     /// receiver expects as many). A channel that cannot shorten a message
     /// carries it whole: the default (RDMA shortens its scheduled writes;
-    /// a message read in place there travels whole).
+    /// a message read in place there is cut in staged starts only).
     fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
         let _ = (msg, bytes);
         Ok(())

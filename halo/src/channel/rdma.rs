@@ -96,8 +96,10 @@ pub(crate) struct RdmaChannel {
     staged_windows: Vec<Option<WindowId>>,
     /// Whether the starts that follow are staged.
     staged: bool,
-    /// Per packed message, the writes that carry it (empty when read in
-    /// place: it travels whole), and the bytes they carry now.
+    /// Per message, the writes that carry it from the channel's buffer
+    /// (packed, or staged when read in place; empty when read in place
+    /// without a staging range: it travels whole), and the bytes they
+    /// carry now.
     carriers: Vec<Carriers>,
     names: String,
     summary: String,
@@ -370,7 +372,11 @@ impl RdmaChannel {
             settings.model_source.as_ref().map(|s| format!(" ({s})")).unwrap_or_default()
         );
         let writes = plan_writes(&plan, messages, &layout.sources, max_sge)?;
-        let carriers = carriers_of(messages, &layout.sends, &writes);
+        let ranges = SendRanges {
+            packed: &layout.sends,
+            staged: &layout.staged_sends,
+        };
+        let carriers = carriers_of(messages, ranges, &writes);
         for (j, w) in writes {
             if w.gather.is_empty() {
                 b.write(w.write);
@@ -528,14 +534,27 @@ fn lay_out(
     })
 }
 
+/// Where each message's bytes lie in the channel's buffer: packed, or
+/// staged (read in place, but for a staged start); `None` where not.
+#[derive(Clone, Copy)]
+struct SendRanges<'a> {
+    packed: &'a [Option<Range<usize>>],
+    staged: &'a [Option<Range<usize>>],
+}
+
 /// Per message, the writes (numbered as commands in the order given) that
-/// carry it from the channel's buffer at `sends`; none for a message read
-/// in place, which travels whole.
+/// carry it from the channel's buffer at `sends`, or, for a message read
+/// in place, from its staging range in a staged start (`staged_sends`;
+/// only a staged start moves part of such a message).
 fn carriers_of(
     messages: &[RdmaSend],
-    sends: &[Option<Range<usize>>],
+    sends: SendRanges<'_>,
     writes: &[(usize, StreamWrite)],
 ) -> Vec<Carriers> {
+    let SendRanges {
+        packed: sends,
+        staged: staged_sends,
+    } = sends;
     let mut carriers: Vec<Carriers> = messages
         .iter()
         .map(|m| Carriers {
@@ -544,13 +563,16 @@ fn carriers_of(
         })
         .collect();
     for (command, (j, w)) in writes.iter().enumerate() {
-        if let (Some(range), true) = (&sends[*j], w.gather.is_empty()) {
-            carriers[*j].writes.push(Carrier {
-                command,
-                range_start: w.write.src_offset - range.start,
-                len: w.write.len,
-            });
-        }
+        let range_start = match (&sends[*j], &staged_sends[*j]) {
+            (Some(range), _) if w.gather.is_empty() => w.write.src_offset - range.start,
+            (None, Some(_)) => w.at,
+            _ => continue,
+        };
+        carriers[*j].writes.push(Carrier {
+            command,
+            range_start,
+            len: w.write.len,
+        });
     }
     carriers
 }
@@ -696,8 +718,9 @@ impl Channel for RdmaChannel {
 
     /// Shortens the writes of a packed message to its first `bytes` (each
     /// write keeps its place; those past the end write nothing but still
-    /// carry their chain's immediate). A message read in place travels
-    /// whole.
+    /// carry their chain's immediate). A message read in place is cut in
+    /// its staged writes only: until it is carried whole again, only
+    /// staged starts may go (the transport refuses the others).
     fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
         let Some(c) = self.carriers.get_mut(msg) else {
             return Ok(());
@@ -799,7 +822,7 @@ mod tests {
     }
 
     #[test]
-    fn a_packed_message_is_cut_write_by_write_and_one_read_in_place_is_not() {
+    fn a_packed_or_staged_message_is_cut_write_by_write_and_one_read_in_place_is_not() {
         // Message 0: 100 bytes at 50 of the buffer, in two writes (on two
         // engines); message 1: read in place (a gather); message 2: 30
         // bytes at 150, one write.
@@ -808,23 +831,44 @@ mod tests {
             offset: 0,
             len: 40,
         }];
-        let messages = [send(100, None), send(40, Some(in_place)), send(30, None)];
-        let sends = [Some(50..150), None, Some(150..180)];
+        // Message 3: read in place in two writes (one per run), with a
+        // staging range for staged starts.
+        let messages = [
+            send(100, None),
+            send(40, Some(in_place.clone())),
+            send(30, None),
+            send(40, Some(in_place)),
+        ];
+        let sends = [Some(50..150), None, Some(150..180), None];
+        let staged_sends = [None, None, None, Some(180..220)];
+        let (mut first_run, mut second_run) =
+            (write(3, 0, 20, Vec::new()), write(3, 100, 20, Vec::new()));
+        (first_run.1.at, second_run.1.at) = (0, 20);
         let writes = [
             write(0, 50, 60, Vec::new()),
             write(1, 0, 40, vec![(0, 20), (100, 20)]),
             write(0, 110, 40, Vec::new()),
             write(2, 150, 30, Vec::new()),
+            first_run,
+            second_run,
         ];
-        let c = carriers_of(&messages, &sends, &writes);
+        let ranges = SendRanges {
+            packed: &sends,
+            staged: &staged_sends,
+        };
+        let c = carriers_of(&messages, ranges, &writes);
         let lens = |m: usize, bytes: usize| c[m].lens(bytes).collect::<Vec<_>>();
         assert_eq!(lens(0, 100), [(0, 60), (2, 40)], "whole");
         assert_eq!(lens(0, 70), [(0, 60), (2, 10)]);
         assert_eq!(lens(0, 60), [(0, 60), (2, 0)]);
         assert_eq!(lens(0, 5), [(0, 5), (2, 0)]);
         assert_eq!(lens(0, 0), [(0, 0), (2, 0)]);
-        assert!(c[1].writes.is_empty(), "read in place: whole");
+        assert!(c[1].writes.is_empty(), "read in place, never staged: whole");
         assert_eq!(lens(2, 12), [(3, 12)]);
         assert_eq!(c[2].carried, 30);
+        // Staged, cut by each write's place in the stream.
+        assert_eq!(lens(3, 40), [(4, 20), (5, 20)]);
+        assert_eq!(lens(3, 25), [(4, 20), (5, 5)]);
+        assert_eq!(lens(3, 8), [(4, 8), (5, 0)]);
     }
 }

@@ -538,6 +538,7 @@ impl RdmaExchangeBuilder<'_> {
                 })
         };
         let writes: Vec<Write> = self.writes.iter().map(|p| p.write).collect();
+        let lent: Vec<bool> = self.writes.iter().map(|p| p.staged.src.is_some()).collect();
         let mut chains = Vec::new();
         let mut run_peers = Vec::with_capacity(peers.list.len());
         for (pi, &p) in peers.list.iter().enumerate() {
@@ -598,7 +599,14 @@ impl RdmaExchangeBuilder<'_> {
             ));
         }
         Ok(PersistentWrites {
-            state: run::State::new(me, self.engines, writes, chains, run_peers, self.post_mode),
+            state: run::State::new(
+                me,
+                self.engines,
+                run::Commands { writes, lent },
+                chains,
+                run_peers,
+                self.post_mode,
+            ),
             recv_rings: queues.recv_rings,
             set,
             send_poller: CompletionPoller::new(64),

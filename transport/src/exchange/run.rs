@@ -160,6 +160,14 @@ pub(crate) struct State {
     me: usize,
     engines: usize,
     writes: Vec<Write>,
+    /// Per command, whether it was built on memory the caller lent (it
+    /// has a staged source), and whether it is carried short now: then
+    /// only a staged start may post it, since what the caller's memory
+    /// holds at that place is not what a shortened message carries.
+    lent: Vec<bool>,
+    short: Vec<bool>,
+    /// How many commands built on lent memory are carried short.
+    lent_short: usize,
     /// For each command, the chain it ends (if it is a chain's last).
     ends_chain: Vec<Option<usize>>,
     /// For each command, its chain and its place in it.
@@ -188,11 +196,18 @@ pub(crate) struct State {
     deferred: Option<(usize, ProtocolViolation)>,
 }
 
+/// The exchange's write commands, in the order added, and per command
+/// whether it was built on memory the caller lent.
+pub(crate) struct Commands {
+    pub writes: Vec<Write>,
+    pub lent: Vec<bool>,
+}
+
 impl State {
     pub(crate) fn new(
         me: usize,
         engines: usize,
-        writes: Vec<Write>,
+        Commands { writes, lent }: Commands,
         chains: Vec<Chain>,
         mut peers: Vec<Peer>,
         post_mode: PostMode,
@@ -221,7 +236,10 @@ impl State {
         State {
             me,
             engines,
+            short: vec![false; writes.len()],
             writes,
+            lent,
+            lent_short: 0,
             ends_chain,
             placed,
             shape: 0,
@@ -261,9 +279,19 @@ impl PersistentWrites {
     /// # Errors
     ///
     /// [`TransportError::State`](crate::TransportError::State) while an iteration is in flight or after a failure;
-    /// [`TransportError::Verbs`](crate::TransportError::Verbs) when a post fails (the object then fails for good).
+    /// [`TransportError::Verbs`](crate::TransportError::Verbs) when a post fails (the object then fails for good);
+    /// [`TransportError::InvalidCommand`](crate::TransportError::InvalidCommand)
+    /// when a command built on lent memory is carried short
+    /// ([`carry`](Self::carry)) and the start is not staged.
     pub fn start(&mut self) -> Result<()> {
         self.state.lifecycle.require_idle("start")?;
+        if self.state.lent_short > 0 && !self.state.staged {
+            let command = self.state.short.iter().position(|&s| s).unwrap_or(0);
+            return Err(TransportError::InvalidCommand {
+                command,
+                why: "it reads memory the caller lent and is carried short: only a staged start (set_staged) can post it".into(),
+            });
+        }
         let s = &mut self.state;
         let began = s.book.start(s.shape);
         for c in &mut s.chains {
@@ -870,8 +898,10 @@ impl PersistentWrites {
     /// [`TransportError::State`](crate::TransportError::State) while an
     /// iteration is in flight or after a failure;
     /// [`TransportError::InvalidCommand`](crate::TransportError::InvalidCommand)
-    /// for a command that does not exist, gathers several runs, or was
-    /// planned with fewer bytes.
+    /// for a command that does not exist, gathers several runs (unless
+    /// built on lent memory with a staged source), or was planned with
+    /// fewer bytes. A command built on lent memory and carried short makes
+    /// every start that is not staged fail ([`set_staged`](Self::set_staged)).
     pub fn carry(&mut self, command: usize, bytes: usize) -> Result<()> {
         self.state.lifecycle.require_idle("carry")?;
         let invalid = |why: String| TransportError::InvalidCommand { command, why };
@@ -884,13 +914,28 @@ impl PersistentWrites {
         let len = u32::try_from(bytes)
             .map_err(|_| invalid(format!("{bytes} bytes do not fit one request")))?;
         // Every distinct chain the command is in (no allocation: a start
-        // on other fields may call this).
+        // on other fields may call this); for a command built on lent
+        // memory, only the chains of staged starts, which read it from its
+        // staged source in one run: those reading the caller's memory keep
+        // it whole (a gather list cannot be cut, and a shortened message's
+        // bytes are not the caller's memory's at that place).
+        let lent = self.state.lent.get(command).copied().unwrap_or(false);
         let ids = self.state.chains[chain].ids;
         let ids = ids.as_flattened();
         for (k, &id) in ids.iter().enumerate() {
-            if !ids[..k].contains(&id) {
+            let reads_lent_memory = lent && (k / 2) & 1 == 0;
+            if !reads_lent_memory && !ids[..k].contains(&id) {
                 self.set.set_len(id, at, len).map_err(invalid)?;
             }
+        }
+        let short = lent && bytes < self.state.writes[command].len;
+        let s = &mut self.state;
+        if std::mem::replace(&mut s.short[command], short) != short {
+            s.lent_short = if short {
+                s.lent_short + 1
+            } else {
+                s.lent_short - 1
+            };
         }
         Ok(())
     }
