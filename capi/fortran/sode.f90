@@ -223,6 +223,14 @@ module sode
        integer(c_int64_t), intent(in) :: first(*), last(*)
        integer(c_int) :: rc
      end function c_add_recv_f
+     function c_add_box_field_f(x, send, field, rank, tag, n, first, last) &
+          bind(C, name="sode_exchange_add_box_field_f") result(rc)
+       import :: c_ptr, c_int, c_int64_t
+       type(c_ptr), value :: x
+       integer(c_int), value :: send, field, rank, tag, n
+       integer(c_int64_t), intent(in) :: first(*), last(*)
+       integer(c_int) :: rc
+     end function c_add_box_field_f
      function c_add_field_f(x, base, ty, ndims, lb, ub, first, last, lo, hi) &
           bind(C, name="sode_exchange_add_field_f") result(rc)
        import :: c_int, c_ptr, c_int64_t
@@ -377,15 +385,17 @@ contains
     character(len=*), intent(in) :: text
     character(len=:), allocatable :: out
     ! Longest first, so that no name is taken for the start of another.
-    character(len=*), parameter :: c_names(20) = [character(len=31) :: &
-         'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_zero_copy', &
+    character(len=*), parameter :: c_names(22) = [character(len=31) :: &
+         'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', &
+         'sode_exchange_add_send_field', 'sode_exchange_add_recv_field', 'sode_exchange_set_zero_copy', &
          'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
          'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_field_count', &
          'sode_exchange_set_depth', 'sode_exchange_add_field', 'sode_exchange_add_send', 'sode_exchange_add_recv', &
          'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
          'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
-    character(len=*), parameter :: f_names(20) = [character(len=24) :: &
-         'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_zero_copy', &
+    character(len=*), parameter :: f_names(22) = [character(len=24) :: &
+         'sode_set_shared_fields', 'sode_get_neighbour_stats', &
+         'sode_add_send', 'sode_add_recv', 'sode_set_zero_copy', &
          'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
          'sode_set_overlap', 'sode_reset_stats', 'sode_field_count', &
          'sode_set_depth', 'sode_add_field', 'sode_add_send', 'sode_add_recv', &
@@ -649,27 +659,34 @@ contains
   !> Sends the cells `first(:)` to `last(:)` of every field (in the bounds
   !> of sode_exchange_create) to rank `rank` each iteration; they fill
   !> that rank's receive from this one with the same `tag` (0 or more),
-  !> which must have the same shape. Before commit.
-  subroutine sode_add_send(x, rank, tag, first, last, ierr)
+  !> which must have the same shape. With `field=f`, of field `f` alone
+  !> (numbered from 1, added already): fields laid out differently
+  !> (staggered, on another grid) send boxes of their own, received into
+  !> the same field. Before commit.
+  subroutine sode_add_send(x, rank, tag, first, last, ierr, field)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: rank, tag, first(:), last(:)
     integer, intent(out), optional :: ierr
-    call finish(box_call(x, rank, tag, first, last, .true.), ierr)
+    integer, intent(in), optional :: field
+    call finish(box_call(x, rank, tag, first, last, .true., field), ierr)
   end subroutine sode_add_send
 
-  !> Receives into the cells `first(:)` to `last(:)` of every field what
-  !> rank `rank` sends this one with `tag`. Before commit.
-  subroutine sode_add_recv(x, rank, tag, first, last, ierr)
+  !> Receives into the cells `first(:)` to `last(:)` of every field (with
+  !> `field=f`, of field `f` alone) what rank `rank` sends this one with
+  !> `tag`. Before commit.
+  subroutine sode_add_recv(x, rank, tag, first, last, ierr, field)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: rank, tag, first(:), last(:)
     integer, intent(out), optional :: ierr
-    call finish(box_call(x, rank, tag, first, last, .false.), ierr)
+    integer, intent(in), optional :: field
+    call finish(box_call(x, rank, tag, first, last, .false., field), ierr)
   end subroutine sode_add_recv
 
-  integer(c_int) function box_call(x, rank, tag, first, last, send) result(rc)
+  integer(c_int) function box_call(x, rank, tag, first, last, send, field) result(rc)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: rank, tag, first(:), last(:)
     logical, intent(in) :: send
+    integer, intent(in), optional :: field
     integer(c_int) :: n
     character(len=*), parameter :: routine(2) = [character(len=13) :: 'sode_add_recv', 'sode_add_send']
     if (size(first) /= size(last)) then
@@ -678,7 +695,10 @@ contains
        return
     end if
     n = size(first, kind=c_int)
-    if (send) then
+    if (present(field)) then
+       rc = c_add_box_field_f(x%ptr, merge(1_c_int, 0_c_int, send), int(field, c_int), int(rank, c_int), &
+            int(tag, c_int), n, int(first, c_int64_t), int(last, c_int64_t))
+    else if (send) then
        rc = c_add_send_f(x%ptr, int(rank, c_int), int(tag, c_int), n, int(first, c_int64_t), int(last, c_int64_t))
     else
        rc = c_add_recv_f(x%ptr, int(rank, c_int), int(tag, c_int), n, int(first, c_int64_t), int(last, c_int64_t))

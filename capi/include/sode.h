@@ -610,6 +610,44 @@ int sode_exchange_add_recv(struct sode_exchange *exchange,
                            const int64_t *size);
 
 /**
+ * As `sode_exchange_add_send`, for field `field` alone (numbered from 0
+ * in the order added, added already): fields laid out differently
+ * (staggered, on another grid) send boxes of their own. The receive with
+ * the same `tag` must be for the same field (`sode_exchange_add_recv_field`),
+ * checked at commit.
+ *
+ * # Statuses
+ * As `sode_exchange_add_send`; `SODE_ERR_ARG` also for a field not added
+ * yet.
+ *
+ * # Safety
+ * As `sode_exchange_add_send`.
+ */
+int sode_exchange_add_send_field(struct sode_exchange *exchange,
+                                 int field,
+                                 int rank,
+                                 int tag,
+                                 const int64_t *lo,
+                                 const int64_t *size);
+
+/**
+ * As `sode_exchange_add_recv`, into field `field` alone (as
+ * `sode_exchange_add_send_field`).
+ *
+ * # Statuses
+ * As `sode_exchange_add_send_field`.
+ *
+ * # Safety
+ * As `sode_exchange_add_send`.
+ */
+int sode_exchange_add_recv_field(struct sode_exchange *exchange,
+                                 int field,
+                                 int rank,
+                                 int tag,
+                                 const int64_t *lo,
+                                 const int64_t *size);
+
+/**
  * The Fortran module's `sode_add_send`: sends the cells `first[k]` to
  * `last[k]` (the arrays' own bounds, inclusive) of every field to `rank`;
  * `n`, the indices each holds, must be the exchange's `ndims`.
@@ -646,6 +684,27 @@ int sode_exchange_add_recv_f(struct sode_exchange *exchange,
                              int n,
                              const int64_t *first,
                              const int64_t *last);
+
+/**
+ * The Fortran module's `sode_add_send` and `sode_add_recv` with a
+ * `field`: as `sode_exchange_add_send_f` (`send` nonzero) or
+ * `sode_exchange_add_recv_f`, for field `field` alone, numbered from 1.
+ *
+ * # Statuses
+ * As `sode_exchange_add_send_f`; `SODE_ERR_ARG` also for a field not
+ * added yet.
+ *
+ * # Safety
+ * As `sode_exchange_add_send_f`.
+ */
+int sode_exchange_add_box_field_f(struct sode_exchange *exchange,
+                                  int send,
+                                  int field,
+                                  int rank,
+                                  int tag,
+                                  int n,
+                                  const int64_t *first,
+                                  const int64_t *last);
 
 /**
  * Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array

@@ -375,10 +375,11 @@ impl Exchange {
 
     /// Adds a box this rank sends (`send`) to, or receives from, `m.peer`.
     pub fn add_box(&mut self, m: BoxMessage, send: bool) -> Result<()> {
-        let op = if send {
-            "sode_exchange_add_send"
-        } else {
-            "sode_exchange_add_recv"
+        let op = match (send, m.field.is_some()) {
+            (true, false) => "sode_exchange_add_send",
+            (false, false) => "sode_exchange_add_recv",
+            (true, true) => "sode_exchange_add_send_field",
+            (false, true) => "sode_exchange_add_recv_field",
         };
         self.before_commit(op, "add every box")?;
         let Layout::Explicit {
@@ -408,7 +409,22 @@ impl Exchange {
                 why: format!("rank {} in a job of {} ranks", m.peer, self.world.size()),
             });
         }
-        for (f, field) in self.fields.iter().enumerate() {
+        if let Some(f) = m.field.filter(|&f| f >= self.fields.len()) {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!(
+                    "{}: the exchange has {} fields; add the field before its boxes",
+                    self.counting.field(f),
+                    self.fields.len()
+                ),
+            });
+        }
+        let carried = self
+            .fields
+            .iter()
+            .enumerate()
+            .filter(|(f, _)| m.carries(*f));
+        for (f, field) in carried {
             box_fits(&m, &field.spec, origin.as_deref()).map_err(|why| CapiError::Invalid {
                 op,
                 why: format!("{}: {why}", self.counting.field(f)),
@@ -465,7 +481,7 @@ impl Exchange {
                 op,
                 why: format!("{}: {why}", self.counting.field(self.fields.len())),
             })?;
-        for m in self.boxes() {
+        for m in self.boxes().filter(|m| m.carries(self.fields.len())) {
             box_fits(m, &spec, self.box_origin()).map_err(|why| CapiError::Invalid {
                 op,
                 why: format!("{}: {why}", self.counting.field(self.fields.len())),
@@ -759,7 +775,7 @@ impl Exchange {
             // The ranks disagree (all of them see it): the whole cards
             // name what differs.
             let cards = self.gather(&mine)?;
-            explicit::check(&cards).map_err(|why| CapiError::Mismatch { why })?;
+            explicit::check(&cards, self.counting).map_err(|why| CapiError::Mismatch { why })?;
         }
         Ok(PlannedLinks::boxes(specs, sends, recvs, grouped))
     }

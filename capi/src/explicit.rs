@@ -13,6 +13,8 @@
 use serde::{Deserialize, Serialize};
 
 use sode::field::FieldCard;
+
+use crate::cart::Counting;
 pub use sode::pattern::BoxMessage;
 
 /// What one side of a message tells the other ranks: peer, tag, shape.
@@ -24,6 +26,9 @@ pub struct Side {
     pub tag: u32,
     /// Cells per axis.
     pub size: Vec<usize>,
+    /// The one field it carries (`None`: every field).
+    #[serde(default)]
+    pub field: Option<usize>,
 }
 
 /// What a rank tells the others at commit.
@@ -45,7 +50,13 @@ pub fn side(m: &BoxMessage) -> Side {
         peer: m.peer,
         tag: m.tag,
         size: m.size.clone(),
+        field: m.field,
     }
+}
+
+/// Which fields a box carries, for messages.
+fn carried(field: Option<usize>, counting: Counting) -> String {
+    field.map_or_else(|| "every field".into(), |f| counting.field(f))
 }
 
 fn find(sides: &[Side], peer: usize, tag: u32) -> Option<&Side> {
@@ -107,7 +118,8 @@ impl Record {
             .map(|f| f.owned_size.get(card.ndims..).unwrap_or_default())
             .collect();
         let one = |from: usize, to: usize, s: &Side| -> u64 {
-            let words = [from, to, s.tag as usize, s.size.len()]
+            let field = s.field.map_or(0, |f| f + 1);
+            let words = [from, to, s.tag as usize, field, s.size.len()]
                 .into_iter()
                 .chain(s.size.iter().copied())
                 .chain(
@@ -184,8 +196,9 @@ fn mix(mut x: u64) -> u64 {
 }
 
 /// Checks every rank's messages against its peers': each send met by a
-/// receive of the same shape, each receive by a send, fields alike.
-pub fn check(cards: &[Card]) -> Result<(), String> {
+/// receive of the same shape and field, each receive by a send, fields
+/// alike; fields named as `counting` says.
+pub fn check(cards: &[Card], counting: Counting) -> Result<(), String> {
     let n = cards.len();
     let first = cards.first().ok_or("an empty job")?;
     for (r, c) in cards.iter().enumerate() {
@@ -216,6 +229,12 @@ pub fn check(cards: &[Card]) -> Result<(), String> {
                     return Err(format!(
                         "rank {r} sends a box of {:?} cells with tag {} to rank {}, which receives {:?}",
                         s.size, s.tag, s.peer, m.size
+                    ))
+                }
+                Some(m) if m.field != s.field => {
+                    return Err(format!(
+                        "rank {r} sends a box of {} with tag {} to rank {}, which receives it into {}",
+                        carried(s.field, counting), s.tag, s.peer, carried(m.field, counting)
                     ))
                 }
                 Some(_) => {}
@@ -259,6 +278,7 @@ mod tests {
             peer,
             tag,
             size: size.to_vec(),
+            field: None,
         };
         Card {
             ndims: 2,
@@ -281,23 +301,49 @@ mod tests {
             card(&[(1, 7, [1, 8])], &[(1, 9, [2, 8])]),
             card(&[(0, 9, [2, 8])], &[(0, 7, [1, 8])]),
         ];
-        assert_eq!(check(&good), Ok(()));
+        assert_eq!(check(&good, Counting::C), Ok(()));
         let mut bad = good.clone();
         bad[1].recvs[0].size = vec![8, 1];
-        assert!(check(&bad).unwrap_err().contains("which receives [8, 1]"));
+        assert!(check(&bad, Counting::C)
+            .unwrap_err()
+            .contains("which receives [8, 1]"));
         let mut bad = good.clone();
         bad[1].recvs.clear();
-        assert!(check(&bad).unwrap_err().contains("receives none"));
+        assert!(check(&bad, Counting::C)
+            .unwrap_err()
+            .contains("receives none"));
         let mut bad = good.clone();
         bad[0].recvs[0].tag = 3;
-        assert!(check(&bad).unwrap_err().contains("sends none"));
+        assert!(check(&bad, Counting::C).unwrap_err().contains("sends none"));
         let mut bad = good.clone();
         let again = bad[0].sends[0].clone();
         bad[0].sends.push(again);
-        assert!(check(&bad).unwrap_err().contains("twice"));
-        let mut bad = good;
+        assert!(check(&bad, Counting::C).unwrap_err().contains("twice"));
+        let mut bad = good.clone();
         bad[0].sends[0].peer = 5;
-        assert!(check(&bad).unwrap_err().contains("the job has 2 ranks"));
+        assert!(check(&bad, Counting::C)
+            .unwrap_err()
+            .contains("the job has 2 ranks"));
+        // A box of one field must land in the same field.
+        let mut one = good;
+        one[0].sends[0].field = Some(0);
+        let told = check(&one, Counting::Fortran).unwrap_err();
+        assert!(
+            told.contains(
+                "a box of field 1 with tag 7 to rank 1, which receives it into every field"
+            ),
+            "{told}"
+        );
+        one[1].recvs[0].field = Some(0);
+        assert_eq!(check(&one, Counting::C), Ok(()));
+        let (mine, theirs) = (Record::of(&one[0], 0, 2, 0), Record::of(&one[1], 1, 2, 0));
+        assert!(records_agree(&[mine, theirs]));
+        one[1].recvs[0].field = None;
+        let theirs = Record::of(&one[1], 1, 2, 0);
+        assert!(
+            !records_agree(&[mine, theirs]),
+            "the records tell the fields apart"
+        );
     }
 
     /// Whether the records agree exactly when the whole cards do.
@@ -309,9 +355,9 @@ mod tests {
             .collect();
         assert_eq!(
             records_agree(&records),
-            check(cards).is_ok(),
+            check(cards, Counting::C).is_ok(),
             "{cards:?}: {:?}",
-            check(cards)
+            check(cards, Counting::C)
         );
     }
 
@@ -362,7 +408,7 @@ mod tests {
         c[0].sends[0].peer = 9;
         faults.push(c);
         for cards in &faults {
-            assert!(check(cards).is_err(), "{cards:?}");
+            assert!(check(cards, Counting::C).is_err(), "{cards:?}");
             records_match_cards(cards);
         }
         // Extents beyond the boxes' axes: alike between the ranks that
@@ -375,9 +421,9 @@ mod tests {
             card.fields[0].order = vec![2, 1, 0];
         }
         records_match_cards(&c);
-        assert!(check(&c).is_ok());
+        assert!(check(&c, Counting::C).is_ok());
         c[3].fields[0].owned_size[2] = 5;
-        assert!(check(&c).is_err());
+        assert!(check(&c, Counting::C).is_err());
         records_match_cards(&c);
     }
 }

@@ -92,6 +92,10 @@ contains
     call sode_add_send(x, right, 2, [1, w], [NX, w])
     call sode_add_recv(x, right, 1, [1, w + 1], [NX, w + 1])
     call sode_add_recv(x, left, 2, [1, 0], [NX, 0])
+    ! A box of one field (k) alone, beside the boxes of every field: the
+    ! same column again, so the halos must come out the same.
+    call sode_add_send(x, left, 3, [1, 1], [NX, 1], field=2)
+    call sode_add_recv(x, right, 3, [1, w + 1], [NX, w + 1], field=2)
 
     ! Misuse, each refused by name and adding nothing.
     write (r_left, '(i0)') left
@@ -104,6 +108,10 @@ contains
     ok = refused(st, 'sode_add_recv: dimension 1: the box 0:5 starts below the arrays'' lower bound 1') .and. ok
     call sode_add_send(x, left, 9, [1], [NX], st)
     ok = refused(st, 'sode_add_send: first and last hold 1 indices each, but the exchange''s boxes have 2') .and. ok
+    call sode_add_send(x, left, 9, [1, 1], [NX, 1], st, field=4)
+    ok = refused(st, 'sode_add_send: field 4: the exchange has 3 fields; add the field before its boxes') .and. ok
+    call sode_add_recv(x, left, 9, [1, 0], [NX, 0], st, field=0)
+    ok = refused(st, 'sode_add_recv: field 0: fields are numbered from 1 in the order added') .and. ok
     call sode_add_field(x, off, first=[1, 1], last=[NX, w], ierr=st)
     ok = refused(st, 'sode_add_field: dimension 1: the array''s lower bound is 0, but the exchange''s boxes' // &
          ' count from 1') .and. ok

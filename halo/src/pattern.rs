@@ -95,6 +95,16 @@ pub struct BoxMessage {
     pub lo: Vec<usize>,
     /// Cells per axis.
     pub size: Vec<usize>,
+    /// The one field it carries (`None`: every field): fields laid out
+    /// differently (staggered, on another grid) need boxes of their own.
+    pub field: Option<usize>,
+}
+
+impl BoxMessage {
+    /// Whether it carries field `field`.
+    pub fn carries(&self, field: usize) -> bool {
+        self.field.is_none_or(|f| f == field)
+    }
 }
 
 /// One link's messages as pieces of the fields: those sent to its peer and
@@ -263,8 +273,8 @@ fn direction_link(layouts: &[FieldLayout], group: &[GridNeighbour]) -> Option<(L
 }
 
 /// One link to `peer` carrying the boxes `sends` and `recvs` (in that
-/// order, every field of each box); a single box keeps its own tag. `None`
-/// when nothing travels.
+/// order, every field each box carries); a single box keeps its own tag.
+/// `None` when nothing travels.
 fn boxes_link(
     layouts: &[FieldLayout],
     peer: usize,
@@ -275,7 +285,8 @@ fn boxes_link(
         boxes
             .iter()
             .flat_map(|m| {
-                layouts.iter().enumerate().map(|(field, f)| Piece {
+                let carried = layouts.iter().enumerate().filter(|(f, _)| m.carries(*f));
+                carried.map(|(field, f)| Piece {
                     field,
                     region: f.box_region(&m.lo, &m.size),
                     toward: Vec::new(),
@@ -598,5 +609,24 @@ mod tests {
         // A single direction keeps its direction's tags.
         let (one, _) = direction_link(&specs, &here[..1]).unwrap();
         assert_eq!(one.send.unwrap().tag, direction_tag(&here[0].offset));
+    }
+
+    #[test]
+    fn a_box_of_one_field_carries_that_field_alone() {
+        let layouts = [field_of([5, 7]), field_of([6, 7])];
+        let boxed = |field| BoxMessage {
+            peer: 1,
+            tag: 4,
+            lo: vec![1, 1],
+            size: vec![1, 7],
+            field,
+        };
+        let all = PlannedLinks::boxes(&layouts, &[boxed(None)], &[], &[false, false]);
+        let one = PlannedLinks::boxes(&layouts, &[boxed(Some(1))], &[], &[false, false]);
+        let fields = |p: &PlannedLinks| -> Vec<usize> {
+            p.pieces[0].send.iter().flatten().map(|p| p.field).collect()
+        };
+        assert_eq!((fields(&all), fields(&one)), (vec![0, 1], vec![1]));
+        assert_eq!(one.links[0].send.map(|m| (m.tag, m.len)), Some((4, 7 * 8)));
     }
 }

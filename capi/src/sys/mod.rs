@@ -902,6 +902,23 @@ fn peer_and_tag(op: &'static str, rank: c_int, tag: c_int) -> Result<(usize, u32
     Ok((peer, tag))
 }
 
+/// The field a box of field `field` carries, numbered from `first` (0 in
+/// C, 1 in Fortran).
+fn box_field(op: &'static str, field: c_int, first: c_int) -> Result<usize> {
+    usize::try_from(i64::from(field) - i64::from(first)).map_err(|_| CapiError::Invalid {
+        op,
+        why: format!("field {field}: fields are numbered from {first} in the order added"),
+    })
+}
+
+/// Which list a box joins (sends or receives) and the one field it
+/// carries (`None`: every field).
+#[derive(Clone, Copy)]
+struct BoxKind {
+    send: bool,
+    field: Option<usize>,
+}
+
 /// # Safety
 /// As `sode_exchange_add_send`.
 unsafe fn add_box(
@@ -911,7 +928,7 @@ unsafe fn add_box(
     tag: c_int,
     lo: *const i64,
     size: *const i64,
-    send: bool,
+    BoxKind { send, field }: BoxKind,
 ) -> Result<()> {
     // SAFETY: the caller's contract.
     let x = unsafe { handle(op, "exchange", exchange) }?;
@@ -924,6 +941,7 @@ unsafe fn add_box(
         tag,
         lo: sizes(op, "lo", &lo)?,
         size: sizes(op, "size", &size)?,
+        field,
     };
     x.add_box(m, send)
 }
@@ -952,7 +970,18 @@ pub unsafe extern "C" fn sode_exchange_add_send(
     let op = "sode_exchange_add_send";
     // SAFETY: the caller's contract.
     call(op, || unsafe {
-        add_box(op, exchange, rank, tag, lo, size, true)
+        add_box(
+            op,
+            exchange,
+            rank,
+            tag,
+            lo,
+            size,
+            BoxKind {
+                send: true,
+                field: None,
+            },
+        )
     })
 }
 
@@ -975,7 +1004,94 @@ pub unsafe extern "C" fn sode_exchange_add_recv(
     let op = "sode_exchange_add_recv";
     // SAFETY: the caller's contract.
     call(op, || unsafe {
-        add_box(op, exchange, rank, tag, lo, size, false)
+        add_box(
+            op,
+            exchange,
+            rank,
+            tag,
+            lo,
+            size,
+            BoxKind {
+                send: false,
+                field: None,
+            },
+        )
+    })
+}
+
+/// As `sode_exchange_add_send`, for field `field` alone (numbered from 0
+/// in the order added, added already): fields laid out differently
+/// (staggered, on another grid) send boxes of their own. The receive with
+/// the same `tag` must be for the same field (`sode_exchange_add_recv_field`),
+/// checked at commit.
+///
+/// # Statuses
+/// As `sode_exchange_add_send`; `SODE_ERR_ARG` also for a field not added
+/// yet.
+///
+/// # Safety
+/// As `sode_exchange_add_send`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_send_field(
+    exchange: *mut Exchange,
+    field: c_int,
+    rank: c_int,
+    tag: c_int,
+    lo: *const i64,
+    size: *const i64,
+) -> c_int {
+    let op = "sode_exchange_add_send_field";
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        let field = box_field(op, field, 0)?;
+        add_box(
+            op,
+            exchange,
+            rank,
+            tag,
+            lo,
+            size,
+            BoxKind {
+                send: true,
+                field: Some(field),
+            },
+        )
+    })
+}
+
+/// As `sode_exchange_add_recv`, into field `field` alone (as
+/// `sode_exchange_add_send_field`).
+///
+/// # Statuses
+/// As `sode_exchange_add_send_field`.
+///
+/// # Safety
+/// As `sode_exchange_add_send`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_recv_field(
+    exchange: *mut Exchange,
+    field: c_int,
+    rank: c_int,
+    tag: c_int,
+    lo: *const i64,
+    size: *const i64,
+) -> c_int {
+    let op = "sode_exchange_add_recv_field";
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        let field = box_field(op, field, 0)?;
+        add_box(
+            op,
+            exchange,
+            rank,
+            tag,
+            lo,
+            size,
+            BoxKind {
+                send: false,
+                field: Some(field),
+            },
+        )
     })
 }
 
@@ -988,7 +1104,7 @@ unsafe fn add_box_f(
     n: c_int,
     first: *const i64,
     last: *const i64,
-    send: bool,
+    BoxKind { send, field }: BoxKind,
 ) -> Result<()> {
     let op = if send {
         "sode_exchange_add_send"
@@ -1041,6 +1157,7 @@ unsafe fn add_box_f(
             tag,
             lo,
             size,
+            field,
         },
         send,
     )
@@ -1070,7 +1187,18 @@ pub unsafe extern "C" fn sode_exchange_add_send_f(
     let op = "sode_exchange_add_send";
     // SAFETY: the caller's contract.
     call(op, || unsafe {
-        add_box_f(exchange, rank, tag, n, first, last, true)
+        add_box_f(
+            exchange,
+            rank,
+            tag,
+            n,
+            first,
+            last,
+            BoxKind {
+                send: true,
+                field: None,
+            },
+        )
     })
 }
 
@@ -1094,7 +1222,62 @@ pub unsafe extern "C" fn sode_exchange_add_recv_f(
     let op = "sode_exchange_add_recv";
     // SAFETY: the caller's contract.
     call(op, || unsafe {
-        add_box_f(exchange, rank, tag, n, first, last, false)
+        add_box_f(
+            exchange,
+            rank,
+            tag,
+            n,
+            first,
+            last,
+            BoxKind {
+                send: false,
+                field: None,
+            },
+        )
+    })
+}
+
+/// The Fortran module's `sode_add_send` and `sode_add_recv` with a
+/// `field`: as `sode_exchange_add_send_f` (`send` nonzero) or
+/// `sode_exchange_add_recv_f`, for field `field` alone, numbered from 1.
+///
+/// # Statuses
+/// As `sode_exchange_add_send_f`; `SODE_ERR_ARG` also for a field not
+/// added yet.
+///
+/// # Safety
+/// As `sode_exchange_add_send_f`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_add_box_field_f(
+    exchange: *mut Exchange,
+    send: c_int,
+    field: c_int,
+    rank: c_int,
+    tag: c_int,
+    n: c_int,
+    first: *const i64,
+    last: *const i64,
+) -> c_int {
+    let op = if send != 0 {
+        "sode_exchange_add_send"
+    } else {
+        "sode_exchange_add_recv"
+    };
+    // SAFETY: the caller's contract.
+    call(op, || unsafe {
+        let field = box_field(op, field, 1)?;
+        add_box_f(
+            exchange,
+            rank,
+            tag,
+            n,
+            first,
+            last,
+            BoxKind {
+                send: send != 0,
+                field: Some(field),
+            },
+        )
     })
 }
 
