@@ -22,7 +22,7 @@ fn thread_cpu() -> Duration {
 /// after rank 0 is already waiting: rank 0's CPU time and wall time over
 /// the run, and how long after rank 1's start rank 0's wait returned
 /// (median).
-fn late_peer(transport: Transport, job: &'static str) -> (Duration, Duration, Duration) {
+fn late_peer(transport: Transport, job: String) -> (Duration, Duration, Duration) {
     // Every World of this process reads the policy from the environment;
     // both tests of this binary set the same value.
     std::env::set_var("SODE_WAIT", "block");
@@ -31,7 +31,7 @@ fn late_peer(transport: Transport, job: &'static str) -> (Duration, Duration, Du
     let port = free_port();
     let (started_tx, started) = mpsc::channel::<Instant>();
     let run = move |rank: usize, started_tx: Option<mpsc::Sender<Instant>>| {
-        let w = thread_world(rank, 2, port, job);
+        let w = thread_world(rank, 2, port, &job);
         let d = Decomposition::new(&[32, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
         let mut halo = HaloExchange::builder(&w, &d)
             .transport(transport)
@@ -57,7 +57,10 @@ fn late_peer(transport: Transport, job: &'static str) -> (Duration, Duration, Du
         }
         (woken, thread_cpu() - cpu0, wall0.elapsed())
     };
-    let late = std::thread::spawn(move || run(1, Some(started_tx)));
+    let late = {
+        let run = run.clone();
+        std::thread::spawn(move || run(1, Some(started_tx)))
+    };
     let (woken, cpu, wall) = run(0, None);
     late.join().unwrap();
     let mut lag: Vec<Duration> = woken
@@ -72,9 +75,31 @@ fn late_peer(transport: Transport, job: &'static str) -> (Duration, Duration, Du
     (cpu, wall, median)
 }
 
+/// [`late_peer`] until `good` holds of its CPU time, wall time and wake-up
+/// lag, at most three times; the last measurement. A rank that polls uses
+/// about all the wall time every time, but a sleeper on a 2-core host (or
+/// in its emulated guest) now and then shares its core with other work for
+/// a whole run.
+fn late_peer_quietest(
+    transport: Transport,
+    job: &str,
+    good: impl Fn(Duration, Duration, Duration) -> bool,
+) -> (Duration, Duration, Duration) {
+    let mut last = late_peer(transport, format!("{job}-0"));
+    for attempt in 1..3 {
+        if good(last.0, last.1, last.2) {
+            break;
+        }
+        last = late_peer(transport, format!("{job}-{attempt}"));
+    }
+    last
+}
+
 #[test]
 fn a_rank_waiting_for_late_shared_memory_neighbours_sleeps_and_is_woken() {
-    let (cpu, wall, median) = late_peer(Transport::Shm, "block-shm");
+    let (cpu, wall, median) = late_peer_quietest(Transport::Shm, "block-shm", |c, w, m| {
+        c < w / 4 && m < Duration::from_micros(500)
+    });
     // Polling (spinning or yielding) would use about all the wall time.
     assert!(cpu < wall / 4, "waiting used {cpu:?} of CPU in {wall:?}");
     // Were it not woken, a sleeper would notice only at its 2 ms timeout
@@ -90,7 +115,9 @@ fn a_rank_waiting_for_late_rdma_neighbours_sleeps_on_the_completion_channel() {
     if !rdma_available() {
         return;
     }
-    let (cpu, wall, median) = late_peer(Transport::Rdma, "block-rdma");
+    let (cpu, wall, median) = late_peer_quietest(Transport::Rdma, "block-rdma", |c, w, m| {
+        c < w / 2 && m < Duration::from_millis(5)
+    });
     // Measured in the SoftRoCE VM, where rxe's work is charged to the
     // posting thread: 26-28 % of the wall time blocking (with the peer 5 ms
     // late), 97-100 % yielding; woken 0.70-0.73 ms after the peer's start
@@ -105,7 +132,9 @@ fn a_rank_waiting_for_late_rdma_neighbours_sleeps_on_the_completion_channel() {
 
 #[test]
 fn a_rank_waiting_for_late_tcp_neighbours_sleeps_in_poll() {
-    let (cpu, wall, median) = late_peer(Transport::Tcp, "block-tcp");
+    let (cpu, wall, median) = late_peer_quietest(Transport::Tcp, "block-tcp", |c, w, m| {
+        c < w / 4 && m < Duration::from_millis(5)
+    });
     assert!(cpu < wall / 4, "waiting used {cpu:?} of CPU in {wall:?}");
     // Woken by the data's arrival on the socket, not at the end of the
     // poll's 50 ms nap (29 ms after the peer's start with a plain sleep in
