@@ -148,12 +148,24 @@ pub(crate) fn connect_any(
 /// vanished peer is an error within [`DEAD_AFTER`], not a silence until
 /// the caller's deadline.
 pub(crate) fn configure(s: &TcpStream) -> std::io::Result<()> {
-    use nix::sys::socket::{setsockopt, sockopt};
     s.set_nodelay(true)?;
-    let probe = (DEAD_AFTER.as_secs() / 5).max(1) as u32;
-    setsockopt(s, sockopt::KeepAlive, &true)?;
-    setsockopt(s, sockopt::TcpKeepIdle, &probe)?;
-    setsockopt(s, sockopt::TcpKeepInterval, &probe)?;
-    setsockopt(s, sockopt::TcpKeepCount, &4)?;
+    keep_alive(s, true)
+}
+
+/// Turns keepalive (probes every 2 s after 2 s idle, 4 unanswered: about
+/// [`DEAD_AFTER`]) on or off. A dialling rank keeps it on until the other
+/// side has authenticated the connection: an acceptor that gave up on the
+/// handshake first may close with a reset, which is sent once and can be
+/// lost; a probe then meets the closed port, is answered with another
+/// reset, and the dialler dials again instead of waiting for its deadline.
+pub(crate) fn keep_alive(s: &TcpStream, on: bool) -> std::io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(s, sockopt::KeepAlive, &on)?;
+    if on {
+        let probe = (DEAD_AFTER.as_secs() / 5).max(1) as u32;
+        setsockopt(s, sockopt::TcpKeepIdle, &probe)?;
+        setsockopt(s, sockopt::TcpKeepInterval, &probe)?;
+        setsockopt(s, sockopt::TcpKeepCount, &4)?;
+    }
     Ok(())
 }

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::auth::{Secret, Session, HANDSHAKE_TIMEOUT, SECRET_VAR};
+use crate::auth::{Secret, Session, SECRET_VAR};
 use crate::backoff::Backoff;
-use crate::dial::{again_if_lost, connect_any, connect_retry};
+use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
@@ -189,7 +189,10 @@ impl TcpRendezvous {
             .local_addr()
             .map_err(io_err("local_addr", "the root"))?
             .ip();
+        keep_alive(&s, true).map_err(io_err("keepalive", whom))?;
         let mut root = Session::connect(s, secret, whom, deadline)?;
+        // Authenticated, the root waits for this link until its deadline.
+        keep_alive(root.stream(), false).map_err(io_err("keepalive", whom))?;
         let (listener, mine) = peer_listener(local_ip)?;
         let hello = Hello {
             rank: launch.rank,
@@ -395,7 +398,10 @@ impl Mesh {
             Some(routes) => routes.dial(self.rank, p, &self.listen[p], deadline, &whom)?,
             None => connect_any(&self.listen[p], deadline, &whom)?,
         };
+        keep_alive(&s, true).map_err(io_err("keepalive", &whom))?;
         let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
+        // Authenticated, `p` waits for this link until its deadline.
+        keep_alive(session.stream(), false).map_err(io_err("keepalive", &whom))?;
         session.send(self.rank.to_string().as_bytes())?;
         if session.recv(deadline)? != ACCEPTED {
             return Err(JobError::Protocol {
@@ -483,10 +489,11 @@ struct Greeted {
 }
 
 /// Most handshakes under way at once. A stranger costs a thread and a
-/// socket for at most [`HANDSHAKE_TIMEOUT`]; past this many, each new
-/// connection evicts the oldest under way, so the accept loop never stops
-/// and a flood of silent connections cannot keep a rank of the job, whose
-/// handshake takes a few round trips, from being heard.
+/// socket for at most [`HANDSHAKE_TIMEOUT`](crate::auth::HANDSHAKE_TIMEOUT);
+/// past this many, each new connection evicts the oldest under way, so the
+/// accept loop never stops and a flood of silent connections cannot keep a
+/// rank of the job, whose handshake takes a few round trips, from being
+/// heard.
 const MAX_HANDSHAKES: usize = 1024;
 
 /// Stack of a handshake's thread: the handshake and the first message's
@@ -579,12 +586,17 @@ impl Acceptor<'_> {
             tracing::warn!("dropped a connection from {from}: its socket could not be shared");
             return;
         };
-        let (secret, tx, confirmed) = (self.secret.clone(), done.clone(), self.confirmed);
+        let (secret, tx, confirmed, deadline) = (
+            self.secret.clone(),
+            done.clone(),
+            self.confirmed,
+            self.deadline,
+        );
         let spawned = std::thread::Builder::new()
             .name("sode-handshake".into())
             .stack_size(HANDSHAKE_STACK)
             // The receiver is gone once every rank arrived.
-            .spawn(move || drop(tx.send((id, greet(s, from, &secret, confirmed)))));
+            .spawn(move || drop(tx.send((id, greet(s, from, &secret, confirmed, deadline)))));
         match spawned {
             Ok(_) => under_way.push_back(UnderWay { id, stream }),
             Err(e) => tracing::warn!(
@@ -616,14 +628,25 @@ impl Acceptor<'_> {
 /// (and, when `confirmed`, the acceptance answered), or `None` (the
 /// connection dropped, and why said once) when it does not belong to the
 /// job, sends garbage, stays silent or goes away.
-fn greet(s: TcpStream, from: SocketAddr, secret: &Secret, confirmed: bool) -> Option<Greeted> {
+///
+/// A stranger has [`HANDSHAKE_TIMEOUT`](crate::auth::HANDSHAKE_TIMEOUT) to
+/// prove itself. A connection that has is a rank of the job, whose first
+/// message and confirmation are waited for until `deadline`: dropping it
+/// sooner, its messages delayed by lost packets, could leave its dialler
+/// holding a link this rank no longer counts.
+fn greet(
+    s: TcpStream,
+    from: SocketAddr,
+    secret: &Secret,
+    confirmed: bool,
+    deadline: Instant,
+) -> Option<Greeted> {
     let whom = format!("a connection from {from}");
     let result = Session::accept(s, secret, &whom).and_then(|mut session| {
-        let until = Instant::now() + HANDSHAKE_TIMEOUT;
-        let first = session.recv(until)?;
+        let first = session.recv(deadline)?;
         if confirmed {
             session.send(ACCEPTED)?;
-            if session.recv(until)? != CONFIRMED {
+            if session.recv(deadline)? != CONFIRMED {
                 return Err(JobError::Protocol {
                     whom: whom.clone(),
                     why: "it answered the acceptance with something else than its confirmation"
@@ -816,6 +839,39 @@ mod tests {
             "from 0",
             "rank 1 took the lost link in place of the second"
         );
+    }
+
+    #[test]
+    fn a_peer_link_slower_than_a_stranger_may_be_is_still_taken() {
+        use crate::auth::HANDSHAKE_TIMEOUT;
+        // A link that proved it belongs to the job but whose next message
+        // comes after HANDSHAKE_TIMEOUT (packets lost and sent again on a
+        // lossy network) is a rank of the job: dropping it then could
+        // leave the dialler with a link the acceptor does not count.
+        let secret = Secret::random().unwrap();
+        let ls = [0, 1].map(|_| TcpListener::bind("127.0.0.1:0").unwrap());
+        let listeners = [&ls[0], &ls[1]];
+        let mut m1 = mesh(1, &listeners, &secret);
+        let deadline = Instant::now() + HANDSHAKE_TIMEOUT * 3;
+        let acceptor = std::thread::spawn(move || {
+            let mut links = m1.connect(&BTreeSet::from([0]), deadline)?;
+            let link = links.get_mut(&0).expect("a link to rank 0");
+            link.recv::<String>(deadline)
+        });
+        let s = TcpStream::connect(ls[1].local_addr().unwrap()).unwrap();
+        let mut slow = Session::connect(s, &secret, "rank 1", deadline).unwrap();
+        std::thread::sleep(HANDSHAKE_TIMEOUT + Duration::from_millis(500));
+        slow.send(b"0").unwrap();
+        let answer = slow.recv(deadline);
+        assert!(
+            matches!(&answer, Ok(a) if a == ACCEPTED),
+            "the slow link was not accepted: {answer:?}"
+        );
+        slow.send(CONFIRMED).unwrap();
+        let mut link = PeerLink::new(1, Box::new(TcpPeer { session: slow }));
+        link.send(&"from 0").unwrap();
+        let got = acceptor.join().unwrap();
+        assert_eq!(got.unwrap(), "from 0");
     }
 
     #[test]
