@@ -9,7 +9,7 @@ use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, Transport};
 use sode_job::World;
 
 use sode::field::{FieldLayout, Overlap, Piece};
-use sode::pattern::{self, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
+use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
 use sode::zero_copy::{self, ZeroCopy};
 
 use crate::cart::{self, Cart};
@@ -131,45 +131,6 @@ pub struct Exchange {
     /// Layers of each halo the next starts move (0: every layer).
     depth: usize,
     state: State,
-}
-
-/// Whether box `m` lies inside `field`'s array; what is wrong, told from
-/// 0 or, with an `origin`, in the arrays' own bounds.
-fn box_fits(
-    m: &BoxMessage,
-    field: &FieldLayout,
-    origin: Option<&[i64]>,
-) -> std::result::Result<(), String> {
-    for (a, (lo, size)) in m.lo.iter().zip(&m.size).enumerate() {
-        let extent = field.extents.get(a).copied().unwrap_or(0);
-        if lo.checked_add(*size).is_some_and(|end| end <= extent) {
-            continue;
-        }
-        return Err(match origin {
-            None => format!(
-                "the box {lo}..{} along axis {a} (to or from rank {}, tag {}) leaves the array's {extent} cells",
-                lo.saturating_add(*size),
-                m.peer,
-                m.tag
-            ),
-            Some(o) => {
-                // Within i128: each term came from an i64 or a usize.
-                let base = i128::from(o.get(a).copied().unwrap_or(0));
-                let (lo, size, extent) = (*lo as i128, *size as i128, extent as i128);
-                format!(
-                    "dimension {}: the box {}:{} (to or from rank {}, tag {}) leaves the array's bounds {}:{}",
-                    a + 1,
-                    base + lo,
-                    base + lo + size - 1,
-                    m.peer,
-                    m.tag,
-                    base,
-                    base + extent - 1
-                )
-            }
-        });
-    }
-    Ok(())
 }
 
 /// The error of `op` on an exchange in `state`, which is not committed.

@@ -4,9 +4,7 @@
 //! constant per rank, not with the fields or boxes. What the words hold is
 //! each kind of exchange's own (`cart::Record`, `explicit::Record`).
 
-use serde::Serialize;
-
-use sode::field::FieldCard;
+pub(crate) use sode::field::{common_digest, digest};
 
 /// The bytes of a record of `words` words.
 pub(crate) fn bytes(words: usize) -> usize {
@@ -35,34 +33,6 @@ pub(crate) fn decode<const N: usize>(record: &[u8]) -> Option<(bool, u8, [u64; N
         *w = u64::from_le_bytes(chunk.try_into().ok()?);
     }
     Some((record[0] == 1, record[1], words))
-}
-
-/// FNV-1a: the same digest of the same bytes on every rank (the ranks run
-/// one sode; no rank of the job is an adversary of the others).
-pub(crate) fn digest(bytes: impl IntoIterator<Item = u8>) -> u64 {
-    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-/// A digest of `layout` (what the ranks' layouts must share) and of what
-/// every rank must describe alike about its fields: types, halo widths,
-/// memory orders, overlaps and numbers of axes (not their extents).
-pub(crate) fn common_digest(layout: impl Serialize, fields: &[FieldCard]) -> u64 {
-    let fields: Vec<_> = fields
-        .iter()
-        .map(|f| {
-            (
-                f.ty,
-                &f.halo_lo,
-                &f.halo_hi,
-                &f.order,
-                &f.overlap,
-                f.owned_size.len(),
-            )
-        })
-        .collect();
-    digest(serde_json::to_vec(&(layout, fields)).unwrap_or_default())
 }
 
 /// `x` as eight little-endian bytes (`usize::MAX` for none), for digests.

@@ -444,6 +444,34 @@ impl FieldLayout {
     }
 }
 
+/// FNV-1a: the same digest of the same bytes on every rank (the ranks run
+/// one sode; no rank of the job is an adversary of the others).
+pub fn digest(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// A digest of `layout` (what the ranks' layouts must share) and of what
+/// every rank must describe alike about its fields: types, halo widths,
+/// memory orders, overlaps and numbers of axes (not their extents).
+pub fn common_digest(layout: impl Serialize, fields: &[FieldCard]) -> u64 {
+    let fields: Vec<_> = fields
+        .iter()
+        .map(|f| {
+            (
+                f.ty,
+                &f.halo_lo,
+                &f.halo_hi,
+                &f.order,
+                &f.overlap,
+                f.owned_size.len(),
+            )
+        })
+        .collect();
+    digest(serde_json::to_vec(&(layout, fields)).unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,7 @@ mod exchange;
 #[cfg(feature = "rdma")]
 mod fabric;
 pub mod field;
+mod field_exchange;
 mod job_memo;
 mod links;
 #[cfg(feature = "rdma")]
@@ -71,6 +72,7 @@ pub use decomp::{
 };
 pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder};
+pub use field_exchange::{Array, ArrayMut, Element, FieldExchange, FieldExchangeBuilder};
 pub use links::{
     InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets, Sides,
 };

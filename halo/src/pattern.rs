@@ -107,6 +107,48 @@ impl BoxMessage {
     }
 }
 
+/// Whether box `m` lies inside `field`'s array.
+///
+/// # Errors
+/// What is wrong, told from 0 or, with an `origin` (a Fortran caller's
+/// lower bounds), in the arrays' own bounds.
+pub fn box_fits(
+    m: &BoxMessage,
+    field: &FieldLayout,
+    origin: Option<&[i64]>,
+) -> std::result::Result<(), String> {
+    for (a, (lo, size)) in m.lo.iter().zip(&m.size).enumerate() {
+        let extent = field.extents.get(a).copied().unwrap_or(0);
+        if lo.checked_add(*size).is_some_and(|end| end <= extent) {
+            continue;
+        }
+        return Err(match origin {
+            None => format!(
+                "the box {lo}..{} along axis {a} (to or from rank {}, tag {}) leaves the array's {extent} cells",
+                lo.saturating_add(*size),
+                m.peer,
+                m.tag
+            ),
+            Some(o) => {
+                // Within i128: each term came from an i64 or a usize.
+                let base = i128::from(o.get(a).copied().unwrap_or(0));
+                let (lo, size, extent) = (*lo as i128, *size as i128, extent as i128);
+                format!(
+                    "dimension {}: the box {}:{} (to or from rank {}, tag {}) leaves the array's bounds {}:{}",
+                    a + 1,
+                    base + lo,
+                    base + lo + size - 1,
+                    m.peer,
+                    m.tag,
+                    base,
+                    base + extent - 1
+                )
+            }
+        });
+    }
+    Ok(())
+}
+
 /// One link's messages as pieces of the fields: those sent to its peer and
 /// those received from it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,8 +10,8 @@
 use std::time::Duration;
 
 use sode::field::{ElemType, FieldLayout, Overlap};
-use sode::pattern::{self, FieldArrays, GridNeighbour, ProcessGrid};
-use sode::{LinkExchange, Locality, Stencil, Transport};
+use sode::pattern::{self, BoxMessage, FieldArrays, GridNeighbour, ProcessGrid};
+use sode::{FieldExchange, LinkExchange, Locality, Stencil, Transport};
 
 mod common;
 
@@ -247,5 +247,281 @@ fn stage_arrays_staggered_fields_and_subsets_over_tcp() {
 fn stage_arrays_staggered_fields_and_subsets_over_rdma() {
     if common::rdma_available() {
         exchange_over(Transport::Rdma);
+    }
+}
+
+// The same model as one handle: `FieldExchange`, on typed arrays.
+
+/// One rank's typed arrays: `STAGES` of each field.
+struct Typed {
+    cells: Vec<Vec<f64>>,
+    verts: Vec<Vec<f32>>,
+}
+
+/// Rank `rank` through a `FieldExchange`: as [`run_rank`], each iteration
+/// on stage `(it + rank) % 3`, every third on field 0 alone, and every
+/// halo and untouched array checked. The arrays are typed; the check reads
+/// them back through a [`Rank`] of their bytes.
+fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize) {
+    let w = common::thread_world(rank, 4, port, "field-exchange-test");
+    let coords = [rank / DIMS[1], rank % DIMS[1]];
+    let at: Vec<usize> = (0..4).collect();
+    let grid = ProcessGrid {
+        dims: &DIMS,
+        periodic: &[true, true],
+        stencil: Stencil::Full,
+        at: &at,
+    };
+    let mut x = FieldExchange::builder(&w, layouts().to_vec())
+        .transport(transport)
+        .setup_timeout(Duration::from_secs(30))
+        .cartesian(&grid, &coords)
+        .unwrap();
+    let cells = |l: &FieldLayout| l.extents.iter().product::<usize>();
+    let [c, v] = layouts();
+    let mut t = Typed {
+        cells: vec![vec![0.0; cells(&c)]; STAGES],
+        verts: vec![vec![0.0; cells(&v)]; STAGES],
+    };
+    for it in 1..=iterations {
+        let s = (it + rank) % STAGES;
+        let subset = it % 3 == 0;
+        let mut me = as_bytes(&t, coords, s, [true, !subset]);
+        for field in 0..2 {
+            let global = me.global(field);
+            for (i, j, owned) in me.cells(field) {
+                if owned {
+                    let v = value(field, it, me.point(field, i, j), global);
+                    me.set(field, s, i, j, v);
+                }
+            }
+        }
+        from_bytes(&me, &mut t);
+        let before = me.arrays.clone();
+        if subset {
+            x.start_fields(&[0], &[(&t.cells[s]).into()]).unwrap();
+            x.wait_fields(common::deadline(), &[0], &mut [(&mut t.cells[s]).into()])
+                .unwrap();
+        } else {
+            x.start(&[(&t.cells[s]).into(), (&t.verts[s]).into()])
+                .unwrap();
+            let (cs, vs) = (&mut t.cells[s], &mut t.verts[s]);
+            x.wait(common::deadline(), &mut [cs.into(), vs.into()])
+                .unwrap();
+        }
+        check(&as_bytes(&t, coords, s, [true, !subset]), &before, it, rank);
+    }
+    misuse_is_told(&mut x, &mut t);
+    w.barrier(Duration::from_secs(30)).unwrap();
+}
+
+/// The typed arrays as the byte arrays [`check`] reads.
+fn as_bytes(t: &Typed, coords: [usize; 2], stage: usize, started: [bool; 2]) -> Rank {
+    let bytes = |a: &[u8]| a.to_vec();
+    Rank {
+        layouts: layouts(),
+        coords,
+        arrays: [
+            t.cells
+                .iter()
+                .map(|a| bytes(bytemuck::cast_slice(a)))
+                .collect(),
+            t.verts
+                .iter()
+                .map(|a| bytes(bytemuck::cast_slice(a)))
+                .collect(),
+        ],
+        stage,
+        started,
+    }
+}
+
+fn from_bytes(me: &Rank, t: &mut Typed) {
+    for (s, a) in me.arrays[0].iter().enumerate() {
+        t.cells[s].copy_from_slice(bytemuck::cast_slice(a));
+    }
+    for (s, a) in me.arrays[1].iter().enumerate() {
+        t.verts[s].copy_from_slice(bytemuck::cast_slice(a));
+    }
+}
+
+/// Arrays unlike the fields, fields listed wrongly and calls out of turn
+/// are errors that say what is wrong, and leave the exchange usable.
+fn misuse_is_told(x: &mut FieldExchange, t: &mut Typed) {
+    let told = |r: sode::Result<()>| r.map_err(|e| e.to_string()).unwrap_err();
+    let e = told(x.start(&[(&t.verts[0]).into(), (&t.verts[1]).into()]));
+    assert!(e.contains("field 0 is of F64, its array of F32"), "{e}");
+    let e = told(x.start(&[(&t.cells[0][..10]).into(), (&t.verts[0]).into()]));
+    assert!(
+        e.contains("field 0's array holds 80 bytes, but its layout spans"),
+        "{e}"
+    );
+    let e = told(x.start(&[(&t.cells[0]).into()]));
+    assert!(e.contains("1 arrays for 2 fields"), "{e}");
+    let e = told(x.start_fields(&[0, 0], &[(&t.cells[0]).into(), (&t.cells[1]).into()]));
+    assert!(e.contains("field 0 listed twice"), "{e}");
+    let e = told(x.start_fields(&[2], &[(&t.cells[0]).into()]));
+    assert!(e.contains("field 2 listed, but there are 2"), "{e}");
+    let e = told(x.wait(common::deadline(), &mut [(&mut t.cells[0]).into()]));
+    assert!(e.contains("no exchange in flight: call start first"), "{e}");
+}
+
+fn handle_over(transport: Transport) {
+    let port = common::free_port();
+    let ranks: Vec<_> = (0..4)
+        .map(|rank| std::thread::spawn(move || run_handle(rank, port, transport, 9)))
+        .collect();
+    for r in ranks {
+        r.join().unwrap();
+    }
+}
+
+#[test]
+fn one_handle_on_typed_stage_arrays_over_shared_memory() {
+    handle_over(Transport::Shm);
+}
+
+#[test]
+fn one_handle_on_typed_stage_arrays_over_tcp() {
+    handle_over(Transport::Tcp);
+}
+
+#[test]
+fn one_handle_on_typed_stage_arrays_over_rdma() {
+    if common::rdma_available() {
+        handle_over(Transport::Rdma);
+    }
+}
+
+/// Four ranks build with `describe` changing rank `odd`'s fields; every
+/// rank's error.
+fn build_with(odd: usize, describe: fn(&mut [FieldLayout; 2])) -> Vec<String> {
+    let port = common::free_port();
+    let ranks: Vec<_> = (0..4)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let w = common::thread_world(rank, 4, port, "field-agree-test");
+                let at: Vec<usize> = (0..4).collect();
+                let grid = ProcessGrid {
+                    dims: &DIMS,
+                    periodic: &[true, true],
+                    stencil: Stencil::Full,
+                    at: &at,
+                };
+                let mut l = layouts();
+                if rank == odd {
+                    describe(&mut l);
+                }
+                let built = FieldExchange::builder(&w, l.to_vec())
+                    .transport(Transport::Shm)
+                    .setup_timeout(Duration::from_secs(30))
+                    .cartesian(&grid, &[rank / DIMS[1], rank % DIMS[1]]);
+                built
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+                    .err()
+                    .unwrap_or_default()
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+#[test]
+fn a_rank_that_describes_other_fields_fails_every_rank_alike() {
+    let told = build_with(2, |l| l[1].ty = ElemType::F64);
+    for (rank, e) in told.iter().enumerate() {
+        assert!(
+            e.contains("rank 2 describes other fields or another grid than rank 0")
+                && e.contains("F64"),
+            "rank {rank}: {e:?}"
+        );
+    }
+    let told = build_with(1, |l| l[0].owned_size[1] = 50);
+    for (rank, e) in told.iter().enumerate() {
+        assert!(
+            e.contains("rank 1: field 0: axis 1: the 50 owned cells"),
+            "rank {rank}: {e:?}"
+        );
+    }
+}
+
+/// Two ranks in a ring, described by their boxes: field 0 (f64 cells) and
+/// field 1 (i32, one cell longer) each in boxes of their own.
+fn boxes_rank(rank: usize, port: u16, transport: Transport) -> (Vec<f64>, Vec<i32>) {
+    const N: usize = 5;
+    let w = common::thread_world(rank, 2, port, "field-boxes-test");
+    let field = |ty: ElemType, n: usize| FieldLayout {
+        ty,
+        extents: vec![n + 2],
+        strides: vec![1],
+        owned_lo: vec![1],
+        owned_size: vec![n],
+        halo_lo: vec![1],
+        halo_hi: vec![1],
+        overlap: Overlap::default(),
+    };
+    let peer = 1 - rank;
+    let one = |tag: u32, lo: usize, f: usize| BoxMessage {
+        peer,
+        tag,
+        lo: vec![lo],
+        size: vec![1],
+        field: Some(f),
+    };
+    // Tags 0/1 field 0, 2/3 field 1: first owned cell to the peer's upper
+    // halo, last owned cell to its lower halo.
+    let sends = [one(0, 1, 0), one(1, N, 0), one(2, 1, 1), one(3, N + 1, 1)];
+    let recvs = [
+        one(0, N + 1, 0),
+        one(1, 0, 0),
+        one(2, N + 2, 1),
+        one(3, 0, 1),
+    ];
+    let mut x = FieldExchange::builder(
+        &w,
+        vec![field(ElemType::F64, N), field(ElemType::I32, N + 1)],
+    )
+    .transport(transport)
+    .setup_timeout(Duration::from_secs(30))
+    .boxes(&sends, &recvs)
+    .unwrap();
+    let base = 100 * (rank + 1);
+    let mut u: Vec<f64> = (0..N + 2).map(|i| (base + i) as f64).collect();
+    let mut k: Vec<i32> = (0..N + 3).map(|i| -((base + i) as i32)).collect();
+    x.start(&[(&u).into(), (&k).into()]).unwrap();
+    x.wait(common::deadline(), &mut [(&mut u).into(), (&mut k).into()])
+        .unwrap();
+    w.barrier(Duration::from_secs(30)).unwrap();
+    (u, k)
+}
+
+#[test]
+fn one_handle_over_boxes_of_one_field_each() {
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let port = common::free_port();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| std::thread::spawn(move || boxes_rank(rank, port, transport)))
+            .collect();
+        let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+        for (rank, (u, k)) in got.iter().enumerate() {
+            let peer = 100 * (2 - rank);
+            // Upper halo: the peer's first owned cell; lower: its last.
+            assert_eq!(
+                (u[6], u[0]),
+                ((peer + 1) as f64, (peer + 5) as f64),
+                "{transport:?} rank {rank} cells {u:?}"
+            );
+            assert_eq!(
+                (k[7], k[0]),
+                (-((peer + 1) as i32), -((peer + 6) as i32)),
+                "{transport:?} rank {rank} ints {k:?}"
+            );
+            let base = 100 * (rank + 1);
+            assert!(
+                (1..6).all(|i| u[i] == (base + i) as f64),
+                "{transport:?} rank {rank}: owned cells moved: {u:?}"
+            );
+        }
     }
 }

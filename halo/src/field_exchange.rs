@@ -1,0 +1,644 @@
+//! [`FieldExchange`]: the field and pattern model ([`crate::field`],
+//! [`crate::pattern`]) as one handle, built once and started every
+//! iteration on whatever arrays the caller holds, typed as they are.
+//!
+//! What the handle adds to the toolkit: the ranks agree at build that they
+//! described the same fields and grid (a rank that did not fails every
+//! rank alike, naming it and what differs); each field's array is checked
+//! per start against the layout it was built with (its element type and
+//! the bytes it spans); the pieces, grouping, shapes and carried lengths
+//! are its own. Over RDMA it packs every message into sode's registered
+//! buffers (the caller's arrays are not lent to the device): the C ABI's
+//! committed arrays are what keep faces in place.
+
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+use sode_job::World;
+
+use crate::channel::start_shape;
+use crate::error::{HaloError, Result};
+use crate::field::{common_digest, ElemType, FieldLayout};
+use crate::links::LinkExchange;
+use crate::pattern::{self, BoxMessage, FieldArrays, LinkPieces, PlannedLinks, ProcessGrid};
+use crate::settings::Transport;
+use crate::stats::ExchangeStats;
+use crate::Locality;
+
+/// A Rust element type a field may have: `f32`, `f64`, `i32`, `i64`.
+pub trait Element: Pod + sealed::Sealed {
+    /// Its [`ElemType`].
+    const TYPE: ElemType;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for f32 {}
+    impl Sealed for f64 {}
+    impl Sealed for i32 {}
+    impl Sealed for i64 {}
+}
+
+impl Element for f32 {
+    const TYPE: ElemType = ElemType::F32;
+}
+impl Element for f64 {
+    const TYPE: ElemType = ElemType::F64;
+}
+impl Element for i32 {
+    const TYPE: ElemType = ElemType::I32;
+}
+impl Element for i64 {
+    const TYPE: ElemType = ElemType::I64;
+}
+
+/// One field's array, read at a start: `(&u[..]).into()`.
+#[derive(Debug, Clone, Copy)]
+pub struct Array<'a> {
+    ty: ElemType,
+    bytes: &'a [u8],
+}
+
+impl<'a, T: Element> From<&'a [T]> for Array<'a> {
+    fn from(a: &'a [T]) -> Self {
+        Array {
+            ty: T::TYPE,
+            bytes: bytemuck::cast_slice(a),
+        }
+    }
+}
+
+impl<'a, T: Element> From<&'a Vec<T>> for Array<'a> {
+    fn from(a: &'a Vec<T>) -> Self {
+        Array::from(a.as_slice())
+    }
+}
+
+/// One field's array, whose halos a wait fills: `(&mut u[..]).into()`.
+#[derive(Debug)]
+pub struct ArrayMut<'a> {
+    ty: ElemType,
+    bytes: &'a mut [u8],
+}
+
+impl<'a, T: Element> From<&'a mut [T]> for ArrayMut<'a> {
+    fn from(a: &'a mut [T]) -> Self {
+        ArrayMut {
+            ty: T::TYPE,
+            bytes: bytemuck::cast_slice_mut(a),
+        }
+    }
+}
+
+impl<'a, T: Element> From<&'a mut Vec<T>> for ArrayMut<'a> {
+    fn from(a: &'a mut Vec<T>) -> Self {
+        ArrayMut::from(a.as_mut_slice())
+    }
+}
+
+/// Builds a [`FieldExchange`]: the fields, then the pattern, which builds
+/// it (collective).
+#[derive(Debug)]
+pub struct FieldExchangeBuilder<'w> {
+    world: &'w World,
+    layouts: Vec<FieldLayout>,
+    transport: Transport,
+    timeout: Duration,
+}
+
+impl FieldExchangeBuilder<'_> {
+    /// The channel between ranks on different nodes (default: RDMA where
+    /// there is a device, else TCP; see [`Transport`]).
+    pub fn transport(mut self, t: Transport) -> Self {
+        self.transport = t;
+        self
+    }
+
+    /// How long each collective step of the build may wait for the other
+    /// ranks (default 60 s).
+    pub fn setup_timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Builds the exchange of a Cartesian process grid: this rank is at
+    /// `coords` of `grid`, and every field's halo comes from the
+    /// neighbours `grid.stencil` reads. Collective: every rank of the job
+    /// calls it with the same fields (their element types, halo widths,
+    /// memory orders and overlaps; extents may differ) and the same grid.
+    ///
+    /// # Errors
+    ///
+    /// On every rank alike: [`HaloError::Usage`] when a rank's grid or
+    /// fields are not valid, or differ from rank 0's, naming that rank
+    /// and why; then as [`LinkExchange`]'s build.
+    pub fn cartesian(self, grid: &ProcessGrid<'_>, coords: &[usize]) -> Result<FieldExchange> {
+        let mine = self
+            .check_grid(grid, coords)
+            .and_then(|()| self.check_layouts(grid.dims.len()))
+            .map(|()| {
+                let stencil = format!("{:?}", grid.stencil);
+                common_digest((grid.dims, grid.periodic, stencil, grid.at), &self.cards())
+            });
+        self.agree(mine)?;
+        let mut builder = LinkExchange::builder(self.world, Vec::new())
+            .transport(self.transport)
+            .setup_timeout(self.timeout);
+        let grouped = grouped(&mut builder, self.world.size())?;
+        let planned = PlannedLinks::cartesian(&self.layouts, &grid.neighbours(coords), &grouped);
+        self.finish(builder, planned)
+    }
+
+    /// Builds an exchange described by its messages: the boxes this rank
+    /// sends and receives, each paired with the peer's receive (or send)
+    /// by its tag, in the fields' index space, on their first axes.
+    /// Collective: every rank calls it with the same fields.
+    ///
+    /// # Errors
+    ///
+    /// On every rank alike: [`HaloError::Usage`] when a rank's fields or
+    /// boxes are not valid (a box outside a field it carries, a peer or
+    /// field out of range), or its fields differ from rank 0's; then as
+    /// [`LinkExchange`]'s build, which fails where a send and its
+    /// receive differ in length.
+    pub fn boxes(self, sends: &[BoxMessage], recvs: &[BoxMessage]) -> Result<FieldExchange> {
+        let axes = sends.iter().chain(recvs).map(|m| m.lo.len()).max();
+        let axes = axes.unwrap_or_else(|| self.layouts.first().map_or(0, |l| l.halo_lo.len()));
+        let mine = self
+            .check_layouts(axes)
+            .and_then(|()| self.check_boxes(axes, sends, recvs))
+            .map(|()| common_digest("boxes", &self.cards()));
+        self.agree(mine)?;
+        let mut builder = LinkExchange::builder(self.world, Vec::new())
+            .transport(self.transport)
+            .setup_timeout(self.timeout);
+        let grouped = grouped(&mut builder, self.world.size())?;
+        let planned = PlannedLinks::boxes(&self.layouts, sends, recvs, &grouped);
+        self.finish(builder, planned)
+    }
+
+    fn cards(&self) -> Vec<crate::field::FieldCard> {
+        self.layouts.iter().map(FieldLayout::card).collect()
+    }
+
+    fn check_grid(
+        &self,
+        grid: &ProcessGrid<'_>,
+        coords: &[usize],
+    ) -> std::result::Result<(), String> {
+        let d = grid.dims.len();
+        if d == 0 || grid.periodic.len() != d || coords.len() != d {
+            return Err(format!(
+                "a grid of {d} axes with {} periodic flags, at coordinates {coords:?}: give one of each per axis",
+                grid.periodic.len()
+            ));
+        }
+        let positions = grid
+            .dims
+            .iter()
+            .try_fold(1usize, |n, &g| n.checked_mul(g))
+            .filter(|&n| n > 0);
+        if positions != Some(grid.at.len()) {
+            return Err(format!(
+                "a grid of {:?} processes, but {} ranks placed on it",
+                grid.dims,
+                grid.at.len()
+            ));
+        }
+        if let Some(a) = (0..d).find(|&a| coords[a] >= grid.dims[a]) {
+            return Err(format!(
+                "coordinates {coords:?} lie outside the grid {:?} along axis {a}",
+                grid.dims
+            ));
+        }
+        let size = self.world.size();
+        if let Some(r) = grid.at.iter().find(|&&r| r >= size) {
+            return Err(format!(
+                "rank {r} is on the grid, but the job has {size} ranks"
+            ));
+        }
+        let me = pattern::grid_position(grid.dims, coords);
+        if grid.at[me] != self.world.rank() {
+            return Err(format!(
+                "coordinates {coords:?} are rank {}'s on the grid, not this rank's",
+                grid.at[me]
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_layouts(&self, axes: usize) -> std::result::Result<(), String> {
+        if self.layouts.is_empty() {
+            return Err("no fields: give at least one".into());
+        }
+        for (f, l) in self.layouts.iter().enumerate() {
+            let widths = |w: &[usize]| {
+                if w.len() == axes {
+                    w.to_vec()
+                } else {
+                    vec![0; axes]
+                }
+            };
+            l.check(axes, &widths(&l.halo_lo), &widths(&l.halo_hi))
+                .map_err(|e| format!("field {f}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn check_boxes(
+        &self,
+        axes: usize,
+        sends: &[BoxMessage],
+        recvs: &[BoxMessage],
+    ) -> std::result::Result<(), String> {
+        let size = self.world.size();
+        for m in sends.iter().chain(recvs) {
+            let what = format!("the box to or from rank {} with tag {}", m.peer, m.tag);
+            if m.peer >= size {
+                return Err(format!("{what}: the job has {size} ranks"));
+            }
+            if m.lo.len() != axes || m.size.len() != axes || m.size.contains(&0) {
+                return Err(format!(
+                    "{what}: every box needs {axes} axes of at least 1 cell, got lo {:?}, size {:?}",
+                    m.lo, m.size
+                ));
+            }
+            if let Some(f) = m.field.filter(|&f| f >= self.layouts.len()) {
+                return Err(format!(
+                    "{what} carries field {f}, but there are {} fields",
+                    self.layouts.len()
+                ));
+            }
+            for (f, l) in self
+                .layouts
+                .iter()
+                .enumerate()
+                .filter(|(f, _)| m.carries(*f))
+            {
+                pattern::box_fits(m, l, None).map_err(|e| format!("field {f}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every rank's verdict on its own description, gathered: fails alike
+    /// on every rank unless each is valid and describes what rank 0 does.
+    fn agree(&self, mine: std::result::Result<u64, String>) -> Result<()> {
+        let gather = |bytes: &[u8]| {
+            self.world
+                .allgather(bytes, self.timeout)
+                .map_err(|source| HaloError::Barrier {
+                    source: Box::new(source),
+                })
+        };
+        let mut record = vec![u8::from(mine.is_ok())];
+        record.extend_from_slice(&mine.as_ref().map_or(0, |d| *d).to_le_bytes());
+        let all = gather(&record)?;
+        if all.iter().all(|r| *r == all[0] && r.first() == Some(&1)) {
+            return Ok(());
+        }
+        // Something differs: the descriptions travel, once, to be named.
+        let told = match &mine {
+            Ok(_) => format!("ok {:?}", self.cards()),
+            Err(why) => format!("invalid {why}"),
+        };
+        let all = gather(told.as_bytes())?;
+        let text = |r: usize| String::from_utf8_lossy(&all[r]).into_owned();
+        let why = match (0..all.len()).find(|&r| text(r).starts_with("invalid ")) {
+            Some(r) => format!("rank {r}: {}", &text(r)["invalid ".len()..]),
+            None => {
+                let r = (1..all.len()).find(|&r| all[r] != all[0]).unwrap_or(0);
+                format!(
+                    "rank {r} describes other fields or another grid than rank 0: {} against {}",
+                    &text(r)["ok ".len()..],
+                    &text(0)["ok ".len()..]
+                )
+            }
+        };
+        Err(HaloError::Usage { op: "build", why })
+    }
+
+    fn finish(
+        self,
+        builder: crate::links::LinkExchangeBuilder<'_>,
+        planned: PlannedLinks,
+    ) -> Result<FieldExchange> {
+        let links = builder.with_links(planned.links).build()?;
+        let spans = self
+            .layouts
+            .iter()
+            .map(|l| {
+                let axes = l.halo_lo.len();
+                l.check(axes, &l.halo_lo, &l.halo_hi)
+            })
+            .collect::<Result<Vec<usize>>>()?;
+        let fields = self.layouts.len();
+        Ok(FieldExchange {
+            links,
+            pieces: planned.pieces,
+            layouts: self.layouts,
+            spans,
+            started: vec![false; fields],
+        })
+    }
+}
+
+/// Per rank of the job, whether every message to it travels as one (a
+/// copy within the rank, shared memory or TCP; RDMA spreads directions
+/// over its engines).
+fn grouped(builder: &mut crate::links::LinkExchangeBuilder<'_>, size: usize) -> Result<Vec<bool>> {
+    (0..size)
+        .map(|peer| Ok(builder.locality_of(peer)? != Locality::Rdma))
+        .collect()
+}
+
+/// The halo exchange of fields laid out as the caller's arrays hold them:
+/// built once, started every iteration on any arrays of those layouts
+/// (Runge-Kutta stages, double buffers), on all the fields or some.
+///
+/// ```no_run
+/// # fn f(world: &sode_job::World, cells: sode::field::FieldLayout, grid: sode::pattern::ProcessGrid<'_>,
+/// #      coords: &[usize], stages: &mut [Vec<f64>]) -> sode::Result<()> {
+/// use std::time::{Duration, Instant};
+/// let mut x = sode::FieldExchange::builder(world, vec![cells]).cartesian(&grid, coords)?;
+/// for s in 0..stages.len() {
+///     x.start(&[(&stages[s]).into()])?;
+///     x.wait(Instant::now() + Duration::from_secs(10), &mut [(&mut stages[s]).into()])?;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct FieldExchange {
+    links: LinkExchange,
+    pieces: Vec<LinkPieces>,
+    layouts: Vec<FieldLayout>,
+    /// Bytes each field's array must hold.
+    spans: Vec<usize>,
+    /// The fields of the start in flight (or the last one).
+    started: Vec<bool>,
+}
+
+impl FieldExchange {
+    /// A builder for an exchange of `layouts` (field `f` is `layouts[f]`)
+    /// among the ranks of `world`.
+    pub fn builder(world: &World, layouts: Vec<FieldLayout>) -> FieldExchangeBuilder<'_> {
+        FieldExchangeBuilder {
+            world,
+            layouts,
+            transport: Transport::default(),
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// The fields, in the order built.
+    pub fn layouts(&self) -> &[FieldLayout] {
+        &self.layouts
+    }
+
+    /// Starts the exchange of every field: `arrays[f]` is field `f`'s
+    /// array, read now (its owned cells that neighbours need).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for not one array per field, or an array not
+    /// of its field's element type or shorter than its layout spans;
+    /// [`HaloError::State`] while an exchange is in flight; a channel's
+    /// error or [`HaloError::JobFailed`] when a peer failed or died.
+    pub fn start(&mut self, arrays: &[Array<'_>]) -> Result<()> {
+        self.start_on("start", None, arrays)
+    }
+
+    /// [`start`](Self::start) on some fields: `arrays[k]` is field
+    /// `which[k]`'s array. Only those fields move; the others' halos are
+    /// left as they are. Every neighbour must start the same fields.
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start); [`HaloError::Usage`] also for a field
+    /// listed twice or beyond those built, or for no field.
+    pub fn start_fields(&mut self, which: &[usize], arrays: &[Array<'_>]) -> Result<()> {
+        self.start_on("start_fields", Some(which), arrays)
+    }
+
+    /// One non-blocking pass over every channel: true once all halos have
+    /// arrived (then [`wait`](Self::wait) unpacks them).
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait), but never [`HaloError::Timeout`].
+    pub fn test(&mut self) -> Result<bool> {
+        self.links.test()
+    }
+
+    /// Waits until every halo of the started fields has arrived (or
+    /// `deadline` passes: [`HaloError::Timeout`], and `wait` may be called
+    /// again), then fills them into `arrays` (one per field, as at
+    /// [`start`](Self::start)).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Timeout`] at the deadline; [`HaloError::Usage`] for
+    /// arrays unlike the fields', or after [`start_fields`](Self::start_fields);
+    /// [`HaloError::State`] without an exchange in flight; a channel's
+    /// error or [`HaloError::JobFailed`] when a peer failed or died.
+    pub fn wait(&mut self, deadline: Instant, arrays: &mut [ArrayMut<'_>]) -> Result<()> {
+        self.wait_on("wait", deadline, None, arrays)
+    }
+
+    /// [`wait`](Self::wait) for an exchange started with
+    /// [`start_fields`](Self::start_fields): `arrays[k]` is field
+    /// `which[k]`'s array, the same fields as at the start.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait`](Self::wait); [`HaloError::Usage`] also when `which`
+    /// is not the list the exchange was started with.
+    pub fn wait_fields(
+        &mut self,
+        deadline: Instant,
+        which: &[usize],
+        arrays: &mut [ArrayMut<'_>],
+    ) -> Result<()> {
+        self.wait_on("wait_fields", deadline, Some(which), arrays)
+    }
+
+    /// What it has done since it was built: iterations, time in start and
+    /// wait, bytes per neighbour.
+    pub fn stats(&self) -> ExchangeStats {
+        self.links.stats()
+    }
+
+    fn start_on(
+        &mut self,
+        op: &'static str,
+        which: Option<&[usize]>,
+        arrays: &[Array<'_>],
+    ) -> Result<()> {
+        if self.links.in_flight() {
+            // The state error, naming `start`.
+            return self.links.start();
+        }
+        self.check_which(op, which)?;
+        let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
+        self.check_arrays(op, which, arrays.len(), types)?;
+        for (f, s) in self.started.iter_mut().enumerate() {
+            *s = which.is_none_or(|w| w.contains(&f));
+        }
+        let given = Given {
+            layouts: &self.layouts,
+            started: &self.started,
+            which,
+            arrays,
+        };
+        pattern::carry(&mut self.links, &self.pieces, &given)?;
+        self.links
+            .set_shape(start_shape(self.started.iter().copied(), 0))?;
+        pattern::pack_and_start(&mut self.links, &self.pieces, &given)
+    }
+
+    fn wait_on(
+        &mut self,
+        op: &'static str,
+        deadline: Instant,
+        which: Option<&[usize]>,
+        arrays: &mut [ArrayMut<'_>],
+    ) -> Result<()> {
+        if !self.links.in_flight() {
+            // The state error: nothing started, or failed earlier.
+            return self.links.wait(deadline);
+        }
+        self.check_which(op, which)?;
+        let listed = |f: usize| which.is_none_or(|w| w.contains(&f));
+        if (0..self.started.len()).any(|f| self.started[f] != listed(f)) {
+            let list: Vec<usize> = (0..self.started.len())
+                .filter(|&f| self.started[f])
+                .collect();
+            return Err(HaloError::Usage {
+                op,
+                why: format!(
+                    "the exchange was started on fields {list:?}: wait with the same fields (wait_fields after start_fields)"
+                ),
+            });
+        }
+        let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
+        self.check_arrays(op, which, arrays.len(), types)?;
+        self.links.wait(deadline)?;
+        let mut given = GivenMut {
+            layouts: &self.layouts,
+            started: &self.started,
+            which,
+            arrays,
+        };
+        pattern::unpack(&mut self.links, &self.pieces, &mut given)
+    }
+
+    /// Each field listed once, and within those built.
+    fn check_which(&self, op: &'static str, which: Option<&[usize]>) -> Result<()> {
+        let Some(which) = which else {
+            return Ok(());
+        };
+        let n = self.layouts.len();
+        let bad = |why: String| Err(HaloError::Usage { op, why });
+        if which.is_empty() {
+            return bad("no field listed: list at least one".into());
+        }
+        for (k, &f) in which.iter().enumerate() {
+            if f >= n {
+                return bad(format!(
+                    "field {f} listed, but there are {n} (numbered from 0)"
+                ));
+            }
+            if which[..k].contains(&f) {
+                return bad(format!("field {f} listed twice"));
+            }
+        }
+        Ok(())
+    }
+
+    /// One array per field started, each of its field's type and long
+    /// enough for its layout.
+    fn check_arrays(
+        &self,
+        op: &'static str,
+        which: Option<&[usize]>,
+        count: usize,
+        arrays: impl Iterator<Item = (ElemType, usize)>,
+    ) -> Result<()> {
+        let wanted = which.map_or(self.layouts.len(), <[usize]>::len);
+        if count != wanted {
+            return Err(HaloError::Usage {
+                op,
+                why: format!("{count} arrays for {wanted} fields: give one per field"),
+            });
+        }
+        for (k, (ty, len)) in arrays.enumerate() {
+            let f = which.map_or(k, |w| w[k]);
+            let (want, span) = (self.layouts[f].ty, self.spans[f]);
+            let why = if ty != want {
+                format!("field {f} is of {want:?}, its array of {ty:?}")
+            } else if len < span {
+                format!("field {f}'s array holds {len} bytes, but its layout spans {span}")
+            } else {
+                continue;
+            };
+            return Err(HaloError::Usage { op, why });
+        }
+        Ok(())
+    }
+}
+
+/// The position of field `f` among the arrays given.
+fn array_of(which: Option<&[usize]>, f: usize) -> Option<usize> {
+    match which {
+        None => Some(f),
+        Some(w) => w.iter().position(|&x| x == f),
+    }
+}
+
+/// A start's arrays, as the pattern reads them.
+struct Given<'s, 'a> {
+    layouts: &'s [FieldLayout],
+    started: &'s [bool],
+    which: Option<&'s [usize]>,
+    arrays: &'s [Array<'a>],
+}
+
+impl FieldArrays for Given<'_, '_> {
+    fn layout(&self, field: usize) -> &FieldLayout {
+        &self.layouts[field]
+    }
+    fn started(&self, field: usize) -> bool {
+        self.started[field]
+    }
+    fn bytes(&self, field: usize) -> Option<&[u8]> {
+        Some(self.arrays.get(array_of(self.which, field)?)?.bytes)
+    }
+    fn bytes_mut(&mut self, _field: usize) -> Option<(&FieldLayout, &mut [u8])> {
+        None
+    }
+}
+
+/// A wait's arrays, as the pattern fills them.
+struct GivenMut<'s, 'a> {
+    layouts: &'s [FieldLayout],
+    started: &'s [bool],
+    which: Option<&'s [usize]>,
+    arrays: &'s mut [ArrayMut<'a>],
+}
+
+impl FieldArrays for GivenMut<'_, '_> {
+    fn layout(&self, field: usize) -> &FieldLayout {
+        &self.layouts[field]
+    }
+    fn started(&self, field: usize) -> bool {
+        self.started[field]
+    }
+    fn bytes(&self, field: usize) -> Option<&[u8]> {
+        Some(&*self.arrays.get(array_of(self.which, field)?)?.bytes)
+    }
+    fn bytes_mut(&mut self, field: usize) -> Option<(&FieldLayout, &mut [u8])> {
+        let k = array_of(self.which, field)?;
+        let layouts = self.layouts;
+        Some((&layouts[field], &mut *self.arrays.get_mut(k)?.bytes))
+    }
+}
