@@ -146,7 +146,7 @@ impl FieldExchangeBuilder<'_> {
             .setup_timeout(self.timeout);
         let grouped = grouped(&mut builder, self.world.size())?;
         let planned = PlannedLinks::cartesian(&self.layouts, &grid.neighbours(coords), &grouped);
-        self.finish(builder, planned)
+        self.finish(builder, planned, true)
     }
 
     /// Builds an exchange described by its messages: the boxes this rank
@@ -174,7 +174,7 @@ impl FieldExchangeBuilder<'_> {
             .setup_timeout(self.timeout);
         let grouped = grouped(&mut builder, self.world.size())?;
         let planned = PlannedLinks::boxes(&self.layouts, sends, recvs, &grouped);
-        self.finish(builder, planned)
+        self.finish(builder, planned, false)
     }
 
     fn cards(&self) -> Vec<crate::field::FieldCard> {
@@ -322,6 +322,7 @@ impl FieldExchangeBuilder<'_> {
         self,
         builder: crate::links::LinkExchangeBuilder<'_>,
         planned: PlannedLinks,
+        cartesian: bool,
     ) -> Result<FieldExchange> {
         let links = builder.with_links(planned.links).build()?;
         let spans = self
@@ -339,6 +340,9 @@ impl FieldExchangeBuilder<'_> {
             layouts: self.layouts,
             spans,
             started: vec![false; fields],
+            cartesian,
+            depth: 0,
+            by_depth: Vec::new(),
         })
     }
 }
@@ -376,6 +380,12 @@ pub struct FieldExchange {
     spans: Vec<usize>,
     /// The fields of the start in flight (or the last one).
     started: Vec<bool>,
+    /// Built from a process grid (a depth applies), not from boxes.
+    cartesian: bool,
+    /// Layers of each halo the next starts move (0: every layer).
+    depth: usize,
+    /// The messages at each depth a start has used, made at its first.
+    by_depth: Vec<(usize, Vec<LinkPieces>)>,
 }
 
 impl FieldExchange {
@@ -462,6 +472,30 @@ impl FieldExchange {
         self.wait_on("wait_fields", deadline, Some(which), arrays)
     }
 
+    /// From the next start on, moves only the `depth` layers of each halo
+    /// nearest the owned cells (0: every layer, as built): a code whose
+    /// steps read fewer layers than it keeps (TeaLeaf's solvers) moves
+    /// those only. Every neighbour must start at the same depth.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a depth other than 0 on an exchange built
+    /// from boxes (each box moves whole); [`HaloError::State`] while an
+    /// exchange is in flight.
+    pub fn set_depth(&mut self, depth: usize) -> Result<()> {
+        if self.links.in_flight() {
+            return self.links.start();
+        }
+        if depth != 0 && !self.cartesian {
+            return Err(HaloError::Usage {
+                op: "set_depth",
+                why: format!("depth {depth}: an exchange built from boxes moves each box whole; a depth applies to one built from a process grid"),
+            });
+        }
+        self.depth = depth;
+        Ok(())
+    }
+
     /// What it has done since it was built: iterations, time in start and
     /// wait, bytes per neighbour.
     pub fn stats(&self) -> ExchangeStats {
@@ -484,16 +518,21 @@ impl FieldExchange {
         for (f, s) in self.started.iter_mut().enumerate() {
             *s = which.is_none_or(|w| w.contains(&f));
         }
+        let at = self.at_depth();
+        let pieces = match at {
+            None => &self.pieces,
+            Some(i) => &self.by_depth[i].1,
+        };
         let given = Given {
             layouts: &self.layouts,
             started: &self.started,
             which,
             arrays,
         };
-        pattern::carry(&mut self.links, &self.pieces, &given)?;
-        self.links
-            .set_shape(start_shape(self.started.iter().copied(), 0))?;
-        pattern::pack_and_start(&mut self.links, &self.pieces, &given)
+        pattern::carry(&mut self.links, pieces, &given)?;
+        let shape = start_shape(self.started.iter().copied(), self.depth);
+        self.links.set_shape(shape)?;
+        pattern::pack_and_start(&mut self.links, pieces, &given)
     }
 
     fn wait_on(
@@ -523,13 +562,32 @@ impl FieldExchange {
         let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
         self.check_arrays(op, which, arrays.len(), types)?;
         self.links.wait(deadline)?;
+        let pieces = match self.at_depth() {
+            None => &self.pieces,
+            Some(i) => &self.by_depth[i].1,
+        };
         let mut given = GivenMut {
             layouts: &self.layouts,
             started: &self.started,
             which,
             arrays,
         };
-        pattern::unpack(&mut self.links, &self.pieces, &mut given)
+        pattern::unpack(&mut self.links, pieces, &mut given)
+    }
+
+    /// Where in `by_depth` the messages at the depth set are (made the
+    /// first time a start uses it); `None` at depth 0 (every layer).
+    fn at_depth(&mut self) -> Option<usize> {
+        let depth = self.depth;
+        if depth == 0 {
+            return None;
+        }
+        let i = self.by_depth.iter().position(|(d, _)| *d == depth);
+        Some(i.unwrap_or_else(|| {
+            let cut = self.pieces.iter().map(|p| p.at_depth(depth)).collect();
+            self.by_depth.push((depth, cut));
+            self.by_depth.len() - 1
+        }))
     }
 
     /// Each field listed once, and within those built.

@@ -489,6 +489,11 @@ fn boxes_rank(rank: usize, port: u16, transport: Transport) -> (Vec<f64>, Vec<i3
     let base = 100 * (rank + 1);
     let mut u: Vec<f64> = (0..N + 2).map(|i| (base + i) as f64).collect();
     let mut k: Vec<i32> = (0..N + 3).map(|i| -((base + i) as i32)).collect();
+    let e = x.set_depth(1).map_err(|e| e.to_string()).unwrap_err();
+    assert!(
+        e.contains("an exchange built from boxes moves each box whole"),
+        "{e}"
+    );
     x.start(&[(&u).into(), (&k).into()]).unwrap();
     x.wait(common::deadline(), &mut [(&mut u).into(), (&mut k).into()])
         .unwrap();
@@ -522,6 +527,74 @@ fn one_handle_over_boxes_of_one_field_each() {
                 (1..6).all(|i| u[i] == (base + i) as f64),
                 "{transport:?} rank {rank}: owned cells moved: {u:?}"
             );
+        }
+    }
+}
+
+/// Two ranks on a periodic 1-D grid, one f64 field with halos of 2: a
+/// start at depth 1 fills the inner layer of each halo only, and depth 0
+/// both again. Returns each phase's array.
+fn depth_rank(rank: usize, port: u16) -> Vec<Vec<f64>> {
+    const N: usize = 6;
+    let w = common::thread_world(rank, 2, port, "field-depth-test");
+    let layout = FieldLayout {
+        ty: ElemType::F64,
+        extents: vec![N + 4],
+        strides: vec![1],
+        owned_lo: vec![2],
+        owned_size: vec![N],
+        halo_lo: vec![2],
+        halo_hi: vec![2],
+        overlap: Overlap::default(),
+    };
+    let at = [0, 1];
+    let grid = ProcessGrid {
+        dims: &[2],
+        periodic: &[true],
+        stencil: Stencil::Full,
+        at: &at,
+    };
+    let mut x = FieldExchange::builder(&w, vec![layout])
+        .transport(Transport::Shm)
+        .cartesian(&grid, &[rank])
+        .unwrap();
+    let mut phases = Vec::new();
+    for (phase, depth) in [(1, 0), (2, 1), (3, 0)] {
+        x.set_depth(depth).unwrap();
+        let mut u: Vec<f64> = (0..N + 4)
+            .map(|i| match i {
+                2..=7 => (phase * 1000 + rank * N + i - 2) as f64,
+                _ => -1.0,
+            })
+            .collect();
+        x.start(&[(&u).into()]).unwrap();
+        x.wait(common::deadline(), &mut [(&mut u).into()]).unwrap();
+        phases.push(u);
+    }
+    w.barrier(Duration::from_secs(30)).unwrap();
+    phases
+}
+
+#[test]
+fn one_handle_at_a_depth_fills_the_inner_layers_only() {
+    let port = common::free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| std::thread::spawn(move || depth_rank(rank, port)))
+        .collect();
+    let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+    for (rank, phases) in got.iter().enumerate() {
+        let other = 6 * (1 - rank);
+        for (k, (u, depth)) in phases.iter().zip([0, 1, 0]).enumerate() {
+            let v = |i: usize| ((k + 1) * 1000 + other + i) as f64;
+            // Below: the other rank's last two cells; above: its first two.
+            let want = [
+                if depth == 1 { -1.0 } else { v(4) },
+                v(5),
+                v(0),
+                if depth == 1 { -1.0 } else { v(1) },
+            ];
+            let halos = [u[0], u[1], u[8], u[9]];
+            assert_eq!(halos, want, "rank {rank}, phase {k} (depth {depth}): {u:?}");
         }
     }
 }
