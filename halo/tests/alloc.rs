@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode::field::{ElemType, FieldLayout, Overlap};
+use sode::pattern::ProcessGrid;
+use sode::{Decomposition, FieldExchange, HaloExchange, Stencil, Transport};
 mod common;
 use common::{free_port, rdma_available, thread_world};
 
@@ -81,13 +83,26 @@ enum Step {
     Wait(Instant),
 }
 
+/// An exchange `steady` polls.
+trait Polled {
+    fn poll(&mut self) -> bool;
+}
+
+impl Polled for HaloExchange {
+    fn poll(&mut self) -> bool {
+        self.test().unwrap()
+    }
+}
+
+impl Polled for FieldExchange {
+    fn poll(&mut self) -> bool {
+        self.test().unwrap()
+    }
+}
+
 /// Allocations of `iters` iterations after 3 of warm-up: `step` starts and
 /// waits, `test` polls between.
-fn steady(
-    halo: &mut HaloExchange,
-    iters: usize,
-    mut step: impl FnMut(&mut HaloExchange, Step),
-) -> Counts {
+fn steady<X: Polled>(halo: &mut X, iters: usize, mut step: impl FnMut(&mut X, Step)) -> Counts {
     let mut c = Counts::default();
     for it in 0..iters + 3 {
         let warm = u64::from(it >= 3);
@@ -95,7 +110,7 @@ fn steady(
         c.start += warm * n.count_total;
         let mut done = false;
         while !done {
-            let n = allocation_counter::measure(|| done = halo.test().unwrap());
+            let n = allocation_counter::measure(|| done = halo.poll());
             c.polls += warm * n.count_total;
             c.poll_calls += warm;
         }
@@ -133,6 +148,67 @@ fn start_test_and_wait_allocate_nothing_with_shared_fields() {
     assert_none("shared fields, TCP", &counted_on(Transport::Tcp, 20, true));
 }
 
+/// [`counted`] through a `FieldExchange` on a periodic 2 x 1 grid: an f64
+/// and an f32 field (halo 2), each rank alternating between two arrays of
+/// each, and every other iteration on the f64 field alone.
+fn counted_fields(transport: Transport, iters: usize) -> Vec<Counts> {
+    let port = free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let w = thread_world(rank, 2, port, "alloc-fields-test");
+                let layout = |ty| FieldLayout {
+                    ty,
+                    extents: vec![36, 28],
+                    strides: vec![28, 1],
+                    owned_lo: vec![2, 2],
+                    owned_size: vec![32, 24],
+                    halo_lo: vec![2, 2],
+                    halo_hi: vec![2, 2],
+                    overlap: Overlap::default(),
+                };
+                let at = [0, 1];
+                let grid = ProcessGrid {
+                    dims: &[2, 1],
+                    periodic: &[true, true],
+                    stencil: Stencil::Full,
+                    at: &at,
+                };
+                let mut x =
+                    FieldExchange::builder(&w, vec![layout(ElemType::F64), layout(ElemType::F32)])
+                        .transport(transport)
+                        .cartesian(&grid, &[rank, 0])
+                        .unwrap();
+                let mut u = [vec![rank as f64; 36 * 28], vec![0.5; 36 * 28]];
+                let mut v = [vec![1.5f32; 36 * 28], vec![2.5f32; 36 * 28]];
+                let mut cur = 0;
+                steady(&mut x, iters, |x, step| match step {
+                    Step::Start(it) => {
+                        cur = it;
+                        let s = it / 2 % 2;
+                        if it % 2 == 0 {
+                            x.start(&[(&u[s]).into(), (&v[s]).into()]).unwrap();
+                        } else {
+                            x.start_fields(&[0], &[(&u[s]).into()]).unwrap();
+                        }
+                    }
+                    Step::Wait(deadline) => {
+                        let s = cur / 2 % 2;
+                        if cur % 2 == 0 {
+                            let arrays = &mut [(&mut u[s]).into(), (&mut v[s]).into()];
+                            x.wait(deadline, arrays).unwrap();
+                        } else {
+                            x.wait_fields(deadline, &[0], &mut [(&mut u[s]).into()])
+                                .unwrap();
+                        }
+                    }
+                })
+            })
+        })
+        .collect();
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
 #[test]
 fn the_counter_sees_an_allocation() {
     // The counter counts on this thread: a test that cannot fail is no test.
@@ -148,6 +224,15 @@ fn start_test_and_wait_allocate_nothing_over_rdma() {
         return;
     }
     assert_none("RDMA", &counted(Transport::Rdma, 20));
+}
+
+#[test]
+fn a_field_exchange_allocates_nothing_on_stage_arrays_and_subsets() {
+    assert_none("fields, shared memory", &counted_fields(Transport::Shm, 40));
+    assert_none("fields, TCP", &counted_fields(Transport::Tcp, 20));
+    if rdma_available() {
+        assert_none("fields, RDMA", &counted_fields(Transport::Rdma, 20));
+    }
 }
 
 #[test]
