@@ -38,7 +38,7 @@ module sode
   integer, parameter, public :: SODE_MODULE_ABI = 1
   !> Timeouts: no deadline, and the job's default (SODE_TIMEOUT, else none).
   real(real64), parameter, public :: SODE_NO_DEADLINE = huge(1d0), SODE_TIMEOUT_DEFAULT = -1d0
-  integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3
+  integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, C32 = 4, C64 = 5
   !> Element kinds of a field sode keeps (sode_add_shared_field).
   integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32, &
        SODE_INT64 = I64
@@ -76,14 +76,16 @@ module sode
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
   public :: sode_exchange_create, sode_add_send, sode_add_recv
-  public :: sode_add_field, sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
+  public :: sode_add_field, sode_add_field_bytes
+  public :: sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
   public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_describe
   public :: sode_set_depth
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
   public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
 
-  !> Adds a field: a real32, real64, int32 or int64 array of rank 1 to 4 (Fortran
+  !> Adds a field: a real32, real64, int32, int64, complex(real32) or
+  !> complex(real64) array of rank 1 to 4 (Fortran
   !> order, with the TARGET attribute), its owned cells `first(:)` to
   !> `last(:)` in the array's own bounds, its halo widths below and above
   !> on the process grid's axes (default: the exchange's). A staggered
@@ -93,6 +95,8 @@ module sode
      module procedure add_r32_1, add_r32_2, add_r32_3, add_r32_4
      module procedure add_i32_1, add_i32_2, add_i32_3, add_i32_4
      module procedure add_i64_1, add_i64_2, add_i64_3, add_i64_4
+     module procedure add_c32_1, add_c32_2, add_c32_3, add_c32_4
+     module procedure add_c64_1, add_c64_2, add_c64_3, add_c64_4
   end interface sode_add_field
 
   !> Starts the exchange on the fields `fields` lists only (numbered from 1
@@ -1229,6 +1233,102 @@ contains
     integer, intent(out), optional :: ierr
     call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_4
+
+  subroutine add_c32_1(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_1
+
+  subroutine add_c32_2(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_2
+
+  subroutine add_c32_3(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_3
+
+  subroutine add_c32_4(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_4
+
+  subroutine add_c64_1(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_1
+
+  subroutine add_c64_2(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_2
+
+  subroutine add_c64_3(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_3
+
+  subroutine add_c64_4(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_4
+
+  !> Adds a field of elements of `elem_bytes` bytes each, copied as they
+  !> are (a derived type with BIND(C) or SEQUENCE, a character string):
+  !> `base` is `c_loc` of the whole array (contiguous, with the TARGET
+  !> attribute), `lbounds` and `ubounds` its bounds; the rest as in
+  !> sode_add_field: `call sode_add_field_bytes(x, c_loc(s), int(c_sizeof(s(1, 1))),
+  !> lbound(s), ubound(s), first=[1, 1], last=[nx, ny])`.
+  subroutine sode_add_field_bytes(x, base, elem_bytes, lbounds, ubounds, first, last, ierr, &
+       halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    type(c_ptr), intent(in) :: base
+    integer, intent(in) :: elem_bytes, lbounds(:), ubounds(:), first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    character(len=24) :: n
+    if (elem_bytes < 1 .or. size(ubounds) /= size(lbounds)) then
+       write (n, '(i0)') elem_bytes
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_add_field_bytes: elements of ' // trim(n) // ' bytes, or lbounds and ubounds of' // &
+            ' different sizes: give at least 1 byte, and one bound of each per dimension' // c_null_char), ierr)
+       return
+    end if
+    call add_any(x, base, -elem_bytes, ubounds - lbounds + 1, lbounds, first, last, ierr, halo_lo, halo_hi)
+  end subroutine sode_add_field_bytes
 
   !> Which channels carry the messages (before commit, the same on every
   !> rank): SODE_TRANSPORT_AUTO (shared memory on the node, RDMA or TCP

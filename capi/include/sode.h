@@ -11,6 +11,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/** The element type of elements of `n` bytes (1 to SODE_MAX_ELEM_BYTES),
+ * copied as they are: a struct, a fixed-length string. */
+#define SODE_BYTES(n) (-(int)(n))
 
 /**
  * The version of this ABI: a program built against another refuses to run
@@ -101,6 +104,23 @@
  * `int64_t` / `integer(int64)`.
  */
 #define SODE_I64 3
+
+/**
+ * `float _Complex` / `complex(real32)`.
+ */
+#define SODE_C32 4
+
+/**
+ * `double _Complex` / `complex(real64)`.
+ */
+#define SODE_C64 5
+
+/**
+ * Most bytes an element may have in `SODE_BYTES(n)`, the element type of
+ * `n`-byte elements copied as they are (a struct, a derived type): the
+ * code `-n`.
+ */
+#define SODE_MAX_ELEM_BYTES 4096
 
 /**
  * Neighbours across faces only.
@@ -707,7 +727,9 @@ int sode_exchange_add_box_field_f(struct sode_exchange *exchange,
                                   const int64_t *last);
 
 /**
- * Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array
+ * Adds a field of element type `type` (`SODE_F32`, `SODE_F64`,
+ * `SODE_I32`, `SODE_I64`, `SODE_C32`, `SODE_C64`, or `SODE_BYTES(n)`:
+ * elements of `n` bytes copied as they are) at `base`: an array
  * of `ndims` axes with `extents` elements each (halos included), in
  * `order` (`SODE_ORDER_C` or `SODE_ORDER_FORTRAN`), owning the box
  * `owned_lo .. owned_lo + owned_size` (0-based) with halo widths

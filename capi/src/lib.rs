@@ -98,6 +98,14 @@ pub const SODE_F64: c_int = 1;
 pub const SODE_I32: c_int = 2;
 /// `int64_t` / `integer(int64)`.
 pub const SODE_I64: c_int = 3;
+/// `float _Complex` / `complex(real32)`.
+pub const SODE_C32: c_int = 4;
+/// `double _Complex` / `complex(real64)`.
+pub const SODE_C64: c_int = 5;
+/// Most bytes an element may have in `SODE_BYTES(n)`, the element type of
+/// `n`-byte elements copied as they are (a struct, a derived type): the
+/// code `-n`.
+pub const SODE_MAX_ELEM_BYTES: c_int = 4096;
 
 /// Neighbours across faces only.
 pub const SODE_STAR: c_int = 0;

@@ -4,8 +4,9 @@
 ! columns of a 5 x 41 grid are dealt out unevenly (2, 3, 4, ... columns a
 ! rank, the rest to the last), on a ring: each rank sends its first column
 ! left (tag 1) and its last right (tag 2), into its neighbours' halo
-! columns 0 and w+1. Three fields: real64 and int64 of 5 x (w+2) cells,
-! and a real32 one with a third dimension of 2 that travels whole. Three
+! columns 0 and w+1. Five fields: real64, int64, complex(real64) and a
+! derived type (moved as its bytes, sode_add_field_bytes) of 5 x (w+2)
+! cells, and a real32 one with a third dimension of 2 that travels whole. Three
 ! iterations; every halo cell must hold its owner's value. On one rank both
 ! columns go to itself; on two, both to the one neighbour. Misuse is
 ! refused by name, in the arrays' own bounds.
@@ -13,11 +14,18 @@
 !   mpirun -n 3 ./explicit2d
 program explicit2d
   use, intrinsic :: iso_fortran_env, only: real32, real64, int64, error_unit, output_unit
+  use, intrinsic :: iso_c_binding, only: c_loc, c_sizeof, c_double, c_int32_t
   use mpi_f08
   use sode
   implicit none
 
   integer, parameter :: NX = 5, COLUMNS = 41
+
+  !> A record per cell, moved as its 16 bytes.
+  type, bind(c) :: rec
+     real(c_double) :: t
+     integer(c_int32_t) :: i, g
+  end type rec
   integer :: rank, nranks, ierr, wrong, total, told, all_told
 
   call mpi_init(ierr)
@@ -32,7 +40,8 @@ program explicit2d
      call mpi_abort(MPI_COMM_WORLD, 1, ierr)
   end if
   if (rank == 0) write (output_unit, '(a, i0, a)') 'explicit boxes from Fortran on ', nranks, &
-       ' ranks (uneven columns, real64, int64 and real32 x 2): every halo cell its owner''s value;' // &
+       ' ranks (uneven columns, real64, int64, complex, records and real32 x 2): every halo cell its' // &
+       ' owner''s value;' // &
        ' every misuse named'
   call mpi_finalize(ierr)
 
@@ -74,6 +83,8 @@ contains
     real(real64), allocatable, target :: u(:, :), off(:, :)
     integer(int64), allocatable, target :: k(:, :)
     real(real32), allocatable, target :: v(:, :, :)
+    complex(real64), allocatable, target :: z(:, :)
+    type(rec), allocatable, target :: recs(:, :)
     integer :: start, w, left, right, it, i, j, g, layer, st
     logical :: ok
     character(len=16) :: r_left
@@ -82,12 +93,16 @@ contains
     left = modulo(rank - 1, nranks)
     right = modulo(rank + 1, nranks)
     allocate (u(1:NX, 0:w + 1), k(1:NX, 0:w + 1), v(1:NX, 0:w + 1, 1:2), off(0:NX, 0:w + 1))
+    allocate (z(1:NX, 0:w + 1), recs(1:NX, 0:w + 1))
     call sode_comm_create_mpi(MPI_COMM_WORLD%MPI_VAL, sc)
     ! Boxes of two dimensions, counted as the arrays are declared.
     call sode_exchange_create(sc, [1, 0], x)
     call sode_add_field(x, u, first=[1, 1], last=[NX, w])
     call sode_add_field(x, k, first=[1, 1], last=[NX, w])
     call sode_add_field(x, v, first=[1, 1, 1], last=[NX, w, 2])
+    call sode_add_field(x, z, first=[1, 1], last=[NX, w])
+    call sode_add_field_bytes(x, c_loc(recs), int(c_sizeof(recs(1, 0))), lbound(recs), ubound(recs), &
+         first=[1, 1], last=[NX, w])
     call sode_add_send(x, left, 1, [1, 1], [NX, 1])
     call sode_add_send(x, right, 2, [1, w], [NX, w])
     call sode_add_recv(x, right, 1, [1, w + 1], [NX, w + 1])
@@ -108,8 +123,11 @@ contains
     ok = refused(st, 'sode_add_recv: dimension 1: the box 0:5 starts below the arrays'' lower bound 1') .and. ok
     call sode_add_send(x, left, 9, [1], [NX], st)
     ok = refused(st, 'sode_add_send: first and last hold 1 indices each, but the exchange''s boxes have 2') .and. ok
-    call sode_add_send(x, left, 9, [1, 1], [NX, 1], st, field=4)
-    ok = refused(st, 'sode_add_send: field 4: the exchange has 3 fields; add the field before its boxes') .and. ok
+    call sode_add_send(x, left, 9, [1, 1], [NX, 1], st, field=6)
+    ok = refused(st, 'sode_add_send: field 6: the exchange has 5 fields; add the field before its boxes') .and. ok
+    call sode_add_field_bytes(x, c_loc(recs), 0, lbound(recs), ubound(recs), first=[1, 1], last=[NX, w], &
+         ierr=st)
+    ok = refused(st, 'sode_add_field_bytes: elements of 0 bytes') .and. ok
     call sode_add_recv(x, left, 9, [1, 0], [NX, 0], st, field=0)
     ok = refused(st, 'sode_add_recv: field 0: fields are numbered from 1 in the order added') .and. ok
     call sode_add_field(x, off, first=[1, 1], last=[NX, w], ierr=st)
@@ -123,11 +141,15 @@ contains
        u = -1
        k = -1
        v = -1
+       z = (-1, -1)
+       recs = rec(-1, -1, -1)
        do layer = 1, 2
           do j = 1, w
              do i = 1, NX
                 if (layer == 1) u(i, j) = value(it, i, start + j - 1, 0)
                 if (layer == 1) k(i, j) = int(value(it, i, start + j - 1, 0), int64)
+                if (layer == 1) z(i, j) = cmplx(value(it, i, start + j - 1, 0), -value(it, i, start + j - 1, 3), real64)
+                if (layer == 1) recs(i, j) = rec(value(it, i, start + j - 1, 4), i, start + j - 1)
                 v(i, j, layer) = real(value(it, i, start + j - 1, layer), real32)
              end do
           end do
@@ -139,6 +161,9 @@ contains
           do i = 1, NX
              if (u(i, j) /= value(it, i, g, 0)) wrong = wrong + 1
              if (k(i, j) /= int(value(it, i, g, 0), int64)) wrong = wrong + 1
+             if (z(i, j) /= cmplx(value(it, i, g, 0), -value(it, i, g, 3), real64)) wrong = wrong + 1
+             if (recs(i, j)%t /= value(it, i, g, 4) .or. recs(i, j)%i /= i .or. recs(i, j)%g /= g) &
+                  wrong = wrong + 1
              do layer = 1, 2
                 if (v(i, j, layer) /= real(value(it, i, g, layer), real32)) wrong = wrong + 1
              end do

@@ -12,6 +12,9 @@ use crate::error::HaloError;
 /// Most axes a field may have.
 pub const MAX_AXES: usize = 8;
 
+/// Most bytes an element of a field may have ([`ElemType::Bytes`]).
+pub const MAX_ELEM_BYTES: usize = 4096;
+
 /// The element types a field may have; only their size matters to the
 /// copies (bit for bit), the type is checked to agree across ranks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -24,16 +27,33 @@ pub enum ElemType {
     I32,
     /// `int64_t`, `integer(int64)`.
     I64,
+    /// `float _Complex`, `complex(real32)`, `[f32; 2]`.
+    C32,
+    /// `double _Complex`, `complex(real64)`, `[f64; 2]`.
+    C64,
+    /// Elements of this many bytes (1 to [`MAX_ELEM_BYTES`]), copied as
+    /// they are: a struct, a derived type, a fixed-length string.
+    Bytes(usize),
 }
 
 impl ElemType {
-    /// The type with C code `code` (`SODE_F32` ...).
+    /// The type with C code `code`: `SODE_F32` (0) to `SODE_C64` (5), or
+    /// `SODE_BYTES(n)`, which is `-n`.
     pub fn from_code(code: i32) -> Option<ElemType> {
         Some(match code {
             0 => ElemType::F32,
             1 => ElemType::F64,
             2 => ElemType::I32,
             3 => ElemType::I64,
+            4 => ElemType::C32,
+            5 => ElemType::C64,
+            n if n < 0 => {
+                let bytes = usize::try_from(n.unsigned_abs()).ok()?;
+                if bytes > MAX_ELEM_BYTES {
+                    return None;
+                }
+                ElemType::Bytes(bytes)
+            }
             _ => return None,
         })
     }
@@ -42,7 +62,9 @@ impl ElemType {
     pub fn size(self) -> usize {
         match self {
             ElemType::F32 | ElemType::I32 => 4,
-            ElemType::F64 | ElemType::I64 => 8,
+            ElemType::F64 | ElemType::I64 | ElemType::C32 => 8,
+            ElemType::C64 => 16,
+            ElemType::Bytes(n) => n,
         }
     }
 }
@@ -240,6 +262,12 @@ impl FieldLayout {
         max_lo: &[usize],
         max_hi: &[usize],
     ) -> Result<usize, String> {
+        let bytes = self.ty.size();
+        if bytes == 0 || bytes > MAX_ELEM_BYTES {
+            return Err(format!(
+                "elements of {bytes} bytes: a field's elements have 1 to {MAX_ELEM_BYTES}"
+            ));
+        }
         let d = self.extents.len();
         let lens = [
             self.strides.len(),
@@ -475,6 +503,30 @@ pub fn common_digest(layout: impl Serialize, fields: &[FieldCard]) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn element_codes_name_every_type_and_records_up_to_the_limit() {
+        let sizes: Vec<Option<usize>> = (-1..=6)
+            .map(|c| ElemType::from_code(c).map(ElemType::size))
+            .collect();
+        assert_eq!(
+            sizes,
+            [
+                Some(1),
+                Some(4),
+                Some(8),
+                Some(4),
+                Some(8),
+                Some(8),
+                Some(16),
+                None
+            ]
+        );
+        assert_eq!(ElemType::from_code(-24), Some(ElemType::Bytes(24)));
+        assert_eq!(ElemType::from_code(-4096), Some(ElemType::Bytes(4096)));
+        assert_eq!(ElemType::from_code(-4097), None);
+        assert_eq!(ElemType::from_code(i32::MIN), None);
+    }
 
     /// A 2-D field of f64, C order (axis 1 fastest), owned 4 x 3 with halo
     /// widths 1/2 on axis 0 and 2/1 on axis 1.

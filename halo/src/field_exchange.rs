@@ -25,7 +25,9 @@ use crate::settings::Transport;
 use crate::stats::ExchangeStats;
 use crate::Locality;
 
-/// A Rust element type a field may have: `f32`, `f64`, `i32`, `i64`.
+/// A Rust element type a field may have: `f32`, `f64`, `i32`, `i64`, and
+/// complex numbers as `[f32; 2]` and `[f64; 2]` (real, imaginary). Any
+/// other plain type goes as its bytes: [`Array::pod`].
 pub trait Element: Pod + sealed::Sealed {
     /// Its [`ElemType`].
     const TYPE: ElemType;
@@ -37,6 +39,8 @@ mod sealed {
     impl Sealed for f64 {}
     impl Sealed for i32 {}
     impl Sealed for i64 {}
+    impl Sealed for [f32; 2] {}
+    impl Sealed for [f64; 2] {}
 }
 
 impl Element for f32 {
@@ -51,12 +55,29 @@ impl Element for i32 {
 impl Element for i64 {
     const TYPE: ElemType = ElemType::I64;
 }
+impl Element for [f32; 2] {
+    const TYPE: ElemType = ElemType::C32;
+}
+impl Element for [f64; 2] {
+    const TYPE: ElemType = ElemType::C64;
+}
 
 /// One field's array, read at a start: `(&u[..]).into()`.
 #[derive(Debug, Clone, Copy)]
 pub struct Array<'a> {
     ty: ElemType,
     bytes: &'a [u8],
+}
+
+impl<'a> Array<'a> {
+    /// An array of any plain type `T` (a `#[repr(C)]` struct without
+    /// padding, say), for a field of [`ElemType::Bytes`] of its size.
+    pub fn pod<T: Pod>(a: &'a [T]) -> Self {
+        Array {
+            ty: ElemType::Bytes(std::mem::size_of::<T>()),
+            bytes: bytemuck::cast_slice(a),
+        }
+    }
 }
 
 impl<'a, T: Element> From<&'a [T]> for Array<'a> {
@@ -79,6 +100,16 @@ impl<'a, T: Element> From<&'a Vec<T>> for Array<'a> {
 pub struct ArrayMut<'a> {
     ty: ElemType,
     bytes: &'a mut [u8],
+}
+
+impl<'a> ArrayMut<'a> {
+    /// As [`Array::pod`].
+    pub fn pod<T: Pod>(a: &'a mut [T]) -> Self {
+        ArrayMut {
+            ty: ElemType::Bytes(std::mem::size_of::<T>()),
+            bytes: bytemuck::cast_slice_mut(a),
+        }
+    }
 }
 
 impl<'a, T: Element> From<&'a mut [T]> for ArrayMut<'a> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use sode::field::{ElemType, FieldLayout, Overlap};
 use sode::pattern::{self, BoxMessage, FieldArrays, GridNeighbour, ProcessGrid};
-use sode::{FieldExchange, LinkExchange, Locality, Stencil, Transport};
+use sode::{Array, ArrayMut, FieldExchange, LinkExchange, Locality, Stencil, Transport};
 
 mod common;
 
@@ -595,6 +595,85 @@ fn one_handle_at_a_depth_fills_the_inner_layers_only() {
             ];
             let halos = [u[0], u[1], u[8], u[9]];
             assert_eq!(halos, want, "rank {rank}, phase {k} (depth {depth}): {u:?}");
+        }
+    }
+}
+
+/// Two ranks on a periodic 1-D grid: a complex field (`[f64; 2]`) and a
+/// field of 24-byte records (`[u64; 3]`, as a struct would be), each
+/// halo filled bit for bit by its neighbour's edge element.
+fn wide_rank(rank: usize, port: u16, transport: Transport) -> (Vec<[f64; 2]>, Vec<[u64; 3]>) {
+    const N: usize = 4;
+    let w = common::thread_world(rank, 2, port, "field-wide-test");
+    let layout = |ty| FieldLayout {
+        ty,
+        extents: vec![N + 2],
+        strides: vec![1],
+        owned_lo: vec![1],
+        owned_size: vec![N],
+        halo_lo: vec![1],
+        halo_hi: vec![1],
+        overlap: Overlap::default(),
+    };
+    let at = [0, 1];
+    let grid = ProcessGrid {
+        dims: &[2],
+        periodic: &[true],
+        stencil: Stencil::Full,
+        at: &at,
+    };
+    let mut x =
+        FieldExchange::builder(&w, vec![layout(ElemType::C64), layout(ElemType::Bytes(24))])
+            .transport(transport)
+            .cartesian(&grid, &[rank])
+            .unwrap();
+    let g = |i: usize| (rank * N + i) as u64;
+    let mut z: Vec<[f64; 2]> = (0..N + 2)
+        .map(|i| [g(i) as f64 + 0.25, -(g(i) as f64)])
+        .collect();
+    let mut r: Vec<[u64; 3]> = (0..N + 2)
+        .map(|i| [g(i), g(i) << 40, u64::MAX - g(i)])
+        .collect();
+    for halo in [0, N + 1] {
+        z[halo] = [f64::NAN; 2];
+        r[halo] = [0; 3];
+    }
+    let e = x
+        .start(&[(&z).into(), (&z).into()])
+        .map_err(|e| e.to_string())
+        .unwrap_err();
+    assert!(
+        e.contains("field 1 is of Bytes(24), its array of C64"),
+        "{e}"
+    );
+    x.start(&[(&z).into(), Array::pod(&r)]).unwrap();
+    x.wait(
+        common::deadline(),
+        &mut [(&mut z).into(), ArrayMut::pod(&mut r)],
+    )
+    .unwrap();
+    w.barrier(Duration::from_secs(30)).unwrap();
+    (z, r)
+}
+
+#[test]
+fn complex_numbers_and_records_of_any_size_travel_bit_for_bit() {
+    for transport in [Transport::Shm, Transport::Tcp] {
+        let port = common::free_port();
+        let ranks: Vec<_> = (0..2)
+            .map(|rank| std::thread::spawn(move || wide_rank(rank, port, transport)))
+            .collect();
+        let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+        for (rank, (z, r)) in got.iter().enumerate() {
+            // Below: the other rank's last owned element (its index 4);
+            // above: its first (index 1).
+            let other = |i: usize| ((1 - rank) * 4 + i) as u64;
+            for (halo, i) in [(0, 4), (5, 1)] {
+                let want_z = [other(i) as f64 + 0.25, -(other(i) as f64)];
+                let want_r = [other(i), other(i) << 40, u64::MAX - other(i)];
+                assert_eq!(z[halo], want_z, "{transport:?} rank {rank}: {z:?}");
+                assert_eq!(r[halo], want_r, "{transport:?} rank {rank}: {r:?}");
+            }
         }
     }
 }

@@ -1330,7 +1330,7 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
     let ty = ElemType::from_code(args.ty).ok_or_else(|| CapiError::Invalid {
         op,
         why: format!(
-            "element type {}: use SODE_F32, SODE_F64, SODE_I32 or SODE_I64",
+            "element type {}: use SODE_F32, SODE_F64, SODE_I32, SODE_I64, SODE_C32, SODE_C64 or SODE_BYTES(n) for elements of n bytes (1 to SODE_MAX_ELEM_BYTES = 4096)",
             args.ty
         ),
     })?;
@@ -1382,7 +1382,9 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
     })
 }
 
-/// Adds a field of element type `type` (`SODE_F32` ...) at `base`: an array
+/// Adds a field of element type `type` (`SODE_F32`, `SODE_F64`,
+/// `SODE_I32`, `SODE_I64`, `SODE_C32`, `SODE_C64`, or `SODE_BYTES(n)`:
+/// elements of `n` bytes copied as they are) at `base`: an array
 /// of `ndims` axes with `extents` elements each (halos included), in
 /// `order` (`SODE_ORDER_C` or `SODE_ORDER_FORTRAN`), owning the box
 /// `owned_lo .. owned_lo + owned_size` (0-based) with halo widths
