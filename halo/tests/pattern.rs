@@ -223,14 +223,22 @@ fn check(me: &Rank, before: &[Vec<Vec<u8>>; 2], it: usize, rank: usize) {
     }
 }
 
-fn exchange_over(transport: Transport) {
+/// `rank(r, port)` on each of `n` threads, the ranks of one job meeting at
+/// `port`; what each returned, in rank order.
+fn job<T, F>(n: usize, rank: F) -> Vec<T>
+where
+    T: Send + 'static,
+    F: Fn(usize, u16) -> T + Send + Copy + 'static,
+{
     let port = common::free_port();
-    let ranks: Vec<_> = (0..4)
-        .map(|rank| std::thread::spawn(move || run_rank(rank, port, transport, 9)))
+    let ranks: Vec<_> = (0..n)
+        .map(|r| std::thread::spawn(move || rank(r, port)))
         .collect();
-    for r in ranks {
-        r.join().unwrap();
-    }
+    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+}
+
+fn exchange_over(transport: Transport) {
+    job(4, move |r, port| run_rank(r, port, transport, 9));
 }
 
 #[test]
@@ -367,13 +375,7 @@ fn misuse_is_told(x: &mut FieldExchange, t: &mut Typed) {
 }
 
 fn handle_over(transport: Transport) {
-    let port = common::free_port();
-    let ranks: Vec<_> = (0..4)
-        .map(|rank| std::thread::spawn(move || run_handle(rank, port, transport, 9)))
-        .collect();
-    for r in ranks {
-        r.join().unwrap();
-    }
+    job(4, move |r, port| run_handle(r, port, transport, 9));
 }
 
 #[test]
@@ -396,35 +398,29 @@ fn one_handle_on_typed_stage_arrays_over_rdma() {
 /// Four ranks build with `describe` changing rank `odd`'s fields; every
 /// rank's error.
 fn build_with(odd: usize, describe: fn(&mut [FieldLayout; 2])) -> Vec<String> {
-    let port = common::free_port();
-    let ranks: Vec<_> = (0..4)
-        .map(|rank| {
-            std::thread::spawn(move || {
-                let w = common::thread_world(rank, 4, port, "field-agree-test");
-                let at: Vec<usize> = (0..4).collect();
-                let grid = ProcessGrid {
-                    dims: &DIMS,
-                    periodic: &[true, true],
-                    stencil: Stencil::Full,
-                    at: &at,
-                };
-                let mut l = layouts();
-                if rank == odd {
-                    describe(&mut l);
-                }
-                let built = FieldExchange::builder(&w, l.to_vec())
-                    .transport(Transport::Shm)
-                    .setup_timeout(Duration::from_secs(30))
-                    .cartesian(&grid, &[rank / DIMS[1], rank % DIMS[1]]);
-                built
-                    .map(|_| ())
-                    .map_err(|e| e.to_string())
-                    .err()
-                    .unwrap_or_default()
-            })
-        })
-        .collect();
-    ranks.into_iter().map(|r| r.join().unwrap()).collect()
+    job(4, move |rank, port| {
+        let w = common::thread_world(rank, 4, port, "field-agree-test");
+        let at: Vec<usize> = (0..4).collect();
+        let grid = ProcessGrid {
+            dims: &DIMS,
+            periodic: &[true, true],
+            stencil: Stencil::Full,
+            at: &at,
+        };
+        let mut l = layouts();
+        if rank == odd {
+            describe(&mut l);
+        }
+        let built = FieldExchange::builder(&w, l.to_vec())
+            .transport(Transport::Shm)
+            .setup_timeout(Duration::from_secs(30))
+            .cartesian(&grid, &[rank / DIMS[1], rank % DIMS[1]]);
+        built
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+            .err()
+            .unwrap_or_default()
+    })
 }
 
 #[test]
@@ -504,11 +500,7 @@ fn boxes_rank(rank: usize, port: u16, transport: Transport) -> (Vec<f64>, Vec<i3
 #[test]
 fn one_handle_over_boxes_of_one_field_each() {
     for transport in [Transport::Shm, Transport::Tcp] {
-        let port = common::free_port();
-        let ranks: Vec<_> = (0..2)
-            .map(|rank| std::thread::spawn(move || boxes_rank(rank, port, transport)))
-            .collect();
-        let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+        let got = job(2, move |rank, port| boxes_rank(rank, port, transport));
         for (rank, (u, k)) in got.iter().enumerate() {
             let peer = 100 * (2 - rank);
             // Upper halo: the peer's first owned cell; lower: its last.
@@ -577,11 +569,7 @@ fn depth_rank(rank: usize, port: u16) -> Vec<Vec<f64>> {
 
 #[test]
 fn one_handle_at_a_depth_fills_the_inner_layers_only() {
-    let port = common::free_port();
-    let ranks: Vec<_> = (0..2)
-        .map(|rank| std::thread::spawn(move || depth_rank(rank, port)))
-        .collect();
-    let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+    let got = job(2, depth_rank);
     for (rank, phases) in got.iter().enumerate() {
         let other = 6 * (1 - rank);
         for (k, (u, depth)) in phases.iter().zip([0, 1, 0]).enumerate() {
@@ -659,11 +647,7 @@ fn wide_rank(rank: usize, port: u16, transport: Transport) -> (Vec<[f64; 2]>, Ve
 #[test]
 fn complex_numbers_and_records_of_any_size_travel_bit_for_bit() {
     for transport in [Transport::Shm, Transport::Tcp] {
-        let port = common::free_port();
-        let ranks: Vec<_> = (0..2)
-            .map(|rank| std::thread::spawn(move || wide_rank(rank, port, transport)))
-            .collect();
-        let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+        let got = job(2, move |rank, port| wide_rank(rank, port, transport));
         for (rank, (z, r)) in got.iter().enumerate() {
             // Below: the other rank's last owned element (its index 4);
             // above: its first (index 1).
