@@ -720,10 +720,13 @@ contains
     integer(c_int), target :: lo(8), hi(8)
     type(c_ptr) :: plo, phi
     integer :: d
+    character(len=20) :: routine
+    ! Elements of a size, not a type: called by sode_add_field_bytes.
+    routine = merge('sode_add_field_bytes', 'sode_add_field      ', ty < 0)
     d = size(shp)
     if (size(first) /= d .or. size(last) /= d) then
-       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
-            'sode_add_field: first and last need one index per dimension of the array' // c_null_char), ierr)
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), trim(routine) // &
+            ': first and last need one index per dimension of the array' // c_null_char), ierr)
        return
     end if
     plo = c_null_ptr

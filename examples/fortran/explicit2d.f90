@@ -128,6 +128,10 @@ contains
     call sode_add_field_bytes(x, c_loc(recs), 0, lbound(recs), ubound(recs), first=[1, 1], last=[NX, w], &
          ierr=st)
     ok = refused(st, 'sode_add_field_bytes: elements of 0 bytes') .and. ok
+    call sode_add_field_bytes(x, c_loc(recs), 16, lbound(recs), ubound(recs), first=[1, 1], last=[NX + 1, w], &
+         ierr=st)
+    ok = refused(st, 'sode_add_field_bytes: dimension 1: the owned cells 1:6, with 0 halo cells below and' // &
+         ' 0 above, need the bounds 1:6; the array''s are 1:5') .and. ok
     call sode_add_recv(x, left, 9, [1, 0], [NX, 0], st, field=0)
     ok = refused(st, 'sode_add_recv: field 0: fields are numbered from 1 in the order added') .and. ok
     call sode_add_field(x, off, first=[1, 1], last=[NX, w], ierr=st)

@@ -1468,7 +1468,12 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
     halo_lo: *const c_int,
     halo_hi: *const c_int,
 ) -> c_int {
-    let op = "sode_add_field";
+    // Elements of a size, not a type: the module's sode_add_field_bytes.
+    let op = if r#type < 0 {
+        "sode_add_field_bytes"
+    } else {
+        "sode_add_field"
+    };
     call(op, || {
         let d = usize::try_from(ndims)
             .ok()
