@@ -35,6 +35,10 @@ echo "== [${SECONDS}s] the Runge-Kutta example: u and two stage arrays through o
 cargo build --release --locked -p sode-examples --example rk
 for n in 3 4; do target/release/examples/rk -n "$n"; done
 
+echo "== [${SECONDS}s] the staggered example: a cell and a node field on the code's own arrays (FieldExchange), shared nodes never sent, checked cell by cell"
+cargo build --release --locked -p sode-examples --example staggered
+for n in 1 2 3 4; do target/release/examples/staggered -n "$n"; done
+
 echo "== [${SECONDS}s] the commit benchmark: later commits on a job reuse its measurements (median under 50 ms)"
 bash ci/commit-cost.sh
 

@@ -34,6 +34,8 @@ module sode
        SODE_TRANSPORT_RDMA = 2, SODE_TRANSPORT_TCP = 3
   integer, parameter, public :: SODE_ZERO_COPY_AUTO = 0, SODE_ZERO_COPY_ALWAYS = 1, &
        SODE_ZERO_COPY_NEVER = 2
+  !> Where a field's arrays live (sode_set_memory_kind): host memory, the one kind today.
+  integer, parameter, public :: SODE_MEMORY_HOST = 0
   !> The ABI version this module was written for (compare with sode_abi_version()).
   integer, parameter, public :: SODE_MODULE_ABI = 1
   !> Timeouts: no deadline, and the job's default (SODE_TIMEOUT, else none).
@@ -78,7 +80,7 @@ module sode
   public :: sode_exchange_create, sode_add_send, sode_add_recv
   public :: sode_add_field, sode_add_field_bytes
   public :: sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
-  public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_describe
+  public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_set_memory_kind, sode_describe
   public :: sode_set_depth
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
   public :: sode_last_error, sode_abi_version, sode_strerror, sode_version
@@ -256,6 +258,12 @@ module sode
        integer(c_int), intent(in) :: lo(*), hi(*)
        integer(c_int) :: rc
      end function c_set_overlap
+     function c_set_memory_kind(x, field, kind) bind(C, name="sode_exchange_set_memory_kind") result(rc)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: x
+       integer(c_int), value :: field, kind
+       integer(c_int) :: rc
+     end function c_set_memory_kind
      function c_commit(x) bind(C, name="sode_exchange_commit") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -389,16 +397,16 @@ contains
     character(len=*), intent(in) :: text
     character(len=:), allocatable :: out
     ! Longest first, so that no name is taken for the start of another.
-    character(len=*), parameter :: c_names(22) = [character(len=31) :: &
-         'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', &
+    character(len=*), parameter :: c_names(23) = [character(len=31) :: &
+         'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_memory_kind', &
          'sode_exchange_add_send_field', 'sode_exchange_add_recv_field', 'sode_exchange_set_zero_copy', &
          'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
          'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_field_count', &
          'sode_exchange_set_depth', 'sode_exchange_add_field', 'sode_exchange_add_send', 'sode_exchange_add_recv', &
          'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
          'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
-    character(len=*), parameter :: f_names(22) = [character(len=24) :: &
-         'sode_set_shared_fields', 'sode_get_neighbour_stats', &
+    character(len=*), parameter :: f_names(23) = [character(len=24) :: &
+         'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_memory_kind', &
          'sode_add_send', 'sode_add_recv', 'sode_set_zero_copy', &
          'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
          'sode_set_overlap', 'sode_reset_stats', 'sode_field_count', &
@@ -757,21 +765,46 @@ contains
     integer, intent(out), optional :: ierr
     integer, intent(in), optional :: field
     integer(c_int) :: rc, n
-    if (present(field)) then
-       rc = numbered('sode_set_overlap', 'field', field)
-       n = int(field - 1, c_int)
-    else
-       rc = c_field_count(x%ptr, n)
-       n = n - 1
-       if (rc == SODE_OK .and. n < 0) then
-          call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
-               'sode_set_overlap: no field added yet: add the field, then set its overlap' // c_null_char), ierr)
-          return
-       end if
-    end if
+    rc = field_index(x, 'sode_set_overlap', 'its overlap', n, field)
     if (rc == SODE_OK) rc = c_set_overlap(x%ptr, n, widths(overlap_lo, 8), widths(overlap_hi, 8))
     call finish(rc, ierr)
   end subroutine sode_set_overlap
+
+  !> Where a field's arrays live (before commit): SODE_MEMORY_HOST, the
+  !> default and the one kind sode exchanges today; the kind is part of a
+  !> field's layout so that device memory can come without a new call.
+  !> The field is the one added last, or `field` (from 1, in the order added).
+  subroutine sode_set_memory_kind(x, kind, ierr, field)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: kind
+    integer, intent(out), optional :: ierr
+    integer, intent(in), optional :: field
+    integer(c_int) :: rc, n
+    rc = field_index(x, 'sode_set_memory_kind', 'its memory kind', n, field)
+    if (rc == SODE_OK) rc = c_set_memory_kind(x%ptr, n, int(kind, c_int))
+    call finish(rc, ierr)
+  end subroutine sode_set_memory_kind
+
+  !> The C number `n` (from 0) of `field` (from 1), or of the field added
+  !> last when it is absent; an error naming `op` when there is none.
+  function field_index(x, op, what, n, field) result(rc)
+    type(sode_exchange), intent(in) :: x
+    character(len=*), intent(in) :: op, what
+    integer(c_int), intent(out) :: n
+    integer, intent(in), optional :: field
+    integer(c_int) :: rc
+    if (present(field)) then
+       rc = numbered(op, 'field', field)
+       n = int(field - 1, c_int)
+       return
+    end if
+    rc = c_field_count(x%ptr, n)
+    n = n - 1
+    if (rc == SODE_OK .and. n < 0) then
+       rc = c_report_error(int(SODE_ERR_ARG, c_int), &
+            op // ': no field added yet: add the field, then set ' // what // c_null_char)
+    end if
+  end function field_index
 
   !> Lets sode keep the fields, `sets` copies of each, in memory it
   !> allocates (shared memory neighbours on the node read faces from

@@ -191,6 +191,13 @@
 #define SODE_ORDER_FORTRAN 1
 
 /**
+ * A field's arrays are host memory (`sode_exchange_set_memory_kind`):
+ * what the CPU reads and writes, pinned or registered for a device
+ * included. The default, and the one kind sode exchanges today.
+ */
+#define SODE_MEMORY_HOST 0
+
+/**
  * The ranks of a job and how long collective steps may take.
  */
 typedef struct sode_comm sode_comm;
@@ -854,6 +861,22 @@ int sode_exchange_set_overlap(struct sode_exchange *exchange,
                               int field,
                               const int *overlap_lo,
                               const int *overlap_hi);
+
+/**
+ * Says where field `field`'s arrays live (fields are numbered from 0 in
+ * the order added): `SODE_MEMORY_HOST`, the default and the one kind sode
+ * exchanges today. A memory kind is part of a field's layout so that
+ * device memory can come without a new call. Before commit.
+ *
+ * # Statuses
+ * `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a field that does not
+ * exist or a kind other than `SODE_MEMORY_HOST`; `SODE_ERR_STATE` after
+ * the commit.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed.
+ */
+int sode_exchange_set_memory_kind(struct sode_exchange *exchange, int field, int kind);
 
 /**
  * Checks the exchange across the job and sets up its channels.

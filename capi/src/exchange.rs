@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, Transport};
 use sode_job::World;
 
-use sode::field::{FieldLayout, Overlap, Piece};
+use sode::field::{FieldLayout, MemoryKind, Overlap, Piece};
 use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
 use sode::zero_copy::{self, ZeroCopy};
 
@@ -481,6 +481,42 @@ impl Exchange {
         self.fields.len()
     }
 
+    /// Field `field`, added already.
+    fn added_field(&mut self, op: &'static str, field: usize) -> Result<&mut Field> {
+        let (count, counting) = (self.fields.len(), self.counting);
+        self.fields
+            .get_mut(field)
+            .ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!(
+                    "{}: the exchange has {count} fields (numbered from {} in the order added)",
+                    counting.field(field),
+                    counting.first()
+                ),
+            })
+    }
+
+    /// Says where field `field`'s arrays live (`SODE_MEMORY_HOST`, the
+    /// one kind sode exchanges today). Before commit.
+    pub fn set_memory_kind(&mut self, field: usize, kind: c_int) -> Result<()> {
+        let op = "sode_exchange_set_memory_kind";
+        self.before_commit(op, "say where a field lives")?;
+        let memory = match kind {
+            crate::SODE_MEMORY_HOST => MemoryKind::Host,
+            _ => {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!(
+                        "memory kind {kind}: SODE_MEMORY_HOST ({}) is the one kind sode exchanges; device memory is not supported yet: exchange a host copy",
+                        crate::SODE_MEMORY_HOST
+                    ),
+                })
+            }
+        };
+        self.added_field(op, field)?.spec.memory = memory;
+        Ok(())
+    }
+
     /// Sets how many owned cells at each end of field `field` the
     /// neighbour there owns too (a staggered field's edge nodes): they are
     /// never sent. Before commit, on a Cartesian exchange.
@@ -494,21 +530,10 @@ impl Exchange {
             });
         }
         let (max_lo, max_hi) = self.halo_widths();
-        let (dims, count, counting) = (self.dims(), self.fields.len(), self.counting);
-        let Some(f) = self.fields.get_mut(field) else {
-            return Err(CapiError::Invalid {
-                op,
-                why: format!(
-                    "{}: the exchange has {count} fields (numbered from {} in the order added)",
-                    counting.field(field),
-                    counting.first()
-                ),
-            });
-        };
-        let spec = FieldLayout {
-            overlap,
-            ..f.spec.clone()
-        };
+        let (dims, counting) = (self.dims(), self.counting);
+        let f = self.added_field(op, field)?;
+        let mut spec = f.spec.clone();
+        spec.overlap = overlap;
         spec.check(dims, &max_lo, &max_hi)
             .map_err(|why| CapiError::Invalid {
                 op,

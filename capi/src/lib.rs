@@ -141,6 +141,11 @@ pub const SODE_ORDER_C: c_int = 0;
 /// The first axis is contiguous (`a(i, j)`).
 pub const SODE_ORDER_FORTRAN: c_int = 1;
 
+/// A field's arrays are host memory (`sode_exchange_set_memory_kind`):
+/// what the CPU reads and writes, pinned or registered for a device
+/// included. The default, and the one kind sode exchanges today.
+pub const SODE_MEMORY_HOST: c_int = 0;
+
 #[cfg(test)]
 mod tests {
     use super::*;

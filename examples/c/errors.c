@@ -84,6 +84,8 @@ static void misuse(sode_comm *c, int size) {
     expect("an unknown zero-copy mode", sode_exchange_set_zero_copy(x, 5), SODE_ERR_ARG, "mode 5");
     expect("an overlap for no field", sode_exchange_set_overlap(x, 0, NULL, NULL), SODE_ERR_ARG,
            "the exchange has 0 fields");
+    expect("a memory kind for no field", sode_exchange_set_memory_kind(x, 0, SODE_MEMORY_HOST), SODE_ERR_ARG,
+           "the exchange has 0 fields");
     expect("describe before commit", sode_exchange_describe(x, NULL, 0, NULL), SODE_ERR_STATE,
            "not committed");
     sode_exchange *empty = cart(c, size);
@@ -93,6 +95,11 @@ static void misuse(sode_comm *c, int size) {
     int minus[2] = {-1, 0};
     expect("a negative overlap", sode_exchange_set_overlap(x, 0, minus, NULL), SODE_ERR_ARG,
            "overlap_lo[0] is -1");
+    expect("host memory", sode_exchange_set_memory_kind(x, 0, SODE_MEMORY_HOST), SODE_OK, "");
+    expect("an unknown memory kind", sode_exchange_set_memory_kind(x, 0, 3), SODE_ERR_ARG,
+           "memory kind 3: SODE_MEMORY_HOST (0) is the one kind");
+    expect("a negative field", sode_exchange_set_memory_kind(x, -1, SODE_MEMORY_HOST), SODE_ERR_ARG,
+           "field -1");
     expect("commit", sode_exchange_commit(x), SODE_OK, "");
     expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
     expect("a field after commit", add_u(x), SODE_ERR_STATE, "before sode_exchange_commit");
@@ -102,6 +109,8 @@ static void misuse(sode_comm *c, int size) {
            SODE_ERR_STATE, "before sode_exchange_commit");
     int one[2] = {1, 1}, count = 0;
     expect("an overlap after commit", sode_exchange_set_overlap(x, 0, one, one), SODE_ERR_STATE,
+           "before sode_exchange_commit");
+    expect("a memory kind after commit", sode_exchange_set_memory_kind(x, 0, SODE_MEMORY_HOST), SODE_ERR_STATE,
            "before sode_exchange_commit");
     expect("count the fields", sode_exchange_field_count(x, &count), SODE_OK, "");
     expect("count into nothing", sode_exchange_field_count(x, NULL), SODE_ERR_NULL, "`count`");

@@ -108,6 +108,15 @@ contains
          index(sode_last_error(), 'sode_set_overlap: field 4: the exchange has 3 fields (numbered from 1') == 1
     if (.not. numbered) write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': a field numbered out of range gave: ', &
          sode_last_error()
+    ! Host memory, the one kind today: any other is refused by its number.
+    call sode_set_memory_kind(x, SODE_MEMORY_HOST)
+    call sode_set_memory_kind(x, SODE_MEMORY_HOST, field=1)
+    call sode_set_memory_kind(x, 7, st, field=2)
+    if (st /= SODE_ERR_ARG .or. index(sode_last_error(), &
+         'sode_set_memory_kind: memory kind 7: SODE_MEMORY_HOST (0) is the one kind') /= 1) then
+       numbered = .false.
+       write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': memory kind 7 gave: ', sode_last_error()
+    end if
     call sode_commit(x)
     wrong = merge(0, 1, told .and. numbered)
     call sode_comm_size(sc, n)

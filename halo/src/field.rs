@@ -141,11 +141,58 @@ impl Overlap {
     }
 }
 
+/// How a contiguous array's axes lie in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// The last axis contiguous: C, C++, Rust arrays of arrays.
+    C,
+    /// The first axis contiguous: Fortran.
+    Fortran,
+}
+
+/// Where a field's elements live. Host memory is the one kind sode
+/// exchanges today; the kind is part of a layout so that device memory can
+/// come without a new API.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MemoryKind {
+    /// Memory the CPU reads and writes: the process's own (stack, heap,
+    /// mapped), including memory registered or pinned for a device.
+    #[default]
+    Host,
+}
+
 /// One field: `extents` and `strides` (in elements) of the whole array per
 /// axis; the owned box `owned_lo .. owned_lo + owned_size`; the halo widths
 /// below and above it on the axes of the process grid (the first axes),
 /// and its overlap with the neighbours there. Along further axes
 /// (components, levels) the owned range travels whole.
+///
+/// Built with [`with_halo`](Self::with_halo) (owned cells in the middle of
+/// their halos, the common case) or [`new`](Self::new) and the setters
+/// ([`owned`](Self::owned), [`halo`](Self::halo), [`strides`](Self::strides),
+/// [`overlap`](Self::overlap), [`memory`](Self::memory)). An exchange
+/// checks it ([`check`](Self::check)) when it is built.
+///
+/// ```
+/// use sode::field::{ElemType, FieldLayout, Order};
+/// // real(8) :: u(0:nx+1, 0:ny+1, nz): nx x ny owned cells a level,
+/// // a halo of 1 along the two axes the process grid splits.
+/// let (nx, ny, nz) = (64, 32, 10);
+/// let u = FieldLayout::with_halo(ElemType::F64, &[nx, ny, nz], &[1, 1], Order::Fortran);
+/// assert_eq!(u.extents, [nx + 2, ny + 2, nz]);
+/// // The same array described by its extents.
+/// let same = FieldLayout::new(ElemType::F64, &[nx + 2, ny + 2, nz], Order::Fortran)
+///     .owned(&[1, 1, 0], &[nx, ny, nz])
+///     .halo(&[1, 1], &[1, 1]);
+/// assert_eq!(u, same);
+/// // A vertex field: nx + 1 nodes along x, the node at each end shared
+/// // with the neighbour there and never sent.
+/// let v = FieldLayout::with_halo(ElemType::F32, &[nx + 1, ny], &[1, 1], Order::Fortran)
+///     .overlap(&[1, 0], &[1, 0]);
+/// assert!(v.check(2, &[1, 1], &[1, 1]).is_ok());
+/// ```
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldLayout {
     /// Element type.
@@ -164,6 +211,8 @@ pub struct FieldLayout {
     pub halo_hi: Vec<usize>,
     /// Owned cells at each end that the neighbour there owns too.
     pub overlap: Overlap,
+    /// Where the elements live.
+    pub memory: MemoryKind,
 }
 
 /// What the other ranks must agree on about a field.
@@ -240,7 +289,107 @@ fn span_bytes(ty: ElemType, extents: &[usize], strides: &[usize]) -> Result<usiz
         .ok_or_else(|| "the extents and strides overflow the address space".into())
 }
 
+/// Strides of a contiguous array in `order`; a stride past the address
+/// space saturates, which [`FieldLayout::check`] reports.
+fn contiguous_strides(extents: &[usize], order: Order) -> Vec<usize> {
+    let mut strides = vec![0; extents.len()];
+    let mut s = 1usize;
+    let mut fill = |a: usize| {
+        strides[a] = s;
+        s = s.saturating_mul(extents[a]);
+    };
+    match order {
+        Order::C => (0..extents.len()).rev().for_each(&mut fill),
+        Order::Fortran => (0..extents.len()).for_each(&mut fill),
+    }
+    strides
+}
+
 impl FieldLayout {
+    /// A contiguous array of `extents` elements per axis in `order`, all of
+    /// it owned, with no halo and no process-grid axis yet: give the owned
+    /// box with [`owned`](Self::owned) and the halo widths with
+    /// [`halo`](Self::halo).
+    pub fn new(ty: ElemType, extents: &[usize], order: Order) -> FieldLayout {
+        FieldLayout {
+            ty,
+            extents: extents.to_vec(),
+            strides: contiguous_strides(extents, order),
+            owned_lo: vec![0; extents.len()],
+            owned_size: extents.to_vec(),
+            halo_lo: Vec::new(),
+            halo_hi: Vec::new(),
+            overlap: Overlap::default(),
+            memory: MemoryKind::Host,
+        }
+    }
+
+    /// A contiguous array in `order` holding `owned` cells per axis and,
+    /// along the first `halo.len()` axes (the process grid's), `halo[a]`
+    /// halo cells on each side: `u(1-h:nx+h, 1-h:ny+h, nz)` is
+    /// `with_halo(ty, &[nx, ny, nz], &[h, h], Order::Fortran)`. Further
+    /// axes hold no halo.
+    pub fn with_halo(ty: ElemType, owned: &[usize], halo: &[usize], order: Order) -> FieldLayout {
+        let extents: Vec<usize> = owned
+            .iter()
+            .enumerate()
+            .map(|(a, &n)| {
+                let h = halo.get(a).copied().unwrap_or(0);
+                n.saturating_add(h.saturating_mul(2))
+            })
+            .collect();
+        let owned_lo = (0..owned.len())
+            .map(|a| halo.get(a).copied().unwrap_or(0))
+            .collect();
+        FieldLayout {
+            owned_lo,
+            owned_size: owned.to_vec(),
+            halo_lo: halo.to_vec(),
+            halo_hi: halo.to_vec(),
+            ..FieldLayout::new(ty, &extents, order)
+        }
+    }
+
+    /// The owned box: `size[a]` cells from index `lo[a]` (counted from 0,
+    /// the array's first element) along every axis.
+    pub fn owned(mut self, lo: &[usize], size: &[usize]) -> FieldLayout {
+        self.owned_lo = lo.to_vec();
+        self.owned_size = size.to_vec();
+        self
+    }
+
+    /// The halo widths below (`lo`) and above (`hi`) the owned box along
+    /// each process-grid axis, which are the array's first axes.
+    pub fn halo(mut self, lo: &[usize], hi: &[usize]) -> FieldLayout {
+        self.halo_lo = lo.to_vec();
+        self.halo_hi = hi.to_vec();
+        self
+    }
+
+    /// Elements between neighbours along each axis, for a padded array or
+    /// a section of a larger one (the order's strides otherwise).
+    pub fn strides(mut self, strides: &[usize]) -> FieldLayout {
+        self.strides = strides.to_vec();
+        self
+    }
+
+    /// The owned cells at the low (`lo`) and high (`hi`) end of each
+    /// process-grid axis that the neighbour there owns too: a staggered
+    /// field's shared edge nodes, never sent ([`Overlap`]).
+    pub fn overlap(mut self, lo: &[usize], hi: &[usize]) -> FieldLayout {
+        self.overlap = Overlap {
+            lo: lo.to_vec(),
+            hi: hi.to_vec(),
+        };
+        self
+    }
+
+    /// Where the elements live ([`MemoryKind::Host`] unless set).
+    pub fn memory(mut self, memory: MemoryKind) -> FieldLayout {
+        self.memory = memory;
+        self
+    }
+
     /// Checks the field against an exchange with `grid_axes` process-grid
     /// axes and halo widths `max_lo`, `max_hi`; returns the bytes it spans.
     ///
@@ -269,16 +418,25 @@ impl FieldLayout {
             ));
         }
         let d = self.extents.len();
-        let lens = [
-            self.strides.len(),
-            self.owned_lo.len(),
-            self.owned_size.len(),
+        let per_axis = [
+            ("strides", self.strides.len()),
+            ("owned_lo", self.owned_lo.len()),
+            ("owned_size", self.owned_size.len()),
         ];
-        if lens.iter().any(|&l| l != d)
-            || self.halo_lo.len() != grid_axes
-            || self.halo_hi.len() != grid_axes
-        {
-            return Err("the field's per-axis arrays have different lengths".into());
+        if let Some((name, len)) = per_axis.iter().find(|(_, len)| *len != d) {
+            return Err(format!(
+                "the array has {d} axes (its extents) but {len} {name}: give one per axis"
+            ));
+        }
+        for (name, len) in [
+            ("halo_lo", self.halo_lo.len()),
+            ("halo_hi", self.halo_hi.len()),
+        ] {
+            if len != grid_axes {
+                return Err(format!(
+                    "{len} {name} widths for a process grid of {grid_axes} axes: give one per grid axis (FieldLayout::halo)"
+                ));
+            }
         }
         if d < grid_axes || d > MAX_AXES {
             return Err(format!(
@@ -531,16 +689,31 @@ mod tests {
     /// A 2-D field of f64, C order (axis 1 fastest), owned 4 x 3 with halo
     /// widths 1/2 on axis 0 and 2/1 on axis 1.
     fn c_order() -> FieldLayout {
-        FieldLayout {
-            ty: ElemType::F64,
-            extents: vec![7, 6],
-            strides: vec![6, 1],
-            owned_lo: vec![1, 2],
-            owned_size: vec![4, 3],
-            halo_lo: vec![1, 2],
-            halo_hi: vec![2, 1],
-            overlap: Overlap::default(),
-        }
+        FieldLayout::new(ElemType::F64, &[7, 6], Order::C)
+            .owned(&[1, 2], &[4, 3])
+            .halo(&[1, 2], &[2, 1])
+    }
+
+    #[test]
+    fn constructors_give_the_order_s_strides_and_the_owned_box_inside_the_halo() {
+        assert_eq!(c_order().strides, [6, 1]);
+        let f = FieldLayout::new(ElemType::F32, &[7, 6, 3], Order::Fortran);
+        assert_eq!(f.strides, [1, 7, 42]);
+        assert_eq!((f.owned_lo, f.owned_size), (vec![0, 0, 0], vec![7, 6, 3]));
+        let f = FieldLayout::with_halo(ElemType::I32, &[4, 5, 3], &[2, 1], Order::C);
+        assert_eq!(f.extents, [8, 7, 3]);
+        assert_eq!(f.strides, [21, 3, 1]);
+        assert_eq!(f.owned_lo, [2, 1, 0]);
+        assert_eq!(f.memory, MemoryKind::Host);
+        assert_eq!(f.check(2, &[2, 1], &[2, 1]).unwrap(), 8 * 7 * 3 * 4);
+        // Extents past the address space: the saturated stride is an
+        // error of check, not a wrapped layout.
+        let huge = FieldLayout::new(ElemType::F64, &[1 << 40, 1 << 40, 2], Order::Fortran);
+        assert!(huge
+            .check(0, &[], &[])
+            .unwrap_err()
+            .to_string()
+            .contains("overflow"));
     }
 
     #[test]
@@ -626,6 +799,10 @@ mod tests {
             ..c_order()
         };
         assert!(err(one_axis).contains("axes"));
+        // A layout whose halo was never given.
+        assert!(err(FieldLayout::new(ElemType::F64, &[7, 6], Order::C))
+            .contains("0 halo_lo widths for a process grid of 2 axes"));
+        assert!(err(c_order().owned(&[1], &[4, 3])).contains("2 axes (its extents) but 1 owned_lo"));
         assert!(err(FieldLayout {
             strides: vec![usize::MAX / 2, 1],
             ..c_order()
@@ -652,19 +829,10 @@ mod tests {
     #[test]
     fn an_overlap_keeps_the_shared_nodes_home() {
         let n = 6;
-        let f = FieldLayout {
-            ty: ElemType::F64,
-            extents: vec![n + 5],
-            strides: vec![1],
-            owned_lo: vec![2],
-            owned_size: vec![n + 1],
-            halo_lo: vec![2],
-            halo_hi: vec![2],
-            overlap: Overlap {
-                lo: vec![1],
-                hi: vec![1],
-            },
-        };
+        let f = FieldLayout::new(ElemType::F64, &[n + 5], Order::C)
+            .owned(&[2], &[n + 1])
+            .halo(&[2], &[2])
+            .overlap(&[1], &[1]);
         assert!(f.check(1, &[2], &[2]).is_ok());
         // Index 2 is node 1: below, nodes 2..=3 go and nodes -1..=0 come.
         let r = f.send_region(&[-1]);

@@ -517,7 +517,7 @@ pub fn unpack(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::field::{ElemType, Overlap};
+    use crate::field::{ElemType, Order};
 
     fn grid_at(dims: &[usize]) -> Vec<usize> {
         (0..dims.iter().product()).collect()
@@ -550,16 +550,7 @@ mod tests {
 
     /// A C-order 2-D f64 field owned 2 x 3 with halo 1.
     fn layout() -> FieldLayout {
-        FieldLayout {
-            ty: ElemType::F64,
-            extents: vec![4, 5],
-            strides: vec![5, 1],
-            owned_lo: vec![1, 1],
-            owned_size: vec![2, 3],
-            halo_lo: vec![1, 1],
-            halo_hi: vec![1, 1],
-            overlap: Overlap::default(),
-        }
+        FieldLayout::with_halo(ElemType::F64, &[2, 3], &[1, 1], Order::C)
     }
 
     #[test]
@@ -602,16 +593,9 @@ mod tests {
     /// above on both axes (so that a piece laid out against the wrong
     /// direction has the wrong size).
     fn field_of(own: [usize; 2]) -> FieldLayout {
-        FieldLayout {
-            ty: ElemType::F64,
-            extents: vec![own[0] + 3, own[1] + 3],
-            strides: vec![own[1] + 3, 1],
-            owned_lo: vec![1, 1],
-            owned_size: own.to_vec(),
-            halo_lo: vec![1, 1],
-            halo_hi: vec![2, 2],
-            overlap: Overlap::default(),
-        }
+        FieldLayout::new(ElemType::F64, &[own[0] + 3, own[1] + 3], Order::C)
+            .owned(&[1, 1], &own)
+            .halo(&[1, 1], &[2, 2])
     }
 
     /// Every direction between two ranks of a periodic 2 x 2 grid (each is

@@ -103,7 +103,7 @@ pub fn spans(specs: &[FieldLayout], pieces: &[Piece]) -> Vec<Span> {
 mod tests {
     use super::*;
     use crate::decomp::Region;
-    use crate::field::ElemType;
+    use crate::field::{ElemType, Order};
 
     /// Field 0's `region`, the only piece.
     fn one(region: Region) -> [Piece; 1] {
@@ -116,16 +116,7 @@ mod tests {
 
     /// A C-order 2-D f64 field, `rows` x `cols` owned, halo `h` all round.
     fn field(rows: usize, cols: usize, h: usize) -> FieldLayout {
-        FieldLayout {
-            ty: ElemType::F64,
-            extents: vec![rows + 2 * h, cols + 2 * h],
-            strides: vec![cols + 2 * h, 1],
-            owned_lo: vec![h, h],
-            owned_size: vec![rows, cols],
-            halo_lo: vec![h, h],
-            halo_hi: vec![h, h],
-            overlap: Default::default(),
-        }
+        FieldLayout::with_halo(ElemType::F64, &[rows, cols], &[h, h], Order::C)
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use sode::field::{ElemType, FieldLayout, Overlap};
+use sode::field::{ElemType, FieldLayout, Order};
 use sode::pattern::ProcessGrid;
 use sode::{Decomposition, FieldExchange, HaloExchange, Stencil, Transport};
 mod common;
@@ -157,16 +157,7 @@ fn counted_fields(transport: Transport, iters: usize) -> Vec<Counts> {
         .map(|rank| {
             std::thread::spawn(move || {
                 let w = thread_world(rank, 2, port, "alloc-fields-test");
-                let layout = |ty| FieldLayout {
-                    ty,
-                    extents: vec![36, 28],
-                    strides: vec![28, 1],
-                    owned_lo: vec![2, 2],
-                    owned_size: vec![32, 24],
-                    halo_lo: vec![2, 2],
-                    halo_hi: vec![2, 2],
-                    overlap: Overlap::default(),
-                };
+                let layout = |ty| FieldLayout::with_halo(ty, &[32, 24], &[2, 2], Order::C);
                 let at = [0, 1];
                 let grid = ProcessGrid {
                     dims: &[2, 1],

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use sode::field::{ElemType, FieldLayout, Overlap};
+use sode::field::{ElemType, FieldLayout, Order};
 use sode::pattern::{self, BoxMessage, FieldArrays, GridNeighbour, ProcessGrid};
 use sode::{Array, ArrayMut, FieldExchange, LinkExchange, Locality, Stencil, Transport};
 
@@ -23,30 +23,16 @@ const STAGES: usize = 3;
 
 /// A Fortran-order array (axis 0 fastest) of `own` owned elements with a
 /// halo of 1 all round.
-fn layout(ty: ElemType, own: [usize; 2], overlap: Overlap) -> FieldLayout {
-    let ext = [own[0] + 2, own[1] + 2];
-    FieldLayout {
-        ty,
-        extents: ext.to_vec(),
-        strides: vec![1, ext[0]],
-        owned_lo: vec![1, 1],
-        owned_size: own.to_vec(),
-        halo_lo: vec![1, 1],
-        halo_hi: vec![1, 1],
-        overlap,
-    }
+fn layout(ty: ElemType, own: [usize; 2]) -> FieldLayout {
+    FieldLayout::with_halo(ty, &own, &[1, 1], Order::Fortran)
 }
 
 /// Field 0: f64 cells. Field 1: f32 vertices along axis 0 (the node at
 /// each end is owned by both neighbours along it, and never sent).
 fn layouts() -> [FieldLayout; 2] {
-    let vertex = Overlap {
-        lo: vec![1, 0],
-        hi: vec![1, 0],
-    };
     [
-        layout(ElemType::F64, OWN, Overlap::default()),
-        layout(ElemType::F32, [OWN[0] + 1, OWN[1]], vertex),
+        layout(ElemType::F64, OWN),
+        layout(ElemType::F32, [OWN[0] + 1, OWN[1]]).overlap(&[1, 0], &[1, 0]),
     ]
 }
 
@@ -447,16 +433,7 @@ fn a_rank_that_describes_other_fields_fails_every_rank_alike() {
 fn boxes_rank(rank: usize, port: u16, transport: Transport) -> (Vec<f64>, Vec<i32>) {
     const N: usize = 5;
     let w = common::thread_world(rank, 2, port, "field-boxes-test");
-    let field = |ty: ElemType, n: usize| FieldLayout {
-        ty,
-        extents: vec![n + 2],
-        strides: vec![1],
-        owned_lo: vec![1],
-        owned_size: vec![n],
-        halo_lo: vec![1],
-        halo_hi: vec![1],
-        overlap: Overlap::default(),
-    };
+    let field = |ty: ElemType, n: usize| FieldLayout::with_halo(ty, &[n], &[1], Order::C);
     let peer = 1 - rank;
     let one = |tag: u32, lo: usize, f: usize| BoxMessage {
         peer,
@@ -529,16 +506,7 @@ fn one_handle_over_boxes_of_one_field_each() {
 fn depth_rank(rank: usize, port: u16) -> Vec<Vec<f64>> {
     const N: usize = 6;
     let w = common::thread_world(rank, 2, port, "field-depth-test");
-    let layout = FieldLayout {
-        ty: ElemType::F64,
-        extents: vec![N + 4],
-        strides: vec![1],
-        owned_lo: vec![2],
-        owned_size: vec![N],
-        halo_lo: vec![2],
-        halo_hi: vec![2],
-        overlap: Overlap::default(),
-    };
+    let layout = FieldLayout::with_halo(ElemType::F64, &[N], &[2], Order::C);
     let at = [0, 1];
     let grid = ProcessGrid {
         dims: &[2],
@@ -593,16 +561,7 @@ fn one_handle_at_a_depth_fills_the_inner_layers_only() {
 fn wide_rank(rank: usize, port: u16, transport: Transport) -> (Vec<[f64; 2]>, Vec<[u64; 3]>) {
     const N: usize = 4;
     let w = common::thread_world(rank, 2, port, "field-wide-test");
-    let layout = |ty| FieldLayout {
-        ty,
-        extents: vec![N + 2],
-        strides: vec![1],
-        owned_lo: vec![1],
-        owned_size: vec![N],
-        halo_lo: vec![1],
-        halo_hi: vec![1],
-        overlap: Overlap::default(),
-    };
+    let layout = |ty| FieldLayout::with_halo(ty, &[N], &[1], Order::C);
     let at = [0, 1];
     let grid = ProcessGrid {
         dims: &[2],

@@ -21,7 +21,7 @@ use crate::exchange::{Exchange, FieldList};
 use crate::explicit::BoxMessage;
 use crate::stats::{NeighbourStats, Stats};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
-use sode::field::{ElemType, FieldLayout, Overlap};
+use sode::field::{ElemType, FieldLayout, Order, Overlap};
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -1281,31 +1281,16 @@ pub unsafe extern "C" fn sode_exchange_add_box_field_f(
     })
 }
 
-/// Strides in elements for C (last axis contiguous) or Fortran order.
-fn strides_of(op: &'static str, extents: &[usize], order: c_int) -> Result<Vec<usize>> {
-    let mut axes: Vec<usize> = (0..extents.len()).collect();
+/// `SODE_ORDER_C` or `SODE_ORDER_FORTRAN`.
+fn order_of(op: &'static str, order: c_int) -> Result<Order> {
     match order {
-        SODE_ORDER_C => axes.reverse(),
-        SODE_ORDER_FORTRAN => {}
-        _ => {
-            return Err(CapiError::Invalid {
-                op,
-                why: format!("order {order}: use SODE_ORDER_C or SODE_ORDER_FORTRAN"),
-            })
-        }
+        SODE_ORDER_C => Ok(Order::C),
+        SODE_ORDER_FORTRAN => Ok(Order::Fortran),
+        _ => Err(CapiError::Invalid {
+            op,
+            why: format!("order {order}: use SODE_ORDER_C or SODE_ORDER_FORTRAN"),
+        }),
     }
-    let mut strides = vec![0; extents.len()];
-    let mut s = 1usize;
-    for a in axes {
-        strides[a] = s;
-        s = s
-            .checked_mul(extents[a])
-            .ok_or_else(|| CapiError::Invalid {
-                op,
-                why: format!("extents {extents:?} overflow the address space"),
-            })?;
-    }
-    Ok(strides)
 }
 
 /// The raw arguments of an `add_field` call.
@@ -1355,24 +1340,22 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
             )?,
         )
     };
-    let strides = match args.strides {
+    let mut spec = match args.strides {
         // SAFETY: as above.
-        Some(p) => sizes(op, "strides", &unsafe { array(op, "strides", p, d) }?)?,
-        None => strides_of(op, &extents, args.order)?,
+        Some(p) => {
+            FieldLayout::new(ty, &extents, Order::C).strides(&sizes(op, "strides", &unsafe {
+                array(op, "strides", p, d)
+            }?)?)
+        }
+        None => FieldLayout::new(ty, &extents, order_of(op, args.order)?),
     };
     let (max_lo, max_hi) = x.halo_widths();
     // SAFETY (both): the caller's contract, one width per grid axis.
     let widths = |p, name, max: &[usize]| unsafe { per_axis(op, name, p, g, max) };
-    let spec = FieldLayout {
-        ty,
-        halo_lo: widths(args.halo_lo, "halo_lo", &max_lo)?,
-        halo_hi: widths(args.halo_hi, "halo_hi", &max_hi)?,
-        extents,
-        strides,
-        owned_lo,
-        owned_size,
-        overlap: Default::default(),
-    };
+    spec = spec.owned(&owned_lo, &owned_size).halo(
+        &widths(args.halo_lo, "halo_lo", &max_lo)?,
+        &widths(args.halo_hi, "halo_hi", &max_hi)?,
+    );
     let base = args.base.cast::<u8>();
     // SAFETY: the caller promised the array spans the extents and strides
     // given (checked to be `span` bytes) and outlives the exchange. NULL:
@@ -1683,6 +1666,37 @@ pub unsafe extern "C" fn sode_exchange_set_overlap(
         })?;
         x.set_overlap(field, overlap)
     })
+}
+
+/// Says where field `field`'s arrays live (fields are numbered from 0 in
+/// the order added): `SODE_MEMORY_HOST`, the default and the one kind sode
+/// exchanges today. A memory kind is part of a field's layout so that
+/// device memory can come without a new call. Before commit.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a field that does not
+/// exist or a kind other than `SODE_MEMORY_HOST`; `SODE_ERR_STATE` after
+/// the commit.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_set_memory_kind(
+    exchange: *mut Exchange,
+    field: c_int,
+    kind: c_int,
+) -> c_int {
+    let op = "sode_exchange_set_memory_kind";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let field = usize::try_from(field).map_err(|_| CapiError::Invalid {
+                op,
+                why: format!("field {field}: fields are numbered from 0 in the order added"),
+            })?;
+            x.set_memory_kind(field, kind)
+        })
+    }
 }
 
 /// The exchange behind a handle, for the calls below.
