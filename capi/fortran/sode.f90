@@ -87,18 +87,18 @@ module sode
   public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
 
   !> Adds a field: a real32, real64, int32, int64, complex(real32) or
-  !> complex(real64) array of rank 1 to 4 (Fortran
+  !> complex(real64) array of rank 1 to 7 (Fortran
   !> order, with the TARGET attribute), its owned cells `first(:)` to
   !> `last(:)` in the array's own bounds, its halo widths below and above
   !> on the process grid's axes (default: the exchange's). A staggered
   !> field's overlap with its neighbours: sode_set_overlap.
   interface sode_add_field
-     module procedure add_r64_1, add_r64_2, add_r64_3, add_r64_4
-     module procedure add_r32_1, add_r32_2, add_r32_3, add_r32_4
-     module procedure add_i32_1, add_i32_2, add_i32_3, add_i32_4
-     module procedure add_i64_1, add_i64_2, add_i64_3, add_i64_4
-     module procedure add_c32_1, add_c32_2, add_c32_3, add_c32_4
-     module procedure add_c64_1, add_c64_2, add_c64_3, add_c64_4
+     module procedure add_r64_1, add_r64_2, add_r64_3, add_r64_4, add_r64_5, add_r64_6, add_r64_7
+     module procedure add_r32_1, add_r32_2, add_r32_3, add_r32_4, add_r32_5, add_r32_6, add_r32_7
+     module procedure add_i32_1, add_i32_2, add_i32_3, add_i32_4, add_i32_5, add_i32_6, add_i32_7
+     module procedure add_i64_1, add_i64_2, add_i64_3, add_i64_4, add_i64_5, add_i64_6, add_i64_7
+     module procedure add_c32_1, add_c32_2, add_c32_3, add_c32_4, add_c32_5, add_c32_6, add_c32_7
+     module procedure add_c64_1, add_c64_2, add_c64_3, add_c64_4, add_c64_5, add_c64_6, add_c64_7
   end interface sode_add_field
 
   !> Starts the exchange on the fields `fields` lists only (numbered from 1
@@ -1341,6 +1341,168 @@ contains
     integer, intent(out), optional :: ierr
     call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_4
+
+  subroutine add_r64_5(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r64_5
+
+  subroutine add_r64_6(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r64_6
+
+  subroutine add_r64_7(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r64_7
+
+  subroutine add_r32_5(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r32_5
+
+  subroutine add_r32_6(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r32_6
+
+  subroutine add_r32_7(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_r32_7
+
+  subroutine add_i32_5(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i32_5
+
+  subroutine add_i32_6(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i32_6
+
+  subroutine add_i32_7(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i32_7
+
+  subroutine add_i64_5(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_5
+
+  subroutine add_i64_6(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_6
+
+  subroutine add_i64_7(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_i64_7
+
+  subroutine add_c32_5(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_5
+
+  subroutine add_c32_6(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_6
+
+  subroutine add_c32_7(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c32_7
+
+  subroutine add_c64_5(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_5
+
+  subroutine add_c64_6(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_6
+
+  subroutine add_c64_7(x, a, first, last, ierr, halo_lo, halo_hi)
+    type(sode_exchange), intent(inout) :: x
+    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer, intent(in) :: first(:), last(:)
+    integer, intent(in), optional :: halo_lo(:), halo_hi(:)
+    integer, intent(out), optional :: ierr
+    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+  end subroutine add_c64_7
 
   !> Adds a field of elements of `elem_bytes` bytes each, copied as they
   !> are (a derived type with BIND(C) or SEQUENCE, a character string):

@@ -10,11 +10,12 @@
 ! starts the real64 cells alone (sode_start_fields): the other two fields
 ! must keep every halo cell as it was. A fifth moves one layer of the
 ! int64 field's two (sode_set_depth): the outer layer and the other
-! fields must keep theirs.
+! fields must keep theirs. Then arrays of rank 5 and 7 (levels and tiles
+! as further dimensions), every further index of each halo cell checked.
 !
 !   mpirun -n 3 ./ring1d
 program ring1d
-  use, intrinsic :: iso_fortran_env, only: real64, int64, error_unit, output_unit
+  use, intrinsic :: iso_fortran_env, only: real64, int32, int64, error_unit, output_unit
   use, intrinsic :: iso_c_binding, only: c_loc
   use mpi_f08
   use sode
@@ -174,6 +175,7 @@ contains
           end if
        end do
     end do
+    wrong = wrong + high_ranks(sc, periodic, start, own)
     ! A field the exchange lacks is told in the module's numbering.
     call sode_start_fields(x, [2, 4], ierr=st)
     if (st /= SODE_ERR_ARG .or. index(sode_last_error(), &
@@ -203,6 +205,51 @@ contains
     call sode_comm_free(sc)
     deallocate (a, r, v)
   end function run
+
+  !> Arrays of rank 5 and 7, the further dimensions levels and tiles (as
+  !> MITgcm keeps u(1-OL:sNx+OL, 1-OL:sNy+OL, Nr, nSx, nSy)): a halo cell
+  !> along the first dimension carries every further index, each its own
+  !> value. The int32 field's halo is 1 of the exchange's 2: its outer
+  !> cells keep their sentinel. Returns the wrong cells.
+  integer function high_ranks(sc, periodic, start, own) result(wrong)
+    type(sode_comm), intent(inout) :: sc
+    logical, intent(in) :: periodic
+    integer, intent(in) :: start, own
+    real(real64), pointer, contiguous :: t(:, :, :, :, :)
+    integer(int32), pointer, contiguous :: k(:, :, :, :, :, :, :)
+    type(sode_exchange) :: z
+    integer :: i, c, g
+    allocate (t(1 - H:own + H, 2, 1, 2, 3), k(1 - H:own + H, 1, 2, 1, 1, 2, 1))
+    t = -1d0
+    k = -1
+    do i = 1, own
+       g = start + i - 1
+       t(i, :, :, :, :) = reshape([(real(value(c, g), real64), c = 1, 12)], [2, 1, 2, 3])
+       k(i, :, :, :, :, :, :) = reshape([(int(value(c, g), int32), c = 1, 4)], [1, 2, 1, 1, 2, 1])
+    end do
+    call sode_exchange_create_cart(sc, [nranks], [rank], [periodic], [H], [H], SODE_STAR, z)
+    call sode_add_field(z, t, first=[1, 1, 1, 1, 1], last=[own, 2, 1, 2, 3])
+    call sode_add_field(z, k, first=[1, 1, 1, 1, 1, 1, 1], last=[own, 1, 2, 1, 1, 2, 1], halo_lo=[1], halo_hi=[1])
+    call sode_commit(z)
+    call sode_start(z)
+    call sode_wait(z)
+    wrong = 0
+    do i = 1 - H, own + H
+       g = start + i - 1
+       if (any(t(i, :, :, :, :) /= reshape([(real(expected(c, g, periodic, -1_int64), real64), c = 1, 12)], &
+            [2, 1, 2, 3]))) wrong = wrong + 1
+       if (i < 0 .or. i > own + 1) then
+          if (any(k(i, :, :, :, :, :, :) /= -1)) wrong = wrong + 1
+       else if (any(k(i, :, :, :, :, :, :) /= reshape([(int(expected(c, g, periodic, -1_int64), int32), c = 1, 4)], &
+            [1, 2, 1, 1, 2, 1]))) then
+          wrong = wrong + 1
+       end if
+    end do
+    if (wrong /= 0) write (error_unit, '(a, i0, a, i0, a)') 'rank ', rank, ': ', wrong, &
+         ' cells of the rank-5 and rank-7 fields wrong'
+    call sode_exchange_free(z)
+    deallocate (t, k)
+  end function high_ranks
 
   !> What this rank writes on the nodes it shares at iteration `it`.
   real(real64) function mark(it)
