@@ -49,6 +49,11 @@ for n in 1 2 3 4; do
   timeout 120 "${mpirun[@]}" -n "$n" "$build/staggered"
 done
 
+for n in 1 2 3 4; do
+  echo "-- mpirun -n $n coupled (two components on sub-communicators and a ring over both, all in flight together)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$build/coupled"
+done
+
 for n in 1 3; do
   echo "-- mpirun -n $n ring1d (a 1-D ring and line)"
   timeout 120 "${mpirun[@]}" -n "$n" "$build/ring1d"
