@@ -50,9 +50,11 @@ for n in 1 2 3 4; do
 done
 
 for n in 1 2 3 4; do
-  echo "-- mpirun -n $n coupled (two components on sub-communicators and a ring over both, all in flight together)"
+  echo "-- mpirun -n $n coupled (two components on sub-communicators, two exchanges each, and a ring over both, all in flight together)"
   timeout 120 "${mpirun[@]}" -n "$n" "$build/coupled"
 done
+echo "-- mpirun -n 4 coupled, SODE_TRANSPORT=tcp"
+timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/coupled"
 
 for n in 1 3; do
   echo "-- mpirun -n $n ring1d (a 1-D ring and line)"

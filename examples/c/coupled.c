@@ -1,10 +1,13 @@
 /* Coupled components: the ranks split into two components, as a coupled
  * climate model's atmosphere and ocean do (MPI_Comm_split, or an MPMD
  * launch's MPI_COMM_WORLD split by program), and each component exchanges
- * halos over a sode communicator made from its own sub-communicator. A
- * third sode communicator, over MPI_COMM_WORLD, exchanges a ring across
- * both components, as a coupler would. All three live at once, and each
- * iteration has both exchanges of a rank in flight together.
+ * halos over a sode communicator made from its own sub-communicator: two
+ * exchanges on it (two field groups, as a model exchanges its dynamics
+ * and its tracers), started and waited for in a different order on
+ * alternate ranks. A third sode communicator, over MPI_COMM_WORLD,
+ * exchanges a ring across both components, as a coupler would. All three
+ * live at once, and each iteration has a rank's three exchanges in
+ * flight together.
  *
  *   mpirun -n 4 ./coupled       (1 rank: a single component)
  *
@@ -96,6 +99,10 @@ int main(int argc, char **argv) {
         p.ext[a] = p.n[a] + 2;
     }
     p.u = malloc((size_t)(p.ext[0] * p.ext[1]) * sizeof(double));
+    /* The second field group: the same grid, values of a third kind. */
+    struct part q = p;
+    q.comp = p.comp + 3;
+    q.u = malloc((size_t)(q.ext[0] * q.ext[1]) * sizeof(double));
 
     /* The coupler's ring over every rank. */
     MPI_Comm ring;
@@ -108,55 +115,65 @@ int main(int argc, char **argv) {
     r.ext[1] = 1;
     double ring_cells[RING + 2];
     r.u = ring_cells;
-    if (p.u == NULL) {
+    if (p.u == NULL || q.u == NULL) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
 
     sode_comm *sc, *sw;
-    sode_exchange *x, *y;
+    sode_exchange *x, *x2, *y;
     int h[2] = {1, 1};
     int64_t first[2] = {1, 1}, own[2] = {p.n[0], p.n[1]};
     CHECK_SODE(sode_comm_create_mpi(cart, 60.0, &sc));
     CHECK_SODE(sode_comm_create_mpi(ring, 60.0, &sw));
     CHECK_SODE(sode_exchange_create_mpi_cart(sc, cart, h, h, SODE_BOX, &x));
     CHECK_SODE(sode_exchange_add_field(x, p.u, SODE_F64, 2, p.ext, first, own, NULL, NULL, SODE_ORDER_C));
+    CHECK_SODE(sode_exchange_create_mpi_cart(sc, cart, h, h, SODE_BOX, &x2));
+    CHECK_SODE(sode_exchange_add_field(x2, q.u, SODE_F64, 2, q.ext, first, own, NULL, NULL, SODE_ORDER_C));
     CHECK_SODE(sode_exchange_create_mpi_cart(sw, ring, h, h, SODE_STAR, &y));
     int64_t ring_ext[1] = {RING + 2}, ring_first[1] = {1}, ring_own[1] = {RING};
     CHECK_SODE(sode_exchange_add_field(y, ring_cells, SODE_F64, 1, ring_ext, ring_first, ring_own, NULL, NULL,
                                        SODE_ORDER_C));
     CHECK_SODE(sode_exchange_commit(x));
+    CHECK_SODE(sode_exchange_commit(x2));
     CHECK_SODE(sode_exchange_commit(y));
+    /* Odd ranks start and wait for the two field groups the other way round. */
+    sode_exchange *first_x = rank % 2 ? x2 : x, *second_x = rank % 2 ? x : x2;
 
     int wrong = 0;
     for (int it = 0; it < 3; it++) {
         fill(&p, it);
+        fill(&q, it);
         /* The ring's cells are r's with a second axis of 1. */
         for (int a = 0; a < RING + 2; a++) {
             ring_cells[a] = a >= 1 && a <= RING ? value(r.comp, it, r.lo[0] + a - 1, 0) : -1.0;
         }
-        CHECK_SODE(sode_exchange_start(x));
+        CHECK_SODE(sode_exchange_start(first_x));
         CHECK_SODE(sode_exchange_start(y));
+        CHECK_SODE(sode_exchange_start(second_x));
         CHECK_SODE(sode_exchange_wait(y, SODE_TIMEOUT_DEFAULT));
-        CHECK_SODE(sode_exchange_wait(x, SODE_TIMEOUT_DEFAULT));
-        wrong += wrong_cells(&p, it) + wrong_cells(&r, it);
+        CHECK_SODE(sode_exchange_wait(second_x, SODE_TIMEOUT_DEFAULT));
+        CHECK_SODE(sode_exchange_wait(first_x, SODE_TIMEOUT_DEFAULT));
+        wrong += wrong_cells(&p, it) + wrong_cells(&q, it) + wrong_cells(&r, it);
     }
 
     int all = 0;
     MPI_Allreduce(&wrong, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (wrank == 0 && wsize > 1) {
-        printf("%s coupled: components of %d and %d ranks (grids 13x9 and 17x10) and a ring over all %d, three "
-               "exchanges each, both of a rank in flight at once: %d halo cells wrong\n",
+        printf("%s coupled: components of %d and %d ranks (grids 13x9 and 17x10), two field groups each, and a "
+               "ring over all %d, three exchanges each, a rank's three in flight at once: %d halo cells wrong\n",
                all ? "FAIL" : "ok", (wsize + 1) / 2, wsize / 2, wsize, all);
     } else if (wrank == 0) {
-        printf("%s coupled: one component of 1 rank (grid 13x9) and a ring of 1, three exchanges each, both in "
-               "flight at once: %d halo cells wrong\n",
+        printf("%s coupled: one component of 1 rank (grid 13x9), two field groups, and a ring of 1, three "
+               "exchanges each, all in flight at once: %d halo cells wrong\n",
                all ? "FAIL" : "ok", all);
     }
     CHECK_SODE(sode_exchange_free(&x));
+    CHECK_SODE(sode_exchange_free(&x2));
     CHECK_SODE(sode_exchange_free(&y));
     CHECK_SODE(sode_comm_free(&sc));
     CHECK_SODE(sode_comm_free(&sw));
     free(p.u);
+    free(q.u);
     MPI_Comm_free(&ring);
     MPI_Comm_free(&cart);
     MPI_Comm_free(&sub);
