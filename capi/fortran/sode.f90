@@ -43,7 +43,7 @@ module sode
   integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, C32 = 4, C64 = 5
   !> Element kinds of a field sode keeps (sode_add_shared_field).
   integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32, &
-       SODE_INT64 = I64
+       SODE_INT64 = I64, SODE_COMPLEX32 = C32, SODE_COMPLEX64 = C64
 
   !> A sode communicator: the ranks of a job.
   type, public :: sode_comm
@@ -118,12 +118,15 @@ module sode
   !> A field sode keeps (sode_set_shared_fields): array `a` becomes a
   !> pointer to field `field` (from 1, in the order added) of set `set`
   !> (from 1), with the bounds `lbounds(:)` to `ubounds(:)` it was added
-  !> with. Valid until the exchange is freed.
+  !> with; a pointer of another type, rank or extent than the field's is
+  !> refused. Valid until the exchange is freed.
   interface sode_shared_field
      module procedure shared_r64_1, shared_r64_2, shared_r64_3, shared_r64_4
      module procedure shared_r32_1, shared_r32_2, shared_r32_3, shared_r32_4
      module procedure shared_i32_1, shared_i32_2, shared_i32_3, shared_i32_4
      module procedure shared_i64_1, shared_i64_2, shared_i64_3, shared_i64_4
+     module procedure shared_c32_1, shared_c32_2, shared_c32_3, shared_c32_4
+     module procedure shared_c64_1, shared_c64_2, shared_c64_3, shared_c64_4
   end interface sode_shared_field
 
   interface
@@ -346,13 +349,15 @@ module sode
        integer(c_int), value :: sets
        integer(c_int) :: rc
      end function c_set_shared_fields
-     function c_shared_field(x, set, field, array) bind(C, name="sode_exchange_shared_field") result(rc)
-       import :: c_int, c_ptr
+     function c_shared_field_f(x, set, field, ty, n, shape, array) bind(C, name="sode_exchange_shared_field_f") &
+          result(rc)
+       import :: c_int, c_int64_t, c_ptr
        type(c_ptr), value :: x
-       integer(c_int), value :: set, field
+       integer(c_int), value :: set, field, ty, n
+       integer(c_int64_t), intent(in) :: shape(*)
        type(c_ptr) :: array
        integer(c_int) :: rc
-     end function c_shared_field
+     end function c_shared_field_f
      function c_start_set(x, set) bind(C, name="sode_exchange_start_set") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -859,15 +864,17 @@ contains
   end function numbered
 
   !> The address of field `field` of set `set` (both from 1) that sode
-  !> keeps, in `p`.
-  integer(c_int) function shared_address(x, set, field, p) result(rc)
+  !> keeps, in `p`, for a pointer to elements of `ty` over `shp`: sode
+  !> refuses one unlike the field.
+  integer(c_int) function shared_address(x, set, field, ty, shp, p) result(rc)
     type(sode_exchange), intent(inout) :: x
-    integer, intent(in) :: set, field
+    integer, intent(in) :: set, field, ty, shp(:)
     type(c_ptr), intent(out) :: p
     p = c_null_ptr
     rc = numbered('sode_shared_field', 'set', set)
     if (rc == SODE_OK) rc = numbered('sode_shared_field', 'field', field)
-    if (rc == SODE_OK) rc = c_shared_field(x%ptr, int(set - 1, c_int), int(field - 1, c_int), p)
+    if (rc == SODE_OK) rc = c_shared_field_f(x%ptr, int(set - 1, c_int), int(field - 1, c_int), int(ty, c_int), &
+         int(size(shp), c_int), int(shp, c_int64_t), p)
   end function shared_address
 
   subroutine shared_r64_1(x, set, field, lbounds, ubounds, a, ierr)
@@ -879,7 +886,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -895,7 +902,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -911,7 +918,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -927,7 +934,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -943,7 +950,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -959,7 +966,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -975,7 +982,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -991,7 +998,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1007,7 +1014,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1023,7 +1030,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1039,7 +1046,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1055,7 +1062,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1071,7 +1078,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1087,7 +1094,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1103,7 +1110,7 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
@@ -1119,12 +1126,140 @@ contains
     type(c_ptr) :: p
     integer(c_int) :: rc
     nullify (a)
-    rc = shared_address(x, set, field, p)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
     call finish(rc, ierr)
     if (rc /= SODE_OK) return
     call c_f_pointer(p, t, ubounds - lbounds + 1)
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
   end subroutine shared_i64_4
+
+  subroutine shared_c32_1(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(1), ubounds(1)
+    complex(real32), pointer, contiguous, intent(out) :: a(:)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):) => t
+  end subroutine shared_c32_1
+
+  subroutine shared_c32_2(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(2), ubounds(2)
+    complex(real32), pointer, contiguous, intent(out) :: a(:, :)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):) => t
+  end subroutine shared_c32_2
+
+  subroutine shared_c32_3(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(3), ubounds(3)
+    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):) => t
+  end subroutine shared_c32_3
+
+  subroutine shared_c32_4(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(4), ubounds(4)
+    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
+  end subroutine shared_c32_4
+
+  subroutine shared_c64_1(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(1), ubounds(1)
+    complex(real64), pointer, contiguous, intent(out) :: a(:)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):) => t
+  end subroutine shared_c64_1
+
+  subroutine shared_c64_2(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(2), ubounds(2)
+    complex(real64), pointer, contiguous, intent(out) :: a(:, :)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):) => t
+  end subroutine shared_c64_2
+
+  subroutine shared_c64_3(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(3), ubounds(3)
+    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):) => t
+  end subroutine shared_c64_3
+
+  subroutine shared_c64_4(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(4), ubounds(4)
+    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
+  end subroutine shared_c64_4
 
   subroutine add_r64_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x

@@ -953,6 +953,28 @@ int sode_exchange_set_shared_fields(struct sode_exchange *exchange, int sets);
 int sode_exchange_shared_field(struct sode_exchange *exchange, int set, int field, void **array);
 
 /**
+ * The Fortran module's `sode_shared_field`: as
+ * `sode_exchange_shared_field`, for a pointer to elements of `type` over
+ * `shape[k]` elements along each of `ndims` dimensions, which must be the
+ * field's element type and extents as added (a pointer over other
+ * memory is refused, not returned). Sets and fields are numbered from 0.
+ *
+ * # Statuses
+ * As `sode_exchange_shared_field`; `SODE_ERR_ARG` also for another
+ * element type, rank or extent than the field's.
+ *
+ * # Safety
+ * As `sode_exchange_shared_field`; `shape` holds `ndims` values.
+ */
+int sode_exchange_shared_field_f(struct sode_exchange *exchange,
+                                 int set,
+                                 int field,
+                                 int type,
+                                 int ndims,
+                                 const int64_t *shape,
+                                 void **array);
+
+/**
  * Starts exchanging shared set `set` of the fields sode keeps (see
  * `sode_exchange_set_shared_fields`); returns at once.
  *

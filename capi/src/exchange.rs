@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, Transport};
 use sode_job::World;
 
-use sode::field::{FieldLayout, MemoryKind, Overlap, Piece};
+use sode::field::{ElemType, FieldLayout, MemoryKind, Overlap, Piece};
 use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
 use sode::zero_copy::{self, ZeroCopy};
 
@@ -42,6 +42,19 @@ impl Field {
     /// The array the exchange in flight packs from and unpacks into.
     fn array(&self) -> Option<&UserMemory> {
         self.call.as_ref().or(self.memory.as_ref())
+    }
+}
+
+/// An element type as the Fortran module names it.
+fn fortran_type(ty: ElemType) -> String {
+    match ty {
+        ElemType::F32 => "real32".into(),
+        ElemType::F64 => "real64".into(),
+        ElemType::I32 => "int32".into(),
+        ElemType::I64 => "int64".into(),
+        ElemType::C32 => "complex(real32)".into(),
+        ElemType::C64 => "complex(real64)".into(),
+        ElemType::Bytes(n) => format!("elements of {n} bytes"),
     }
 }
 
@@ -1001,6 +1014,49 @@ impl Exchange {
             }),
             other => Err(not_committed(op, other)),
         }
+    }
+
+    /// As [`shared_field`](Self::shared_field), for a Fortran pointer to
+    /// elements of `ty` with `shape` elements per dimension: both must be
+    /// the field's as added, or the pointer would read other memory.
+    pub fn shared_field_as(
+        &mut self,
+        set: usize,
+        field: usize,
+        ty: ElemType,
+        shape: &[usize],
+    ) -> Result<*mut u8> {
+        let op = "sode_exchange_shared_field";
+        let counting = self.counting;
+        if let Some(spec) = self.fields.get(field).map(|f| &f.spec) {
+            let name = counting.field(field);
+            let why = if spec.ty != ty {
+                Some(format!(
+                    "{name} holds {}, the pointer given points to {}",
+                    fortran_type(spec.ty),
+                    fortran_type(ty)
+                ))
+            } else if shape.len() != spec.extents.len() {
+                Some(format!(
+                    "{name} has {} dimensions, the pointer given {}",
+                    spec.extents.len(),
+                    shape.len()
+                ))
+            } else {
+                (0..shape.len()).find(|&a| shape[a] != spec.extents[a]).map(|a| {
+                    format!(
+                        "{name}, {}: the bounds given hold {} elements, the field {}: give the bounds it was added with",
+                        counting.axis(a),
+                        shape[a],
+                        spec.extents[a]
+                    )
+                })
+            };
+            if let Some(why) = why {
+                return Err(CapiError::Invalid { op, why });
+            }
+        }
+        self.shared_field(set, field)
     }
 
     /// The address of field `field` of shared set `set` (laid out as the

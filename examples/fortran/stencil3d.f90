@@ -39,6 +39,7 @@ module stencil3d_run
   ! Whether sode keeps the fields (us and vs then point into its sets).
   logical :: shared = .false.
   real(real64), pointer, contiguous :: us(:, :, :) => null()
+  complex(real64), pointer, contiguous :: zs(:, :, :) => null()
   real(real64), allocatable, target :: um(:, :, :)
   integer(int32), pointer, contiguous :: vs(:, :, :) => null()
   integer(int32), allocatable, target :: vm(:, :, :)
@@ -51,6 +52,16 @@ module stencil3d_run
 
 contains
 
+
+  !> Stops unless the call just made failed with SODE_ERR_ARG and a
+  !> message starting with `text`.
+  subroutine refused(ierr, text)
+    integer, intent(in) :: ierr
+    character(len=*), intent(in) :: text
+    if (ierr == SODE_ERR_ARG .and. index(sode_last_error(), text) == 1) return
+    write (error_unit, '(a, i0, 4a)') 'rank ', rank, ': expected "', text, '", got: ', sode_last_error()
+    error stop 1
+  end subroutine refused
 
   real(real64) function u_value(it, gc)
     integer, intent(in) :: it, gc(3)
@@ -160,6 +171,14 @@ contains
           write (error_unit, '(a, i0, 2a)') 'rank ', rank, ': set 3 of 2 gave: ', sode_last_error()
           error stop 1
        end if
+       ! A pointer unlike its field is refused: another type, or bounds of
+       ! another extent, would reach past the field's memory.
+       call sode_shared_field(x, 1, 2, ulb, uub, us, ierr)
+       call refused(ierr, 'sode_shared_field: field 2 holds int32, the pointer given points to real64')
+       call sode_shared_field(x, 1, 1, ulb, uub, zs, ierr)
+       call refused(ierr, 'sode_shared_field: field 1 holds real64, the pointer given points to complex(real64)')
+       call sode_shared_field(x, 1, 1, ulb, uub + [0, 1, 0], us, ierr)
+       call refused(ierr, 'sode_shared_field: field 1, dimension 2: the bounds given hold')
     end if
 
     filled = 0

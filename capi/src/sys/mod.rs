@@ -1848,6 +1848,47 @@ pub unsafe extern "C" fn sode_exchange_shared_field(
     }
 }
 
+/// The Fortran module's `sode_shared_field`: as
+/// `sode_exchange_shared_field`, for a pointer to elements of `type` over
+/// `shape[k]` elements along each of `ndims` dimensions, which must be the
+/// field's element type and extents as added (a pointer over other
+/// memory is refused, not returned). Sets and fields are numbered from 0.
+///
+/// # Statuses
+/// As `sode_exchange_shared_field`; `SODE_ERR_ARG` also for another
+/// element type, rank or extent than the field's.
+///
+/// # Safety
+/// As `sode_exchange_shared_field`; `shape` holds `ndims` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_shared_field_f(
+    exchange: *mut Exchange,
+    set: c_int,
+    field: c_int,
+    r#type: c_int,
+    ndims: c_int,
+    shape: *const i64,
+    array: *mut *mut c_void,
+) -> c_int {
+    let op = "sode_exchange_shared_field";
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let out = handle(op, "array", array)?;
+            let set = sizes(op, "set", &[set])?[0];
+            let field = sizes(op, "field", &[field])?[0];
+            let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!("element type {type}", type = r#type),
+            })?;
+            let d = sizes(op, "ndims", &[ndims])?[0].min(8);
+            let shape = sizes(op, "shape", &crate::sys::array(op, "shape", shape, d)?)?;
+            *out = x.shared_field_as(set, field, ty, &shape)?.cast::<c_void>();
+            Ok(())
+        })
+    }
+}
+
 /// Starts exchanging shared set `set` of the fields sode keeps (see
 /// `sode_exchange_set_shared_fields`); returns at once.
 ///
