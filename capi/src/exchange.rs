@@ -591,14 +591,9 @@ impl Exchange {
         let agreed = self.agree(&verdict);
         match (built, agreed) {
             (Ok((links, planned, shared)), Ok(())) => {
-                for (i, p) in planned.iter().enumerate() {
-                    let s = links.in_place(i);
-                    let sides = [(s.send, &p.send), (s.recv, &p.recv)];
-                    for (_, pieces) in sides.into_iter().filter(|(moved, _)| *moved) {
-                        for piece in pieces.iter().flatten() {
-                            self.fields[piece.field].in_place = true;
-                        }
-                    }
+                let in_place = zero_copy::fields_in_place(&links, &planned, self.fields.len());
+                for (field, in_place) in self.fields.iter_mut().zip(in_place) {
+                    field.in_place = in_place;
                 }
                 self.state = State::Committed {
                     links: Box::new(links),
@@ -878,12 +873,10 @@ impl Exchange {
     #[cfg(feature = "rdma")]
     fn in_place<'w>(
         &self,
-        mut builder: sode::LinkExchangeBuilder<'w>,
+        builder: sode::LinkExchangeBuilder<'w>,
         specs: &[FieldLayout],
         planned: &[LinkPieces],
     ) -> Result<sode::LinkExchangeBuilder<'w>> {
-        use sode::InPlace;
-        use ZeroCopy;
         let op = "sode_exchange_commit";
         let mode = match self.zero_copy {
             Some(m) => m,
@@ -901,21 +894,9 @@ impl Exchange {
                 op,
                 why: "a field without memory".into(),
             })?;
-        builder = builder.lend(lent);
-        for (i, p) in planned.iter().enumerate() {
-            let side = |pieces: &Option<Vec<Piece>>| {
-                let spans = zero_copy::spans(specs, pieces.as_deref()?);
-                mode.in_place(&spans).then_some(spans)
-            };
-            let how = InPlace {
-                send: side(&p.send),
-                recv: side(&p.recv),
-            };
-            if how != InPlace::default() {
-                builder = builder.in_place(i, how);
-            }
-        }
-        Ok(builder)
+        Ok(zero_copy::lend_in_place(
+            builder, specs, planned, lent, mode,
+        ))
     }
 
     #[cfg(not(feature = "rdma"))]

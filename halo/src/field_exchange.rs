@@ -8,8 +8,9 @@
 //! per start against the layout it was built with (its element type and
 //! the bytes it spans); the pieces, grouping, shapes and carried lengths
 //! are its own. Over RDMA it packs every message into sode's registered
-//! buffers (the caller's arrays are not lent to the device): the C ABI's
-//! committed arrays are what keep faces in place.
+//! buffers, unless the caller lends it arrays
+//! ([`FieldExchangeBuilder::lend`]): starts on those keep long faces in
+//! place, as the C ABI's committed arrays do.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,7 @@ use crate::links::LinkExchange;
 use crate::pattern::{self, BoxMessage, FieldArrays, LinkPieces, PlannedLinks, ProcessGrid};
 use crate::settings::Transport;
 use crate::stats::ExchangeStats;
+use crate::zero_copy::{self, ZeroCopy};
 use crate::Locality;
 
 /// A Rust element type a field may have: `f32`, `f64`, `i32`, `i64`, and
@@ -135,6 +137,10 @@ pub struct FieldExchangeBuilder<'w> {
     layouts: Vec<FieldLayout>,
     transport: Transport,
     timeout: Duration,
+    /// Each field's array, lent for faces in place over RDMA.
+    #[cfg(feature = "rdma")]
+    lent: Vec<sode_transport::UserMemory>,
+    zero_copy: Option<ZeroCopy>,
 }
 
 impl FieldExchangeBuilder<'_> {
@@ -149,6 +155,29 @@ impl FieldExchangeBuilder<'_> {
     /// ranks (default 60 s).
     pub fn setup_timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
+        self
+    }
+
+    /// Lends each field's array (`memory[f]` for field `f`, at least the
+    /// bytes its layout spans) to the RDMA channel, so that faces of long
+    /// runs travel in place: the device reads them from the array and
+    /// writes the halos into it, with no pack and no unpack, in every
+    /// start on exactly these arrays. A start on other arrays (another
+    /// Runge-Kutta stage), on some fields or at a depth goes through
+    /// sode's buffers, as without lending. Which faces:
+    /// [`zero_copy`](Self::zero_copy). The promises that make this safe
+    /// are [`UserMemory::new`](sode_transport::UserMemory::new)'s.
+    #[cfg(feature = "rdma")]
+    pub fn lend(mut self, memory: Vec<sode_transport::UserMemory>) -> Self {
+        self.lent = memory;
+        self
+    }
+
+    /// Which faces of lent arrays travel in place over RDMA (default:
+    /// `SODE_ZERO_COPY`, else [`ZeroCopy::Auto`]: faces of long runs).
+    /// Without [`lend`](Self::lend) every face is packed whatever the mode.
+    pub fn zero_copy(mut self, mode: ZeroCopy) -> Self {
+        self.zero_copy = Some(mode);
         self
     }
 
@@ -167,6 +196,7 @@ impl FieldExchangeBuilder<'_> {
         let mine = self
             .check_grid(grid, coords)
             .and_then(|()| self.check_layouts(grid.dims.len()))
+            .and_then(|()| self.check_lent())
             .map(|()| {
                 let stencil = format!("{:?}", grid.stencil);
                 common_digest((grid.dims, grid.periodic, stencil, grid.at), &self.cards())
@@ -198,6 +228,7 @@ impl FieldExchangeBuilder<'_> {
         let mine = self
             .check_layouts(axes)
             .and_then(|()| self.check_boxes(axes, sends, recvs))
+            .and_then(|()| self.check_lent())
             .map(|()| common_digest("boxes", &self.cards()));
         self.agree(mine)?;
         let mut builder = LinkExchange::builder(self.world, Vec::new())
@@ -274,6 +305,40 @@ impl FieldExchangeBuilder<'_> {
                 .map_err(|e| format!("field {f}: {e}"))?;
         }
         Ok(())
+    }
+
+    /// One lent array per field, each spanning its layout, and a known
+    /// zero-copy mode; nothing to check without lending.
+    fn check_lent(&self) -> std::result::Result<(), String> {
+        #[cfg(feature = "rdma")]
+        if !self.lent.is_empty() {
+            if self.lent.len() != self.layouts.len() {
+                return Err(format!(
+                    "{} arrays lent for {} fields: lend one per field, in field order",
+                    self.lent.len(),
+                    self.layouts.len()
+                ));
+            }
+            for (f, (l, m)) in self.layouts.iter().zip(&self.lent).enumerate() {
+                let span = l
+                    .check(l.halo_lo.len(), &l.halo_lo, &l.halo_hi)
+                    .map_err(|e| format!("field {f}: {e}"))?;
+                if m.len() < span {
+                    return Err(format!(
+                        "field {f}: the array lent holds {} bytes, but its layout spans {span}",
+                        m.len()
+                    ));
+                }
+            }
+            self.mode()?;
+        }
+        Ok(())
+    }
+
+    /// The zero-copy mode: set, else `SODE_ZERO_COPY`'s.
+    #[cfg(feature = "rdma")]
+    fn mode(&self) -> std::result::Result<ZeroCopy, String> {
+        self.zero_copy.map_or_else(ZeroCopy::from_env, Ok)
     }
 
     fn check_boxes(
@@ -355,7 +420,28 @@ impl FieldExchangeBuilder<'_> {
         planned: PlannedLinks,
         cartesian: bool,
     ) -> Result<FieldExchange> {
-        let links = builder.with_links(planned.links).build()?;
+        let builder = builder.with_links(planned.links);
+        #[cfg(feature = "rdma")]
+        let (builder, lent_at) = {
+            let lent_at: Vec<usize> = self.lent.iter().map(|m| m.addr()).collect();
+            match self.mode() {
+                Ok(mode) if !self.lent.is_empty() => (
+                    zero_copy::lend_in_place(
+                        builder,
+                        &self.layouts,
+                        &planned.pieces,
+                        self.lent,
+                        mode,
+                    ),
+                    lent_at,
+                ),
+                _ => (builder, Vec::new()),
+            }
+        };
+        #[cfg(not(feature = "rdma"))]
+        let lent_at = Vec::new();
+        let links = builder.build()?;
+        let in_place = zero_copy::fields_in_place(&links, &planned.pieces, self.layouts.len());
         let spans = self
             .layouts
             .iter()
@@ -369,6 +455,9 @@ impl FieldExchangeBuilder<'_> {
             links,
             pieces: planned.pieces,
             layouts: self.layouts,
+            lent_at,
+            in_place,
+            staged: false,
             spans,
             started: vec![false; fields],
             cartesian,
@@ -407,6 +496,13 @@ pub struct FieldExchange {
     links: LinkExchange,
     pieces: Vec<LinkPieces>,
     layouts: Vec<FieldLayout>,
+    /// The address of each field's lent array (empty: none lent).
+    lent_at: Vec<usize>,
+    /// Per field, whether a side of some link carries it in place.
+    in_place: Vec<bool>,
+    /// Whether the start in flight goes through sode's buffers where
+    /// messages were built to travel in place.
+    staged: bool,
     /// Bytes each field's array must hold.
     spans: Vec<usize>,
     /// The fields of the start in flight (or the last one).
@@ -428,6 +524,9 @@ impl FieldExchange {
             layouts,
             transport: Transport::default(),
             timeout: Duration::from_secs(60),
+            #[cfg(feature = "rdma")]
+            lent: Vec::new(),
+            zero_copy: None,
         }
     }
 
@@ -527,6 +626,13 @@ impl FieldExchange {
         Ok(())
     }
 
+    /// Per field, whether some of its faces travel in place over RDMA in
+    /// starts on the arrays lent at build ([`FieldExchangeBuilder::lend`]);
+    /// all false without lending.
+    pub fn in_place(&self) -> &[bool] {
+        &self.in_place
+    }
+
     /// What it has done since it was built: iterations, time in start and
     /// wait, bytes per neighbour.
     pub fn stats(&self) -> ExchangeStats {
@@ -549,6 +655,17 @@ impl FieldExchange {
         for (f, s) in self.started.iter_mut().enumerate() {
             *s = which.is_none_or(|w| w.contains(&f));
         }
+        // The device reads and writes the lent arrays only, and a message
+        // in place carries every field's whole faces: another array, some
+        // fields or fewer layers go through sode's buffers.
+        let partial = which.is_some() || self.depth != 0;
+        self.staged = (0..self.layouts.len()).any(|f| {
+            self.in_place[f]
+                && (partial
+                    || array_of(which, f)
+                        .is_some_and(|k| !self.is_lent(f, arrays[k].bytes.as_ptr() as usize)))
+        });
+        self.links.set_staged(self.staged)?;
         let at = self.at_depth();
         let pieces = match at {
             None => &self.pieces,
@@ -592,6 +709,7 @@ impl FieldExchange {
         }
         let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
         self.check_arrays(op, which, arrays.len(), types)?;
+        self.check_lent_arrays(op, which, arrays)?;
         self.links.wait(deadline)?;
         let pieces = match self.at_depth() {
             None => &self.pieces,
@@ -619,6 +737,34 @@ impl FieldExchange {
             self.by_depth.push((depth, cut));
             self.by_depth.len() - 1
         }))
+    }
+
+    /// Whether field `f`'s array at `addr` is the one lent for it.
+    fn is_lent(&self, f: usize, addr: usize) -> bool {
+        self.lent_at.get(f) == Some(&addr)
+    }
+
+    /// Where halos arrive in place, the arrays they arrive in: a wait
+    /// must name, for each field carried so, the array lent for it.
+    fn check_lent_arrays(
+        &self,
+        op: &'static str,
+        which: Option<&[usize]>,
+        arrays: &[ArrayMut<'_>],
+    ) -> Result<()> {
+        if self.staged {
+            return Ok(());
+        }
+        for (k, a) in arrays.iter().enumerate() {
+            let f = which.map_or(k, |w| w[k]);
+            if self.in_place[f] && !self.is_lent(f, a.bytes.as_ptr() as usize) {
+                return Err(HaloError::Usage {
+                    op,
+                    why: format!("field {f}: the exchange was started on the array lent for it, whose halos arrive in place: wait with that array"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Each field listed once, and within those built.

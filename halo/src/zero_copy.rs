@@ -10,6 +10,8 @@
 
 use crate::channel::Span;
 use crate::field::{FieldLayout, Piece};
+use crate::links::LinkExchange;
+use crate::pattern::LinkPieces;
 
 /// `SODE_ZERO_COPY`: when faces travel in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +99,55 @@ pub fn spans(specs: &[FieldLayout], pieces: &[Piece]) -> Vec<Span> {
         });
     }
     out
+}
+
+/// Lends `lent` (each field's memory, in field order) to the RDMA channel
+/// and asks that each planned link's sides whose runs `mode` takes travel
+/// in place. `mode` [`ZeroCopy::Never`] lends nothing.
+#[cfg(feature = "rdma")]
+pub fn lend_in_place<'w>(
+    mut builder: crate::links::LinkExchangeBuilder<'w>,
+    layouts: &[FieldLayout],
+    planned: &[LinkPieces],
+    lent: Vec<sode_transport::UserMemory>,
+    mode: ZeroCopy,
+) -> crate::links::LinkExchangeBuilder<'w> {
+    if mode == ZeroCopy::Never {
+        return builder;
+    }
+    builder = builder.lend(lent);
+    for (i, p) in planned.iter().enumerate() {
+        let side = |pieces: &Option<Vec<Piece>>| {
+            let spans = spans(layouts, pieces.as_deref()?);
+            mode.in_place(&spans).then_some(spans)
+        };
+        let how = crate::InPlace {
+            send: side(&p.send),
+            recv: side(&p.recv),
+        };
+        if how != crate::InPlace::default() {
+            builder = builder.in_place(i, how);
+        }
+    }
+    builder
+}
+
+/// Per field (of `fields`), whether some side of a link of `links` carries
+/// it in place: a start on another array than the one lent, or on part of
+/// the message, must then be staged.
+pub fn fields_in_place(links: &LinkExchange, planned: &[LinkPieces], fields: usize) -> Vec<bool> {
+    let mut in_place = vec![false; fields];
+    for (i, p) in planned.iter().enumerate() {
+        let s = links.in_place(i);
+        for (moved, pieces) in [(s.send, &p.send), (s.recv, &p.recv)] {
+            for piece in pieces.iter().flatten().filter(|_| moved) {
+                if let Some(f) = in_place.get_mut(piece.field) {
+                    *f = true;
+                }
+            }
+        }
+    }
+    in_place
 }
 
 #[cfg(test)]

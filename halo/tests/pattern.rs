@@ -256,7 +256,7 @@ struct Typed {
 /// on stage `(it + rank) % 3`, every third on field 0 alone, and every
 /// halo and untouched array checked. The arrays are typed; the check reads
 /// them back through a [`Rank`] of their bytes.
-fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize) {
+fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, lend: bool) {
     let w = common::thread_world(rank, 4, port, "field-exchange-test");
     let coords = [rank / DIMS[1], rank % DIMS[1]];
     let at: Vec<usize> = (0..4).collect();
@@ -266,17 +266,21 @@ fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize) {
         stencil: Stencil::Full,
         at: &at,
     };
-    let mut x = FieldExchange::builder(&w, layouts().to_vec())
-        .transport(transport)
-        .setup_timeout(Duration::from_secs(30))
-        .cartesian(&grid, &coords)
-        .unwrap();
     let cells = |l: &FieldLayout| l.extents.iter().product::<usize>();
     let [c, v] = layouts();
+    // Declared before the exchange, which may hold its arrays lent.
     let mut t = Typed {
         cells: vec![vec![0.0; cells(&c)]; STAGES],
         verts: vec![vec![0.0; cells(&v)]; STAGES],
     };
+    let mut builder = FieldExchange::builder(&w, layouts().to_vec())
+        .transport(transport)
+        .setup_timeout(Duration::from_secs(30));
+    if lend {
+        builder = lend_stage_0(builder, &mut t);
+    }
+    let mut x = builder.cartesian(&grid, &coords).unwrap();
+    assert_eq!(x.in_place(), [lend, lend], "every face in place when lent");
     for it in 1..=iterations {
         let s = (it + rank) % STAGES;
         let subset = it % 3 == 0;
@@ -305,8 +309,54 @@ fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize) {
         }
         check(&as_bytes(&t, coords, s, [true, !subset]), &before, it, rank);
     }
+    if lend {
+        // Halos in place land in the arrays lent: a wait naming others is
+        // refused, and the exchange waits on.
+        x.start(&[(&t.cells[0]).into(), (&t.verts[0]).into()])
+            .unwrap();
+        let (c1, v1) = (&mut t.cells[1], &mut t.verts[1]);
+        let e = x.wait(common::deadline(), &mut [c1.into(), v1.into()]);
+        let e = e.map_err(|e| e.to_string()).unwrap_err();
+        assert!(
+            e.contains("field 0: the exchange was started on the array lent for it"),
+            "{e}"
+        );
+        let (c0, v0) = (&mut t.cells[0], &mut t.verts[0]);
+        x.wait(common::deadline(), &mut [c0.into(), v0.into()])
+            .unwrap();
+    }
     misuse_is_told(&mut x, &mut t);
     w.barrier(Duration::from_secs(30)).unwrap();
+}
+
+/// The builder with stage 0's arrays lent, every face in place.
+#[cfg(feature = "rdma")]
+#[allow(unsafe_code)]
+fn lend_stage_0<'w>(
+    builder: sode::FieldExchangeBuilder<'w>,
+    t: &mut Typed,
+) -> sode::FieldExchangeBuilder<'w> {
+    let memory = |bytes: &mut [u8]| {
+        // SAFETY: `t` outlives the exchange (declared before it), its
+        // arrays are never resized, and the test touches no array between
+        // a start and its wait.
+        unsafe { sode::UserMemory::new(bytes.as_mut_ptr(), bytes.len()) }.unwrap()
+    };
+    let lent = vec![
+        memory(bytemuck::cast_slice_mut(&mut t.cells[0])),
+        memory(bytemuck::cast_slice_mut(&mut t.verts[0])),
+    ];
+    builder
+        .lend(lent)
+        .zero_copy(sode::zero_copy::ZeroCopy::Always)
+}
+
+#[cfg(not(feature = "rdma"))]
+fn lend_stage_0<'w>(
+    _: sode::FieldExchangeBuilder<'w>,
+    _: &mut Typed,
+) -> sode::FieldExchangeBuilder<'w> {
+    unreachable!("lending needs the rdma feature")
 }
 
 /// The typed arrays as the byte arrays [`check`] reads.
@@ -361,7 +411,7 @@ fn misuse_is_told(x: &mut FieldExchange, t: &mut Typed) {
 }
 
 fn handle_over(transport: Transport) {
-    job(4, move |r, port| run_handle(r, port, transport, 9));
+    job(4, move |r, port| run_handle(r, port, transport, 9, false));
 }
 
 #[test]
@@ -378,6 +428,17 @@ fn one_handle_on_typed_stage_arrays_over_tcp() {
 fn one_handle_on_typed_stage_arrays_over_rdma() {
     if common::rdma_available() {
         handle_over(Transport::Rdma);
+    }
+}
+
+/// Stage 0's arrays lent: its starts move every face in place (the
+/// device reads the fields and writes the halos), the other stages' and
+/// the subsets go through sode's buffers; every halo checked alike.
+#[test]
+#[cfg(feature = "rdma")]
+fn one_handle_with_lent_arrays_over_rdma() {
+    if common::rdma_available() {
+        job(4, |r, port| run_handle(r, port, Transport::Rdma, 9, true));
     }
 }
 

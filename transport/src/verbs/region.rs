@@ -69,6 +69,12 @@ impl UserMemory {
         self.len
     }
 
+    /// The address of its first byte: whether an array is the memory lent
+    /// is a comparison of addresses.
+    pub fn addr(&self) -> usize {
+        self.base.as_ptr() as usize
+    }
+
     /// Never: a `UserMemory` has at least one byte.
     pub fn is_empty(&self) -> bool {
         false
