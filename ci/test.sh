@@ -111,7 +111,7 @@ bash ci/softroce/three-nodes.sh "$(test_exe sode health)"
 echo "== [${SECONDS}s] reordered ranks: a scrambled 8-rank job across the two VMs moves fewer bytes between them with --reorder"
 ROUNDS=1 ITERS=50 bash ci/softroce/reorder.sh
 
-echo "== [${SECONDS}s] two nodes under mpirun: the C and Fortran examples against MPI (UCX over rxe), bit for bit"
+echo "== [${SECONDS}s] two nodes under mpirun: the Fortran example against MPI (UCX over rxe), bit for bit"
 bash ci/softroce/two-nodes-mpi.sh
 
 echo "== [${SECONDS}s] cargo test"
