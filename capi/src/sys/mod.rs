@@ -1840,12 +1840,19 @@ pub unsafe extern "C" fn sode_exchange_shared_field(
     unsafe {
         with_exchange(op, exchange, |x| {
             let out = handle(op, "array", array)?;
-            let set = sizes(op, "set", &[set])?[0];
-            let field = sizes(op, "field", &[field])?[0];
+            let (set, field) = set_and_field(op, set, field)?;
             *out = x.shared_field(set, field)?.cast::<c_void>();
             Ok(())
         })
     }
+}
+
+/// A set's and a field's numbers as indices.
+fn set_and_field(op: &'static str, set: c_int, field: c_int) -> Result<(usize, usize)> {
+    Ok((
+        sizes(op, "set", &[set])?[0],
+        sizes(op, "field", &[field])?[0],
+    ))
 }
 
 /// The Fortran module's `sode_shared_field`: as
@@ -1875,8 +1882,7 @@ pub unsafe extern "C" fn sode_exchange_shared_field_f(
     unsafe {
         with_exchange(op, exchange, |x| {
             let out = handle(op, "array", array)?;
-            let set = sizes(op, "set", &[set])?[0];
-            let field = sizes(op, "field", &[field])?[0];
+            let (set, field) = set_and_field(op, set, field)?;
             let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
                 op,
                 why: format!("element type {type}", type = r#type),
