@@ -121,12 +121,12 @@ module sode
   !> with; a pointer of another type, rank or extent than the field's is
   !> refused. Valid until the exchange is freed.
   interface sode_shared_field
-     module procedure shared_r64_1, shared_r64_2, shared_r64_3, shared_r64_4
-     module procedure shared_r32_1, shared_r32_2, shared_r32_3, shared_r32_4
-     module procedure shared_i32_1, shared_i32_2, shared_i32_3, shared_i32_4
-     module procedure shared_i64_1, shared_i64_2, shared_i64_3, shared_i64_4
-     module procedure shared_c32_1, shared_c32_2, shared_c32_3, shared_c32_4
-     module procedure shared_c64_1, shared_c64_2, shared_c64_3, shared_c64_4
+     module procedure shared_r64_1, shared_r64_2, shared_r64_3, shared_r64_4, shared_r64_5, shared_r64_6, shared_r64_7
+     module procedure shared_r32_1, shared_r32_2, shared_r32_3, shared_r32_4, shared_r32_5, shared_r32_6, shared_r32_7
+     module procedure shared_i32_1, shared_i32_2, shared_i32_3, shared_i32_4, shared_i32_5, shared_i32_6, shared_i32_7
+     module procedure shared_i64_1, shared_i64_2, shared_i64_3, shared_i64_4, shared_i64_5, shared_i64_6, shared_i64_7
+     module procedure shared_c32_1, shared_c32_2, shared_c32_3, shared_c32_4, shared_c32_5, shared_c32_6, shared_c32_7
+     module procedure shared_c64_1, shared_c64_2, shared_c64_3, shared_c64_4, shared_c64_5, shared_c64_6, shared_c64_7
   end interface sode_shared_field
 
   interface
@@ -823,8 +823,8 @@ contains
     call finish(c_set_shared_fields(x%ptr, int(sets, c_int)), ierr)
   end subroutine sode_set_shared_fields
 
-  !> Adds a field sode keeps: `kind` SODE_REAL64, SODE_REAL32, SODE_INT32 or
-  !> SODE_INT64, bounds `lbounds(:)` to `ubounds(:)` (rank 1 to 4, halos included), owned
+  !> Adds a field sode keeps: `kind` SODE_REAL64, SODE_REAL32, SODE_INT32,
+  !> SODE_INT64, SODE_COMPLEX32 or SODE_COMPLEX64, bounds `lbounds(:)` to `ubounds(:)` (rank 1 to 7, halos included), owned
   !> cells `first(:)` to `last(:)`, halo widths as for sode_add_field.
   subroutine sode_add_shared_field(x, kind, lbounds, ubounds, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
@@ -1260,6 +1260,294 @@ contains
     call c_f_pointer(p, t, ubounds - lbounds + 1)
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):) => t
   end subroutine shared_c64_4
+
+  subroutine shared_r64_5(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(5), ubounds(5)
+    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):) => t
+  end subroutine shared_r64_5
+
+  subroutine shared_r64_6(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(6), ubounds(6)
+    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):) => t
+  end subroutine shared_r64_6
+
+  subroutine shared_r64_7(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(7), ubounds(7)
+    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real64), pointer, contiguous :: t(:, :, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, F64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
+  end subroutine shared_r64_7
+
+  subroutine shared_r32_5(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(5), ubounds(5)
+    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):) => t
+  end subroutine shared_r32_5
+
+  subroutine shared_r32_6(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(6), ubounds(6)
+    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):) => t
+  end subroutine shared_r32_6
+
+  subroutine shared_r32_7(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(7), ubounds(7)
+    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    real(real32), pointer, contiguous :: t(:, :, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, F32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
+  end subroutine shared_r32_7
+
+  subroutine shared_i32_5(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(5), ubounds(5)
+    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):) => t
+  end subroutine shared_i32_5
+
+  subroutine shared_i32_6(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(6), ubounds(6)
+    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):) => t
+  end subroutine shared_i32_6
+
+  subroutine shared_i32_7(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(7), ubounds(7)
+    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int32), pointer, contiguous :: t(:, :, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, I32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
+  end subroutine shared_i32_7
+
+  subroutine shared_i64_5(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(5), ubounds(5)
+    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):) => t
+  end subroutine shared_i64_5
+
+  subroutine shared_i64_6(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(6), ubounds(6)
+    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):) => t
+  end subroutine shared_i64_6
+
+  subroutine shared_i64_7(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(7), ubounds(7)
+    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    integer(int64), pointer, contiguous :: t(:, :, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, I64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
+  end subroutine shared_i64_7
+
+  subroutine shared_c32_5(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(5), ubounds(5)
+    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):) => t
+  end subroutine shared_c32_5
+
+  subroutine shared_c32_6(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(6), ubounds(6)
+    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):) => t
+  end subroutine shared_c32_6
+
+  subroutine shared_c32_7(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(7), ubounds(7)
+    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real32), pointer, contiguous :: t(:, :, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C32, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
+  end subroutine shared_c32_7
+
+  subroutine shared_c64_5(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(5), ubounds(5)
+    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):) => t
+  end subroutine shared_c64_5
+
+  subroutine shared_c64_6(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(6), ubounds(6)
+    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):) => t
+  end subroutine shared_c64_6
+
+  subroutine shared_c64_7(x, set, field, lbounds, ubounds, a, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: set, field, lbounds(7), ubounds(7)
+    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer, intent(out), optional :: ierr
+    complex(real64), pointer, contiguous :: t(:, :, :, :, :, :, :)
+    type(c_ptr) :: p
+    integer(c_int) :: rc
+    nullify (a)
+    rc = shared_address(x, set, field, C64, ubounds - lbounds + 1, p)
+    call finish(rc, ierr)
+    if (rc /= SODE_OK) return
+    call c_f_pointer(p, t, ubounds - lbounds + 1)
+    a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
+  end subroutine shared_c64_7
 
   subroutine add_r64_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x

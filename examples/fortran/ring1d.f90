@@ -210,13 +210,16 @@ contains
   !> MITgcm keeps u(1-OL:sNx+OL, 1-OL:sNy+OL, Nr, nSx, nSy)): a halo cell
   !> along the first dimension carries every further index, each its own
   !> value. The int32 field's halo is 1 of the exchange's 2: its outer
-  !> cells keep their sentinel. Returns the wrong cells.
+  !> cells keep their sentinel. Then a rank-5 real64 and a rank-7 complex
+  !> field that sode keeps. Returns the wrong cells.
   integer function high_ranks(sc, periodic, start, own) result(wrong)
     type(sode_comm), intent(inout) :: sc
     logical, intent(in) :: periodic
     integer, intent(in) :: start, own
     real(real64), pointer, contiguous :: t(:, :, :, :, :)
     integer(int32), pointer, contiguous :: k(:, :, :, :, :, :, :)
+    real(real64), pointer, contiguous :: ts(:, :, :, :, :)
+    complex(real64), pointer, contiguous :: zs(:, :, :, :, :, :, :)
     type(sode_exchange) :: z
     integer :: i, c, g
     allocate (t(1 - H:own + H, 2, 1, 2, 3), k(1 - H:own + H, 1, 2, 1, 1, 2, 1))
@@ -244,6 +247,32 @@ contains
             [1, 2, 1, 1, 2, 1]))) then
           wrong = wrong + 1
        end if
+    end do
+    call sode_exchange_free(z)
+    ! The same rank-5 field kept by sode, and a complex one of rank 7.
+    call sode_exchange_create_cart(sc, [nranks], [rank], [periodic], [H], [H], SODE_STAR, z)
+    call sode_set_shared_fields(z, 1)
+    call sode_add_shared_field(z, SODE_REAL64, lbound(t), ubound(t), first=[1, 1, 1, 1, 1], last=[own, 2, 1, 2, 3])
+    call sode_add_shared_field(z, SODE_COMPLEX64, [1 - H, 1, 1, 1, 1, 1, 1], [own + H, 1, 2, 1, 1, 2, 1], &
+         first=[1, 1, 1, 1, 1, 1, 1], last=[own, 1, 2, 1, 1, 2, 1])
+    call sode_commit(z)
+    call sode_shared_field(z, 1, 1, lbound(t), ubound(t), ts)
+    call sode_shared_field(z, 1, 2, [1 - H, 1, 1, 1, 1, 1, 1], [own + H, 1, 2, 1, 1, 2, 1], zs)
+    ts = -1d0
+    zs = (-1d0, 1d0)
+    do i = 1, own
+       g = start + i - 1
+       ts(i, :, :, :, :) = reshape([(real(value(c, g), real64), c = 1, 12)], [2, 1, 2, 3])
+       zs(i, :, :, :, :, :, :) = reshape([(cmplx(value(c, g), -value(c, g), real64), c = 1, 4)], [1, 2, 1, 1, 2, 1])
+    end do
+    call sode_start_set(z, 1)
+    call sode_wait(z)
+    do i = 1 - H, own + H
+       g = start + i - 1
+       if (any(ts(i, :, :, :, :) /= reshape([(real(expected(c, g, periodic, -1_int64), real64), c = 1, 12)], &
+            [2, 1, 2, 3]))) wrong = wrong + 1
+       if (any(zs(i, :, :, :, :, :, :) /= reshape([(cmplx(expected(c, g, periodic, -1_int64), &
+            -expected(c, g, periodic, -1_int64), real64), c = 1, 4)], [1, 2, 1, 1, 2, 1]))) wrong = wrong + 1
     end do
     if (wrong /= 0) write (error_unit, '(a, i0, a, i0, a)') 'rank ', rank, ': ', wrong, &
          ' cells of the rank-5 and rank-7 fields wrong'
