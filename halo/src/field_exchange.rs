@@ -193,21 +193,20 @@ impl FieldExchangeBuilder<'_> {
     /// fields are not valid, or differ from rank 0's, naming that rank
     /// and why; then as [`LinkExchange`]'s build.
     pub fn cartesian(self, grid: &ProcessGrid<'_>, coords: &[usize]) -> Result<FieldExchange> {
-        let mine = self
+        let checked = self
             .check_grid(grid, coords)
-            .and_then(|()| self.check_layouts(grid.dims.len()))
-            .and_then(|()| self.check_lent())
-            .map(|()| {
-                let stencil = format!("{:?}", grid.stencil);
-                common_digest((grid.dims, grid.periodic, stencil, grid.at), &self.cards())
-            });
-        self.agree(mine)?;
+            .and_then(|()| self.check_layouts(grid.dims.len()));
+        let mine = checked.as_ref().map_err(Clone::clone).map(|_| {
+            let stencil = format!("{:?}", grid.stencil);
+            common_digest((grid.dims, grid.periodic, stencil, grid.at), &self.cards())
+        });
+        let spans = self.agree(mine).and(Self::valid(checked))?;
         let mut builder = LinkExchange::builder(self.world, Vec::new())
             .transport(self.transport)
             .setup_timeout(self.timeout);
         let grouped = grouped(&mut builder, self.world.size())?;
         let planned = PlannedLinks::cartesian(&self.layouts, &grid.neighbours(coords), &grouped);
-        self.finish(builder, planned, true)
+        self.finish(builder, planned, true, spans)
     }
 
     /// Builds an exchange described by its messages: the boxes this rank
@@ -225,18 +224,20 @@ impl FieldExchangeBuilder<'_> {
     pub fn boxes(self, sends: &[BoxMessage], recvs: &[BoxMessage]) -> Result<FieldExchange> {
         let axes = sends.iter().chain(recvs).map(|m| m.lo.len()).max();
         let axes = axes.unwrap_or_else(|| self.layouts.first().map_or(0, |l| l.halo_lo.len()));
-        let mine = self
+        let checked = self
             .check_layouts(axes)
-            .and_then(|()| self.check_boxes(axes, sends, recvs))
-            .and_then(|()| self.check_lent())
-            .map(|()| common_digest("boxes", &self.cards()));
-        self.agree(mine)?;
+            .and_then(|spans| self.check_boxes(axes, sends, recvs).map(|()| spans));
+        let mine = checked
+            .as_ref()
+            .map_err(Clone::clone)
+            .map(|_| common_digest("boxes", &self.cards()));
+        let spans = self.agree(mine).and(Self::valid(checked))?;
         let mut builder = LinkExchange::builder(self.world, Vec::new())
             .transport(self.transport)
             .setup_timeout(self.timeout);
         let grouped = grouped(&mut builder, self.world.size())?;
         let planned = PlannedLinks::boxes(&self.layouts, sends, recvs, &grouped);
-        self.finish(builder, planned, false)
+        self.finish(builder, planned, false, spans)
     }
 
     fn cards(&self) -> Vec<crate::field::FieldCard> {
@@ -289,27 +290,33 @@ impl FieldExchangeBuilder<'_> {
         Ok(())
     }
 
-    fn check_layouts(&self, axes: usize) -> std::result::Result<(), String> {
+    /// Every field valid with `axes` grid axes, and the arrays lent for
+    /// them (if any) fit; the bytes each field's array spans.
+    fn check_layouts(&self, axes: usize) -> std::result::Result<Vec<usize>, String> {
         if self.layouts.is_empty() {
             return Err("no fields: give at least one".into());
         }
-        for (f, l) in self.layouts.iter().enumerate() {
-            let widths = |w: &[usize]| {
-                if w.len() == axes {
-                    w.to_vec()
-                } else {
-                    vec![0; axes]
-                }
-            };
-            l.check(axes, &widths(&l.halo_lo), &widths(&l.halo_hi))
-                .map_err(|e| format!("field {f}: {e}"))?;
-        }
-        Ok(())
+        let widths = |w: &[usize]| {
+            if w.len() == axes {
+                w.to_vec()
+            } else {
+                vec![0; axes]
+            }
+        };
+        let spans = (self.layouts.iter().enumerate())
+            .map(|(f, l)| {
+                l.check(axes, &widths(&l.halo_lo), &widths(&l.halo_hi))
+                    .map_err(|e| format!("field {f}: {e}"))
+            })
+            .collect::<std::result::Result<Vec<usize>, String>>()?;
+        self.check_lent(&spans)?;
+        Ok(spans)
     }
 
-    /// One lent array per field, each spanning its layout, and a known
-    /// zero-copy mode; nothing to check without lending.
-    fn check_lent(&self) -> std::result::Result<(), String> {
+    /// One lent array per field, each at least its field's span, and a
+    /// known zero-copy mode; nothing to check without lending.
+    #[cfg_attr(not(feature = "rdma"), allow(unused_variables))]
+    fn check_lent(&self, spans: &[usize]) -> std::result::Result<(), String> {
         #[cfg(feature = "rdma")]
         if !self.lent.is_empty() {
             if self.lent.len() != self.layouts.len() {
@@ -319,11 +326,8 @@ impl FieldExchangeBuilder<'_> {
                     self.layouts.len()
                 ));
             }
-            for (f, (l, m)) in self.layouts.iter().zip(&self.lent).enumerate() {
-                let span = l
-                    .check(l.halo_lo.len(), &l.halo_lo, &l.halo_hi)
-                    .map_err(|e| format!("field {f}: {e}"))?;
-                if m.len() < span {
+            for (f, (m, span)) in self.lent.iter().zip(spans).enumerate() {
+                if m.len() < *span {
                     return Err(format!(
                         "field {f}: the array lent holds {} bytes, but its layout spans {span}",
                         m.len()
@@ -333,6 +337,11 @@ impl FieldExchangeBuilder<'_> {
             self.mode()?;
         }
         Ok(())
+    }
+
+    /// The spans of a description every rank agreed was valid.
+    fn valid(checked: std::result::Result<Vec<usize>, String>) -> Result<Vec<usize>> {
+        checked.map_err(|why| HaloError::Usage { op: "build", why })
     }
 
     /// The zero-copy mode: set, else `SODE_ZERO_COPY`'s.
@@ -419,6 +428,7 @@ impl FieldExchangeBuilder<'_> {
         builder: crate::links::LinkExchangeBuilder<'_>,
         planned: PlannedLinks,
         cartesian: bool,
+        spans: Vec<usize>,
     ) -> Result<FieldExchange> {
         let builder = builder.with_links(planned.links);
         #[cfg(feature = "rdma")]
@@ -442,14 +452,6 @@ impl FieldExchangeBuilder<'_> {
         let lent_at = Vec::new();
         let links = builder.build()?;
         let in_place = zero_copy::fields_in_place(&links, &planned.pieces, self.layouts.len());
-        let spans = self
-            .layouts
-            .iter()
-            .map(|l| {
-                let axes = l.halo_lo.len();
-                l.check(axes, &l.halo_lo, &l.halo_hi)
-            })
-            .collect::<Result<Vec<usize>>>()?;
         let fields = self.layouts.len();
         Ok(FieldExchange {
             links,

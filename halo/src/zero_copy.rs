@@ -139,8 +139,9 @@ pub fn fields_in_place(links: &LinkExchange, planned: &[LinkPieces], fields: usi
     let mut in_place = vec![false; fields];
     for (i, p) in planned.iter().enumerate() {
         let s = links.in_place(i);
-        for (moved, pieces) in [(s.send, &p.send), (s.recv, &p.recv)] {
-            for piece in pieces.iter().flatten().filter(|_| moved) {
+        let moved = [(s.send, &p.send), (s.recv, &p.recv)];
+        for (_, pieces) in moved.into_iter().filter(|(moved, _)| *moved) {
+            for piece in pieces.iter().flatten() {
                 if let Some(f) = in_place.get_mut(piece.field) {
                     *f = true;
                 }

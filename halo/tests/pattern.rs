@@ -273,12 +273,15 @@ fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, l
         cells: vec![vec![0.0; cells(&c)]; STAGES],
         verts: vec![vec![0.0; cells(&v)]; STAGES],
     };
-    let mut builder = FieldExchange::builder(&w, layouts().to_vec())
+    let builder = FieldExchange::builder(&w, layouts().to_vec())
         .transport(transport)
         .setup_timeout(Duration::from_secs(30));
-    if lend {
-        builder = lend_stage_0(builder, &mut t);
-    }
+    #[cfg(feature = "rdma")]
+    let builder = if lend {
+        lend_stage_0(builder, &mut t)
+    } else {
+        builder
+    };
     let mut x = builder.cartesian(&grid, &coords).unwrap();
     assert_eq!(x.in_place(), [lend, lend], "every face in place when lent");
     for it in 1..=iterations {
@@ -349,14 +352,6 @@ fn lend_stage_0<'w>(
     builder
         .lend(lent)
         .zero_copy(sode::zero_copy::ZeroCopy::Always)
-}
-
-#[cfg(not(feature = "rdma"))]
-fn lend_stage_0<'w>(
-    _: sode::FieldExchangeBuilder<'w>,
-    _: &mut Typed,
-) -> sode::FieldExchangeBuilder<'w> {
-    unreachable!("lending needs the rdma feature")
 }
 
 /// The typed arrays as the byte arrays [`check`] reads.

@@ -1623,6 +1623,14 @@ pub unsafe extern "C" fn sode_exchange_field_count(
     })
 }
 
+/// A field's number (from 0, in the order added) as an index.
+fn field_number(op: &'static str, field: c_int) -> Result<usize> {
+    usize::try_from(field).map_err(|_| CapiError::Invalid {
+        op,
+        why: format!("field {field}: fields are numbered from 0 in the order added"),
+    })
+}
+
 /// Marks the cells at each end of field `field`'s owned box (fields are
 /// numbered from 0 in the order added) that the neighbour on that side
 /// owns too: `overlap_lo[a]` below and `overlap_hi[a]` above, along each
@@ -1660,11 +1668,7 @@ pub unsafe extern "C" fn sode_exchange_set_overlap(
             lo: counts(overlap_lo, "overlap_lo")?,
             hi: counts(overlap_hi, "overlap_hi")?,
         };
-        let field = usize::try_from(field).map_err(|_| CapiError::Invalid {
-            op,
-            why: format!("field {field}: fields are numbered from 0 in the order added"),
-        })?;
-        x.set_overlap(field, overlap)
+        x.set_overlap(field_number(op, field)?, overlap)
     })
 }
 
@@ -1690,11 +1694,7 @@ pub unsafe extern "C" fn sode_exchange_set_memory_kind(
     // SAFETY: the caller's contract.
     unsafe {
         with_exchange(op, exchange, |x| {
-            let field = usize::try_from(field).map_err(|_| CapiError::Invalid {
-                op,
-                why: format!("field {field}: fields are numbered from 0 in the order added"),
-            })?;
-            x.set_memory_kind(field, kind)
+            x.set_memory_kind(field_number(op, field)?, kind)
         })
     }
 }
@@ -1847,12 +1847,13 @@ pub unsafe extern "C" fn sode_exchange_shared_field(
     }
 }
 
-/// A set's and a field's numbers as indices.
+/// A set's and a field's numbers (from 0) as indices.
 fn set_and_field(op: &'static str, set: c_int, field: c_int) -> Result<(usize, usize)> {
-    Ok((
-        sizes(op, "set", &[set])?[0],
-        sizes(op, "field", &[field])?[0],
-    ))
+    let set = usize::try_from(set).map_err(|_| CapiError::Invalid {
+        op,
+        why: format!("set {set}: sets are numbered from 0"),
+    })?;
+    Ok((set, field_number(op, field)?))
 }
 
 /// The Fortran module's `sode_shared_field`: as
