@@ -6,6 +6,9 @@
 # under mpirun, every sode neighbour over RDMA (rxe0) with faces read and
 # written in place; every halo cell its owner's.
 #   bash ci/softroce/run.sh bash ci/softroce/coupled-rdma.sh     (from the host)
+# Not in CI: 1 run of 3 stalled until the timeout with no output (the
+# other two passed); its waits now have a 60 s deadline, so a stall names
+# the neighbour it waits for.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 coupled=${COUPLED:-$root/target/capi-examples/coupled}

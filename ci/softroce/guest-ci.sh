@@ -2,8 +2,8 @@
 # In the SoftRoCE guest, for CI: perftest's ib_write_bw as a smoke test of
 # rxe0, the RDMA test executables given as arguments, the stencil example
 # over RDMA, the C stencil over RDMA with faces packed and in place, the C
-# Runge-Kutta example over RDMA, coupled components over RDMA, TCP setup
-# through packet loss, SCALE-LES3 beside MPI, and a quick benchmark.
+# Runge-Kutta example over RDMA, TCP setup through packet loss,
+# SCALE-LES3 beside MPI, and a quick benchmark.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/smoke.sh"
@@ -14,8 +14,6 @@ echo "== the C ABI over RDMA: faces packed, in place, mixed and by run length, b
 bash "$here/capi-rdma.sh"
 echo "== the C Runge-Kutta example over RDMA: three stage arrays through one exchange, faces in place and mixed, against MPI"
 bash "$here/rk-rdma.sh"
-echo "== coupled components over RDMA: three sode communicators, a rank's three exchanges in flight together, faces in place"
-bash "$here/coupled-rdma.sh"
 echo "== TCP setup through 10 % packet loss"
 bash "$here/tcp-loss.sh" 6 10
 echo "== SCALE-LES3 over RDMA beside MPI persistent over UCX rc (quick)"

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #define RING 5 /* cells a rank owns in the ring */
+#define WAIT_S 60.0 /* a wait's deadline: a stalled exchange names what it waits for */
 
 static int wrank;
 
@@ -150,9 +151,9 @@ int main(int argc, char **argv) {
         CHECK_SODE(sode_exchange_start(first_x));
         CHECK_SODE(sode_exchange_start(y));
         CHECK_SODE(sode_exchange_start(second_x));
-        CHECK_SODE(sode_exchange_wait(y, SODE_TIMEOUT_DEFAULT));
-        CHECK_SODE(sode_exchange_wait(second_x, SODE_TIMEOUT_DEFAULT));
-        CHECK_SODE(sode_exchange_wait(first_x, SODE_TIMEOUT_DEFAULT));
+        CHECK_SODE(sode_exchange_wait(y, WAIT_S));
+        CHECK_SODE(sode_exchange_wait(second_x, WAIT_S));
+        CHECK_SODE(sode_exchange_wait(first_x, WAIT_S));
         wrong += wrong_cells(&p, it) + wrong_cells(&q, it) + wrong_cells(&r, it);
     }
 
