@@ -2,7 +2,9 @@
 # In the SoftRoCE guest, for CI: perftest's ib_write_bw as a smoke test of
 # rxe0, the RDMA test executables given as arguments, the stencil example
 # over RDMA, the C stencil over RDMA with faces packed and in place, the C
-# Runge-Kutta example over RDMA, TCP setup through packet loss,
+# Runge-Kutta example over RDMA, the C coupled-components example over
+# RDMA (three exchanges in flight, waited for in another order on
+# alternate ranks), TCP setup through packet loss,
 # SCALE-LES3 beside MPI, and a quick benchmark.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,6 +16,8 @@ echo "== the C ABI over RDMA: faces packed, in place, mixed and by run length, b
 bash "$here/capi-rdma.sh"
 echo "== the C Runge-Kutta example over RDMA: three stage arrays through one exchange, faces in place and mixed, against MPI"
 bash "$here/rk-rdma.sh"
+echo "== the C coupled components over RDMA: a rank's three exchanges in flight together, waited for in another order on alternate ranks"
+bash "$here/coupled-rdma.sh"
 echo "== TCP setup through 10 % packet loss"
 bash "$here/tcp-loss.sh" 6 10
 echo "== SCALE-LES3 over RDMA beside MPI persistent over UCX rc (quick)"

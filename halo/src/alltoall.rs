@@ -221,9 +221,9 @@ impl AllToAll {
     /// # Errors
     ///
     /// As [`send_block`](Self::send_block).
-    pub fn recv_block(&self, peer: usize) -> Result<&[u8]> {
+    pub fn recv_block(&mut self, peer: usize) -> Result<&[u8]> {
         let l = self.link("recv_block", peer)?;
-        match &self.x {
+        match &mut self.x {
             Runner::Direct(x) => x.recv_buf(l),
             Runner::Bounded(x) => x.recv_buf(l),
         }

@@ -452,7 +452,7 @@ impl Packing<'_> {
     /// [`pack`](Self::pack) laid it out.
     fn unpack<T: Pod>(
         &self,
-        exchange: &LinkExchange,
+        exchange: &mut LinkExchange,
         arrays: &mut [&mut [T]],
         array_of: impl Fn(usize) -> Option<usize>,
     ) -> Result<()> {
@@ -783,7 +783,7 @@ impl HaloExchange {
             self.depth,
             self.fields,
         )
-        .unpack(&self.exchange, fields, Some)?;
+        .unpack(&mut self.exchange, fields, Some)?;
         self.exchange.add_wait_time(began.elapsed());
         Ok(())
     }
@@ -974,7 +974,7 @@ impl HaloExchange {
             self.depth,
             self.fields,
         );
-        packing.unpack(&self.exchange, arrays, listed(&self.started, which))?;
+        packing.unpack(&mut self.exchange, arrays, listed(&self.started, which))?;
         self.exchange.add_wait_time(began.elapsed());
         Ok(())
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use sode_job::{Backoff, Lifecycle, World};
 use sode_scheduler::Algorithm;
 
-use crate::channel::{Built, Channel, Locality, Member, Setup, ShmChannel, TcpChannel};
+use crate::channel::{Built, Channel, Channels, Locality, Member, Setup, ShmChannel, TcpChannel};
 pub use crate::channel::{InPlace, LinkRuns, Message, Sides};
 use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
@@ -514,8 +514,8 @@ impl<'w> LinkExchangeBuilder<'w> {
             sends,
             recvs,
             self_bufs,
-            done: vec![false; channels.len()],
-            channels,
+            channels: Channels::new(channels),
+            others_pending: false,
             lifecycle: Lifecycle::Idle,
             plan_summary: summary,
             pseudo_collective: self.sync == SyncMode::PseudoCollective,
@@ -724,9 +724,12 @@ pub struct LinkExchange {
     sends: Vec<Option<Route>>,
     recvs: Vec<Option<Route>>,
     self_bufs: Vec<Vec<u8>>,
-    channels: Vec<Box<dyn Channel>>,
-    /// Per channel: complete this iteration (reused, never reallocated).
-    done: Vec<bool>,
+    /// Its channels, each with whether it completed this iteration;
+    /// enlisted in flight for the passes of this thread's other exchanges.
+    channels: Channels,
+    /// Whether the last poll found another exchange of this thread with
+    /// a channel still in flight.
+    others_pending: bool,
     lifecycle: Lifecycle,
     plan_summary: Option<String>,
     /// Whether every iteration ends in a barrier over `job`.
@@ -786,7 +789,10 @@ impl LinkExchange {
             .iter()
             .zip(&self.recvs)
             .map(|(s, r)| match s.or(*r) {
-                Some(Route::Channel { channel, .. }) => self.channels[channel].locality(),
+                Some(Route::Channel { channel, .. }) => self
+                    .channels
+                    .with(channel, |c| c.locality())
+                    .unwrap_or(Locality::SelfCopy),
                 _ => Locality::SelfCopy,
             })
             .collect()
@@ -807,9 +813,10 @@ impl LinkExchange {
     /// travel in place have a send or receive buffer.
     pub fn in_place_now(&self, link: usize) -> Sides {
         let over_rdma = |route: Option<&Option<Route>>| match route.copied().flatten() {
-            Some(Route::Channel { channel, .. }) => {
-                self.channels[channel].locality() == Locality::Rdma
-            }
+            Some(Route::Channel { channel, .. }) => self
+                .channels
+                .with(channel, |c| c.locality() == Locality::Rdma)
+                .unwrap_or(false),
             _ => false,
         };
         let mut sides = self.in_place(link);
@@ -838,9 +845,8 @@ impl LinkExchange {
         if self.staged == staged {
             return Ok(());
         }
-        for c in &mut self.channels {
-            c.set_staged(staged)?;
-        }
+        self.channels
+            .for_each_mut("set_staged", |c| c.set_staged(staged))?;
         self.staged = staged;
         Ok(())
     }
@@ -849,9 +855,10 @@ impl LinkExchange {
     /// shared set (see [`SharedSets`]), rather than packed.
     pub fn read_in_place(&self, link: usize) -> bool {
         match self.recvs.get(link).copied().flatten() {
-            Some(Route::Channel { channel, message }) => {
-                self.channels[channel].received_in_place(message)
-            }
+            Some(Route::Channel { channel, message }) => self
+                .channels
+                .with(channel, |c| c.received_in_place(message))
+                .unwrap_or(false),
             _ => false,
         }
     }
@@ -862,14 +869,15 @@ impl LinkExchange {
     /// on a [`World`] measures each place).
     pub fn calibrations(&self) -> Vec<sode_shm::PeerCalibration> {
         self.channels
-            .iter()
-            .flat_map(|c| c.calibrations().iter().cloned())
+            .each(|c| c.calibrations().to_vec())
+            .into_iter()
+            .flatten()
             .collect()
     }
 
     /// RDMA queue pairs this exchange holds (engines times RDMA peers).
     pub fn queue_pairs(&self) -> usize {
-        self.channels.iter().map(|c| c.queue_pairs()).sum()
+        self.channels.each(|c| c.queue_pairs()).into_iter().sum()
     }
 
     /// The RDMA schedule, if any link is reached over RDMA.
@@ -898,7 +906,10 @@ impl LinkExchange {
         self.lifecycle.require_idle("send_buf")?;
         match self.sends.get(link).copied().flatten() {
             Some(Route::Local { buffer }) => Ok(&mut self.self_bufs[buffer]),
-            Some(Route::Channel { channel, message }) => self.channels[channel].send_buf(message),
+            Some(Route::Channel { channel, message }) => self
+                .channels
+                .get_mut("send_buf", channel)?
+                .send_buf(message),
             None => Err(self.no_message("send_buf", link, "sends nothing")),
         }
     }
@@ -910,11 +921,14 @@ impl LinkExchange {
     /// [`HaloError::Usage`] for a link that does not exist or receives
     /// nothing; [`HaloError::State`] while an iteration is in flight or
     /// after a failure.
-    pub fn recv_buf(&self, link: usize) -> Result<&[u8]> {
+    pub fn recv_buf(&mut self, link: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
         match self.recvs.get(link).copied().flatten() {
             Some(Route::Local { buffer }) => Ok(&self.self_bufs[buffer]),
-            Some(Route::Channel { channel, message }) => self.channels[channel].recv_buf(message),
+            Some(Route::Channel { channel, message }) => self
+                .channels
+                .get_mut("recv_buf", channel)?
+                .recv_buf(message),
             None => Err(self.no_message("recv_buf", link, "receives nothing")),
         }
     }
@@ -947,7 +961,9 @@ impl LinkExchange {
                 Ok(())
             }
             (Some(Route::Channel { channel, message }), _) => {
-                self.channels[channel].carry_send(message, bytes)?;
+                self.channels
+                    .get_mut("carry_send", channel)?
+                    .carry_send(message, bytes)?;
                 self.carried[link].sent = bytes as u64;
                 Ok(())
             }
@@ -976,7 +992,9 @@ impl LinkExchange {
                 Ok(())
             }
             (Some(Route::Channel { channel, message }), _) => {
-                self.channels[channel].carry_recv(message, bytes)?;
+                self.channels
+                    .get_mut("carry_recv", channel)?
+                    .carry_recv(message, bytes)?;
                 self.carried[link].received = bytes as u64;
                 Ok(())
             }
@@ -996,10 +1014,8 @@ impl LinkExchange {
     /// failure.
     pub fn set_shape(&mut self, shape: u8) -> Result<()> {
         self.lifecycle.require_idle("set_shape")?;
-        for c in &mut self.channels {
-            c.set_shape(shape)?;
-        }
-        Ok(())
+        self.channels
+            .for_each_mut("set_shape", |c| c.set_shape(shape))
     }
 
     fn job_barrier(&mut self) -> Result<()> {
@@ -1031,13 +1047,19 @@ impl LinkExchange {
             Some(SharedStore::Private { memory, len }) => {
                 Ok(&mut bytemuck::cast_slice_mut(memory.as_mut_slice())[..*len])
             }
-            Some(SharedStore::Channel { channel }) => match self.channels[*channel].lent_mut() {
-                Some(r) => r,
-                None => Err(HaloError::Usage {
-                    op: "shared_sets_mut",
-                    why: "its channel lends no memory".into(),
-                }),
-            },
+            Some(SharedStore::Channel { channel }) => {
+                match self
+                    .channels
+                    .get_mut("shared_sets_mut", *channel)?
+                    .lent_mut()
+                {
+                    Some(r) => r,
+                    None => Err(HaloError::Usage {
+                        op: "shared_sets_mut",
+                        why: "its channel lends no memory".into(),
+                    }),
+                }
+            }
         }
     }
 
@@ -1059,9 +1081,10 @@ impl LinkExchange {
                 why: format!("set {set} asked for, but the exchange keeps {sets} shared sets"),
             });
         }
-        for c in &mut self.channels {
+        self.channels.for_each_mut("start_set", |c| {
             c.use_set(set);
-        }
+            Ok(())
+        })?;
         self.gather(set)?;
         self.set = Some(set);
         self.start_channels()
@@ -1160,15 +1183,18 @@ impl LinkExchange {
             .into_iter()
             .flat_map(|device| (0..n).map(move |c| (device, c)));
         for (device, c) in order {
-            if (self.channels[c].locality() == Locality::Rdma) != device {
-                continue;
-            }
-            if let Err(e) = self.channels[c].start() {
+            let started = self.channels.get_mut("start", c).and_then(|channel| {
+                if (channel.locality() == Locality::Rdma) != device {
+                    return Ok(());
+                }
+                channel.start()
+            });
+            if let Err(e) = started {
                 self.lifecycle.fail(&e);
                 return Err(e);
             }
         }
-        self.done.iter_mut().for_each(|d| *d = false);
+        self.channels.enlist();
         self.lifecycle.start();
         Ok(())
     }
@@ -1190,19 +1216,21 @@ impl LinkExchange {
     fn poll(&mut self) -> Result<bool> {
         self.lifecycle.require_in_flight("test")?;
         let mut all = true;
-        for (c, done) in self.channels.iter_mut().zip(self.done.iter_mut()) {
-            if !*done {
-                match c.test() {
-                    Ok(d) => *done = d,
-                    Err(e) => {
-                        self.lifecycle.fail(&e);
-                        return Err(e);
-                    }
+        for c in 0..self.channels.len() {
+            match self.channels.test(c) {
+                Ok(done) => all &= done,
+                Err(e) => {
+                    self.channels.withdraw();
+                    self.lifecycle.fail(&e);
+                    return Err(e);
                 }
             }
-            all &= *done;
         }
-        if !all {
+        if all {
+            self.channels.withdraw();
+        } else {
+            // A peer may wait for this rank in another exchange.
+            self.others_pending = self.channels.progress_others();
             self.check_health(true)?;
         }
         Ok(all)
@@ -1223,6 +1251,7 @@ impl LinkExchange {
             },
         };
         if in_flight {
+            self.channels.withdraw();
             self.lifecycle.fail(&e);
         }
         Err(e)
@@ -1232,10 +1261,8 @@ impl LinkExchange {
     fn outstanding(&self) -> String {
         let outstanding: Vec<String> = self
             .channels
-            .iter()
-            .zip(&self.done)
-            .filter(|(_, &d)| !d)
-            .map(|(c, _)| c.outstanding())
+            .pending()
+            .filter_map(|c| self.channels.with(c, |c| c.outstanding()))
             .collect();
         outstanding.join("; ")
     }
@@ -1341,17 +1368,19 @@ impl LinkExchange {
     /// it (until a peer signals or `until`) and says so; with several
     /// pending, no one signal covers them all, and the caller polls.
     fn park_on_last(&mut self, until: Instant) -> Result<bool> {
-        let mut pending = self.done.iter().enumerate().filter(|(_, d)| !**d);
-        let (Some((c, _)), None) = (pending.next(), pending.next()) else {
+        if self.others_pending {
+            // Asleep on this channel, this rank would move no other.
+            return Ok(false);
+        }
+        let mut pending = self.channels.pending();
+        let (Some(c), None) = (pending.next(), pending.next()) else {
             return Ok(false);
         };
-        match self.channels[c].park(until) {
+        match self.channels.park(c, until) {
             None => Ok(false),
-            Some(Ok(done)) => {
-                self.done[c] = done;
-                Ok(true)
-            }
+            Some(Ok(_)) => Ok(true),
             Some(Err(e)) => {
+                self.channels.withdraw();
                 self.lifecycle.fail(&e);
                 Err(e)
             }
@@ -1383,7 +1412,7 @@ struct SetsBeside<'a> {
 /// (whose links travel in place).
 fn split_shared<'a>(
     store: &'a mut Option<SharedStore>,
-    channels: &'a mut [Box<dyn Channel>],
+    channels: &'a mut Channels,
     route: Route,
 ) -> Result<SetsBeside<'a>> {
     let misrouted = |why: &str| HaloError::Usage {
@@ -1398,19 +1427,20 @@ fn split_shared<'a>(
         None => Err(misrouted("has runs, but there are no shared sets")),
         Some(SharedStore::Private { memory, len }) => Ok(SetsBeside {
             sets: &mut bytemuck::cast_slice_mut(memory.as_mut_slice())[..*len],
-            channel: on.and_then(|c| channels.get_mut(c)),
+            channel: match on {
+                Some(c) => Some(channels.get_mut("start_set", c)?),
+                None => None,
+            },
         }),
         Some(SharedStore::Channel { channel: lender }) => {
             let lender = *lender;
-            let (before, after) = channels.split_at_mut(lender);
-            let Some((lending, after)) = after.split_first_mut() else {
-                return Err(misrouted("found the lending channel gone"));
-            };
-            let other = match on {
-                Some(c) if c < lender => before.get_mut(c),
-                Some(c) if c > lender => after.get_mut(c - lender - 1),
-                Some(_) => return Err(misrouted("is routed to it")),
-                None => None,
+            let (lending, other) = match on {
+                Some(c) if c == lender => return Err(misrouted("is routed to it")),
+                Some(c) => match channels.pair_mut(lender, c) {
+                    Some(pair) => (pair.lender, Some(pair.other)),
+                    None => return Err(misrouted("found the lending channel gone")),
+                },
+                None => (channels.get_mut("start_set", lender)?, None),
             };
             match lending.lent_mut() {
                 Some(sets) => Ok(SetsBeside {

@@ -493,9 +493,11 @@ pub fn unpack(
     for (i, recv) in pieces
         .iter()
         .enumerate()
-        .filter(|(i, _)| !links.in_place_now(*i).recv)
         .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
     {
+        if links.in_place_now(i).recv {
+            continue;
+        }
         let data = links.recv_buf(i)?;
         let mut at = 0;
         for p in recv {

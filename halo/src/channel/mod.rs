@@ -9,6 +9,8 @@
 mod conformance;
 #[cfg(test)]
 mod memory;
+mod progress;
+pub(crate) use progress::Channels;
 mod shm;
 pub(crate) use shm::ShmChannel;
 mod tcp;
@@ -221,7 +223,7 @@ impl Locality {
 /// One channel of a halo exchange, carrying the messages of the neighbours
 /// whose locality chose it, numbered `0..` in the exchange's order. Each
 /// implementation wraps its own errors with the neighbours concerned.
-pub(crate) trait Channel: std::fmt::Debug {
+pub(crate) trait Channel: std::fmt::Debug + Send {
     /// Which locality it serves.
     fn locality(&self) -> Locality;
 

@@ -1,0 +1,300 @@
+//! Exchanges in flight progress each other. A channel may need its own
+//! rank to act after `start` (a TCP send larger than the socket buffers, a
+//! shared-memory window not yet free, an RDMA write waiting for its
+//! credit); were it moved only in its own exchange's `test` and `wait`, two
+//! ranks that wait for two exchanges in opposite orders would each sit in
+//! one while the other waits for it in the other. So every exchange
+//! started in the process enlists its channels here until it completes,
+//! and a rank polling one exchange also passes over the others' channels:
+//! MPI's progress rule, without a thread of its own.
+//!
+//! One list for the process, each channel behind its own lock: a C or
+//! Fortran code may start an exchange on one thread and wait for it on
+//! another (one at a time, as `MPI_THREAD_SERIALIZED` allows), and a pass
+//! skips a channel another thread is using.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
+use std::thread::ThreadId;
+
+use super::Channel;
+use crate::error::{HaloError, Result};
+
+/// A channel, with what passes made by other exchanges found.
+#[derive(Debug)]
+struct Slot {
+    channel: Box<dyn Channel>,
+    /// Complete this iteration.
+    done: bool,
+    /// An error a pass made for another exchange met: the owner's next
+    /// poll reports it.
+    failed: Option<HaloError>,
+}
+
+/// An enlisted channel: its exchange, the thread that started it, and the
+/// slot while it lives.
+struct Enlisted {
+    owner: u64,
+    thread: ThreadId,
+    slot: Weak<Mutex<Slot>>,
+}
+
+static IN_FLIGHT: Mutex<Vec<Enlisted>> = Mutex::new(Vec::new());
+
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+/// Exchanges enlisted: while it is 1 (the caller's own), a pass over the
+/// others costs one atomic load, and no lock.
+static ENLISTED: AtomicUsize = AtomicUsize::new(0);
+
+/// The list, whatever a thread that panicked while holding it left: its
+/// entries are plain values, valid in any state.
+fn in_flight() -> MutexGuard<'static, Vec<Enlisted>> {
+    IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A slot's lock, whatever a panicking holder left.
+fn lock(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A slot's lock unless another thread holds it.
+fn try_lock(slot: &Mutex<Slot>) -> Option<MutexGuard<'_, Slot>> {
+    match slot.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// Two channels of an exchange borrowed at once: the one lending the
+/// shared sets and another.
+pub(crate) struct Pair<'a> {
+    pub lender: &'a mut Box<dyn Channel>,
+    pub other: &'a mut Box<dyn Channel>,
+}
+
+/// One exchange's channels, numbered as its routes number them.
+#[derive(Debug)]
+pub(crate) struct Channels {
+    owner: u64,
+    /// Whether its channels are in the list (counted in [`ENLISTED`]).
+    enlisted: AtomicBool,
+    slots: Vec<Arc<Mutex<Slot>>>,
+}
+
+impl Channels {
+    pub(crate) fn new(channels: Vec<Box<dyn Channel>>) -> Self {
+        Channels {
+            owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
+            enlisted: AtomicBool::new(false),
+            slots: channels
+                .into_iter()
+                .map(|channel| {
+                    Arc::new(Mutex::new(Slot {
+                        channel,
+                        done: false,
+                        failed: None,
+                    }))
+                })
+                .collect(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Channel `c`, to read.
+    pub(crate) fn with<R>(&self, c: usize, read: impl FnOnce(&dyn Channel) -> R) -> Option<R> {
+        let slot = lock(self.slots.get(c)?);
+        Some(read(slot.channel.as_ref()))
+    }
+
+    /// Each channel, read in turn.
+    pub(crate) fn each<R>(&self, read: impl Fn(&dyn Channel) -> R) -> Vec<R> {
+        (0..self.len())
+            .filter_map(|c| self.with(c, &read))
+            .collect()
+    }
+
+    /// Channel `c`, for as long as `self` is borrowed: with no pass of
+    /// another exchange able to reach it (it leaves the list).
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] naming `op` for a channel that is not there.
+    pub(crate) fn get_mut(&mut self, op: &'static str, c: usize) -> Result<&mut Box<dyn Channel>> {
+        let n = self.len();
+        self.slots
+            .get_mut(c)
+            .and_then(slot_mut)
+            .ok_or_else(|| HaloError::Usage {
+                op,
+                why: format!("channel {c} of {n} is out of reach"),
+            })
+    }
+
+    /// Channel `lender` and channel `other` (another one) at once.
+    pub(crate) fn pair_mut(&mut self, lender: usize, other: usize) -> Option<Pair<'_>> {
+        if lender == other || lender.max(other) >= self.len() {
+            return None;
+        }
+        let (low, high) = self.slots.split_at_mut(lender.max(other));
+        let (first, second) = (
+            slot_mut(&mut low[lender.min(other)])?,
+            slot_mut(&mut high[0])?,
+        );
+        Some(if lender < other {
+            Pair {
+                lender: first,
+                other: second,
+            }
+        } else {
+            Pair {
+                lender: second,
+                other: first,
+            }
+        })
+    }
+
+    /// Every channel, in turn, to change.
+    pub(crate) fn for_each_mut(
+        &mut self,
+        op: &'static str,
+        mut change: impl FnMut(&mut Box<dyn Channel>) -> Result<()>,
+    ) -> Result<()> {
+        for c in 0..self.len() {
+            change(self.get_mut(op, c)?)?;
+        }
+        Ok(())
+    }
+
+    /// After every channel started: none complete, each enlisted for the
+    /// passes of the process's other exchanges until
+    /// [`withdraw`](Self::withdraw). Allocates nothing once the list has
+    /// grown to the most channels in flight at once.
+    pub(crate) fn enlist(&self) {
+        for s in &self.slots {
+            let mut slot = lock(s);
+            slot.done = false;
+            slot.failed = None;
+        }
+        let (owner, thread) = (self.owner, std::thread::current().id());
+        let mut list = in_flight();
+        list.retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+        if !self.enlisted.swap(true, Ordering::AcqRel) {
+            ENLISTED.fetch_add(1, Ordering::AcqRel);
+        }
+        list.extend(self.slots.iter().map(|s| Enlisted {
+            owner,
+            thread,
+            slot: Arc::downgrade(s),
+        }));
+    }
+
+    /// Leaves the list (at completion or failure).
+    pub(crate) fn withdraw(&self) {
+        if self.enlisted.swap(false, Ordering::AcqRel) {
+            withdraw(self.owner);
+            ENLISTED.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether channel `c` completed this iteration.
+    pub(crate) fn done(&self, c: usize) -> bool {
+        self.slots.get(c).is_some_and(|s| lock(s).done)
+    }
+
+    /// Channels not complete this iteration.
+    pub(crate) fn pending(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.len()).filter(|&c| !self.done(c))
+    }
+
+    /// A pass over channel `c` unless complete: whether it is now, or the
+    /// error a pass (this one or another exchange's) met.
+    pub(crate) fn test(&self, c: usize) -> Result<bool> {
+        let Some(s) = self.slots.get(c) else {
+            return Ok(true);
+        };
+        let mut slot = lock(s);
+        if let Some(e) = slot.failed.take() {
+            return Err(e);
+        }
+        if !slot.done {
+            slot.done = slot.channel.test()?;
+        }
+        Ok(slot.done)
+    }
+
+    /// Channel `c`'s park (see [`Channel::park`]), recording completion.
+    pub(crate) fn park(&self, c: usize, until: std::time::Instant) -> Option<Result<bool>> {
+        let mut slot = lock(self.slots.get(c)?);
+        let parked = slot.channel.park(until)?;
+        if let Ok(done) = parked {
+            slot.done = done;
+        }
+        Some(parked)
+    }
+
+    /// One pass over the channels the process's other exchanges have in
+    /// flight (but those another thread is using just then): whether one
+    /// this thread started is still incomplete, so that it must not sleep
+    /// on a channel of its own. Errors are kept for their owners.
+    pub(crate) fn progress_others(&self) -> bool {
+        let mine = usize::from(self.enlisted.load(Ordering::Acquire));
+        if ENLISTED.load(Ordering::Acquire) <= mine {
+            return false;
+        }
+        let (owner, thread) = (self.owner, std::thread::current().id());
+        // Passes of several threads take turns; a thread that finds the
+        // list busy makes none this time round.
+        let list = match IN_FLIGHT.try_lock() {
+            Ok(list) => list,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        let mut pending = false;
+        for e in list.iter().filter(|e| e.owner != owner) {
+            // Upgraded and dropped under the list's lock: once its owner
+            // has withdrawn, no pass holds a slot.
+            let Some(slot) = e.slot.upgrade() else {
+                continue;
+            };
+            let Some(mut slot) = try_lock(&slot) else {
+                continue;
+            };
+            if slot.done || slot.failed.is_some() {
+                continue;
+            }
+            match slot.channel.test() {
+                Ok(done) => slot.done = done,
+                Err(e) => slot.failed = Some(e),
+            }
+            pending |= !slot.done && e.thread == thread;
+        }
+        pending
+    }
+}
+
+impl Drop for Channels {
+    fn drop(&mut self) {
+        self.withdraw();
+    }
+}
+
+/// Removes `owner`'s channels (and any whose exchange is gone) from the
+/// list.
+fn withdraw(owner: u64) {
+    in_flight().retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+}
+
+/// The slot's channel, once no pass of another exchange can reach it.
+fn slot_mut(slot: &mut Arc<Mutex<Slot>>) -> Option<&mut Box<dyn Channel>> {
+    if Arc::weak_count(slot) > 0 {
+        let gone = Arc::as_ptr(slot);
+        in_flight().retain(|e| e.slot.as_ptr() != gone);
+    }
+    let slot = Arc::get_mut(slot)?.get_mut();
+    Some(&mut slot.unwrap_or_else(|p| p.into_inner()).channel)
+}
