@@ -39,7 +39,20 @@ struct Enlisted {
     slot: Weak<Mutex<Slot>>,
 }
 
-static IN_FLIGHT: Mutex<Vec<Enlisted>> = Mutex::new(Vec::new());
+/// The channels enlisted, and room for every live exchange's: an
+/// exchange reserves its share when it is built, so that enlisting it
+/// never grows the list (the hot path allocates nothing, whatever other
+/// threads start).
+struct List {
+    entries: Vec<Enlisted>,
+    /// Channels of the live exchanges.
+    reserved: usize,
+}
+
+static IN_FLIGHT: Mutex<List> = Mutex::new(List {
+    entries: Vec::new(),
+    reserved: 0,
+});
 
 static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 
@@ -49,7 +62,7 @@ static ENLISTED: AtomicUsize = AtomicUsize::new(0);
 
 /// The list, whatever a thread that panicked while holding it left: its
 /// entries are plain values, valid in any state.
-fn in_flight() -> MutexGuard<'static, Vec<Enlisted>> {
+fn in_flight() -> MutexGuard<'static, List> {
     IN_FLIGHT.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -85,6 +98,11 @@ pub(crate) struct Channels {
 
 impl Channels {
     pub(crate) fn new(channels: Vec<Box<dyn Channel>>) -> Self {
+        let mut list = in_flight();
+        list.reserved += channels.len();
+        let room = list.reserved.saturating_sub(list.entries.len());
+        list.entries.reserve(room);
+        drop(list);
         Channels {
             owner: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             enlisted: AtomicBool::new(false),
@@ -182,11 +200,12 @@ impl Channels {
         }
         let (owner, thread) = (self.owner, std::thread::current().id());
         let mut list = in_flight();
-        list.retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+        list.entries
+            .retain(|e| e.owner != owner && e.slot.strong_count() > 0);
         if !self.enlisted.swap(true, Ordering::AcqRel) {
             ENLISTED.fetch_add(1, Ordering::AcqRel);
         }
-        list.extend(self.slots.iter().map(|s| Enlisted {
+        list.entries.extend(self.slots.iter().map(|s| Enlisted {
             owner,
             thread,
             slot: Arc::downgrade(s),
@@ -255,7 +274,7 @@ impl Channels {
             Err(TryLockError::WouldBlock) => return false,
         };
         let mut pending = false;
-        for e in list.iter().filter(|e| e.owner != owner) {
+        for e in list.entries.iter().filter(|e| e.owner != owner) {
             // Upgraded and dropped under the list's lock: once its owner
             // has withdrawn, no pass holds a slot.
             let Some(slot) = e.slot.upgrade() else {
@@ -280,20 +299,24 @@ impl Channels {
 impl Drop for Channels {
     fn drop(&mut self) {
         self.withdraw();
+        let mut list = in_flight();
+        list.reserved = list.reserved.saturating_sub(self.slots.len());
     }
 }
 
 /// Removes `owner`'s channels (and any whose exchange is gone) from the
 /// list.
 fn withdraw(owner: u64) {
-    in_flight().retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+    in_flight()
+        .entries
+        .retain(|e| e.owner != owner && e.slot.strong_count() > 0);
 }
 
 /// The slot's channel, once no pass of another exchange can reach it.
 fn slot_mut(slot: &mut Arc<Mutex<Slot>>) -> Option<&mut Box<dyn Channel>> {
     if Arc::weak_count(slot) > 0 {
         let gone = Arc::as_ptr(slot);
-        in_flight().retain(|e| e.slot.as_ptr() != gone);
+        in_flight().entries.retain(|e| e.slot.as_ptr() != gone);
     }
     let slot = Arc::get_mut(slot)?.get_mut();
     Some(&mut slot.unwrap_or_else(|p| p.into_inner()).channel)
