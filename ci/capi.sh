@@ -56,6 +56,13 @@ done
 echo "-- mpirun -n 4 coupled, SODE_TRANSPORT=tcp"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/coupled"
 
+for n in 1 2 4; do
+  echo "-- mpirun -n $n tiles (a grid of 3 x 4 domains scattered over the ranks, several a rank)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$build/tiles"
+done
+echo "-- mpirun -n 4 tiles, SODE_TRANSPORT=tcp"
+timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/tiles"
+
 for n in 1 3; do
   echo "-- mpirun -n $n ring1d (a 1-D ring and line)"
   timeout 120 "${mpirun[@]}" -n "$n" "$build/ring1d"
@@ -88,7 +95,7 @@ for n in 1 2 3 4; do
   timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/explicit2d"
 done
 for n in 1 2 3; do
-  echo "-- mpirun -n $n tiles (Fortran: two tiles a rank in one array, boxes to other ranks and to itself)"
+  echo "-- mpirun -n $n tiles (Fortran: two tiles a rank in one array, by boxes to other ranks and to itself, then by the grid of domains)"
   timeout 120 "${mpirun[@]}" -n "$n" "$fbuild/tiles"
 done
 echo "-- mpirun -n 3 tiles over TCP"

@@ -77,6 +77,7 @@ module sode
   public :: sode_comm_size, sode_field_count
   public :: sode_comm_reorder_cart
   public :: sode_exchange_create_mpi_cart, sode_exchange_create_cart, sode_exchange_free
+  public :: sode_exchange_create_tiles
   public :: sode_exchange_create, sode_add_send, sode_add_recv
   public :: sode_add_field, sode_add_field_bytes
   public :: sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
@@ -210,6 +211,15 @@ module sode
        type(c_ptr) :: out
        integer(c_int) :: rc
      end function c_create_cart
+     function c_create_tiles(sc, ndims, dims, periodic, owners, ntiles, coords, lo, hi, shape, out) &
+          bind(C, name="sode_exchange_create_tiles") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: sc
+       integer(c_int), value :: ndims, ntiles, shape
+       integer(c_int) :: dims(*), periodic(*), owners(*), coords(*), lo(*), hi(*)
+       type(c_ptr) :: out
+       integer(c_int) :: rc
+     end function c_create_tiles
      function c_create_f(sc, ndims, lb, out) bind(C, name="sode_exchange_create_f") result(rc)
        import :: c_int, c_ptr, c_int64_t
        type(c_ptr), value :: sc
@@ -658,6 +668,41 @@ contains
     call finish(c_create_cart(sc%ptr, int(n, c_int), widths(dims, n), widths(coords, n), p, &
          widths(halo_lo, n), widths(halo_hi, n), int(shape, c_int), x%ptr), ierr)
   end subroutine sode_exchange_create_cart
+
+  !> An exchange of a grid of domains, several a rank (tiles, as tiled
+  !> ocean and atmosphere models keep them): domains per axis, periodic
+  !> axes, the rank of every domain in MPI_Cart_rank's order (the last
+  !> axis fastest), this rank's tiles' coordinates (from 0, one column
+  !> per tile: coords(:, t) is tile t, the t-th along the last dimension
+  !> of every field), halo widths and shape. Each tile's halo comes from
+  !> the neighbouring domains; a neighbour this rank holds too is copied.
+  subroutine sode_exchange_create_tiles(sc, dims, periodic, owners, coords, halo_lo, halo_hi, shape, x, ierr)
+    type(sode_comm), intent(in) :: sc
+    integer, intent(in) :: dims(:), owners(:), coords(:, :), halo_lo(:), halo_hi(:), shape
+    logical, intent(in) :: periodic(:)
+    type(sode_exchange), intent(out) :: x
+    integer, intent(out), optional :: ierr
+    integer :: n
+    integer(c_int) :: p(3)
+    n = size(dims)
+    if (n < 1 .or. n > 3 .or. size(periodic) /= n .or. size(coords, 1) /= n .or. &
+         size(halo_lo) /= n .or. size(halo_hi) /= n) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_exchange_create_tiles: dims, periodic, the halo widths and each tile''s coordinates need one' // &
+            ' value per axis (1 to 3)' // c_null_char), ierr)
+       return
+    end if
+    if (size(owners) /= product(dims)) then
+       call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+            'sode_exchange_create_tiles: owners needs one rank per domain (product(dims))' // c_null_char), ierr)
+       return
+    end if
+    p = 0
+    where (periodic) p(1:n) = 1
+    call finish(c_create_tiles(sc%ptr, int(n, c_int), widths(dims, n), p, int(owners, c_int), &
+         int(size(coords, 2), c_int), int(reshape(coords, [size(coords)]), c_int), widths(halo_lo, n), &
+         widths(halo_hi, n), int(shape, c_int), x%ptr), ierr)
+  end subroutine sode_exchange_create_tiles
 
   !> An exchange described by its messages, for codes with their own
   !> decomposition: boxes of cells of every field sent to and received

@@ -509,6 +509,44 @@ int sode_exchange_create_cart(struct sode_comm *comm,
                               struct sode_exchange **exchange);
 
 /**
+ * An exchange of a grid of domains, several a rank (tiles, as tiled ocean
+ * and atmosphere models keep them): `ndims` (1, 2 or 3) axes, `dims`
+ * domains per axis, `periodic` axes (non-zero), `owners` the rank of each
+ * domain (`dims[0] * dims[1] * ...` values, the last axis fastest), and
+ * this rank's `ntiles` domains, tile `t` at coordinates
+ * `tile_coords[t * ndims + a]` and at index `t` along the last axis of
+ * every field's array (`u[nt][ny + 2h][nx + 2h]` in C order, `u(1-h:nx+h,
+ * 1-h:ny+h, nt)` in Fortran). Halo widths and `shape` as in
+ * `sode_exchange_create_cart`. Each tile's halo comes from the
+ * neighbouring domains; a neighbour this rank holds too is copied, never
+ * sent.
+ *
+ * # Statuses
+ * `SODE_ERR_NULL` (`comm`, an array, or `exchange`); `SODE_ERR_ARG` for
+ * `ndims` outside 1 to 3, a negative value, more than 2^24 domains, a
+ * tile outside the grid, held by another rank or given twice, no tiles,
+ * an owner outside the communicator, a halo wider than 2^20 cells, an
+ * unknown shape, or an invalid `SODE_TRANSPORT`. (Grids that differ
+ * between ranks are found by the commit.)
+ *
+ * # Safety
+ * `comm` from a `sode_comm_create_*`; `dims`, `periodic`, `halo_lo` and
+ * `halo_hi` hold `ndims` values, `owners` one per domain, `tile_coords`
+ * `ntiles * ndims`; `exchange` valid for a write.
+ */
+int sode_exchange_create_tiles(struct sode_comm *comm,
+                               int ndims,
+                               const int *dims,
+                               const int *periodic,
+                               const int *owners,
+                               int ntiles,
+                               const int *tile_coords,
+                               const int *halo_lo,
+                               const int *halo_hi,
+                               int shape,
+                               struct sode_exchange **exchange);
+
+/**
  * Which faces travel in place over RDMA (read from the sender's field and
  * written into the receiver's halo by the device, with no copy):
  * `SODE_ZERO_COPY_AUTO` (faces of long contiguous runs; the default, or

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 
 use sode::field::FieldCard;
-use sode::pattern::{direction_name, grid_position, GridNeighbour, ProcessGrid};
+use sode::pattern::{direction_name, grid_position, GridNeighbour, ProcessGrid, Tile};
 use sode::Stencil;
 
 /// Which neighbours the stencil reads.
@@ -85,6 +85,55 @@ impl Cart {
             }
         }
         Ok(())
+    }
+}
+
+/// A grid of domains, several a rank (tiles, as tiled models keep them):
+/// each domain's rank, this rank's domains (in the order of its fields'
+/// last axis), and the halo widths and shape of a Cartesian exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TileGrid {
+    /// Domains per axis.
+    pub dims: Vec<usize>,
+    /// Periodic axes.
+    pub periodic: Vec<bool>,
+    /// Each domain's rank, axis 0 slowest.
+    pub owners: Vec<usize>,
+    /// This rank's domains.
+    pub tiles: Vec<Tile>,
+    /// Widest halo below the owned box, per axis.
+    pub halo_lo: Vec<usize>,
+    /// Widest halo above it.
+    pub halo_hi: Vec<usize>,
+    /// Which neighbours.
+    pub shape: Shape,
+}
+
+impl TileGrid {
+    /// The grid as the `sode` crate takes it.
+    pub fn grid(&self) -> ProcessGrid<'_> {
+        ProcessGrid {
+            dims: &self.dims,
+            periodic: &self.periodic,
+            stencil: self.shape.stencil(),
+            at: &self.owners,
+        }
+    }
+
+    /// Checks the description of rank `me` in a job of `size` ranks.
+    pub fn check(&self, me: usize, size: usize) -> Result<(), String> {
+        sode::pattern::check_tile_grid(&self.grid(), &self.tiles, me)?;
+        if let Some(p) = self.owners.iter().position(|&r| r >= size) {
+            return Err(format!(
+                "domain {p} belongs to rank {}, but the job has {size} ranks",
+                self.owners[p]
+            ));
+        }
+        match (0..self.dims.len()).find(|&a| self.halo_lo[a] > 1 << 20 || self.halo_hi[a] > 1 << 20)
+        {
+            Some(a) => Err(format!("axis {a}: a halo wider than 2^20 cells")),
+            None => Ok(()),
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use sode::field::{ElemType, FieldLayout, MemoryKind, Overlap, Piece};
 use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
 use sode::zero_copy::{self, ZeroCopy};
 
-use crate::cart::{self, Cart};
+use crate::cart::{self, Cart, TileGrid};
 use crate::error::{CapiError, Result};
 use crate::explicit;
 use crate::sys::memory::UserMemory;
@@ -111,6 +111,8 @@ enum State {
 enum Layout {
     /// A Cartesian process grid and halo widths.
     Cartesian(Cart),
+    /// A grid of domains, several a rank: boxes derived from it at commit.
+    Tiles(TileGrid),
     /// Boxes sent to and received from named ranks.
     Explicit {
         ndims: usize,
@@ -254,6 +256,29 @@ impl Exchange {
         })
     }
 
+    /// An exchange of a grid of domains, several a rank, over `world`;
+    /// checked for this rank now, across the job at commit.
+    pub fn tiles(world: World, timeout: Duration, tiles: TileGrid) -> Result<Exchange> {
+        let op = "sode_exchange_create_tiles";
+        tiles
+            .check(world.rank(), world.size())
+            .map_err(|why| CapiError::Invalid { op, why })?;
+        let transport = transport_from_env(op)?;
+        Ok(Exchange {
+            world,
+            timeout,
+            layout: Layout::Tiles(tiles),
+            fields: Vec::new(),
+            transport,
+            zero_copy: None,
+            shared: 0,
+            counting: cart::Counting::C,
+            carrying_all: true,
+            depth: 0,
+            state: State::Described,
+        })
+    }
+
     /// An exchange of boxes between named ranks, over `world`, in the first
     /// `ndims` axes of its fields: add them with
     /// [`add_box`](Self::add_box).
@@ -289,6 +314,7 @@ impl Exchange {
     pub fn dims(&self) -> usize {
         match &self.layout {
             Layout::Cartesian(c) => c.dims.len(),
+            Layout::Tiles(t) => t.dims.len(),
             Layout::Explicit { ndims, .. } => *ndims,
         }
     }
@@ -297,6 +323,7 @@ impl Exchange {
     pub fn halo_widths(&self) -> (Vec<usize>, Vec<usize>) {
         match &self.layout {
             Layout::Cartesian(c) => (c.halo_lo.clone(), c.halo_hi.clone()),
+            Layout::Tiles(t) => (t.halo_lo.clone(), t.halo_hi.clone()),
             Layout::Explicit { ndims, .. } => (vec![0; *ndims], vec![0; *ndims]),
         }
     }
@@ -365,7 +392,7 @@ impl Exchange {
         else {
             return Err(CapiError::State {
                 op,
-                why: "a Cartesian exchange derives its messages from the grid: make an explicit one with sode_exchange_create".into(),
+                why: "a Cartesian or tiled exchange derives its messages from the grid: make an explicit one with sode_exchange_create".into(),
             });
         };
         if m.lo.len() != *ndims || m.size.len() != *ndims || m.size.contains(&0) {
@@ -427,7 +454,7 @@ impl Exchange {
     pub fn box_origin(&self) -> Option<&[i64]> {
         match &self.layout {
             Layout::Explicit { origin, .. } => origin.as_deref(),
-            Layout::Cartesian(_) => None,
+            Layout::Cartesian(_) | Layout::Tiles(_) => None,
         }
     }
 
@@ -435,7 +462,7 @@ impl Exchange {
     fn boxes(&self) -> impl Iterator<Item = &BoxMessage> {
         let (s, r): (&[BoxMessage], &[BoxMessage]) = match &self.layout {
             Layout::Explicit { sends, recvs, .. } => (sends, recvs),
-            Layout::Cartesian(_) => (&[], &[]),
+            Layout::Cartesian(_) | Layout::Tiles(_) => (&[], &[]),
         };
         s.iter().chain(r)
     }
@@ -455,6 +482,14 @@ impl Exchange {
                 op,
                 why: format!("{}: {why}", self.counting.field(self.fields.len())),
             })?;
+        if let Layout::Tiles(t) = &self.layout {
+            sode::pattern::check_tile_axis(&spec, t.dims.len(), &t.tiles).map_err(|why| {
+                CapiError::Invalid {
+                    op,
+                    why: format!("{}: {why}", self.counting.field(self.fields.len())),
+                }
+            })?;
+        }
         for m in self.boxes().filter(|m| m.carries(self.fields.len())) {
             box_fits(m, &spec, self.box_origin()).map_err(|why| CapiError::Invalid {
                 op,
@@ -536,10 +571,10 @@ impl Exchange {
     pub fn set_overlap(&mut self, field: usize, overlap: Overlap) -> Result<()> {
         let op = "sode_exchange_set_overlap";
         self.before_commit(op, "set overlaps")?;
-        if !matches!(self.layout, Layout::Cartesian(_)) {
+        if let Layout::Explicit { .. } = self.layout {
             return Err(CapiError::Invalid {
                 op,
-                why: "an explicit exchange names every box it sends: an overlap belongs to a Cartesian exchange".into(),
+                why: "an explicit exchange names every box it sends: an overlap belongs to a Cartesian or tiled exchange".into(),
             });
         }
         let (max_lo, max_hi) = self.halo_widths();
@@ -721,6 +756,23 @@ impl Exchange {
         Ok(PlannedLinks::cartesian(specs, &neighbours, grouped))
     }
 
+    /// The boxes of a tiled exchange, one per (tile, direction, field),
+    /// run as an explicit exchange's: every rank's boxes must pair up with
+    /// their peers', checked alike on every rank.
+    fn tile_links(
+        &self,
+        tiles: &TileGrid,
+        specs: &[FieldLayout],
+        grouped: &[bool],
+    ) -> Result<PlannedLinks> {
+        let op = "sode_exchange_commit";
+        let boxes =
+            sode::pattern::tile_boxes(specs, &tiles.grid(), &tiles.tiles, self.world.rank())
+                .map_err(|why| CapiError::Invalid { op, why })?;
+        let ndims = specs.iter().map(|s| s.extents.len()).max().unwrap_or(0);
+        self.explicit_links(ndims, &boxes.sends, &boxes.recvs, specs, grouped)
+    }
+
     /// Per rank of the job, whether every direction (or box) to it
     /// travels as one message each way: unless it is reached over RDMA,
     /// which writes faces in place and spreads them over its engines by
@@ -848,6 +900,7 @@ impl Exchange {
             pieces: planned,
         } = match &self.layout {
             Layout::Cartesian(cart) => self.cartesian_links(cart, &specs, &grouped)?,
+            Layout::Tiles(t) => self.tile_links(t, &specs, &grouped)?,
             Layout::Explicit {
                 ndims,
                 sends,
@@ -1072,10 +1125,10 @@ impl Exchange {
     pub fn set_depth(&mut self, depth: usize) -> Result<()> {
         let op = "sode_exchange_set_depth";
         if depth != 0 {
-            if let Layout::Explicit { .. } = self.layout {
+            if !matches!(self.layout, Layout::Cartesian(_)) {
                 return Err(CapiError::Invalid {
                     op,
-                    why: format!("depth {depth}: an exchange described by its boxes moves each box whole; a depth applies to Cartesian exchanges (sode_exchange_create_cart)"),
+                    why: format!("depth {depth}: an exchange described by its boxes or tiles moves each box whole; a depth applies to Cartesian exchanges (sode_exchange_create_cart)"),
                 });
             }
             if self.shared > 0 {

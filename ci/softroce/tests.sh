@@ -16,7 +16,7 @@ for exe in "$@"; do
     # Only the RDMA cases: the others force shared memory or TCP and run on
     # the host already (emulated, they were only slower: the halo checks
     # alone took 140 s), the dead forwarder among them.
-    halo-* | alltoall-* | bounded-* | pattern-* | progress-*) "$exe" --test-threads=1 rdma || status=1 ;;
+    halo-* | alltoall-* | bounded-* | pattern-* | progress-* | tiles-*) "$exe" --test-threads=1 rdma || status=1 ;;
     # The library's unit tests: the channel conformance suite, RDMA among
     # the channels it runs against here.
     sode-*) "$exe" --test-threads=1 conformance || status=1 ;;

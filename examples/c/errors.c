@@ -50,6 +50,47 @@ static int add_u(sode_exchange *x) {
     return sode_exchange_add_field(x, u, SODE_F64, 2, EXT, LO, OWN, NULL, NULL, SODE_ORDER_C);
 }
 
+/* A tiled exchange's refusals, each found on this rank before any commit. */
+static void tiles_misuse(sode_comm *c) {
+    sode_exchange *x = NULL;
+    int dims[2] = {2, 2}, periodic[2] = {0, 1}, h[2] = {1, 1};
+    int owners[4] = {rank, rank, rank, rank}, mine[4] = {0, 0, 0, 1};
+    int twice[4] = {0, 0, 0, 0}, outside[2] = {2, 0};
+    expect("a tiled exchange without tiles",
+           sode_exchange_create_tiles(c, 2, dims, periodic, owners, 0, mine, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "no tiles");
+    expect("more tiles than domains",
+           sode_exchange_create_tiles(c, 2, dims, periodic, owners, 5, mine, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "ntiles is 5, but the grid has 4 domains");
+    expect("a tile outside the grid",
+           sode_exchange_create_tiles(c, 2, dims, periodic, owners, 1, outside, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "lies outside the grid");
+    expect("a tile given twice",
+           sode_exchange_create_tiles(c, 2, dims, periodic, owners, 2, twice, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "the tile at [0, 0] is given twice");
+    int strange[4] = {rank + 1, rank, rank, rank};
+    expect("a tile of another rank",
+           sode_exchange_create_tiles(c, 2, dims, periodic, strange, 2, mine, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "not this rank's");
+    int beyond[4] = {1 << 20, rank, rank, rank};
+    expect("a domain of a rank outside the job",
+           sode_exchange_create_tiles(c, 2, dims, periodic, beyond, 1, mine + 2, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "belongs to rank 1048576");
+    int huge[2] = {1 << 13, 1 << 12};
+    expect("more than 2^24 domains",
+           sode_exchange_create_tiles(c, 2, huge, periodic, owners, 1, mine, h, h, SODE_BOX, &x), SODE_ERR_ARG,
+           "more than 2^24 domains");
+    expect("a tiled exchange", sode_exchange_create_tiles(c, 2, dims, periodic, owners, 2, mine, h, h, SODE_BOX, &x),
+           SODE_OK, "");
+    expect("a field without a tile axis", add_u(x), SODE_ERR_ARG, "one for the tiles");
+    static double t[6 * 6 * 1];
+    const int64_t ext[3] = {6, 6, 1}, lo[3] = {1, 1, 0}, own[3] = {4, 4, 1};
+    expect("a tile axis too short for two tiles",
+           sode_exchange_add_field(x, t, SODE_F64, 3, ext, lo, own, NULL, NULL, SODE_ORDER_FORTRAN), SODE_ERR_ARG,
+           "give the field room for every tile");
+    expect("free it", sode_exchange_free(&x), SODE_OK, "");
+}
+
 static void misuse(sode_comm *c, int size) {
     sode_exchange *x = NULL;
     int dims[2] = {1, size}, coords[2] = {0, rank}, periodic[2] = {0, 1}, h[2] = {1, 1}, wide[2] = {2, 1};
@@ -368,6 +409,7 @@ int main(int argc, char **argv) {
     expect("a zero timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 0.0, &c), SODE_ERR_ARG, "timeout of 0");
     expect("a communicator", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c), SODE_OK, "");
     misuse(c, size);
+    tiles_misuse(c);
     shared_fields(c, size);
     mismatch(c, size);
     reorder(c, size);

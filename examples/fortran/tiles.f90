@@ -6,8 +6,12 @@
 ! on its own. The exchange is described by its messages
 ! (sode_exchange_create, sode_add_send, sode_add_recv), in the array's own
 ! bounds: OL columns to each x neighbour's tile, to another rank or to this
-! one, and OL rows from each tile to itself. Three iterations; every halo
-! cell of every tile and level must hold its owner's value.
+! one, and OL rows from each tile to itself. Then the same exchange
+! described by its grid of domains instead (sode_exchange_create_tiles:
+! the ring of tiles is a periodic grid of nranks*NT x 1 domains, each
+! domain's rank given), where sode derives those boxes itself. Three
+! iterations each; every halo cell of every tile and level must hold its
+! owner's value.
 !
 !   mpirun -n 3 ./tiles
 program tiles
@@ -22,15 +26,15 @@ program tiles
   call mpi_init(ierr)
   call mpi_comm_rank(MPI_COMM_WORLD, rank, ierr)
   call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
-  wrong = run()
+  wrong = run(.false.) + run(.true.)
   call mpi_allreduce(wrong, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
   if (total /= 0) then
      if (rank == 0) write (error_unit, '(a, i0, a)') 'tiles: ', total, ' halo cells wrong'
      call mpi_abort(MPI_COMM_WORLD, 1, ierr)
   end if
   if (rank == 0) write (output_unit, '(a, i0, a, i0, a)') 'ok ', nranks, ' ranks of ', NT, &
-       ' tiles each (one array, the tile its last dimension): every halo cell of every tile' // &
-       ' and level its owner''s value'
+       ' tiles each (one array, the tile its last dimension), described by boxes and by the grid' // &
+       ' of domains: every halo cell of every tile and level its owner''s value'
   call mpi_finalize(ierr)
 
 contains
@@ -78,19 +82,33 @@ contains
     call sode_add_send(x, rank, tag_of(g, 4), [1, 1, 1, t], [SX, OL, NR, t])
   end subroutine describe
 
-  integer function run() result(wrong)
+  !> Three iterations over an exchange described by its boxes or, with
+  !> `by_grid`, by its grid of domains; the halo cells wrong.
+  integer function run(by_grid) result(wrong)
+    logical, intent(in) :: by_grid
     type(sode_comm) :: sc
     type(sode_exchange) :: x
     real(real64), allocatable, target :: u(:, :, :, :)
-    integer :: it, t, g, i, j, k, gx, gy
+    integer :: it, t, g, i, j, k, gx, gy, p
+    integer :: owners(nranks * NT), coords(2, NT)
 
     allocate (u(1 - OL:SX + OL, 1 - OL:SY + OL, NR, NT))
     call sode_comm_create_mpi(MPI_COMM_WORLD%MPI_VAL, sc)
-    call sode_exchange_create(sc, [1 - OL, 1 - OL, 1, 1], x)
+    if (by_grid) then
+       ! Domain p (from 0) is global tile p, on rank p / NT.
+       owners = [(p / NT, p = 0, nranks * NT - 1)]
+       coords = reshape([(rank * NT + t - 1, 0, t = 1, NT)], [2, NT])
+       call sode_exchange_create_tiles(sc, [nranks * NT, 1], [.true., .true.], owners, coords, &
+            [OL, OL], [OL, OL], SODE_STAR, x)
+    else
+       call sode_exchange_create(sc, [1 - OL, 1 - OL, 1, 1], x)
+    end if
     call sode_add_field(x, u, first=[1, 1, 1, 1], last=[SX, SY, NR, NT])
-    do t = 1, NT
-       call describe(x, t, rank * NT + t - 1)
-    end do
+    if (.not. by_grid) then
+       do t = 1, NT
+          call describe(x, t, rank * NT + t - 1)
+       end do
+    end if
     call sode_commit(x)
     wrong = 0
     do it = 1, 3

@@ -240,6 +240,67 @@ impl FieldExchangeBuilder<'_> {
         self.finish(builder, planned, false, spans)
     }
 
+    /// Builds the exchange of a grid of domains, several a rank (tiles, as
+    /// tiled ocean and atmosphere models keep them): `grid.at` gives each
+    /// domain's rank, `tiles` this rank's, each at an index along the last
+    /// axis of every field's array. Every field's halo comes from the
+    /// neighbouring domains `grid.stencil` reads; a neighbour this rank
+    /// holds too is copied, never sent. Collective: every rank calls it
+    /// with the same fields and the same grid (a rank may hold any number
+    /// of tiles, one at least).
+    ///
+    /// ```no_run
+    /// # fn f(world: &sode_job::World) -> sode::Result<()> {
+    /// use sode::field::{ElemType, FieldLayout, Order};
+    /// use sode::pattern::{ProcessGrid, Tile};
+    /// // u(1-2:16+2, 1-2:8+2, 2): two 16 x 8 tiles a rank, halo 2, on a
+    /// // periodic 4 x 2 grid of tiles held by 4 ranks, two each along axis 0.
+    /// let u = FieldLayout::with_halo(ElemType::F64, &[16, 8, 2], &[2, 2], Order::Fortran);
+    /// let at: Vec<usize> = (0..8).map(|p| p / 2).collect();
+    /// let grid = ProcessGrid { dims: &[2, 4], periodic: &[true, true], stencil: sode::Stencil::Full, at: &at };
+    /// let me = world.rank();
+    /// let tiles: Vec<Tile> = (0..2)
+    ///     .map(|index| Tile { coords: vec![me / 2, 2 * (me % 2) + index], index })
+    ///     .collect();
+    /// let x = sode::FieldExchange::builder(world, vec![u]).tiles(&grid, &tiles)?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// On every rank alike: [`HaloError::Usage`] when a rank's grid,
+    /// tiles or fields are not valid (a tile outside the grid or held by
+    /// another rank, a field without a tile axis), or differ from rank
+    /// 0's, naming that rank and why; then as [`LinkExchange`]'s build.
+    pub fn tiles(self, grid: &ProcessGrid<'_>, tiles: &[pattern::Tile]) -> Result<FieldExchange> {
+        let me = self.world.rank();
+        let size = self.world.size();
+        let checked = match grid.at.iter().find(|&&r| r >= size) {
+            Some(r) => Err(format!(
+                "rank {r} holds a domain, but the job has {size} ranks"
+            )),
+            None => self.check_layouts(grid.dims.len()),
+        }
+        // The boxes come from each field's own regions: inside its array.
+        .and_then(|spans| Ok((spans, pattern::tile_boxes(&self.layouts, grid, tiles, me)?)));
+        let mine = checked.as_ref().map_err(Clone::clone).map(|_| {
+            let stencil = format!("{:?}", grid.stencil);
+            common_digest(
+                ("tiles", grid.dims, grid.periodic, stencil, grid.at),
+                &self.cards(),
+            )
+        });
+        let agreed = self.agree(mine);
+        let (spans, boxes) =
+            agreed.and(checked.map_err(|why| HaloError::Usage { op: "build", why }))?;
+        let mut builder = LinkExchange::builder(self.world, Vec::new())
+            .transport(self.transport)
+            .setup_timeout(self.timeout);
+        let grouped = grouped(&mut builder, self.world.size())?;
+        let planned = PlannedLinks::boxes(&self.layouts, &boxes.sends, &boxes.recvs, &grouped);
+        self.finish(builder, planned, false, spans)
+    }
+
     fn cards(&self) -> Vec<crate::field::FieldCard> {
         self.layouts.iter().map(FieldLayout::card).collect()
     }

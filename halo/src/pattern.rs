@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::decomp::{direction_tag, Stencil, PEER_TAG};
+use crate::decomp::{direction_tag, Region, Stencil, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::field::{FieldLayout, Piece};
 use crate::links::{Link, LinkExchange, Message};
@@ -64,6 +64,229 @@ impl ProcessGrid<'_> {
 /// The position of `coords` in a grid of `dims`, axis 0 slowest.
 pub fn grid_position(dims: &[usize], coords: &[usize]) -> usize {
     coords.iter().zip(dims).fold(0, |i, (&c, &d)| i * d + c)
+}
+
+/// One of this rank's domains (tiles) in a Cartesian grid of domains: its
+/// coordinates in the grid, and its index along the last axis of every
+/// field's array, where a tiled model keeps its tiles
+/// (`u(1-OL:SX+OL, 1-OL:SY+OL, NR, NT)`: the tile axis after the grid axes
+/// and any further ones).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tile {
+    /// Coordinates in the grid of domains.
+    pub coords: Vec<usize>,
+    /// Index along the arrays' last axis (0-based).
+    pub index: usize,
+}
+
+/// What a rank of a tiled exchange sends and receives: one box per
+/// (tile, direction, field), to the rank that holds the neighbouring tile
+/// (this one, for a neighbour it holds too: a copy).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TileBoxes {
+    /// Boxes sent.
+    pub sends: Vec<BoxMessage>,
+    /// Boxes received.
+    pub recvs: Vec<BoxMessage>,
+}
+
+/// The boxes rank `me` sends and receives for `tiles`, its domains in
+/// `grid` (a grid of domains, `grid.at` each one's rank), every field of
+/// `layouts` with its halo widths and overlap on the grid's axes. Each box
+/// is tagged by the tile that sends it, the direction and the field, so
+/// that both ends of a message compute the same tag.
+///
+/// # Errors
+/// What is wrong with the grid, the tiles or a field's array, naming it.
+pub fn tile_boxes(
+    layouts: &[FieldLayout],
+    grid: &ProcessGrid<'_>,
+    tiles: &[Tile],
+    me: usize,
+) -> std::result::Result<TileBoxes, String> {
+    check_tiles(layouts, grid, tiles, me)?;
+    let offsets = crate::decomp::stencil_offsets(grid.dims.len(), grid.stencil);
+    let directions = offsets.len();
+    let tag = |tile: usize, direction: usize, field: usize| {
+        tile.checked_mul(directions)
+            .and_then(|t| t.checked_add(direction))
+            .and_then(|t| t.checked_mul(layouts.len()))
+            .and_then(|t| t.checked_add(field))
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or_else(|| {
+                format!(
+                    "a grid of {} domains, {directions} directions and {} fields needs more than 2^32 tags",
+                    grid.at.len(),
+                    layouts.len()
+                )
+            })
+    };
+    let mut out = TileBoxes::default();
+    for t in tiles {
+        let here = grid_position(grid.dims, &t.coords);
+        for (d, o) in offsets.iter().enumerate() {
+            let Some(there) = grid_step(grid, &t.coords, o) else {
+                continue;
+            };
+            let back: Vec<i32> = o.iter().map(|x| -x).collect();
+            // Symmetric stencils: the opposite direction is one of them.
+            let Some(d_back) = offsets.iter().position(|b| *b == back) else {
+                continue;
+            };
+            let peer = grid.at[there];
+            for (f, l) in layouts.iter().enumerate() {
+                let sent = tile_box(peer, tag(here, d, f)?, f, &l.send_region(o), t.index);
+                let received =
+                    tile_box(peer, tag(there, d_back, f)?, f, &l.recv_region(o), t.index);
+                out.sends.extend(sent);
+                out.recvs.extend(received);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The box of `region` in tile `index` (the arrays' last axis), unless it
+/// holds no cells.
+fn tile_box(
+    peer: usize,
+    tag: u32,
+    field: usize,
+    region: &Region,
+    index: usize,
+) -> Option<BoxMessage> {
+    if region.cells() == 0 {
+        return None;
+    }
+    let (mut lo, mut size) = (region.start.clone(), region.size.clone());
+    *lo.last_mut()? = index;
+    *size.last_mut()? = 1;
+    Some(BoxMessage {
+        peer,
+        tag,
+        lo,
+        size,
+        field: Some(field),
+    })
+}
+
+/// The position one step `offset` from `coords`, across periodic edges;
+/// `None` past the others.
+fn grid_step(grid: &ProcessGrid<'_>, coords: &[usize], offset: &[i32]) -> Option<usize> {
+    let mut c = Vec::with_capacity(coords.len());
+    for (a, &o) in offset.iter().enumerate() {
+        let x = coords[a] as i64 + i64::from(o);
+        let g = grid.dims[a] as i64;
+        if (x < 0 || x >= g) && !grid.periodic[a] {
+            return None;
+        }
+        c.push(x.rem_euclid(g) as usize);
+    }
+    Some(grid_position(grid.dims, &c))
+}
+
+/// The grid of domains, rank `me`'s tiles on it and the fields' tile
+/// axes, checked before any box is made.
+fn check_tiles(
+    layouts: &[FieldLayout],
+    grid: &ProcessGrid<'_>,
+    tiles: &[Tile],
+    me: usize,
+) -> std::result::Result<(), String> {
+    check_tile_grid(grid, tiles, me)?;
+    for (f, l) in layouts.iter().enumerate() {
+        check_tile_axis(l, grid.dims.len(), tiles).map_err(|e| format!("field {f}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Whether `grid` is a grid of 1 to 3 axes with a rank for each domain,
+/// and `tiles` are domains of rank `me` on it, each once, with an index
+/// each.
+///
+/// # Errors
+/// What is wrong, naming the tile.
+pub fn check_tile_grid(
+    grid: &ProcessGrid<'_>,
+    tiles: &[Tile],
+    me: usize,
+) -> std::result::Result<(), String> {
+    let d = grid.dims.len();
+    if !(1..=3).contains(&d) || grid.periodic.len() != d {
+        return Err(format!(
+            "a grid of {d} axes with {} periodic flags: give 1 to 3 axes, a flag per axis",
+            grid.periodic.len()
+        ));
+    }
+    let positions = grid
+        .dims
+        .iter()
+        .try_fold(1usize, |n, &g| n.checked_mul(g))
+        .filter(|&n| n > 0);
+    if positions != Some(grid.at.len()) {
+        return Err(format!(
+            "a grid of {:?} domains, but {} ranks given for them: give one per domain",
+            grid.dims,
+            grid.at.len()
+        ));
+    }
+    if tiles.is_empty() {
+        return Err("no tiles: give this rank's domains (a rank without any takes no part)".into());
+    }
+    for (i, t) in tiles.iter().enumerate() {
+        if t.coords.len() != d || (0..d).any(|a| t.coords[a] >= grid.dims[a]) {
+            return Err(format!(
+                "the tile at {:?} lies outside the grid of {:?} domains",
+                t.coords, grid.dims
+            ));
+        }
+        let owner = grid.at[grid_position(grid.dims, &t.coords)];
+        if owner != me {
+            return Err(format!(
+                "the tile at {:?} is rank {owner}'s domain on the grid, not this rank's ({me})",
+                t.coords
+            ));
+        }
+        if let Some(u) = tiles[..i].iter().find(|u| u.coords == t.coords) {
+            return Err(format!("the tile at {:?} is given twice", u.coords));
+        }
+        if let Some(u) = tiles[..i].iter().find(|u| u.index == t.index) {
+            return Err(format!(
+                "the tiles at {:?} and {:?} both sit at index {} of the tile axis",
+                u.coords, t.coords, t.index
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `layout` holds `tiles` along its last axis, after the grid's
+/// `grid_axes`: each tile's index within its owned range there.
+///
+/// # Errors
+/// What is wrong, naming the tile.
+pub fn check_tile_axis(
+    layout: &FieldLayout,
+    grid_axes: usize,
+    tiles: &[Tile],
+) -> std::result::Result<(), String> {
+    let axes = layout.extents.len();
+    if axes <= grid_axes {
+        return Err(format!(
+            "{axes} axes: a tiled field has the grid's {grid_axes} and, last, one for the tiles"
+        ));
+    }
+    let (lo, n) = (layout.owned_lo[axes - 1], layout.owned_size[axes - 1]);
+    match tiles.iter().find(|t| !(lo..lo + n).contains(&t.index)) {
+        None => Ok(()),
+        Some(t) => Err(format!(
+            "the tile at {:?} sits at index {} of the last axis, outside its owned {lo}..{} \
+             (from 0): give the field room for every tile",
+            t.coords,
+            t.index,
+            lo + n
+        )),
+    }
 }
 
 /// A direction as callers index the process grid: `axis 0+`,

@@ -14,7 +14,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use sode_job::AllgatherFn;
 
-use crate::cart::{Cart, Shape};
+use crate::cart::{Cart, Shape, TileGrid};
 use crate::comm::{seconds, Comm};
 use crate::error::{CapiError, Result};
 use crate::exchange::{Exchange, FieldList};
@@ -22,6 +22,7 @@ use crate::explicit::BoxMessage;
 use crate::stats::{NeighbourStats, Stats};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
 use sode::field::{ElemType, FieldLayout, Order, Overlap};
+use sode::pattern::Tile;
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -691,6 +692,111 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
             shape,
         };
         let x = Exchange::cartesian(c.world.clone(), c.timeout, cart)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(op, exchange, x) }
+    })
+}
+
+/// Most domains a tiled exchange's grid may have: the owner map is read
+/// whole.
+const MAX_DOMAINS: usize = 1 << 24;
+
+/// An exchange of a grid of domains, several a rank (tiles, as tiled ocean
+/// and atmosphere models keep them): `ndims` (1, 2 or 3) axes, `dims`
+/// domains per axis, `periodic` axes (non-zero), `owners` the rank of each
+/// domain (`dims[0] * dims[1] * ...` values, the last axis fastest), and
+/// this rank's `ntiles` domains, tile `t` at coordinates
+/// `tile_coords[t * ndims + a]` and at index `t` along the last axis of
+/// every field's array (`u[nt][ny + 2h][nx + 2h]` in C order, `u(1-h:nx+h,
+/// 1-h:ny+h, nt)` in Fortran). Halo widths and `shape` as in
+/// `sode_exchange_create_cart`. Each tile's halo comes from the
+/// neighbouring domains; a neighbour this rank holds too is copied, never
+/// sent.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`comm`, an array, or `exchange`); `SODE_ERR_ARG` for
+/// `ndims` outside 1 to 3, a negative value, more than 2^24 domains, a
+/// tile outside the grid, held by another rank or given twice, no tiles,
+/// an owner outside the communicator, a halo wider than 2^20 cells, an
+/// unknown shape, or an invalid `SODE_TRANSPORT`. (Grids that differ
+/// between ranks are found by the commit.)
+///
+/// # Safety
+/// `comm` from a `sode_comm_create_*`; `dims`, `periodic`, `halo_lo` and
+/// `halo_hi` hold `ndims` values, `owners` one per domain, `tile_coords`
+/// `ntiles * ndims`; `exchange` valid for a write.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn sode_exchange_create_tiles(
+    comm: *mut Comm,
+    ndims: c_int,
+    dims: *const c_int,
+    periodic: *const c_int,
+    owners: *const c_int,
+    ntiles: c_int,
+    tile_coords: *const c_int,
+    halo_lo: *const c_int,
+    halo_hi: *const c_int,
+    shape: c_int,
+    exchange: *mut *mut Exchange,
+) -> c_int {
+    let op = "sode_exchange_create_tiles";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let c = unsafe { handle(op, "comm", comm) }?;
+        let d = grid_axes(op, ndims, 1)?;
+        let shape = grid_shape(op, shape)?;
+        // SAFETY: the caller's contract: `ndims` values each.
+        let (dims, periodic, lo, hi) = unsafe {
+            (
+                array(op, "dims", dims, d)?,
+                array(op, "periodic", periodic, d)?,
+                array(op, "halo_lo", halo_lo, d)?,
+                array(op, "halo_hi", halo_hi, d)?,
+            )
+        };
+        let dims = sizes(op, "dims", &dims)?;
+        let domains = dims
+            .iter()
+            .try_fold(1usize, |n, &g| n.checked_mul(g))
+            .filter(|&n| n <= MAX_DOMAINS)
+            .ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!("dims {dims:?}: more than 2^24 domains"),
+            })?;
+        let ntiles = sizes(op, "ntiles", &[ntiles])?[0];
+        if ntiles > domains {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("ntiles is {ntiles}, but the grid has {domains} domains"),
+            });
+        }
+        // SAFETY: the caller's contract: a value per domain, `ndims` per
+        // tile.
+        let (owners, coords) = unsafe {
+            (
+                array(op, "owners", owners, domains)?,
+                array(op, "tile_coords", tile_coords, ntiles * d)?,
+            )
+        };
+        let coords = sizes(op, "tile_coords", &coords)?;
+        let tiles = TileGrid {
+            dims,
+            periodic: periodic.iter().map(|&p| p != 0).collect(),
+            owners: sizes(op, "owners", &owners)?,
+            tiles: coords
+                .chunks(d)
+                .enumerate()
+                .map(|(index, c)| Tile {
+                    coords: c.to_vec(),
+                    index,
+                })
+                .collect(),
+            halo_lo: sizes(op, "halo_lo", &lo)?,
+            halo_hi: sizes(op, "halo_hi", &hi)?,
+            shape,
+        };
+        let x = Exchange::tiles(c.world.clone(), c.timeout, tiles)?;
         // SAFETY: the caller's contract.
         unsafe { put(op, exchange, x) }
     })
