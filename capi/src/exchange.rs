@@ -233,18 +233,17 @@ fn transport_from_env(op: &'static str) -> Result<Transport> {
 }
 
 impl Exchange {
-    /// A Cartesian exchange over `world`; checked for this rank now, across
-    /// the job at commit.
-    pub fn cartesian(world: World, timeout: Duration, cart: Cart) -> Result<Exchange> {
-        cart.check().map_err(|why| CapiError::Invalid {
-            op: "sode_exchange_create_cart",
-            why,
-        })?;
-        let transport = transport_from_env("sode_exchange_create_cart")?;
-        Ok(Exchange {
+    /// An exchange described so far by `layout` alone.
+    fn described(
+        world: World,
+        timeout: Duration,
+        layout: Layout,
+        transport: Transport,
+    ) -> Exchange {
+        Exchange {
             world,
             timeout,
-            layout: Layout::Cartesian(cart),
+            layout,
             fields: Vec::new(),
             transport,
             zero_copy: None,
@@ -253,7 +252,23 @@ impl Exchange {
             carrying_all: true,
             depth: 0,
             state: State::Described,
-        })
+        }
+    }
+
+    /// A Cartesian exchange over `world`; checked for this rank now, across
+    /// the job at commit.
+    pub fn cartesian(world: World, timeout: Duration, cart: Cart) -> Result<Exchange> {
+        cart.check().map_err(|why| CapiError::Invalid {
+            op: "sode_exchange_create_cart",
+            why,
+        })?;
+        let transport = transport_from_env("sode_exchange_create_cart")?;
+        Ok(Exchange::described(
+            world,
+            timeout,
+            Layout::Cartesian(cart),
+            transport,
+        ))
     }
 
     /// An exchange of a grid of domains, several a rank, over `world`;
@@ -264,19 +279,12 @@ impl Exchange {
             .check(world.rank(), world.size())
             .map_err(|why| CapiError::Invalid { op, why })?;
         let transport = transport_from_env(op)?;
-        Ok(Exchange {
+        Ok(Exchange::described(
             world,
             timeout,
-            layout: Layout::Tiles(tiles),
-            fields: Vec::new(),
+            Layout::Tiles(tiles),
             transport,
-            zero_copy: None,
-            shared: 0,
-            counting: cart::Counting::C,
-            carrying_all: true,
-            depth: 0,
-            state: State::Described,
-        })
+        ))
     }
 
     /// An exchange of boxes between named ranks, over `world`, in the first
@@ -290,24 +298,17 @@ impl Exchange {
             });
         }
         let transport = transport_from_env("sode_exchange_create")?;
-        Ok(Exchange {
+        Ok(Exchange::described(
             world,
             timeout,
-            layout: Layout::Explicit {
+            Layout::Explicit {
                 ndims,
                 sends: Vec::new(),
                 recvs: Vec::new(),
                 origin: None,
             },
-            fields: Vec::new(),
             transport,
-            zero_copy: None,
-            shared: 0,
-            counting: cart::Counting::C,
-            carrying_all: true,
-            depth: 0,
-            state: State::Described,
-        })
+        ))
     }
 
     /// Axes of the process grid (or of the boxes).

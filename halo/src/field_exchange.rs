@@ -310,23 +310,11 @@ impl FieldExchangeBuilder<'_> {
         grid: &ProcessGrid<'_>,
         coords: &[usize],
     ) -> std::result::Result<(), String> {
+        grid.check("processes")?;
         let d = grid.dims.len();
-        if d == 0 || grid.periodic.len() != d || coords.len() != d {
+        if coords.len() != d {
             return Err(format!(
-                "a grid of {d} axes with {} periodic flags, at coordinates {coords:?}: give one of each per axis",
-                grid.periodic.len()
-            ));
-        }
-        let positions = grid
-            .dims
-            .iter()
-            .try_fold(1usize, |n, &g| n.checked_mul(g))
-            .filter(|&n| n > 0);
-        if positions != Some(grid.at.len()) {
-            return Err(format!(
-                "a grid of {:?} processes, but {} ranks placed on it",
-                grid.dims,
-                grid.at.len()
+                "coordinates {coords:?} on a grid of {d} axes: give one per axis"
             ));
         }
         if let Some(a) = (0..d).find(|&a| coords[a] >= grid.dims[a]) {

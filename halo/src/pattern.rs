@@ -37,6 +37,34 @@ pub struct ProcessGrid<'a> {
 }
 
 impl ProcessGrid<'_> {
+    /// Whether the grid has an axis at least, a periodic flag per axis,
+    /// and a rank for each of its places (`what`: processes, domains).
+    ///
+    /// # Errors
+    /// What does not fit.
+    pub fn check(&self, what: &str) -> std::result::Result<(), String> {
+        let d = self.dims.len();
+        if d == 0 || self.periodic.len() != d {
+            return Err(format!(
+                "a grid of {d} axes with {} periodic flags: give an axis at least, a flag per axis",
+                self.periodic.len()
+            ));
+        }
+        let places = self
+            .dims
+            .iter()
+            .try_fold(1usize, |n, &g| n.checked_mul(g))
+            .filter(|&n| n > 0);
+        if places != Some(self.at.len()) {
+            return Err(format!(
+                "a grid of {:?} {what}, but {} ranks given for them: give one for each",
+                self.dims,
+                self.at.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// The neighbours of the rank at `coords`, in offset order (axis 0
     /// slowest); none across the edges of non-periodic axes.
     pub fn neighbours(&self, coords: &[usize]) -> Vec<GridNeighbour> {
@@ -200,7 +228,7 @@ fn check_tiles(
     Ok(())
 }
 
-/// Whether `grid` is a grid of 1 to 3 axes with a rank for each domain,
+/// Whether `grid` is a grid with a rank for each domain ([`ProcessGrid::check`]),
 /// and `tiles` are domains of rank `me` on it, each once, with an index
 /// each.
 ///
@@ -211,25 +239,8 @@ pub fn check_tile_grid(
     tiles: &[Tile],
     me: usize,
 ) -> std::result::Result<(), String> {
+    grid.check("domains")?;
     let d = grid.dims.len();
-    if !(1..=3).contains(&d) || grid.periodic.len() != d {
-        return Err(format!(
-            "a grid of {d} axes with {} periodic flags: give 1 to 3 axes, a flag per axis",
-            grid.periodic.len()
-        ));
-    }
-    let positions = grid
-        .dims
-        .iter()
-        .try_fold(1usize, |n, &g| n.checked_mul(g))
-        .filter(|&n| n > 0);
-    if positions != Some(grid.at.len()) {
-        return Err(format!(
-            "a grid of {:?} domains, but {} ranks given for them: give one per domain",
-            grid.dims,
-            grid.at.len()
-        ));
-    }
     if tiles.is_empty() {
         return Err("no tiles: give this rank's domains (a rank without any takes no part)".into());
     }
