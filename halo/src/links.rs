@@ -463,8 +463,11 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// over the transport asked for; [`HaloError::Shm`],
     /// [`HaloError::Rdma`] or [`HaloError::TcpSetup`] when a channel
     /// cannot be set up; [`HaloError::Barrier`] when the job's collectives
-    /// fail or time out.
+    /// fail or time out; [`HaloError::Usage`] on this rank alone, before
+    /// any collective step, for a value [`PROGRESS_VAR`](crate::PROGRESS_VAR)
+    /// does not take.
     pub fn build(mut self) -> Result<LinkExchange> {
+        crate::channel::progress_from_env().map_err(|why| HaloError::Usage { op: "build", why })?;
         self.gather_fabrics()?;
         self.check()?;
         let n = self.links.len();

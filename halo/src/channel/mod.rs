@@ -10,7 +10,8 @@ mod conformance;
 #[cfg(test)]
 mod memory;
 mod progress;
-pub(crate) use progress::Channels;
+pub use progress::PROGRESS_VAR;
+pub(crate) use progress::{progress_from_env, Channels};
 mod shm;
 pub(crate) use shm::ShmChannel;
 mod tcp;

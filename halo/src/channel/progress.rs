@@ -268,29 +268,12 @@ impl Channels {
         let (owner, thread) = (self.owner, std::thread::current().id());
         // Passes of several threads take turns; a thread that finds the
         // list busy makes none this time round.
-        let list = match IN_FLIGHT.try_lock() {
-            Ok(list) => list,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
+        let Some(list) = try_list() else {
+            return false;
         };
         let mut pending = false;
         for e in list.entries.iter().filter(|e| e.owner != owner) {
-            // Upgraded and dropped under the list's lock: once its owner
-            // has withdrawn, no pass holds a slot.
-            let Some(slot) = e.slot.upgrade() else {
-                continue;
-            };
-            let Some(mut slot) = try_lock(&slot) else {
-                continue;
-            };
-            if slot.done || slot.failed.is_some() {
-                continue;
-            }
-            match slot.channel.test() {
-                Ok(done) => slot.done = done,
-                Err(e) => slot.failed = Some(e),
-            }
-            pending |= !slot.done && e.thread == thread;
+            pending |= pass(e) && e.thread == thread;
         }
         pending
     }
@@ -301,6 +284,100 @@ impl Drop for Channels {
         self.withdraw();
         let mut list = in_flight();
         list.reserved = list.reserved.saturating_sub(self.slots.len());
+    }
+}
+
+/// The list, unless another thread holds it.
+fn try_list() -> Option<MutexGuard<'static, List>> {
+    match IN_FLIGHT.try_lock() {
+        Ok(list) => Some(list),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+/// One pass over an enlisted channel, unless another thread is using it
+/// or it is complete: whether it is still incomplete. Its error is kept
+/// for its owner. Called with the list held: the slot is upgraded and
+/// dropped under it, so that once its owner has withdrawn, no pass holds
+/// it.
+fn pass(e: &Enlisted) -> bool {
+    let Some(slot) = e.slot.upgrade() else {
+        return false;
+    };
+    let Some(mut slot) = try_lock(&slot) else {
+        return false;
+    };
+    if slot.done || slot.failed.is_some() {
+        return false;
+    }
+    match slot.channel.test() {
+        Ok(done) => slot.done = done,
+        Err(e) => slot.failed = Some(e),
+    }
+    !slot.done
+}
+
+/// What `SODE_PROGRESS` asks for: `thread` (a pass every 50 us) or
+/// `thread:MICROSECONDS` runs a thread that passes over every exchange in
+/// flight in the process, so that data moves while the ranks compute or
+/// sit in MPI between `start` and `wait`; unset or `off`, exchanges move
+/// in the ranks' own sode calls only.
+pub const PROGRESS_VAR: &str = "SODE_PROGRESS";
+
+/// Whether the progress thread runs.
+static PROGRESS_THREAD: Mutex<bool> = Mutex::new(false);
+
+/// Starts the process's progress thread (once) if `SODE_PROGRESS` asks
+/// for it.
+///
+/// # Errors
+/// A value `SODE_PROGRESS` does not take, or a thread that cannot be
+/// started, in words.
+pub(crate) fn progress_from_env() -> std::result::Result<(), String> {
+    let Some(value) = std::env::var_os(PROGRESS_VAR) else {
+        return Ok(());
+    };
+    let Some(us) = progress_interval(&value.to_string_lossy())? else {
+        return Ok(());
+    };
+    let mut started = PROGRESS_THREAD.lock().unwrap_or_else(|p| p.into_inner());
+    if !*started {
+        let interval = std::time::Duration::from_micros(us);
+        std::thread::Builder::new()
+            .name("sode-progress".into())
+            .spawn(move || loop {
+                if ENLISTED.load(Ordering::Acquire) > 0 {
+                    if let Some(list) = try_list() {
+                        list.entries.iter().for_each(|e| {
+                            pass(e);
+                        });
+                    }
+                }
+                std::thread::sleep(interval);
+            })
+            .map_err(|e| format!("{PROGRESS_VAR}: the progress thread cannot start: {e}"))?;
+        *started = true;
+    }
+    Ok(())
+}
+
+/// The interval in microseconds a `SODE_PROGRESS` value asks for
+/// (`None`: no thread).
+fn progress_interval(value: &str) -> std::result::Result<Option<u64>, String> {
+    match value.trim() {
+        "" | "off" => Ok(None),
+        "thread" => Ok(Some(50)),
+        v => v
+            .strip_prefix("thread:")
+            .and_then(|us| us.parse::<u64>().ok())
+            .filter(|us| (1..=1_000_000).contains(us))
+            .map(Some)
+            .ok_or_else(|| {
+                format!(
+                    "{PROGRESS_VAR}={value}: use off, thread or thread:MICROSECONDS (1 to 1000000)"
+                )
+            }),
     }
 }
 
@@ -320,4 +397,24 @@ fn slot_mut(slot: &mut Arc<Mutex<Slot>>) -> Option<&mut Box<dyn Channel>> {
     }
     let slot = Arc::get_mut(slot)?.get_mut();
     Some(&mut slot.unwrap_or_else(|p| p.into_inner()).channel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::progress_interval;
+
+    #[test]
+    fn progress_takes_off_thread_and_an_interval_and_names_what_it_refuses() {
+        assert_eq!(progress_interval("off"), Ok(None));
+        assert_eq!(progress_interval(""), Ok(None));
+        assert_eq!(progress_interval("thread"), Ok(Some(50)));
+        assert_eq!(progress_interval(" thread:200 "), Ok(Some(200)));
+        for bad in ["on", "thread:0", "thread:2000000", "thread:x", "threads"] {
+            let e = progress_interval(bad).unwrap_err();
+            assert!(
+                e.contains(bad) && e.contains("use off, thread"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

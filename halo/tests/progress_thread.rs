@@ -1,0 +1,118 @@
+//! `SODE_PROGRESS=thread`: a thread of the process moves the exchanges in
+//! flight while the rank computes. Two ranks (separate processes: thread
+//! ranks of one process move each other's exchanges anyway) exchange a
+//! face larger than loopback TCP buffers hold. Rank 0 starts while rank 1
+//! is not reading yet, then computes (sleeps) for two seconds before its
+//! wait; rank 1 starts after rank 0's start has returned, and waits.
+//! Without the thread the rest of rank 0's face leaves only when rank 0
+//! calls sode again, two seconds later; with it, at once. Both runs are
+//! made, so the test shows the difference, not only one side of it.
+//!
+//! The ranks are this test executable run again, by the `rank` test below
+//! (a no-op unless `SODE_PROGRESS_TEST` is set).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_job::World;
+mod common;
+use common::free_port;
+
+const ROLE: &str = "SODE_PROGRESS_TEST";
+/// Cells along the face: with a halo of 4, 64 MiB (loopback TCP buffers
+/// hold about 36 MiB: 32 received, 4 to send).
+const FACE: usize = 1 << 21;
+const HALO: usize = 4;
+const COMPUTE: Duration = Duration::from_secs(2);
+
+#[test]
+fn rank() {
+    if std::env::var_os(ROLE).is_none() {
+        return;
+    }
+    let w = World::init(Duration::from_secs(30)).unwrap();
+    let me = w.rank();
+    let d = Decomposition::new(&[FACE, 16], &[1, 2], &[false, true], HALO, Stencil::Faces).unwrap();
+    let mut x = HaloExchange::builder(&w, &d)
+        .transport(Transport::Tcp)
+        .build()
+        .unwrap();
+    let mut u = vec![me as f64; x.local_extent().iter().product()];
+    w.barrier(Duration::from_secs(30)).unwrap();
+    if me == 0 {
+        x.start(&[&u]).unwrap();
+        w.barrier(Duration::from_secs(30)).unwrap();
+        std::thread::sleep(COMPUTE);
+    } else {
+        // Rank 0's start has returned, its socket buffers full.
+        w.barrier(Duration::from_secs(30)).unwrap();
+        x.start(&[&u]).unwrap();
+    }
+    let began = Instant::now();
+    x.wait(Instant::now() + Duration::from_secs(30), &mut [&mut u])
+        .unwrap();
+    let waited = began.elapsed();
+    let peer = (1 - me) as f64;
+    assert!(u.contains(&peer), "rank {me}: nothing from the peer");
+    w.barrier(Duration::from_secs(30)).unwrap();
+    println!("rank {me} waited_ms {}", waited.as_millis());
+}
+
+/// Runs the two ranks with `SODE_PROGRESS=progress`: how long rank 1's
+/// wait took.
+fn rank_1_waited(progress: &str) -> Duration {
+    let port = free_port();
+    let job = format!("progress{}{}", std::process::id(), progress.len());
+    let children: Vec<_> = (0..2)
+        .map(|r| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "rank", "--nocapture", "--test-threads=1"])
+                .env(ROLE, "1")
+                .env(sode::PROGRESS_VAR, progress)
+                .env("SODE_RANK", r.to_string())
+                .env("SODE_SIZE", "2")
+                .env("SODE_ROOT", format!("127.0.0.1:{port}"))
+                .env("SODE_JOB_SECRET", "6f".repeat(32))
+                .env("SODE_JOB_ID", &job)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<String> = children
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| {
+            let out = c.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "rank {r} failed:\n{text}");
+            text
+        })
+        .collect();
+    let ms: u64 = outputs[1]
+        .lines()
+        .find_map(|l| l.split("rank 1 waited_ms ").nth(1))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("rank 1 printed no wait time:\n{}", outputs[1]));
+    Duration::from_millis(ms)
+}
+
+#[test]
+fn a_progress_thread_moves_an_exchange_while_its_rank_computes() {
+    let without = rank_1_waited("off");
+    let with = rank_1_waited("thread:50");
+    eprintln!(
+        "rank 1's wait while rank 0 computed {COMPUTE:?}: {without:?} without a progress thread, {with:?} with one"
+    );
+    assert!(
+        without > COMPUTE / 2,
+        "without a progress thread rank 1 waited only {without:?}: the face fitted the socket buffers, and this test shows nothing"
+    );
+    assert!(
+        with < COMPUTE / 2,
+        "with a progress thread rank 1 still waited {with:?}: rank 0's face left only when it called sode again"
+    );
+}
