@@ -172,11 +172,27 @@ fn device() -> bool {
 }
 
 fn every_rank(modes: [c_int; 4]) -> Vec<usize> {
-    let outcomes = on_every_rank(&hub(GRID * GRID), move |hub, me| rank(hub, me, modes[me]));
-    outcomes
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|e| panic!("{e}")))
-        .collect()
+    all_ok(on_every_rank(&hub(GRID * GRID), move |hub, me| {
+        rank(hub, me, modes[me])
+    }))
+}
+
+/// Every rank's answer, or a failure that gives every rank's error: the
+/// first to fail is often not rank 0, which then only times out waiting
+/// for it.
+fn all_ok(outcomes: Vec<Result<usize, String>>) -> Vec<usize> {
+    let errors: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    assert!(
+        errors.is_empty(),
+        "{} ranks failed:\n{}",
+        errors.len(),
+        errors
+            .iter()
+            .map(|e| e.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    outcomes.into_iter().flatten().collect()
 }
 
 #[test]
@@ -342,13 +358,9 @@ fn partial_rank(hub: std::sync::Arc<common::Hub>, me: usize, mode: c_int) -> Res
 }
 
 fn every_rank_partial(modes: [c_int; 4]) -> Vec<usize> {
-    let outcomes = on_every_rank(&hub(GRID * GRID), move |hub, me| {
+    all_ok(on_every_rank(&hub(GRID * GRID), move |hub, me| {
         partial_rank(hub, me, modes[me])
-    });
-    outcomes
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|e| panic!("{e}")))
-        .collect()
+    }))
 }
 
 #[test]

@@ -247,8 +247,17 @@ impl Channels {
     }
 
     /// Channel `c`'s park (see [`Channel::park`]), recording completion.
+    /// A channel another thread's pass completed (or failed) since the
+    /// caller looked is not parked: a complete channel has nothing left to
+    /// sleep for, and RDMA's refuses a park once complete.
     pub(crate) fn park(&self, c: usize, until: std::time::Instant) -> Option<Result<bool>> {
         let mut slot = lock(self.slots.get(c)?);
+        if let Some(e) = slot.failed.take() {
+            return Some(Err(e));
+        }
+        if slot.done {
+            return Some(Ok(true));
+        }
         let parked = slot.channel.park(until)?;
         if let Ok(done) = parked {
             slot.done = done;
@@ -401,7 +410,74 @@ fn slot_mut(slot: &mut Arc<Mutex<Slot>>) -> Option<&mut Box<dyn Channel>> {
 
 #[cfg(test)]
 mod tests {
-    use super::progress_interval;
+    use super::*;
+    use crate::channel::Locality;
+    use std::time::{Duration, Instant};
+
+    /// A channel complete at its first pass, whose park fails once it is
+    /// complete, as RDMA's does.
+    #[derive(Debug, Default)]
+    struct OnePass {
+        complete: bool,
+    }
+
+    impl Channel for OnePass {
+        fn locality(&self) -> Locality {
+            Locality::Tcp
+        }
+        fn send_buf(&mut self, _: usize) -> Result<&mut [u8]> {
+            Ok(&mut [])
+        }
+        fn recv_buf(&self, _: usize) -> Result<&[u8]> {
+            Ok(&[])
+        }
+        fn start(&mut self) -> Result<()> {
+            self.complete = false;
+            Ok(())
+        }
+        fn test(&mut self) -> Result<bool> {
+            self.complete = true;
+            Ok(true)
+        }
+        fn outstanding(&self) -> String {
+            String::new()
+        }
+        fn park(&mut self, _: Instant) -> Option<Result<bool>> {
+            Some(if self.complete {
+                Err(HaloError::Usage {
+                    op: "park",
+                    why: "parked after completion".into(),
+                })
+            } else {
+                Ok(true)
+            })
+        }
+    }
+
+    #[test]
+    fn a_channel_another_pass_completed_is_not_parked() {
+        let mut owner = Channels::new(vec![Box::new(OnePass::default())]);
+        let other = Channels::new(vec![Box::new(OnePass::default())]);
+        owner.get_mut("start", 0).unwrap().start().unwrap();
+        owner.enlist();
+        other.enlist();
+        // The owner saw channel 0 pending; another exchange's pass (as on
+        // another thread) completes it before the owner parks.
+        assert_eq!(owner.pending().collect::<Vec<_>>(), vec![0]);
+        // Other tests' passes may hold the list a moment.
+        for _ in 0..1000 {
+            other.progress_others();
+            if owner.done(0) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(owner.done(0), "the pass completed the owner's channel");
+        let parked = owner.park(0, Instant::now() + Duration::from_secs(1));
+        assert!(matches!(parked, Some(Ok(true))), "{parked:?}");
+        owner.withdraw();
+        other.withdraw();
+    }
 
     #[test]
     fn progress_takes_off_thread_and_an_interval_and_names_what_it_refuses() {
