@@ -5,13 +5,12 @@
 //! named on every rank; a forwarder that dies is named with the routes it
 //! broke (as separate processes, one killed).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sode::{BoundedExchange, HaloError, Link, Message, Transport};
 use sode_job::World;
 mod common;
-use common::{free_port, rdma_available, thread_world};
+use common::{free_port, output_of, rdma_available, spawn_rank, thread_world};
 
 /// Byte `o` of message (`from`, `to`, `tag`) in iteration `it`.
 fn byte(from: usize, to: usize, tag: u32, it: usize, o: usize) -> u8 {
@@ -389,30 +388,20 @@ fn rank() {
 #[test]
 fn a_dead_forwarder_is_named_with_the_routes_it_broke() {
     let port = free_port();
+    let job = format!("bounded{}", std::process::id());
     let children: Vec<_> = (0..4)
         .map(|r| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "rank", "--nocapture", "--test-threads=1"])
-                .env(ROLE, "1")
-                .env("SODE_RANK", r.to_string())
-                .env("SODE_SIZE", "4")
-                .env("SODE_ROOT", format!("127.0.0.1:{port}"))
-                .env("SODE_JOB_SECRET", "5e".repeat(32))
-                .env("SODE_JOB_ID", format!("bounded{}", std::process::id()))
-                .env("SODE_HEALTH_TIMEOUT", "2")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
+            spawn_rank(
+                r,
+                4,
+                port,
+                &job,
+                (ROLE, "1"),
+                &[("SODE_HEALTH_TIMEOUT", "2")],
+            )
         })
         .collect();
-    let texts: Vec<String> = children
-        .into_iter()
-        .map(|c| {
-            let out = c.wait_with_output().unwrap();
-            String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr)
-        })
-        .collect();
+    let texts: Vec<String> = children.into_iter().map(|c| output_of(c).1).collect();
     let mut named_routes = 0;
     let through = format!(" -> {DOOMED} -> ");
     for (r, text) in texts.iter().enumerate().filter(|(r, _)| *r != DOOMED) {

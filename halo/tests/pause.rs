@@ -10,7 +10,7 @@
 //! The ranks are this test executable run again, by the `rank` test below
 //! (a no-op unless `SODE_PAUSE_TEST` is set).
 
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, raise, Signal};
@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use sode::{Decomposition, HaloExchange, Stencil};
 use sode_job::World;
 mod common;
-use common::free_port;
+use common::{free_port, output_of, spawn_rank};
 
 const ROLE: &str = "SODE_PAUSE_TEST";
 const SIZE: usize = 4;
@@ -128,22 +128,9 @@ fn run_job(who: &str, pause: Duration) -> Vec<String> {
     let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port();
     let job = format!("pause{}{who}", std::process::id());
+    // Nothing sets SODE_HEALTH_TIMEOUT: the ranks run as a user's would.
     let children: Vec<Child> = (0..SIZE)
-        .map(|r| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "rank", "--nocapture", "--test-threads=1"])
-                .env(ROLE, who)
-                .env("SODE_RANK", r.to_string())
-                .env("SODE_SIZE", SIZE.to_string())
-                .env("SODE_ROOT", format!("127.0.0.1:{port}"))
-                .env("SODE_JOB_SECRET", "5e".repeat(32))
-                .env("SODE_JOB_ID", &job)
-                .env_remove("SODE_HEALTH_TIMEOUT")
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|r| spawn_rank(r, SIZE, port, &job, (ROLE, who), &[]))
         .collect();
     let paused: Vec<u32> = match who.parse::<usize>() {
         Ok(r) => vec![children[r].id()],
@@ -165,10 +152,8 @@ fn run_job(who: &str, pause: Duration) -> Vec<String> {
         .into_iter()
         .enumerate()
         .map(|(r, c)| {
-            let out = c.wait_with_output().unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "rank {r} failed:\n{text}");
+            let (ok, text) = output_of(c);
+            assert!(ok, "rank {r} failed:\n{text}");
             text
         })
         .collect()

@@ -11,13 +11,12 @@
 //! The ranks are this test executable run again, by the `rank` test below
 //! (a no-op unless `SODE_PROGRESS_TEST` is set).
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
 use sode_job::World;
 mod common;
-use common::free_port;
+use common::{free_port, output_of, spawn_rank};
 
 const ROLE: &str = "SODE_PROGRESS_TEST";
 /// Cells along the face: with a halo of 4, 64 MiB (loopback TCP buffers
@@ -64,31 +63,16 @@ fn rank() {
 fn rank_1_waited(progress: &str) -> Duration {
     let port = free_port();
     let job = format!("progress{}{}", std::process::id(), progress.len());
+    let env = [(sode::PROGRESS_VAR, progress)];
     let children: Vec<_> = (0..2)
-        .map(|r| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "rank", "--nocapture", "--test-threads=1"])
-                .env(ROLE, "1")
-                .env(sode::PROGRESS_VAR, progress)
-                .env("SODE_RANK", r.to_string())
-                .env("SODE_SIZE", "2")
-                .env("SODE_ROOT", format!("127.0.0.1:{port}"))
-                .env("SODE_JOB_SECRET", "6f".repeat(32))
-                .env("SODE_JOB_ID", &job)
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
+        .map(|r| spawn_rank(r, 2, port, &job, (ROLE, "1"), &env))
         .collect();
     let outputs: Vec<String> = children
         .into_iter()
         .enumerate()
         .map(|(r, c)| {
-            let out = c.wait_with_output().unwrap();
-            let text = String::from_utf8_lossy(&out.stdout).to_string()
-                + &String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "rank {r} failed:\n{text}");
+            let (ok, text) = output_of(c);
+            assert!(ok, "rank {r} failed:\n{text}");
             text
         })
         .collect();

@@ -115,3 +115,42 @@ pub fn told_apart(transport: Transport) {
         }
     }
 }
+
+/// Rank `rank` of a job of `size` ranks meeting at `port`: this test
+/// executable run again on its `rank` test (a no-op unless `role` names
+/// the variable set here to `value`), with `env` besides and
+/// `SODE_HEALTH_TIMEOUT` as `env` says or at its default (not the test
+/// runner's); its output piped.
+pub fn spawn_rank(
+    rank: usize,
+    size: usize,
+    port: u16,
+    job: &str,
+    role: (&str, &str),
+    env: &[(&str, &str)],
+) -> std::process::Child {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", "rank", "--nocapture", "--test-threads=1"])
+        .env(role.0, role.1)
+        .env("SODE_RANK", rank.to_string())
+        .env("SODE_SIZE", size.to_string())
+        .env("SODE_ROOT", format!("127.0.0.1:{port}"))
+        .env("SODE_JOB_SECRET", "5e".repeat(32))
+        .env("SODE_JOB_ID", job)
+        .env_remove("SODE_HEALTH_TIMEOUT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().unwrap()
+}
+
+/// What a spawned rank printed, stdout then stderr, once it exited; and
+/// whether it succeeded.
+pub fn output_of(child: std::process::Child) -> (bool, String) {
+    let out = child.wait_with_output().unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
