@@ -13,6 +13,15 @@ use sode::{Decomposition, FieldExchange, HaloExchange, Stencil, Transport};
 mod common;
 use common::{free_port, rdma_available, thread_world};
 
+/// One counted job at a time in this binary: a rank's polls also move the
+/// other exchanges in flight in the process (MPI's progress rule), and
+/// another test's exchange, torn down or failing, may allocate its error
+/// on this rank's thread.
+fn one_job_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Allocations of one rank's steady state, by phase.
 #[derive(Debug, Default, Clone, Copy)]
 struct Counts {
@@ -35,6 +44,7 @@ fn counted(transport: Transport, iters: usize) -> Vec<Counts> {
 /// stops at 256 KiB): every direction to the other rank, corners included,
 /// travels in the one message read in place.
 fn counted_on(transport: Transport, iters: usize, shared: bool) -> Vec<Counts> {
+    let _alone = one_job_at_a_time();
     let port = free_port();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
@@ -152,6 +162,7 @@ fn start_test_and_wait_allocate_nothing_with_shared_fields() {
 /// and an f32 field (halo 2), each rank alternating between two arrays of
 /// each, and every other iteration on the f64 field alone.
 fn counted_fields(transport: Transport, iters: usize) -> Vec<Counts> {
+    let _alone = one_job_at_a_time();
     let port = free_port();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {

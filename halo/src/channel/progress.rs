@@ -192,9 +192,18 @@ impl Channels {
     /// passes of the process's other exchanges until
     /// [`withdraw`](Self::withdraw). Allocates nothing once the list has
     /// grown to the most channels in flight at once.
-    pub(crate) fn enlist(&self) {
-        for s in &self.slots {
-            let mut slot = lock(s);
+    pub(crate) fn enlist(&mut self) {
+        for s in &mut self.slots {
+            // Not enlisted yet: the exchange holds its slots alone, and
+            // resets them without a lock.
+            let mut locked;
+            let slot = match Arc::get_mut(s) {
+                Some(m) => m.get_mut().unwrap_or_else(|p| p.into_inner()),
+                None => {
+                    locked = lock(s);
+                    &mut *locked
+                }
+            };
             slot.done = false;
             slot.failed = None;
         }
@@ -457,7 +466,7 @@ mod tests {
     #[test]
     fn a_channel_another_pass_completed_is_not_parked() {
         let mut owner = Channels::new(vec![Box::new(OnePass::default())]);
-        let other = Channels::new(vec![Box::new(OnePass::default())]);
+        let mut other = Channels::new(vec![Box::new(OnePass::default())]);
         owner.get_mut("start", 0).unwrap().start().unwrap();
         owner.enlist();
         other.enlist();
