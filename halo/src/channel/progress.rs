@@ -6,7 +6,8 @@
 //! one while the other waits for it in the other. So every exchange
 //! started in the process enlists its channels here until it completes,
 //! and a rank polling one exchange also passes over the others' channels:
-//! MPI's progress rule, without a thread of its own.
+//! MPI's progress rule, without a thread of its own unless
+//! `SODE_PROGRESS` asks for one (which makes the same passes).
 //!
 //! One list for the process, each channel behind its own lock: a C or
 //! Fortran code may start an exchange on one thread and wait for it on
