@@ -122,13 +122,11 @@ impl TileGrid {
 
     /// Checks the description of rank `me` in a job of `size` ranks.
     pub fn check(&self, me: usize, size: usize) -> Result<(), String> {
-        sode::pattern::check_tile_grid(&self.grid(), &self.tiles, me)?;
-        if let Some(p) = self.owners.iter().position(|&r| r >= size) {
-            return Err(format!(
-                "domain {p} belongs to rank {}, but the job has {size} ranks",
-                self.owners[p]
-            ));
-        }
+        let job = sode::pattern::TileRank {
+            rank: me,
+            ranks: size,
+        };
+        sode::pattern::check_tile_grid(&self.grid(), &self.tiles, job)?;
         match (0..self.dims.len()).find(|&a| self.halo_lo[a] > 1 << 20 || self.halo_hi[a] > 1 << 20)
         {
             Some(a) => Err(format!("axis {a}: a halo wider than 2^20 cells")),

@@ -767,9 +767,12 @@ impl Exchange {
         grouped: &[bool],
     ) -> Result<PlannedLinks> {
         let op = "sode_exchange_commit";
-        let boxes =
-            sode::pattern::tile_boxes(specs, &tiles.grid(), &tiles.tiles, self.world.rank())
-                .map_err(|why| CapiError::Invalid { op, why })?;
+        let job = sode::pattern::TileRank {
+            rank: self.world.rank(),
+            ranks: self.world.size(),
+        };
+        let boxes = sode::pattern::tile_boxes(specs, &tiles.grid(), &tiles.tiles, job)
+            .map_err(|why| CapiError::Invalid { op, why })?;
         let ndims = specs.iter().map(|s| s.extents.len()).max().unwrap_or(0);
         self.explicit_links(ndims, &boxes.sends, &boxes.recvs, specs, grouped)
     }

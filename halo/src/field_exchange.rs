@@ -273,16 +273,14 @@ impl FieldExchangeBuilder<'_> {
     /// another rank, a field without a tile axis), or differ from rank
     /// 0's, naming that rank and why; then as [`LinkExchange`]'s build.
     pub fn tiles(self, grid: &ProcessGrid<'_>, tiles: &[pattern::Tile]) -> Result<FieldExchange> {
-        let me = self.world.rank();
-        let size = self.world.size();
-        let checked = match grid.at.iter().find(|&&r| r >= size) {
-            Some(r) => Err(format!(
-                "rank {r} holds a domain, but the job has {size} ranks"
-            )),
-            None => self.check_layouts(grid.dims.len()),
-        }
+        let job = pattern::TileRank {
+            rank: self.world.rank(),
+            ranks: self.world.size(),
+        };
         // The boxes come from each field's own regions: inside its array.
-        .and_then(|spans| Ok((spans, pattern::tile_boxes(&self.layouts, grid, tiles, me)?)));
+        let checked = self
+            .check_layouts(grid.dims.len())
+            .and_then(|spans| Ok((spans, pattern::tile_boxes(&self.layouts, grid, tiles, job)?)));
         let mine = checked.as_ref().map_err(Clone::clone).map(|_| {
             let stencil = format!("{:?}", grid.stencil);
             common_digest(
@@ -290,9 +288,7 @@ impl FieldExchangeBuilder<'_> {
                 &self.cards(),
             )
         });
-        let agreed = self.agree(mine);
-        let (spans, boxes) =
-            agreed.and(checked.map_err(|why| HaloError::Usage { op: "build", why }))?;
+        let (spans, boxes) = self.agree(mine).and(Self::valid(checked))?;
         let mut builder = LinkExchange::builder(self.world, Vec::new())
             .transport(self.transport)
             .setup_timeout(self.timeout);
@@ -310,7 +306,7 @@ impl FieldExchangeBuilder<'_> {
         grid: &ProcessGrid<'_>,
         coords: &[usize],
     ) -> std::result::Result<(), String> {
-        grid.check("processes")?;
+        grid.check("processes", self.world.size())?;
         let d = grid.dims.len();
         if coords.len() != d {
             return Err(format!(
@@ -321,12 +317,6 @@ impl FieldExchangeBuilder<'_> {
             return Err(format!(
                 "coordinates {coords:?} lie outside the grid {:?} along axis {a}",
                 grid.dims
-            ));
-        }
-        let size = self.world.size();
-        if let Some(r) = grid.at.iter().find(|&&r| r >= size) {
-            return Err(format!(
-                "rank {r} is on the grid, but the job has {size} ranks"
             ));
         }
         let me = pattern::grid_position(grid.dims, coords);
@@ -389,7 +379,7 @@ impl FieldExchangeBuilder<'_> {
     }
 
     /// The spans of a description every rank agreed was valid.
-    fn valid(checked: std::result::Result<Vec<usize>, String>) -> Result<Vec<usize>> {
+    fn valid<T>(checked: std::result::Result<T, String>) -> Result<T> {
         checked.map_err(|why| HaloError::Usage { op: "build", why })
     }
 

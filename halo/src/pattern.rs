@@ -38,11 +38,12 @@ pub struct ProcessGrid<'a> {
 
 impl ProcessGrid<'_> {
     /// Whether the grid has an axis at least, a periodic flag per axis,
-    /// and a rank for each of its places (`what`: processes, domains).
+    /// and a rank of the job's `ranks` for each of its places (`what`:
+    /// processes, domains).
     ///
     /// # Errors
     /// What does not fit.
-    pub fn check(&self, what: &str) -> std::result::Result<(), String> {
+    pub fn check(&self, what: &str, ranks: usize) -> std::result::Result<(), String> {
         let d = self.dims.len();
         if d == 0 || self.periodic.len() != d {
             return Err(format!(
@@ -62,7 +63,28 @@ impl ProcessGrid<'_> {
                 self.at.len()
             ));
         }
-        Ok(())
+        match self.at.iter().position(|&r| r >= ranks) {
+            Some(p) => Err(format!(
+                "place {p} of the grid belongs to rank {}, but the job has {ranks} ranks",
+                self.at[p]
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The position one step `offset` from `coords`, across periodic
+    /// edges; `None` past the others.
+    pub fn step(&self, coords: &[usize], offset: &[i32]) -> Option<usize> {
+        let mut c = Vec::with_capacity(coords.len());
+        for (a, &o) in offset.iter().enumerate() {
+            let x = coords[a] as i64 + i64::from(o);
+            let g = self.dims[a] as i64;
+            if (x < 0 || x >= g) && !self.periodic[a] {
+                return None;
+            }
+            c.push(x.rem_euclid(g) as usize);
+        }
+        Some(grid_position(self.dims, &c))
     }
 
     /// The neighbours of the rank at `coords`, in offset order (axis 0
@@ -71,17 +93,8 @@ impl ProcessGrid<'_> {
         crate::decomp::stencil_offsets(self.dims.len(), self.stencil)
             .into_iter()
             .filter_map(|offset| {
-                let mut c = Vec::with_capacity(offset.len());
-                for (a, &o) in offset.iter().enumerate() {
-                    let x = coords[a] as i64 + i64::from(o);
-                    let g = self.dims[a] as i64;
-                    if (x < 0 || x >= g) && !self.periodic[a] {
-                        return None;
-                    }
-                    c.push(x.rem_euclid(g) as usize);
-                }
                 Some(GridNeighbour {
-                    rank: *self.at.get(grid_position(self.dims, &c))?,
+                    rank: *self.at.get(self.step(coords, &offset)?)?,
                     offset,
                 })
             })
@@ -107,6 +120,15 @@ pub struct Tile {
     pub index: usize,
 }
 
+/// The rank whose tiles are meant, and the job's ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TileRank {
+    /// This rank.
+    pub rank: usize,
+    /// Ranks in the job.
+    pub ranks: usize,
+}
+
 /// What a rank of a tiled exchange sends and receives: one box per
 /// (tile, direction, field), to the rank that holds the neighbouring tile
 /// (this one, for a neighbour it holds too: a copy).
@@ -118,7 +140,7 @@ pub struct TileBoxes {
     pub recvs: Vec<BoxMessage>,
 }
 
-/// The boxes rank `me` sends and receives for `tiles`, its domains in
+/// The boxes rank `job.rank` sends and receives for `tiles`, its domains in
 /// `grid` (a grid of domains, `grid.at` each one's rank), every field of
 /// `layouts` with its halo widths and overlap on the grid's axes. Each box
 /// is tagged by the tile that sends it, the direction and the field, so
@@ -130,9 +152,9 @@ pub fn tile_boxes(
     layouts: &[FieldLayout],
     grid: &ProcessGrid<'_>,
     tiles: &[Tile],
-    me: usize,
+    job: TileRank,
 ) -> std::result::Result<TileBoxes, String> {
-    check_tiles(layouts, grid, tiles, me)?;
+    check_tiles(layouts, grid, tiles, job)?;
     let offsets = crate::decomp::stencil_offsets(grid.dims.len(), grid.stencil);
     let directions = offsets.len();
     let tag = |tile: usize, direction: usize, field: usize| {
@@ -153,7 +175,7 @@ pub fn tile_boxes(
     for t in tiles {
         let here = grid_position(grid.dims, &t.coords);
         for (d, o) in offsets.iter().enumerate() {
-            let Some(there) = grid_step(grid, &t.coords, o) else {
+            let Some(there) = grid.step(&t.coords, o) else {
                 continue;
             };
             let back: Vec<i32> = o.iter().map(|x| -x).collect();
@@ -198,30 +220,15 @@ fn tile_box(
     })
 }
 
-/// The position one step `offset` from `coords`, across periodic edges;
-/// `None` past the others.
-fn grid_step(grid: &ProcessGrid<'_>, coords: &[usize], offset: &[i32]) -> Option<usize> {
-    let mut c = Vec::with_capacity(coords.len());
-    for (a, &o) in offset.iter().enumerate() {
-        let x = coords[a] as i64 + i64::from(o);
-        let g = grid.dims[a] as i64;
-        if (x < 0 || x >= g) && !grid.periodic[a] {
-            return None;
-        }
-        c.push(x.rem_euclid(g) as usize);
-    }
-    Some(grid_position(grid.dims, &c))
-}
-
-/// The grid of domains, rank `me`'s tiles on it and the fields' tile
+/// The grid of domains, rank `job.rank`'s tiles on it and the fields' tile
 /// axes, checked before any box is made.
 fn check_tiles(
     layouts: &[FieldLayout],
     grid: &ProcessGrid<'_>,
     tiles: &[Tile],
-    me: usize,
+    job: TileRank,
 ) -> std::result::Result<(), String> {
-    check_tile_grid(grid, tiles, me)?;
+    check_tile_grid(grid, tiles, job)?;
     for (f, l) in layouts.iter().enumerate() {
         check_tile_axis(l, grid.dims.len(), tiles).map_err(|e| format!("field {f}: {e}"))?;
     }
@@ -229,7 +236,7 @@ fn check_tiles(
 }
 
 /// Whether `grid` is a grid with a rank for each domain ([`ProcessGrid::check`]),
-/// and `tiles` are domains of rank `me` on it, each once, with an index
+/// and `tiles` are domains of rank `job.rank` on it, each once, with an index
 /// each.
 ///
 /// # Errors
@@ -237,9 +244,10 @@ fn check_tiles(
 pub fn check_tile_grid(
     grid: &ProcessGrid<'_>,
     tiles: &[Tile],
-    me: usize,
+    job: TileRank,
 ) -> std::result::Result<(), String> {
-    grid.check("domains")?;
+    grid.check("domains", job.ranks)?;
+    let me = job.rank;
     let d = grid.dims.len();
     if tiles.is_empty() {
         return Err("no tiles: give this rank's domains (a rank without any takes no part)".into());
