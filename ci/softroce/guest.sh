@@ -17,6 +17,9 @@ out=${SODE_VM_OUT:?}
   # Memory registration needs more than the default 8 MiB of locked memory.
   ulimit -l unlimited
 } || { echo 90 > "$out/status"; exit 90; }
+# The host's watchdog (run.sh) waits for this before it trusts the boot.
+echo "softroce: guest up, rxe0 ready, $(cut -d' ' -f1 /proc/uptime) s after boot" >&2
+touch "$out/up"
 # The setup block turned errexit on; the command's failure must still be
 # reported as its status.
 set +e
