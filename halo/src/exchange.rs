@@ -169,7 +169,8 @@ impl HaloExchangeBuilder<'_> {
                 &carried,
             )?);
         }
-        let exchange = builder.build()?;
+        let mut exchange = builder.build()?;
+        exchange.fill_sends_each_start()?;
         let faces = neighbours
             .iter()
             .map(|n| Face::of(n, &ext, self.elem))

@@ -489,7 +489,8 @@ impl FieldExchangeBuilder<'_> {
         };
         #[cfg(not(feature = "rdma"))]
         let lent_at = Vec::new();
-        let links = builder.build()?;
+        let mut links = builder.build()?;
+        links.fill_sends_each_start()?;
         let in_place = zero_copy::fields_in_place(&links, &planned.pieces, self.layouts.len());
         let fields = self.layouts.len();
         Ok(FieldExchange {

@@ -1021,6 +1021,17 @@ impl LinkExchange {
             .for_each_mut("set_shape", |c| c.set_shape(shape))
     }
 
+    /// Promises that every start packs each send it carries afresh (the
+    /// halo exchanges do; a caller of [`send_buf`](Self::send_buf) need
+    /// not), which lets a channel hand out the receiver's memory as the
+    /// send buffer.
+    pub(crate) fn fill_sends_each_start(&mut self) -> Result<()> {
+        self.channels.for_each_mut("fill_sends_each_start", |c| {
+            c.fill_sends_each_start();
+            Ok(())
+        })
+    }
+
     fn job_barrier(&mut self) -> Result<()> {
         if self.pseudo_collective {
             self.job

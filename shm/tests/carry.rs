@@ -15,8 +15,9 @@ fn byte(rank: usize, it: usize, i: usize) -> u8 {
 }
 
 /// One rank of two: carries `lens[it]` bytes each way in iteration `it`
-/// and checks what arrived; returns the first error, if any.
-fn rank(job: &str, me: usize, path: Path, lens: &[usize]) -> Result<(), ShmError> {
+/// and checks what arrived; returns the first error, if any, or how many
+/// of its sends it packed straight into the peer's window.
+fn rank(job: &str, me: usize, path: Path, lens: &[usize], fills: bool) -> Result<u64, ShmError> {
     let other = 1 - me;
     let mut c = Context::new(job, me)?;
     let mut ex = c
@@ -25,6 +26,7 @@ fn rank(job: &str, me: usize, path: Path, lens: &[usize]) -> Result<(), ShmError
         .setup_timeout(Duration::from_secs(20))
         .neighbour(Peer::new(other).send(LEN, 0).recv(LEN, 0))
         .build()?;
+    ex.fill_sends_each_start(fills);
     for (it, &n) in lens.iter().enumerate() {
         ex.carry_send(0, n)?;
         ex.carry_recv(0, n)?;
@@ -37,26 +39,47 @@ fn rank(job: &str, me: usize, path: Path, lens: &[usize]) -> Result<(), ShmError
         let bad = (0..n).find(|&i| got[i] != byte(other, it, i));
         assert_eq!(
             bad, None,
-            "{path:?}, iteration {it}, {n} bytes: first wrong byte"
+            "{path:?} (sends filled each start: {fills}), iteration {it}, {n} bytes: first wrong byte"
         );
     }
-    Ok(())
+    Ok(ex.sends_packed_in_window())
 }
 
-fn both(name: &str, path: Path, lens: Vec<usize>) {
+/// Both ranks, each carrying `lens`; how many sends either packed straight
+/// into its peer's window.
+fn both(name: &str, path: Path, lens: Vec<usize>, fills: bool) -> u64 {
     let job = format!("carry{name}{}", std::process::id());
     let (j, l) = (job.clone(), lens.clone());
-    let peer = std::thread::spawn(move || rank(&j, 1, path, &l));
-    rank(&job, 0, path, &lens).unwrap();
-    peer.join().unwrap().unwrap();
+    let peer = std::thread::spawn(move || rank(&j, 1, path, &l, fills));
+    let mine = rank(&job, 0, path, &lens, fills).unwrap();
+    mine + peer.join().unwrap().unwrap()
 }
 
 #[test]
 fn every_length_arrives_intact_on_every_path() {
     let lens = vec![LEN, 1000, 0, LEN, 17, 4095, 0, 1];
     for (name, path) in [("e", Path::Eager), ("g", Path::Get), ("w", Path::Window)] {
-        both(name, path, lens.clone());
+        assert_eq!(both(name, path, lens.clone(), false), 0, "{path:?}");
     }
+}
+
+#[test]
+fn sends_filled_each_start_are_packed_in_the_receivers_window() {
+    // Lengths that vary, then a run of whole messages: every iteration's
+    // bytes, wherever the sender packed them, arrive intact.
+    let mut lens = vec![LEN, 1000, 0, LEN, 17, 4095, 0, 1];
+    lens.extend([LEN; 40]);
+    let packed = both("f", Path::Window, lens.clone(), true);
+    // With two slots the receiver grants the next iteration when it
+    // starts this one, so most sends find their slot granted.
+    assert!(
+        packed >= lens.len() as u64,
+        "only {packed} of {} sends were packed in the receiver's window",
+        2 * lens.len()
+    );
+    // Eager and get messages have no window: packed at home, as before.
+    assert_eq!(both("fe", Path::Eager, lens.clone(), true), 0);
+    assert_eq!(both("fg", Path::Get, lens, true), 0);
 }
 
 /// What one end of [`disagree`]'s iteration carries.

@@ -111,14 +111,24 @@ fn two_threads_exchange_and_misuse_is_refused() {
 
 #[test]
 fn a_fast_sender_never_overwrites_a_window_its_receiver_still_reads() {
-    // One direction only, on the window path: the sender runs as fast as
-    // its credits allow, the receiver is slow between its wait and its
-    // next start, re-reading its buffer after a pause. The credit for
-    // iteration n + 1 comes with the receiver's start of n (two slots), so
-    // the sender may be a full iteration ahead, but never into the slot
-    // the receiver still reads.
+    fast_sender_slow_receiver("slow", false);
+}
+
+#[test]
+fn a_fast_sender_packing_in_the_window_never_overwrites_what_its_receiver_reads() {
+    fast_sender_slow_receiver("slowp", true);
+}
+
+/// One direction only, on the window path: the sender runs as fast as its
+/// credits allow (packing straight into the receiver's window when
+/// `fills`), the receiver is slow between its wait and its next start,
+/// re-reading its buffer after a pause. The credit for iteration n + 1
+/// comes with the receiver's start of n (two slots), so the sender may be
+/// a full iteration ahead, but never into the slot the receiver still
+/// reads.
+fn fast_sender_slow_receiver(name: &str, fills: bool) {
     const ITERS: u8 = 40;
-    let job = format!("slow{}", std::process::id());
+    let job = format!("{name}{}", std::process::id());
     let j2 = job.clone();
     let sender = std::thread::spawn(move || {
         let mut c = Context::new(&j2, 1).unwrap();
@@ -128,6 +138,7 @@ fn a_fast_sender_never_overwrites_a_window_its_receiver_still_reads() {
             .neighbour(Peer::new(0).send(4096, 0))
             .build()
             .unwrap();
+        ex.fill_sends_each_start(fills);
         for it in 1..=ITERS {
             ex.send_buf_mut(0).unwrap().fill(it);
             ex.start().unwrap();

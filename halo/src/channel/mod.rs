@@ -251,6 +251,12 @@ pub(crate) trait Channel: std::fmt::Debug + Send {
         Ok(())
     }
 
+    /// Told that the caller packs every send it carries before each start
+    /// (the halo exchanges do), so that a send buffer need not keep its
+    /// bytes from one iteration to the next and may be where the message
+    /// lands. The default ignores it.
+    fn fill_sends_each_start(&mut self) {}
+
     /// From the next start on, marks every message with `shape`, what part
     /// of the exchange a start moves ([`start_shape`]); a channel between
     /// ranks (shared memory, TCP, RDMA) fails a receive of another shape.

@@ -122,6 +122,11 @@ impl Channel for ShmChannel {
         self.exchange.recv_buf(msg).map_err(|e| self.wrap(e))
     }
 
+    fn fill_sends_each_start(&mut self) {
+        // Packing straight into the receiver's window: one copy fewer.
+        self.exchange.fill_sends_each_start(true);
+    }
+
     fn carry_send(&mut self, msg: usize, bytes: usize) -> Result<()> {
         self.exchange
             .carry_send(msg, bytes)

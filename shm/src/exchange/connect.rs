@@ -394,6 +394,7 @@ fn send_op(
         carried: buf.len,
         sent: 0,
         pushed_any: false,
+        packed_in_window: None,
         runs: checked_runs(n.send_runs.as_ref(), lent, n.peer, tag)?,
     })
 }
@@ -487,6 +488,8 @@ impl Operations {
             lent: segment.layout.lent,
             set: 0,
             shape: 0,
+            fills_each_start: false,
+            packed_in_window: 0,
             report,
         }
     }

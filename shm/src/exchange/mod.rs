@@ -291,6 +291,10 @@ struct SendOp {
     carried: usize,
     sent: usize,
     pushed_any: bool,
+    /// The iteration whose data the caller packed straight into the
+    /// peer's window slot ([`Exchange::send_buf_mut`] with the credit
+    /// already granted), so that the put has nothing left to copy.
+    packed_in_window: Option<u64>,
     /// Its runs in our lent sets: read there in place, or gathered into
     /// `buf` at start on a packed path.
     runs: Option<CheckedRuns>,
@@ -375,5 +379,10 @@ pub struct Exchange {
     /// What every message of this iteration carries and must come with
     /// ([`Exchange::set_shape`]).
     shape: u8,
+    /// The caller writes every send buffer it sends before each start
+    /// ([`Exchange::fill_sends_each_start`]).
+    fills_each_start: bool,
+    /// Sends packed straight into their receiver's window, so far.
+    packed_in_window: u64,
     report: ExchangeReport,
 }

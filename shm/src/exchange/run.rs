@@ -207,6 +207,14 @@ impl Exchange {
 
     /// The send buffer of neighbour `index`, to fill before `start`.
     ///
+    /// Once the caller fills its sends before every start
+    /// ([`fill_sends_each_start`](Self::fill_sends_each_start)), a window
+    /// put whose receiver has already granted the next iteration's slot
+    /// (with two slots, it did so when it started the current one) hands
+    /// out that slot itself: what the caller packs there is what the
+    /// receiver reads, one copy fewer than packing here and putting it at
+    /// `start`. Calls before the same `start` return the same buffer.
+    ///
     /// # Errors
     ///
     /// [`ShmError::NoSuchBuffer`] for an index it does not have;
@@ -222,6 +230,17 @@ impl Exchange {
                 ),
             });
         }
+        if let Some(slot) = self.granted_slot(op)? {
+            let s = &self.sends[op];
+            let peer = self.peers[s.peer].rank;
+            return self.peers[s.peer]
+                .map
+                .bytes_mut(slot, s.buf.len)
+                .map_err(|e| ShmError::Protocol {
+                    peer,
+                    what: e.to_string(),
+                });
+        }
         let buf = self.sends[op].buf;
         self.own
             .map
@@ -230,6 +249,52 @@ impl Exchange {
                 what: "a send buffer in our own segment".into(),
                 source: std::io::Error::other(e.to_string()),
             })
+    }
+
+    /// Where send `op` of the next iteration may be packed in the peer's
+    /// window: its slot, when the op is a window put whose receiver has
+    /// granted that iteration already (recorded, so that the put copies
+    /// nothing); `None` when it must be packed in our own segment.
+    fn granted_slot(&mut self, op: usize) -> Result<Option<u64>> {
+        if !self.fills_each_start {
+            return Ok(None);
+        }
+        let next = self.iteration + 1;
+        let s = &mut self.sends[op];
+        let (Path::Window, Some((window, entry))) = (s.path, s.window) else {
+            return Ok(None);
+        };
+        let link = &self.peers[s.peer];
+        if s.packed_in_window != Some(next) {
+            let free = link
+                .map
+                .atomic(entry + layout::R_FREE_FOR)
+                .map_err(|e| ShmError::Protocol {
+                    peer: link.rank,
+                    what: e.to_string(),
+                })?
+                .load(Ordering::Acquire);
+            if free < next {
+                return Ok(None);
+            }
+            s.packed_in_window = Some(next);
+        }
+        Ok(Some(layout::window_slot(window, s.buf.len as u64, next)))
+    }
+
+    /// Promises that the caller writes the carried bytes of every send
+    /// buffer ([`send_buf_mut`](Self::send_buf_mut)) before each `start`,
+    /// rather than leaving them from an earlier iteration, so that a send
+    /// buffer may be the receiver's window itself. Off by default.
+    pub fn fill_sends_each_start(&mut self, fills: bool) {
+        self.fills_each_start = fills;
+    }
+
+    /// How many sends so far were packed by the caller straight into their
+    /// receiver's window ([`fill_sends_each_start`](Self::fill_sends_each_start)),
+    /// rather than copied there at start.
+    pub fn sends_packed_in_window(&self) -> u64 {
+        self.packed_in_window
     }
 
     /// The receive buffer of neighbour `index`, valid after `wait` until the
@@ -862,18 +927,24 @@ impl Exchange {
                         )));
                     }
                     if free >= n {
-                        let data = own_bytes(&self.own.map, s.carried_range())?;
-                        // Slots are laid out by the whole message's length.
-                        let slot = layout::window_slot(window, s.buf.len as u64, n);
-                        link.map
-                            .write(slot, data)
-                            .map_err(|e| protocol(e.to_string()))?;
+                        let carried = s.carried;
+                        // Packed there already by the caller, or copied now.
+                        if s.packed_in_window == Some(n) {
+                            self.packed_in_window += 1;
+                        } else {
+                            let data = own_bytes(&self.own.map, s.carried_range())?;
+                            // Slots are laid out by the whole message's length.
+                            let slot = layout::window_slot(window, s.buf.len as u64, n);
+                            link.map
+                                .write(slot, data)
+                                .map_err(|e| protocol(e.to_string()))?;
+                        }
                         // Published by the notice's release below.
                         link.map
                             .atomic(layout::window_carried(entry, s.buf.len as u64, n))
                             .map_err(|e| protocol(e.to_string()))?
                             .store(
-                                layout::carried_word(data.len() as u64, self.shape),
+                                layout::carried_word(carried as u64, self.shape),
                                 Ordering::Relaxed,
                             );
                         link.map
