@@ -62,6 +62,12 @@ for n in 1 2 4; do
 done
 echo "-- mpirun -n 4 tiles, SODE_TRANSPORT=tcp"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/tiles"
+for n in 1 2 4; do
+  echo "-- mpirun -n $n tiles --shared (the tiles' fields in sode's shared memory, two sets)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$build/tiles" --shared
+done
+echo "-- mpirun -n 4 tiles --shared, every face read in place (SODE_SHM_READ_MIN=0)"
+timeout 120 "${mpirun[@]}" -n 4 -x SODE_SHM_READ_MIN=0 -x SODE_SHM_READ_RUN_MIN=0 "$build/tiles" --shared
 
 for n in 1 3; do
   echo "-- mpirun -n $n ring1d (a 1-D ring and line)"

@@ -8,7 +8,9 @@
  * sent): a cell field (halo 2, corners included) and a node field (both
  * edges owned, never sent; halo 1).
  *
- *   mpirun -n 4 ./tiles       (1 to 12 ranks)
+ *   mpirun -n 4 ./tiles            (1 to 12 ranks)
+ *   mpirun -n 4 ./tiles --shared   (the fields in sode's shared memory,
+ *                                  two sets, alternating)
  *
  * Every halo cell and node must hold its owner's value after each of three
  * iterations, and those past the open edges must stay as they were. */
@@ -18,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define NX 5 /* cells of a tile along axis 0 */
 #define NY 4 /* and along axis 1 */
@@ -87,6 +90,8 @@ static int visit(int field, double *u, const int *coords, int nt, int it, int ch
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    /* Sets of fields sode keeps in its shared memory; 0: the program's own arrays. */
+    int sets = argc > 1 && strcmp(argv[1], "--shared") == 0 ? 2 : 0;
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -114,45 +119,60 @@ int main(int argc, char **argv) {
     CHECK_SODE(sode_comm_create_mpi(MPI_COMM_WORLD, 60.0, &comm));
     CHECK_SODE(sode_exchange_create_tiles(comm, 2, dims, periodic, owners, nt, coords, halo, halo, SODE_BOX, &x));
 
-    double *u[2];
+    if (sets > 0) {
+        CHECK_SODE(sode_exchange_set_shared_fields(x, sets));
+    }
+    /* u[set][field]; the program's own arrays are set 0. */
+    double *u[2][2] = {{NULL, NULL}, {NULL, NULL}};
     for (int f = 0; f < 2; f++) {
         const struct shape *s = &shapes[f];
         int64_t ext[3] = {extent(s, NX), extent(s, NY), nt};
         int64_t first[3] = {s->halo, s->halo, 0}, own[3] = {NX + s->nodes, NY + s->nodes, nt};
         int widths[2] = {s->halo, s->halo};
-        u[f] = malloc((size_t)(ext[0] * ext[1] * ext[2]) * sizeof(double));
-        if (u[f] == NULL) {
-            MPI_Abort(MPI_COMM_WORLD, 1);
+        if (sets == 0) {
+            u[0][f] = malloc((size_t)(ext[0] * ext[1] * ext[2]) * sizeof(double));
+            if (u[0][f] == NULL) {
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
         }
-        CHECK_SODE(sode_exchange_add_field(x, u[f], SODE_F64, 3, ext, first, own, widths, widths, SODE_ORDER_FORTRAN));
+        CHECK_SODE(sode_exchange_add_field(x, u[0][f], SODE_F64, 3, ext, first, own, widths, widths, SODE_ORDER_FORTRAN));
     }
     /* The nodes on both edges of a tile are its neighbours' too: never sent. */
     int overlap[2] = {1, 1};
     CHECK_SODE(sode_exchange_set_overlap(x, 1, overlap, overlap));
     CHECK_SODE(sode_exchange_commit(x));
+    for (int set = 0; set < sets; set++) {
+        for (int f = 0; f < 2; f++) {
+            CHECK_SODE(sode_exchange_shared_field(x, set, f, (void **)&u[set][f]));
+        }
+    }
 
     int wrong = 0;
     for (int it = 0; it < 3; it++) {
+        int set = sets > 0 ? it % sets : 0;
         for (int f = 0; f < 2; f++) {
-            visit(f, u[f], coords, nt, it, 0);
+            visit(f, u[set][f], coords, nt, it, 0);
         }
-        CHECK_SODE(sode_exchange_start(x));
+        CHECK_SODE(sets > 0 ? sode_exchange_start_set(x, set) : sode_exchange_start(x));
         CHECK_SODE(sode_exchange_wait(x, 60.0));
         for (int f = 0; f < 2; f++) {
-            wrong += visit(f, u[f], coords, nt, it, 1);
+            wrong += visit(f, u[set][f], coords, nt, it, 1);
         }
     }
     int all = 0;
     MPI_Allreduce(&wrong, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (rank == 0) {
         printf("%s tiles: %d x %d domains (open x periodic) over %d ranks, cells (halo %d) and nodes (halo 1, edges "
-               "never sent), three iterations: %d halo cells wrong\n",
-               all ? "FAIL" : "ok", D0, D1, size, H, all);
+               "never sent), %s, three iterations: %d halo cells wrong\n",
+               all ? "FAIL" : "ok", D0, D1, size, H, sets > 0 ? "two sets in sode's shared memory" : "the program's arrays",
+               all);
     }
     CHECK_SODE(sode_exchange_free(&x));
     CHECK_SODE(sode_comm_free(&comm));
-    free(u[0]);
-    free(u[1]);
+    if (sets == 0) {
+        free(u[0][0]);
+        free(u[0][1]);
+    }
     MPI_Finalize();
     return all != 0;
 }
