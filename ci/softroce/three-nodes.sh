@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Three nodes on two networks (issue 16's groups and gateways): VMs a and b
+# Three nodes on two networks (groups and gateways): VMs a and b
 # joined by a wire with rxe on both, b and c by a second wire without RDMA,
 # a and c not joined at all. Node b is the gateway: its lowest rank relays
 # what a and c send each other. Three jobs run in one boot:
@@ -42,8 +42,6 @@ out=$(mktemp -d /tmp/sode-three.XXXXXX)
 # SODE_KEEP=1 keeps the logs (the path is printed).
 if [ "${SODE_KEEP:-0}" = 1 ]; then echo "three-nodes: logs in $out" >&2; else trap 'rm -rf "$out"' EXIT; fi
 free_port() { python3 "$root/ci/free_port.py"; }
-wire1=$(free_port)
-wire2=$(free_port)
 od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/secret"
 chmod 600 "$out/secret"
 start=$(date +%s)
@@ -52,10 +50,13 @@ start=$(date +%s)
 boot() {
   local node=$1 nics=$2 qemu=$3
   shift 3
+  # In the background, so that its pid can be recorded (boot-watch.sh).
   timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$node" \
     --rwdir "$out" --cwd "$PWD" \
     --exec "env SODE_VM_OUT=$out SODE_NODE=$node SODE_ALL_NODES='a b c' SODE_NICS='$nics' SODE_CLUSTER_JOB=three$$ SODE_STENCIL=$stencil SODE_HEALTH_EXE=$health $* bash $here/three-nodes-guest.sh" \
-    --qemu-opts="$qemu" >"$out/vm-$node.log" 2>&1 || true
+    --qemu-opts="$qemu" >"$out/vm-$node.log" 2>&1 &
+  echo $! >"$out/pid-$node"
+  wait $! || true
 }
 listening() { # port: wait until QEMU listens there (without connecting)
   for _ in $(seq 600); do
@@ -64,21 +65,38 @@ listening() { # port: wait until QEMU listens there (without connecting)
   done
 }
 mac() { echo "52:54:00:78:00:$1"; }
-boot a "$(mac 01)=10.78.0.1/24=rxe" \
-  "-netdev socket,id=w1,listen=127.0.0.1:$wire1 -device virtio-net-pci,netdev=w1,mac=$(mac 01)" \
-  SODE_NODE_ROOT=10.78.0.2 "SODE_STENCIL_RANKS='2 3'" "SODE_CHAIN_RANKS=1" &
-vm_a=$!
-listening "$wire1"
-boot b "$(mac 02)=10.78.0.2/24=rxe $(mac 12)=10.79.0.2/24" \
-  "-netdev socket,id=w1,connect=127.0.0.1:$wire1 -device virtio-net-pci,netdev=w1,mac=$(mac 02) -netdev socket,id=w2,listen=127.0.0.1:$wire2 -device virtio-net-pci,netdev=w2,mac=$(mac 12)" \
-  SODE_NODE_ROOT=127.0.0.1 SODE_ROOTS=0=0.0.0.0 "SODE_STENCIL_RANKS='0 1'" "SODE_CHAIN_RANKS='0 3'" &
-vm_b=$!
-listening "$wire2"
-boot c "$(mac 13)=10.79.0.3/24" \
-  "-netdev socket,id=w2,connect=127.0.0.1:$wire2 -device virtio-net-pci,netdev=w2,mac=$(mac 13)" \
-  SODE_NODE_ROOT=10.79.0.2 "SODE_STENCIL_RANKS='4 5'" "SODE_CHAIN_RANKS=2" &
-vm_c=$!
-wait $vm_a $vm_b $vm_c || true
+# shellcheck source=ci/softroce/boot-watch.sh
+. "$here/boot-watch.sh"
+# The three nodes, from boot to end; 1 if they did not come up.
+run_nodes() {
+  # Marks, statuses and consoles of an earlier attempt go.
+  rm -f "$out"/[abc].* "$out"/pid-*
+  wire1=$(free_port)
+  wire2=$(free_port)
+  boot a "$(mac 01)=10.78.0.1/24=rxe" \
+    "-netdev socket,id=w1,listen=127.0.0.1:$wire1 -device virtio-net-pci,netdev=w1,mac=$(mac 01)" \
+    SODE_NODE_ROOT=10.78.0.2 "SODE_STENCIL_RANKS='2 3'" "SODE_CHAIN_RANKS=1" &
+  vm_a=$!
+  listening "$wire1"
+  boot b "$(mac 02)=10.78.0.2/24=rxe $(mac 12)=10.79.0.2/24" \
+    "-netdev socket,id=w1,connect=127.0.0.1:$wire1 -device virtio-net-pci,netdev=w1,mac=$(mac 02) -netdev socket,id=w2,listen=127.0.0.1:$wire2 -device virtio-net-pci,netdev=w2,mac=$(mac 12)" \
+    SODE_NODE_ROOT=127.0.0.1 SODE_ROOTS=0=0.0.0.0 "SODE_STENCIL_RANKS='0 1'" "SODE_CHAIN_RANKS='0 3'" &
+  vm_b=$!
+  listening "$wire2"
+  boot c "$(mac 13)=10.79.0.3/24" \
+    "-netdev socket,id=w2,connect=127.0.0.1:$wire2 -device virtio-net-pci,netdev=w2,mac=$(mac 13)" \
+    SODE_NODE_ROOT=10.79.0.2 "SODE_STENCIL_RANKS='4 5'" "SODE_CHAIN_RANKS=2" &
+  vm_c=$!
+  if ! boots_up a b c; then
+    wait $vm_a $vm_b $vm_c || true
+    return 1
+  fi
+  wait $vm_a $vm_b $vm_c || true
+}
+if ! run_nodes; then
+  echo "three-nodes: booting the three nodes again" >&2
+  run_nodes || true
+fi
 log=$out/all.log
 for job in stencil killed stopped reorder; do
   for node in a b c; do
