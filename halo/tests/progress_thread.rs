@@ -6,7 +6,8 @@
 //! wait; rank 1 starts after rank 0's start has returned, and waits.
 //! Without the thread the rest of rank 0's face leaves only when rank 0
 //! calls sode again, two seconds later; with it, at once. Both runs are
-//! made, so the test shows the difference, not only one side of it.
+//! made, so the test shows the difference, not only one side of it. Then,
+//! with nothing in flight, the thread must cost next to no CPU.
 //!
 //! The ranks are this test executable run again, by the `rank` test below
 //! (a no-op unless `SODE_PROGRESS_TEST` is set).
@@ -56,11 +57,37 @@ fn rank() {
     assert!(u.contains(&peer), "rank {me}: nothing from the peer");
     w.barrier(Duration::from_secs(30)).unwrap();
     println!("rank {me} waited_ms {}", waited.as_millis());
+    // Nothing in flight now: what the process burns meanwhile.
+    let before = process_cpu();
+    std::thread::sleep(IDLE);
+    println!(
+        "rank {me} idle_cpu_us {}",
+        (process_cpu() - before).as_micros()
+    );
 }
 
-/// Runs the two ranks with `SODE_PROGRESS=progress`: how long rank 1's
-/// wait took.
-fn rank_1_waited(progress: &str) -> Duration {
+/// How long this process sits between exchanges in the idle measure.
+const IDLE: Duration = Duration::from_secs(1);
+
+/// CPU time of this process so far, all its threads.
+fn process_cpu() -> Duration {
+    use nix::sys::resource::{getrusage, UsageWho};
+    let u = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let t =
+        |v: nix::sys::time::TimeVal| Duration::new(v.tv_sec() as u64, v.tv_usec() as u32 * 1000);
+    t(u.user_time()) + t(u.system_time())
+}
+
+/// What the two ranks of one run measured.
+struct Measured {
+    /// How long rank 1's wait took.
+    waited: Duration,
+    /// CPU time rank 1's process took in [`IDLE`] with nothing in flight.
+    idle_cpu: Duration,
+}
+
+/// Runs the two ranks with `SODE_PROGRESS=progress`.
+fn run_ranks(progress: &str) -> Measured {
     let port = free_port();
     let job = format!("progress{}{}", std::process::id(), progress.len());
     let env = [(sode::PROGRESS_VAR, progress)];
@@ -76,20 +103,28 @@ fn rank_1_waited(progress: &str) -> Duration {
             text
         })
         .collect();
-    let ms: u64 = outputs[1]
-        .lines()
-        .find_map(|l| l.split("rank 1 waited_ms ").nth(1))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("rank 1 printed no wait time:\n{}", outputs[1]));
-    Duration::from_millis(ms)
+    let printed = |key: &str| -> u64 {
+        outputs[1]
+            .lines()
+            .find_map(|l| l.split(&format!("rank 1 {key} ")).nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("rank 1 printed no {key}:\n{}", outputs[1]))
+    };
+    Measured {
+        waited: Duration::from_millis(printed("waited_ms")),
+        idle_cpu: Duration::from_micros(printed("idle_cpu_us")),
+    }
 }
 
 #[test]
 fn a_progress_thread_moves_an_exchange_while_its_rank_computes() {
-    let without = rank_1_waited("off");
-    let with = rank_1_waited("thread:50");
+    let off = run_ranks("off");
+    let on = run_ranks("thread:50");
+    let (without, with) = (off.waited, on.waited);
     eprintln!(
-        "rank 1's wait while rank 0 computed {COMPUTE:?}: {without:?} without a progress thread, {with:?} with one"
+        "rank 1's wait while rank 0 computed {COMPUTE:?}: {without:?} without a progress thread, {with:?} with one; \
+         its process's CPU time in {IDLE:?} with nothing in flight: {:?} without, {:?} with",
+        off.idle_cpu, on.idle_cpu
     );
     assert!(
         without > COMPUTE / 2,
@@ -98,5 +133,12 @@ fn a_progress_thread_moves_an_exchange_while_its_rank_computes() {
     assert!(
         with < COMPUTE / 2,
         "with a progress thread rank 1 still waited {with:?}: rank 0's face left only when it called sode again"
+    );
+    // Idle, the thread sleeps: at most 2 % of a core (looking every 50 us
+    // took 17 %).
+    assert!(
+        on.idle_cpu < IDLE / 50,
+        "with nothing in flight the process with a progress thread took {:?} of CPU in {IDLE:?}",
+        on.idle_cpu
     );
 }
