@@ -56,16 +56,15 @@ done
 echo "-- mpirun -n 4 coupled, SODE_TRANSPORT=tcp"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/coupled"
 
+# On the program's arrays, then (--shared) on two sets sode keeps.
 for n in 1 2 4; do
-  echo "-- mpirun -n $n tiles (a grid of 3 x 4 domains scattered over the ranks, several a rank)"
-  timeout 120 "${mpirun[@]}" -n "$n" "$build/tiles"
+  for arrays in "" --shared; do
+    echo "-- mpirun -n $n tiles $arrays (a grid of 3 x 4 domains scattered over the ranks, several a rank)"
+    timeout 120 "${mpirun[@]}" -n "$n" "$build/tiles" $arrays
+  done
 done
 echo "-- mpirun -n 4 tiles, SODE_TRANSPORT=tcp"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/tiles"
-for n in 1 2 4; do
-  echo "-- mpirun -n $n tiles --shared (the tiles' fields in sode's shared memory, two sets)"
-  timeout 120 "${mpirun[@]}" -n "$n" "$build/tiles" --shared
-done
 echo "-- mpirun -n 4 tiles --shared, every face read in place (SODE_SHM_READ_MIN=0)"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_SHM_READ_MIN=0 -x SODE_SHM_READ_RUN_MIN=0 "$build/tiles" --shared
 

@@ -586,6 +586,15 @@ contains
     c(1:min(n, size(w))) = int(w(1:min(n, size(w))), c_int)
   end function widths
 
+  !> Flags for C (1 true, 0 false): one per axis, three at most.
+  function flags(l, n) result(c)
+    logical, intent(in) :: l(:)
+    integer, intent(in) :: n
+    integer(c_int) :: c(3)
+    c = 0
+    where (l(1:min(n, size(l), 3))) c(1:min(n, size(l), 3)) = 1
+  end function flags
+
   !> A Cartesian exchange from an MPI Cartesian communicator (an integer
   !> handle): halo widths below and above per axis, shape SODE_STAR,
   !> SODE_STAR_EDGES or SODE_BOX. `sc` must be made from `cart`.
@@ -628,9 +637,7 @@ contains
     n = size(dims)
     fits = n >= 2 .and. n <= 3 .and. size(periodic) == n .and. size(block) == n .and. size(coords) == n
     p = 0
-    if (fits) then
-       where (periodic) p(1:n) = 1
-    end if
+    if (fits) p = flags(periodic, n)
     c = -1
     ! With arrays that do not fit, ndims 0 still takes part, so that every
     ! rank fails rather than waits; then the message says why here.
@@ -654,7 +661,6 @@ contains
     type(sode_exchange), intent(out) :: x
     integer, intent(out), optional :: ierr
     integer :: n
-    integer(c_int) :: p(3)
     n = size(dims)
     if (n < 1 .or. n > 3 .or. size(coords) /= n .or. size(periodic) /= n .or. &
          size(halo_lo) /= n .or. size(halo_hi) /= n) then
@@ -663,9 +669,7 @@ contains
             // c_null_char), ierr)
        return
     end if
-    p = 0
-    where (periodic) p(1:n) = 1
-    call finish(c_create_cart(sc%ptr, int(n, c_int), widths(dims, n), widths(coords, n), p, &
+    call finish(c_create_cart(sc%ptr, int(n, c_int), widths(dims, n), widths(coords, n), flags(periodic, n), &
          widths(halo_lo, n), widths(halo_hi, n), int(shape, c_int), x%ptr), ierr)
   end subroutine sode_exchange_create_cart
 
@@ -683,7 +687,6 @@ contains
     type(sode_exchange), intent(out) :: x
     integer, intent(out), optional :: ierr
     integer :: n
-    integer(c_int) :: p(3)
     n = size(dims)
     if (n < 1 .or. n > 3 .or. size(periodic) /= n .or. size(coords, 1) /= n .or. &
          size(halo_lo) /= n .or. size(halo_hi) /= n) then
@@ -697,9 +700,7 @@ contains
             'sode_exchange_create_tiles: owners needs one rank per domain (product(dims))' // c_null_char), ierr)
        return
     end if
-    p = 0
-    where (periodic) p(1:n) = 1
-    call finish(c_create_tiles(sc%ptr, int(n, c_int), widths(dims, n), p, int(owners, c_int), &
+    call finish(c_create_tiles(sc%ptr, int(n, c_int), widths(dims, n), flags(periodic, n), int(owners, c_int), &
          int(size(coords, 2), c_int), int(reshape(coords, [size(coords)]), c_int), widths(halo_lo, n), &
          widths(halo_hi, n), int(shape, c_int), x%ptr), ierr)
   end subroutine sode_exchange_create_tiles

@@ -80,11 +80,20 @@ impl Cart {
                     self.coords[a], self.dims[a]
                 ));
             }
-            if self.halo_lo[a] > 1 << 20 || self.halo_hi[a] > 1 << 20 {
-                return Err(format!("axis {a}: a halo wider than 2^20 cells"));
-            }
         }
-        Ok(())
+        check_halo_widths(&self.halo_lo, &self.halo_hi)
+    }
+}
+
+/// Widest halo a side of an axis may have, in cells.
+const MAX_HALO: usize = 1 << 20;
+
+/// Whether every halo width (below and above, per axis) is at most
+/// [`MAX_HALO`].
+fn check_halo_widths(lo: &[usize], hi: &[usize]) -> Result<(), String> {
+    match (0..lo.len().min(hi.len())).find(|&a| lo[a] > MAX_HALO || hi[a] > MAX_HALO) {
+        Some(a) => Err(format!("axis {a}: a halo wider than 2^20 cells")),
+        None => Ok(()),
     }
 }
 
@@ -127,11 +136,7 @@ impl TileGrid {
             ranks: size,
         };
         sode::pattern::check_tile_grid(&self.grid(), &self.tiles, job)?;
-        match (0..self.dims.len()).find(|&a| self.halo_lo[a] > 1 << 20 || self.halo_hi[a] > 1 << 20)
-        {
-            Some(a) => Err(format!("axis {a}: a halo wider than 2^20 cells")),
-            None => Ok(()),
-        }
+        check_halo_widths(&self.halo_lo, &self.halo_hi)
     }
 }
 

@@ -18,7 +18,7 @@ use nix::unistd::Pid;
 use sode::{Decomposition, HaloExchange, Stencil};
 use sode_job::World;
 mod common;
-use common::{free_port, output_of, spawn_rank};
+use common::{free_port, outputs_of, spawn_rank};
 
 const ROLE: &str = "SODE_PAUSE_TEST";
 const SIZE: usize = 4;
@@ -148,15 +148,7 @@ fn run_job(who: &str, pause: Duration) -> Vec<String> {
     for &p in &paused {
         kill(Pid::from_raw(p as i32), Signal::SIGCONT).unwrap();
     }
-    children
-        .into_iter()
-        .enumerate()
-        .map(|(r, c)| {
-            let (ok, text) = output_of(c);
-            assert!(ok, "rank {r} failed:\n{text}");
-            text
-        })
-        .collect()
+    outputs_of(children)
 }
 
 fn check(outputs: &[String]) {

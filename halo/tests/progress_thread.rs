@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
 use sode_job::World;
 mod common;
-use common::{free_port, output_of, spawn_rank};
+use common::{free_port, outputs_of, spawn_rank};
 
 const ROLE: &str = "SODE_PROGRESS_TEST";
 /// Cells along the face: with a halo of 4, 64 MiB (loopback TCP buffers
@@ -94,15 +94,7 @@ fn run_ranks(progress: &str) -> Measured {
     let children: Vec<_> = (0..2)
         .map(|r| spawn_rank(r, 2, port, &job, (ROLE, "1"), &env))
         .collect();
-    let outputs: Vec<String> = children
-        .into_iter()
-        .enumerate()
-        .map(|(r, c)| {
-            let (ok, text) = output_of(c);
-            assert!(ok, "rank {r} failed:\n{text}");
-            text
-        })
-        .collect();
+    let outputs = outputs_of(children);
     let printed = |key: &str| -> u64 {
         outputs[1]
             .lines()

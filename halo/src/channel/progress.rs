@@ -15,7 +15,7 @@
 //! skips a channel another thread is using.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 use std::thread::ThreadId;
 use std::time::Duration;
 
@@ -211,8 +211,7 @@ impl Channels {
         }
         let (owner, thread) = (self.owner, std::thread::current().id());
         let mut list = in_flight();
-        list.entries
-            .retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+        list.drop_entries(owner);
         if !self.enlisted.swap(true, Ordering::AcqRel) {
             // SeqCst against the progress thread's going to sleep.
             ENLISTED.fetch_add(1, Ordering::SeqCst);
@@ -347,10 +346,8 @@ fn pass(e: &Enlisted) -> bool {
 /// in the ranks' own sode calls only.
 pub const PROGRESS_VAR: &str = "SODE_PROGRESS";
 
-/// Whether the progress thread runs.
-static PROGRESS_THREAD: Mutex<bool> = Mutex::new(false);
-/// The progress thread, to wake.
-static PROGRESS_HANDLE: OnceLock<std::thread::Thread> = OnceLock::new();
+/// The progress thread, once started (to wake).
+static PROGRESS_THREAD: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
 /// Whether the progress thread sleeps until an exchange is enlisted.
 static PROGRESS_ASLEEP: AtomicBool = AtomicBool::new(false);
 /// Nothing in flight for this long, the progress thread sleeps until an
@@ -362,7 +359,10 @@ const PARK_AFTER: Duration = Duration::from_millis(1);
 /// Wakes the progress thread if it sleeps; one load when it does not.
 fn wake_progress_thread() {
     if PROGRESS_ASLEEP.load(Ordering::SeqCst) && PROGRESS_ASLEEP.swap(false, Ordering::SeqCst) {
-        if let Some(t) = PROGRESS_HANDLE.get() {
+        // Set before the thread could first sleep: it was stored under
+        // this lock as the thread was spawned.
+        let thread = PROGRESS_THREAD.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = thread.as_ref() {
             t.unpark();
         }
     }
@@ -371,7 +371,6 @@ fn wake_progress_thread() {
 /// The progress thread: a pass over every exchange in flight each
 /// `interval`, asleep while there is none (after [`PARK_AFTER`]).
 fn progress_loop(interval: Duration) {
-    PROGRESS_HANDLE.get_or_init(std::thread::current);
     let mut idle = Duration::ZERO;
     loop {
         if ENLISTED.load(Ordering::SeqCst) > 0 {
@@ -411,14 +410,14 @@ pub(crate) fn progress_from_env() -> std::result::Result<(), String> {
     let Some(us) = progress_interval(&value.to_string_lossy())? else {
         return Ok(());
     };
-    let mut started = PROGRESS_THREAD.lock().unwrap_or_else(|p| p.into_inner());
-    if !*started {
+    let mut thread = PROGRESS_THREAD.lock().unwrap_or_else(|p| p.into_inner());
+    if thread.is_none() {
         let interval = Duration::from_micros(us);
-        std::thread::Builder::new()
+        let spawned = std::thread::Builder::new()
             .name("sode-progress".into())
             .spawn(move || progress_loop(interval))
             .map_err(|e| format!("{PROGRESS_VAR}: the progress thread cannot start: {e}"))?;
-        *started = true;
+        *thread = Some(spawned.thread().clone());
     }
     Ok(())
 }
@@ -445,9 +444,15 @@ fn progress_interval(value: &str) -> std::result::Result<Option<u64>, String> {
 /// Removes `owner`'s channels (and any whose exchange is gone) from the
 /// list.
 fn withdraw(owner: u64) {
-    in_flight()
-        .entries
-        .retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+    in_flight().drop_entries(owner);
+}
+
+impl List {
+    /// Drops `owner`'s entries, and any whose exchange is gone.
+    fn drop_entries(&mut self, owner: u64) {
+        self.entries
+            .retain(|e| e.owner != owner && e.slot.strong_count() > 0);
+    }
 }
 
 /// The slot's channel, once no pass of another exchange can reach it.

@@ -154,3 +154,17 @@ pub fn output_of(child: std::process::Child) -> (bool, String) {
         String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     (out.status.success(), text)
 }
+
+/// What each of the spawned ranks `children` printed (as [`output_of`]),
+/// in rank order; fails the test, with its output, on a rank that failed.
+pub fn outputs_of(children: Vec<std::process::Child>) -> Vec<String> {
+    children
+        .into_iter()
+        .enumerate()
+        .map(|(r, c)| {
+            let (ok, text) = output_of(c);
+            assert!(ok, "rank {r} failed:\n{text}");
+            text
+        })
+        .collect()
+}
