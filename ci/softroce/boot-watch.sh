@@ -1,23 +1,77 @@
-# Sourced by the scripts that boot several VMs (cluster.sh, three-nodes.sh):
-# a boot under emulation hangs now and then before the guest's command
-# runs. boots_up waits until each node named has left its mark
+# Sourced by every script that boots SoftRoCE VMs (run.sh, cluster.sh,
+# three-nodes.sh). Needs $out, the run's directory.
+#
+# A boot under emulation hangs now and then before the guest's command runs,
+# and a busy host may take minutes over a boot that takes 15-50 s on an
+# idle one. To tell the two apart, each VM boots with vng -v: its kernel
+# and init write their progress to the VM's console, kept in
+# $out/vm-NODE.log (vm_output makes the pipe to send it to).
+#
+# boots_up NODE... waits until each node named has left its mark
 # $out/NODE.ready (its network and rxe up), or until their VMs have all
-# ended; past SODE_VM_BOOT_TIMEOUT (240 s; a boot takes 15-30 s) it stops
-# every VM named (the pid in $out/pid-NODE: the timeout that runs it) and
-# returns 1, so that the caller may boot them all again.
+# ended. A node whose console has not grown for SODE_VM_BOOT_STALL (120 s),
+# or that is not up within SODE_VM_BOOT_TIMEOUT (600 s), counts as hung:
+# the host's state and each such node's last console lines are printed,
+# every VM named is stopped (the pid in $out/pid-NODE: the timeout that
+# runs it), and boots_up returns 1 so that the caller may boot them all
+# again.
+
+# vm_output NODE: makes $out/vm-NODE.pipe, a pipe whose every byte lands in
+# $out/vm-NODE.log (copied by a child of the caller's shell). QEMU
+# opens its stdout and stderr once per port (console, the guest's stdout,
+# stderr); on a regular file each open would truncate it and write over the
+# others' lines, on a pipe they interleave.
+vm_output() {
+  rm -f "$out/vm-$1.pipe" "$out/vm-$1.log"
+  mkfifo "$out/vm-$1.pipe"
+  cat "$out/vm-$1.pipe" >"$out/vm-$1.log" &
+}
+
+# boot_report NODE...: what a hung boot leaves to go on.
+boot_report() {
+  local n
+  echo "boot: the host: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)," \
+    "$(awk '/MemAvailable/ { print int($2 / 1024) }' /proc/meminfo) MiB available;" \
+    "$(qemu-system-x86_64 --version | head -n 1)" >&2
+  echo "boot: the host's busiest processes (% CPU, running for, name):" >&2
+  ps -eo pcpu=,etime=,comm= --sort=-pcpu | head -n 5 | sed 's/^/boot:   /' >&2
+  for n in "$@"; do
+    echo "boot: node $n's console, its last 25 lines of $(wc -l <"$out/vm-$n.log" 2>/dev/null || echo 0):" >&2
+    tail -n 25 "$out/vm-$n.log" 2>/dev/null | cut -c1-240 | sed "s/^/boot:   [$n] /" >&2
+  done
+}
+
 boots_up() {
-  local waited=0 n pid all alive
+  local waited=0 n pid all alive size
+  local -a hung
+  local stall_limit=${SODE_VM_BOOT_STALL:-120} limit=${SODE_VM_BOOT_TIMEOUT:-600}
+  local -A seen=() still=()
   while :; do
-    all=1 alive=0
+    all=1 alive=0 hung=()
     for n in "$@"; do
-      [ -f "$out/$n.ready" ] || all=0
       # No pid yet: its boot is just starting.
-      pid=$(cat "$out/pid-$n" 2>/dev/null) || { alive=1; continue; }
-      kill -0 "$pid" 2>/dev/null && alive=1
+      if ! pid=$(cat "$out/pid-$n" 2>/dev/null) || kill -0 "$pid" 2>/dev/null; then
+        alive=1
+      fi
+      [ -f "$out/$n.ready" ] && continue
+      all=0
+      size=$(stat -c %s "$out/vm-$n.log" 2>/dev/null || echo 0)
+      if [ "$size" != "${seen[$n]:-}" ]; then
+        seen[$n]=$size still[$n]=0
+      else
+        still[$n]=$((still[$n] + 1))
+      fi
+      [ "${still[$n]}" -ge "$stall_limit" ] && hung+=("$n")
     done
     { [ $all = 1 ] || [ $alive = 0 ]; } && return 0
-    if [ "$waited" -ge "${SODE_VM_BOOT_TIMEOUT:-240}" ]; then
-      echo "boot: a node of '$*' was not up ${waited} s after its boot: stopping the VMs" >&2
+    if [ ${#hung[@]} -gt 0 ] || [ "$waited" -ge "$limit" ]; then
+      if [ ${#hung[@]} -gt 0 ]; then
+        echo "boot: node(s) ${hung[*]} of '$*' not up after ${waited} s, their consoles silent for ${stall_limit} s: stopping the VMs" >&2
+      else
+        echo "boot: a node of '$*' not up after ${waited} s: stopping the VMs" >&2
+        for n in "$@"; do [ -f "$out/$n.ready" ] || hung+=("$n"); done
+      fi
+      boot_report "${hung[@]}"
       for n in "$@"; do kill "$(cat "$out/pid-$n" 2>/dev/null)" 2>/dev/null || true; done
       return 1
     fi

@@ -13,8 +13,9 @@
 # mpirun on node a starts PROGRAM instead (2 ranks a node).
 #
 # A boot under emulation hangs now and then: nodes not up (their wire and
-# rxe0 ready) within SODE_VM_BOOT_TIMEOUT (240 s; a boot takes 15-30 s)
-# are stopped and both booted once more, and the console says so.
+# rxe0 ready) in time are stopped, with the host's state and their last
+# console lines printed, and both booted once more (boot-watch.sh says
+# when).
 set -euo pipefail
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 export PATH
@@ -34,13 +35,18 @@ start=$(date +%s)
 
 boot() { # node, ip, listen|connect, mac
   # In the background, so that its pid can be recorded for an early stop.
-  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$1" \
+  vm_output "$1"
+  # --force-9p: vng would first try virtiofsd for each shared directory,
+  # seconds lost each time Debian 12's (QEMU's own) refuses its options.
+  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$1" \
     --rwdir "$out" --cwd "$PWD" \
     --exec "SODE_CLUSTER_RANKS_A='${SODE_CLUSTER_RANKS_A:-0 1}' SODE_CLUSTER_RANKS_B='${SODE_CLUSTER_RANKS_B:-2 3}' SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
     --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
-    >"$out/vm-$1.log" 2>&1 &
+    >"$out/vm-$1.pipe" 2>&1 &
   echo $! >"$out/pid-$1"
   wait $! || true
+  # and the console's copy
+  wait
 }
 # shellcheck source=ci/softroce/boot-watch.sh
 . "$here/boot-watch.sh"
@@ -96,7 +102,7 @@ for node in a b; do
   if [ "$s" != 0 ]; then
     status=$s
     echo "cluster: node $node's console:" >&2
-    tail -n 30 "$out/vm-$node.log" >&2
+    tail -n 40 "$out/vm-$node.log" >&2
   fi
 done
 echo "cluster: both nodes done in $(( $(date +%s) - start )) s" >&2

@@ -4,6 +4,9 @@
 # writes its exit status to $SODE_VM_OUT/status.
 set -uo pipefail
 out=${SODE_VM_OUT:?}
+# The host (run.sh) keeps the guest's stderr with its console; what the
+# command says goes to its stdout, in order.
+exec 2>&1
 {
   set -e
   modprobe rdma_rxe
@@ -19,7 +22,7 @@ out=${SODE_VM_OUT:?}
 } || { echo 90 > "$out/status"; exit 90; }
 # The host's watchdog (run.sh) waits for this before it trusts the boot.
 echo "softroce: guest up, rxe0 ready, $(cut -d' ' -f1 /proc/uptime) s after boot" >&2
-touch "$out/up"
+touch "$out/guest.ready"
 # The setup block turned errexit on; the command's failure must still be
 # reported as its status.
 set +e

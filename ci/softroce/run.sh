@@ -7,10 +7,11 @@
 #
 # The guest may write to target/vm-out (results to keep).
 #
-# SODE_VM_TIMEOUT (900 s) bounds one guest's whole run. A boot under
-# emulation hangs now and then before the command starts: a guest not up
-# (rxe0 ready) within SODE_VM_BOOT_TIMEOUT (240 s; a boot takes 15-30 s) is
-# stopped and booted once more, and the console says so.
+# SODE_VM_TIMEOUT (900 s) bounds one guest's whole run. A guest not up
+# (rxe0 ready) in time is stopped, with the host's state and the guest's
+# last console lines printed, and booted once more: boot-watch.sh says
+# when (SODE_VM_BOOT_STALL, SODE_VM_BOOT_TIMEOUT). The guest's console
+# (kernel and init) is printed too when its command fails.
 #
 # Build on the host first: emulated code is 10-50x slower.
 set -euo pipefail
@@ -25,30 +26,31 @@ results=$(cd "$here/../.." && pwd)/target/vm-out
 mkdir -p "$results"
 trap 'rm -rf "$out"' EXIT
 cmd=$(printf '%q ' "$@")
-boot_limit=${SODE_VM_BOOT_TIMEOUT:-240}
 # KVM here cannot boot this kernel: software emulation (--disable-kvm).
 # SODE_VM_SHAPE: the guest's CPUs, memory and NUMA nodes (vng's options).
 read -ra shape <<<"${SODE_VM_SHAPE:---cpus 2 --memory 2G}"
+# shellcheck source=ci/softroce/boot-watch.sh
+. "$here/boot-watch.sh"
 
-# One boot: returns 1 if the guest did not come up within boot_limit.
+# One boot, to the command's end: returns 1 if the guest did not come up.
+# The guest's stdout is this script's; its console goes to
+# $out/vm-guest.log (guest.sh sends the command's stderr to its stdout).
 boot() {
-  rm -f "$out/up" "$out/status"
+  rm -f "$out/guest.ready" "$out/status" "$out/pid-guest"
+  vm_output guest
   # timeout runs vng in a process group of its own and passes a TERM on to
   # all of it, QEMU included.
-  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm "${shape[@]}" \
+  # --force-9p: vng would first try virtiofsd for each shared directory,
+  # seconds lost each time Debian 12's (QEMU's own) refuses its options.
+  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --force-9p "${shape[@]}" -v \
     --rwdir "$out" --rwdir "$results" --cwd "$PWD" \
-    --exec "SODE_VM_OUT=$out bash $here/guest.sh $cmd" &
-  local vm=$! waited=0
-  while [ ! -f "$out/up" ] && kill -0 "$vm" 2>/dev/null; do
-    if [ "$waited" -ge "$boot_limit" ]; then
-      echo "softroce: the guest was not up (rxe0 ready) ${boot_limit} s after it was started: stopping it" >&2
-      kill "$vm" 2>/dev/null || true
-      wait "$vm" || true
-      return 1
-    fi
-    sleep 1
-    waited=$((waited + 1))
-  done
+    --exec "SODE_VM_OUT=$out bash $here/guest.sh $cmd" 2>"$out/vm-guest.pipe" &
+  local vm=$!
+  echo "$vm" >"$out/pid-guest"
+  if ! boots_up guest; then
+    wait "$vm" || true
+    return 1
+  fi
   wait "$vm" || true
 }
 
@@ -58,6 +60,12 @@ if ! boot; then
   boot || true
 fi
 status=$(cat "$out/status" 2>/dev/null || echo 99)
+# The console's copy ends when QEMU has closed the pipe.
+wait
+if [ "$status" != 0 ] && [ -f "$out/guest.ready" ]; then
+  echo "softroce: the guest's console, its last 30 lines:" >&2
+  tail -n 30 "$out/vm-guest.log" | cut -c1-240 >&2
+fi
 echo "softroce: guest finished in $(( $(date +%s) - start )) s with status $status" >&2
 [ "$status" = 90 ] && echo "softroce: setting up rxe0 in the guest failed" >&2
 [ "$status" = 99 ] && echo "softroce: the guest did not report a status (boot failure or timeout)" >&2

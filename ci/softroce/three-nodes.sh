@@ -51,12 +51,17 @@ boot() {
   local node=$1 nics=$2 qemu=$3
   shift 3
   # In the background, so that its pid can be recorded (boot-watch.sh).
-  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --cpus 2 --memory 1G --name "node-$node" \
+  vm_output "$node"
+  # --force-9p: vng would first try virtiofsd for each shared directory,
+  # seconds lost each time Debian 12's (QEMU's own) refuses its options.
+  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$node" \
     --rwdir "$out" --cwd "$PWD" \
     --exec "env SODE_VM_OUT=$out SODE_NODE=$node SODE_ALL_NODES='a b c' SODE_NICS='$nics' SODE_CLUSTER_JOB=three$$ SODE_STENCIL=$stencil SODE_HEALTH_EXE=$health $* bash $here/three-nodes-guest.sh" \
-    --qemu-opts="$qemu" >"$out/vm-$node.log" 2>&1 &
+    --qemu-opts="$qemu" >"$out/vm-$node.pipe" 2>&1 &
   echo $! >"$out/pid-$node"
   wait $! || true
+  # and the console's copy
+  wait
 }
 listening() { # port: wait until QEMU listens there (without connecting)
   for _ in $(seq 600); do
@@ -114,7 +119,7 @@ for node in a b c; do
   s=$(cat "$out/$node.status" 2>/dev/null || echo 99)
   if [ "$s" != 0 ]; then
     echo "three-nodes: node $node finished with status $s; its console:" >&2
-    tail -n 30 "$out/vm-$node.log" >&2
+    tail -n 40 "$out/vm-$node.log" >&2
     fail=1
   fi
 done
