@@ -81,6 +81,7 @@ module sode
   public :: sode_exchange_create, sode_add_send, sode_add_recv
   public :: sode_add_field, sode_add_field_bytes
   public :: sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
+  public :: sode_lend_arrays, sode_get_staged_starts
   public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_set_memory_kind, sode_describe
   public :: sode_set_depth
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
@@ -291,6 +292,13 @@ module sode
        import :: c_int
        integer(c_int), value :: code
      end subroutine c_mpi_abort
+     function c_lend_arrays(x, n, arrays) bind(C, name="sode_exchange_lend_arrays") result(rc)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: x
+       integer(c_int), value :: n
+       type(c_ptr), intent(in) :: arrays(*)
+       integer(c_int) :: rc
+     end function c_lend_arrays
      function c_start_arrays(x, n, arrays) bind(C, name="sode_exchange_start_arrays") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -324,6 +332,12 @@ module sode
        type(sode_stats), intent(out) :: s
        integer(c_int) :: rc
      end function c_exchange_stats
+     function c_staged_starts(x, n) bind(C, name="sode_exchange_staged_starts") result(rc)
+       import :: c_int, c_ptr, c_int64_t
+       type(c_ptr), value :: x
+       integer(c_int64_t), intent(out) :: n
+       integer(c_int) :: rc
+     end function c_staged_starts
      function c_neighbour_stats(x, i, n) bind(C, name="sode_exchange_neighbour_stats") result(rc)
        import :: c_int, c_ptr, neighbour_stats
        type(c_ptr), value :: x
@@ -412,19 +426,21 @@ contains
     character(len=*), intent(in) :: text
     character(len=:), allocatable :: out
     ! Longest first, so that no name is taken for the start of another.
-    character(len=*), parameter :: c_names(23) = [character(len=31) :: &
+    character(len=*), parameter :: c_names(25) = [character(len=31) :: &
          'sode_exchange_set_shared_fields', 'sode_exchange_neighbour_stats', 'sode_exchange_set_memory_kind', &
          'sode_exchange_add_send_field', 'sode_exchange_add_recv_field', 'sode_exchange_set_zero_copy', &
-         'sode_exchange_set_transport', 'sode_exchange_shared_field', 'sode_exchange_start_arrays', &
-         'sode_exchange_set_overlap', 'sode_exchange_reset_stats', 'sode_exchange_field_count', &
+         'sode_exchange_set_transport', 'sode_exchange_staged_starts', 'sode_exchange_shared_field', &
+         'sode_exchange_start_arrays', 'sode_exchange_lend_arrays', 'sode_exchange_set_overlap', &
+         'sode_exchange_reset_stats', 'sode_exchange_field_count', &
          'sode_exchange_set_depth', 'sode_exchange_add_field', 'sode_exchange_add_send', 'sode_exchange_add_recv', &
          'sode_exchange_start_set', 'sode_exchange_describe', 'sode_exchange_commit', 'sode_exchange_stats', &
          'sode_exchange_start', 'sode_exchange_wait', 'sode_exchange_test']
-    character(len=*), parameter :: f_names(23) = [character(len=24) :: &
+    character(len=*), parameter :: f_names(25) = [character(len=24) :: &
          'sode_set_shared_fields', 'sode_get_neighbour_stats', 'sode_set_memory_kind', &
          'sode_add_send', 'sode_add_recv', 'sode_set_zero_copy', &
-         'sode_set_transport', 'sode_shared_field', 'sode_start_arrays', &
-         'sode_set_overlap', 'sode_reset_stats', 'sode_field_count', &
+         'sode_set_transport', 'sode_get_staged_starts', 'sode_shared_field', &
+         'sode_start_arrays', 'sode_lend_arrays', 'sode_set_overlap', &
+         'sode_reset_stats', 'sode_field_count', &
          'sode_set_depth', 'sode_add_field', 'sode_add_send', 'sode_add_recv', &
          'sode_start_set', 'sode_describe', 'sode_commit', 'sode_get_stats', &
          'sode_start', 'sode_wait', 'sode_test']
@@ -2087,6 +2103,19 @@ contains
   !> fields' own arrays again. Where faces travel in place over RDMA, a
   !> field given another array has the faces of its messages packed and
   !> unpacked for that start, as if they were packed.
+  !> Lends one more set of arrays before sode_commit, `c_loc` of each
+  !> field's in the order added (`[c_loc(k1), c_loc(k1v)]`, each `target`
+  !> and alive until sode_free): where faces travel in place over RDMA, a
+  !> start on exactly one lent set's arrays (sode_start_arrays) travels
+  !> in place as a start on the arrays added does. Lend each Runge-Kutta
+  !> stage's arrays; every rank must lend as many sets.
+  subroutine sode_lend_arrays(x, arrays, ierr)
+    type(sode_exchange), intent(inout) :: x
+    type(c_ptr), intent(in) :: arrays(:)
+    integer, intent(out), optional :: ierr
+    call finish(c_lend_arrays(x%ptr, size(arrays, kind=c_int), arrays), ierr)
+  end subroutine sode_lend_arrays
+
   subroutine sode_start_arrays(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: arrays(:)
@@ -2147,6 +2176,19 @@ contains
     integer, intent(out), optional :: ierr
     call finish(c_exchange_stats(x%ptr, stats), ierr)
   end subroutine sode_get_stats
+
+  !> The starts of `x` since its commit or sode_reset_stats whose faces
+  !> built to travel in place over RDMA went through sode's buffers: on
+  !> arrays neither added nor lent (sode_lend_arrays), or on some fields
+  !> or fewer layers. Local.
+  subroutine sode_get_staged_starts(x, count, ierr)
+    type(sode_exchange), intent(in) :: x
+    integer(int64), intent(out) :: count
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: n
+    call finish(c_staged_starts(x%ptr, n), ierr)
+    count = n
+  end subroutine sode_get_staged_starts
 
   !> Neighbour `i` (1 to stats%neighbours) of `x`: its rank, its channel
   !> ("shm", "rdma", "tcp", or "local": this rank itself) and the bytes one

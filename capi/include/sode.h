@@ -299,6 +299,24 @@ extern "C" {
 int sode_exchange_stats(struct sode_exchange *exchange, struct sode_stats *out);
 
 /**
+ * Sets `count` to the starts of `exchange` since its commit (or
+ * `sode_exchange_reset_stats`) whose faces built to travel in place over
+ * RDMA went through sode's buffers instead, packed and unpacked: starts
+ * on arrays neither added nor lent (`sode_exchange_lend_arrays`), or on
+ * some fields or fewer layers. 0 where every start travels as built (and
+ * wherever nothing travels in place). Local.
+ *
+ * # Statuses
+ * `SODE_ERR_NULL` (`exchange` or `count`); `SODE_ERR_STATE` before the
+ * commit.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create*`, not freed; `count` valid for a
+ * write.
+ */
+int sode_exchange_staged_starts(struct sode_exchange *exchange, uint64_t *count);
+
+/**
  * Fills `out` with neighbour `i` (0 to `neighbours - 1` of
  * `sode_exchange_stats`) of `exchange`: its rank, its channel and the
  * bytes one iteration sends it and receives from it (as the last start
@@ -1042,6 +1060,32 @@ int sode_exchange_start_set(struct sode_exchange *exchange, int set);
 int sode_exchange_start(struct sode_exchange *exchange);
 
 /**
+ * Lends one more set of arrays, before commit: `arrays[f]` for field `f`
+ * (in the order added; `nfields` is the exchange's field count), each
+ * laid out as its field was described. Where faces travel in place over
+ * RDMA (see `sode_exchange_set_zero_copy`), a start on exactly one lent
+ * set's arrays (`sode_exchange_start_arrays`) travels in place as a start
+ * on the arrays added does: lend each Runge-Kutta stage's arrays, or the
+ * other buffer of a double-buffered sweep, and no start packs. Each call
+ * lends one set (at most 62 beside the arrays added), and every rank must
+ * lend as many. Elsewhere lending changes nothing.
+ * `sode_exchange_staged_starts` counts the starts that went through
+ * sode's buffers instead.
+ *
+ * # Statuses
+ * `SODE_ERR_NULL` (`exchange`, `arrays`, or an entry of it);
+ * `SODE_ERR_STATE` after the commit; `SODE_ERR_ARG` for a count other
+ * than the fields' (or no field), an array added or lent already, fields
+ * sode keeps, or too many sets.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds
+ * `nfields` pointers, each valid for reads and writes of its whole field
+ * until the exchange is freed, with the rules of `sode_exchange_add_field`.
+ */
+int sode_exchange_lend_arrays(struct sode_exchange *exchange, int nfields, void *const *arrays);
+
+/**
  * Starts the exchange on other arrays than the fields were added with:
  * `arrays[f]` stands for field `f` (in the order added; `nfields` is the
  * exchange's field count), NULL for a field's own array. Each must be
@@ -1052,11 +1096,13 @@ int sode_exchange_start(struct sode_exchange *exchange);
  * or both buffers of a double-buffered sweep, as MPI takes a buffer per
  * call. Where faces travel in place over RDMA (see
  * `sode_exchange_set_zero_copy`), the device reads and writes only the
- * arrays added: a start that gives another array for such a field packs
- * and unpacks the faces of its messages through sode's buffers instead,
- * as if they were packed, and the next start on the arrays added travels
- * in place again. Each rank decides for itself, so neighbours may start
- * on different arrays. Allocates nothing.
+ * arrays added and lent (`sode_exchange_lend_arrays`): a start on one
+ * lent set's arrays travels in place too; a start that gives another
+ * array for such a field packs and unpacks the faces of its messages
+ * through sode's buffers instead, as if they were packed, and the next
+ * start on arrays added or lent travels in place again. Each rank decides
+ * for itself, so neighbours may start on different arrays. Allocates
+ * nothing.
  *
  * # Statuses
  * As `sode_exchange_start`; `SODE_ERR_NULL` for a null `arrays` with

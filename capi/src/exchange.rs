@@ -5,7 +5,7 @@
 use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, Transport};
+use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, StartMemory, Transport};
 use sode_job::World;
 
 use sode::field::{ElemType, FieldLayout, MemoryKind, Overlap, Piece};
@@ -34,8 +34,12 @@ pub struct Field {
     /// Bytes the array spans.
     pub bytes: usize,
     /// Whether some face of it travels in place over RDMA (known at
-    /// commit): a start on another array for it is then staged.
+    /// commit): a start on an array neither its own nor lent is then
+    /// staged.
     pub in_place: bool,
+    /// Arrays lent for it beyond its own, one per lent set
+    /// (`sode_exchange_lend_arrays`): starts on them travel in place too.
+    pub lent: Vec<UserMemory>,
 }
 
 impl Field {
@@ -181,6 +185,30 @@ impl FieldList<'_> {
 
 /// Marks the fields `subset` lists (`None`: every field) as started, the
 /// others not; refuses a field listed twice or one the exchange lacks.
+/// What a start reads and lands in where faces travel in place over RDMA:
+/// the lent set that holds every such field's array (set 0 the arrays
+/// added, whose `call` is none), or staged: the device reads and writes
+/// only the arrays lent at commit, so a face of another array, or part of
+/// a message (`partial`), goes through the channel's buffers.
+fn start_memory(fields: &[Field], partial: bool) -> StartMemory {
+    let mut carried = fields.iter().filter(|f| f.in_place).peekable();
+    if carried.peek().is_none() {
+        return StartMemory::Set(0);
+    }
+    if partial {
+        return StartMemory::Staged;
+    }
+    let set_of = |f: &Field| match &f.call {
+        None => Some(0),
+        Some(a) => f.lent.iter().position(|l| l.is(a)).map(|k| k + 1),
+    };
+    let first = carried.peek().and_then(|f| set_of(f));
+    match first {
+        Some(k) if carried.all(|f| set_of(f) == Some(k)) => StartMemory::Set(k),
+        _ => StartMemory::Staged,
+    }
+}
+
 fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str) -> Result<()> {
     let Some(list) = subset else {
         fields.iter_mut().for_each(|f| f.started = true);
@@ -515,7 +543,63 @@ impl Exchange {
             in_place: false,
             bytes: span,
             spec,
+            lent: Vec::new(),
         });
+        Ok(())
+    }
+
+    /// Lends one more set of arrays before commit, `array(f, bytes)`
+    /// field `f`'s (of its field's bytes): starts on exactly this set's
+    /// arrays keep faces in place over RDMA, as starts on the arrays added
+    /// do.
+    pub fn lend_arrays(
+        &mut self,
+        op: &'static str,
+        given: usize,
+        array: impl Fn(usize, usize) -> Option<UserMemory>,
+    ) -> Result<()> {
+        self.before_commit(op, "lend every set of arrays")?;
+        let n = self.fields.len();
+        if given != n || n == 0 {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("nfields is {given}, but {n} fields were added: lend one array per field, after adding them all"),
+            });
+        }
+        let sets = self.fields[0].lent.len() + 1;
+        if sets >= sode::MAX_LENT_SETS {
+            return Err(CapiError::Invalid {
+                op,
+                why: format!("{sets} sets lent already: at most {}", sode::MAX_LENT_SETS),
+            });
+        }
+        let mut set = Vec::with_capacity(n);
+        for (f, field) in self.fields.iter().enumerate() {
+            let what = self.counting.field(f);
+            let Some(own) = &field.memory else {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!(
+                        "{what}: sode keeps the fields (shared fields): there is nothing to lend"
+                    ),
+                });
+            };
+            let Some(a) = array(f, field.bytes) else {
+                return Err(CapiError::Null { op, arg: "arrays" });
+            };
+            if own.is(&a) || field.lent.iter().any(|l| l.is(&a)) {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!(
+                        "{what}: that array was added or lent already: lend each array once"
+                    ),
+                });
+            }
+            set.push(a);
+        }
+        for (field, a) in self.fields.iter_mut().zip(set) {
+            field.lent.push(a);
+        }
         Ok(())
     }
 
@@ -942,10 +1026,17 @@ impl Exchange {
         if mode == ZeroCopy::Never {
             return Ok(builder);
         }
-        let lent = self
-            .fields
-            .iter()
-            .map(|f| f.memory.as_ref()?.lend())
+        let sets = self.fields.first().map_or(0, |f| f.lent.len()) + 1;
+        let lent = (0..sets)
+            .map(|k| {
+                self.fields
+                    .iter()
+                    .map(|f| match k {
+                        0 => f.memory.as_ref()?.lend(),
+                        k => f.lent.get(k - 1)?.lend(),
+                    })
+                    .collect::<Option<Vec<_>>>()
+            })
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| CapiError::Internal {
                 op,
@@ -1304,14 +1395,8 @@ impl Exchange {
             field.call =
                 array(k, field.bytes).filter(|a| !field.memory.as_ref().is_some_and(|m| m.is(a)));
         }
-        // The device reads and writes only the arrays lent at commit: a
-        // face of another array, or part of a message, goes through the
-        // channel's buffers.
-        let staged = fields
-            .iter()
-            .any(|f| f.in_place && (partial || f.call.is_some()));
         links
-            .set_staged(staged)
+            .set_memory(start_memory(fields, partial))
             .map_err(|source| CapiError::Exchange { op, source })
     }
 

@@ -7,7 +7,10 @@
 //! every halo cell of the array started holds the owners' values of that
 //! iteration, and the two arrays not started are exactly as they were
 //! (the device wrote into no array but the one started). Faces in place
-//! on every rank, and mixed: ranks 0 and 3 in place, 1 and 2 packed.
+//! on every rank, and mixed: ranks 0 and 3 in place, 1 and 2 packed; then
+//! with the two other arrays lent (`sode_exchange_lend_arrays`), so that
+//! no start goes through sode's buffers (the stats count none), where
+//! without them every start on another array does.
 //!
 //! Then starts on part of such an exchange: two fields with halos two
 //! wide, started in turn on both, on one, at a depth of one layer, and on
@@ -96,9 +99,14 @@ fn check(me: usize, it: usize, a: &[f64]) -> Result<(), String> {
 }
 
 /// One rank: commits on its first array with faces in place (`mode`),
-/// then starts on array `(it + me) % ARRAYS` in iteration `it`. The
-/// exchange's sides in place.
-fn rank(hub: std::sync::Arc<common::Hub>, me: usize, mode: c_int) -> Result<usize, String> {
+/// the next `lent` arrays lent a set each, then starts on array
+/// `(it + me) % ARRAYS` in iteration `it`. The exchange's sides in place.
+fn rank(
+    hub: std::sync::Arc<common::Hub>,
+    me: usize,
+    mode: c_int,
+    lent: usize,
+) -> Result<usize, String> {
     let mut comm = comm(&hub, me);
     let mut arrays = vec![vec![UNTOUCHED; SIDE * SIDE]; ARRAYS];
     // SAFETY (every call below): valid handles and arrays of the sizes the
@@ -110,10 +118,16 @@ fn rank(hub: std::sync::Arc<common::Hub>, me: usize, mode: c_int) -> Result<usiz
         ok(sode_exchange_set_zero_copy(x, mode), "zero copy");
         let (ext, lo, own) = ([SIDE as i64; 2], [1; 2], [OWN as i64; 2]);
         add_f64(x, &mut arrays[0], ext, lo, own);
+        for set in arrays.iter_mut().skip(1).take(lent) {
+            let a: *mut c_void = set.as_mut_ptr().cast();
+            ok(sode_exchange_lend_arrays(x, 1, &a), "lend");
+        }
         ok(sode_exchange_commit(x), "commit");
         let in_place = sides_in_place(x);
+        let mut staged = 0;
         for it in 0..4 * ARRAYS {
             let k = (it + me) % ARRAYS;
+            staged += u64::from(in_place > 0 && k > lent);
             fill(me, it, &mut arrays[k]);
             let before: Vec<Vec<f64>> = arrays.clone();
             let given: *mut c_void = arrays[k].as_mut_ptr().cast();
@@ -128,6 +142,16 @@ fn rank(hub: std::sync::Arc<common::Hub>, me: usize, mode: c_int) -> Result<usiz
                     "rank {me}, iteration {it}: array {j} changed, but the start was on array {k}"
                 ));
             }
+        }
+        let mut counted = u64::MAX;
+        ok(
+            sode_exchange_staged_starts(x, &mut counted),
+            "staged starts",
+        );
+        if counted != staged {
+            return Err(format!(
+                "rank {me}: {counted} starts through sode's buffers, {staged} expected with {lent} arrays lent"
+            ));
         }
         ok(sode_exchange_free(&mut x), "free");
         ok(sode_comm_free(&mut comm), "free comm");
@@ -171,9 +195,9 @@ fn device() -> bool {
     found
 }
 
-fn every_rank(modes: [c_int; 4]) -> Vec<usize> {
+fn every_rank(modes: [c_int; 4], lent: usize) -> Vec<usize> {
     all_ok(on_every_rank(&hub(GRID * GRID), move |hub, me| {
-        rank(hub, me, modes[me])
+        rank(hub, me, modes[me], lent)
     }))
 }
 
@@ -200,9 +224,24 @@ fn rdma_faces_in_place_take_another_array_per_start() {
     if !device() {
         return;
     }
-    let in_place = every_rank([SODE_ZERO_COPY_ALWAYS; 4]);
+    let in_place = every_rank([SODE_ZERO_COPY_ALWAYS; 4], 0);
     // 8 neighbours (4 of them rank 3 for rank 0, ...), each way.
     assert!(in_place.iter().all(|&n| n > 0), "in place: {in_place:?}");
+}
+
+/// Every array lent: neighbours on different arrays each name their own
+/// set in their credits, and no start is staged.
+#[test]
+fn rdma_faces_in_place_take_every_lent_array() {
+    if !device() {
+        return;
+    }
+    let in_place = every_rank([SODE_ZERO_COPY_ALWAYS; 4], ARRAYS - 1);
+    assert!(in_place.iter().all(|&n| n > 0), "in place: {in_place:?}");
+    let (all, none) = (SODE_ZERO_COPY_ALWAYS, SODE_ZERO_COPY_NEVER);
+    // Packed writers land in whichever set their peers name.
+    let in_place = every_rank([all, none, none, all], ARRAYS - 1);
+    assert_eq!((in_place[1], in_place[2]), (0, 0), "packed ranks");
 }
 
 #[test]
@@ -211,7 +250,7 @@ fn rdma_mixed_sides_take_another_array_per_start() {
         return;
     }
     let (all, none) = (SODE_ZERO_COPY_ALWAYS, SODE_ZERO_COPY_NEVER);
-    let in_place = every_rank([all, none, none, all]);
+    let in_place = every_rank([all, none, none, all], 0);
     assert!(in_place[0] > 0 && in_place[3] > 0, "in place: {in_place:?}");
     assert_eq!((in_place[1], in_place[2]), (0, 0), "packed ranks");
 }

@@ -143,8 +143,20 @@ static void misuse(sode_comm *c, int size) {
            "memory kind 3: SODE_MEMORY_HOST (0) is the one kind");
     expect("a negative field", sode_exchange_set_memory_kind(x, -1, SODE_MEMORY_HOST), SODE_ERR_ARG,
            "field -1");
+    static double u_stage[6 * 6];
+    void *stage[1] = {u_stage}, *own_array[1] = {u}, *no_array[1] = {NULL};
+    expect("lend arrays for another field count", sode_exchange_lend_arrays(x, 2, stage), SODE_ERR_ARG,
+           "nfields is 2, but 1 fields were added");
+    expect("lend no array list", sode_exchange_lend_arrays(x, 1, NULL), SODE_ERR_NULL, "`arrays`");
+    expect("lend a NULL array", sode_exchange_lend_arrays(x, 1, no_array), SODE_ERR_NULL, "`arrays`");
+    expect("lend the field's own array", sode_exchange_lend_arrays(x, 1, own_array), SODE_ERR_ARG,
+           "added or lent already");
+    expect("lend a stage's array", sode_exchange_lend_arrays(x, 1, stage), SODE_OK, "");
+    expect("lend it twice", sode_exchange_lend_arrays(x, 1, stage), SODE_ERR_ARG, "added or lent already");
     expect("commit", sode_exchange_commit(x), SODE_OK, "");
     expect("commit twice", sode_exchange_commit(x), SODE_ERR_STATE, "already committed");
+    expect("lend after commit", sode_exchange_lend_arrays(x, 1, stage), SODE_ERR_STATE,
+           "before sode_exchange_commit");
     expect("a field after commit", add_u(x), SODE_ERR_STATE, "before sode_exchange_commit");
     expect("a transport after commit", sode_exchange_set_transport(x, SODE_TRANSPORT_AUTO), SODE_ERR_STATE,
            "before sode_exchange_commit");

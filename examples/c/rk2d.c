@@ -2,7 +2,7 @@
  * committed exchange (sode_exchange_start_arrays), checked bit for bit
  * against the same integration with MPI halo exchanges.
  *
- *   mpirun -n 4 ./rk2d [steps]
+ *   mpirun -n 4 ./rk2d [steps] [lend]
  *
  * The heat equation u_t = L(u) (a 9-point Laplacian, so corners count) on
  * a periodic 2-D grid, integrated by the three-stage strong-stability-
@@ -12,7 +12,10 @@
  *   u  = 1/3 u + 2/3 (s2 + dt L(s2))
  * Each L needs the halo of its own stage array: the exchange is committed
  * once, on u, and started on u, s1 and s2 in turn, as MPI takes a buffer
- * per call. The grid does not divide evenly among the ranks. */
+ * per call. The stage arrays are lent to it (sode_exchange_lend_arrays;
+ * `lend` 0 does not), so that over RDMA their faces too travel in place,
+ * and it prints how many starts went through sode's buffers instead. The
+ * grid does not divide evenly among the ranks. */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -136,11 +139,13 @@ static void rk3_step(const struct grid *g, double *u, double *s1, double *s2, do
     }
 }
 
-/* u after `steps` steps from the same start, by sode (ex) or by MPI (NULL). */
-static double *integrate(const struct grid *g, int steps, sode_exchange *ex, double *u) {
+/* u after `steps` steps from the same start, by sode (ex) or by MPI (NULL),
+ * with stage arrays s1 and s2. */
+static double *integrate(const struct grid *g, int steps, sode_exchange *ex, double *u, double *s1,
+                         double *s2) {
     size_t cells = (size_t)g->ext[0] * g->ext[1];
-    double *s1 = calloc(cells, sizeof *s1), *s2 = calloc(cells, sizeof *s2), *l = calloc(cells, sizeof *l);
-    if (!s1 || !s2 || !l) {
+    double *l = calloc(cells, sizeof *l);
+    if (!l) {
         fprintf(stderr, "rank %d: out of memory\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -153,15 +158,13 @@ static double *integrate(const struct grid *g, int steps, sode_exchange *ex, dou
     for (int t = 0; t < steps; t++) {
         rk3_step(g, u, s1, s2, l, 0.1, ex);
     }
-    free(s1);
-    free(s2);
     free(l);
     return u;
 }
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    int size, steps = argc > 1 ? atoi(argv[1]) : 20;
+    int size, steps = argc > 1 ? atoi(argv[1]) : 20, lend = argc > 2 ? atoi(argv[2]) : 1;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int dims[2] = {0, 0}, periods[2] = {1, 1}, coords[2];
     MPI_Dims_create(size, 2, dims);
@@ -174,8 +177,16 @@ int main(int argc, char **argv) {
     g.ext[0] = g.own[0] + 2;
     g.ext[1] = g.own[1] + 2;
     size_t cells = (size_t)g.ext[0] * g.ext[1];
-    double *u_sode = calloc(cells, sizeof(double)), *u_mpi = calloc(cells, sizeof(double));
-    if (!u_sode || !u_mpi) {
+    /* u, s1 and s2 of each run. */
+    double *sode_arrays[3], *mpi_arrays[3];
+    int missing = 0;
+    for (int k = 0; k < 3; k++) {
+        sode_arrays[k] = calloc(cells, sizeof(double));
+        mpi_arrays[k] = calloc(cells, sizeof(double));
+        missing |= !sode_arrays[k] || !mpi_arrays[k];
+    }
+    double *u_sode = sode_arrays[0], *u_mpi = mpi_arrays[0];
+    if (missing) {
         fprintf(stderr, "rank %d: out of memory\n", rank);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -187,10 +198,17 @@ int main(int argc, char **argv) {
     CHECK_SODE(sode_exchange_create_cart(sc, 2, dims, coords, periods, one, one, SODE_BOX, &ex));
     int64_t lo[2] = {1, 1}, own[2] = {g.own[0], g.own[1]};
     CHECK_SODE(sode_exchange_add_field(ex, u_sode, SODE_F64, 2, g.ext, lo, own, NULL, NULL, SODE_ORDER_C));
+    for (int k = 1; k < 3 && lend; k++) {
+        void *stage[1] = {sode_arrays[k]};
+        CHECK_SODE(sode_exchange_lend_arrays(ex, 1, stage));
+    }
     CHECK_SODE(sode_exchange_commit(ex));
 
-    integrate(&g, steps, ex, u_sode);
-    integrate(&g, steps, NULL, u_mpi);
+    integrate(&g, steps, ex, u_sode, sode_arrays[1], sode_arrays[2]);
+    integrate(&g, steps, NULL, u_mpi, mpi_arrays[1], mpi_arrays[2]);
+    uint64_t staged, all_staged;
+    CHECK_SODE(sode_exchange_staged_starts(ex, &staged));
+    MPI_Allreduce(&staged, &all_staged, 1, MPI_UINT64_T, MPI_SUM, g.cart);
     long differ = 0;
     for (int i = 1; i <= g.own[0]; i++) {
         for (int j = 1; j <= g.own[1]; j++) {
@@ -203,13 +221,16 @@ int main(int argc, char **argv) {
     MPI_Allreduce(&differ, &all_differ, 1, MPI_LONG, MPI_SUM, g.cart);
     if (rank == 0) {
         printf("rk2d: %d ranks (%d x %d), %d x %d cells, %d SSP-RK3 steps, three stage arrays through one "
-               "exchange: %ld of %d cells differ from MPI\n",
-               size, dims[0], dims[1], NX, NY, steps, all_differ, NX * NY);
+               "exchange (%s): %ld of %d cells differ from MPI; %llu starts through sode's buffers\n",
+               size, dims[0], dims[1], NX, NY, steps, lend ? "stages lent" : "stages not lent", all_differ,
+               NX * NY, (unsigned long long)all_staged);
     }
     CHECK_SODE(sode_exchange_free(&ex));
     CHECK_SODE(sode_comm_free(&sc));
-    free(u_sode);
-    free(u_mpi);
+    for (int k = 0; k < 3; k++) {
+        free(sode_arrays[k]);
+        free(mpi_arrays[k]);
+    }
     MPI_Comm_free(&g.cart);
     MPI_Finalize();
     return all_differ == 0 ? 0 : 1;

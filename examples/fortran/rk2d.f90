@@ -11,10 +11,11 @@
 !   s2 = 3/4 u + 1/4 (s1 + dt L(s1))
 !   u  = 1/3 u + 2/3 (s2 + dt L(s2))
 ! Each L needs the halo of its own stage array: the exchange is committed
-! once, on u, and started on u, s1 and s2 in turn.
+! once, on u with s1 and s2 lent (sode_lend_arrays), and started on u, s1
+! and s2 in turn.
 program rk2d
   use, intrinsic :: iso_c_binding, only: c_loc
-  use, intrinsic :: iso_fortran_env, only: real64, error_unit, output_unit
+  use, intrinsic :: iso_fortran_env, only: real64, int64, error_unit, output_unit
   use mpi_f08
   use sode_f08
   implicit none
@@ -25,6 +26,7 @@ program rk2d
   type(sode_comm) :: sc
   type(sode_exchange) :: x
   integer :: nranks, me, ierr, dims(2), coords(2), start(2), own(2), i, j, step, wrong, total
+  integer(int64) :: staged
   real(real64), allocatable, target :: u(:, :), s1(:, :), s2(:, :)
   real(real64), allocatable :: lu(:, :), g(:, :), g1(:, :), g2(:, :), gl(:, :)
 
@@ -51,9 +53,10 @@ program rk2d
   call sode_comm_create_mpi(cart, sc)
   call sode_exchange_create_mpi_cart(sc, cart, [1, 1], [1, 1], SODE_BOX, x)
   call sode_add_field(x, u, first=[1, 1], last=own)
-  ! Other arrays stand in for u only if its faces are packed (over RDMA
-  ! they would travel in place from u itself).
-  call sode_set_zero_copy(x, SODE_ZERO_COPY_NEVER)
+  ! The stage arrays lent too: over RDMA their faces then travel in place
+  ! as u's do (a start on an array not lent goes through sode's buffers).
+  call sode_lend_arrays(x, [c_loc(s1)])
+  call sode_lend_arrays(x, [c_loc(s2)])
   call sode_commit(x)
   ! A misuse is told in the module's names, not the C library's.
   call sode_add_field(x, s1, first=[1, 1], last=own, ierr=ierr)
@@ -106,6 +109,12 @@ program rk2d
   call mpi_allreduce(wrong, total, 1, MPI_INTEGER, MPI_SUM, cart, ierr)
   if (total /= 0) then
      if (me == 0) write (error_unit, '(a, i0, a)') 'rk2d: ', total, ' cells differ from the one-process solve'
+     call mpi_abort(MPI_COMM_WORLD, 1, ierr)
+  end if
+  ! Every stage lent: no start went through sode's buffers.
+  call sode_get_staged_starts(x, staged)
+  if (staged /= 0) then
+     write (error_unit, '(a, i0, a)') 'rk2d: ', staged, ' starts on lent stage arrays went through sode''s buffers'
      call mpi_abort(MPI_COMM_WORLD, 1, ierr)
   end if
   if (me == 0) write (output_unit, '(a, i0, a, i0, a, i0, a)') 'ok grid ', dims(1), 'x', dims(2), &

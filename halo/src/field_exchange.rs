@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytemuck::Pod;
 use sode_job::World;
 
-use crate::channel::start_shape;
+use crate::channel::{start_shape, StartMemory};
 use crate::error::{HaloError, Result};
 use crate::field::{common_digest, ElemType, FieldLayout};
 use crate::links::LinkExchange;
@@ -137,9 +137,10 @@ pub struct FieldExchangeBuilder<'w> {
     layouts: Vec<FieldLayout>,
     transport: Transport,
     timeout: Duration,
-    /// Each field's array, lent for faces in place over RDMA.
+    /// Each field's array, lent for faces in place over RDMA, per lent
+    /// set.
     #[cfg(feature = "rdma")]
-    lent: Vec<sode_transport::UserMemory>,
+    lent: Vec<Vec<sode_transport::UserMemory>>,
     zero_copy: Option<ZeroCopy>,
 }
 
@@ -162,14 +163,17 @@ impl FieldExchangeBuilder<'_> {
     /// bytes its layout spans) to the RDMA channel, so that faces of long
     /// runs travel in place: the device reads them from the array and
     /// writes the halos into it, with no pack and no unpack, in every
-    /// start on exactly these arrays. A start on other arrays (another
-    /// Runge-Kutta stage), on some fields or at a depth goes through
-    /// sode's buffers, as without lending. Which faces:
+    /// start on exactly these arrays. Each call lends one more set: lend
+    /// the solution's arrays and each Runge-Kutta stage's (or both
+    /// buffers of a double-buffered code), and a start on any one set's
+    /// arrays travels in place (every rank must lend as many sets). A
+    /// start on arrays no set holds, on some fields or at a depth goes
+    /// through sode's buffers, as without lending. Which faces:
     /// [`zero_copy`](Self::zero_copy). The promises that make this safe
     /// are [`UserMemory::new`](sode_transport::UserMemory::new)'s.
     #[cfg(feature = "rdma")]
     pub fn lend(mut self, memory: Vec<sode_transport::UserMemory>) -> Self {
-        self.lent = memory;
+        self.lent.push(memory);
         self
     }
 
@@ -352,25 +356,35 @@ impl FieldExchangeBuilder<'_> {
         Ok(spans)
     }
 
-    /// One lent array per field, each at least its field's span, and a
+    /// One lent array per field in each set, each at least its field's
+    /// span, at most [`MAX_LENT_SETS`](crate::MAX_LENT_SETS) sets, and a
     /// known zero-copy mode; nothing to check without lending.
     #[cfg_attr(not(feature = "rdma"), allow(unused_variables))]
     fn check_lent(&self, spans: &[usize]) -> std::result::Result<(), String> {
         #[cfg(feature = "rdma")]
         if !self.lent.is_empty() {
-            if self.lent.len() != self.layouts.len() {
+            if self.lent.len() > crate::MAX_LENT_SETS {
                 return Err(format!(
-                    "{} arrays lent for {} fields: lend one per field, in field order",
+                    "{} sets of arrays lent: at most {}",
                     self.lent.len(),
-                    self.layouts.len()
+                    crate::MAX_LENT_SETS
                 ));
             }
-            for (f, (m, span)) in self.lent.iter().zip(spans).enumerate() {
-                if m.len() < *span {
+            for (k, set) in self.lent.iter().enumerate() {
+                if set.len() != self.layouts.len() {
                     return Err(format!(
-                        "field {f}: the array lent holds {} bytes, but its layout spans {span}",
-                        m.len()
+                        "{} arrays lent in set {k} for {} fields: lend one per field, in field order",
+                        set.len(),
+                        self.layouts.len()
                     ));
+                }
+                for (f, (m, span)) in set.iter().zip(spans).enumerate() {
+                    if m.len() < *span {
+                        return Err(format!(
+                            "field {f}: the array lent in set {k} holds {} bytes, but its layout spans {span}",
+                            m.len()
+                        ));
+                    }
                 }
             }
             self.mode()?;
@@ -472,7 +486,11 @@ impl FieldExchangeBuilder<'_> {
         let builder = builder.with_links(planned.links);
         #[cfg(feature = "rdma")]
         let (builder, lent_at) = {
-            let lent_at: Vec<usize> = self.lent.iter().map(|m| m.addr()).collect();
+            let lent_at: Vec<Vec<usize>> = self
+                .lent
+                .iter()
+                .map(|set| set.iter().map(|m| m.addr()).collect())
+                .collect();
             match self.mode() {
                 Ok(mode) if !self.lent.is_empty() => (
                     zero_copy::lend_in_place(
@@ -499,7 +517,7 @@ impl FieldExchangeBuilder<'_> {
             layouts: self.layouts,
             lent_at,
             in_place,
-            staged: false,
+            memory: StartMemory::Set(0),
             spans,
             started: vec![false; fields],
             cartesian,
@@ -538,13 +556,14 @@ pub struct FieldExchange {
     links: LinkExchange,
     pieces: Vec<LinkPieces>,
     layouts: Vec<FieldLayout>,
-    /// The address of each field's lent array (empty: none lent).
-    lent_at: Vec<usize>,
+    /// Per lent set, the address of each field's array (empty: none lent).
+    lent_at: Vec<Vec<usize>>,
     /// Per field, whether a side of some link carries it in place.
     in_place: Vec<bool>,
-    /// Whether the start in flight goes through sode's buffers where
-    /// messages were built to travel in place.
-    staged: bool,
+    /// What the start in flight reads and lands in where messages were
+    /// built to travel in place: the lent set that holds its arrays, or
+    /// staged through sode's buffers.
+    memory: StartMemory,
     /// Bytes each field's array must hold.
     spans: Vec<usize>,
     /// The fields of the start in flight (or the last one).
@@ -697,17 +716,8 @@ impl FieldExchange {
         for (f, s) in self.started.iter_mut().enumerate() {
             *s = which.is_none_or(|w| w.contains(&f));
         }
-        // The device reads and writes the lent arrays only, and a message
-        // in place carries every field's whole faces: another array, some
-        // fields or fewer layers go through sode's buffers.
-        let partial = which.is_some() || self.depth != 0;
-        self.staged = (0..self.layouts.len()).any(|f| {
-            self.in_place[f]
-                && (partial
-                    || array_of(which, f)
-                        .is_some_and(|k| !self.is_lent(f, arrays[k].bytes.as_ptr() as usize)))
-        });
-        self.links.set_staged(self.staged)?;
+        self.memory = self.memory_of(which, arrays);
+        self.links.set_memory(self.memory)?;
         let at = self.at_depth();
         let pieces = match at {
             None => &self.pieces,
@@ -781,9 +791,32 @@ impl FieldExchange {
         }))
     }
 
-    /// Whether field `f`'s array at `addr` is the one lent for it.
-    fn is_lent(&self, f: usize, addr: usize) -> bool {
-        self.lent_at.get(f) == Some(&addr)
+    /// What a start on `arrays` (of the fields `which` lists, or all)
+    /// reads and lands in where messages travel in place: the lent set
+    /// that holds every such field's array, or staged. The device reads
+    /// and writes the lent arrays only, and a message in place carries
+    /// every field's whole faces: arrays no set holds, some fields or
+    /// fewer layers go through sode's buffers.
+    fn memory_of(&self, which: Option<&[usize]>, arrays: &[Array<'_>]) -> StartMemory {
+        let carried: Vec<usize> = (0..self.layouts.len())
+            .filter(|&f| self.in_place[f])
+            .collect();
+        if carried.is_empty() {
+            return StartMemory::Set(0);
+        }
+        if which.is_some() || self.depth != 0 {
+            return StartMemory::Staged;
+        }
+        let holds = |set: &[usize]| {
+            carried.iter().all(|&f| {
+                array_of(which, f)
+                    .is_some_and(|k| set.get(f) == Some(&(arrays[k].bytes.as_ptr() as usize)))
+            })
+        };
+        match self.lent_at.iter().position(|set| holds(set)) {
+            Some(k) => StartMemory::Set(k),
+            None => StartMemory::Staged,
+        }
     }
 
     /// Where halos arrive in place, the arrays they arrive in: a wait
@@ -794,15 +827,16 @@ impl FieldExchange {
         which: Option<&[usize]>,
         arrays: &[ArrayMut<'_>],
     ) -> Result<()> {
-        if self.staged {
+        let StartMemory::Set(set) = self.memory else {
             return Ok(());
-        }
+        };
+        let lent = self.lent_at.get(set).map_or(&[][..], Vec::as_slice);
         for (k, a) in arrays.iter().enumerate() {
             let f = which.map_or(k, |w| w[k]);
-            if self.in_place[f] && !self.is_lent(f, a.bytes.as_ptr() as usize) {
+            if self.in_place[f] && lent.get(f) != Some(&(a.bytes.as_ptr() as usize)) {
                 return Err(HaloError::Usage {
                     op,
-                    why: format!("field {f}: the exchange was started on the array lent for it, whose halos arrive in place: wait with that array"),
+                    why: format!("field {f}: the exchange was started on the array lent for it in set {set}, whose halos arrive in place: wait with that array"),
                 });
             }
         }

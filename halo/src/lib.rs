@@ -65,7 +65,7 @@ pub mod zero_copy;
 
 pub use alltoall::{AllToAll, AllToAllBuilder};
 pub use bounded::{BoundedExchange, BoundedExchangeBuilder, BOUND_VAR, FORBID_VAR};
-pub use channel::{start_shape, Locality, Span, PROGRESS_VAR};
+pub use channel::{start_shape, Locality, Span, StartMemory, MAX_LENT_SETS, PROGRESS_VAR};
 pub use decomp::{
     axes_name, copy_run, direction_tag, pack, stencil_offsets, unpack, Decomposition, Neighbour,
     Region, Stencil, PEER_TAG,

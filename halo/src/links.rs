@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use sode_job::{Backoff, Lifecycle, World};
 use sode_scheduler::Algorithm;
 
-use crate::channel::{Built, Channel, Channels, Locality, Member, Setup, ShmChannel, TcpChannel};
+use crate::channel::{
+    Built, Channel, Channels, Locality, Member, Setup, ShmChannel, StartMemory, TcpChannel,
+};
 pub use crate::channel::{InPlace, LinkRuns, Message, Sides};
 use crate::decomp::{gather_runs, scatter_runs};
 use crate::error::{HaloError, Result};
@@ -113,7 +115,7 @@ pub struct LinkExchangeBuilder<'w> {
     /// needed).
     fabrics_for: Option<Transport>,
     #[cfg(feature = "rdma")]
-    lent: Vec<sode_transport::UserMemory>,
+    lent: Vec<Vec<sode_transport::UserMemory>>,
     shared: Option<SharedSets>,
 }
 
@@ -146,13 +148,17 @@ impl<'w> LinkExchangeBuilder<'w> {
         self
     }
 
-    /// Lends memory that links may read from and receive into in place
-    /// ([`in_place`](Self::in_place)), numbered from 0 in the order lent.
+    /// Lends a set of memory that links may read from and receive into in
+    /// place ([`in_place`](Self::in_place)), numbered from 0 in the order
+    /// given. Each call lends one more set, of as many pieces, each at
+    /// least as long as the first set's piece of its number: a start names
+    /// the set its arrays are in ([`LinkExchange::set_memory`]), so that a
+    /// Runge-Kutta stage's arrays travel in place as the solution's do.
     /// The promises that make this safe were made when each
     /// [`UserMemory`](sode_transport::UserMemory) was created.
     #[cfg(feature = "rdma")]
     pub fn lend(mut self, memory: Vec<sode_transport::UserMemory>) -> Self {
-        self.lent = memory;
+        self.lent.push(memory);
         self
     }
 
@@ -363,14 +369,40 @@ impl<'w> LinkExchangeBuilder<'w> {
         Ok(())
     }
 
+    /// Per piece of lent memory, its bytes in every set (the shortest);
+    /// sets of other numbers of pieces are refused.
+    #[cfg(feature = "rdma")]
+    fn lent_lens(&self) -> Result<Vec<usize>> {
+        let Some(first) = self.lent.first() else {
+            return Ok(Vec::new());
+        };
+        let mut lens: Vec<usize> = first.iter().map(|m| m.len()).collect();
+        for (k, set) in self.lent.iter().enumerate().skip(1) {
+            if set.len() != lens.len() {
+                return Err(HaloError::Usage {
+                    op: "build",
+                    why: format!(
+                        "lent set {k} has {} pieces of memory, set 0 has {}: lend as many in every set, in the same order",
+                        set.len(),
+                        lens.len()
+                    ),
+                });
+            }
+            for (len, m) in lens.iter_mut().zip(set) {
+                *len = (*len).min(m.len());
+            }
+        }
+        Ok(lens)
+    }
+
     /// Link `i`'s runs in place: only for a message it has, covering its
-    /// bytes exactly, inside memory that was lent.
+    /// bytes exactly, inside memory that was lent (in every set).
     fn check_in_place(&self, i: usize, l: &Link) -> Result<()> {
         let Some(how) = self.in_place.get(i) else {
             return Ok(());
         };
         #[cfg(feature = "rdma")]
-        let lent: Vec<usize> = self.lent.iter().map(|m| m.len()).collect();
+        let lent = self.lent_lens()?;
         #[cfg(not(feature = "rdma"))]
         let lent: Vec<usize> = Vec::new();
         for (side, spans, message) in [("send", &how.send, l.send), ("receive", &how.recv, l.recv)]
@@ -509,7 +541,7 @@ impl<'w> LinkExchangeBuilder<'w> {
         let shared = self.shared.take();
         Ok(LinkExchange {
             in_place,
-            staged: false,
+            memory: StartMemory::Set(0),
             shared,
             set: None,
             store,
@@ -715,9 +747,9 @@ pub struct LinkExchange {
     rank: usize,
     /// Per link, which sides travel in place.
     in_place: Vec<Sides>,
-    /// Whether the starts that follow move RDMA's in-place messages
-    /// through buffers instead ([`set_staged`](Self::set_staged)).
-    staged: bool,
+    /// What the starts that follow read and land in over RDMA: a lent
+    /// set, or staged through buffers ([`set_memory`](Self::set_memory)).
+    memory: StartMemory,
     /// The shared sets asked for (with each link's runs in them), where
     /// they are, and the set in flight.
     shared: Option<SharedSets>,
@@ -812,7 +844,7 @@ impl LinkExchange {
 
     /// Which sides of link `link` travel in place in the starts that
     /// follow: [`in_place`](Self::in_place)'s, but none over RDMA while
-    /// the starts are [staged](Self::set_staged); the sides that do not
+    /// the starts are [staged](Self::set_memory); the sides that do not
     /// travel in place have a send or receive buffer.
     pub fn in_place_now(&self, link: usize) -> Sides {
         let over_rdma = |route: Option<&Option<Route>>| match route.copied().flatten() {
@@ -823,34 +855,37 @@ impl LinkExchange {
             _ => false,
         };
         let mut sides = self.in_place(link);
-        if self.staged {
+        if self.memory == StartMemory::Staged {
             sides.send &= !over_rdma(self.sends.get(link));
             sides.recv &= !over_rdma(self.recvs.get(link));
         }
         sides
     }
 
-    /// From the next start on, moves the messages that travel in place
-    /// over RDMA through the channel's buffers, when `staged`: the caller
-    /// packs and unpacks them as it does any packed message. For starts on
-    /// other arrays than those lent at build (Runge-Kutta stages, double
-    /// buffers): the device keeps reading and writing only the memory it
-    /// was given. Each side is chosen by its own rank; a receiver tells
-    /// each writer in its credit. It costs a pack on the sender and an
-    /// unpack on the receiver, as if the message had been packed.
+    /// From the next start on, the messages that travel in place over
+    /// RDMA read and land in `memory`: lent set `k`
+    /// ([`LinkExchangeBuilder::lend`], in the order lent; 0 as built) for
+    /// a start on the arrays of that set (Runge-Kutta stages, double
+    /// buffers, each lent at build), or [`StartMemory::Staged`] for a
+    /// start on memory no set holds: those messages then go through the
+    /// channel's buffers, packed and unpacked by the caller as any packed
+    /// message, and the device keeps reading and writing only the memory
+    /// it was given. Each side is chosen by its own rank; a receiver tells
+    /// each writer in its credit.
     ///
     /// # Errors
     ///
     /// [`HaloError::State`] while an iteration is in flight or after a
-    /// failure.
-    pub fn set_staged(&mut self, staged: bool) -> Result<()> {
-        self.lifecycle.require_idle("set_staged")?;
-        if self.staged == staged {
+    /// failure; [`HaloError::Usage`] for a set that was not lent (over
+    /// RDMA).
+    pub fn set_memory(&mut self, memory: StartMemory) -> Result<()> {
+        self.lifecycle.require_idle("set_memory")?;
+        if self.memory == memory {
             return Ok(());
         }
         self.channels
-            .for_each_mut("set_staged", |c| c.set_staged(staged))?;
-        self.staged = staged;
+            .for_each_mut("set_memory", |c| c.set_memory(memory))?;
+        self.memory = memory;
         Ok(())
     }
 
@@ -942,7 +977,7 @@ impl LinkExchange {
     /// For a start on part of the data (some fields, fewer layers): every
     /// channel then moves only those bytes (RDMA shortens its scheduled
     /// writes); a message read in place over RDMA is cut only in a
-    /// [staged](Self::set_staged) start, and a start that is not staged
+    /// [staged](Self::set_memory) start, and a start that is not staged
     /// fails until the message is carried whole again.
     ///
     /// # Errors
@@ -1183,6 +1218,9 @@ impl LinkExchange {
         let began = Instant::now();
         let started = self.post_channels();
         self.meter.started(began);
+        if started.is_ok() && self.memory == StartMemory::Staged {
+            self.meter.staged_starts += 1;
+        }
         started
     }
 

@@ -34,6 +34,11 @@ pub struct ExchangeStats {
     pub bytes_sent: u64,
     /// Bytes received from other ranks over the completed iterations.
     pub bytes_received: u64,
+    /// Starts whose messages built to travel in place over RDMA went
+    /// through sode's buffers instead, packed and unpacked: starts on
+    /// arrays that no lent set holds, or on some fields or fewer layers.
+    /// Lending each array a code starts on keeps this at 0.
+    pub staged_starts: u64,
     /// Per link, in the links' order: the neighbour, its channel, and
     /// what the next iteration moves (the last fields and depth set).
     pub neighbours: Vec<NeighbourStats>,
@@ -72,6 +77,8 @@ struct Event {
 #[derive(Debug)]
 pub(crate) struct Meter {
     pub(crate) exchanges: u64,
+    /// Starts staged where messages were built to travel in place.
+    pub(crate) staged_starts: u64,
     /// Bytes moved to and from other ranks over those iterations.
     moved: Moved,
     pub(crate) start_time: Duration,
@@ -103,6 +110,7 @@ impl Meter {
             });
         Meter {
             exchanges: 0,
+            staged_starts: 0,
             moved: Moved::default(),
             start_time: Duration::ZERO,
             wait_time: Duration::ZERO,
@@ -146,6 +154,7 @@ impl Meter {
     /// Zero counters; the trace goes on.
     pub(crate) fn reset(&mut self) {
         self.exchanges = 0;
+        self.staged_starts = 0;
         self.moved = Moved::default();
         self.start_time = Duration::ZERO;
         self.wait_time = Duration::ZERO;
@@ -190,6 +199,7 @@ pub(crate) fn stats(meter: &Meter, links: Vec<NeighbourStats>) -> ExchangeStats 
         wait_time: meter.wait_time,
         bytes_sent: meter.moved.sent,
         bytes_received: meter.moved.received,
+        staged_starts: meter.staged_starts,
         neighbours: links,
     }
 }

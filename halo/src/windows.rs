@@ -1,8 +1,9 @@
 //! Where an RDMA sender writes: each receiver numbers its windows (one per
 //! message it receives over RDMA, or one per run of a message received in
-//! place, and then one staging window for the starts that name other
-//! arrays) and tells each sender, over a setup link to that sender alone,
-//! the windows of that sender's messages. What a rank receives grows with
+//! place, then one staging window for the starts that name other arrays,
+//! then one per run again in each further lent set) and tells each
+//! sender, over a setup link to that sender alone, the windows of that
+//! sender's messages. What a rank receives grows with
 //! its neighbours and their messages, not with the job.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,34 +15,39 @@ use crate::error::{HaloError, Result};
 
 /// A receiver's windows for one message from one sender: its tag, the
 /// receiver's number for the first window, the bytes of each window in
-/// stream order, and the number of the window a staged start receives the
-/// whole message in (for a message received in place).
+/// stream order, the number of the window a staged start receives the
+/// whole message in, and the first window of each lent set beyond the
+/// first (for a message received in place).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct WindowList {
     pub(crate) tag: u32,
     pub(crate) first: usize,
     pub(crate) runs: Vec<usize>,
     pub(crate) staging: Option<usize>,
+    pub(crate) twins: Vec<usize>,
 }
 
 /// One message this rank receives over RDMA: from whom, its tag, the
-/// bytes of each of its windows, and whether it has a staging window after
-/// them (received in place).
+/// bytes of each of its windows, and the lent sets it is received in
+/// place in (0: unpacked; otherwise a staging window follows the first
+/// set's windows, then each further set's).
 #[derive(Debug, Clone)]
 pub(crate) struct Incoming {
     pub(crate) from: usize,
     pub(crate) tag: u32,
     pub(crate) runs: Vec<usize>,
-    pub(crate) staged: bool,
+    pub(crate) sets: usize,
 }
 
 /// Where a sender writes one message: the receiver's number of its first
-/// window, the bytes of each, and its staging window if it has one.
+/// window, the bytes of each, its staging window if it has one, and the
+/// first window of each further lent set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Target {
     pub(crate) first: usize,
     pub(crate) runs: Vec<usize>,
     pub(crate) staging: Option<usize>,
+    pub(crate) twins: Vec<usize>,
 }
 
 /// This rank's windows, numbered in the order of `incoming`, grouped by
@@ -50,14 +56,17 @@ pub(crate) fn number(incoming: &[Incoming]) -> BTreeMap<usize, Vec<WindowList>> 
     let mut by_sender: BTreeMap<usize, Vec<WindowList>> = BTreeMap::new();
     let mut first = 0;
     for m in incoming {
-        let staging = m.staged.then_some(first + m.runs.len());
+        let runs = m.runs.len();
+        let staging = (m.sets > 0).then_some(first + runs);
+        let twins = (1..m.sets).map(|k| first + k * runs + 1).collect();
         by_sender.entry(m.from).or_default().push(WindowList {
             tag: m.tag,
             first,
             runs: m.runs.clone(),
             staging,
+            twins,
         });
-        first += m.runs.len() + usize::from(m.staged);
+        first += runs * m.sets.max(1) + usize::from(m.sets > 0);
     }
     by_sender
 }
@@ -135,6 +144,7 @@ pub(crate) fn target(
         first: w.first,
         runs: w.runs.clone(),
         staging: w.staging,
+        twins: w.twins.clone(),
     })
 }
 
@@ -147,8 +157,24 @@ mod tests {
             from,
             tag,
             runs: runs.to_vec(),
-            staged: runs.len() > 1,
+            sets: usize::from(runs.len() > 1),
         }
+    }
+
+    #[test]
+    fn a_message_in_place_in_three_lent_sets_has_a_window_per_run_in_each() {
+        let mut in_sets = incoming(4, 3, &[6, 6]);
+        in_sets.sets = 3;
+        let by = number(&[incoming(2, 1, &[5]), in_sets, incoming(2, 2, &[7])]);
+        // Window 0: the first message; 1-2 set 0's runs, 3 staging, 4-5
+        // set 1's, 6-7 set 2's; 8 the last message.
+        let w = &by[&4][0];
+        assert_eq!(
+            (w.first, w.staging, &w.twins[..]),
+            (1, Some(3), &[4, 6][..])
+        );
+        assert_eq!(by[&2][1].first, 8);
+        assert_eq!(target(&by[&4], 4, 0, (3, 12), "x").unwrap().twins, [4, 6]);
     }
 
     #[test]
@@ -168,12 +194,14 @@ mod tests {
                     first: 0,
                     runs: vec![10],
                     staging: None,
+                    twins: Vec::new(),
                 },
                 WindowList {
                     tag: 9,
                     first: 5,
                     runs: vec![8, 8],
                     staging: Some(7),
+                    twins: Vec::new(),
                 },
             ]
         );
@@ -185,7 +213,8 @@ mod tests {
             Target {
                 first: 5,
                 runs: vec![8, 8],
-                staging: Some(7)
+                staging: Some(7),
+                twins: Vec::new(),
             }
         );
         let wrong_len = target(&by[&3], 3, 0, (9, 15), "x").unwrap_err();

@@ -101,21 +101,23 @@ pub fn spans(specs: &[FieldLayout], pieces: &[Piece]) -> Vec<Span> {
     out
 }
 
-/// Lends `lent` (each field's memory, in field order) to the RDMA channel
-/// and asks that each planned link's sides whose runs `mode` takes travel
-/// in place. `mode` [`ZeroCopy::Never`] lends nothing.
+/// Lends `lent` (per set, each field's memory in field order) to the RDMA
+/// channel and asks that each planned link's sides whose runs `mode` takes
+/// travel in place. `mode` [`ZeroCopy::Never`] lends nothing.
 #[cfg(feature = "rdma")]
 pub fn lend_in_place<'w>(
     mut builder: crate::links::LinkExchangeBuilder<'w>,
     layouts: &[FieldLayout],
     planned: &[LinkPieces],
-    lent: Vec<sode_transport::UserMemory>,
+    lent: Vec<Vec<sode_transport::UserMemory>>,
     mode: ZeroCopy,
 ) -> crate::links::LinkExchangeBuilder<'w> {
     if mode == ZeroCopy::Never {
         return builder;
     }
-    builder = builder.lend(lent);
+    for set in lent {
+        builder = builder.lend(set);
+    }
     for (i, p) in planned.iter().enumerate() {
         let side = |pieces: &Option<Vec<Piece>>| {
             let spans = spans(layouts, pieces.as_deref()?);

@@ -255,8 +255,11 @@ struct Typed {
 /// Rank `rank` through a `FieldExchange`: as [`run_rank`], each iteration
 /// on stage `(it + rank) % 3`, every third on field 0 alone, and every
 /// halo and untouched array checked. The arrays are typed; the check reads
-/// them back through a [`Rank`] of their bytes.
-fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, lend: bool) {
+/// them back through a [`Rank`] of their bytes. The first `lent` stages'
+/// arrays are lent, a set each: only starts on other stages, and on field
+/// 0 alone, go through sode's buffers (counted in the stats).
+fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, lent: usize) {
+    let lend = lent > 0;
     let w = common::thread_world(rank, 4, port, "field-exchange-test");
     let coords = [rank / DIMS[1], rank % DIMS[1]];
     let at: Vec<usize> = (0..4).collect();
@@ -276,17 +279,14 @@ fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, l
     let builder = FieldExchange::builder(&w, layouts().to_vec())
         .transport(transport)
         .setup_timeout(Duration::from_secs(30));
-    #[cfg(feature = "rdma")]
-    let builder = if lend {
-        lend_stage_0(builder, &mut t)
-    } else {
-        builder
-    };
+    let builder = lend_stages(builder, &mut t, lent);
     let mut x = builder.cartesian(&grid, &coords).unwrap();
     assert_eq!(x.in_place(), [lend, lend], "every face in place when lent");
+    let mut staged = 0;
     for it in 1..=iterations {
         let s = (it + rank) % STAGES;
         let subset = it % 3 == 0;
+        staged += u64::from(lend && (subset || s >= lent));
         let mut me = as_bytes(&t, coords, s, [true, !subset]);
         for field in 0..2 {
             let global = me.global(field);
@@ -312,6 +312,11 @@ fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, l
         }
         check(&as_bytes(&t, coords, s, [true, !subset]), &before, it, rank);
     }
+    assert_eq!(
+        x.stats().staged_starts,
+        staged,
+        "rank {rank}: starts through sode's buffers, {lent} stages lent"
+    );
     if lend {
         // Halos in place land in the arrays lent: a wait naming others is
         // refused, and the exchange waits on.
@@ -332,26 +337,40 @@ fn run_handle(rank: usize, port: u16, transport: Transport, iterations: usize, l
     w.barrier(Duration::from_secs(30)).unwrap();
 }
 
-/// The builder with stage 0's arrays lent, every face in place.
+/// The builder with the first `stages` stages' arrays lent, a set each,
+/// every face in place (none lent: the builder as it was).
 #[cfg(feature = "rdma")]
 #[allow(unsafe_code)]
-fn lend_stage_0<'w>(
-    builder: sode::FieldExchangeBuilder<'w>,
+fn lend_stages<'w>(
+    mut builder: sode::FieldExchangeBuilder<'w>,
     t: &mut Typed,
+    stages: usize,
 ) -> sode::FieldExchangeBuilder<'w> {
+    if stages == 0 {
+        return builder;
+    }
     let memory = |bytes: &mut [u8]| {
         // SAFETY: `t` outlives the exchange (declared before it), its
         // arrays are never resized, and the test touches no array between
         // a start and its wait.
         unsafe { sode::UserMemory::new(bytes.as_mut_ptr(), bytes.len()) }.unwrap()
     };
-    let lent = vec![
-        memory(bytemuck::cast_slice_mut(&mut t.cells[0])),
-        memory(bytemuck::cast_slice_mut(&mut t.verts[0])),
-    ];
+    for s in 0..stages {
+        builder = builder.lend(vec![
+            memory(bytemuck::cast_slice_mut(&mut t.cells[s])),
+            memory(bytemuck::cast_slice_mut(&mut t.verts[s])),
+        ]);
+    }
+    builder.zero_copy(sode::zero_copy::ZeroCopy::Always)
+}
+
+#[cfg(not(feature = "rdma"))]
+fn lend_stages<'w>(
+    builder: sode::FieldExchangeBuilder<'w>,
+    _: &mut Typed,
+    _: usize,
+) -> sode::FieldExchangeBuilder<'w> {
     builder
-        .lend(lent)
-        .zero_copy(sode::zero_copy::ZeroCopy::Always)
 }
 
 /// The typed arrays as the byte arrays [`check`] reads.
@@ -406,7 +425,7 @@ fn misuse_is_told(x: &mut FieldExchange, t: &mut Typed) {
 }
 
 fn handle_over(transport: Transport) {
-    job(4, move |r, port| run_handle(r, port, transport, 9, false));
+    job(4, move |r, port| run_handle(r, port, transport, 9, 0));
 }
 
 #[test]
@@ -433,7 +452,18 @@ fn one_handle_on_typed_stage_arrays_over_rdma() {
 #[cfg(feature = "rdma")]
 fn one_handle_with_lent_arrays_over_rdma() {
     if common::rdma_available() {
-        job(4, |r, port| run_handle(r, port, Transport::Rdma, 9, true));
+        job(4, |r, port| run_handle(r, port, Transport::Rdma, 9, 1));
+    }
+}
+
+/// Every stage's arrays lent, a set each: a start on any stage moves its
+/// faces in place, neighbours on different stages (each rank names its
+/// own set in its credits); only the subsets go through sode's buffers.
+#[test]
+#[cfg(feature = "rdma")]
+fn one_handle_with_every_stage_lent_over_rdma() {
+    if common::rdma_available() {
+        job(4, |r, port| run_handle(r, port, Transport::Rdma, 9, STAGES));
     }
 }
 

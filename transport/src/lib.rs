@@ -62,6 +62,6 @@ pub use device::{Device, DeviceCaps, DeviceSelector};
 pub use error::{Result, TransportError};
 pub use exchange::{
     calibrate, BufferId, Calibration, CqLayout, ExchangeStats, PersistentWrites, PostMode,
-    RdmaExchangeBuilder, Staged, WindowId, Write, MAX_WRITE,
+    RdmaExchangeBuilder, Staged, StartMemory, Twin, WindowId, Write, MAX_LENT_SETS, MAX_WRITE,
 };
 pub use verbs::UserMemory;

@@ -172,6 +172,36 @@ pub unsafe extern "C" fn sode_exchange_stats(exchange: *mut Exchange, out: *mut 
     })
 }
 
+/// Sets `count` to the starts of `exchange` since its commit (or
+/// `sode_exchange_reset_stats`) whose faces built to travel in place over
+/// RDMA went through sode's buffers instead, packed and unpacked: starts
+/// on arrays neither added nor lent (`sode_exchange_lend_arrays`), or on
+/// some fields or fewer layers. 0 where every start travels as built (and
+/// wherever nothing travels in place). Local.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange` or `count`); `SODE_ERR_STATE` before the
+/// commit.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create*`, not freed; `count` valid for a
+/// write.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_staged_starts(
+    exchange: *mut Exchange,
+    count: *mut u64,
+) -> c_int {
+    let op = "sode_exchange_staged_starts";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let x = unsafe { handle(op, "exchange", exchange) }?;
+        // SAFETY: the caller's contract.
+        let count = unsafe { handle(op, "count", count) }?;
+        *count = x.stats(op)?.staged_starts;
+        Ok(())
+    })
+}
+
 /// Fills `out` with neighbour `i` (0 to `neighbours - 1` of
 /// `sode_exchange_stats`) of `exchange`: its rank, its channel and the
 /// bytes one iteration sends it and receives from it (as the last start
@@ -2044,6 +2074,57 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
     unsafe { with_exchange("sode_exchange_start", exchange, Exchange::start) }
 }
 
+/// Lends one more set of arrays, before commit: `arrays[f]` for field `f`
+/// (in the order added; `nfields` is the exchange's field count), each
+/// laid out as its field was described. Where faces travel in place over
+/// RDMA (see `sode_exchange_set_zero_copy`), a start on exactly one lent
+/// set's arrays (`sode_exchange_start_arrays`) travels in place as a start
+/// on the arrays added does: lend each Runge-Kutta stage's arrays, or the
+/// other buffer of a double-buffered sweep, and no start packs. Each call
+/// lends one set (at most 62 beside the arrays added), and every rank must
+/// lend as many. Elsewhere lending changes nothing.
+/// `sode_exchange_staged_starts` counts the starts that went through
+/// sode's buffers instead.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`, `arrays`, or an entry of it);
+/// `SODE_ERR_STATE` after the commit; `SODE_ERR_ARG` for a count other
+/// than the fields' (or no field), an array added or lent already, fields
+/// sode keeps, or too many sets.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `arrays` holds
+/// `nfields` pointers, each valid for reads and writes of its whole field
+/// until the exchange is freed, with the rules of `sode_exchange_add_field`.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_lend_arrays(
+    exchange: *mut Exchange,
+    nfields: c_int,
+    arrays: *const *mut c_void,
+) -> c_int {
+    let op = "sode_exchange_lend_arrays";
+    let lend = |x: &mut Exchange| {
+        let n = usize::try_from(nfields).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("nfields is {nfields}: give the exchange's field count"),
+        })?;
+        if arrays.is_null() {
+            return Err(CapiError::Null { op, arg: "arrays" });
+        }
+        x.lend_arrays(op, n, |f, bytes| {
+            // SAFETY: `f < n` (lend_arrays asks for the fields given only,
+            // after checking `n` is their count), so within the caller's
+            // `nfields` pointers.
+            let base = unsafe { *arrays.add(f) }.cast::<u8>();
+            // SAFETY: a non-NULL array is valid for its field's bytes until
+            // the exchange is freed, by the caller's contract.
+            (!base.is_null()).then(|| unsafe { UserMemory::new(base, bytes) })
+        })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { with_exchange(op, exchange, lend) }
+}
+
 /// Starts the exchange on other arrays than the fields were added with:
 /// `arrays[f]` stands for field `f` (in the order added; `nfields` is the
 /// exchange's field count), NULL for a field's own array. Each must be
@@ -2054,11 +2135,13 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
 /// or both buffers of a double-buffered sweep, as MPI takes a buffer per
 /// call. Where faces travel in place over RDMA (see
 /// `sode_exchange_set_zero_copy`), the device reads and writes only the
-/// arrays added: a start that gives another array for such a field packs
-/// and unpacks the faces of its messages through sode's buffers instead,
-/// as if they were packed, and the next start on the arrays added travels
-/// in place again. Each rank decides for itself, so neighbours may start
-/// on different arrays. Allocates nothing.
+/// arrays added and lent (`sode_exchange_lend_arrays`): a start on one
+/// lent set's arrays travels in place too; a start that gives another
+/// array for such a field packs and unpacks the faces of its messages
+/// through sode's buffers instead, as if they were packed, and the next
+/// start on arrays added or lent travels in place again. Each rank decides
+/// for itself, so neighbours may start on different arrays. Allocates
+/// nothing.
 ///
 /// # Statuses
 /// As `sode_exchange_start`; `SODE_ERR_NULL` for a null `arrays` with

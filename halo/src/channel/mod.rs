@@ -51,6 +51,25 @@ pub fn start_shape(started: impl IntoIterator<Item = bool>, depth: usize) -> u8 
     (folded as u8).max(1)
 }
 
+/// Most sets of memory one exchange may lend
+/// ([`LinkExchangeBuilder::lend`](crate::LinkExchangeBuilder::lend)): a
+/// receiver names the set it receives in within 6 bits of its credit.
+pub const MAX_LENT_SETS: usize = 63;
+
+/// What the starts that follow read and land in, where messages travel
+/// in place over RDMA ([`LinkExchange::set_memory`](crate::LinkExchange::set_memory)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StartMemory {
+    /// Lent set `k`, in the order lent
+    /// ([`LinkExchangeBuilder::lend`](crate::LinkExchangeBuilder::lend));
+    /// 0, the first, as built.
+    Set(usize),
+    /// None of the lent sets: the messages in place go through the
+    /// channel's buffers, packed and unpacked as any packed message.
+    Staged,
+}
+
 /// `len` bytes at `offset` of the memory lent as number `memory` (see
 /// [`LinkExchangeBuilder::lend`](crate::LinkExchangeBuilder::lend)): a run
 /// of a message read or received in place.
@@ -266,15 +285,14 @@ pub(crate) trait Channel: std::fmt::Debug + Send {
         Ok(())
     }
 
-    /// From the next start on, moves messages that travel in place (the
-    /// caller's arrays, over RDMA) through the channel's own buffers
-    /// instead, when `staged`: the caller packs them into
-    /// [`send_buf`](Self::send_buf) and unpacks them from
-    /// [`recv_buf`](Self::recv_buf), as for any packed message. For a start
-    /// on other arrays than those the channel was built on. The default
-    /// does nothing: only RDMA moves messages in place.
-    fn set_staged(&mut self, staged: bool) -> Result<()> {
-        let _ = staged;
+    /// From the next start on, messages that travel in place (the
+    /// caller's arrays, over RDMA) read and land in `memory`: a lent set,
+    /// or, staged, the channel's own buffers, which the caller packs
+    /// through [`send_buf`](Self::send_buf) and unpacks from
+    /// [`recv_buf`](Self::recv_buf) as for any packed message. The
+    /// default does nothing: only RDMA moves messages in place.
+    fn set_memory(&mut self, memory: StartMemory) -> Result<()> {
+        let _ = memory;
         Ok(())
     }
 

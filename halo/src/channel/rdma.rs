@@ -8,13 +8,16 @@ use sode_job::World;
 use sode_scheduler::{Algorithm, Machine, Pattern, Request};
 use sode_transport::{
     BufferId, Device, DeviceSelector, PersistentWrites, RdmaExchangeBuilder, Staged,
-    TransportError, UserMemory, WindowId,
+    TransportError, Twin, UserMemory, WindowId,
 };
 
-use super::{names, Built, Channel, InPlace, Locality, Member, Placed, Setup, Span};
+use super::{names, Built, Channel, InPlace, Locality, Member, Placed, Setup, Span, StartMemory};
 use crate::error::{HaloError, Result};
 use crate::plan::{machine_of, plan_pieces, stream_writes, SourcePiece, StreamWrite, TargetWindow};
 use crate::settings::{Model, Transport};
+
+// A credit names the set in the transport's bits: the two limits are one.
+const _: () = assert!(crate::MAX_LENT_SETS == sode_transport::MAX_LENT_SETS);
 
 /// How the RDMA writes are set up.
 #[derive(Debug, Clone)]
@@ -48,6 +51,9 @@ pub(crate) struct RdmaSend {
     /// The peer's window that a start it stages receives the whole
     /// message in (when it receives in place).
     pub staging: Option<usize>,
+    /// The peer's first window in each lent set beyond the first (when it
+    /// receives in place), numbered as `target`'s.
+    pub twins: Vec<usize>,
     /// Read in place from lent memory (`None`: packed into the channel's
     /// buffer by the caller).
     pub from: Option<Vec<Span>>,
@@ -79,9 +85,9 @@ impl RdmaRecv {
 
 /// A persistent set of scheduled RDMA writes: one buffer holding every
 /// packed send region and every unpacked receive window; messages read or
-/// received in place use the lent memory instead, and each of them also
-/// has a range of the buffer that a staged start (one on other arrays than
-/// those lent) packs or unpacks it through.
+/// received in place use the lent memory instead (the set a start names),
+/// and each of them also has a range of the buffer that a staged start
+/// (one on arrays no lent set holds) packs or unpacks it through.
 #[derive(Debug)]
 pub(crate) struct RdmaChannel {
     writes: PersistentWrites,
@@ -94,8 +100,8 @@ pub(crate) struct RdmaChannel {
     staged_sends: Vec<Option<Range<usize>>>,
     /// Per message received in place: its staging window.
     staged_windows: Vec<Option<WindowId>>,
-    /// Whether the starts that follow are staged.
-    staged: bool,
+    /// What the starts that follow read and land in.
+    memory: StartMemory,
     /// Per message, the writes that carry it from the channel's buffer
     /// (packed, or staged when read in place; empty when read in place
     /// without a staging range: it travels whole), and the bytes they
@@ -136,8 +142,8 @@ pub(crate) struct RdmaJob<'a> {
     pub algorithm: Algorithm,
     /// The machine model asked for.
     pub model: Model,
-    /// The memory the members' spans in place name.
-    pub lent: Vec<UserMemory>,
+    /// The memory the members' spans in place name, per lent set.
+    pub lent: Vec<Vec<UserMemory>>,
 }
 
 impl RdmaChannel {
@@ -164,6 +170,7 @@ impl RdmaChannel {
                 .unwrap_or_default()
         };
         let mut placed = vec![Placed::default(); members.len()];
+        let sets = job.lent.len().max(1);
         // Each receiver numbers its windows in the order of its RDMA
         // receives (a message received in place has a window per run) and
         // tells each sender the windows of its messages.
@@ -191,7 +198,7 @@ impl RdmaChannel {
                 from: r.peer,
                 tag: *tag,
                 runs: r.runs(),
-                staged: r.into.is_some(),
+                sets: if r.into.is_some() { sets } else { 0 },
             })
             .collect();
         let peers = members.iter().map(|m| m.peer).collect();
@@ -215,6 +222,7 @@ impl RdmaChannel {
                 target: target.first,
                 target_runs: target.runs,
                 staging: target.staging,
+                twins: target.twins,
                 from: how(i).send,
                 offset: m.offset.to_vec(),
             });
@@ -329,6 +337,8 @@ impl RdmaJob<'_> {
 struct Layout {
     /// The channel's own buffer.
     buf: BufferId,
+    /// The lent memory as buffers, per set.
+    lent: Vec<Vec<BufferId>>,
     sends: Vec<Option<Range<usize>>>,
     windows: Vec<Option<WindowId>>,
     staged_sends: Vec<Option<Range<usize>>>,
@@ -345,7 +355,7 @@ impl RdmaChannel {
         world: &World,
         messages: &[RdmaSend],
         receives: &[RdmaRecv],
-        lent: Vec<UserMemory>,
+        lent: Vec<Vec<UserMemory>>,
         settings: &RdmaSettings,
         names: String,
     ) -> Result<RdmaChannel> {
@@ -356,6 +366,16 @@ impl RdmaChannel {
         let dev = Device::open(&DeviceSelector::from_env().map_err(wrap)?).map_err(wrap)?;
         let max_sge = dev.caps().max_sge.clamp(1, MAX_GATHER) as usize;
         let mut b = RdmaExchangeBuilder::new(&dev).engines(settings.engines);
+        // The sets this rank lent, or more where a peer lent more: a
+        // writer that packs still lands in whichever set its peer names.
+        let sets = messages
+            .iter()
+            .map(|m| m.twins.len() + 1)
+            .chain([lent.len()])
+            .max()
+            .unwrap_or(1)
+            .max(1);
+        b.sets(sets);
         let layout = lay_out(&mut b, messages, receives, lent).map_err(|e| match e {
             LayoutError::Overflow => HaloError::Usage {
                 op: "build",
@@ -389,6 +409,7 @@ impl RdmaChannel {
                     .map(|r| (layout.buf, r.start + w.at)),
                 dst: messages[j].staging.map(|win| (WindowId(win), w.at)),
             });
+            b.twins(&twins_of(&w.write, &messages[j], &layout.lent, sets));
         }
         let writes = b.build(world, settings.timeout).map_err(wrap)?;
         tracing::debug!(plan = %summary, "RDMA writes scheduled");
@@ -399,7 +420,7 @@ impl RdmaChannel {
             windows: layout.windows,
             staged_sends: layout.staged_sends,
             staged_windows: layout.staged_windows,
-            staged: false,
+            memory: StartMemory::Set(0),
             carriers,
             names,
             summary,
@@ -456,7 +477,7 @@ fn lay_out(
     b: &mut RdmaExchangeBuilder<'_>,
     messages: &[RdmaSend],
     receives: &[RdmaRecv],
-    lent: Vec<UserMemory>,
+    lent: Vec<Vec<UserMemory>>,
 ) -> std::result::Result<Layout, LayoutError> {
     // A message in place has its staging range too, of one slot.
     let packed = messages
@@ -469,7 +490,11 @@ fn lay_out(
         .try_fold(0usize, |total, len| total.checked_add(len?))
         .ok_or(LayoutError::Overflow)?;
     let buf = b.buffer(packed)?;
-    let lent: Vec<BufferId> = lent.into_iter().map(|m| b.user_buffer(m)).collect();
+    let lent: Vec<Vec<BufferId>> = lent
+        .into_iter()
+        .map(|set| set.into_iter().map(|m| b.user_buffer(m)).collect())
+        .collect();
+    let first = lent.first().map_or(&[][..], Vec::as_slice);
     let mut at = 0;
     let mut sends = Vec::with_capacity(messages.len());
     let mut staged_sends = Vec::with_capacity(messages.len());
@@ -484,7 +509,7 @@ fn lay_out(
                     spans
                         .iter()
                         .map(|s| SourcePiece {
-                            buffer: lent[s.memory],
+                            buffer: first[s.memory],
                             offset: s.offset,
                             len: s.len,
                         })
@@ -510,11 +535,16 @@ fn lay_out(
         match &r.into {
             Some(spans) => {
                 for s in spans {
-                    b.window_in(lent[s.memory], s.offset, s.len, &[r.peer])?;
+                    b.window_in(first[s.memory], s.offset, s.len, &[r.peer])?;
                 }
                 windows.push(None);
                 staged_windows.push(Some(b.window_in(buf, at, r.len, &[r.peer])?));
                 at += r.len;
+                for set in lent.iter().skip(1) {
+                    for s in spans {
+                        b.window_in(set[s.memory], s.offset, s.len, &[r.peer])?;
+                    }
+                }
             }
             None => {
                 let slots = window_slots(r.len);
@@ -526,12 +556,38 @@ fn lay_out(
     }
     Ok(Layout {
         buf,
+        lent,
         sends,
         windows,
         staged_sends,
         staged_windows,
         sources,
     })
+}
+
+/// Where `write` (of message `m`) reads and lands in a start on each of
+/// `sets` lent sets beyond the first: the same piece of this rank's set
+/// (as built where it lent fewer, or packs), the same run's window of the
+/// peer's set (as built where the peer unpacks).
+fn twins_of(
+    write: &sode_transport::Write,
+    m: &RdmaSend,
+    lent: &[Vec<BufferId>],
+    sets: usize,
+) -> Vec<Twin> {
+    let first = lent.first().map_or(&[][..], Vec::as_slice);
+    let piece = first.iter().position(|&b| b == write.src);
+    let run = write.window.0.checked_sub(m.target);
+    (1..sets)
+        .map(|k| Twin {
+            src: piece.and_then(|p| Some(*lent.get(k)?.get(p)?)),
+            dst: m
+                .twins
+                .get(k - 1)
+                .zip(run)
+                .map(|(&first, run)| WindowId(first + run)),
+        })
+        .collect()
 }
 
 /// Where each message's bytes lie in the channel's buffer: packed, or
@@ -695,7 +751,7 @@ impl Channel for RdmaChannel {
     fn send_buf(&mut self, msg: usize) -> Result<&mut [u8]> {
         let range = match (&self.sends[msg], &self.staged_sends[msg]) {
             (Some(range), _) => range.clone(),
-            (None, Some(range)) if self.staged => range.clone(),
+            (None, Some(range)) if self.memory == StartMemory::Staged => range.clone(),
             _ => return Err(in_place("send_buf", "read in place from lent memory")),
         };
         match self.writes.buffer_mut(self.buf) {
@@ -710,7 +766,7 @@ impl Channel for RdmaChannel {
     fn recv_buf(&self, msg: usize) -> Result<&[u8]> {
         let window = match (self.windows[msg], self.staged_windows[msg]) {
             (Some(window), _) => window,
-            (None, Some(window)) if self.staged => window,
+            (None, Some(window)) if self.memory == StartMemory::Staged => window,
             _ => return Err(in_place("recv_buf", "received in place into lent memory")),
         };
         self.writes.window(window).map_err(|e| self.wrap(e))
@@ -744,9 +800,13 @@ impl Channel for RdmaChannel {
         self.writes.set_shape(shape).map_err(|e| self.wrap(e))
     }
 
-    fn set_staged(&mut self, staged: bool) -> Result<()> {
-        self.writes.set_staged(staged).map_err(|e| self.wrap(e))?;
-        self.staged = staged;
+    fn set_memory(&mut self, memory: StartMemory) -> Result<()> {
+        let on = match memory {
+            StartMemory::Set(k) => sode_transport::StartMemory::Set(k),
+            StartMemory::Staged => sode_transport::StartMemory::Staged,
+        };
+        self.writes.set_memory(on).map_err(|e| self.wrap(e))?;
+        self.memory = memory;
         Ok(())
     }
 
@@ -797,6 +857,7 @@ mod tests {
             target: 0,
             target_runs: vec![len],
             staging: None,
+            twins: Vec::new(),
             from,
             offset: Vec::new(),
         }

@@ -14,7 +14,8 @@ use sode_job::{PeerLink, World};
 use super::connect::{self, ConnInfo, QpSizes, WindowDesc};
 use super::run::{self, Chain, Peer};
 use super::{
-    CqLayout, PersistentWrites, PlannedWrite, RdmaExchangeBuilder, Write, MAX_WRITE, RECV_DEPTH,
+    CqLayout, PersistentWrites, PlannedWrite, RdmaExchangeBuilder, Twin, Write, MAX_WRITE,
+    RECV_DEPTH,
 };
 use crate::error::{Result, TransportError};
 use crate::verbs::{ChainEntry, ChainId, ChainSet, CompletionPoller, CqEvents, Keys, RecvRing};
@@ -85,18 +86,23 @@ impl RdmaExchangeBuilder<'_> {
                 source: Box::new(source),
             })?;
         let remote = self.swap_details(world.rank(), &mut links, &peers, &queues, deadline)?;
-        // Each write per variant (staged or not, each side), into slot 0
-        // and (for two-slot windows) slot 1.
-        let mut entries: [[Vec<ChainEntry>; 2]; 4] = Default::default();
-        for (variant, pair) in entries.iter_mut().enumerate() {
+        // Each write per variant (which memory this side reads, which the
+        // peer lands in: a lent set or staged), into slot 0 and (for
+        // two-slot windows) slot 1.
+        let choices = self.sets + 1;
+        let mut entries: Vec<[Vec<ChainEntry>; 2]> = Vec::with_capacity(choices * choices);
+        for variant in 0..choices * choices {
+            let mut pair: [Vec<ChainEntry>; 2] = Default::default();
             for (parity, e) in pair.iter_mut().enumerate() {
                 let how = Variant {
                     parity: parity as u64,
-                    staged_src: variant & 1 != 0,
-                    staged_dst: variant & 2 != 0,
+                    src: variant % choices,
+                    dst: variant / choices,
+                    staged: self.sets,
                 };
                 *e = self.entries(world.rank(), &remote, &src_keys, queues.inline, how)?;
             }
+            entries.push(pair);
         }
         for (pi, &p) in peers.list.iter().enumerate() {
             for e in 0..self.engines {
@@ -124,6 +130,13 @@ impl RdmaExchangeBuilder<'_> {
                 name: "engines".into(),
                 value: "0".into(),
                 why: "at least one queue pair per peer".into(),
+            });
+        }
+        if !(1..=super::MAX_LENT_SETS).contains(&self.sets) {
+            return Err(TransportError::InvalidSetting {
+                name: "sets".into(),
+                value: self.sets.to_string(),
+                why: format!("from 1 to {} sets of lent memory", super::MAX_LENT_SETS),
             });
         }
         for (i, planned) in self.writes.iter().enumerate() {
@@ -180,6 +193,28 @@ impl RdmaExchangeBuilder<'_> {
                 src.len()
             ));
         }
+        if planned.twins.len() >= self.sets {
+            return Err(format!(
+                "{} twins, but the starts name {} lent sets: one twin per set beyond the first",
+                planned.twins.len(),
+                self.sets
+            ));
+        }
+        for (k, twin) in planned.twins.iter().enumerate() {
+            let Some(b) = twin.src else { continue };
+            let fits = |off: usize, len: usize| {
+                self.buffers
+                    .get(b.0)
+                    .is_some_and(|b| off.checked_add(len).is_some_and(|end| end <= b.len()))
+            };
+            if !fits(w.src_offset, w.len) || !planned.gather.iter().all(|&(o, l)| fits(o, l)) {
+                return Err(format!(
+                    "its twin in lent set {} reads buffer {}, which does not hold its source range or pieces",
+                    k + 1,
+                    b.0
+                ));
+            }
+        }
         if let Some((buffer, off)) = planned.staged.src {
             let fits = self
                 .buffers
@@ -207,8 +242,12 @@ impl RdmaExchangeBuilder<'_> {
             .writes
             .iter()
             .flat_map(|p| {
-                let staged = p.staged.src.map(|(b, _)| (b.0, p.write.peer));
-                std::iter::once((p.write.src.0, p.write.peer)).chain(staged)
+                let peer = p.write.peer;
+                let staged = p.staged.src.map(|(b, _)| (b.0, peer));
+                let twins = p.twins.iter().filter_map(move |t| Some((t.src?.0, peer)));
+                std::iter::once((p.write.src.0, peer))
+                    .chain(staged)
+                    .chain(twins)
             })
             .collect();
         for (src, peer) in pairs {
@@ -454,13 +493,17 @@ impl RdmaExchangeBuilder<'_> {
         let mut entries = Vec::with_capacity(self.writes.len());
         for (i, planned) in self.writes.iter().enumerate() {
             let w = &planned.write;
-            let (window, dst_offset) = match planned.staged.dst {
-                Some(staged) if how.staged_dst => staged,
-                _ => (w.window, w.dst_offset),
+            let (window, dst_offset) = match (planned.staged.dst, how.dst) {
+                (Some(staged), d) if d == how.staged => staged,
+                (_, d) => (how.twin(planned, d).dst.unwrap_or(w.window), w.dst_offset),
             };
-            let (src_buffer, src_offset, gather) = match planned.staged.src {
-                Some((b, off)) if how.staged_src => (b, off, &[][..]),
-                _ => (w.src, w.src_offset, &planned.gather[..]),
+            let (src_buffer, src_offset, gather) = match (planned.staged.src, how.src) {
+                (Some((b, off)), s) if s == how.staged => (b, off, &[][..]),
+                (_, s) => (
+                    how.twin(planned, s).src.unwrap_or(w.src),
+                    w.src_offset,
+                    &planned.gather[..],
+                ),
             };
             let info = &remote[&w.peer];
             let bad = |why: String| TransportError::InvalidCommand { command: i, why };
@@ -526,7 +569,7 @@ impl RdmaExchangeBuilder<'_> {
         queues: Queues,
         mut links: BTreeMap<usize, PeerLink>,
         remote: &BTreeMap<usize, ConnInfo>,
-        entries: [[Vec<ChainEntry>; 2]; 4],
+        entries: Vec<[Vec<ChainEntry>; 2]>,
     ) -> Result<PersistentWrites> {
         let me = world.rank();
         let mut set = ChainSet::new(queues.qps, self.buffers);
@@ -562,22 +605,21 @@ impl RdmaExchangeBuilder<'_> {
                     chain
                 };
                 let mut added: Vec<(Vec<ChainEntry>, ChainId)> = Vec::new();
-                let mut variants = [[None; 2]; 4];
-                for (variant, pair) in variants.iter_mut().enumerate() {
-                    for (parity, slot) in pair.iter_mut().enumerate() {
-                        let c = chain(variant, parity);
-                        let id = match added.iter().find(|(seen, _)| *seen == c) {
-                            Some(&(_, id)) => id,
-                            None => {
-                                let id = add(&c)?;
-                                added.push((c, id));
-                                id
-                            }
-                        };
-                        *slot = Some(id);
-                    }
+                let mut id_of = |variant: usize, parity: usize| -> Result<ChainId> {
+                    let c = chain(variant, parity);
+                    Ok(match added.iter().find(|(seen, _)| *seen == c) {
+                        Some(&(_, id)) => id,
+                        None => {
+                            let id = add(&c)?;
+                            added.push((c, id));
+                            id
+                        }
+                    })
+                };
+                let mut variants = Vec::with_capacity(entries.len());
+                for variant in 0..entries.len() {
+                    variants.push([id_of(variant, 0)?, id_of(variant, 1)?]);
                 }
-                let variants = variants.map(|pair| pair.map(|id| id.expect("every slot set")));
                 chains.push(Chain::new(pi, e, variants, ids));
             }
             let credit = if peers.writers_here.contains(&p) {
@@ -602,7 +644,11 @@ impl RdmaExchangeBuilder<'_> {
             state: run::State::new(
                 me,
                 self.engines,
-                run::Commands { writes, lent },
+                run::Commands {
+                    writes,
+                    lent,
+                    sets: self.sets,
+                },
                 chains,
                 run_peers,
                 self.post_mode,
@@ -641,12 +687,26 @@ fn credit_entry(peer: usize) -> ChainEntry {
 }
 
 /// Which copy of each write [`RdmaExchangeBuilder::entries`] makes: into
-/// which slot, and whether it reads and lands where a staged start does.
+/// which slot, and what it reads and lands in: a lent set (0 as built) or,
+/// at `staged`, where a staged start does.
 #[derive(Debug, Clone, Copy)]
 struct Variant {
     parity: u64,
-    staged_src: bool,
-    staged_dst: bool,
+    src: usize,
+    dst: usize,
+    /// The choice that means staged (the number of lent sets).
+    staged: usize,
+}
+
+impl Variant {
+    /// The write's twin in lent set `set` (as built in set 0, or where it
+    /// has none there).
+    fn twin(self, planned: &PlannedWrite, set: usize) -> Twin {
+        set.checked_sub(1)
+            .and_then(|k| planned.twins.get(k))
+            .copied()
+            .unwrap_or_default()
+    }
 }
 
 fn handshake(

@@ -98,13 +98,16 @@ struct PlannedWrite {
     write: Write,
     gather: Vec<(usize, usize)>,
     staged: Staged,
+    /// Where it reads and lands in a start on each lent set beyond the
+    /// first ([`RdmaExchangeBuilder::twins`]).
+    twins: Vec<Twin>,
 }
 
 /// Where a write reads and lands when a start is staged: the way around
 /// memory that cannot take part this time (the caller's arrays read or
 /// received in place, when a start names other arrays). Each side is
 /// chosen per start: the writer's source by
-/// [`PersistentWrites::set_staged`] on the writer, its target by the same
+/// [`PersistentWrites::set_memory`] on the writer, its target by the same
 /// call on the receiver, which says so in its credit. A write keeps its
 /// length and its place in its chain, so the receiver counts the same
 /// arrivals either way.
@@ -115,6 +118,37 @@ pub struct Staged {
     /// Land instead at (the peer's window, offset) (`None`: as built).
     pub dst: Option<(WindowId, usize)>,
 }
+
+/// Where a write reads and lands in a start on another set of lent memory
+/// than the one it was built on: a Runge-Kutta stage's arrays beside the
+/// solution's, each set registered at build. The write keeps its offsets,
+/// length and gather list; only the buffer it reads and the peer's window
+/// it lands in change. Each side is chosen per start, as a staged one is
+/// ([`PersistentWrites::set_memory`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Twin {
+    /// Read from this buffer instead (`None`: as built).
+    pub src: Option<BufferId>,
+    /// Land in this window of the peer instead (`None`: as built).
+    pub dst: Option<WindowId>,
+}
+
+/// What the writes of the starts that follow read and land in
+/// ([`PersistentWrites::set_memory`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StartMemory {
+    /// Lent set `k`: 0 is the memory the writes were built on, `k` above
+    /// it their [`Twin`]s of index `k - 1`.
+    Set(usize),
+    /// The staged sources and targets ([`Staged`]): memory that no lent
+    /// set holds takes part through the channel's buffers.
+    Staged,
+}
+
+/// Most lent sets of one exchange: a receiver names the set it receives
+/// in within its credit's immediate, in 6 bits.
+pub const MAX_LENT_SETS: usize = 63;
 
 /// Collects buffers, windows and writes, then builds a [`PersistentWrites`].
 #[derive(Debug)]
@@ -127,6 +161,8 @@ pub struct RdmaExchangeBuilder<'d> {
     buffers: Vec<RegisteredBuffer>,
     windows: Vec<WindowSpec>,
     writes: Vec<PlannedWrite>,
+    /// Lent sets the starts may name ([`sets`](Self::sets)).
+    sets: usize,
     registered: u64,
     wrong_rkey: Option<usize>,
     target_override: Option<(usize, u64, u32)>,
@@ -148,6 +184,7 @@ impl<'d> RdmaExchangeBuilder<'d> {
             buffers: Vec::new(),
             windows: Vec::new(),
             writes: Vec::new(),
+            sets: 1,
             registered: 0,
             wrong_rkey: None,
             target_override: None,
@@ -367,6 +404,7 @@ impl<'d> RdmaExchangeBuilder<'d> {
             write: w,
             gather: Vec::new(),
             staged: Staged::default(),
+            twins: Vec::new(),
         });
         self
     }
@@ -382,6 +420,7 @@ impl<'d> RdmaExchangeBuilder<'d> {
             write: w,
             gather: pieces.to_vec(),
             staged: Staged::default(),
+            twins: Vec::new(),
         });
         self
     }
@@ -391,6 +430,25 @@ impl<'d> RdmaExchangeBuilder<'d> {
     pub fn staged(&mut self, staged: Staged) -> &mut Self {
         if let Some(last) = self.writes.last_mut() {
             last.staged = staged;
+        }
+        self
+    }
+
+    /// How many sets of lent memory the starts may name (default 1: the
+    /// memory the writes are built on); each write then has a [`Twin`]
+    /// per set beyond the first ([`twins`](Self::twins)). At most
+    /// [`MAX_LENT_SETS`], checked at build.
+    pub fn sets(&mut self, sets: usize) -> &mut Self {
+        self.sets = sets;
+        self
+    }
+
+    /// Gives the write added last where it reads and lands in a start on
+    /// each lent set beyond the first, in set order; checked at build like
+    /// the write itself.
+    pub fn twins(&mut self, twins: &[Twin]) -> &mut Self {
+        if let Some(last) = self.writes.last_mut() {
+            last.twins = twins.to_vec();
         }
         self
     }

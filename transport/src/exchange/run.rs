@@ -23,6 +23,11 @@ const IMM_CREDIT: u32 = 1 << 31;
 /// Immediate bit of a credit whose sender's start is staged: write to its
 /// staged targets ([`crate::Staged`]).
 const IMM_STAGED: u32 = 1 << 30;
+/// Where a credit names the lent set its sender's start receives in
+/// (below [`IMM_STAGED`], above the iteration number).
+const IMM_SET_SHIFT: u32 = EPOCH_BITS;
+/// The set's bits, once shifted down (at most [`crate::MAX_LENT_SETS`] sets).
+const IMM_SET_MASK: u32 = 0x3f;
 /// How often `wait` checks that the peers it waits for are alive.
 const LIVENESS_PERIOD: Duration = Duration::from_millis(2);
 /// The longest sleep of [`PersistentWrites::park`] while the links of all
@@ -39,10 +44,10 @@ const PEER_GRACE: Duration = Duration::from_millis(200);
 pub(crate) struct Chain {
     peer: usize,
     engine: usize,
-    /// Per variant (bit 0: this rank's start staged, bit 1: the peer's),
-    /// the chain into slot 0 and into slot 1 of two-slot windows (the same
-    /// id where they do not differ); iteration `n` posts
-    /// `ids[variant][n % 2]`.
+    /// Per variant (what this rank's start reads and what the peer's
+    /// lands in, each a lent set or staged: see [`variant`]), the chain
+    /// into slot 0 and into slot 1 of two-slot windows (the same id where
+    /// they do not differ); iteration `n` posts `ids[variant][n % 2]`.
     ids: ChainVariants,
     /// The commands it posts, in order; the last one's completion ends
     /// the chain (the only signalled one).
@@ -72,7 +77,13 @@ impl Chain {
 }
 
 /// A chain's ids per variant and slot parity (see [`Chain`]).
-pub(crate) type ChainVariants = [[ChainId; 2]; 4];
+pub(crate) type ChainVariants = Vec<[ChainId; 2]>;
+
+/// The variant of a chain that reads memory `mine` and lands in the
+/// peer's memory `theirs`, each a lent set (`0..sets`) or staged (`sets`).
+pub(crate) fn variant(mine: usize, theirs: usize, sets: usize) -> usize {
+    mine + (sets + 1) * theirs
+}
 
 /// How far ahead credits go between this rank and a peer (0 or 1 each way).
 #[derive(Debug, Clone, Copy)]
@@ -101,8 +112,9 @@ pub(crate) struct Peer {
     /// does not scan every chain.
     chains: Vec<usize>,
     leads: Leads,
-    /// Whether the peer's last credit asked for its staged targets.
-    target_staged: bool,
+    /// What the peer's last credit asked to land in: a lent set, or
+    /// staged (the number of sets).
+    target: usize,
 }
 
 impl Peer {
@@ -131,7 +143,7 @@ impl Peer {
             recv_posted: Vec::new(),
             chains: Vec::new(),
             leads,
-            target_staged: false,
+            target: 0,
         }
     }
 }
@@ -175,9 +187,11 @@ pub(crate) struct State {
     /// What part of the exchange this rank's starts move (see
     /// [`PersistentWrites::set_shape`]).
     shape: u8,
-    /// Whether this rank's starts are staged (see
-    /// [`PersistentWrites::set_staged`]).
-    staged: bool,
+    /// Lent sets the starts may name.
+    sets: usize,
+    /// What this rank's starts read and land in: a lent set, or staged
+    /// (`sets`; see [`PersistentWrites::set_memory`]).
+    memory: usize,
     chains: Vec<Chain>,
     peers: Vec<Peer>,
     book: CreditBook,
@@ -196,18 +210,20 @@ pub(crate) struct State {
     deferred: Option<(usize, ProtocolViolation)>,
 }
 
-/// The exchange's write commands, in the order added, and per command
-/// whether it was built on memory the caller lent.
+/// The exchange's write commands, in the order added, per command
+/// whether it was built on memory the caller lent, and how many lent sets
+/// the starts may name.
 pub(crate) struct Commands {
     pub writes: Vec<Write>,
     pub lent: Vec<bool>,
+    pub sets: usize,
 }
 
 impl State {
     pub(crate) fn new(
         me: usize,
         engines: usize,
-        Commands { writes, lent }: Commands,
+        Commands { writes, lent, sets }: Commands,
         chains: Vec<Chain>,
         mut peers: Vec<Peer>,
         post_mode: PostMode,
@@ -243,7 +259,8 @@ impl State {
             ends_chain,
             placed,
             shape: 0,
-            staged: false,
+            sets,
+            memory: 0,
             chains,
             peers,
             book,
@@ -285,11 +302,11 @@ impl PersistentWrites {
     /// ([`carry`](Self::carry)) and the start is not staged.
     pub fn start(&mut self) -> Result<()> {
         self.state.lifecycle.require_idle("start")?;
-        if self.state.lent_short > 0 && !self.state.staged {
+        if self.state.lent_short > 0 && self.state.memory != self.state.sets {
             let command = self.state.short.iter().position(|&s| s).unwrap_or(0);
             return Err(TransportError::InvalidCommand {
                 command,
-                why: "it reads memory the caller lent and is carried short: only a staged start (set_staged) can post it".into(),
+                why: "it reads memory the caller lent and is carried short: only a staged start (set_memory(StartMemory::Staged)) can post it".into(),
             });
         }
         let s = &mut self.state;
@@ -320,9 +337,12 @@ impl PersistentWrites {
                 continue;
             };
             let granted = self.state.book.grant(pi);
-            let staged = if self.state.staged { IMM_STAGED } else { 0 };
+            let memory = match self.state.memory {
+                m if m == self.state.sets => IMM_STAGED,
+                set => (set as u32) << IMM_SET_SHIFT,
+            };
             self.set
-                .set_imm(credit, IMM_CREDIT | staged | granted, &[0]);
+                .set_imm(credit, IMM_CREDIT | memory | granted, &[0]);
             let qp = pi * self.state.engines;
             self.set
                 .post(credit, qp, verbs::Posting::Chain)
@@ -348,8 +368,8 @@ impl PersistentWrites {
             return Ok(());
         }
         let (epoch, how) = (self.state.book.epoch(), self.state.post_mode);
-        let variant =
-            usize::from(self.state.staged) | usize::from(self.state.peers[pi].target_staged) << 1;
+        let s = &self.state;
+        let variant = variant(s.memory, s.peers[pi].target, s.sets);
         for k in 0..self.state.peers[pi].chains.len() {
             let ci = self.state.peers[pi].chains[k];
             let c = &self.state.chains[ci];
@@ -642,10 +662,12 @@ impl PersistentWrites {
         let epoch = c.imm & EPOCH_MASK;
         let shape = ((c.imm >> EPOCH_BITS) & SHAPE_MASK) as u8;
         if c.imm & IMM_CREDIT != 0 && c.opcode == verbs::WC_RECV {
-            // With one slot (the only windows that have staged twins) a
-            // credit comes only once this rank's writes of the iteration
-            // before were all posted, so no post of those sees it.
-            self.state.peers[pi].target_staged = c.imm & IMM_STAGED != 0;
+            // With one slot (the only windows that have staged or lent
+            // twins) a credit comes only once this rank's writes of the
+            // iteration before were all posted, so no post of those sees
+            // it.
+            let target = self.credit_target(pi, c.imm)?;
+            self.state.peers[pi].target = target;
             let event = self.state.book.on_credit(pi, epoch);
             match event.map_err(|v| self.violation(pi, v))? {
                 CreditEvent::PostNow => self.post_granted(pi)?,
@@ -901,7 +923,7 @@ impl PersistentWrites {
     /// for a command that does not exist, gathers several runs (unless
     /// built on lent memory with a staged source), or was planned with
     /// fewer bytes. A command built on lent memory and carried short makes
-    /// every start that is not staged fail ([`set_staged`](Self::set_staged)).
+    /// every start that is not staged fail ([`set_memory`](Self::set_memory)).
     pub fn carry(&mut self, command: usize, bytes: usize) -> Result<()> {
         self.state.lifecycle.require_idle("carry")?;
         let invalid = |why: String| TransportError::InvalidCommand { command, why };
@@ -920,10 +942,10 @@ impl PersistentWrites {
         // it whole (a gather list cannot be cut, and a shortened message's
         // bytes are not the caller's memory's at that place).
         let lent = self.state.lent.get(command).copied().unwrap_or(false);
-        let ids = self.state.chains[chain].ids;
-        let ids = ids.as_flattened();
+        let choices = self.state.sets + 1;
+        let ids = self.state.chains[chain].ids.as_flattened();
         for (k, &id) in ids.iter().enumerate() {
-            let reads_lent_memory = lent && (k / 2) & 1 == 0;
+            let reads_lent_memory = lent && (k / 2) % choices != self.state.sets;
             if !reads_lent_memory && !ids[..k].contains(&id) {
                 self.set.set_len(id, at, len).map_err(invalid)?;
             }
@@ -940,22 +962,58 @@ impl PersistentWrites {
         Ok(())
     }
 
-    /// Makes the starts that follow staged or not: a staged start's writes
-    /// read from their staged sources, and its credits ask each writer to
-    /// land in its staged targets ([`crate::Staged`]); both sides are
-    /// chosen per start, by each rank alone. The layer above stages a
-    /// start when memory the writes were built on (the caller's arrays)
-    /// does not take part in it, and packs and unpacks through the staged
-    /// buffers instead.
+    /// Makes the starts that follow read and land in `memory`: a lent
+    /// set (the writes' [`Twin`](crate::Twin)s in it; set 0 as built), or
+    /// staged: the writes read from their staged sources, and the credits
+    /// ask each writer to land in its staged targets ([`crate::Staged`]).
+    /// Both sides are chosen per start, by each rank alone: a credit names
+    /// the set its sender receives in. The layer above names the set that
+    /// holds a start's arrays, and stages a start on memory no set holds,
+    /// packing and unpacking through the staged buffers instead.
     ///
     /// # Errors
     ///
     /// [`TransportError::State`](crate::TransportError::State) while an
-    /// iteration is in flight or after a failure.
-    pub fn set_staged(&mut self, staged: bool) -> Result<()> {
-        self.state.lifecycle.require_idle("set_staged")?;
-        self.state.staged = staged;
+    /// iteration is in flight or after a failure;
+    /// [`TransportError::InvalidSetting`](crate::TransportError::InvalidSetting)
+    /// for a set that was not lent.
+    pub fn set_memory(&mut self, memory: crate::StartMemory) -> Result<()> {
+        self.state.lifecycle.require_idle("set_memory")?;
+        self.state.memory = match memory {
+            crate::StartMemory::Staged => self.state.sets,
+            crate::StartMemory::Set(k) if k < self.state.sets => k,
+            crate::StartMemory::Set(k) => {
+                return Err(TransportError::InvalidSetting {
+                    name: "lent set".into(),
+                    value: k.to_string(),
+                    why: format!(
+                        "{} sets were lent at build (0 to {})",
+                        self.state.sets,
+                        self.state.sets - 1
+                    ),
+                })
+            }
+        };
         Ok(())
+    }
+
+    /// What peer `pi`'s credit with immediate `imm` asks to land in: a
+    /// lent set of this exchange, or staged.
+    fn credit_target(&self, pi: usize, imm: u32) -> Result<usize> {
+        let sets = self.state.sets;
+        if imm & IMM_STAGED != 0 {
+            return Ok(sets);
+        }
+        let set = ((imm >> IMM_SET_SHIFT) & IMM_SET_MASK) as usize;
+        if set >= sets {
+            return Err(TransportError::Protocol {
+                peer: self.state.peers[pi].rank,
+                why: format!(
+                    "its credit asks for lent set {set}, but {sets} sets were lent here: the ranks lent different numbers of sets"
+                ),
+            });
+        }
+        Ok(set)
     }
 
     /// Marks the starts that follow as moving part `shape` of the exchange
