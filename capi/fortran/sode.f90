@@ -2108,7 +2108,7 @@ contains
   !> and alive until sode_free): where faces travel in place over RDMA, a
   !> start on exactly one lent set's arrays (sode_start_arrays) travels
   !> in place as a start on the arrays added does. Lend each Runge-Kutta
-  !> stage's arrays; every rank must lend as many sets.
+  !> stage's arrays (ranks may lend different numbers of sets).
   subroutine sode_lend_arrays(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: arrays(:)

@@ -166,7 +166,7 @@ impl FieldExchangeBuilder<'_> {
     /// start on exactly these arrays. Each call lends one more set: lend
     /// the solution's arrays and each Runge-Kutta stage's (or both
     /// buffers of a double-buffered code), and a start on any one set's
-    /// arrays travels in place (every rank must lend as many sets). A
+    /// arrays travels in place (ranks may lend different numbers). A
     /// start on arrays no set holds, on some fields or at a depth goes
     /// through sode's buffers, as without lending. Which faces:
     /// [`zero_copy`](Self::zero_copy). The promises that make this safe
@@ -798,17 +798,16 @@ impl FieldExchange {
     /// every field's whole faces: arrays no set holds, some fields or
     /// fewer layers go through sode's buffers.
     fn memory_of(&self, which: Option<&[usize]>, arrays: &[Array<'_>]) -> StartMemory {
-        let carried: Vec<usize> = (0..self.layouts.len())
-            .filter(|&f| self.in_place[f])
-            .collect();
-        if carried.is_empty() {
+        // No allocation: every start calls this.
+        let carried = || (0..self.layouts.len()).filter(|&f| self.in_place[f]);
+        if carried().next().is_none() {
             return StartMemory::Set(0);
         }
         if which.is_some() || self.depth != 0 {
             return StartMemory::Staged;
         }
         let holds = |set: &[usize]| {
-            carried.iter().all(|&f| {
+            carried().all(|f| {
                 array_of(which, f)
                     .is_some_and(|k| set.get(f) == Some(&(arrays[k].bytes.as_ptr() as usize)))
             })

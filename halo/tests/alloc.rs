@@ -160,8 +160,10 @@ fn start_test_and_wait_allocate_nothing_with_shared_fields() {
 
 /// [`counted`] through a `FieldExchange` on a periodic 2 x 1 grid: an f64
 /// and an f32 field (halo 2), each rank alternating between two arrays of
-/// each, and every other iteration on the f64 field alone.
-fn counted_fields(transport: Transport, iters: usize) -> Vec<Counts> {
+/// each, and every other iteration on the f64 field alone. With `lend`
+/// (over RDMA), both pairs of arrays are lent, a set each, every face in
+/// place: starts switch sets, and the subsets are staged.
+fn counted_fields(transport: Transport, iters: usize, lend: bool) -> Vec<Counts> {
     let _alone = one_job_at_a_time();
     let port = free_port();
     let ranks: Vec<_> = (0..2)
@@ -176,13 +178,19 @@ fn counted_fields(transport: Transport, iters: usize) -> Vec<Counts> {
                     stencil: Stencil::Full,
                     at: &at,
                 };
-                let mut x =
-                    FieldExchange::builder(&w, vec![layout(ElemType::F64), layout(ElemType::F32)])
-                        .transport(transport)
-                        .cartesian(&grid, &[rank, 0])
-                        .unwrap();
+                // Declared before the exchange, which may hold them lent.
                 let mut u = [vec![rank as f64; 36 * 28], vec![0.5; 36 * 28]];
                 let mut v = [vec![1.5f32; 36 * 28], vec![2.5f32; 36 * 28]];
+                let builder =
+                    FieldExchange::builder(&w, vec![layout(ElemType::F64), layout(ElemType::F32)])
+                        .transport(transport);
+                let builder = if lend {
+                    lend_both(builder, &mut u, &mut v)
+                } else {
+                    builder
+                };
+                let mut x = builder.cartesian(&grid, &[rank, 0]).unwrap();
+                assert_eq!(x.in_place(), [lend, lend]);
                 let mut cur = 0;
                 steady(&mut x, iters, |x, step| match step {
                     Step::Start(it) => {
@@ -211,6 +219,39 @@ fn counted_fields(transport: Transport, iters: usize) -> Vec<Counts> {
     ranks.into_iter().map(|r| r.join().unwrap()).collect()
 }
 
+/// The builder with both pairs of arrays lent, a set each, every face in
+/// place.
+#[cfg(feature = "rdma")]
+#[allow(unsafe_code)]
+fn lend_both<'w>(
+    mut builder: sode::FieldExchangeBuilder<'w>,
+    u: &mut [Vec<f64>; 2],
+    v: &mut [Vec<f32>; 2],
+) -> sode::FieldExchangeBuilder<'w> {
+    let memory = |bytes: &mut [u8]| {
+        // SAFETY: the arrays outlive the exchange (declared before it),
+        // are never resized, and nothing touches them between a start and
+        // its wait.
+        unsafe { sode::UserMemory::new(bytes.as_mut_ptr(), bytes.len()) }.unwrap()
+    };
+    for (us, vs) in u.iter_mut().zip(v.iter_mut()) {
+        builder = builder.lend(vec![
+            memory(bytemuck::cast_slice_mut(us)),
+            memory(bytemuck::cast_slice_mut(vs)),
+        ]);
+    }
+    builder.zero_copy(sode::zero_copy::ZeroCopy::Always)
+}
+
+#[cfg(not(feature = "rdma"))]
+fn lend_both<'w>(
+    builder: sode::FieldExchangeBuilder<'w>,
+    _: &mut [Vec<f64>; 2],
+    _: &mut [Vec<f32>; 2],
+) -> sode::FieldExchangeBuilder<'w> {
+    builder
+}
+
 #[test]
 fn the_counter_sees_an_allocation() {
     // The counter counts on this thread: a test that cannot fail is no test.
@@ -230,10 +271,17 @@ fn start_test_and_wait_allocate_nothing_over_rdma() {
 
 #[test]
 fn a_field_exchange_allocates_nothing_on_stage_arrays_and_subsets() {
-    assert_none("fields, shared memory", &counted_fields(Transport::Shm, 40));
-    assert_none("fields, TCP", &counted_fields(Transport::Tcp, 20));
+    assert_none(
+        "fields, shared memory",
+        &counted_fields(Transport::Shm, 40, false),
+    );
+    assert_none("fields, TCP", &counted_fields(Transport::Tcp, 20, false));
     if rdma_available() {
-        assert_none("fields, RDMA", &counted_fields(Transport::Rdma, 20));
+        assert_none("fields, RDMA", &counted_fields(Transport::Rdma, 20, false));
+        assert_none(
+            "fields lent in two sets, RDMA",
+            &counted_fields(Transport::Rdma, 20, true),
+        );
     }
 }
 

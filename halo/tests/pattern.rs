@@ -456,6 +456,20 @@ fn one_handle_with_lent_arrays_over_rdma() {
     }
 }
 
+/// Ranks that lent different numbers of stages (1, 2, 3, 1): each names
+/// only its own sets, and its neighbours land in them or in its staging
+/// windows; every halo checked, and each rank's staged starts counted by
+/// its own sets.
+#[test]
+#[cfg(feature = "rdma")]
+fn one_handle_with_other_sets_lent_per_rank_over_rdma() {
+    if common::rdma_available() {
+        job(4, |r, port| {
+            run_handle(r, port, Transport::Rdma, 9, 1 + r % STAGES)
+        });
+    }
+}
+
 /// Every stage's arrays lent, a set each: a start on any stage moves its
 /// faces in place, neighbours on different stages (each rank names its
 /// own set in its credits); only the subsets go through sode's buffers.

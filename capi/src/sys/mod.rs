@@ -2081,8 +2081,8 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
 /// set's arrays (`sode_exchange_start_arrays`) travels in place as a start
 /// on the arrays added does: lend each Runge-Kutta stage's arrays, or the
 /// other buffer of a double-buffered sweep, and no start packs. Each call
-/// lends one set (at most 62 beside the arrays added), and every rank must
-/// lend as many. Elsewhere lending changes nothing.
+/// lends one set (at most 62 beside the arrays added); ranks may lend
+/// different numbers of sets. Elsewhere lending changes nothing.
 /// `sode_exchange_staged_starts` counts the starts that went through
 /// sode's buffers instead.
 ///
