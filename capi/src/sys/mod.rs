@@ -2074,6 +2074,19 @@ pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
     unsafe { with_exchange("sode_exchange_start", exchange, Exchange::start) }
 }
 
+/// The number of pointers in a caller's list of `nfields` arrays (one per
+/// field), refused when negative or when the list is NULL.
+fn array_count(op: &'static str, nfields: c_int, arrays: *const *mut c_void) -> Result<usize> {
+    let n = usize::try_from(nfields).map_err(|_| CapiError::Invalid {
+        op,
+        why: format!("nfields is {nfields}: give the exchange's field count"),
+    })?;
+    if arrays.is_null() {
+        return Err(CapiError::Null { op, arg: "arrays" });
+    }
+    Ok(n)
+}
+
 /// Lends one more set of arrays, before commit: `arrays[f]` for field `f`
 /// (in the order added; `nfields` is the exchange's field count), each
 /// laid out as its field was described. Where faces travel in place over
@@ -2104,13 +2117,7 @@ pub unsafe extern "C" fn sode_exchange_lend_arrays(
 ) -> c_int {
     let op = "sode_exchange_lend_arrays";
     let lend = |x: &mut Exchange| {
-        let n = usize::try_from(nfields).map_err(|_| CapiError::Invalid {
-            op,
-            why: format!("nfields is {nfields}: give the exchange's field count"),
-        })?;
-        if arrays.is_null() {
-            return Err(CapiError::Null { op, arg: "arrays" });
-        }
+        let n = array_count(op, nfields, arrays)?;
         x.lend_arrays(op, n, |f, bytes| {
             // SAFETY: `f < n` (lend_arrays asks for the fields given only,
             // after checking `n` is their count), so within the caller's
@@ -2160,13 +2167,7 @@ pub unsafe extern "C" fn sode_exchange_start_arrays(
 ) -> c_int {
     let op = "sode_exchange_start_arrays";
     let start = |x: &mut Exchange| {
-        let n = usize::try_from(nfields).map_err(|_| CapiError::Invalid {
-            op,
-            why: format!("nfields is {nfields}: give the exchange's field count"),
-        })?;
-        if arrays.is_null() {
-            return Err(CapiError::Null { op, arg: "arrays" });
-        }
+        let n = array_count(op, nfields, arrays)?;
         x.start_arrays(op, n, |f, bytes| {
             // SAFETY: `f < n` (start_arrays asks for the fields given
             // only), so within the caller's `nfields` pointers.
