@@ -185,28 +185,17 @@ impl FieldList<'_> {
 
 /// Marks the fields `subset` lists (`None`: every field) as started, the
 /// others not; refuses a field listed twice or one the exchange lacks.
-/// What a start reads and lands in where faces travel in place over RDMA:
-/// the lent set that holds every such field's array (set 0 the arrays
-/// added, whose `call` is none), or staged: the device reads and writes
-/// only the arrays lent at commit, so a face of another array, or part of
-/// a message (`partial`), goes through the channel's buffers.
+/// What a start reads and lands in where faces travel in place over RDMA
+/// ([`zero_copy::start_memory`]): each such field's array is in set 0
+/// when it is the array added (its `call` is none), else in the set it
+/// was lent in, if any.
 fn start_memory(fields: &[Field], partial: bool) -> StartMemory {
-    let mut carried = fields.iter().filter(|f| f.in_place).peekable();
-    if carried.peek().is_none() {
-        return StartMemory::Set(0);
-    }
-    if partial {
-        return StartMemory::Staged;
-    }
     let set_of = |f: &Field| match &f.call {
         None => Some(0),
         Some(a) => f.lent.iter().position(|l| l.is(a)).map(|k| k + 1),
     };
-    let first = carried.peek().and_then(|f| set_of(f));
-    match first {
-        Some(k) if carried.all(|f| set_of(f) == Some(k)) => StartMemory::Set(k),
-        _ => StartMemory::Staged,
-    }
+    let carried = fields.iter().filter(|f| f.in_place);
+    zero_copy::start_memory(carried.map(set_of), partial)
 }
 
 fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str) -> Result<()> {

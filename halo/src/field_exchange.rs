@@ -792,30 +792,15 @@ impl FieldExchange {
     }
 
     /// What a start on `arrays` (of the fields `which` lists, or all)
-    /// reads and lands in where messages travel in place: the lent set
-    /// that holds every such field's array, or staged. The device reads
-    /// and writes the lent arrays only, and a message in place carries
-    /// every field's whole faces: arrays no set holds, some fields or
-    /// fewer layers go through sode's buffers.
+    /// reads and lands in where messages travel in place
+    /// ([`zero_copy::start_memory`]).
     fn memory_of(&self, which: Option<&[usize]>, arrays: &[Array<'_>]) -> StartMemory {
-        // No allocation: every start calls this.
-        let carried = || (0..self.layouts.len()).filter(|&f| self.in_place[f]);
-        if carried().next().is_none() {
-            return StartMemory::Set(0);
-        }
-        if which.is_some() || self.depth != 0 {
-            return StartMemory::Staged;
-        }
-        let holds = |set: &[usize]| {
-            carried().all(|f| {
-                array_of(which, f)
-                    .is_some_and(|k| set.get(f) == Some(&(arrays[k].bytes.as_ptr() as usize)))
-            })
+        let set_of = |f: usize| {
+            let at = arrays[array_of(which, f)?].bytes.as_ptr() as usize;
+            self.lent_at.iter().position(|set| set.get(f) == Some(&at))
         };
-        match self.lent_at.iter().position(|set| holds(set)) {
-            Some(k) => StartMemory::Set(k),
-            None => StartMemory::Staged,
-        }
+        let carried = (0..self.layouts.len()).filter(|&f| self.in_place[f]);
+        zero_copy::start_memory(carried.map(set_of), which.is_some() || self.depth != 0)
     }
 
     /// Where halos arrive in place, the arrays they arrive in: a wait

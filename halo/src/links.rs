@@ -285,8 +285,12 @@ impl<'w> LinkExchangeBuilder<'w> {
         let me = self.world.rank();
         let size = self.world.size();
         check_links(&self.links, size).map_err(|why| HaloError::Usage { op: "build", why })?;
+        #[cfg(feature = "rdma")]
+        let lent = self.lent_lens()?;
+        #[cfg(not(feature = "rdma"))]
+        let lent: Vec<usize> = Vec::new();
         for (i, l) in self.links.iter().enumerate() {
-            self.check_in_place(i, l)?;
+            self.check_in_place(i, l, &lent)?;
             self.check_shared(i, l)?;
             if l.peer == me {
                 continue;
@@ -396,15 +400,12 @@ impl<'w> LinkExchangeBuilder<'w> {
     }
 
     /// Link `i`'s runs in place: only for a message it has, covering its
-    /// bytes exactly, inside memory that was lent (in every set).
-    fn check_in_place(&self, i: usize, l: &Link) -> Result<()> {
+    /// bytes exactly, inside memory that was lent (`lent`: each piece's
+    /// bytes in every set).
+    fn check_in_place(&self, i: usize, l: &Link, lent: &[usize]) -> Result<()> {
         let Some(how) = self.in_place.get(i) else {
             return Ok(());
         };
-        #[cfg(feature = "rdma")]
-        let lent = self.lent_lens()?;
-        #[cfg(not(feature = "rdma"))]
-        let lent: Vec<usize> = Vec::new();
         for (side, spans, message) in [("send", &how.send, l.send), ("receive", &how.recv, l.recv)]
         {
             let Some(spans) = spans else { continue };

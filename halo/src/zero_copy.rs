@@ -8,7 +8,7 @@
 //! its writes to the windows the receiver made. `SODE_ZERO_COPY` (or
 //! `sode_exchange_set_zero_copy` in C) overrides the choice.
 
-use crate::channel::Span;
+use crate::channel::{Span, StartMemory};
 use crate::field::{FieldLayout, Piece};
 use crate::links::LinkExchange;
 use crate::pattern::LinkPieces;
@@ -74,6 +74,24 @@ impl ZeroCopy {
                 spans.len() == 1 || (spans.len() <= MAX_RUNS && bytes / spans.len() >= MIN_MEAN_RUN)
             }
         }
+    }
+}
+
+/// What a start reads and lands in where messages travel in place over
+/// RDMA, from `sets`: for each field carried in place, the lent set that
+/// holds the array it was started on (`None`: no set holds it). The device
+/// reads and writes lent memory only, and a message in place carries every
+/// field's whole faces, so a start on some fields or fewer layers
+/// (`partial`), on an array no set holds or on arrays of different sets
+/// goes through sode's buffers (staged). Allocates nothing: every start
+/// asks.
+pub fn start_memory(mut sets: impl Iterator<Item = Option<usize>>, partial: bool) -> StartMemory {
+    let Some(first) = sets.next() else {
+        return StartMemory::Set(0);
+    };
+    match first {
+        Some(k) if !partial && sets.all(|s| s == Some(k)) => StartMemory::Set(k),
+        _ => StartMemory::Staged,
     }
 }
 
@@ -171,6 +189,29 @@ mod tests {
     /// A C-order 2-D f64 field, `rows` x `cols` owned, halo `h` all round.
     fn field(rows: usize, cols: usize, h: usize) -> FieldLayout {
         FieldLayout::with_halo(ElemType::F64, &[rows, cols], &[h, h], Order::C)
+    }
+
+    #[test]
+    fn a_start_travels_in_the_one_set_that_holds_every_array_it_carries_in_place() {
+        let memory = |sets: &[Option<usize>], partial| start_memory(sets.iter().copied(), partial);
+        assert_eq!(memory(&[], false), StartMemory::Set(0), "nothing in place");
+        assert_eq!(memory(&[], true), StartMemory::Set(0));
+        assert_eq!(memory(&[Some(2), Some(2)], false), StartMemory::Set(2));
+        assert_eq!(
+            memory(&[Some(2), Some(1)], false),
+            StartMemory::Staged,
+            "two sets"
+        );
+        assert_eq!(
+            memory(&[Some(0), None], false),
+            StartMemory::Staged,
+            "an array not lent"
+        );
+        assert_eq!(
+            memory(&[Some(1)], true),
+            StartMemory::Staged,
+            "part of the messages"
+        );
     }
 
     #[test]

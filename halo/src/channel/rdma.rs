@@ -371,10 +371,7 @@ impl RdmaChannel {
         let sets = messages
             .iter()
             .map(|m| m.twins.len() + 1)
-            .chain([lent.len()])
-            .max()
-            .unwrap_or(1)
-            .max(1);
+            .fold(lent.len().max(1), usize::max);
         b.sets(sets);
         let layout = lay_out(&mut b, messages, receives, lent).map_err(|e| match e {
             LayoutError::Overflow => HaloError::Usage {
