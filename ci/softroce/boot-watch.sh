@@ -14,7 +14,11 @@
 # the host's state and each such node's last console lines are printed,
 # every VM named is stopped (the pid in $out/pid-NODE: the timeout that
 # runs it), and boots_up returns 1 so that the caller may boot them all
-# again.
+# again. A node whose kernel panicked counts as hung at once.
+#
+# vm_command writes a guest's command to a script in $out and prints the
+# vng command line that runs it, after checking the kernel command line vng
+# would build (vm_cmdline_fits).
 
 # vm_output NODE: makes $out/vm-NODE.pipe, a pipe whose every byte lands in
 # $out/vm-NODE.log (copied by a child of the caller's shell). QEMU
@@ -25,6 +29,49 @@ vm_output() {
   rm -f "$out/vm-$1.pipe" "$out/vm-$1.log"
   mkfifo "$out/vm-$1.pipe"
   cat "$out/vm-$1.pipe" >"$out/vm-$1.log" &
+}
+
+# vm_command NODE VNG-ARGS... -- COMMAND: the vng command line (one
+# argument a line, for readarray) that boots NODE with VNG-ARGS and runs
+# COMMAND, a shell command, there. vng would pass an --exec command
+# base64-encoded on the kernel's command line, which holds 2047 bytes;
+# Debian's kernel panics at its first instruction on a longer one, and a
+# command that names every RDMA test executable by its path is longer
+# wherever the checkout's path is. So the command goes to a script in $out
+# (shared with the guest) and the kernel is told only the script's path.
+vm_command() {
+  local node=$1 arg
+  shift
+  local -a args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do args+=("$1"); shift; done
+  [ $# -gt 0 ] || { echo "boot: vm_command: no -- before the guest's command" >&2; return 1; }
+  shift
+  printf '%s\n' "$*" >"$out/exec-$node.sh"
+  args+=(--exec "bash $out/exec-$node.sh")
+  vm_cmdline_fits "${args[@]}" || return 1
+  for arg in "${args[@]}"; do printf '%s\n' "$arg"; done
+}
+
+# vm_cmdline_fits VNG-ARGS...: whether the kernel command line vng builds
+# for these options fits the kernel's 2047 bytes; says so when it does not.
+vm_cmdline_fits() {
+  local len
+  len=$("$@" --dry-run 2>/dev/null | python3 -c '
+import shlex, sys
+for line in sys.stdin:
+    if " -append " in line:
+        words = shlex.split(line)
+        print(len(words[words.index("-append") + 1]))
+') || len=
+  if [ -z "$len" ]; then
+    echo "boot: warning: vng --dry-run showed no kernel command line to check" >&2
+    return 0
+  fi
+  if [ "$len" -gt 2047 ]; then
+    echo "error: the guest kernel's command line would be $len bytes; the kernel takes 2047" \
+      "(shorten the paths of the checkout or of the directories shared with the guest)" >&2
+    return 1
+  fi
 }
 
 # boot_report NODE...: what a hung boot leaves to go on.
@@ -61,12 +108,18 @@ boots_up() {
       else
         still[$n]=$((still[$n] + 1))
       fi
-      [ "${still[$n]}" -ge "$stall_limit" ] && hung+=("$n")
+      if grep -q -e 'Kernel panic' -e 'PANIC: early exception' "$out/vm-$n.log" 2>/dev/null; then
+        echo "boot: node $n's kernel panicked" >&2
+        hung+=("$n")
+      elif [ "${still[$n]}" -ge "$stall_limit" ]; then
+        echo "boot: node $n's console has been silent for ${stall_limit} s" >&2
+        hung+=("$n")
+      fi
     done
     { [ $all = 1 ] || [ $alive = 0 ]; } && return 0
     if [ ${#hung[@]} -gt 0 ] || [ "$waited" -ge "$limit" ]; then
       if [ ${#hung[@]} -gt 0 ]; then
-        echo "boot: node(s) ${hung[*]} of '$*' not up after ${waited} s, their consoles silent for ${stall_limit} s: stopping the VMs" >&2
+        echo "boot: node(s) ${hung[*]} of '$*' not up after ${waited} s: stopping the VMs" >&2
       else
         echo "boot: a node of '$*' not up after ${waited} s: stopping the VMs" >&2
         for n in "$@"; do [ -f "$out/$n.ready" ] || hung+=("$n"); done

@@ -37,25 +37,30 @@ read -ra shape <<<"${SODE_VM_SHAPE:---cpus 2 --memory 2G}"
 # $out/vm-guest.log (guest.sh sends the command's stderr to its stdout).
 boot() {
   rm -f "$out/guest.ready" "$out/status" "$out/pid-guest"
+  # --force-9p: vng would first try virtiofsd for each shared directory,
+  # seconds lost each time Debian 12's (QEMU's own) refuses its options.
+  vm_command guest vng --run "$kernel" --disable-kvm --force-9p "${shape[@]}" -v \
+    --rwdir "$out" --rwdir "$results" --cwd "$PWD" \
+    -- "SODE_VM_OUT=$out bash $here/guest.sh $cmd" >"$out/vm-guest.args" || return 2
+  local -a vm
+  readarray -t vm <"$out/vm-guest.args"
   vm_output guest
   # timeout runs vng in a process group of its own and passes a TERM on to
   # all of it, QEMU included.
-  # --force-9p: vng would first try virtiofsd for each shared directory,
-  # seconds lost each time Debian 12's (QEMU's own) refuses its options.
-  timeout "${SODE_VM_TIMEOUT:-900}" vng --run "$kernel" --disable-kvm --force-9p "${shape[@]}" -v \
-    --rwdir "$out" --rwdir "$results" --cwd "$PWD" \
-    --exec "SODE_VM_OUT=$out bash $here/guest.sh $cmd" 2>"$out/vm-guest.pipe" &
-  local vm=$!
-  echo "$vm" >"$out/pid-guest"
+  timeout "${SODE_VM_TIMEOUT:-900}" "${vm[@]}" 2>"$out/vm-guest.pipe" &
+  local pid=$!
+  echo "$pid" >"$out/pid-guest"
   if ! boots_up guest; then
-    wait "$vm" || true
+    wait "$pid" || true
     return 1
   fi
-  wait "$vm" || true
+  wait "$pid" || true
 }
 
 start=$(date +%s)
-if ! boot; then
+booted=0
+boot || booted=$?
+if [ "$booted" = 1 ]; then
   echo "softroce: booting the guest again" >&2
   boot || true
 fi
