@@ -16,9 +16,9 @@
 # runs it), and boots_up returns 1 so that the caller may boot them all
 # again. A node whose kernel panicked counts as hung at once.
 #
-# vm_command writes a guest's command to a script in $out and prints the
-# vng command line that runs it, after checking the kernel command line vng
-# would build (vm_cmdline_fits).
+# vm_start boots a VM: its command goes in a script in $out (vm_command),
+# after a check of the kernel command line vng would build
+# (vm_cmdline_fits).
 
 # vm_output NODE: makes $out/vm-NODE.pipe, a pipe whose every byte lands in
 # $out/vm-NODE.log (copied by a child of the caller's shell). QEMU
@@ -50,6 +50,33 @@ vm_command() {
   args+=(--exec "bash $out/exec-$node.sh")
   vm_cmdline_fits "${args[@]}" || return 1
   for arg in "${args[@]}"; do printf '%s\n' "$arg"; done
+}
+
+# vm_start NODE WHAT VNG-ARGS... -- COMMAND: boots NODE in the background
+# (vm_command), under a timeout of SODE_VM_TIMEOUT (900 s) whose pid goes
+# to $out/pid-NODE. Its console goes to $out/vm-NODE.log (vm_output): QEMU's
+# stderr when WHAT is "console" (the guest's stdout stays the caller's),
+# all it prints when WHAT is "all". Returns 1 when the VM cannot be
+# started; $out/pid-NODE then names a process that has ended, so that
+# boots_up sees the node gone.
+vm_start() {
+  local node=$1 what=$2
+  shift 2
+  local -a vm
+  if ! vm_command "$node" "$@" >"$out/vm-$node.args"; then
+    echo "$BASHPID" >"$out/pid-$node"
+    return 1
+  fi
+  readarray -t vm <"$out/vm-$node.args"
+  vm_output "$node"
+  # timeout runs vng in a process group of its own and passes a TERM on to
+  # all of it, QEMU included.
+  if [ "$what" = all ]; then
+    timeout "${SODE_VM_TIMEOUT:-900}" "${vm[@]}" >"$out/vm-$node.pipe" 2>&1 &
+  else
+    timeout "${SODE_VM_TIMEOUT:-900}" "${vm[@]}" 2>"$out/vm-$node.pipe" &
+  fi
+  echo $! >"$out/pid-$node"
 }
 
 # vm_cmdline_fits VNG-ARGS...: whether the kernel command line vng builds

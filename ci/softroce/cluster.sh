@@ -35,23 +35,14 @@ start=$(date +%s)
 
 boot() { # node, ip, listen|connect, mac
   # In the background, so that its pid can be recorded for an early stop.
-  local -a vm
   # --force-9p: vng would first try virtiofsd for each shared directory,
   # seconds lost each time Debian 12's (QEMU's own) refuses its options.
-  if ! vm_command "$1" vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$1" \
+  vm_start "$1" all vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$1" \
     --rwdir "$out" --cwd "$PWD" \
     --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
     -- "SODE_CLUSTER_RANKS_A='${SODE_CLUSTER_RANKS_A:-0 1}' SODE_CLUSTER_RANKS_B='${SODE_CLUSTER_RANKS_B:-2 3}' SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
-    >"$out/vm-$1.args"; then
-    # A pid that has ended: boots_up sees this node's VM gone.
-    echo "$BASHPID" >"$out/pid-$1"
-    return 1
-  fi
-  readarray -t vm <"$out/vm-$1.args"
-  vm_output "$1"
-  timeout "${SODE_VM_TIMEOUT:-900}" "${vm[@]}" >"$out/vm-$1.pipe" 2>&1 &
-  echo $! >"$out/pid-$1"
-  wait $! || true
+    || return 1
+  wait "$(cat "$out/pid-$1")" || true
   # and the console's copy
   wait
 }

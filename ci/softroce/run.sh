@@ -32,24 +32,19 @@ read -ra shape <<<"${SODE_VM_SHAPE:---cpus 2 --memory 2G}"
 # shellcheck source=ci/softroce/boot-watch.sh
 . "$here/boot-watch.sh"
 
-# One boot, to the command's end: returns 1 if the guest did not come up.
+# One boot, to the command's end: returns 1 if the guest did not come up,
+# 2 if it could not be started (no retry helps).
 # The guest's stdout is this script's; its console goes to
 # $out/vm-guest.log (guest.sh sends the command's stderr to its stdout).
 boot() {
   rm -f "$out/guest.ready" "$out/status" "$out/pid-guest"
   # --force-9p: vng would first try virtiofsd for each shared directory,
   # seconds lost each time Debian 12's (QEMU's own) refuses its options.
-  vm_command guest vng --run "$kernel" --disable-kvm --force-9p "${shape[@]}" -v \
+  vm_start guest console vng --run "$kernel" --disable-kvm --force-9p "${shape[@]}" -v \
     --rwdir "$out" --rwdir "$results" --cwd "$PWD" \
-    -- "SODE_VM_OUT=$out bash $here/guest.sh $cmd" >"$out/vm-guest.args" || return 2
-  local -a vm
-  readarray -t vm <"$out/vm-guest.args"
-  vm_output guest
-  # timeout runs vng in a process group of its own and passes a TERM on to
-  # all of it, QEMU included.
-  timeout "${SODE_VM_TIMEOUT:-900}" "${vm[@]}" 2>"$out/vm-guest.pipe" &
-  local pid=$!
-  echo "$pid" >"$out/pid-guest"
+    -- "SODE_VM_OUT=$out bash $here/guest.sh $cmd" || return 2
+  local pid
+  pid=$(cat "$out/pid-guest")
   if ! boots_up guest; then
     wait "$pid" || true
     return 1

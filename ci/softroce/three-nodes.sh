@@ -51,22 +51,13 @@ boot() {
   local node=$1 nics=$2 qemu=$3
   shift 3
   # In the background, so that its pid can be recorded (boot-watch.sh).
-  local -a vm
   # --force-9p: vng would first try virtiofsd for each shared directory,
   # seconds lost each time Debian 12's (QEMU's own) refuses its options.
-  if ! vm_command "$node" vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$node" \
+  vm_start "$node" all vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$node" \
     --rwdir "$out" --cwd "$PWD" --qemu-opts="$qemu" \
     -- "env SODE_VM_OUT=$out SODE_NODE=$node SODE_ALL_NODES='a b c' SODE_NICS='$nics' SODE_CLUSTER_JOB=three$$ SODE_STENCIL=$stencil SODE_HEALTH_EXE=$health $* bash $here/three-nodes-guest.sh" \
-    >"$out/vm-$node.args"; then
-    # A pid that has ended: boots_up sees this node's VM gone.
-    echo "$BASHPID" >"$out/pid-$node"
-    return 1
-  fi
-  readarray -t vm <"$out/vm-$node.args"
-  vm_output "$node"
-  timeout "${SODE_VM_TIMEOUT:-900}" "${vm[@]}" >"$out/vm-$node.pipe" 2>&1 &
-  echo $! >"$out/pid-$node"
-  wait $! || true
+    || return 1
+  wait "$(cat "$out/pid-$node")" || true
   # and the console's copy
   wait
 }
