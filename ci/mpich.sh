@@ -15,12 +15,13 @@ prefix=$PWD/target/capi-prefix-mpich
 build=target/capi-examples-mpich
 fbuild=target/capi-examples-fortran-mpich
 rm -rf "$prefix" "$build" "$fbuild"
-mpi=(-DMPI_C_COMPILER="$(command -v mpicc.mpich)" -DMPI_Fortran_COMPILER="$(command -v mpif90.mpich)")
+mpi_c=(-DMPI_C_COMPILER="$(command -v mpicc.mpich)")
+mpi=("${mpi_c[@]}" -DMPI_Fortran_COMPILER="$(command -v mpif90.mpich)")
 SODE_CMAKE_BUILD=target/cmake-capi-mpich bash ci/install.sh "$prefix" "${mpi[@]}" >/dev/null
 grep -q "MPICH" "$prefix/lib/pkgconfig/sode_mpi.pc" || { echo "mpich: sode_mpi.pc does not name MPICH" >&2; exit 1; }
 
 echo "-- the C and Fortran examples with MPICH, -Werror"
-cmake -S examples/c -B "$build" -DCMAKE_PREFIX_PATH="$prefix" "${mpi[@]}" >/dev/null
+cmake -S examples/c -B "$build" -DCMAKE_PREFIX_PATH="$prefix" "${mpi_c[@]}" >/dev/null
 cmake --build "$build" -j 2 >/dev/null
 cmake -S examples/fortran -B "$fbuild" -DCMAKE_PREFIX_PATH="$prefix" "${mpi[@]}" >/dev/null
 cmake --build "$fbuild" -j 2 >/dev/null

@@ -113,8 +113,12 @@ static int allgather(const void *mine, void *all, size_t bytes, void *ctx) {
     int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, l->comm, &req);
     int done = rc == MPI_SUCCESS ? complete_by(&req, deadline) : -1;
     if (done == 1) {
-        /* Everyone contributed, so every arrival was sent: these complete. */
-        MPI_Waitall(size, arrivals, MPI_STATUSES_IGNORE);
+        /* Everyone contributed, so every arrival was sent: these complete.
+         * One wait each: GCC reads MPICH's MPI_STATUSES_IGNORE, a sentinel
+         * pointer, as an array of size 0 and warns on MPI_Waitall. */
+        for (int r = 0; r < size; r++) {
+            MPI_Wait(&arrivals[r], MPI_STATUS_IGNORE);
+        }
         free(arrivals);
         free(sink);
         return 0;
