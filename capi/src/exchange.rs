@@ -992,9 +992,10 @@ impl Exchange {
         } else {
             (self.in_place(builder, &specs, &planned)?, None)
         };
-        let links = builder
+        let mut links = builder
             .build()
             .map_err(|source| CapiError::Exchange { op, source })?;
+        links.copy_directly(pattern::local_copies(&links, &planned));
         Ok((links, planned, shared))
     }
 

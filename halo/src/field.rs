@@ -608,6 +608,26 @@ impl FieldLayout {
         }
     }
 
+    /// Copies region `from` of the field (`field`: its bytes from its
+    /// base) onto region `to`, of the same size per axis: a message a rank
+    /// sends itself, with no buffer between.
+    pub fn copy_region(&self, field: &mut [u8], from: &Region, to: &Region) {
+        let e = self.ty.size();
+        let base = |r: &Region| -> usize {
+            r.start
+                .iter()
+                .zip(&self.strides)
+                .map(|(i, stride)| i * stride)
+                .sum()
+        };
+        let (from_base, to_base) = (base(from), base(to));
+        self.runs(from, |at, n| {
+            // Both regions step alike: only their bases differ.
+            let dst = at - from_base + to_base;
+            move_run(field, at * e, dst * e, n * e);
+        });
+    }
+
     /// Copies region `r` of the field (`field`: its bytes from its base)
     /// into `out`, in memory order.
     pub fn pack(&self, field: &[u8], r: &Region, out: &mut [u8]) {
@@ -627,6 +647,21 @@ impl FieldLayout {
             crate::decomp::copy_run(&mut field[at * e..(at + n) * e], &data[k..k + n * e]);
             k += n * e;
         });
+    }
+}
+
+/// Copies the `len` bytes at `src` of `bytes` to `dst`: as two slices when
+/// they do not overlap (so that a run of one cell is one move), else as
+/// `copy_within` does.
+fn move_run(bytes: &mut [u8], src: usize, dst: usize, len: usize) {
+    if src.saturating_add(len) <= dst {
+        let (lo, hi) = bytes.split_at_mut(dst);
+        crate::decomp::copy_run(&mut hi[..len], &lo[src..src + len]);
+    } else if dst.saturating_add(len) <= src {
+        let (lo, hi) = bytes.split_at_mut(src);
+        crate::decomp::copy_run(&mut lo[dst..dst + len], &hi[..len]);
+    } else {
+        bytes.copy_within(src..src + len, dst);
     }
 }
 

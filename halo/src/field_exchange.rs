@@ -509,6 +509,7 @@ impl FieldExchangeBuilder<'_> {
         let lent_at = Vec::new();
         let mut links = builder.build()?;
         links.fill_sends_each_start()?;
+        links.copy_directly(pattern::local_copies(&links, &planned.pieces));
         let in_place = zero_copy::fields_in_place(&links, &planned.pieces, self.layouts.len());
         let fields = self.layouts.len();
         Ok(FieldExchange {
@@ -520,6 +521,7 @@ impl FieldExchangeBuilder<'_> {
             memory: StartMemory::Set(0),
             spans,
             started: vec![false; fields],
+            started_on: vec![(0, 0); fields],
             cartesian,
             depth: 0,
             by_depth: Vec::new(),
@@ -568,6 +570,10 @@ pub struct FieldExchange {
     spans: Vec<usize>,
     /// The fields of the start in flight (or the last one).
     started: Vec<bool>,
+    /// Where each started field's array lay at the start (address and
+    /// length): its wait must fill the same arrays, as the messages a rank
+    /// sends itself are copied then, from the cells the start sent.
+    started_on: Vec<(usize, usize)>,
     /// Built from a process grid (a depth applies), not from boxes.
     cartesian: bool,
     /// Layers of each halo the next starts move (0: every layer).
@@ -639,7 +645,9 @@ impl FieldExchange {
     /// # Errors
     ///
     /// [`HaloError::Timeout`] at the deadline; [`HaloError::Usage`] for
-    /// arrays unlike the fields', or after [`start_fields`](Self::start_fields);
+    /// arrays unlike the fields', other arrays than the start's where this
+    /// rank is its own neighbour (a periodic axis it spans alone), or
+    /// after [`start_fields`](Self::start_fields);
     /// [`HaloError::State`] without an exchange in flight; a channel's
     /// error or [`HaloError::JobFailed`] when a peer failed or died.
     pub fn wait(&mut self, deadline: Instant, arrays: &mut [ArrayMut<'_>]) -> Result<()> {
@@ -716,6 +724,10 @@ impl FieldExchange {
         for (f, s) in self.started.iter_mut().enumerate() {
             *s = which.is_none_or(|w| w.contains(&f));
         }
+        for (k, a) in arrays.iter().enumerate() {
+            let f = which.map_or(k, |w| w[k]);
+            self.started_on[f] = (a.bytes.as_ptr() as usize, a.bytes.len());
+        }
         self.memory = self.memory_of(which, arrays);
         self.links.set_memory(self.memory)?;
         let at = self.at_depth();
@@ -762,6 +774,7 @@ impl FieldExchange {
         let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
         self.check_arrays(op, which, arrays.len(), types)?;
         self.check_lent_arrays(op, which, arrays)?;
+        self.check_started_arrays(op, which, arrays)?;
         self.links.wait(deadline)?;
         let pieces = match self.at_depth() {
             None => &self.pieces,
@@ -821,6 +834,29 @@ impl FieldExchange {
                 return Err(HaloError::Usage {
                     op,
                     why: format!("field {f}: the exchange was started on the array lent for it in set {set}, whose halos arrive in place: wait with that array"),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The arrays of the start, when messages to itself are copied at
+    /// the wait ([`pattern::local_copies`]).
+    fn check_started_arrays(
+        &self,
+        op: &'static str,
+        which: Option<&[usize]>,
+        arrays: &[ArrayMut<'_>],
+    ) -> Result<()> {
+        if self.links.direct_copies().is_empty() {
+            return Ok(());
+        }
+        for (k, a) in arrays.iter().enumerate() {
+            let f = which.map_or(k, |w| w[k]);
+            if self.started_on[f] != (a.bytes.as_ptr() as usize, a.bytes.len()) {
+                return Err(HaloError::Usage {
+                    op,
+                    why: format!("field {f}: not the array the exchange was started on (this rank is its own neighbour, and those halos are copied from the started array at the wait): wait with the arrays of the start"),
                 });
             }
         }

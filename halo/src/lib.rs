@@ -74,7 +74,8 @@ pub use error::{HaloError, Result};
 pub use exchange::{HaloExchange, HaloExchangeBuilder};
 pub use field_exchange::{Array, ArrayMut, Element, FieldExchange, FieldExchangeBuilder};
 pub use links::{
-    InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets, Sides,
+    InPlace, Link, LinkExchange, LinkExchangeBuilder, LinkRuns, LocalCopy, Message, SharedSets,
+    Sides,
 };
 pub use reorder::{reorder, Reordered};
 pub use settings::{Model, SyncMode, Transport};

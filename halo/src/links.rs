@@ -82,6 +82,18 @@ enum SharedStore {
     Private { memory: Vec<u64>, len: usize },
 }
 
+/// A message this rank sends itself (along an axis where it is its own
+/// neighbour) that its caller copies straight from link `send`'s cells
+/// into link `recv`'s, with no buffer between
+/// ([`LinkExchange::copy_directly`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalCopy {
+    /// The link whose send is copied.
+    pub send: usize,
+    /// The link whose receive it fills.
+    pub recv: usize,
+}
+
 /// Where one side of a link travels.
 #[derive(Debug, Clone, Copy)]
 enum Route {
@@ -550,6 +562,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             sends,
             recvs,
             self_bufs,
+            direct: Vec::new(),
             channels: Channels::new(channels),
             others_pending: false,
             lifecycle: Lifecycle::Idle,
@@ -760,6 +773,8 @@ pub struct LinkExchange {
     sends: Vec<Option<Route>>,
     recvs: Vec<Option<Route>>,
     self_bufs: Vec<Vec<u8>>,
+    /// The messages to itself its caller copies directly.
+    direct: Vec<LocalCopy>,
     /// Its channels, each with whether it completed this iteration;
     /// enlisted in flight for the passes of this thread's other exchanges.
     channels: Channels,
@@ -951,6 +966,37 @@ impl LinkExchange {
                 .send_buf(message),
             None => Err(self.no_message("send_buf", link, "sends nothing")),
         }
+    }
+
+    /// The messages this rank sends itself: each local send with the
+    /// receive that shares its buffer.
+    pub fn local_pairs(&self) -> impl Iterator<Item = LocalCopy> + '_ {
+        self.sends.iter().enumerate().filter_map(|(send, route)| {
+            let Some(Route::Local { buffer }) = route else {
+                return None;
+            };
+            let recv = self
+                .recvs
+                .iter()
+                .position(|r| matches!(r, Some(Route::Local { buffer: b }) if b == buffer))?;
+            Some(LocalCopy { send, recv })
+        })
+    }
+
+    /// From the next start on, the caller copies each of `pairs` itself,
+    /// straight from the send's cells into the receive's, and neither
+    /// packs the send nor unpacks the receive: their buffer goes unused.
+    /// Pairs that are not [local pairs](Self::local_pairs) are left out.
+    pub fn copy_directly(&mut self, mut pairs: Vec<LocalCopy>) {
+        let local: Vec<LocalCopy> = self.local_pairs().collect();
+        pairs.retain(|p| local.contains(p));
+        self.direct = pairs;
+    }
+
+    /// The messages to itself the caller copies directly
+    /// ([`copy_directly`](Self::copy_directly)).
+    pub fn direct_copies(&self) -> &[LocalCopy] {
+        &self.direct
     }
 
     /// Link `link`'s receive buffer, complete after [`wait`](Self::wait).

@@ -12,7 +12,7 @@ use std::time::Instant;
 use crate::decomp::{direction_tag, Region, Stencil, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::field::{FieldLayout, Piece};
-use crate::links::{Link, LinkExchange, Message};
+use crate::links::{Link, LinkExchange, LocalCopy, Message};
 
 /// One neighbour in a process grid: which way, and who.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -646,6 +646,10 @@ pub trait FieldArrays {
     fn bytes(&self, field: usize) -> Option<&[u8]>;
     /// The same to unpack into, beside its layout.
     fn bytes_mut(&mut self, field: usize) -> Option<(&FieldLayout, &mut [u8])>;
+    /// Where `field`'s array lies: its address and length in bytes.
+    fn span(&self, field: usize) -> Option<(usize, usize)> {
+        self.bytes(field).map(|b| (b.as_ptr() as usize, b.len()))
+    }
 }
 
 /// The error of a field with no array (its caller checked it had one).
@@ -654,6 +658,135 @@ fn no_array(op: &'static str, field: usize) -> HaloError {
         op,
         why: format!("field {field} has no array"),
     }
+}
+
+/// The messages this rank sends itself that can be copied straight from
+/// the cells sent into the halo cells received
+/// ([`LinkExchange::copy_directly`]), with the same outcome as through a
+/// buffer: each local send whose pieces match its receive's one for one
+/// (the same field and size per axis). None at all if a cell such a copy
+/// writes is also sent or received by another piece, or a cell it reads
+/// is received: through a buffer the sends are read at the start and the
+/// receives written in order at the end, which a direct copy at the end
+/// matches only when it touches no cell another piece does.
+pub fn local_copies(links: &LinkExchange, pieces: &[LinkPieces]) -> Vec<LocalCopy> {
+    let pairs: Vec<LocalCopy> = links
+        .local_pairs()
+        .filter(|c| copies_one_for_one(pieces, *c))
+        .collect();
+    let sends = || pieces.iter().flat_map(|p| p.send.iter().flatten());
+    let recvs = || pieces.iter().flat_map(|p| p.recv.iter().flatten());
+    let clash = |a: &Piece, b: &Piece| {
+        !std::ptr::eq(a, b) && a.field == b.field && intersect(&a.region, &b.region)
+    };
+    for c in &pairs {
+        // Both are there: `copies_one_for_one` checked.
+        let written = pieces[c.recv].recv.iter().flatten();
+        let read = pieces[c.send].send.iter().flatten();
+        for w in written {
+            if sends().chain(recvs()).any(|p| clash(w, p)) {
+                return Vec::new();
+            }
+        }
+        for r in read {
+            if recvs().any(|p| clash(r, p)) {
+                return Vec::new();
+            }
+        }
+    }
+    pairs
+}
+
+/// Whether local send `c.send`'s pieces are its receive's, one for one.
+fn copies_one_for_one(pieces: &[LinkPieces], c: LocalCopy) -> bool {
+    let (Some(Some(send)), Some(Some(recv))) = (
+        pieces.get(c.send).map(|p| &p.send),
+        pieces.get(c.recv).map(|p| &p.recv),
+    ) else {
+        return false;
+    };
+    send.len() == recv.len()
+        && send
+            .iter()
+            .zip(recv)
+            .all(|(s, r)| s.field == r.field && s.region.size == r.region.size)
+}
+
+/// Whether two regions share a cell.
+fn intersect(a: &Region, b: &Region) -> bool {
+    a.cells() > 0
+        && b.cells() > 0
+        && a.start
+            .iter()
+            .zip(&a.size)
+            .zip(b.start.iter().zip(&b.size))
+            .all(|((&a0, &an), (&b0, &bn))| a0 < b0 + bn && b0 < a0 + an)
+}
+
+/// Fields a start may carry and still copy its messages to itself
+/// directly: their arrays are compared pairwise, each start.
+const DIRECT_MAX_FIELDS: usize = 16;
+
+/// Whether this start's messages to itself are copied directly: there
+/// are some, and no two started fields' arrays overlap (with arrays that
+/// alias, a copy could read or write cells another piece writes). A
+/// start and its completion see the same pieces and arrays, so both
+/// decide alike.
+fn direct_now(links: &LinkExchange, pieces: &[LinkPieces], fields: &impl FieldArrays) -> bool {
+    // The pieces at a depth are cut from those the pairs were chosen on:
+    // still within them, but checked to match again.
+    let copies = links.direct_copies();
+    if copies.is_empty() || !copies.iter().all(|&c| copies_one_for_one(pieces, c)) {
+        return false;
+    }
+    let count = field_count(pieces);
+    let mut spans = [(0usize, 0usize); DIRECT_MAX_FIELDS];
+    for (n, f) in (0..count).filter(|&f| fields.started(f)).enumerate() {
+        let Some((at, len)) = fields.span(f) else {
+            return false;
+        };
+        if n == DIRECT_MAX_FIELDS || spans[..n].iter().any(|&(a, l)| at < a + l && a < at + len) {
+            return false;
+        }
+        spans[n] = (at, len);
+    }
+    true
+}
+
+/// How many fields the pieces name (one past the highest).
+fn field_count(pieces: &[LinkPieces]) -> usize {
+    pieces
+        .iter()
+        .flat_map(|p| p.send.iter().chain(&p.recv).flatten())
+        .map(|p| p.field + 1)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Copies every started field's pieces of each message to itself that is
+/// copied directly ([`direct_now`]).
+fn copy_locals(
+    links: &LinkExchange,
+    pieces: &[LinkPieces],
+    fields: &mut impl FieldArrays,
+) -> Result<()> {
+    for c in links.direct_copies() {
+        let send = pieces.get(c.send).and_then(|p| p.send.as_ref());
+        let recv = pieces.get(c.recv).and_then(|p| p.recv.as_ref());
+        let (Some(send), Some(recv)) = (send, recv) else {
+            continue;
+        };
+        for (s, r) in send.iter().zip(recv) {
+            if !fields.started(s.field) {
+                continue;
+            }
+            let (layout, array) = fields
+                .bytes_mut(s.field)
+                .ok_or_else(|| no_array("wait", s.field))?;
+            layout.copy_region(array, &s.region, &r.region);
+        }
+    }
+    Ok(())
 }
 
 /// Tells every link how many bytes of its messages the started fields
@@ -696,12 +829,15 @@ pub fn pack_and_start(
     fields: &impl FieldArrays,
 ) -> Result<()> {
     let began = Instant::now();
+    let direct = direct_now(links, pieces, fields);
     for (i, send) in pieces
         .iter()
         .enumerate()
         .filter_map(|(i, p)| Some((i, p.send.as_ref()?)))
     {
-        if links.in_place_now(i).send {
+        if links.in_place_now(i).send
+            || (direct && links.direct_copies().iter().any(|c| c.send == i))
+        {
             continue;
         }
         let out = links.send_buf(i)?;
@@ -732,12 +868,18 @@ pub fn unpack(
     fields: &mut impl FieldArrays,
 ) -> Result<()> {
     let began = Instant::now();
+    let direct = direct_now(links, pieces, fields);
+    if direct {
+        copy_locals(links, pieces, fields)?;
+    }
     for (i, recv) in pieces
         .iter()
         .enumerate()
         .filter_map(|(i, p)| Some((i, p.recv.as_ref()?)))
     {
-        if links.in_place_now(i).recv {
+        if links.in_place_now(i).recv
+            || (direct && links.direct_copies().iter().any(|c| c.recv == i))
+        {
             continue;
         }
         let data = links.recv_buf(i)?;

@@ -720,3 +720,100 @@ fn complex_numbers_and_records_of_any_size_travel_bit_for_bit() {
         }
     }
 }
+
+/// One rank whose boxes go to itself: field 0 (f64, 2-D, C order, 4 x 6
+/// cells with halos of 1) sends its second row to its last and its
+/// second-to-last row to its first, as a periodic axis the rank spans
+/// alone; field 1 (i64, 3 x 2 cells) its first owned cell to the halo
+/// row below its last.
+/// Such messages are copied straight from the cells sent into the halo at
+/// the wait, so the wait must name the arrays of the start.
+#[test]
+fn a_rank_that_is_its_own_neighbour_copies_its_halos_from_the_started_arrays() {
+    let w = common::thread_world(0, 1, common::free_port(), "self-copy-test");
+    let (rows, cols) = (6usize, 4usize);
+    let grid = FieldLayout::with_halo(ElemType::F64, &[rows - 2, cols - 2], &[1, 1], Order::C);
+    let small = FieldLayout::with_halo(ElemType::I64, &[3, 2], &[1, 1], Order::C);
+    let to_self = |tag: u32, lo: Vec<usize>, size: Vec<usize>, f: usize| BoxMessage {
+        peer: 0,
+        tag,
+        lo,
+        size,
+        field: Some(f),
+    };
+    let sends = [
+        to_self(0, vec![1, 1], vec![1, cols - 2], 0),
+        to_self(1, vec![rows - 2, 1], vec![1, cols - 2], 0),
+        to_self(2, vec![1, 1], vec![1, 1], 1),
+    ];
+    let recvs = [
+        to_self(0, vec![rows - 1, 1], vec![1, cols - 2], 0),
+        to_self(1, vec![0, 1], vec![1, cols - 2], 0),
+        to_self(2, vec![4, 1], vec![1, 1], 1),
+    ];
+    let mut x = FieldExchange::builder(&w, vec![grid, small])
+        .setup_timeout(Duration::from_secs(30))
+        .boxes(&sends, &recvs)
+        .unwrap();
+    let mut u: Vec<f64> = (0..rows * cols).map(|i| i as f64).collect();
+    let mut k: Vec<i64> = (0..20).map(|i| -i).collect();
+    let (u0, k0) = (u.clone(), k.clone());
+    x.start(&[(&u).into(), (&k).into()]).unwrap();
+    // Another array of the same layout: refused, and the exchange waits on.
+    let mut other = u.clone();
+    let e = x
+        .wait(
+            common::deadline(),
+            &mut [(&mut other).into(), (&mut k).into()],
+        )
+        .map_err(|e| e.to_string())
+        .unwrap_err();
+    assert!(
+        e.contains("field 0: not the array the exchange was started on"),
+        "{e}"
+    );
+    x.wait(common::deadline(), &mut [(&mut u).into(), (&mut k).into()])
+        .unwrap();
+    let mut want = u0.clone();
+    for c in 1..cols - 1 {
+        want[(rows - 1) * cols + c] = u0[cols + c];
+        want[c] = u0[(rows - 2) * cols + c];
+    }
+    assert_eq!(u, want, "the grid after the exchange");
+    let mut want_k = k0;
+    want_k[4 * 4 + 1] = want_k[4 + 1];
+    assert_eq!(k, want_k, "the small field after the exchange");
+}
+
+/// One rank whose box to itself overlaps the box it receives into (each a
+/// block of rows, shifted by one row and one column): the cells received
+/// are those of the start, as through a buffer, not cells the same
+/// exchange has already written.
+#[test]
+fn a_box_to_itself_that_overlaps_its_receive_reads_the_cells_of_the_start() {
+    let w = common::thread_world(0, 1, common::free_port(), "self-overlap-test");
+    let n = 6usize;
+    let grid = FieldLayout::with_halo(ElemType::F64, &[n - 2, n - 2], &[1, 1], Order::C);
+    let at = |lo: Vec<usize>| BoxMessage {
+        peer: 0,
+        tag: 0,
+        lo,
+        size: vec![3, 3],
+        field: Some(0),
+    };
+    let mut x = FieldExchange::builder(&w, vec![grid])
+        .setup_timeout(Duration::from_secs(30))
+        .boxes(&[at(vec![1, 1])], &[at(vec![2, 2])])
+        .unwrap();
+    let mut u: Vec<f64> = (0..n * n).map(|i| i as f64).collect();
+    let u0 = u.clone();
+    x.start(&[(&u).into()]).unwrap();
+    x.wait(common::deadline(), &mut [(&mut u).into()]).unwrap();
+    let mut want = u0.clone();
+    for r in 0..3 {
+        for c in 0..3 {
+            want[(2 + r) * n + 2 + c] = u0[(1 + r) * n + 1 + c];
+        }
+    }
+    assert_eq!(u, want);
+}
