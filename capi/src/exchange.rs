@@ -183,8 +183,6 @@ impl FieldList<'_> {
     }
 }
 
-/// Marks the fields `subset` lists (`None`: every field) as started, the
-/// others not; refuses a field listed twice or one the exchange lacks.
 /// What a start reads and lands in where faces travel in place over RDMA
 /// ([`zero_copy::start_memory`]): each such field's array is in set 0
 /// when it is the array added (its `call` is none), else in the set it
@@ -198,6 +196,8 @@ fn start_memory(fields: &[Field], partial: bool) -> StartMemory {
     zero_copy::start_memory(carried.map(set_of), partial)
 }
 
+/// Marks the fields `subset` lists (`None`: every field) as started, the
+/// others not; refuses a field listed twice or one the exchange lacks.
 fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str) -> Result<()> {
     let Some(list) = subset else {
         fields.iter_mut().for_each(|f| f.started = true);

@@ -495,12 +495,12 @@ impl RdmaExchangeBuilder<'_> {
             let w = &planned.write;
             let (window, dst_offset) = match (planned.staged.dst, how.dst) {
                 (Some(staged), d) if d == how.staged => staged,
-                (_, d) => (how.twin(planned, d).dst.unwrap_or(w.window), w.dst_offset),
+                (_, d) => (twin(planned, d).dst.unwrap_or(w.window), w.dst_offset),
             };
             let (src_buffer, src_offset, gather) = match (planned.staged.src, how.src) {
                 (Some((b, off)), s) if s == how.staged => (b, off, &[][..]),
                 (_, s) => (
-                    how.twin(planned, s).src.unwrap_or(w.src),
+                    twin(planned, s).src.unwrap_or(w.src),
                     w.src_offset,
                     &planned.gather[..],
                 ),
@@ -698,15 +698,13 @@ struct Variant {
     staged: usize,
 }
 
-impl Variant {
-    /// The write's twin in lent set `set` (as built in set 0, or where it
-    /// has none there).
-    fn twin(self, planned: &PlannedWrite, set: usize) -> Twin {
-        set.checked_sub(1)
-            .and_then(|k| planned.twins.get(k))
-            .copied()
-            .unwrap_or_default()
-    }
+/// A write's twin in lent set `set` (as built in set 0, or where it has
+/// none there).
+fn twin(planned: &PlannedWrite, set: usize) -> Twin {
+    set.checked_sub(1)
+        .and_then(|k| planned.twins.get(k))
+        .copied()
+        .unwrap_or_default()
 }
 
 fn handshake(
