@@ -571,8 +571,7 @@ pub struct FieldExchange {
     /// The fields of the start in flight (or the last one).
     started: Vec<bool>,
     /// Where each started field's array lay at the start (address and
-    /// length): its wait must fill the same arrays, as the messages a rank
-    /// sends itself are copied then, from the cells the start sent.
+    /// length): its wait must name the same arrays.
     started_on: Vec<(usize, usize)>,
     /// Built from a process grid (a depth applies), not from boxes.
     cartesian: bool,
@@ -639,15 +638,14 @@ impl FieldExchange {
 
     /// Waits until every halo of the started fields has arrived (or
     /// `deadline` passes: [`HaloError::Timeout`], and `wait` may be called
-    /// again), then fills them into `arrays` (one per field, as at
-    /// [`start`](Self::start)).
+    /// again), then fills them into `arrays`: the arrays of the
+    /// [`start`](Self::start), one per field.
     ///
     /// # Errors
     ///
     /// [`HaloError::Timeout`] at the deadline; [`HaloError::Usage`] for
-    /// arrays unlike the fields', other arrays than the start's where this
-    /// rank is its own neighbour (a periodic axis it spans alone), or
-    /// after [`start_fields`](Self::start_fields);
+    /// other arrays than the start's, or after
+    /// [`start_fields`](Self::start_fields);
     /// [`HaloError::State`] without an exchange in flight; a channel's
     /// error or [`HaloError::JobFailed`] when a peer failed or died.
     pub fn wait(&mut self, deadline: Instant, arrays: &mut [ArrayMut<'_>]) -> Result<()> {
@@ -773,8 +771,7 @@ impl FieldExchange {
         }
         let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
         self.check_arrays(op, which, arrays.len(), types)?;
-        self.check_lent_arrays(op, which, arrays)?;
-        self.check_started_arrays(op, which, arrays)?;
+        self.check_wait_arrays(op, which, arrays)?;
         self.links.wait(deadline)?;
         let pieces = match self.at_depth() {
             None => &self.pieces,
@@ -816,49 +813,26 @@ impl FieldExchange {
         zero_copy::start_memory(carried.map(set_of), which.is_some() || self.depth != 0)
     }
 
-    /// Where halos arrive in place, the arrays they arrive in: a wait
-    /// must name, for each field carried so, the array lent for it.
-    fn check_lent_arrays(
+    /// A wait names the arrays of its start: halos may arrive in place
+    /// in them (a lent set, over RDMA), and a rank that is its own
+    /// neighbour copies those halos from them at the wait
+    /// ([`pattern::local_copies`]).
+    fn check_wait_arrays(
         &self,
         op: &'static str,
         which: Option<&[usize]>,
         arrays: &[ArrayMut<'_>],
     ) -> Result<()> {
-        let StartMemory::Set(set) = self.memory else {
-            return Ok(());
-        };
-        let lent = self.lent_at.get(set).map_or(&[][..], Vec::as_slice);
         for (k, a) in arrays.iter().enumerate() {
             let f = which.map_or(k, |w| w[k]);
-            if self.in_place[f] && lent.get(f) != Some(&(a.bytes.as_ptr() as usize)) {
-                return Err(HaloError::Usage {
-                    op,
-                    why: format!("field {f}: the exchange was started on the array lent for it in set {set}, whose halos arrive in place: wait with that array"),
-                });
+            if self.started_on[f] == (a.bytes.as_ptr() as usize, a.bytes.len()) {
+                continue;
             }
-        }
-        Ok(())
-    }
-
-    /// The arrays of the start, when messages to itself are copied at
-    /// the wait ([`pattern::local_copies`]).
-    fn check_started_arrays(
-        &self,
-        op: &'static str,
-        which: Option<&[usize]>,
-        arrays: &[ArrayMut<'_>],
-    ) -> Result<()> {
-        if self.links.direct_copies().is_empty() {
-            return Ok(());
-        }
-        for (k, a) in arrays.iter().enumerate() {
-            let f = which.map_or(k, |w| w[k]);
-            if self.started_on[f] != (a.bytes.as_ptr() as usize, a.bytes.len()) {
-                return Err(HaloError::Usage {
-                    op,
-                    why: format!("field {f}: not the array the exchange was started on (this rank is its own neighbour, and those halos are copied from the started array at the wait): wait with the arrays of the start"),
-                });
-            }
+            let why = match self.memory {
+                StartMemory::Set(set) if self.in_place[f] => format!("field {f}: the exchange was started on the array lent for it in set {set}, whose halos arrive in place: wait with that array"),
+                _ => format!("field {f}: not the array the exchange was started on (halos arrive in it, in place or copied at the wait): wait with the arrays of the start"),
+            };
+            return Err(HaloError::Usage { op, why });
         }
         Ok(())
     }

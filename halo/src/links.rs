@@ -563,6 +563,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             recvs,
             self_bufs,
             direct: Vec::new(),
+            direct_now: false,
             channels: Channels::new(channels),
             others_pending: false,
             lifecycle: Lifecycle::Idle,
@@ -773,8 +774,10 @@ pub struct LinkExchange {
     sends: Vec<Option<Route>>,
     recvs: Vec<Option<Route>>,
     self_bufs: Vec<Vec<u8>>,
-    /// The messages to itself its caller copies directly.
+    /// The messages to itself its caller copies directly, and whether the
+    /// start in flight does (its caller decided at the start).
     direct: Vec<LocalCopy>,
+    direct_now: bool,
     /// Its channels, each with whether it completed this iteration;
     /// enlisted in flight for the passes of this thread's other exchanges.
     channels: Channels,
@@ -997,6 +1000,20 @@ impl LinkExchange {
     /// ([`copy_directly`](Self::copy_directly)).
     pub fn direct_copies(&self) -> &[LocalCopy] {
         &self.direct
+    }
+
+    /// Says whether the start about to be made copies the
+    /// [direct copies](Self::direct_copies) itself (else they go through
+    /// their buffer); its completion reads it back
+    /// ([`copying_directly`](Self::copying_directly)).
+    pub fn set_copying_directly(&mut self, direct: bool) {
+        self.direct_now = direct && !self.direct.is_empty();
+    }
+
+    /// What the last [`set_copying_directly`](Self::set_copying_directly)
+    /// said.
+    pub fn copying_directly(&self) -> bool {
+        self.direct_now
     }
 
     /// Link `link`'s receive buffer, complete after [`wait`](Self::wait).

@@ -727,11 +727,10 @@ fn intersect(a: &Region, b: &Region) -> bool {
 /// directly: their arrays are compared pairwise, each start.
 const DIRECT_MAX_FIELDS: usize = 16;
 
-/// Whether this start's messages to itself are copied directly: there
-/// are some, and no two started fields' arrays overlap (with arrays that
-/// alias, a copy could read or write cells another piece writes). A
-/// start and its completion see the same pieces and arrays, so both
-/// decide alike.
+/// Whether this start's messages to itself are copied directly (at its
+/// completion, from the same arrays): there are some, and no two started
+/// fields' arrays overlap (with arrays that alias, a copy could read or
+/// write cells another piece writes).
 fn direct_now(links: &LinkExchange, pieces: &[LinkPieces], fields: &impl FieldArrays) -> bool {
     // The pieces at a depth are cut from those the pairs were chosen on:
     // still within them, but checked to match again.
@@ -764,7 +763,7 @@ fn field_count(pieces: &[LinkPieces]) -> usize {
 }
 
 /// Copies every started field's pieces of each message to itself that is
-/// copied directly ([`direct_now`]).
+/// copied directly (as the start decided: [`direct_now`]).
 fn copy_locals(
     links: &LinkExchange,
     pieces: &[LinkPieces],
@@ -830,6 +829,7 @@ pub fn pack_and_start(
 ) -> Result<()> {
     let began = Instant::now();
     let direct = direct_now(links, pieces, fields);
+    links.set_copying_directly(direct);
     for (i, send) in pieces
         .iter()
         .enumerate()
@@ -868,7 +868,7 @@ pub fn unpack(
     fields: &mut impl FieldArrays,
 ) -> Result<()> {
     let began = Instant::now();
-    let direct = direct_now(links, pieces, fields);
+    let direct = links.copying_directly();
     if direct {
         copy_locals(links, pieces, fields)?;
     }
