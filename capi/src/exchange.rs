@@ -1450,8 +1450,13 @@ impl Exchange {
     pub fn wait(&mut self, timeout: Duration) -> Result<()> {
         let op = "sode_exchange_wait";
         let (links, planned, fields) = self.committed_at_depth(op)?;
+        let deadline = Instant::now() + timeout;
+        if links.in_flight() && fields.iter().all(|f| f.memory.is_some()) {
+            pattern::copy_to_self(links, planned, &mut Arrays(fields))
+                .map_err(|source| CapiError::Exchange { op, source })?;
+        }
         links
-            .wait(Instant::now() + timeout)
+            .wait(deadline)
             .map_err(|source| CapiError::Exchange { op, source })?;
         Self::unpack(links, planned, fields, op)
     }

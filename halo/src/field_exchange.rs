@@ -772,7 +772,6 @@ impl FieldExchange {
         let types = arrays.iter().map(|a| (a.ty, a.bytes.len()));
         self.check_arrays(op, which, arrays.len(), types)?;
         self.check_wait_arrays(op, which, arrays)?;
-        self.links.wait(deadline)?;
         let pieces = match self.at_depth() {
             None => &self.pieces,
             Some(i) => &self.by_depth[i].1,
@@ -783,6 +782,8 @@ impl FieldExchange {
             which,
             arrays,
         };
+        pattern::copy_to_self(&mut self.links, pieces, &mut given)?;
+        self.links.wait(deadline)?;
         pattern::unpack(&mut self.links, pieces, &mut given)
     }
 
@@ -815,7 +816,7 @@ impl FieldExchange {
 
     /// A wait names the arrays of its start: halos may arrive in place
     /// in them (a lent set, over RDMA), and a rank that is its own
-    /// neighbour copies those halos from them at the wait
+    /// neighbour copies those halos from them as the wait begins
     /// ([`pattern::local_copies`]).
     fn check_wait_arrays(
         &self,

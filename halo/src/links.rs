@@ -39,6 +39,17 @@ pub struct Link {
     pub name: String,
 }
 
+/// Where a start's [direct copies](LinkExchange::direct_copies) stand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DirectCopies {
+    /// The start does not copy directly: those messages use their buffers.
+    Off,
+    /// It does, and its caller has not copied yet.
+    Due,
+    /// It does, and its caller has copied.
+    Done,
+}
+
 /// Fields kept in shared memory: `sets` arrays of `set_len` bytes, each
 /// iteration exchanging one ([`LinkExchange::start_set`]), and every
 /// link's messages as runs of a set, so the caller packs nothing. A link
@@ -563,7 +574,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             recvs,
             self_bufs,
             direct: Vec::new(),
-            direct_now: false,
+            direct_now: DirectCopies::Off,
             channels: Channels::new(channels),
             others_pending: false,
             lifecycle: Lifecycle::Idle,
@@ -775,9 +786,9 @@ pub struct LinkExchange {
     recvs: Vec<Option<Route>>,
     self_bufs: Vec<Vec<u8>>,
     /// The messages to itself its caller copies directly, and whether the
-    /// start in flight does (its caller decided at the start).
+    /// start in flight does (its caller decided at the start) and has yet to.
     direct: Vec<LocalCopy>,
-    direct_now: bool,
+    direct_now: DirectCopies,
     /// Its channels, each with whether it completed this iteration;
     /// enlisted in flight for the passes of this thread's other exchanges.
     channels: Channels,
@@ -1007,13 +1018,28 @@ impl LinkExchange {
     /// their buffer); its completion reads it back
     /// ([`copying_directly`](Self::copying_directly)).
     pub fn set_copying_directly(&mut self, direct: bool) {
-        self.direct_now = direct && !self.direct.is_empty();
+        self.direct_now = if direct && !self.direct.is_empty() {
+            DirectCopies::Due
+        } else {
+            DirectCopies::Off
+        };
     }
 
     /// What the last [`set_copying_directly`](Self::set_copying_directly)
     /// said.
     pub fn copying_directly(&self) -> bool {
-        self.direct_now
+        self.direct_now != DirectCopies::Off
+    }
+
+    /// Whether the start in flight copies directly and the caller has not
+    /// made those copies yet; true once per start (the caller then makes
+    /// them).
+    pub fn take_direct_copies(&mut self) -> bool {
+        let due = self.direct_now == DirectCopies::Due;
+        if due {
+            self.direct_now = DirectCopies::Done;
+        }
+        due
     }
 
     /// Link `link`'s receive buffer, complete after [`wait`](Self::wait).

@@ -727,8 +727,8 @@ fn intersect(a: &Region, b: &Region) -> bool {
 /// directly: their arrays are compared pairwise, each start.
 const DIRECT_MAX_FIELDS: usize = 16;
 
-/// Whether this start's messages to itself are copied directly (at its
-/// completion, from the same arrays): there are some, and no two started
+/// Whether this start's messages to itself are copied directly (as its
+/// wait begins, from the same arrays): there are some, and no two started
 /// fields' arrays overlap (with arrays that alias, a copy could read or
 /// write cells another piece writes).
 fn direct_now(links: &LinkExchange, pieces: &[LinkPieces], fields: &impl FieldArrays) -> bool {
@@ -856,8 +856,30 @@ pub fn pack_and_start(
     links.start()
 }
 
+/// Makes the start's copies to this rank itself (see [`local_copies`]),
+/// straight from the cells it sends, unless made already for this start:
+/// called as a wait begins, they overlap the other messages' travel
+/// (the cells they read and write are no other message's).
+///
+/// # Errors
+/// [`HaloError::Usage`] for a started field without an array.
+pub fn copy_to_self(
+    links: &mut LinkExchange,
+    pieces: &[LinkPieces],
+    fields: &mut impl FieldArrays,
+) -> Result<()> {
+    if !links.take_direct_copies() {
+        return Ok(());
+    }
+    let began = Instant::now();
+    copy_locals(links, pieces, fields)?;
+    links.add_wait_time(began.elapsed());
+    Ok(())
+}
+
 /// Unpacks every started field's pieces of every message not received in
-/// place, once the exchange is complete.
+/// place, once the exchange is complete (and makes the copies to itself,
+/// unless [`copy_to_self`] made them).
 ///
 /// # Errors
 /// [`HaloError::Usage`] for a started field without an array; otherwise
@@ -867,11 +889,9 @@ pub fn unpack(
     pieces: &[LinkPieces],
     fields: &mut impl FieldArrays,
 ) -> Result<()> {
+    copy_to_self(links, pieces, fields)?;
     let began = Instant::now();
     let direct = links.copying_directly();
-    if direct {
-        copy_locals(links, pieces, fields)?;
-    }
     for (i, recv) in pieces
         .iter()
         .enumerate()

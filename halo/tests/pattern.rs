@@ -817,3 +817,70 @@ fn a_box_to_itself_that_overlaps_its_receive_reads_the_cells_of_the_start() {
     }
     assert_eq!(u, want);
 }
+
+/// One rank of a periodic 2 x 1 grid (each rank its own neighbour along
+/// axis 1): a field of `ROWS` x `COLS` owned cells, C order, halo 1, all
+/// 8 neighbours. Rank 1 starts each iteration 150 ms late; rank 0 first
+/// waits until just after its start (a timeout, the exchange still in
+/// flight), then waits on. Its copies to itself are made as its first
+/// wait begins, before rank 1's halos arrive; after both waits every halo
+/// cell holds its owner's value of the iteration.
+fn late_peer_rank(rank: usize, port: u16) {
+    const ROWS: usize = 5;
+    const COLS: usize = 4;
+    let (rows, cols) = (ROWS + 2, COLS + 2);
+    let w = common::thread_world(rank, 2, port, "self-copy-late-test");
+    let layout = FieldLayout::with_halo(ElemType::F64, &[ROWS, COLS], &[1, 1], Order::C);
+    let at = [0, 1];
+    let grid = ProcessGrid {
+        dims: &[2, 1],
+        periodic: &[true, true],
+        stencil: Stencil::Full,
+        at: &at,
+    };
+    let mut x = FieldExchange::builder(&w, vec![layout])
+        .transport(Transport::Shm)
+        .setup_timeout(Duration::from_secs(30))
+        .cartesian(&grid, &[rank, 0])
+        .unwrap();
+    // The value of global cell (gi, gj) at iteration `it` (periodic).
+    let value = |it: usize, gi: usize, gj: usize| {
+        let (gi, gj) = (gi % (2 * ROWS), gj % COLS);
+        (it * 1000 + gi * COLS + gj) as f64
+    };
+    let mut u = vec![-1.0; rows * cols];
+    for it in 1..=3 {
+        for i in 1..=ROWS {
+            for j in 1..=COLS {
+                u[i * cols + j] = value(it, rank * ROWS + i - 1, j - 1);
+            }
+        }
+        if rank == 1 {
+            std::thread::sleep(Duration::from_millis(150));
+        }
+        x.start(&[(&u).into()]).unwrap();
+        if rank == 0 {
+            let soon = std::time::Instant::now() + Duration::from_millis(1);
+            let e = x.wait(soon, &mut [(&mut u).into()]).unwrap_err();
+            assert!(matches!(e, sode::HaloError::Timeout { .. }), "{e}");
+        }
+        x.wait(common::deadline(), &mut [(&mut u).into()]).unwrap();
+        for i in 0..rows {
+            for j in 0..cols {
+                let (gi, gj) = (rank * ROWS + 2 * ROWS + i - 1, COLS + j - 1);
+                let want = value(it, gi, gj);
+                assert_eq!(
+                    u[i * cols + j],
+                    want,
+                    "rank {rank}, iteration {it}: cell ({i}, {j})"
+                );
+            }
+        }
+    }
+    w.barrier(Duration::from_secs(30)).unwrap();
+}
+
+#[test]
+fn copies_to_itself_made_while_a_late_peer_is_awaited_fill_the_halos() {
+    job(2, late_peer_rank);
+}
