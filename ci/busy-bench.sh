@@ -3,8 +3,8 @@
 # SODE_WAIT policy, one run of `bench2d ROUNDS DIVISOR LARGEST` while a
 # shell loop keeps a core busy, then (QUIET_TOO=1) the same without it;
 # the whole set REPEAT times, so the policies alternate. Prints each run's
-# rows (sode median and minimum, then the MPI ways', microseconds per
-# exchange).
+# rows (bench2d's: median and minimum of sode, of sode on fields it keeps,
+# then of the MPI ways, microseconds per exchange).
 #
 #   bash ci/busy-bench.sh
 #   RANKS="2 4" WAITS="auto yield block spin" REPEAT=3 bash ci/busy-bench.sh
