@@ -1015,8 +1015,9 @@ impl LinkExchange {
 
     /// Says whether the start about to be made copies the
     /// [direct copies](Self::direct_copies) itself (else they go through
-    /// their buffer); its completion reads it back
-    /// ([`copying_directly`](Self::copying_directly)).
+    /// their buffer); its wait reads it back
+    /// ([`take_direct_copies`](Self::take_direct_copies),
+    /// [`copying_directly`](Self::copying_directly)).
     pub fn set_copying_directly(&mut self, direct: bool) {
         self.direct_now = if direct && !self.direct.is_empty() {
             DirectCopies::Due
