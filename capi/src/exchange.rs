@@ -1451,7 +1451,8 @@ impl Exchange {
         let op = "sode_exchange_wait";
         let (links, planned, fields) = self.committed_at_depth(op)?;
         let deadline = Instant::now() + timeout;
-        if links.in_flight() && fields.iter().all(|f| f.memory.is_some()) {
+        // In flight only: a start that failed made no copies to itself.
+        if links.in_flight() {
             pattern::copy_to_self(links, planned, &mut Arrays(fields))
                 .map_err(|source| CapiError::Exchange { op, source })?;
         }

@@ -8,7 +8,6 @@
 use std::time::{Duration, Instant};
 
 use sode::field::{ElemType, FieldLayout, Order};
-use sode::pattern::ProcessGrid;
 use sode::{Decomposition, FieldExchange, HaloExchange, Stencil, Transport};
 mod common;
 use common::{free_port, rdma_available, thread_world};
@@ -171,13 +170,7 @@ fn counted_fields(transport: Transport, iters: usize, lend: bool) -> Vec<Counts>
             std::thread::spawn(move || {
                 let w = thread_world(rank, 2, port, "alloc-fields-test");
                 let layout = |ty| FieldLayout::with_halo(ty, &[32, 24], &[2, 2], Order::C);
-                let at = [0, 1];
-                let grid = ProcessGrid {
-                    dims: &[2, 1],
-                    periodic: &[true, true],
-                    stencil: Stencil::Full,
-                    at: &at,
-                };
+                let grid = common::periodic_two_by_one();
                 // Declared before the exchange, which may hold them lent.
                 let mut u = [vec![rank as f64; 36 * 28], vec![0.5; 36 * 28]];
                 let mut v = [vec![1.5f32; 36 * 28], vec![2.5f32; 36 * 28]];

@@ -831,13 +831,7 @@ fn late_peer_rank(rank: usize, port: u16) {
     let (rows, cols) = (ROWS + 2, COLS + 2);
     let w = common::thread_world(rank, 2, port, "self-copy-late-test");
     let layout = FieldLayout::with_halo(ElemType::F64, &[ROWS, COLS], &[1, 1], Order::C);
-    let at = [0, 1];
-    let grid = ProcessGrid {
-        dims: &[2, 1],
-        periodic: &[true, true],
-        stencil: Stencil::Full,
-        at: &at,
-    };
+    let grid = common::periodic_two_by_one();
     let mut x = FieldExchange::builder(&w, vec![layout])
         .transport(Transport::Shm)
         .setup_timeout(Duration::from_secs(30))

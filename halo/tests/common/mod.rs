@@ -168,3 +168,14 @@ pub fn outputs_of(children: Vec<std::process::Child>) -> Vec<String> {
         })
         .collect()
 }
+
+/// A periodic grid of 2 x 1 ranks, all 8 neighbours (rank r at (r, 0)):
+/// along axis 1 each rank is its own neighbour.
+pub fn periodic_two_by_one() -> sode::pattern::ProcessGrid<'static> {
+    sode::pattern::ProcessGrid {
+        dims: &[2, 1],
+        periodic: &[true, true],
+        stencil: Stencil::Full,
+        at: &[0, 1],
+    }
+}
