@@ -65,7 +65,7 @@ bash ci/mpich.sh
 echo "== [${SECONDS}s] the comparison benchmark, one quick round of both shapes: sode (on the program's arrays and on fields it keeps), MPI persistent and the MPI-4 neighbourhood collective, each one's halo checked"
 bash ci/compare.sh 1 20 64
 
-echo "== [${SECONDS}s] cross-memory attach against two copies, one round (each message's bytes checked; times not judged)"
+echo "== [${SECONDS}s] cross-memory attach against two copies, one round (each message's last byte checked against what was sent; times not judged)"
 ROUNDS=1 bash ci/shm/cma-cost.sh
 
 echo "== [${SECONDS}s] PMIx: the Rust stencil under plain mpirun, no SODE_ROOT"
