@@ -564,7 +564,10 @@ impl FieldLayout {
     }
 
     /// Calls `run(element_offset, elements)` for each contiguous run of
-    /// `r`, in memory order (fastest axis innermost). Allocates nothing.
+    /// `r`, in memory order (fastest axis innermost), each as long as
+    /// memory allows: a region that spans whole inner axes (a weather
+    /// model's levels, a face of a Fortran array's first axes) is one run
+    /// across them, not a run per row. Allocates nothing.
     pub fn runs(&self, r: &Region, mut run: impl FnMut(usize, usize)) {
         let d = self.extents.len().min(MAX_AXES);
         if r.cells() == 0 {
@@ -580,12 +583,8 @@ impl FieldLayout {
             }
             order[k] = a;
         }
-        let contiguous = self.strides[order[0]] == 1;
-        let (run_len, outer) = if contiguous {
-            (r.size[order[0]], &order[1..d])
-        } else {
-            (1, &order[..d])
-        };
+        let (run_len, inner) = self.run_across(r, &order[..d]);
+        let outer = &order[inner..d];
         let mut idx = [0usize; MAX_AXES];
         let mut at: usize = (0..d).map(|a| r.start[a] * self.strides[a]).sum();
         loop {
@@ -626,6 +625,30 @@ impl FieldLayout {
             let dst = at - from_base + to_base;
             move_run(field, at * e, dst * e, n * e);
         });
+    }
+
+    /// How many elements a run of `r` holds, and across how many of the
+    /// axes in `order` (fastest first) it runs: the fastest, if its
+    /// elements are adjacent, and each next one while the region spans
+    /// every axis before it whole and it starts where they end.
+    fn run_across(&self, r: &Region, order: &[usize]) -> (usize, usize) {
+        let Some(&fastest) = order.first() else {
+            return (1, 0);
+        };
+        if self.strides[fastest] != 1 {
+            return (1, 0);
+        }
+        let (mut len, mut axes) = (r.size[fastest], 1);
+        for pair in order.windows(2) {
+            let (a, next) = (pair[0], pair[1]);
+            let follows = self.strides[a].checked_mul(self.extents[a]) == Some(self.strides[next]);
+            if r.size[a] != self.extents[a] || !follows {
+                break;
+            }
+            len *= r.size[next];
+            axes += 1;
+        }
+        (len, axes)
     }
 
     /// Copies region `r` of the field (`field`: its bytes from its base)
@@ -783,6 +806,93 @@ mod tests {
             &field[(6 + 2) * 8..(6 + 5) * 8]
         );
         assert!(back[..(6 + 2) * 8].iter().all(|&b| b == 0));
+    }
+
+    /// A layout of `extents` in `order`, its fastest axis padded by
+    /// `pad` elements (explicit strides, as a padded array), and a region
+    /// of it from `start` fractions and `size` fractions of each axis.
+    fn layout_and_region(
+        extents: &[usize],
+        order: Order,
+        pad: usize,
+        cut: &[(usize, usize)],
+    ) -> (FieldLayout, Region) {
+        let mut f = FieldLayout::new(ElemType::F64, extents, order);
+        if pad > 0 {
+            let mut padded = extents.to_vec();
+            let fastest = if order == Order::C {
+                extents.len() - 1
+            } else {
+                0
+            };
+            padded[fastest] += pad;
+            f.strides = FieldLayout::new(ElemType::F64, &padded, order).strides;
+        }
+        let (start, size) = extents
+            .iter()
+            .zip(cut)
+            .map(|(&e, &(s, n))| {
+                let start = s % e;
+                (start, 1 + n % (e - start))
+            })
+            .unzip();
+        (f, Region { start, size })
+    }
+
+    proptest::proptest! {
+        /// Whatever the layout and region, the runs cover exactly the
+        /// region's cells in memory order, and no run ends where the next
+        /// begins (two that could be one are one).
+        #[test]
+        fn runs_are_the_region_in_memory_order_each_as_long_as_it_can_be(
+            extents in proptest::collection::vec(1usize..6, 1..5),
+            fortran in proptest::bool::ANY,
+            pad in 0usize..2,
+            cut in proptest::collection::vec((0usize..6, 0usize..6), 4),
+        ) {
+            let order = if fortran { Order::Fortran } else { Order::C };
+            let (f, r) = layout_and_region(&extents, order, pad, &cut);
+            let mut want: Vec<usize> = Vec::new();
+            for cell in 0..r.cells() {
+                let (mut rem, mut at) = (cell, 0);
+                for a in 0..extents.len() {
+                    at += (r.start[a] + rem % r.size[a]) * f.strides[a];
+                    rem /= r.size[a];
+                }
+                want.push(at);
+            }
+            want.sort_unstable();
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            f.runs(&r, |at, n| runs.push((at, n)));
+            let got: Vec<usize> = runs.iter().flat_map(|&(at, n)| at..at + n).collect();
+            proptest::prop_assert_eq!(got, want);
+            for pair in runs.windows(2) {
+                proptest::prop_assert_ne!(pair[0].0 + pair[0].1, pair[1].0, "runs {:?}", runs);
+            }
+        }
+    }
+
+    #[test]
+    fn a_region_spanning_the_inner_axes_whole_is_one_run() {
+        // A weather field in C order, levels last: (x, y, level).
+        let f = FieldLayout::with_halo(ElemType::F64, &[4, 5, 3], &[2, 2], Order::C);
+        let mut runs = Vec::new();
+        // The face of x = 2..4, every y of the owned box: rows of (y, level)
+        // apart, one run per x row.
+        let face = Region {
+            start: vec![2, 2, 0],
+            size: vec![2, 5, 3],
+        };
+        f.runs(&face, |at, n| runs.push((at, n)));
+        assert_eq!(runs, vec![(2 * 9 * 3 + 2 * 3, 15), (3 * 9 * 3 + 2 * 3, 15)]);
+        // Every y of an x row: the whole row is one run, and two rows one.
+        runs.clear();
+        let rows = Region {
+            start: vec![2, 0, 0],
+            size: vec![2, 9, 3],
+        };
+        f.runs(&rows, |at, n| runs.push((at, n)));
+        assert_eq!(runs, vec![(2 * 9 * 3, 2 * 9 * 3)]);
     }
 
     #[test]

@@ -50,6 +50,31 @@ enum DirectCopies {
     Done,
 }
 
+/// Where a started field's array lies.
+#[derive(Debug, Clone, Copy)]
+struct ArraySpan {
+    /// Its address.
+    at: usize,
+    /// Its length in bytes.
+    len: usize,
+}
+
+/// Whether no two of `spans` share a byte (it sorts them).
+fn spans_apart(spans: &mut [ArraySpan]) -> bool {
+    spans.sort_unstable_by_key(|s| s.at);
+    // An empty array overlaps nothing; the others must each start where
+    // the one before them has ended (sorted and apart so far, the last
+    // one ends furthest).
+    let mut end = 0;
+    for s in spans.iter().filter(|s| s.len > 0) {
+        if s.at < end {
+            return false;
+        }
+        end = s.at.saturating_add(s.len);
+    }
+    true
+}
+
 /// Fields kept in shared memory: `sets` arrays of `set_len` bytes, each
 /// iteration exchanging one ([`LinkExchange::start_set`]), and every
 /// link's messages as runs of a set, so the caller packs nothing. A link
@@ -575,6 +600,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             self_bufs,
             direct: Vec::new(),
             direct_now: DirectCopies::Off,
+            spans: Vec::new(),
             channels: Channels::new(channels),
             others_pending: false,
             lifecycle: Lifecycle::Idle,
@@ -789,6 +815,10 @@ pub struct LinkExchange {
     /// start in flight does (its caller decided at the start) and has yet to.
     direct: Vec<LocalCopy>,
     direct_now: DirectCopies,
+    /// The started arrays' spans, sorted to find two that overlap
+    /// ([`arrays_apart`](Self::arrays_apart)); kept so that a start
+    /// allocates nothing once one with as many fields has run.
+    spans: Vec<ArraySpan>,
     /// Its channels, each with whether it completed this iteration;
     /// enlisted in flight for the passes of this thread's other exchanges.
     channels: Channels,
@@ -1024,6 +1054,21 @@ impl LinkExchange {
         } else {
             DirectCopies::Off
         };
+    }
+
+    /// Whether no two of `spans` (each an array's address and length in
+    /// bytes, as [`FieldArrays::span`](crate::pattern::FieldArrays::span)
+    /// gives it) share a byte; a `None` among them counts as a clash.
+    /// Sorted, so any number of fields costs one pass, not every pair.
+    pub fn arrays_apart(&mut self, spans: impl Iterator<Item = Option<(usize, usize)>>) -> bool {
+        self.spans.clear();
+        for span in spans {
+            let Some((at, len)) = span else {
+                return false;
+            };
+            self.spans.push(ArraySpan { at, len });
+        }
+        spans_apart(&mut self.spans)
     }
 
     /// What the last [`set_copying_directly`](Self::set_copying_directly)
@@ -1598,6 +1643,53 @@ fn split_shared<'a>(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The sorted check finds an overlap exactly when some pair of
+        /// arrays shares a byte, for any number of arrays (a code may
+        /// start many fields at once).
+        #[test]
+        fn spans_apart_agrees_with_every_pair(
+            spans in proptest::collection::vec((0usize..400, 0usize..40), 0..40)
+        ) {
+            let mut spans: Vec<ArraySpan> =
+                spans.into_iter().map(|(at, len)| ArraySpan { at, len }).collect();
+            let pairwise = spans.iter().enumerate().all(|(i, a)| {
+                // Two share a byte when each starts before the other ends.
+                spans[..i].iter().all(|b| !(a.at < b.at + b.len && b.at < a.at + a.len
+                    && a.len > 0 && b.len > 0))
+            });
+            prop_assert_eq!(spans_apart(&mut spans), pairwise);
+        }
+
+        /// Up to 200 arrays laid end to end (as a code's tracers are, in
+        /// any order) are apart; moving one back a byte onto the one
+        /// before it is an overlap.
+        #[test]
+        fn arrays_end_to_end_are_apart_until_one_moves_back(
+            lens in proptest::collection::vec(1usize..64, 2..200),
+            gaps in proptest::collection::vec(0usize..3, 200),
+            moved in any::<proptest::sample::Index>(),
+            order in any::<u64>(),
+        ) {
+            let mut at = 4096;
+            let mut spans: Vec<ArraySpan> = lens.iter().zip(&gaps).map(|(&len, &gap)| {
+                at += gap;
+                let s = ArraySpan { at, len };
+                at += len;
+                s
+            }).collect();
+            let k = 1 + moved.index(spans.len() - 1);
+            let mut shuffled = spans.clone();
+            shuffled.rotate_left((order % spans.len() as u64) as usize);
+            shuffled.reverse();
+            prop_assert!(spans_apart(&mut shuffled));
+            spans[k].at = spans[k - 1].at + spans[k - 1].len - 1;
+            prop_assert!(!spans_apart(&mut spans));
+        }
+    }
+
     use super::*;
     use crate::channel::Span;
 

@@ -723,33 +723,19 @@ fn intersect(a: &Region, b: &Region) -> bool {
             .all(|((&a0, &an), (&b0, &bn))| a0 < b0 + bn && b0 < a0 + an)
 }
 
-/// Fields a start may carry and still copy its messages to itself
-/// directly: their arrays are compared pairwise, each start.
-const DIRECT_MAX_FIELDS: usize = 16;
-
 /// Whether this start's messages to itself are copied directly (as its
 /// wait begins, from the same arrays): there are some, and no two started
 /// fields' arrays overlap (with arrays that alias, a copy could read or
 /// write cells another piece writes).
-fn direct_now(links: &LinkExchange, pieces: &[LinkPieces], fields: &impl FieldArrays) -> bool {
+fn direct_now(links: &mut LinkExchange, pieces: &[LinkPieces], fields: &impl FieldArrays) -> bool {
     // The pieces at a depth are cut from those the pairs were chosen on:
     // still within them, but checked to match again.
     let copies = links.direct_copies();
     if copies.is_empty() || !copies.iter().all(|&c| copies_one_for_one(pieces, c)) {
         return false;
     }
-    let count = field_count(pieces);
-    let mut spans = [(0usize, 0usize); DIRECT_MAX_FIELDS];
-    for (n, f) in (0..count).filter(|&f| fields.started(f)).enumerate() {
-        let Some((at, len)) = fields.span(f) else {
-            return false;
-        };
-        if n == DIRECT_MAX_FIELDS || spans[..n].iter().any(|&(a, l)| at < a + l && a < at + len) {
-            return false;
-        }
-        spans[n] = (at, len);
-    }
-    true
+    let started = (0..field_count(pieces)).filter(|&f| fields.started(f));
+    links.arrays_apart(started.map(|f| fields.span(f)))
 }
 
 /// How many fields the pieces name (one past the highest).

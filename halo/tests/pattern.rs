@@ -878,3 +878,58 @@ fn late_peer_rank(rank: usize, port: u16) {
 fn copies_to_itself_made_while_a_late_peer_is_awaited_fill_the_halos() {
     job(2, late_peer_rank);
 }
+
+/// One rank alone on a periodic grid, every neighbour itself, exchanging
+/// 40 fields at once (a model's tracers, each its own array): its
+/// messages to itself are copied straight from the arrays started,
+/// however many fields they carry, and every halo cell of every field
+/// holds its periodic image's value, over two iterations.
+#[test]
+fn forty_fields_of_a_rank_alone_on_a_periodic_grid_fill_every_halo() {
+    const FIELDS: usize = 40;
+    const ROWS: usize = 4;
+    const COLS: usize = 3;
+    let (rows, cols) = (ROWS + 2, COLS + 2);
+    let w = common::thread_world(0, 1, common::free_port(), "many-fields-test");
+    let layout = FieldLayout::with_halo(ElemType::F64, &[ROWS, COLS], &[1, 1], Order::C);
+    let grid = ProcessGrid {
+        dims: &[1, 1],
+        periodic: &[true, true],
+        stencil: Stencil::Full,
+        at: &[0],
+    };
+    let mut x = FieldExchange::builder(&w, vec![layout; FIELDS])
+        .setup_timeout(Duration::from_secs(30))
+        .cartesian(&grid, &[0, 0])
+        .unwrap();
+    // Field f's global cell (gi, gj) at iteration `it`, periodic.
+    let value = |it: usize, f: usize, gi: usize, gj: usize| {
+        (it * 100_000 + f * 1000 + (gi % ROWS) * COLS + gj % COLS) as f64
+    };
+    let mut u = vec![vec![-1.0; rows * cols]; FIELDS];
+    for it in 1..=2 {
+        for (f, a) in u.iter_mut().enumerate() {
+            for i in 1..=ROWS {
+                for j in 1..=COLS {
+                    a[i * cols + j] = value(it, f, i - 1, j - 1);
+                }
+            }
+        }
+        let started: Vec<Array<'_>> = u.iter().map(Array::from).collect();
+        x.start(&started).unwrap();
+        let mut waited: Vec<ArrayMut<'_>> = u.iter_mut().map(ArrayMut::from).collect();
+        x.wait(common::deadline(), &mut waited).unwrap();
+        for (f, a) in u.iter().enumerate() {
+            for i in 0..rows {
+                for j in 0..cols {
+                    let want = value(it, f, i + ROWS - 1, j + COLS - 1);
+                    assert_eq!(
+                        a[i * cols + j],
+                        want,
+                        "iteration {it}, field {f}, cell ({i}, {j})"
+                    );
+                }
+            }
+        }
+    }
+}
