@@ -3,10 +3,11 @@
 # through sode, MPI persistent point-to-point and the MPI-4 persistent
 # neighbourhood collective, in one run per MPI, rank count and shape,
 # rounds rotating which goes first; every contender's halo is checked
-# before it is timed. Under Open MPI and MPICH, 2 and 4 ranks, two shapes:
-# one double field of one level, halo 1 (a 2-D code); and a weather or
-# ocean model's, 4 fields of 60 levels (contiguous, not split), halo 2,
-# blocks up to 256^2.
+# before it is timed. Under Open MPI and MPICH, 2 and 4 ranks, three
+# shapes: one double field of one level, halo 1 (a 2-D code); a weather or
+# ocean model's, 4 fields of 60 levels (contiguous, not split), halo 2;
+# and a model's many tracers, 24 fields of 10 levels, halo 2 (the last two
+# with blocks up to 256^2).
 #
 #   bash ci/compare.sh [rounds [divisor [largest block]]]
 #
@@ -44,7 +45,7 @@ table() { # shape (levels fields halo), launcher..., then the program
     fail=1
   fi
 }
-for shape in "1 1 1" "60 4 2"; do
+for shape in "1 1 1" "60 4 2" "10 24 2"; do
   for n in 2 4; do
     table "$shape" mpirun --allow-run-as-root --oversubscribe -n "$n" "$openmpi"
     table "$shape" mpirun.mpich -n "$n" "$mpich"

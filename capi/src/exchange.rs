@@ -995,6 +995,11 @@ impl Exchange {
         let mut links = builder
             .build()
             .map_err(|source| CapiError::Exchange { op, source })?;
+        // Every start packs what it carries (pattern::pack_and_start), so
+        // a face may be packed straight into its receiver's window.
+        links
+            .fill_sends_each_start()
+            .map_err(|source| CapiError::Exchange { op, source })?;
         links.copy_directly(pattern::local_copies(&links, &planned));
         Ok((links, planned, shared))
     }

@@ -1192,11 +1192,40 @@ impl LinkExchange {
             .for_each_mut("set_shape", |c| c.set_shape(shape))
     }
 
+    /// Says that the caller has read every [`recv_buf`](Self::recv_buf)
+    /// of the iteration just completed: a channel may then let the next
+    /// iteration's data land there before this rank starts it (over
+    /// shared memory, a sender that starts first packs straight into its
+    /// receiver's window). Until the next start, `recv_buf` is refused.
+    /// [`pattern::unpack`](crate::pattern::unpack) says it once it has
+    /// unpacked.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] while an iteration is in flight; a channel's
+    /// error.
+    pub fn receives_read(&mut self) -> Result<()> {
+        if self.lifecycle != Lifecycle::Idle {
+            return Err(HaloError::Usage {
+                op: "receives_read",
+                why: "an iteration is in flight: wait for it first".into(),
+            });
+        }
+        self.channels
+            .for_each_mut("receives_read", |c| c.receives_read())
+    }
+
     /// Promises that every start packs each send it carries afresh (the
-    /// halo exchanges do; a caller of [`send_buf`](Self::send_buf) need
-    /// not), which lets a channel hand out the receiver's memory as the
-    /// send buffer.
-    pub(crate) fn fill_sends_each_start(&mut self) -> Result<()> {
+    /// halo exchanges do, [`pattern::pack_and_start`](crate::pattern::pack_and_start)
+    /// among them; a caller of [`send_buf`](Self::send_buf) need not),
+    /// which lets a channel hand out the receiver's memory as the send
+    /// buffer: over shared memory, a face packed there is the one copy
+    /// before the receiver's unpack.
+    ///
+    /// # Errors
+    ///
+    /// [`HaloError::Usage`] for a channel out of reach.
+    pub fn fill_sends_each_start(&mut self) -> Result<()> {
         self.channels.for_each_mut("fill_sends_each_start", |c| {
             c.fill_sends_each_start();
             Ok(())

@@ -865,7 +865,8 @@ pub fn copy_to_self(
 
 /// Unpacks every started field's pieces of every message not received in
 /// place, once the exchange is complete (and makes the copies to itself,
-/// unless [`copy_to_self`] made them).
+/// unless [`copy_to_self`] made them); then the receive buffers are
+/// released ([`LinkExchange::receives_read`]).
 ///
 /// # Errors
 /// [`HaloError::Usage`] for a started field without an array; otherwise
@@ -902,6 +903,8 @@ pub fn unpack(
             at += n;
         }
     }
+    // Read: the next iteration's data may land before the next start.
+    links.receives_read()?;
     links.add_wait_time(began.elapsed());
     Ok(())
 }

@@ -260,3 +260,61 @@ fn lengths_beyond_the_message_are_refused() {
     ));
     peer.join().unwrap().unwrap();
 }
+
+/// Bytes of a message whose window has one slot (above 128 KiB).
+const BIG: usize = 256 << 10;
+
+/// One rank of two exchanging `BIG` bytes each way through windows, its
+/// sends filled each start: each iteration it sleeps `before_start`,
+/// fills and starts, waits, checks every byte received, then releases
+/// its receive buffers (`Exchange::receives_read`), after which reading
+/// them is refused. Returns how many of its sends it packed straight into
+/// the peer's window.
+fn released_rank(
+    job: &str,
+    me: usize,
+    iters: usize,
+    before_start: Duration,
+) -> Result<u64, ShmError> {
+    let other = 1 - me;
+    let mut c = Context::new(job, me)?;
+    let mut ex = c
+        .exchange()
+        .path_policy(PathPolicy::Force(Path::Window))
+        .setup_timeout(Duration::from_secs(20))
+        .neighbour(Peer::new(other).send(BIG, 0).recv(BIG, 0))
+        .build()?;
+    ex.fill_sends_each_start(true);
+    for it in 0..iters {
+        std::thread::sleep(before_start);
+        for (i, b) in ex.send_buf_mut(0)?.iter_mut().enumerate() {
+            *b = byte(me, it, i);
+        }
+        ex.start()?;
+        ex.wait_for(Duration::from_secs(20))?;
+        let got = ex.recv_buf(0)?;
+        let bad = (0..BIG).find(|&i| got[i] != byte(other, it, i));
+        assert_eq!(bad, None, "rank {me}, iteration {it}: first wrong byte");
+        ex.receives_read()?;
+        let refused = ex.recv_buf(0).map(|_| ()).unwrap_err().to_string();
+        assert!(refused.contains("released"), "{refused}");
+    }
+    Ok(ex.sends_packed_in_window())
+}
+
+#[test]
+fn a_window_of_one_slot_released_takes_the_next_iteration_before_its_owner_starts() {
+    let job = format!("carryr{}", std::process::id());
+    let iters = 8;
+    // Rank 1 starts each iteration well after rank 0, which finds its
+    // slot granted only if rank 1 released it when it had read it.
+    let j = job.clone();
+    let late = std::thread::spawn(move || released_rank(&j, 1, iters, Duration::from_millis(30)));
+    let first = released_rank(&job, 0, iters, Duration::from_millis(5)).unwrap();
+    late.join().unwrap().unwrap();
+    // Its first send found no grant (none is given before the first read).
+    assert!(
+        first >= iters as u64 - 1,
+        "rank 0 packed {first} of {iters} sends in rank 1's window"
+    );
+}

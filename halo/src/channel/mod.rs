@@ -270,6 +270,14 @@ pub(crate) trait Channel: std::fmt::Debug + Send {
         Ok(())
     }
 
+    /// Told that the caller has read every receive buffer of the
+    /// iteration just completed, so that their memory may take the next
+    /// iteration's data before this rank starts it. The default ignores
+    /// it.
+    fn receives_read(&mut self) -> Result<()> {
+        Ok(())
+    }
+
     /// Told that the caller packs every send it carries before each start
     /// (the halo exchanges do), so that a send buffer need not keep its
     /// bytes from one iteration to the next and may be where the message

@@ -489,6 +489,7 @@ impl Operations {
             set: 0,
             shape: 0,
             fills_each_start: false,
+            receives_released: false,
             packed_in_window: 0,
             report,
         }

@@ -384,5 +384,9 @@ pub struct Exchange {
     fills_each_start: bool,
     /// Sends packed straight into their receiver's window, so far.
     packed_in_window: u64,
+    /// The caller has read this iteration's receive buffers and released
+    /// them ([`Exchange::receives_read`]); until the next start they are
+    /// the next iteration's.
+    receives_released: bool,
     report: ExchangeReport,
 }

@@ -282,6 +282,41 @@ impl Exchange {
         Ok(Some(layout::window_slot(window, s.buf.len as u64, next)))
     }
 
+    /// Says that the caller has read this iteration's receive buffers, so
+    /// that a window of one slot (a message above 128 KiB) takes the next
+    /// iteration's data before this process starts it: a sender that
+    /// starts first then packs straight into the window, where it would
+    /// otherwise pack at home and copy over once this process started.
+    /// Until the next start, [`recv_buf`](Self::recv_buf) is refused.
+    /// Windows of two slots are granted an iteration ahead anyway.
+    ///
+    /// # Errors
+    ///
+    /// [`ShmError::State`] while an iteration is in flight;
+    /// [`ShmError::Protocol`] when our own segment is out of reach.
+    pub fn receives_read(&mut self) -> Result<()> {
+        self.lifecycle.require_idle("receives_read")?;
+        if std::mem::replace(&mut self.receives_released, true) {
+            return Ok(());
+        }
+        let next = self.iteration + 1;
+        for r in &self.recvs {
+            if r.path != Path::Window || layout::window_slots(r.len as u64) != 1 {
+                continue;
+            }
+            self.own
+                .map
+                .atomic(r.entry + layout::R_FREE_FOR)
+                .map_err(|e| ShmError::Protocol {
+                    peer: self.peers[r.peer].rank,
+                    what: e.to_string(),
+                })?
+                .store(layout::window_credit(r.len as u64, next), Ordering::Release);
+            self.peers[r.peer].notify = true;
+        }
+        self.ring_doorbells()
+    }
+
     /// Promises that the caller writes the carried bytes of every send
     /// buffer ([`send_buf_mut`](Self::send_buf_mut)) before each `start`,
     /// rather than leaving them from an earlier iteration, so that a send
@@ -305,6 +340,13 @@ impl Exchange {
     /// As [`send_buf_mut`](Self::send_buf_mut).
     pub fn recv_buf(&self, index: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
+        if self.receives_released {
+            return Err(sode_job::StateError::Wrong {
+                op: "recv_buf",
+                why: "the receive buffers were released (receives_read): read them before, or after the next wait",
+            }
+            .into());
+        }
         let r = &self.recvs[op_of(&self.recv_of, index, "receive")?];
         if r.runs.is_some() {
             return Err(ShmError::InPlace {
@@ -449,6 +491,7 @@ impl Exchange {
     pub fn start(&mut self) -> Result<()> {
         self.lifecycle.require_idle("start")?;
         self.iteration += 1;
+        self.receives_released = false;
         let n = self.iteration;
         for r in &mut self.recvs {
             r.state = OpState::Active;
