@@ -810,7 +810,8 @@ mod tests {
 
     /// A layout of `extents` in `order`, its fastest axis padded by
     /// `pad` elements (explicit strides, as a padded array), and a region
-    /// of it from `start` fractions and `size` fractions of each axis.
+    /// of it: per axis, `cut`'s start and length, each folded into what
+    /// fits.
     fn layout_and_region(
         extents: &[usize],
         order: Order,
