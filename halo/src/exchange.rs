@@ -450,7 +450,8 @@ impl Packing<'_> {
     }
 
     /// Unpacks each link's message into the halos it fills, as
-    /// [`pack`](Self::pack) laid it out.
+    /// [`pack`](Self::pack) laid it out, then releases the receive
+    /// buffers ([`LinkExchange::receives_read`]).
     fn unpack<T: Pod>(
         &self,
         exchange: &mut LinkExchange,
@@ -467,7 +468,8 @@ impl Packing<'_> {
                 }
             }
         }
-        Ok(())
+        // Read: the next iteration's data may land before the next start.
+        exchange.receives_read()
     }
 
     /// From the next start on, each link's messages carry `fields` of

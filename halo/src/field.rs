@@ -628,25 +628,29 @@ impl FieldLayout {
     }
 
     /// How many elements a run of `r` holds, and across how many of the
-    /// axes in `order` (fastest first) it runs: the fastest, if its
-    /// elements are adjacent, and each next one while the region spans
-    /// every axis before it whole and it starts where they end.
+    /// axes in `order` (fastest first) it runs: from the first axis whose
+    /// elements are adjacent, each next one while the region spans every
+    /// axis before it whole and it starts where they end. An axis of one
+    /// element steps over nothing: it joins the run wherever it sorts.
     fn run_across(&self, r: &Region, order: &[usize]) -> (usize, usize) {
-        let Some(&fastest) = order.first() else {
-            return (1, 0);
-        };
-        if self.strides[fastest] != 1 {
-            return (1, 0);
-        }
-        let (mut len, mut axes) = (r.size[fastest], 1);
-        for pair in order.windows(2) {
-            let (a, next) = (pair[0], pair[1]);
-            let follows = self.strides[a].checked_mul(self.extents[a]) == Some(self.strides[next]);
-            if r.size[a] != self.extents[a] || !follows {
+        let (mut len, mut axes) = (1, 0);
+        // Whether the run so far spans its axes whole, and where they end.
+        let (mut whole, mut end) = (true, 1);
+        for &a in order {
+            if self.extents[a] == 1 {
+                axes += 1;
+                continue;
+            }
+            if !whole || self.strides[a] != end {
                 break;
             }
-            len *= r.size[next];
+            len *= r.size[a];
             axes += 1;
+            whole = r.size[a] == self.extents[a];
+            let Some(next_end) = self.strides[a].checked_mul(self.extents[a]) else {
+                break;
+            };
+            end = next_end;
         }
         (len, axes)
     }
@@ -894,6 +898,16 @@ mod tests {
         };
         f.runs(&rows, |at, n| runs.push((at, n)));
         assert_eq!(runs, vec![(2 * 9 * 3, 2 * 9 * 3)]);
+        // Axes of one element sort among the others by their strides, but
+        // step over nothing: two whole rows of 5 are still one run.
+        let f = FieldLayout::new(ElemType::F64, &[1, 3, 5, 1], Order::C);
+        runs.clear();
+        let two_rows = Region {
+            start: vec![0, 0, 0, 0],
+            size: vec![1, 2, 5, 1],
+        };
+        f.runs(&two_rows, |at, n| runs.push((at, n)));
+        assert_eq!(runs, vec![(0, 10)]);
     }
 
     #[test]
