@@ -601,6 +601,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             direct: Vec::new(),
             direct_now: DirectCopies::Off,
             spans: Vec::new(),
+            receives_released: false,
             channels: Channels::new(channels),
             others_pending: false,
             lifecycle: Lifecycle::Idle,
@@ -819,6 +820,9 @@ pub struct LinkExchange {
     /// ([`arrays_apart`](Self::arrays_apart)); kept so that a start
     /// allocates nothing once one with as many fields has run.
     spans: Vec<ArraySpan>,
+    /// The caller released this iteration's receive buffers
+    /// ([`receives_read`](Self::receives_read)); cleared at the next start.
+    receives_released: bool,
     /// Its channels, each with whether it completed this iteration;
     /// enlisted in flight for the passes of this thread's other exchanges.
     channels: Channels,
@@ -1093,10 +1097,17 @@ impl LinkExchange {
     /// # Errors
     ///
     /// [`HaloError::Usage`] for a link that does not exist or receives
-    /// nothing; [`HaloError::State`] while an iteration is in flight or
+    /// nothing, or once the buffers were released
+    /// ([`receives_read`](Self::receives_read)); [`HaloError::State`] while an iteration is in flight or
     /// after a failure.
     pub fn recv_buf(&mut self, link: usize) -> Result<&[u8]> {
         self.lifecycle.require_idle("recv_buf")?;
+        if self.receives_released {
+            return Err(HaloError::Usage {
+                op: "recv_buf",
+                why: "the receive buffers were released (receives_read): read them before, or after the next wait".into(),
+            });
+        }
         match self.recvs.get(link).copied().flatten() {
             Some(Route::Local { buffer }) => Ok(&self.self_bufs[buffer]),
             Some(Route::Channel { channel, message }) => self
@@ -1196,21 +1207,17 @@ impl LinkExchange {
     /// of the iteration just completed: a channel may then let the next
     /// iteration's data land there before this rank starts it (over
     /// shared memory, a sender that starts first packs straight into its
-    /// receiver's window). Until the next start, `recv_buf` is refused.
-    /// [`pattern::unpack`](crate::pattern::unpack) says it once it has
-    /// unpacked.
+    /// receiver's window). Until the next start, `recv_buf` is refused,
+    /// over every channel. [`pattern::unpack`](crate::pattern::unpack)
+    /// says it once it has unpacked.
     ///
     /// # Errors
     ///
-    /// [`HaloError::Usage`] while an iteration is in flight; a channel's
-    /// error.
+    /// [`HaloError::State`] while an iteration is in flight or after a
+    /// failure; a channel's error.
     pub fn receives_read(&mut self) -> Result<()> {
-        if self.lifecycle != Lifecycle::Idle {
-            return Err(HaloError::Usage {
-                op: "receives_read",
-                why: "an iteration is in flight: wait for it first".into(),
-            });
-        }
+        self.lifecycle.require_idle("receives_read")?;
+        self.receives_released = true;
         self.channels
             .for_each_mut("receives_read", |c| c.receives_read())
     }
@@ -1380,6 +1387,7 @@ impl LinkExchange {
     }
 
     fn start_channels(&mut self) -> Result<()> {
+        self.receives_released = false;
         let began = Instant::now();
         let started = self.post_channels();
         self.meter.started(began);

@@ -179,6 +179,13 @@ fn run_rank(rank: usize, port: u16, transport: Transport, iterations: usize) {
         links.wait(common::deadline()).unwrap();
         pattern::unpack(&mut links, &planned.pieces, &mut me).unwrap();
         check(&me, &before, it, rank);
+        // Unpacked, the receive buffers are released until the next
+        // start, over every channel: reading one again is refused.
+        let receiving = planned.pieces.iter().position(|p| p.recv.is_some());
+        if let Some(i) = receiving {
+            let e = links.recv_buf(i).map(|_| ()).unwrap_err().to_string();
+            assert!(e.contains("released"), "{e}");
+        }
     }
     w.barrier(Duration::from_secs(30)).unwrap();
 }
