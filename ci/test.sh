@@ -8,6 +8,18 @@ cd "$(dirname "$0")/.."
 
 bash ci/install-deps.sh
 
+# A fresh run builds about 5 GiB under target/ (test executables of three
+# profiles, the C prefixes, the clients). Say so up front rather than fail
+# half-way with "No space left on device". Incremental caches only cost disk
+# on a clone that builds once.
+if [ "${CI:-}" = "true" ]; then export CARGO_INCREMENTAL=0; fi
+mkdir -p target
+free_kib=$(df -Pk target | awk 'NR == 2 { print $4 }')
+echo "disk: $((free_kib / 1024 / 1024)) GiB free where target/ is built"
+if [ "$free_kib" -lt $((7 * 1024 * 1024)) ]; then
+  echo "warning: under 7 GiB free where target/ is built; a full run needs about 6 GiB. Free space (cargo clean in other clones) if the build fails with 'No space left on device'." >&2
+fi
+
 echo "== [${SECONDS}s] the documentation: a README of at most 300 lines, no narration, links that resolve"
 bash ci/docs.sh
 
