@@ -17,7 +17,7 @@ mkdir -p target
 free_kib=$(df -Pk target | awk 'NR == 2 { print $4 }')
 echo "disk: $((free_kib / 1024 / 1024)) GiB free where target/ is built"
 if [ "$free_kib" -lt $((7 * 1024 * 1024)) ]; then
-  echo "warning: under 7 GiB free where target/ is built; a full run needs about 6 GiB. Free space (cargo clean in other clones) if the build fails with 'No space left on device'." >&2
+  echo "warning: under 7 GiB free where target/ is built; a full run builds about 5 GiB. Free space (cargo clean in other clones) if the build fails with 'No space left on device'." >&2
 fi
 
 echo "== [${SECONDS}s] the documentation: a README of at most 300 lines, no narration, links that resolve"
