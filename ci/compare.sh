@@ -13,7 +13,7 @@
 #
 # Needs the examples that ci/capi.sh (Open MPI) and ci/mpich.sh (MPICH)
 # build. CI runs one quick round (data checked, times not judged); the
-# results page runs the defaults (7 rounds, blocks 16^2 to 1024^2).
+# results page runs 5 rounds (`bash ci/compare.sh 5`), blocks 16^2 to 1024^2.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-7}
