@@ -74,7 +74,7 @@ bash ci/startup.sh 3
 echo "== [${SECONDS}s] MPICH beside Open MPI: sode built with it, the C and Fortran examples with -Werror under its mpirun"
 bash ci/mpich.sh
 
-echo "== [${SECONDS}s] the comparison benchmark, one quick round of both shapes: sode (on the program's arrays and on fields it keeps), MPI persistent and the MPI-4 neighbourhood collective, each one's halo checked"
+echo "== [${SECONDS}s] the comparison benchmark, one quick round of its three shapes: sode (on the program's arrays and on fields it keeps), MPI persistent and the MPI-4 neighbourhood collective, each one's halo checked"
 bash ci/compare.sh 1 20 64
 
 echo "== [${SECONDS}s] cross-memory attach against two copies, one round (each message's last byte checked against what was sent; times not judged)"
