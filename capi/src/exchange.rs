@@ -230,10 +230,26 @@ fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str
 }
 
 /// The status and message a rank reports to the others after commit.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, PartialEq)]
 struct Verdict {
     status: i32,
     message: String,
+}
+
+impl Verdict {
+    /// The status (four bytes, little-endian), then the message: every
+    /// rank receives every verdict, four bytes each when all went well.
+    fn encode(&self) -> Vec<u8> {
+        [&self.status.to_le_bytes()[..], self.message.as_bytes()].concat()
+    }
+
+    fn decode(b: &[u8]) -> Option<Verdict> {
+        let (status, message) = b.split_first_chunk::<4>()?;
+        Some(Verdict {
+            status: i32::from_le_bytes(*status),
+            message: String::from_utf8_lossy(message).into_owned(),
+        })
+    }
 }
 
 /// The transport `SODE_TRANSPORT` names (`auto`, `shm`, `rdma`, `tcp`;
@@ -723,18 +739,17 @@ impl Exchange {
     /// any failed (this rank's own error when it failed itself).
     fn agree(&self, mine: &Verdict) -> Result<()> {
         let op = "sode_exchange_commit";
-        let body = serde_json::to_vec(mine).map_err(|e| CapiError::Internal {
-            op,
-            why: e.to_string(),
-        })?;
         let all = self
             .world
-            .allgather(&body, self.timeout)
+            .allgather(&mine.encode(), self.timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         for (rank, b) in all.iter().enumerate() {
-            let v: Verdict = serde_json::from_slice(b).map_err(|e| CapiError::Internal {
+            let v = Verdict::decode(b).ok_or_else(|| CapiError::Internal {
                 op,
-                why: format!("rank {rank}'s verdict: {e}"),
+                why: format!(
+                    "rank {rank}'s verdict is {} bytes, too short to read",
+                    b.len()
+                ),
             })?;
             if v.status != SODE_OK {
                 return Err(CapiError::OnRank {
@@ -1492,5 +1507,27 @@ impl Exchange {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_verdict_reads_back_and_a_commit_that_went_well_costs_four_bytes() {
+        let ok = Verdict {
+            status: SODE_OK,
+            message: String::new(),
+        };
+        assert_eq!(ok.encode().len(), 4);
+        let bad = Verdict {
+            status: -3,
+            message: "rank 2: fields disagree".into(),
+        };
+        for v in [ok, bad] {
+            assert_eq!(Verdict::decode(&v.encode()), Some(v));
+        }
+        assert_eq!(Verdict::decode(&[1, 2, 3]), None);
     }
 }

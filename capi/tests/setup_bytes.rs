@@ -259,6 +259,13 @@ fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_rank
         per_other.iter().all(|p| *p == per_other[0]),
         "bytes per other rank: {per_other:?}"
     );
+    // The records are binary: under 200 bytes on a host with one network
+    // and a short name; each network or character of the name adds a few.
+    assert!(
+        per_other[0].0 < 400,
+        "{} bytes from each other rank",
+        per_other[0].0
+    );
     // Memory a rank holds grows with its neighbours, not the job (allowing
     // for the allocator's noise).
     assert!(

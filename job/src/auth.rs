@@ -40,6 +40,9 @@ pub const SECRET_VAR: &str = "SODE_JOB_SECRET";
 const NONCE: usize = 32;
 const TAG: usize = 32;
 
+/// The bytes of a rank's share of a job's secret ([`Secret::from_shares`]).
+pub(crate) const SHARE: usize = 16;
+
 /// The answer to a wrong proof, in place of the acceptor's tag: no
 /// HMAC-SHA-256 output is this string but with probability 2^-256.
 const REFUSED: [u8; TAG] = *b"sode/1 refused: not this job's!!";
@@ -89,6 +92,14 @@ impl Secret {
             .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
             .map(Secret)
             .ok_or_else(bad)
+    }
+
+    /// The secret a job's ranks make together when each adds a random
+    /// share and all receive every share (as through a program's
+    /// allgather): unguessable while any one share is.
+    pub(crate) fn from_shares(shares: &[[u8; SHARE]]) -> Secret {
+        let parts: Vec<&[u8]> = shares.iter().map(|s| &s[..]).collect();
+        Secret(mac(b"sode/1 job secret", b"from the ranks' shares", &parts))
     }
 
     /// The secret as 64 hex digits.

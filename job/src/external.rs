@@ -9,13 +9,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::Instant;
 
-use serde::{Deserialize, Serialize};
-
-use crate::auth::Secret;
+use crate::auth::{Secret, SHARE};
 use crate::error::{JobError, Result};
 use crate::node::NodeId;
-use crate::oob::{decode, OutOfBand, PeerLink};
+use crate::oob::{OutOfBand, PeerLink};
 use crate::tcp::Mesh;
+use crate::wire::{unreadable, Reader, Writer};
 
 /// A fixed-size allgather: given this rank's block, fills `all` (ranks'
 /// blocks of the same size, in rank order); collective over the job. An
@@ -44,14 +43,67 @@ fn zeroed(n: Option<usize>, what: &str) -> Result<Vec<u8>> {
     Ok(v)
 }
 
-/// What every rank tells the others when the exchange is set up.
-#[derive(Debug, Serialize, Deserialize)]
+/// What every rank tells the others when the exchange is set up, in the
+/// few bytes of [`Card::encode`]: every rank receives every card.
+#[derive(Debug, PartialEq, Eq)]
 struct Card {
-    /// Rank 0's is the job's secret.
-    secret: String,
-    /// Where this rank accepts peer links.
-    listen: Vec<SocketAddr>,
-    node: NodeId,
+    /// This rank's share of the job's secret ([`Secret::from_shares`]).
+    share: [u8; SHARE],
+    /// A digest of its [`NodeId`]: equal cards share a machine.
+    node: [u8; 8],
+    /// Where this rank accepts peer links: `port` on each of `addrs`, then
+    /// on its loopback.
+    port: u16,
+    addrs: Vec<Ipv4Addr>,
+}
+
+/// The card's format byte.
+const CARD_FORMAT: u8 = 1;
+
+impl Card {
+    /// Format, share, node, port, the addresses' count and each address.
+    fn encode(&self) -> Result<Vec<u8>> {
+        let mut w = Writer::new(CARD_FORMAT);
+        w.bytes(&self.share).bytes(&self.node).u16(self.port);
+        w.count(self.addrs.len(), "network addresses")?;
+        for a in &self.addrs {
+            w.bytes(&a.octets());
+        }
+        Ok(w.finish())
+    }
+
+    fn decode(record: &[u8], whom: &str) -> Result<Card> {
+        let read = || {
+            let mut r = Reader::new(record, CARD_FORMAT)?;
+            let (share, node, port) = (r.array()?, r.array()?, r.u16()?);
+            let addrs = (0..r.u8()?)
+                .map(|_| r.array::<4>().map(Ipv4Addr::from))
+                .collect::<Option<_>>()?;
+            r.end(Card {
+                share,
+                node,
+                port,
+                addrs,
+            })
+        };
+        read().ok_or_else(|| unreadable(whom, "card", record))
+    }
+
+    /// Where this card's rank listens, seen from a rank on `my_node`: its
+    /// loopback alone when they share the machine.
+    fn listen(&self, my_node: [u8; 8]) -> Vec<SocketAddr> {
+        let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port);
+        if self.node == my_node {
+            return vec![loopback];
+        }
+        let mut addrs: Vec<SocketAddr> = self
+            .addrs
+            .iter()
+            .map(|&ip| SocketAddr::new(IpAddr::V4(ip), self.port))
+            .collect();
+        addrs.push(loopback);
+        addrs
+    }
 }
 
 /// The out-of-band exchange over a program's allgather.
@@ -110,10 +162,12 @@ impl ExternalOob {
                 source: e,
             })?
             .port();
+        let node = NodeId::local().digest();
         let mine = Card {
-            secret: Secret::random()?.to_hex(),
-            listen: interface_addrs(port),
-            node: NodeId::local(),
+            share: crate::auth::random_bytes("a share of the job's secret")?,
+            node,
+            port,
+            addrs: interface_addrs(),
         };
         // A placeholder mesh until the cards are in: only the allgather runs.
         let mut oob = ExternalOob {
@@ -127,28 +181,15 @@ impl ExternalOob {
                 routes: None,
             },
         };
-        let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
-            whom: "this rank".into(),
-            why: e.to_string(),
-        })?;
         let cards: Vec<Card> = oob
-            .allgather(&body, Instant::now())?
+            .allgather(&mine.encode()?, Instant::now())?
             .iter()
             .enumerate()
-            .map(|(r, b)| decode(b, &format!("rank {r}")))
+            .map(|(r, b)| Card::decode(b, &format!("rank {r}")))
             .collect::<Result<_>>()?;
-        oob.mesh.secret = Secret::from_hex(&cards[0].secret)?;
-        oob.mesh.listen = cards
-            .iter()
-            .map(|c| {
-                if c.node == mine.node {
-                    // The same machine: its loopback, whatever else it has.
-                    vec![SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port_of(c))]
-                } else {
-                    c.listen.clone()
-                }
-            })
-            .collect();
+        let shares: Vec<[u8; SHARE]> = cards.iter().map(|c| c.share).collect();
+        oob.mesh.secret = Secret::from_shares(&shares);
+        oob.mesh.listen = cards.iter().map(|c| c.listen(node)).collect();
         Ok(oob)
     }
 
@@ -160,29 +201,21 @@ impl ExternalOob {
     }
 }
 
-fn port_of(c: &Card) -> u16 {
-    c.listen.first().map_or(0, SocketAddr::port)
-}
-
-/// This machine's IPv4 addresses with `port`, loopback last: a peer on
-/// another machine tries them in turn.
-fn interface_addrs(port: u16) -> Vec<SocketAddr> {
-    let mut addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+/// This machine's IPv4 addresses but loopback, where a peer on another
+/// machine tries to reach this rank (loopback after them).
+fn interface_addrs() -> Vec<Ipv4Addr> {
+    let mut addrs: Vec<Ipv4Addr> = nix::ifaddrs::getifaddrs()
         .map(|ifs| {
             ifs.filter_map(|i| i.address)
-                .filter_map(|a| a.as_sockaddr_in().map(|s| IpAddr::V4(s.ip())))
+                .filter_map(|a| a.as_sockaddr_in().map(|s| s.ip()))
+                .filter(|ip| !ip.is_loopback())
                 .collect()
         })
         .unwrap_or_default();
-    addrs.sort_by_key(|a| a.is_loopback());
-    addrs.dedup();
-    if addrs.is_empty() {
-        addrs.push(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    }
+    // In the interfaces' order, each once.
+    let mut seen = std::collections::HashSet::new();
+    addrs.retain(|ip| seen.insert(*ip));
     addrs
-        .into_iter()
-        .map(|ip| SocketAddr::new(ip, port))
-        .collect()
 }
 
 impl OutOfBand for ExternalOob {
@@ -207,15 +240,16 @@ impl OutOfBand for ExternalOob {
                 ),
             });
         }
-        let mut lens = zeroed(size.checked_mul(8), "the allgather's lengths")?;
+        // Four bytes a length: every block is at most MAX_BLOCK.
+        let mut lens = zeroed(size.checked_mul(4), "the allgather's lengths")?;
         self.gather(
             "an allgather of lengths",
-            &(mine.len() as u64).to_le_bytes(),
+            &(mine.len() as u32).to_le_bytes(),
             &mut lens,
         )?;
         let lens: Vec<usize> = lens
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])) as usize)
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0xff; 4])) as usize)
             .collect();
         let longest = lens.iter().copied().max().unwrap_or(0);
         if longest > MAX_BLOCK || lens[self.mesh.rank] != mine.len() {
@@ -341,5 +375,44 @@ mod tests {
         let g: AllgatherFn = Box::new(|_, _| Ok(()));
         let e = ExternalOob::new(2, 2, g).unwrap_err().to_string();
         assert!(e.contains("below the job's size"), "{e}");
+    }
+
+    #[test]
+    fn a_card_reads_back_and_points_at_loopback_on_its_own_machine() {
+        let card = Card {
+            share: [7; SHARE],
+            node: [1; 8],
+            port: 4321,
+            addrs: vec![Ipv4Addr::new(10, 0, 0, 5), Ipv4Addr::new(192, 168, 1, 2)],
+        };
+        let rec = card.encode().unwrap();
+        assert_eq!(
+            rec.len(),
+            1 + SHARE + 8 + 2 + 1 + 2 * 4,
+            "the card's few bytes"
+        );
+        assert_eq!(Card::decode(&rec, "rank 1").unwrap(), card);
+        let lo: SocketAddr = "127.0.0.1:4321".parse().unwrap();
+        assert_eq!(card.listen([1; 8]), vec![lo], "the same machine");
+        let far = card.listen([2; 8]);
+        assert_eq!(far.len(), 3, "each address, then loopback: {far:?}");
+        assert_eq!(far[0], "10.0.0.5:4321".parse().unwrap());
+        assert_eq!(far[2], lo);
+        let e = Card::decode(&rec[..rec.len() - 1], "rank 3").unwrap_err();
+        assert!(e.to_string().contains("rank 3"), "{e}");
+        assert!(e.to_string().contains("same sode"), "{e}");
+    }
+
+    #[test]
+    fn every_rank_makes_the_same_secret_from_the_shares_and_each_share_counts() {
+        let shares = [[1u8; SHARE], [2; SHARE], [3; SHARE]];
+        let s = Secret::from_shares(&shares);
+        assert_eq!(s, Secret::from_shares(&shares));
+        let mut other = shares;
+        other[2][0] ^= 1;
+        assert_ne!(s, Secret::from_shares(&other), "the last share changed");
+        other = shares;
+        other.swap(0, 1);
+        assert_ne!(s, Secret::from_shares(&other), "the order of ranks counts");
     }
 }

@@ -68,6 +68,7 @@ mod streams;
 mod sys;
 mod tcp;
 mod timeout;
+mod wire;
 mod world;
 
 pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};

@@ -28,6 +28,7 @@ use crate::dial::{configure, connect_any};
 use crate::error::{JobError, Result};
 use crate::nets::{usable_order, Net};
 use crate::splice::{SpliceHandle, Splicer};
+use crate::wire::{Reader, Writer};
 
 const MAGIC: &[u8; 8] = b"SODERLY1";
 const TOKEN: usize = 32;
@@ -43,6 +44,27 @@ const LINGER: Duration = Duration::from_secs(60);
 pub(crate) struct RelayOffer {
     pub(crate) addrs: Vec<SocketAddr>,
     pub(crate) token: [u8; TOKEN],
+}
+
+impl RelayOffer {
+    /// Writes this offer into a setup record ([`crate::wire`]).
+    pub(crate) fn write(&self, w: &mut Writer) -> Result<()> {
+        w.count(self.addrs.len(), "relay addresses")?;
+        for a in &self.addrs {
+            w.addr(a);
+        }
+        w.bytes(&self.token);
+        Ok(())
+    }
+
+    /// What [`RelayOffer::write`] wrote.
+    pub(crate) fn read(r: &mut Reader<'_>) -> Option<RelayOffer> {
+        let addrs = (0..r.u8()?).map(|_| r.addr()).collect::<Option<_>>()?;
+        Some(RelayOffer {
+            addrs,
+            token: r.array()?,
+        })
+    }
 }
 
 /// The rest of a route, sent to a relay after its token.

@@ -22,6 +22,7 @@ use crate::error::{JobError, Result};
 use crate::nets::{usable_order, Net};
 use crate::node::NodeId;
 use crate::relay::RelayOffer;
+use crate::wire::{Reader, Writer};
 
 /// The variable naming the networks this node is on, comma-separated (for
 /// example `site-a,site-b` on a gateway node), where the subnets of its
@@ -31,7 +32,7 @@ use crate::relay::RelayOffer;
 pub const GROUPS_VAR: &str = "SODE_GROUPS";
 
 /// What a rank tells the others about how it can be reached.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub(crate) struct Reach {
     /// Its node's networks (loopback left out).
     pub(crate) nets: Vec<Net>,
@@ -48,6 +49,59 @@ impl Reach {
         Ok(Reach {
             nets,
             groups: parse_groups(std::env::var(GROUPS_VAR).ok().as_deref())?,
+            relay,
+        })
+    }
+
+    /// Writes this reach into a setup record ([`crate::wire`]).
+    pub(crate) fn write(&self, w: &mut Writer) -> Result<()> {
+        w.count(self.nets.len(), "networks")?;
+        for n in &self.nets {
+            w.bytes(&n.addr.octets()).u8(n.prefix);
+        }
+        match &self.groups {
+            None => {
+                w.u8(0);
+            }
+            Some(groups) => {
+                w.u8(1).count(groups.len(), "groups in SODE_GROUPS")?;
+                for g in groups {
+                    w.short(g.as_bytes(), "a group name in SODE_GROUPS")?;
+                }
+            }
+        }
+        match &self.relay {
+            None => {
+                w.u8(0);
+            }
+            Some(offer) => offer.write(w.u8(1))?,
+        }
+        Ok(())
+    }
+
+    /// What [`Reach::write`] wrote.
+    pub(crate) fn read(r: &mut Reader<'_>) -> Option<Reach> {
+        let nets = (0..r.u8()?)
+            .map(|_| {
+                Some(Net {
+                    addr: r.array::<4>()?.into(),
+                    prefix: r.u8()?,
+                })
+            })
+            .collect::<Option<_>>()?;
+        let groups = match r.u8()? {
+            0 => None,
+            1 => Some((0..r.u8()?).map(|_| r.text()).collect::<Option<_>>()?),
+            _ => return None,
+        };
+        let relay = match r.u8()? {
+            0 => None,
+            1 => Some(RelayOffer::read(r)?),
+            _ => return None,
+        };
+        Some(Reach {
+            nets,
+            groups,
             relay,
         })
     }

@@ -5,30 +5,75 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::backoff::WaitPolicy;
 use crate::error::{JobError, Result};
 use crate::health::{Failure, Health};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::memo::Memo;
 use crate::node::NodeId;
-use crate::oob::{check_peers, decode, OutOfBand, PeerLink};
+use crate::oob::{check_peers, OutOfBand, PeerLink};
 use crate::relay::{Relay, RelayListener};
 use crate::routes::{Reach, Routes};
 use crate::tcp::TcpRendezvous;
+use crate::wire::{unreadable, Reader, Writer};
 
-/// What each rank tells the others when the world is made.
-#[derive(Debug, Serialize, Deserialize)]
+/// What each rank tells the others when the world is made, in the few
+/// bytes of [`Introduction::encode`]: every rank receives every one.
+#[derive(Debug, PartialEq)]
 struct Introduction {
     node: NodeId,
     job_id: Option<String>,
     pid: u32,
-    /// Random hex that rank 0 adds to the job id, so names derived from it
-    /// (shared-memory segments) cannot be guessed by other users.
-    nonce: String,
+    /// Random bytes that rank 0 adds to the job id, so names derived from
+    /// it (shared-memory segments) cannot be guessed by other users.
+    nonce: [u8; 8],
     /// Its networks, and the relay it offers.
     reach: Reach,
+}
+
+/// The introduction's format byte.
+const INTRODUCTION_FORMAT: u8 = 1;
+
+impl Introduction {
+    /// Format, host name, boot id, job id (a flag, then the id), pid,
+    /// nonce and reach.
+    fn encode(&self) -> Result<Vec<u8>> {
+        let mut w = Writer::new(INTRODUCTION_FORMAT);
+        w.short(self.node.hostname.as_bytes(), "the host name")?
+            .short(self.node.boot_id.as_bytes(), "the boot id")?;
+        match &self.job_id {
+            None => w.u8(0),
+            Some(id) => w.u8(1).short(id.as_bytes(), "the job id")?,
+        };
+        w.u32(self.pid).bytes(&self.nonce);
+        self.reach.write(&mut w)?;
+        Ok(w.finish())
+    }
+
+    fn decode(record: &[u8], whom: &str) -> Result<Introduction> {
+        let read = || {
+            let mut r = Reader::new(record, INTRODUCTION_FORMAT)?;
+            let node = NodeId {
+                hostname: r.text()?,
+                boot_id: r.text()?,
+            };
+            let job_id = match r.u8()? {
+                0 => None,
+                1 => Some(r.text()?),
+                _ => return None,
+            };
+            let (pid, nonce) = (r.u32()?, r.array()?);
+            let reach = Reach::read(&mut r)?;
+            r.end(Introduction {
+                node,
+                job_id,
+                pid,
+                nonce,
+                reach,
+            })
+        };
+        read().ok_or_else(|| unreadable(whom, "introduction", record))
+    }
 }
 
 /// The job: every rank's node, the job id the ranks agreed on, and the
@@ -181,21 +226,17 @@ impl World {
             node: NodeId::local(),
             job_id,
             pid: std::process::id(),
-            nonce: crate::auth::Secret::random()?.to_hex()[..16].to_string(),
+            nonce: crate::auth::random_bytes("the job id's nonce")?,
             reach: Reach::local(
                 nets.clone(),
                 relay_listener.as_ref().map(|l| l.offer().clone()),
             )?,
         };
-        let body = serde_json::to_vec(&mine).map_err(|e| JobError::Protocol {
-            whom: "this rank".into(),
-            why: e.to_string(),
-        })?;
-        let all = oob.allgather(&body, deadline)?;
+        let all = oob.allgather(&mine.encode()?, deadline)?;
         let intros: Vec<Introduction> = all
             .iter()
             .enumerate()
-            .map(|(r, b)| decode(b, &format!("rank {r}")))
+            .map(|(r, b)| Introduction::decode(b, &format!("rank {r}")))
             .collect::<Result<_>>()?;
         let job_id = agreed_job_id(&intros[0]);
         tracing::debug!(rank, size, job_id, "joined the job");
@@ -528,9 +569,10 @@ fn agreed_job_id(root: &Introduction) -> String {
         None => format!("job{}-{}", root.pid, short_hash(&root.node.boot_id)),
     };
     // The nonce last, where truncation to 64 characters cannot cut it.
-    let keep = 64usize.saturating_sub(root.nonce.len() + 1);
+    let nonce = crate::auth::hex(&root.nonce);
+    let keep = 64usize.saturating_sub(nonce.len() + 1);
     let base: String = sanitise_job_id(&base).chars().take(keep).collect();
-    sanitise_job_id(&format!("{base}-{}", root.nonce))
+    sanitise_job_id(&format!("{base}-{nonce}"))
 }
 
 /// A few hex digits that tell boots apart in a made-up job id.
@@ -724,5 +766,56 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("0..1"), "{e}");
+    }
+
+    #[test]
+    fn an_introduction_reads_back_whatever_it_carries() {
+        let offer = crate::relay::RelayOffer {
+            addrs: vec![
+                "10.1.0.1:99".parse().unwrap(),
+                "[fe80::2]:98".parse().unwrap(),
+            ],
+            token: [9; 32],
+        };
+        let plain = Introduction {
+            node: NodeId::local(),
+            job_id: None,
+            pid: 4_000_000,
+            nonce: [5; 8],
+            reach: Reach::default(),
+        };
+        let full = Introduction {
+            job_id: Some("slurm-123".into()),
+            reach: Reach {
+                nets: crate::routes::host_nets(),
+                groups: Some(vec!["site-a".into(), "site-b".into()]),
+                relay: Some(offer),
+            },
+            ..Introduction::decode(&plain.encode().unwrap(), "rank 0").unwrap()
+        };
+        for intro in [plain, full] {
+            let rec = intro.encode().unwrap();
+            assert_eq!(Introduction::decode(&rec, "rank 2").unwrap(), intro);
+            let mut other = rec.clone();
+            other[0] += 1;
+            let e = Introduction::decode(&other, "rank 2").unwrap_err();
+            assert!(e.to_string().contains("same sode"), "{e}");
+        }
+        let id = agreed_job_id(
+            &Introduction::decode(
+                &Introduction {
+                    node: NodeId::local(),
+                    job_id: Some("t-job".into()),
+                    pid: 1,
+                    nonce: [0xab; 8],
+                    reach: Reach::default(),
+                }
+                .encode()
+                .unwrap(),
+                "rank 0",
+            )
+            .unwrap(),
+        );
+        assert_eq!(id, "t-job-abababababababab");
     }
 }
