@@ -17,6 +17,7 @@ use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
+use crate::wire::{decode_directory, encode_directory, join_blocks, split_blocks};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Hello {
@@ -127,7 +128,7 @@ impl TcpRendezvous {
                     .map_err(io_err("local_addr", "the root"))?;
                 prefer(&mut theirs[0], here.ip());
             }
-            let body = serde_json::to_vec(&theirs).map_err(protocol_bug)?;
+            let body = encode_directory(&theirs)?;
             link.send(&body)
                 .map_err(|e| rename(e, &format!("rank {r}")))?;
         }
@@ -155,12 +156,6 @@ impl TcpRendezvous {
         let (root, listener, listen) = again_if_lost(deadline, "the rendezvous", || {
             Self::greet_root(launch, &secret, root_addr, &whom, deadline)
         })?;
-        if listen.len() != launch.size {
-            return Err(JobError::Protocol {
-                whom,
-                why: "its directory does not list every rank".into(),
-            });
-        }
         Ok(TcpRendezvous {
             mesh: Mesh {
                 rank: launch.rank,
@@ -200,7 +195,15 @@ impl TcpRendezvous {
             listen: mine,
         };
         root.send(&serde_json::to_vec(&hello).map_err(protocol_bug)?)?;
-        let listen: Vec<Vec<SocketAddr>> = decode(&root.recv(deadline)?, whom)?;
+        let listen = decode_directory(&root.recv(deadline)?, launch.size).ok_or_else(|| {
+            JobError::Protocol {
+                whom: whom.into(),
+                why: format!(
+                    "its directory does not list {} ranks' addresses",
+                    launch.size
+                ),
+            }
+        })?;
         Ok((root, listener, listen))
     }
 
@@ -288,25 +291,19 @@ impl OutOfBand for TcpRendezvous {
         match &mut self.star {
             Star::Leaf(root) => {
                 root.send(mine)?;
-                let all: Vec<Vec<u8>> = decode(&root.recv(deadline)?, "the root")?;
-                if all.len() != self.mesh.size {
-                    return Err(JobError::Protocol {
-                        whom: "the root".into(),
-                        why: format!(
-                            "an allgather of {} ranks in a job of {}",
-                            all.len(),
-                            self.mesh.size
-                        ),
-                    });
-                }
-                Ok(all)
+                let size = self.mesh.size;
+                split_blocks(&root.recv(deadline)?, size).ok_or_else(|| JobError::Protocol {
+                    whom: "the root".into(),
+                    why: format!("its allgather is not one block from each of {size} ranks"),
+                })
             }
             Star::Root(links) => {
                 let mut all = vec![mine.to_vec()];
                 for link in links.iter_mut().skip(1) {
                     all.push(joined_link(link)?.recv(deadline)?);
                 }
-                let body = serde_json::to_vec(&all).map_err(protocol_bug)?;
+                // Binary: rank 0 sends this to every rank.
+                let body = join_blocks(&all)?;
                 for link in links.iter_mut().skip(1) {
                     joined_link(link)?.send(&body)?;
                 }

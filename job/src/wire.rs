@@ -141,6 +141,72 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Blocks of any lengths as one message: each block's length in four
+/// bytes, then the block (what a rank that gathers for others sends back).
+pub(crate) fn join_blocks(blocks: &[Vec<u8>]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(blocks.iter().map(|b| 4 + b.len()).sum());
+    for b in blocks {
+        let len = u32::try_from(b.len()).map_err(|_| JobError::Protocol {
+            whom: "this rank".into(),
+            why: format!("a block of {} bytes to gather", b.len()),
+        })?;
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(b);
+    }
+    Ok(out)
+}
+
+/// What [`join_blocks`] made of exactly `n` blocks; `None` for anything
+/// else.
+pub(crate) fn split_blocks(message: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
+    let mut rest = message;
+    let mut blocks = Vec::new();
+    while let Some((len, tail)) = rest.split_first_chunk::<4>() {
+        let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+        if len > tail.len() || blocks.len() == n {
+            return None;
+        }
+        let (block, tail) = tail.split_at(len);
+        blocks.push(block.to_vec());
+        rest = tail;
+    }
+    (rest.is_empty() && blocks.len() == n).then_some(blocks)
+}
+
+/// The directory of where every rank listens, as rank 0 sends it to each
+/// rank at the rendezvous: the ranks' count, then each rank's addresses.
+pub(crate) fn encode_directory(listen: &[Vec<SocketAddr>]) -> Result<Vec<u8>> {
+    let ranks = u32::try_from(listen.len()).map_err(|_| JobError::Protocol {
+        whom: "this rank".into(),
+        why: format!("a directory of {} ranks", listen.len()),
+    })?;
+    let mut w = Writer::new(DIRECTORY_FORMAT);
+    w.u32(ranks);
+    for addrs in listen {
+        w.count(addrs.len(), "listening addresses")?;
+        for a in addrs {
+            w.addr(a);
+        }
+    }
+    Ok(w.finish())
+}
+
+/// What [`encode_directory`] made of `ranks` ranks' addresses.
+pub(crate) fn decode_directory(message: &[u8], ranks: usize) -> Option<Vec<Vec<SocketAddr>>> {
+    let mut r = Reader::new(message, DIRECTORY_FORMAT)?;
+    if usize::try_from(r.u32()?).ok()? != ranks {
+        return None;
+    }
+    let mut listen = Vec::new();
+    for _ in 0..ranks {
+        let n = r.u8()?;
+        listen.push((0..n).map(|_| r.addr()).collect::<Option<_>>()?);
+    }
+    r.end(listen)
+}
+
+const DIRECTORY_FORMAT: u8 = 1;
+
 /// The error for a record of `whom` that does not read as `what`.
 pub(crate) fn unreadable(whom: &str, what: &str, record: &[u8]) -> JobError {
     JobError::Protocol {
@@ -186,6 +252,39 @@ mod tests {
         let mut long = Reader::new(&rec, 7).unwrap();
         long.bytes(rec.len() - 2);
         assert_eq!(long.end(()), None);
+    }
+
+    #[test]
+    fn gathered_blocks_split_back_into_as_many_as_were_joined() {
+        let blocks = vec![b"abc".to_vec(), Vec::new(), vec![0; 300]];
+        let msg = join_blocks(&blocks).unwrap();
+        assert_eq!(msg.len(), 3 * 4 + 303);
+        assert_eq!(split_blocks(&msg, 3), Some(blocks.clone()));
+        assert_eq!(split_blocks(&msg, 2), None, "one block too many");
+        assert_eq!(split_blocks(&msg, 4), None, "one block missing");
+        assert_eq!(split_blocks(&msg[..msg.len() - 1], 3), None, "cut");
+        assert_eq!(
+            split_blocks(&[&msg[..], &[0]].concat(), 3),
+            None,
+            "a stray byte"
+        );
+        assert_eq!(split_blocks(&[], 0), Some(Vec::new()));
+    }
+
+    #[test]
+    fn a_directory_reads_back_for_its_own_count_of_ranks_only() {
+        let listen: Vec<Vec<SocketAddr>> = vec![
+            vec![
+                "10.0.0.1:5".parse().unwrap(),
+                "127.0.0.1:5".parse().unwrap(),
+            ],
+            Vec::new(),
+            vec!["[::1]:7".parse().unwrap()],
+        ];
+        let msg = encode_directory(&listen).unwrap();
+        assert_eq!(decode_directory(&msg, 3), Some(listen));
+        assert_eq!(decode_directory(&msg, 2), None);
+        assert_eq!(decode_directory(&msg[..msg.len() - 1], 3), None);
     }
 
     #[test]
