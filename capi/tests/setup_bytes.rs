@@ -64,6 +64,14 @@ struct Bytes {
     commit: u64,
 }
 
+/// The bytes the process's heap has handed out and not taken back (glibc's
+/// `mallinfo2`: in use in its arenas, and mapped for large blocks).
+fn heap_bytes() -> u64 {
+    // SAFETY: no arguments; glibc reads its own counters.
+    let m = unsafe { libc::mallinfo2() };
+    (m.uordblks + m.hblkhd) as u64
+}
+
 /// The process's resident memory (`VmRSS`).
 fn resident_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
@@ -110,6 +118,7 @@ fn rank(
             hub.barrier.wait();
             if me == 0 {
                 hub.resident.store(resident_bytes(), Ordering::Relaxed);
+                hub.heap.store(heap_bytes(), Ordering::Relaxed);
             }
             hub.barrier.wait();
         }
@@ -224,11 +233,13 @@ fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_rank
     // Two-dimensional periodic grids of thread ranks (8 neighbours each),
     // one field: from the communicator's creation to the first exchange.
     println!(
-        "ranks  setup bytes a rank  per other rank  commit per other rank  resident KiB a rank"
+        "ranks  setup bytes a rank  per other rank  commit per other rank  resident KiB a rank  heap bytes a rank"
     );
     let mut per_other = Vec::new();
     let mut resident = Vec::new();
+    let mut heap = Vec::new();
     let before = resident_bytes();
+    let heap_before = heap_bytes();
     for dims in [[4, 4], [8, 8], [16, 16], [16, 32]] {
         let hub = hub((dims[0] * dims[1]) as usize);
         let n = hub.ranks;
@@ -240,8 +251,9 @@ fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_rank
         let commit = bytes.iter().map(|b| b.commit).max().unwrap();
         let others = (n - 1) as u64;
         let kib = hub.resident.load(Ordering::Relaxed).saturating_sub(before) / n as u64 / 1024;
+        let held = hub.heap.load(Ordering::Relaxed).saturating_sub(heap_before) / n as u64;
         println!(
-            "{n:>5}  {most:>18}  {:>14}  {:>21}  {kib:>19}",
+            "{n:>5}  {most:>18}  {:>14}  {:>21}  {kib:>19}  {held:>17}",
             most / others,
             commit / others
         );
@@ -254,6 +266,7 @@ fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_rank
         );
         per_other.push((most / others, commit / others));
         resident.push(kib);
+        heap.push((n as u64, held));
     }
     assert!(
         per_other.iter().all(|p| *p == per_other[0]),
@@ -271,5 +284,13 @@ fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_rank
     assert!(
         resident[3] <= 2 * resident[0] + 256,
         "resident KiB a rank: {resident:?}"
+    );
+    // What a rank keeps of the whole job (its tables of machines, routes
+    // and listening addresses) costs it a few bytes a rank of the job.
+    let ((n0, h0), (n1, h1)) = (heap[0], heap[3]);
+    let per_job_rank = h1.saturating_sub(h0) / (n1 - n0);
+    assert!(
+        per_job_rank < 64,
+        "the heap a rank holds grows by {per_job_rank} bytes a rank of the job: {heap:?}"
     );
 }

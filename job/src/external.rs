@@ -11,6 +11,7 @@ use std::time::Instant;
 
 use crate::auth::{Secret, SHARE};
 use crate::error::{JobError, Result};
+use crate::nets::Directory;
 use crate::node::NodeId;
 use crate::oob::{OutOfBand, PeerLink};
 use crate::tcp::Mesh;
@@ -177,7 +178,7 @@ impl ExternalOob {
                 size,
                 secret: Secret::random()?,
                 listener,
-                listen: Vec::new(),
+                listen: Directory::default(),
                 routes: None,
             },
         };
@@ -189,7 +190,7 @@ impl ExternalOob {
             .collect::<Result<_>>()?;
         let shares: Vec<[u8; SHARE]> = cards.iter().map(|c| c.share).collect();
         oob.mesh.secret = Secret::from_shares(&shares);
-        oob.mesh.listen = cards.iter().map(|c| c.listen(node)).collect();
+        oob.mesh.listen = Directory::new(cards.iter().map(|c| c.listen(node)));
         Ok(oob)
     }
 

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
-use crate::node::NodeId;
+use crate::node::Nodes;
 use crate::oob::PeerLink;
 
 /// Seconds a rank may stay silent before rank 0 declares it dead (and a
@@ -123,7 +123,8 @@ impl std::fmt::Display for Failure {
 #[derive(Debug)]
 struct Verdict {
     failure: OnceLock<Failure>,
-    hosts: Vec<String>,
+    /// Where each rank runs, to name a dead rank's host.
+    nodes: Arc<Nodes>,
     /// Written once, with the verdict: wakes ranks asleep in `poll`.
     ring: UnixStream,
 }
@@ -132,7 +133,11 @@ impl Verdict {
     /// Records the first death seen, and says whether it was the first;
     /// later ones add nothing (the job has already failed).
     fn declare(&self, rank: usize, why: String) -> bool {
-        let host = self.hosts.get(rank).cloned().unwrap_or_default();
+        let host = self
+            .nodes
+            .get(rank)
+            .map(|n| n.hostname.clone())
+            .unwrap_or_default();
         let failure = Failure {
             rank,
             launch_rank: rank,
@@ -228,7 +233,7 @@ impl Health {
     pub(crate) fn start(
         rank: usize,
         links: BTreeMap<usize, PeerLink>,
-        nodes: &[NodeId],
+        nodes: Arc<Nodes>,
         silence: Option<Duration>,
     ) -> Result<Health> {
         let (ring, told) = UnixStream::pair().map_err(|source| JobError::Health {
@@ -242,7 +247,7 @@ impl Health {
             })?;
         let verdict = Arc::new(Verdict {
             failure: OnceLock::new(),
-            hosts: nodes.iter().map(|n| n.hostname.clone()).collect(),
+            nodes,
             ring,
         });
         let (stop, stopped) = UnixStream::pair().map_err(|source| JobError::Health {
@@ -695,7 +700,7 @@ mod tests {
         doomed: usize,
         silence: Option<Duration>,
     ) -> (Vec<Option<Health>>, BTreeMap<usize, PeerLink>) {
-        let nodes = vec![NodeId::local(); size];
+        let nodes = Arc::new(Nodes::new(vec![crate::NodeId::local(); size]));
         let mut held = BTreeMap::new();
         let job = tree_links(size)
             .into_iter()
@@ -705,7 +710,7 @@ mod tests {
                     held = links;
                     return None;
                 }
-                Some(Health::start(r, links, &nodes, silence).unwrap())
+                Some(Health::start(r, links, nodes.clone(), silence).unwrap())
             })
             .collect();
         (job, held)
@@ -781,11 +786,11 @@ mod tests {
 
     #[test]
     fn goodbyes_are_not_deaths() {
-        let nodes = vec![NodeId::local(); 7];
+        let nodes = Arc::new(Nodes::new(vec![crate::NodeId::local(); 7]));
         let mut job: Vec<Health> = tree_links(7)
             .into_iter()
             .enumerate()
-            .map(|(r, links)| Health::start(r, links, &nodes, None).unwrap())
+            .map(|(r, links)| Health::start(r, links, nodes.clone(), None).unwrap())
             .collect();
         // An inner rank and a leaf finish first: their links close after
         // a goodbye (a close without one is a death, silence or not).

@@ -42,3 +42,81 @@ impl NodeId {
         out
     }
 }
+
+/// Which machine each rank of a job runs on, as an index into the job's
+/// distinct machines: a table of the whole job costs each rank 4 bytes a
+/// rank, however long the machines' names.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Nodes {
+    of_rank: Vec<u32>,
+    ids: Vec<NodeId>,
+}
+
+impl Nodes {
+    /// The table of ranks on `ids[r]`, rank by rank.
+    pub(crate) fn new(ids: impl IntoIterator<Item = NodeId>) -> Nodes {
+        let mut index = std::collections::HashMap::new();
+        let mut table = Nodes::default();
+        for id in ids {
+            let next = table.ids.len() as u32;
+            let i = *index.entry(id).or_insert_with_key(|id| {
+                table.ids.push(id.clone());
+                next
+            });
+            table.of_rank.push(i);
+        }
+        table
+    }
+
+    /// Rank `rank`'s machine.
+    pub(crate) fn get(&self, rank: usize) -> Option<&NodeId> {
+        self.index(rank).map(|i| &self.ids[i])
+    }
+
+    /// Rank `rank`'s machine as an index, below [`Nodes::count`].
+    pub(crate) fn index(&self, rank: usize) -> Option<usize> {
+        self.of_rank.get(rank).map(|&i| i as usize)
+    }
+
+    /// The job's ranks.
+    pub(crate) fn ranks(&self) -> usize {
+        self.of_rank.len()
+    }
+
+    /// The job's distinct machines.
+    pub(crate) fn count(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// The table with rank `r` of the new numbering on `order[r]`'s machine.
+    pub(crate) fn renumbered(&self, order: &[usize]) -> Nodes {
+        Nodes {
+            of_rank: order.iter().map(|&r| self.of_rank[r]).collect(),
+            ids: self.ids.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(name: &str) -> NodeId {
+        NodeId {
+            hostname: name.into(),
+            boot_id: format!("boot of {name}"),
+        }
+    }
+
+    #[test]
+    fn a_job_table_keeps_each_machine_once() {
+        let t = Nodes::new(["a", "b", "a", "c", "b"].map(id));
+        assert_eq!((t.ranks(), t.count()), (5, 3));
+        assert_eq!(t.get(2), Some(&id("a")));
+        assert_eq!(t.index(4), t.index(1));
+        assert_ne!(t.index(3), t.index(0));
+        assert_eq!(t.get(5), None);
+        let r = t.renumbered(&[3, 0]);
+        assert_eq!((r.get(0), r.get(1)), (Some(&id("c")), Some(&id("a"))));
+    }
+}

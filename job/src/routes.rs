@@ -10,7 +10,8 @@
 //! may route between subnets). Otherwise the route is the shortest chain of
 //! nodes that reach each other directly, each intermediate node's gateway
 //! (its lowest rank that offered a relay) forwarding ([`crate::relay`]).
-//! Every rank computes the same routes from the same reports.
+//! Every rank computes the same routes from the same reports, keeping a
+//! node's first rank's as the node's.
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -20,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
 use crate::nets::{usable_order, Net};
-use crate::node::NodeId;
+use crate::node::Nodes;
 use crate::relay::RelayOffer;
 use crate::wire::{Reader, Writer};
 
@@ -151,57 +152,68 @@ pub(crate) fn host_nets() -> Vec<Net> {
 }
 
 /// The job's routes: who reaches whom directly, and the gateways between
-/// the others. Ranks here are launch ranks.
+/// the others. Ranks here are launch ranks. What a node's first rank
+/// reported speaks for the node, so the table holds a report a node and
+/// 4 bytes a rank.
 #[derive(Debug)]
 pub struct Routes {
+    /// Each rank's node, as an index into the tables below.
+    node: Vec<u32>,
+    /// What each node's first rank reported.
     reach: Vec<Reach>,
-    /// Each rank's node, as an index into `gateway`.
-    node: Vec<usize>,
-    /// Each node's gateway: its lowest rank that offered a relay.
-    gateway: Vec<Option<usize>>,
+    /// Each node's gateway: its lowest rank that offered a relay, and
+    /// the offer.
+    gateway: Vec<Option<(usize, RelayOffer)>>,
     /// A rank of each node, whose report speaks for the node.
     speaker: Vec<usize>,
 }
 
 impl Routes {
     /// Routes from every rank's report and node.
-    pub(crate) fn new(reach: Vec<Reach>, nodes: &[NodeId]) -> Routes {
-        let mut distinct: Vec<&NodeId> = Vec::new();
-        let mut node = Vec::with_capacity(nodes.len());
-        for n in nodes {
-            let i = match distinct.iter().position(|d| *d == n) {
-                Some(i) => i,
-                None => {
-                    distinct.push(n);
-                    distinct.len() - 1
-                }
-            };
-            node.push(i);
-        }
-        let mut gateway = vec![None; distinct.len()];
-        let mut speaker = vec![usize::MAX; distinct.len()];
-        for (rank, &n) in node.iter().enumerate() {
+    pub(crate) fn new(reach: Vec<Reach>, nodes: &Nodes) -> Routes {
+        let count = nodes.count();
+        let mut gateway = vec![None; count];
+        let mut speaker = vec![usize::MAX; count];
+        let mut reports = vec![Reach::default(); count];
+        let mut node = Vec::with_capacity(nodes.ranks());
+        for (rank, report) in reach.into_iter().enumerate() {
+            let n = nodes.index(rank).unwrap_or(0);
+            node.push(n as u32);
+            if gateway[n].is_none() {
+                gateway[n] = report.relay.clone().map(|offer| (rank, offer));
+            }
             if speaker[n] == usize::MAX {
                 speaker[n] = rank;
-            }
-            if gateway[n].is_none() && reach[rank].relay.is_some() {
-                gateway[n] = Some(rank);
+                reports[n] = report;
             }
         }
         Routes {
-            reach,
             node,
+            reach: reports,
             gateway,
             speaker,
         }
     }
 
+    /// Rank `rank`'s node, as an index into the tables.
+    fn node_of(&self, rank: usize) -> Option<usize> {
+        self.node.get(rank).map(|&n| n as usize)
+    }
+
+    /// What rank `rank`'s node reported.
+    fn reach_of(&self, rank: usize) -> Option<&Reach> {
+        self.reach.get(self.node_of(rank)?)
+    }
+
     /// Whether ranks `a` and `b` reach each other without a gateway.
     fn direct(&self, a: usize, b: usize) -> bool {
-        if self.node[a] == self.node[b] {
+        let (Some(na), Some(nb)) = (self.node_of(a), self.node_of(b)) else {
+            return true;
+        };
+        if na == nb {
             return true;
         }
-        let (ra, rb) = (&self.reach[a], &self.reach[b]);
+        let (ra, rb) = (&self.reach[na], &self.reach[nb]);
         if let (Some(ga), Some(gb)) = (&ra.groups, &rb.groups) {
             return ga.iter().any(|g| gb.contains(g));
         }
@@ -219,22 +231,24 @@ impl Routes {
     /// none when they reach each other directly, or when no chain of
     /// gateways joins them (then directly as well: the network may route).
     pub fn gateways(&self, from: usize, to: usize) -> Vec<usize> {
-        if from >= self.node.len() || to >= self.node.len() || self.direct(from, to) {
+        let (Some(start), Some(goal)) = (self.node_of(from), self.node_of(to)) else {
+            return Vec::new();
+        };
+        if self.direct(from, to) {
             return Vec::new();
         }
         // Breadth first over nodes, passing only through nodes with a
         // gateway; nodes few, so a direct check per pair is cheap.
         let nodes = self.gateway.len();
         let mut came_from = vec![usize::MAX; nodes];
-        let (start, goal) = (self.node[from], self.node[to]);
         came_from[start] = start;
         let mut queue = VecDeque::from([start]);
         while let Some(n) = queue.pop_front() {
             let via = if n == start {
                 from
             } else {
-                match self.gateway[n] {
-                    Some(g) => g,
+                match &self.gateway[n] {
+                    Some((g, _)) => *g,
                     None => continue,
                 }
             };
@@ -261,7 +275,7 @@ impl Routes {
         let mut out = Vec::new();
         let mut n = came_from[goal];
         while n != start {
-            out.extend(self.gateway[n]);
+            out.extend(self.gateway[n].as_ref().map(|(g, _)| *g));
             n = came_from[n];
         }
         out.reverse();
@@ -271,8 +285,9 @@ impl Routes {
     /// Whether `rank` forwards for others: its node's gateway, with
     /// ranks of other nodes that do not reach each other directly.
     pub(crate) fn forwards(&self, rank: usize) -> bool {
-        let n = self.node[rank];
-        self.gateway[n] == Some(rank) && self.any_pair_needs(n)
+        self.node_of(rank).is_some_and(|n| {
+            self.gateway[n].as_ref().map(|(g, _)| *g) == Some(rank) && self.any_pair_needs(n)
+        })
     }
 
     /// Whether two other nodes that reach node `n` do not reach each other.
@@ -301,13 +316,13 @@ impl Routes {
         let hops: Vec<(usize, RelayOffer)> = self
             .gateways(from, to)
             .into_iter()
-            .filter_map(|g| self.reach[g].relay.clone().map(|offer| (g, offer)))
+            .filter_map(|g| self.gateway[self.node_of(g)?].clone())
             .collect();
+        let mine = self.reach_of(from).map_or(&[][..], |r| &r.nets[..]);
         if hops.is_empty() {
-            let same_node = self.node.get(from) == self.node.get(to);
-            let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
+            let same_node = self.node_of(from) == self.node_of(to);
             let ordered = usable_order(mine, same_node, addrs);
-            let joined = from >= self.node.len() || to >= self.node.len() || self.direct(from, to);
+            let joined = self.direct(from, to);
             return crate::dial::connect_any(&ordered, deadline, whom).map_err(|e| match e {
                 JobError::Bootstrap { step, whom, source } if !joined => JobError::Bootstrap {
                     step: format!(
@@ -319,7 +334,6 @@ impl Routes {
                 other => other,
             });
         }
-        let mine = self.reach.get(from).map_or(&[][..], |r| &r.nets[..]);
         crate::relay::through(mine, &hops, addrs, deadline, whom)
     }
 }
@@ -336,8 +350,8 @@ mod tests {
         }
     }
 
-    fn node(name: &str) -> NodeId {
-        NodeId {
+    fn node(name: &str) -> crate::NodeId {
+        crate::NodeId {
             hostname: name.into(),
             boot_id: name.into(),
         }
@@ -364,7 +378,7 @@ mod tests {
         let a = reach(&["10.78.0.1/24"], false);
         let b = reach(&["10.78.0.2/24", "10.79.0.2/24"], true);
         let c = reach(&["10.79.0.3/24"], false);
-        let nodes = ["a", "a", "b", "b", "c", "c"].map(node);
+        let nodes = Nodes::new(["a", "a", "b", "b", "c", "c"].map(node));
         Routes::new(vec![a.clone(), a, b.clone(), b, c.clone(), c], &nodes)
     }
 
@@ -382,8 +396,22 @@ mod tests {
     }
 
     #[test]
+    fn a_node_is_held_once_and_its_gateway_is_its_lowest_rank_that_offers_a_relay() {
+        // Node b's first rank offers no relay; its second does.
+        let a = reach(&["10.78.0.1/24"], false);
+        let b = reach(&["10.78.0.2/24", "10.79.0.2/24"], false);
+        let c = reach(&["10.79.0.3/24"], false);
+        let b_relay = reach(&["10.78.0.2/24", "10.79.0.2/24"], true);
+        let nodes = Nodes::new(["a", "b", "b", "b", "c"].map(node));
+        let r = Routes::new(vec![a, b.clone(), b_relay.clone(), b_relay, c], &nodes);
+        assert_eq!((r.node.len(), r.reach.len()), (5, 3));
+        assert_eq!(r.gateways(0, 4), vec![2]);
+        assert!(r.forwards(2) && !r.forwards(1) && !r.forwards(3));
+    }
+
+    #[test]
     fn a_chain_of_clusters_passes_every_gateway_in_order() {
-        let nodes = ["a", "b", "c", "d"].map(node);
+        let nodes = Nodes::new(["a", "b", "c", "d"].map(node));
         let reaches = vec![
             reach(&["10.1.0.1/24"], false),
             reach(&["10.1.0.2/24", "10.2.0.2/24"], true),
@@ -399,7 +427,7 @@ mod tests {
     #[test]
     fn unknown_or_unjoined_networks_are_tried_directly() {
         // No gateway between them: directly (the network may route).
-        let nodes = ["a", "b"].map(node);
+        let nodes = Nodes::new(["a", "b"].map(node));
         let r = Routes::new(
             vec![
                 reach(&["10.1.0.1/24"], false),
@@ -432,7 +460,7 @@ mod tests {
     #[test]
     fn the_same_private_address_on_two_hosts_is_not_a_shared_network() {
         // docker0 on every host: 172.17.0.1/16 twice is not one network.
-        let nodes = ["a", "g", "b"].map(node);
+        let nodes = Nodes::new(["a", "g", "b"].map(node));
         let r = Routes::new(
             vec![
                 reach(&["10.1.0.1/24", "172.17.0.1/16"], false),
@@ -463,7 +491,7 @@ mod tests {
         a.groups = Some(vec!["x".into()]);
         b.groups = Some(vec!["x".into(), "y".into()]);
         c.groups = Some(vec!["y".into()]);
-        let r = Routes::new(vec![a, b, c], &["a", "b", "c"].map(node));
+        let r = Routes::new(vec![a, b, c], &Nodes::new(["a", "b", "c"].map(node)));
         assert_eq!(r.gateways(0, 2), vec![1], "one subnet, but other groups");
         assert_eq!(
             parse_groups(Some(" x, y ")).unwrap(),

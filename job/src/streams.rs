@@ -481,7 +481,10 @@ mod tests {
                 token,
             };
             let node = crate::node::NodeId::local();
-            let routes = Routes::new(vec![Default::default(); 6], &vec![node; 6]);
+            let routes = Routes::new(
+                vec![Default::default(); 6],
+                &crate::node::Nodes::new(vec![node; 6]),
+            );
             let dialer = Dialer {
                 routes: &routes,
                 launch_of: &|r| r,

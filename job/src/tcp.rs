@@ -16,6 +16,7 @@ use crate::backoff::Backoff;
 use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
+use crate::nets::Directory;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
 use crate::wire::{decode_directory, encode_directory, join_blocks, split_blocks};
 
@@ -51,7 +52,7 @@ pub(crate) struct Mesh {
     /// Where this rank accepts peer links.
     pub(crate) listener: TcpListener,
     /// Every rank's peer listener: the addresses to try, in order.
-    pub(crate) listen: Vec<Vec<SocketAddr>>,
+    pub(crate) listen: Directory,
     /// The job's routes, once known: links between ranks that do not
     /// reach each other go through gateways.
     pub(crate) routes: Option<std::sync::Arc<crate::routes::Routes>>,
@@ -138,7 +139,7 @@ impl TcpRendezvous {
                 size,
                 secret,
                 listener,
-                listen,
+                listen: Directory::new(listen),
                 routes: None,
             },
             star: Star::Root(links),
@@ -162,7 +163,7 @@ impl TcpRendezvous {
                 size: launch.size,
                 secret,
                 listener,
-                listen,
+                listen: Directory::new(listen),
                 routes: None,
             },
             star: Star::Leaf(Box::new(root)),
@@ -392,8 +393,8 @@ impl Mesh {
     fn dial_peer(&self, p: usize, deadline: Instant) -> Result<Session> {
         let whom = format!("rank {p}");
         let s = match &self.routes {
-            Some(routes) => routes.dial(self.rank, p, &self.listen[p], deadline, &whom)?,
-            None => connect_any(&self.listen[p], deadline, &whom)?,
+            Some(routes) => routes.dial(self.rank, p, &self.listen.addrs(p), deadline, &whom)?,
+            None => connect_any(&self.listen.addrs(p), deadline, &whom)?,
         };
         keep_alive(&s, true).map_err(io_err("keepalive", &whom))?;
         let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
@@ -798,10 +799,7 @@ mod tests {
             size: 2,
             secret: secret.clone(),
             listener: listeners[rank].try_clone().unwrap(),
-            listen: listeners
-                .iter()
-                .map(|l| vec![l.local_addr().unwrap()])
-                .collect(),
+            listen: Directory::new(listeners.iter().map(|l| vec![l.local_addr().unwrap()])),
             routes: None,
         }
     }
@@ -950,7 +948,7 @@ mod tests {
             let r = h.join().unwrap();
             if rank > 0 {
                 assert_eq!(
-                    r.mesh.listen[0][0].ip(),
+                    r.mesh.listen.addrs(0)[0].ip(),
                     IpAddr::from([127, 0, 0, 1]),
                     "rank {rank}"
                 );

@@ -10,7 +10,7 @@ use crate::error::{JobError, Result};
 use crate::health::{Failure, Health};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::memo::Memo;
-use crate::node::NodeId;
+use crate::node::{NodeId, Nodes};
 use crate::oob::{check_peers, OutOfBand, PeerLink};
 use crate::relay::{Relay, RelayListener};
 use crate::routes::{Reach, Routes};
@@ -85,7 +85,7 @@ pub struct World {
     rank: usize,
     size: usize,
     job_id: String,
-    nodes: Arc<Vec<NodeId>>,
+    nodes: Arc<Nodes>,
     oob: Option<Arc<Mutex<Box<dyn OutOfBand>>>>,
     /// The job's health watcher (none for a job of one).
     health: Option<Arc<Health>>,
@@ -242,18 +242,19 @@ impl World {
         tracing::debug!(rank, size, job_id, "joined the job");
         let (nodes, reach): (Vec<NodeId>, Vec<Reach>) =
             intros.into_iter().map(|i| (i.node, i.reach)).unzip();
+        let nodes = Arc::new(Nodes::new(nodes));
         let routes = Arc::new(Routes::new(reach, &nodes));
         let relay = match relay_listener {
             Some(l) if routes.forwards(rank) => Some(Arc::new(Relay::start(l, nets)?)),
             _ => None,
         };
         oob.route_through(routes.clone());
-        let health = Self::watch_health(oob.as_mut(), &nodes, deadline)?;
+        let health = Self::watch_health(oob.as_mut(), nodes.clone(), deadline)?;
         let world = World {
             rank,
             size,
             job_id,
-            nodes: Arc::new(nodes),
+            nodes,
             oob: Some(Arc::new(Mutex::new(oob))),
             health: Some(Arc::new(health)),
             order: None,
@@ -270,7 +271,7 @@ impl World {
     /// health tree) and starts this rank's watcher; collective.
     fn watch_health(
         oob: &mut dyn OutOfBand,
-        nodes: &[NodeId],
+        nodes: Arc<Nodes>,
         deadline: Instant,
     ) -> Result<Health> {
         let silence =
@@ -287,16 +288,13 @@ impl World {
 
     /// A job of one process (no network).
     pub fn single() -> World {
-        let node = NodeId::local();
+        let nodes = Nodes::new([NodeId::local()]);
         World {
             rank: 0,
             size: 1,
             job_id: format!("single{}", std::process::id()),
-            routes: Arc::new(Routes::new(
-                vec![Reach::default()],
-                std::slice::from_ref(&node),
-            )),
-            nodes: Arc::new(vec![node]),
+            routes: Arc::new(Routes::new(vec![Reach::default()], &nodes)),
+            nodes: Arc::new(nodes),
             oob: None,
             health: None,
             order: None,
@@ -357,7 +355,7 @@ impl World {
             rank: me,
             size: self.size,
             job_id: self.job_id.clone(),
-            nodes: Arc::new(order.iter().map(|&r| self.nodes[r].clone()).collect()),
+            nodes: Arc::new(self.nodes.renumbered(order)),
             oob: self.oob.clone(),
             health: self.health.clone(),
             order: Some(Arc::new(Order { launch, rank })),
@@ -439,7 +437,7 @@ impl World {
 
     /// Whether `rank` runs on this process's node (shares memory with it).
     pub fn same_node(&self, rank: usize) -> bool {
-        self.node_of(rank).is_some() && self.node_of(rank) == self.node_of(self.rank)
+        self.nodes.index(rank).is_some() && self.nodes.index(rank) == self.nodes.index(self.rank)
     }
 
     /// This rank's place among the ranks of its node (by rank order).

@@ -23,6 +23,8 @@ pub struct Hub {
     pub received: Vec<AtomicU64>,
     /// What a test records once every rank has reached a point.
     pub resident: AtomicU64,
+    /// The same, of another measure.
+    pub heap: AtomicU64,
 }
 
 /// A hub for `ranks` ranks.
@@ -33,6 +35,7 @@ pub fn hub(ranks: usize) -> Arc<Hub> {
         slots: Mutex::new(vec![Vec::new(); ranks]),
         received: (0..ranks).map(|_| AtomicU64::new(0)).collect(),
         resident: AtomicU64::new(0),
+        heap: AtomicU64::new(0),
     })
 }
 
