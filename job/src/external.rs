@@ -2,8 +2,9 @@
 //! MPI communicator's allgather (lent by the C library `libsode_mpi`), or
 //! any other fixed-size allgather. Collectives go through it; the
 //! point-to-point setup links sode needs between peers are direct TCP
-//! connections, authenticated with a secret rank 0 hands out through the
-//! program's allgather (which the launcher already trusts).
+//! connections, authenticated with a secret the ranks derive from a share
+//! each adds to the program's first allgather (which the launcher already
+//! trusts).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};

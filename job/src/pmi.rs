@@ -3,9 +3,9 @@
 //! or Hydra's `PMI_PORT=host:port`) and speak the PMI-1 text protocol on
 //! it: `init`, `get_maxes`, `get_my_kvsname`, `put`, `barrier_in`, `get`,
 //! `finalize`. Collectives go through put/barrier/get, as over PMIx; the
-//! peer links are [`ExternalOob`]'s authenticated TCP mesh (its secret
-//! travels through the launcher's key-value space, which the launcher
-//! trusts).
+//! peer links are [`ExternalOob`]'s authenticated TCP mesh (the shares its
+//! secret is made from travel through the launcher's key-value space,
+//! which the launcher trusts).
 //!
 //! [`Client`] is the protocol alone over any `Read + Write`, tested against
 //! an in-memory server.

@@ -1,7 +1,8 @@
 //! The bootstrap under a PMIx server (Open MPI's `mpirun`, Slurm's `srun
 //! --mpi=pmix`): rank and size from the server, collectives through
 //! put/commit/fence/get, peer links over [`ExternalOob`]'s authenticated TCP
-//! mesh (the secret travels through PMIx, which the launcher trusts).
+//! mesh (the shares its secret is made from travel through PMIx, which the
+//! launcher trusts).
 
 use crate::error::{JobError, Result};
 use crate::external::{AllgatherFn, ExternalOob};
