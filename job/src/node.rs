@@ -2,6 +2,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::Result;
+use crate::wire::{Reader, Writer};
+
 /// Which machine a rank runs on: ranks with equal identities share memory.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct NodeId {
@@ -29,6 +32,33 @@ impl NodeId {
         }
     }
 
+    /// Writes this identity into a setup record ([`crate::wire`]): the host
+    /// name, then the boot id, as its 16 bytes when it is a UUID as the
+    /// kernel writes it (the usual case), else as text.
+    pub(crate) fn write(&self, w: &mut Writer) -> Result<()> {
+        w.short(self.hostname.as_bytes(), "the host name")?;
+        match uuid_bytes(&self.boot_id) {
+            Some(b) => {
+                w.u8(1).bytes(&b);
+            }
+            None => {
+                w.u8(0).short(self.boot_id.as_bytes(), "the boot id")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// What [`NodeId::write`] wrote.
+    pub(crate) fn read(r: &mut Reader<'_>) -> Option<NodeId> {
+        let hostname = r.text()?;
+        let boot_id = match r.u8()? {
+            0 => r.text()?,
+            1 => uuid_text(&r.array()?),
+            _ => return None,
+        };
+        Some(NodeId { hostname, boot_id })
+    }
+
     /// Eight bytes that tell this machine from others (a digest of its
     /// name and boot id), for records every rank of a job receives.
     pub(crate) fn digest(&self) -> [u8; 8] {
@@ -41,6 +71,45 @@ impl NodeId {
         out.copy_from_slice(&h.finalize()[..8]);
         out
     }
+}
+
+/// Where the dashes of a UUID's text fall.
+const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
+
+/// The 16 bytes of a UUID written as the kernel writes one (lowercase hex,
+/// dashed 8-4-4-4-12); none for any other text, which would not read back
+/// the same from [`uuid_text`].
+fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
+    let t = text.as_bytes();
+    if t.len() != 36 || UUID_DASHES.iter().any(|&i| t[i] != b'-') {
+        return None;
+    }
+    let digits: Vec<u8> = t.iter().copied().filter(|&c| c != b'-').collect();
+    if digits.len() != 32
+        || !digits
+            .iter()
+            .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
+    {
+        return None;
+    }
+    let hex = |c: u8| if c <= b'9' { c - b'0' } else { c - b'a' + 10 };
+    let mut out = [0u8; 16];
+    for (i, o) in out.iter_mut().enumerate() {
+        *o = hex(digits[2 * i]) << 4 | hex(digits[2 * i + 1]);
+    }
+    Some(out)
+}
+
+/// A UUID's text from its 16 bytes, as the kernel writes it.
+fn uuid_text(bytes: &[u8; 16]) -> String {
+    let mut out = String::with_capacity(36);
+    for (i, b) in bytes.iter().enumerate() {
+        if [4, 6, 8, 10].contains(&i) {
+            out.push('-');
+        }
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
 }
 
 /// Which machine each rank of a job runs on, as an index into the job's
@@ -106,6 +175,32 @@ mod tests {
             hostname: name.into(),
             boot_id: format!("boot of {name}"),
         }
+    }
+
+    #[test]
+    fn an_identity_reads_back_and_a_kernel_boot_id_takes_16_bytes() {
+        let here = NodeId::local();
+        let odd = NodeId {
+            hostname: "h".into(),
+            boot_id: "0E6A9F4C-2B1D-4C3E-9F00-1234567890AB".into(),
+        };
+        let short = NodeId {
+            hostname: "h".into(),
+            boot_id: String::new(),
+        };
+        for id in [here, odd.clone(), short] {
+            let mut w = Writer::new(0);
+            id.write(&mut w).unwrap();
+            let rec = w.finish();
+            let mut r = Reader::new(&rec, 0).unwrap();
+            assert_eq!(NodeId::read(&mut r).as_ref(), Some(&id));
+            assert_eq!(r.end(()), Some(()));
+        }
+        let kernel = "0e6a9f4c-2b1d-4c3e-9f00-1234567890ab";
+        assert_eq!(uuid_text(&uuid_bytes(kernel).unwrap()), kernel);
+        assert_eq!(uuid_bytes(&odd.boot_id), None, "uppercase stays text");
+        assert_eq!(uuid_bytes("0e6a9f4c-2b1d-4c3e-9f00-1234567890a"), None);
+        assert_eq!(uuid_bytes("0e6a9f4c+2b1d-4c3e-9f00-1234567890ab"), None);
     }
 
     #[test]

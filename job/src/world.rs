@@ -35,12 +35,11 @@ struct Introduction {
 const INTRODUCTION_FORMAT: u8 = 1;
 
 impl Introduction {
-    /// Format, host name, boot id, job id (a flag, then the id), pid,
+    /// Format, node ([`NodeId::write`]), job id (a flag, then the id), pid,
     /// nonce and reach.
     fn encode(&self) -> Result<Vec<u8>> {
         let mut w = Writer::new(INTRODUCTION_FORMAT);
-        w.short(self.node.hostname.as_bytes(), "the host name")?
-            .short(self.node.boot_id.as_bytes(), "the boot id")?;
+        self.node.write(&mut w)?;
         match &self.job_id {
             None => w.u8(0),
             Some(id) => w.u8(1).short(id.as_bytes(), "the job id")?,
@@ -53,10 +52,7 @@ impl Introduction {
     fn decode(record: &[u8], whom: &str) -> Result<Introduction> {
         let read = || {
             let mut r = Reader::new(record, INTRODUCTION_FORMAT)?;
-            let node = NodeId {
-                hostname: r.text()?,
-                boot_id: r.text()?,
-            };
+            let node = NodeId::read(&mut r)?;
             let job_id = match r.u8()? {
                 0 => None,
                 1 => Some(r.text()?),
