@@ -417,4 +417,14 @@ mod tests {
         other.swap(0, 1);
         assert_ne!(s, Secret::from_shares(&other), "the order of ranks counts");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn no_bytes_make_a_card_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..120)) {
+            let _ = Card::decode(&bytes, "rank 1");
+            let mut with_format = vec![CARD_FORMAT];
+            with_format.extend_from_slice(&bytes);
+            let _ = Card::decode(&with_format, "rank 1");
+        }
+    }
 }

@@ -296,4 +296,18 @@ mod tests {
         let e = Writer::new(0).count(300, "networks").unwrap_err();
         assert!(e.to_string().contains("300 networks"), "{e}");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn no_bytes_make_the_gathered_blocks_or_the_directory_panic(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            n in 0usize..6,
+        ) {
+            let _ = split_blocks(&bytes, n);
+            let _ = decode_directory(&bytes, n);
+            let mut with_format = vec![DIRECTORY_FORMAT];
+            with_format.extend_from_slice(&bytes);
+            let _ = decode_directory(&with_format, n);
+        }
+    }
 }

@@ -812,4 +812,34 @@ mod tests {
         );
         assert_eq!(id, "t-job-abababababababab");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn a_damaged_introduction_is_an_error_or_another_introduction_never_a_panic(
+            at in proptest::collection::vec((0usize..200, proptest::num::u8::ANY), 1..4),
+            cut in 0usize..200,
+        ) {
+            let intro = Introduction {
+                node: NodeId::local(),
+                job_id: Some("j".into()),
+                pid: 7,
+                nonce: [1; 8],
+                reach: Reach {
+                    nets: crate::routes::host_nets(),
+                    groups: Some(vec!["g".into()]),
+                    relay: Some(crate::relay::RelayOffer {
+                        addrs: vec!["10.0.0.1:5".parse().unwrap()],
+                        token: [2; 32],
+                    }),
+                },
+            };
+            let mut rec = intro.encode().unwrap();
+            for &(i, b) in &at {
+                let n = rec.len();
+                rec[i % n] = b;
+            }
+            rec.truncate(cut.max(1));
+            let _ = Introduction::decode(&rec, "rank 1");
+        }
+    }
 }
