@@ -63,7 +63,8 @@ struct Card {
 const CARD_FORMAT: u8 = 1;
 
 impl Card {
-    /// Format, share, node, port, the addresses' count and each address.
+    /// Format, share, node, port, the addresses' count (two bytes) and
+    /// each address.
     fn encode(&self) -> Result<Vec<u8>> {
         let mut w = Writer::new(CARD_FORMAT);
         w.bytes(&self.share).bytes(&self.node).u16(self.port);
@@ -78,7 +79,7 @@ impl Card {
         let read = || {
             let mut r = Reader::new(record, CARD_FORMAT)?;
             let (share, node, port) = (r.array()?, r.array()?, r.u16()?);
-            let addrs = (0..r.u8()?)
+            let addrs = (0..r.count()?)
                 .map(|_| r.array::<4>().map(Ipv4Addr::from))
                 .collect::<Option<_>>()?;
             r.end(Card {
@@ -390,7 +391,7 @@ mod tests {
         let rec = card.encode().unwrap();
         assert_eq!(
             rec.len(),
-            1 + SHARE + 8 + 2 + 1 + 2 * 4,
+            1 + SHARE + 8 + 2 + 2 + 2 * 4,
             "the card's few bytes"
         );
         assert_eq!(Card::decode(&rec, "rank 1").unwrap(), card);

@@ -59,7 +59,7 @@ impl RelayOffer {
 
     /// What [`RelayOffer::write`] wrote.
     pub(crate) fn read(r: &mut Reader<'_>) -> Option<RelayOffer> {
-        let addrs = (0..r.u8()?).map(|_| r.addr()).collect::<Option<_>>()?;
+        let addrs = (0..r.count()?).map(|_| r.addr()).collect::<Option<_>>()?;
         Some(RelayOffer {
             addrs,
             token: r.array()?,

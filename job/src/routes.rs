@@ -82,7 +82,7 @@ impl Reach {
 
     /// What [`Reach::write`] wrote.
     pub(crate) fn read(r: &mut Reader<'_>) -> Option<Reach> {
-        let nets = (0..r.u8()?)
+        let nets = (0..r.count()?)
             .map(|_| {
                 Some(Net {
                     addr: r.array::<4>()?.into(),
@@ -92,7 +92,7 @@ impl Reach {
             .collect::<Option<_>>()?;
         let groups = match r.u8()? {
             0 => None,
-            1 => Some((0..r.u8()?).map(|_| r.text()).collect::<Option<_>>()?),
+            1 => Some((0..r.count()?).map(|_| r.text()).collect::<Option<_>>()?),
             _ => return None,
         };
         let relay = match r.u8()? {
@@ -177,7 +177,8 @@ impl Routes {
         let mut reports = vec![Reach::default(); count];
         let mut node = Vec::with_capacity(nodes.ranks());
         for (rank, report) in reach.into_iter().enumerate() {
-            let n = nodes.index(rank).unwrap_or(0);
+            // A report past the table's ranks has no node to speak for.
+            let Some(n) = nodes.index(rank) else { break };
             node.push(n as u32);
             if gateway[n].is_none() {
                 gateway[n] = report.relay.clone().map(|offer| (rank, offer));

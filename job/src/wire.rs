@@ -49,13 +49,14 @@ impl Writer {
         Ok(self.u8(len).bytes(v))
     }
 
-    /// A count of at most 255 items, `what` named as in [`Writer::short`].
+    /// A count of items in two bytes (a host may have hundreds of
+    /// addresses), `what` named in the error past 65,535.
     pub(crate) fn count(&mut self, n: usize, what: &str) -> Result<&mut Writer> {
-        let n = u8::try_from(n).map_err(|_| JobError::Protocol {
+        let n = u16::try_from(n).map_err(|_| JobError::Protocol {
             whom: "this rank".into(),
-            why: format!("{n} {what}, more than sode's 255"),
+            why: format!("{n} {what}, more than sode's 65535"),
         })?;
-        Ok(self.u8(n))
+        Ok(self.u16(n))
     }
 
     /// An IPv4 or IPv6 address with its port.
@@ -112,6 +113,11 @@ impl<'a> Reader<'a> {
 
     pub(crate) fn u32(&mut self) -> Option<u32> {
         self.array().map(u32::from_le_bytes)
+    }
+
+    /// What [`Writer::count`] wrote.
+    pub(crate) fn count(&mut self) -> Option<u16> {
+        self.u16()
     }
 
     /// What [`Writer::short`] wrote.
@@ -199,7 +205,7 @@ pub(crate) fn decode_directory(message: &[u8], ranks: usize) -> Option<Vec<Vec<S
     }
     let mut listen = Vec::new();
     for _ in 0..ranks {
-        let n = r.u8()?;
+        let n = r.count()?;
         listen.push((0..n).map(|_| r.addr()).collect::<Option<_>>()?);
     }
     r.end(listen)
@@ -293,8 +299,11 @@ mod tests {
             .short(&[0; 256], "the host name")
             .unwrap_err();
         assert!(e.to_string().contains("the host name is 256 bytes"), "{e}");
-        let e = Writer::new(0).count(300, "networks").unwrap_err();
-        assert!(e.to_string().contains("300 networks"), "{e}");
+        let e = Writer::new(0).count(70_000, "networks").unwrap_err();
+        assert!(e.to_string().contains("70000 networks"), "{e}");
+        let mut w = Writer::new(0);
+        w.count(300, "addresses").unwrap();
+        assert_eq!(Reader::new(&w.finish(), 0).unwrap().count(), Some(300));
     }
 
     proptest::proptest! {

@@ -42,7 +42,10 @@ impl Introduction {
         self.node.write(&mut w)?;
         match &self.job_id {
             None => w.u8(0),
-            Some(id) => w.u8(1).short(id.as_bytes(), "the job id")?,
+            // As much as the agreed id keeps ([`agreed_job_id`]).
+            Some(id) => w
+                .u8(1)
+                .short(sanitise_job_id(id).as_bytes(), "the job id")?,
         };
         w.u32(self.pid).bytes(&self.nonce);
         self.reach.write(&mut w)?;
@@ -811,6 +814,16 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(id, "t-job-abababababababab");
+        // A launcher's job id of any length: what is agreed is the same.
+        let long = Introduction {
+            node: NodeId::local(),
+            job_id: Some("x/".repeat(300)),
+            pid: 1,
+            nonce: [0xab; 8],
+            reach: Reach::default(),
+        };
+        let back = Introduction::decode(&long.encode().unwrap(), "rank 0").unwrap();
+        assert_eq!(agreed_job_id(&back), agreed_job_id(&long));
     }
 
     proptest::proptest! {
