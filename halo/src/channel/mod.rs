@@ -132,6 +132,30 @@ pub(crate) fn same_fabric(fabrics: &[String], a: usize, b: usize) -> bool {
     }
 }
 
+/// Whether two ranks on different nodes (`node_of` of each rank) have
+/// RDMA devices on the same fabric: one pass over the ranks, where
+/// comparing every pair would take minutes at 100,000 ranks.
+#[cfg_attr(not(feature = "rdma"), allow(dead_code))]
+pub(crate) fn fabric_spans_nodes<N: PartialEq>(
+    fabrics: &[String],
+    node_of: impl Fn(usize) -> N,
+) -> bool {
+    let mut first: std::collections::HashMap<&str, N> = std::collections::HashMap::new();
+    fabrics.iter().enumerate().any(|(rank, fabric)| {
+        if fabric.is_empty() {
+            return false;
+        }
+        let node = node_of(rank);
+        match first.get(fabric.as_str()) {
+            Some(seen) => *seen != node,
+            None => {
+                first.insert(fabric, node);
+                false
+            }
+        }
+    })
+}
+
 /// How rank `a` reaches rank `b` under `transport`, given each rank's RDMA
 /// fabric (`fabrics`, gathered under the automatic choice).
 pub(crate) fn locality(
@@ -349,5 +373,29 @@ pub(crate) trait Channel: std::fmt::Debug + Send {
     /// paths by, and where they were measured (none but on shared memory).
     fn calibrations(&self) -> &[sode_shm::PeerCalibration] {
         &[]
+    }
+}
+
+#[cfg(test)]
+mod fabric_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn one_pass_finds_a_fabric_on_two_nodes_as_every_pair_would(
+            ranks in proptest::collection::vec((0u8..4, 0u8..3), 0..40),
+        ) {
+            // Fabric 0 stands for a rank without a device.
+            let fabrics: Vec<String> = ranks
+                .iter()
+                .map(|&(_, f)| if f == 0 { String::new() } else { format!("f{f}") })
+                .collect();
+            let node = |r: usize| ranks[r].0;
+            let pairs = (0..ranks.len()).any(|a| {
+                (a + 1..ranks.len()).any(|b| node(a) != node(b) && same_fabric(&fabrics, a, b))
+            });
+            prop_assert_eq!(fabric_spans_nodes(&fabrics, node), pairs);
+        }
     }
 }

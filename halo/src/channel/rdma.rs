@@ -264,11 +264,11 @@ impl RdmaJob<'_> {
             Transport::Shm | Transport::Tcp => false,
             Transport::Rdma => size > 1,
             // Two ranks on different nodes whose devices share a fabric.
-            Transport::Auto => (0..size).any(|a| {
-                (a + 1..size).any(|b| {
-                    world.node_of(a) != world.node_of(b) && super::same_fabric(self.fabrics, a, b)
+            Transport::Auto => {
+                super::fabric_spans_nodes(&self.fabrics[..self.fabrics.len().min(size)], |r| {
+                    world.node_of(r)
                 })
-            }),
+            }
         }
     }
 
