@@ -10,7 +10,7 @@
 //! before and farther ones more. A pair forwarded by gateways costs at
 //! least the sum of its hops: each of its bytes crosses all of them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -113,8 +113,9 @@ pub(crate) struct RoundTrip {
 
 /// The first rank of each node, in rank order.
 pub(crate) fn node_leaders(world: &World) -> Vec<usize> {
+    let mut seen = HashSet::new();
     (0..world.size())
-        .filter(|&r| (0..r).all(|q| world.node_of(q) != world.node_of(r)))
+        .filter(|&r| seen.insert(world.node_of(r)))
         .collect()
 }
 
@@ -356,17 +357,12 @@ pub(crate) fn layout_of(
     world: &World,
     cards: impl IntoIterator<Item = (Numa, Vec<RoundTrip>)>,
 ) -> Layout {
-    let mut index = Vec::new();
+    // Nodes numbered in order of their first rank, in one pass.
+    let mut index = HashMap::new();
     let node: Vec<usize> = (0..world.size())
         .map(|r| {
-            let id = world.node_of(r);
-            match index.iter().position(|x| *x == id) {
-                Some(i) => i,
-                None => {
-                    index.push(id);
-                    index.len() - 1
-                }
-            }
+            let next = index.len();
+            *index.entry(world.node_of(r)).or_insert(next)
         })
         .collect();
     let mut round_trips = BTreeMap::new();

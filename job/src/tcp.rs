@@ -200,7 +200,7 @@ impl TcpRendezvous {
             JobError::Protocol {
                 whom: whom.into(),
                 why: format!(
-                    "its directory does not list {} ranks' addresses",
+                    "its directory does not read as {} ranks' addresses: is every rank running the same sode?",
                     launch.size
                 ),
             }
