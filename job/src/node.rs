@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::auth::{hex, unhex};
 use crate::error::Result;
 use crate::wire::{Reader, Writer};
 
@@ -73,43 +74,25 @@ impl NodeId {
     }
 }
 
-/// Where the dashes of a UUID's text fall.
-const UUID_DASHES: [usize; 4] = [8, 13, 18, 23];
-
 /// The 16 bytes of a UUID written as the kernel writes one (lowercase hex,
 /// dashed 8-4-4-4-12); none for any other text, which would not read back
 /// the same from [`uuid_text`].
 fn uuid_bytes(text: &str) -> Option<[u8; 16]> {
-    let t = text.as_bytes();
-    if t.len() != 36 || UUID_DASHES.iter().any(|&i| t[i] != b'-') {
-        return None;
-    }
-    let digits: Vec<u8> = t.iter().copied().filter(|&c| c != b'-').collect();
-    if digits.len() != 32
-        || !digits
-            .iter()
-            .all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'))
-    {
-        return None;
-    }
-    let hex = |c: u8| if c <= b'9' { c - b'0' } else { c - b'a' + 10 };
-    let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = hex(digits[2 * i]) << 4 | hex(digits[2 * i + 1]);
-    }
-    Some(out)
+    let bytes: [u8; 16] = unhex(&text.replace('-', ""))?.try_into().ok()?;
+    (uuid_text(&bytes) == text).then_some(bytes)
 }
 
 /// A UUID's text from its 16 bytes, as the kernel writes it.
 fn uuid_text(bytes: &[u8; 16]) -> String {
-    let mut out = String::with_capacity(36);
-    for (i, b) in bytes.iter().enumerate() {
-        if [4, 6, 8, 10].contains(&i) {
-            out.push('-');
-        }
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    let h = hex(bytes);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
 }
 
 /// Which machine each rank of a job runs on, as an index into the job's

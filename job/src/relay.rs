@@ -49,19 +49,14 @@ pub(crate) struct RelayOffer {
 impl RelayOffer {
     /// Writes this offer into a setup record ([`crate::wire`]).
     pub(crate) fn write(&self, w: &mut Writer) -> Result<()> {
-        w.count(self.addrs.len(), "relay addresses")?;
-        for a in &self.addrs {
-            w.addr(a);
-        }
-        w.bytes(&self.token);
+        w.addrs(&self.addrs, "relay addresses")?.bytes(&self.token);
         Ok(())
     }
 
     /// What [`RelayOffer::write`] wrote.
     pub(crate) fn read(r: &mut Reader<'_>) -> Option<RelayOffer> {
-        let addrs = (0..r.count()?).map(|_| r.addr()).collect::<Option<_>>()?;
         Some(RelayOffer {
-            addrs,
+            addrs: r.addrs()?,
             token: r.array()?,
         })
     }

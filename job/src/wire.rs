@@ -68,6 +68,15 @@ impl Writer {
         self.u16(a.port())
     }
 
+    /// A list of addresses: its count ([`Writer::count`]), then each.
+    pub(crate) fn addrs(&mut self, list: &[SocketAddr], what: &str) -> Result<&mut Writer> {
+        self.count(list.len(), what)?;
+        for a in list {
+            self.addr(a);
+        }
+        Ok(self)
+    }
+
     pub(crate) fn finish(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
     }
@@ -141,6 +150,11 @@ impl<'a> Reader<'a> {
         Some(SocketAddr::new(ip, self.u16()?))
     }
 
+    /// What [`Writer::addrs`] wrote.
+    pub(crate) fn addrs(&mut self) -> Option<Vec<SocketAddr>> {
+        (0..self.count()?).map(|_| self.addr()).collect()
+    }
+
     /// `value` when the record ends here (nothing left over).
     pub(crate) fn end<T>(self, value: T) -> Option<T> {
         self.rest.is_empty().then_some(value)
@@ -189,10 +203,7 @@ pub(crate) fn encode_directory(listen: &[Vec<SocketAddr>]) -> Result<Vec<u8>> {
     let mut w = Writer::new(DIRECTORY_FORMAT);
     w.u32(ranks);
     for addrs in listen {
-        w.count(addrs.len(), "listening addresses")?;
-        for a in addrs {
-            w.addr(a);
-        }
+        w.addrs(addrs, "listening addresses")?;
     }
     Ok(w.finish())
 }
@@ -205,8 +216,7 @@ pub(crate) fn decode_directory(message: &[u8], ranks: usize) -> Option<Vec<Vec<S
     }
     let mut listen = Vec::new();
     for _ in 0..ranks {
-        let n = r.count()?;
-        listen.push((0..n).map(|_| r.addr()).collect::<Option<_>>()?);
+        listen.push(r.addrs()?);
     }
     r.end(listen)
 }
