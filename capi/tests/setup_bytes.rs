@@ -12,7 +12,7 @@ mod common;
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use common::{add_f64, comm, hub, last_error, ok, on_every_rank, periodic_2d, Hub};
 use sode_capi::sys::*;
@@ -62,6 +62,16 @@ struct Bytes {
     setup: u64,
     /// In the commit.
     commit: u64,
+}
+
+/// One test of this file at a time: the memory measures are the whole
+/// process's, and another test's threads allocating beside a measure
+/// would be counted as this one's (or, freed later, hide its growth).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    // A test that failed while holding it does not stop the others.
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The bytes the process's heap has handed out and not taken back (glibc's
@@ -186,6 +196,7 @@ fn job(
 
 #[test]
 fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
+    let _alone = alone();
     let side = SIDE as i64 - 2;
     let bytes = |fields| -> Vec<u64> {
         job(&hub(6), [2, 3], fields, side)
@@ -202,6 +213,7 @@ fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
 
 #[test]
 fn fields_that_disagree_across_a_face_are_still_named_on_every_rank() {
+    let _alone = alone();
     // Rank 3 (row 1, column 0) owns 7 rows where the others own 10: its
     // neighbours along axis 1 must own as many along axis 0.
     let outcomes = job(&hub(6), [2, 3], 40, 7);
@@ -216,6 +228,7 @@ fn fields_that_disagree_across_a_face_are_still_named_on_every_rank() {
 
 #[test]
 fn a_commit_of_boxes_brings_each_rank_the_same_bytes_for_1_and_for_10_boxes() {
+    let _alone = alone();
     let bytes = |boxes| -> Vec<u64> {
         on_every_rank(&hub(5), move |hub, me| ring_rank(hub, me, boxes))
             .into_iter()
@@ -230,6 +243,7 @@ fn a_commit_of_boxes_brings_each_rank_the_same_bytes_for_1_and_for_10_boxes() {
 
 #[test]
 fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_ranks() {
+    let _alone = alone();
     // Two-dimensional periodic grids of thread ranks (8 neighbours each),
     // one field: from the communicator's creation to the first exchange.
     println!(
