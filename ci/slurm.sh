@@ -6,6 +6,8 @@
 #                     stencil, every halo cell checked;
 #   srun --mpi=pmi2   the C and Fortran examples (MPICH) and the Rust
 #                     stencil (sode's PMI-1 wire bootstrap);
+#   scontrol suspend  the Rust stencil stopped for longer than its
+#                     deadlines resumes, bit for bit;
 #   srun --mpi=none   the Rust stencil fails by name.
 # Needs root (slurmd starts the tasks), Debian's slurm-wlm and munge
 # (installed here), the examples built by ci/capi.sh and ci/mpich.sh, and
@@ -150,6 +152,38 @@ checked "bit for bit" 4 --mpi=pmix -n 4 "$stencil"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$c_mpich/stencil2d"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$f_mpich/stencil3d"
 checked "bit for bit" 4 --mpi=pmi2 -n 4 "$stencil"
+
+echo "-- scontrol suspend: a job stopped for longer than its deadlines resumes"
+# Preemption by suspension and gang scheduling stop every task of a job
+# (SIGSTOP) for as long as they like. The stencil's waits may take 3 s and
+# silence is fatal after 3 s; suspended for 8 s in its time loop (about
+# 1.5 ms an iteration here), it must finish bit for bit: time in which a
+# rank did not run is not counted against it or its peers.
+SODE_HEALTH_TIMEOUT=3 timeout 300 srun --mpi=pmix -n 4 --job-name=sode-suspend \
+  "$stencil" --size 512 --iters 8000 --timeout 3 > "$dir/suspend.out" 2>&1 &
+srun_pid=$!
+job=
+for _ in $(seq 300); do
+  job=$(squeue -h -n sode-suspend -t R -o %i)
+  [ -n "$job" ] && break
+  sleep 0.1
+done
+[ -n "$job" ] || { echo "slurm: the job to suspend did not start" >&2; exit 1; }
+sleep 4   # past its setup (about 1 s), in its time loop (about 12 s here)
+scontrol suspend "$job"
+sleep 8
+scontrol resume "$job"
+if ! wait "$srun_pid"; then
+  tail -20 "$dir/suspend.out"
+  echo "slurm: the job suspended for 8 s did not finish" >&2
+  exit 1
+fi
+if [ "$(grep -c "bit for bit" "$dir/suspend.out")" -ne 4 ]; then
+  tail -20 "$dir/suspend.out"
+  echo "slurm: the job suspended for 8 s did not finish its check on every rank" >&2
+  exit 1
+fi
+echo "ok: suspended for 8 s with deadlines of 3 s, every rank bit for bit"
 
 echo "-- srun -n 2 (no PMI): a named error, not a hang"
 if out=$(timeout 60 srun --mpi=none -n 2 "$stencil" 2>&1); then

@@ -26,11 +26,18 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* The longest stretch between two looks at the clock, naps included, that
+ * is taken as this process running (sode_job's STOPPED_GAP). */
+static const double STOPPED_GAP_S = 1.0;
+
 /* Tests `req` until it completes (1) or `deadline` passes (0). Collective
  * steps are rare (creation, commits), so the wait sleeps between tests:
- * 50 us at first, growing to 1 ms. */
+ * 50 us at first, growing to 1 ms. A longer stretch between two looks at
+ * the clock is time this process was stopped (a suspended job, SIGSTOP):
+ * the deadline moves on by as much, as sode's own waits do. */
 static int complete_by(MPI_Request *req, double deadline) {
     long pause_ns = 50000;
+    double looked = now();
     for (;;) {
         int done = 0;
         if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
@@ -39,7 +46,12 @@ static int complete_by(MPI_Request *req, double deadline) {
         if (done) {
             return 1;
         }
-        if (now() > deadline) {
+        double t = now();
+        if (t - looked > STOPPED_GAP_S) {
+            deadline += t - looked;
+        }
+        looked = t;
+        if (t > deadline) {
             return 0;
         }
         struct timespec pause = {0, pause_ns};

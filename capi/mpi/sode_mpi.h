@@ -18,7 +18,8 @@ extern "C" {
  * step (this call, each commit) completes within `timeout_s` (INFINITY: no
  * deadline; SODE_TIMEOUT_DEFAULT: SODE_TIMEOUT's) or fails with
  * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived;
- * the communicator is then unusable.
+ * the communicator is then unusable. Time in which this process is stopped
+ * (a suspended job, a debugger) does not count.
  * # Statuses
  * SODE_ERR_NULL (`out`); SODE_ERR_BOOTSTRAP before MPI_Init, when
  * MPI_Comm_dup fails, or as `sode_comm_create_allgather` returns it (which

@@ -1,7 +1,8 @@
 /* Bad input to sode's C ABI, each answered with a status and a message
  * naming what was wrong; and a rank that dies during an exchange.
  *
- *   mpirun -n 2 ./errors           every misuse, on both ranks
+ *   mpirun -n 2 ./errors           every misuse, on both ranks, and a job
+ *                                  suspended inside a commit
  *   SODE_RANK=.. SODE_SIZE=2 SODE_ROOT=.. SODE_JOB_SECRET=.. ./errors kill
  *                                  rank 1 dies after start; rank 0's wait
  *                                  must fail within its timeout */
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -332,6 +335,53 @@ static void absent(int size) {
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
 }
 
+/* The whole job stopped (SIGSTOP, as `scontrol suspend` does) for 4 s
+ * inside a commit, on a communicator whose timeout is 2 s: the commit
+ * completes, since time in which the ranks did not run does not count
+ * against it. The last rank stops the others once they wait for it in the
+ * commit, then itself; a child it forked continues them all. */
+static void suspended(int size) {
+    sode_comm *c = NULL;
+    expect("a communicator with a 2 s timeout, to be suspended", sode_comm_create_mpi(MPI_COMM_WORLD, 2.0, &c),
+           SODE_OK, "");
+    int pid = (int)getpid();
+    int *pids = calloc((size_t)size, sizeof *pids);
+    if (pids == NULL) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        exit(2);
+    }
+    MPI_Allgather(&pid, 1, MPI_INT, pids, 1, MPI_INT, MPI_COMM_WORLD);
+    sode_exchange *x = cart(c, size);
+    expect("a field", add_u(x), SODE_OK, "");
+    if (rank == size - 1) {
+        struct timespec settle = {0, 500000000};
+        nanosleep(&settle, NULL);
+        pid_t helper = fork();
+        if (helper == 0) {
+            struct timespec pause = {4, 0};
+            nanosleep(&pause, NULL);
+            for (int r = 0; r < size; r++) {
+                kill(pids[r], SIGCONT);
+            }
+            _exit(0);
+        }
+        if (helper < 0) {
+            fprintf(stderr, "rank %d: fork failed: the job is not suspended\n", rank);
+            failures++;
+        } else {
+            for (int r = 0; r < size - 1; r++) {
+                kill(pids[r], SIGSTOP);
+            }
+            raise(SIGSTOP);
+            waitpid(helper, NULL, 0);
+        }
+    }
+    expect("a commit suspended for 4 s, its communicator's timeout 2 s", sode_exchange_commit(x), SODE_OK, "");
+    expect("free the exchange", sode_exchange_free(&x), SODE_OK, "");
+    expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+    free(pids);
+}
+
 static int kill_mode(void) {
     sode_comm *c;
     if (sode_comm_create_env(30.0, &c) != SODE_OK) {
@@ -429,6 +479,7 @@ int main(int argc, char **argv) {
     reorder(c, size);
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
     absent(size);
+    suspended(size);
     int all = 0;
     MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Finalize();

@@ -1522,13 +1522,15 @@ impl LinkExchange {
         // Every channel progresses in one loop: a rank never sits in one
         // while a peer waits for it in another.
         let mut backoff = Backoff::exchange();
+        // Time this process is stopped (a suspended job) does not count.
+        let mut deadline = sode_job::Deadline::new(deadline);
         while !self.poll()? {
-            if Instant::now() >= deadline {
+            if deadline.passed() {
                 return Err(HaloError::Timeout {
                     outstanding: self.outstanding(),
                 });
             }
-            if !(backoff.blocks() && self.park_on_last(deadline)?) {
+            if !(backoff.blocks() && self.park_on_last(deadline.at())?) {
                 backoff.snooze();
             }
         }

@@ -7,6 +7,10 @@
 //! finish with every rank's block equal, bit for bit, to a single-process
 //! sweep of the whole grid.
 //!
+//! A whole job suspended for longer than its deadlines (a wait's timeout,
+//! `SODE_HEALTH_TIMEOUT`) resumes too: time in which a rank did not run
+//! does not count against them.
+//!
 //! The ranks are this test executable run again, by the `rank` test below
 //! (a no-op unless `SODE_PAUSE_TEST` is set).
 
@@ -21,6 +25,8 @@ mod common;
 use common::{free_port, outputs_of, spawn_rank};
 
 const ROLE: &str = "SODE_PAUSE_TEST";
+/// Seconds each wait of a rank may take (120 unless set).
+const WAIT_VAR: &str = "SODE_PAUSE_TEST_WAIT";
 const SIZE: usize = 4;
 const GLOBAL: [usize; 2] = [40, 9];
 const ITERS: usize = 30;
@@ -48,7 +54,8 @@ fn sweep(ext: &[usize], u: &[f64], v: &mut [f64]) {
 }
 
 /// One rank of the job, when run as a child (`ROLE` names the ranks that
-/// pause: a rank, or `all`).
+/// pause themselves: a rank, `all`, or `job`: all but rank 0, which the
+/// test stops as it waits for them).
 #[test]
 fn rank() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -58,7 +65,15 @@ fn rank() {
     sode_job::diag::init();
     let w = World::init(Duration::from_secs(30)).unwrap();
     let me = w.rank();
-    let pauses = role == "all" || role.parse::<usize>().ok() == Some(me);
+    let pauses = match role.as_str() {
+        "all" => true,
+        "job" => me != 0,
+        r => r.parse::<usize>().ok() == Some(me),
+    };
+    let wait = std::env::var(WAIT_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(120), Duration::from_secs);
     let d = decomposition();
     let mut halo = HaloExchange::builder(&w, &d).build().unwrap();
     let ext = halo.local_extent().to_vec();
@@ -75,7 +90,7 @@ fn rank() {
             raise(Signal::SIGSTOP).unwrap();
         }
         halo.start(&[&u]).unwrap();
-        halo.wait(Instant::now() + Duration::from_secs(120), &mut [&mut u])
+        halo.wait(Instant::now() + wait, &mut [&mut u])
             .unwrap_or_else(|e| panic!("rank {me}: {}", sode_job::diag::chain(&e)));
         sweep(&ext, &u, &mut v);
         std::mem::swap(&mut u, &mut v);
@@ -121,20 +136,24 @@ fn stopped(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Runs the job with `who` pausing (a rank, or `all`) for `pause`, then
-/// continued; each rank's output, after all have ended well.
-fn run_job(who: &str, pause: Duration) -> Vec<String> {
+/// Runs the job with `who` pausing (a rank, `all`, or `job`: the whole
+/// job, rank 0 stopped by the test inside its wait) for `pause`, then
+/// continued, each rank with `env` set; each rank's output, after all have
+/// ended well.
+fn run_job(who: &str, pause: Duration, env: &[(&str, &str)]) -> Vec<String> {
     static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
     let port = free_port();
     let job = format!("pause{}{who}", std::process::id());
     // Nothing sets SODE_HEALTH_TIMEOUT: the ranks run as a user's would.
     let children: Vec<Child> = (0..SIZE)
-        .map(|r| spawn_rank(r, SIZE, port, &job, (ROLE, who), &[]))
+        .map(|r| spawn_rank(r, SIZE, port, &job, (ROLE, who), env))
         .collect();
-    let paused: Vec<u32> = match who.parse::<usize>() {
-        Ok(r) => vec![children[r].id()],
-        Err(_) => children.iter().map(Child::id).collect(),
+    let pids: Vec<u32> = children.iter().map(Child::id).collect();
+    let paused: Vec<u32> = match (who, who.parse::<usize>()) {
+        (_, Ok(r)) => vec![pids[r]],
+        ("job", _) => pids[1..].to_vec(),
+        _ => pids.clone(),
     };
     let deadline = Instant::now() + Duration::from_secs(60);
     while !paused.iter().all(|&p| stopped(p)) {
@@ -144,6 +163,15 @@ fn run_job(who: &str, pause: Duration) -> Vec<String> {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    let paused = if who == "job" {
+        // Rank 0 waits for rank 1's face, which will not come while rank 1
+        // is stopped: the suspension catches it inside its wait.
+        std::thread::sleep(Duration::from_millis(300));
+        kill(Pid::from_raw(pids[0] as i32), Signal::SIGSTOP).unwrap();
+        pids
+    } else {
+        paused
+    };
     std::thread::sleep(pause);
     for &p in &paused {
         kill(Pid::from_raw(p as i32), Signal::SIGCONT).unwrap();
@@ -165,7 +193,7 @@ fn check(outputs: &[String]) {
 #[test]
 fn rank_0_paused_for_15_s_is_waited_for() {
     // Rank 0 holds every other rank's health link.
-    let outputs = run_job("0", Duration::from_secs(15));
+    let outputs = run_job("0", Duration::from_secs(15), &[]);
     check(&outputs);
     assert!(
         outputs[1..]
@@ -177,5 +205,27 @@ fn rank_0_paused_for_15_s_is_waited_for() {
 
 #[test]
 fn a_whole_job_suspended_for_12_s_resumes() {
-    check(&run_job("all", Duration::from_secs(12)));
+    check(&run_job("all", Duration::from_secs(12), &[]));
+}
+
+#[test]
+fn a_whole_job_suspended_past_its_deadlines_resumes() {
+    // Slurm's `scontrol suspend` or gang scheduling: every rank stopped
+    // for 10 s, rank 0 inside a wait whose timeout is 4 s, with silence
+    // fatal after 4 s. Every rank was stopped; none was late.
+    let outputs = run_job(
+        "job",
+        Duration::from_secs(10),
+        &[
+            ("SODE_HEALTH_TIMEOUT", "4"),
+            (WAIT_VAR, "4"),
+            ("SODE_LOG", "sode_job=info"),
+        ],
+    );
+    check(&outputs);
+    assert!(
+        outputs[0].contains("this process did not run for"),
+        "rank 0's watcher saw its own stop: {}",
+        outputs[0]
+    );
 }

@@ -279,6 +279,7 @@ impl Health {
             stopped,
             silence,
             beats: 0,
+            looked: Instant::now(),
         };
         let watcher = std::thread::Builder::new()
             .name(format!("sode-health-{rank}"))
@@ -366,6 +367,9 @@ struct Watch {
     silence: Option<Duration>,
     /// Heartbeat rounds so far.
     beats: u64,
+    /// When the watcher last looked at the clock, to tell the time this
+    /// process did not run (see [`Watch::look`]).
+    looked: Instant,
 }
 
 impl Watch {
@@ -377,10 +381,12 @@ impl Watch {
                 self.beat();
                 next_beat = now + BEAT;
             }
-            let ready = match self.poll(next_beat.saturating_duration_since(now)) {
+            let nap = next_beat.saturating_duration_since(now);
+            let ready = match self.poll(nap) {
                 Some(ready) => ready,
                 None => break,
             };
+            self.look(nap);
             for i in ready.into_iter().rev() {
                 self.read(i);
             }
@@ -515,9 +521,32 @@ impl Watch {
         }
     }
 
+    /// Looks at the clock, `nap` after the last look plus the work since:
+    /// a longer stretch is time this process did not run (a suspended
+    /// job, SIGSTOP, a debugger), in which it heard nobody and nobody
+    /// could be heard; the silence of every link is counted from its end.
+    /// A whole job suspended for longer than `SODE_HEALTH_TIMEOUT` then
+    /// resumes, while a rank silent as its watchers ran is still judged.
+    fn look(&mut self, nap: Duration) {
+        let now = Instant::now();
+        let stopped = crate::timeout::not_running(self.looked, nap, now);
+        self.looked = now;
+        if stopped.is_zero() {
+            return;
+        }
+        tracing::info!(
+            "this process did not run for {:.1} s (stopped, suspended or not scheduled): its peers' silence in that time is not counted",
+            stopped.as_secs_f64()
+        );
+        for w in &mut self.links {
+            w.heard = w.heard.checked_add(stopped).map_or(now, |h| h.min(now));
+        }
+    }
+
     /// Reports links silent for [`SILENCE_REPORTED`]; declares one dead
     /// past the fatal silence, when one is set.
     fn check_silence(&mut self) {
+        self.look(Duration::ZERO);
         let now = Instant::now();
         for w in self.links.iter_mut().filter(|w| !w.reported) {
             if now.duration_since(w.heard) > SILENCE_REPORTED {

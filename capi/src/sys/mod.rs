@@ -2325,7 +2325,8 @@ pub unsafe extern "C" fn sode_exchange_test(exchange: *mut Exchange, done: *mut 
 /// `SODE_ERR_TIMEOUT` when the time ran out (call it again). `INFINITY`
 /// waits without deadline (as MPI does: a rank that dies is reported by
 /// the job's health all the same); `SODE_TIMEOUT_DEFAULT` waits as long
-/// as `SODE_TIMEOUT` says (no deadline when it is unset).
+/// as `SODE_TIMEOUT` says (no deadline when it is unset). Time in which
+/// this process is stopped (a suspended job, a debugger) does not count.
 ///
 /// # Statuses
 /// `SODE_ERR_NULL` (`exchange`); `SODE_ERR_ARG` for a timeout that is not a

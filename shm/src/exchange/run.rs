@@ -544,9 +544,11 @@ impl Exchange {
     pub fn wait(&mut self, deadline: Instant) -> Result<()> {
         self.lifecycle.require_in_flight("wait")?;
         let mut backoff = Backoff::exchange();
+        // Time this process is stopped (a suspended job) does not count.
+        let mut deadline = sode_job::Deadline::new(deadline);
         loop {
             let pass = if backoff.blocks() && self.parks {
-                self.park_pass(deadline)
+                self.park_pass(deadline.at())
             } else {
                 self.pass()
             };
@@ -559,7 +561,7 @@ impl Exchange {
                 backoff.reset();
                 continue;
             }
-            if Instant::now() >= deadline {
+            if deadline.passed() {
                 return Err(ShmError::Timeout {
                     exchange: self.name.clone(),
                     iteration: self.iteration,

@@ -417,9 +417,11 @@ impl PersistentWrites {
         self.state.lifecycle.require_in_flight("wait")?;
         let began = Instant::now();
         let mut backoff = Backoff::exchange();
+        // Time this process is stopped (a suspended job) does not count.
+        let mut deadline = sode_job::Deadline::new(deadline);
         loop {
             if backoff.blocks() && self.parks() {
-                if self.park(deadline)? {
+                if self.park(deadline.at())? {
                     return Ok(());
                 }
             } else {
@@ -433,10 +435,9 @@ impl PersistentWrites {
                     backoff.snooze();
                 }
             }
-            let now = Instant::now();
-            if now >= deadline {
+            if deadline.passed() {
                 return Err(TransportError::Timeout {
-                    waited: now - began,
+                    waited: began.elapsed().saturating_sub(deadline.stopped()),
                     outstanding: self.outstanding(),
                 });
             }
