@@ -89,6 +89,14 @@ fn rank() {
         if pauses && it == PAUSE_AT {
             raise(Signal::SIGSTOP).unwrap();
         }
+        if role == "job" && it == PAUSE_AT + 2 {
+            // Suspended again, rank 0 inside a collective step this time.
+            if me != 0 {
+                raise(Signal::SIGSTOP).unwrap();
+            }
+            w.barrier(wait)
+                .unwrap_or_else(|e| panic!("rank {me}: {}", sode_job::diag::chain(&e)));
+        }
         halo.start(&[&u]).unwrap();
         halo.wait(Instant::now() + wait, &mut [&mut u])
             .unwrap_or_else(|e| panic!("rank {me}: {}", sode_job::diag::chain(&e)));
@@ -137,9 +145,9 @@ fn stopped(pid: u32) -> bool {
 }
 
 /// Runs the job with `who` pausing (a rank, `all`, or `job`: the whole
-/// job, rank 0 stopped by the test inside its wait) for `pause`, then
-/// continued, each rank with `env` set; each rank's output, after all have
-/// ended well.
+/// job, rank 0 stopped by the test inside its wait, then again for as long
+/// inside a barrier) for `pause`, then continued, each rank with `env`
+/// set; each rank's output, after all have ended well.
 fn run_job(who: &str, pause: Duration, env: &[(&str, &str)]) -> Vec<String> {
     static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,26 +163,32 @@ fn run_job(who: &str, pause: Duration, env: &[(&str, &str)]) -> Vec<String> {
         ("job", _) => pids[1..].to_vec(),
         _ => pids.clone(),
     };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !paused.iter().all(|&p| stopped(p)) {
-        assert!(
-            Instant::now() < deadline,
-            "the ranks did not stop themselves"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let paused = if who == "job" {
-        // Rank 0 waits for rank 1's face, which will not come while rank 1
-        // is stopped: the suspension catches it inside its wait.
-        std::thread::sleep(Duration::from_millis(300));
-        kill(Pid::from_raw(pids[0] as i32), Signal::SIGSTOP).unwrap();
-        pids
-    } else {
-        paused
-    };
-    std::thread::sleep(pause);
-    for &p in &paused {
-        kill(Pid::from_raw(p as i32), Signal::SIGCONT).unwrap();
+    let rounds = if who == "job" { 2 } else { 1 };
+    for _ in 0..rounds {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !paused.iter().all(|&p| stopped(p)) {
+            assert!(
+                Instant::now() < deadline,
+                "the ranks did not stop themselves"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let paused = if who == "job" {
+            // Rank 0 waits for rank 1 (its face, then its part of the
+            // barrier), which will not come while rank 1 is stopped: the
+            // suspension catches it inside its wait.
+            std::thread::sleep(Duration::from_millis(300));
+            kill(Pid::from_raw(pids[0] as i32), Signal::SIGSTOP).unwrap();
+            pids.clone()
+        } else {
+            paused.clone()
+        };
+        std::thread::sleep(pause);
+        for &p in &paused {
+            kill(Pid::from_raw(p as i32), Signal::SIGCONT).unwrap();
+        }
+        // Running again before the next round looks for stopped ranks.
+        std::thread::sleep(Duration::from_millis(200));
     }
     outputs_of(children)
 }
@@ -211,11 +225,13 @@ fn a_whole_job_suspended_for_12_s_resumes() {
 #[test]
 fn a_whole_job_suspended_past_its_deadlines_resumes() {
     // Slurm's `scontrol suspend` or gang scheduling: every rank stopped
-    // for 10 s, rank 0 inside a wait whose timeout is 4 s, with silence
-    // fatal after 4 s. Every rank was stopped; none was late.
+    // for 6 s, rank 0 inside a wait whose timeout is 4 s, with silence
+    // fatal after 4 s; then again, rank 0 inside a barrier (a collective
+    // step over the job's TCP links) with the same timeout. Every rank
+    // was stopped; none was late.
     let outputs = run_job(
         "job",
-        Duration::from_secs(10),
+        Duration::from_secs(6),
         &[
             ("SODE_HEALTH_TIMEOUT", "4"),
             (WAIT_VAR, "4"),

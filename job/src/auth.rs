@@ -26,6 +26,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::timeout::Deadline;
+
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
@@ -196,13 +198,14 @@ impl Session {
         deadline: Instant,
     ) -> Result<Session> {
         let mut s = stream;
+        let mut deadline = Deadline::new(deadline);
         let mut a = [0u8; NONCE];
-        read_exact_by(&mut s, &mut a, deadline, whom)?;
+        read_exact_by(&mut s, &mut a, &mut deadline, whom)?;
         let c = nonce()?;
         let proof = secret.mac(b"sode/1 connect", &[&a, &c]);
         write_all(&mut s, &[&c[..], &proof[..]].concat(), whom)?;
         let mut answer = [0u8; TAG];
-        read_exact_by(&mut s, &mut answer, deadline, whom)?;
+        read_exact_by(&mut s, &mut answer, &mut deadline, whom)?;
         if answer == REFUSED {
             return Err(JobError::SecretRefused { whom: whom.into() });
         }
@@ -215,12 +218,12 @@ impl Session {
     /// Challenges the connector on `stream`; fails (and the caller drops the
     /// connection) unless it proves it holds `secret`.
     pub(crate) fn accept(stream: TcpStream, secret: &Secret, whom: &str) -> Result<Session> {
-        let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+        let mut deadline = Deadline::new(Instant::now() + HANDSHAKE_TIMEOUT);
         let mut s = stream;
         let a = nonce()?;
         write_all(&mut s, &a, whom)?;
         let mut reply = [0u8; NONCE + TAG];
-        read_exact_by(&mut s, &mut reply, deadline, whom)?;
+        read_exact_by(&mut s, &mut reply, &mut deadline, whom)?;
         let (c, proof) = reply.split_at(NONCE);
         if !verify(&secret.0, b"sode/1 connect", &[&a, c], proof) {
             // Best effort: the connection is dropped either way.
@@ -279,6 +282,12 @@ impl Session {
 
     /// Receives one frame and checks its tag.
     pub(crate) fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>> {
+        self.recv_by(&mut Deadline::new(deadline))
+    }
+
+    /// [`recv`](Self::recv) before a deadline that several receives share:
+    /// time this process is found stopped in one moves it on for the next.
+    pub(crate) fn recv_by(&mut self, deadline: &mut Deadline) -> Result<Vec<u8>> {
         let mut len = [0u8; 4];
         read_exact_by(&mut self.stream, &mut len, deadline, &self.whom)?;
         let len = u32::from_le_bytes(len) as usize;
@@ -325,21 +334,35 @@ fn write_all(s: &mut TcpStream, bytes: &[u8], whom: &str) -> Result<()> {
     })
 }
 
-/// Reads exactly `buf.len()` bytes before `deadline`.
+/// The longest a read sleeps before it looks at its deadline again: well
+/// under [`STOPPED_GAP`](crate::timeout::STOPPED_GAP), so that a stretch
+/// longer than that is time this process was stopped, not waited.
+const READ_SLICE: Duration = Duration::from_millis(250);
+
+/// Reads exactly `buf.len()` bytes before `deadline` (which time this
+/// process is stopped does not bring nearer: a job suspended in a
+/// collective step resumes).
 pub(crate) fn read_exact_by(
     s: &mut TcpStream,
     mut buf: &mut [u8],
-    deadline: Instant,
+    deadline: &mut Deadline,
     whom: &str,
 ) -> Result<()> {
     let began = Instant::now();
+    let stopped_before = deadline.stopped();
     while !buf.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let passed = deadline.passed();
+        let left = deadline
+            .at()
+            .saturating_duration_since(Instant::now())
+            .min(READ_SLICE);
+        if passed || left.is_zero() {
             return Err(JobError::BootstrapTimeout {
                 step: "receive".into(),
                 whom: whom.into(),
-                waited: began.elapsed(),
+                waited: began
+                    .elapsed()
+                    .saturating_sub(deadline.stopped() - stopped_before),
                 hint: "no message before the deadline".into(),
             });
         }

@@ -274,14 +274,14 @@ fn serve(mut conn: TcpStream, serving: &Serving) -> Result<()> {
     );
     conn.set_nonblocking(false)
         .map_err(io_at("configure", &whom))?;
-    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let mut deadline = crate::timeout::Deadline::new(Instant::now() + HANDSHAKE_TIMEOUT);
     let mut hello = [0u8; 8 + TOKEN];
-    crate::auth::read_exact_by(&mut conn, &mut hello, deadline, &whom)?;
+    crate::auth::read_exact_by(&mut conn, &mut hello, &mut deadline, &whom)?;
     let proved = crate::auth::same_token(token, &hello[8..]);
     if &hello[..8] != MAGIC || !proved {
         return Err(JobError::Unauthenticated { whom });
     }
-    let request: Request = read_frame(&mut conn, deadline, &whom)?;
+    let request: Request = read_frame(&mut conn, deadline.at(), &whom)?;
     let onward_deadline = Instant::now() + Duration::from_millis(request.millis_left);
     let onward = if request.hops.is_empty() {
         let ordered = usable_order(nets, false, &request.target);
@@ -396,8 +396,9 @@ fn read_frame<T: for<'de> Deserialize<'de>>(
     deadline: Instant,
     whom: &str,
 ) -> Result<T> {
+    let mut deadline = crate::timeout::Deadline::new(deadline);
     let mut len = [0u8; 4];
-    crate::auth::read_exact_by(s, &mut len, deadline, whom)?;
+    crate::auth::read_exact_by(s, &mut len, &mut deadline, whom)?;
     let len = u32::from_le_bytes(len) as usize;
     if len > MAX_REQUEST {
         return Err(JobError::Protocol {
@@ -406,7 +407,7 @@ fn read_frame<T: for<'de> Deserialize<'de>>(
         });
     }
     let mut body = vec![0u8; len];
-    crate::auth::read_exact_by(s, &mut body, deadline, whom)?;
+    crate::auth::read_exact_by(s, &mut body, &mut deadline, whom)?;
     s.set_read_timeout(None).map_err(io_at("configure", whom))?;
     crate::oob::decode(&body, whom)
 }

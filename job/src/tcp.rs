@@ -289,19 +289,24 @@ impl OutOfBand for TcpRendezvous {
     }
 
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
+        // One deadline for the whole step: time this process is found
+        // stopped while it receives from one rank counts for the next.
+        let mut deadline = crate::timeout::Deadline::new(deadline);
         match &mut self.star {
             Star::Leaf(root) => {
                 root.send(mine)?;
                 let size = self.mesh.size;
-                split_blocks(&root.recv(deadline)?, size).ok_or_else(|| JobError::Protocol {
-                    whom: "the root".into(),
-                    why: format!("its allgather is not one block from each of {size} ranks"),
+                split_blocks(&root.recv_by(&mut deadline)?, size).ok_or_else(|| {
+                    JobError::Protocol {
+                        whom: "the root".into(),
+                        why: format!("its allgather is not one block from each of {size} ranks"),
+                    }
                 })
             }
             Star::Root(links) => {
                 let mut all = vec![mine.to_vec()];
                 for link in links.iter_mut().skip(1) {
-                    all.push(joined_link(link)?.recv(deadline)?);
+                    all.push(joined_link(link)?.recv_by(&mut deadline)?);
                 }
                 // Binary: rank 0 sends this to every rank.
                 let body = join_blocks(&all)?;
