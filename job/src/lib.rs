@@ -83,7 +83,5 @@ pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
 pub use routes::{Routes, GROUPS_VAR};
 pub use streams::TCP_ADDR_VAR;
 pub use tcp::TcpRendezvous;
-pub use timeout::{
-    default_wait_timeout, not_running, Deadline, NO_DEADLINE, STOPPED_GAP, TIMEOUT_VAR,
-};
+pub use timeout::{default_wait_timeout, Deadline, NO_DEADLINE, STOPPED_GAP, TIMEOUT_VAR};
 pub use world::World;

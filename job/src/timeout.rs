@@ -64,7 +64,7 @@ pub const STOPPED_GAP: Duration = Duration::from_secs(1);
 /// How long a waiter that looked at the clock at `last` and napped up to
 /// `nap` since did not run, seen at `now`: the stretch beyond the nap when
 /// it exceeds [`STOPPED_GAP`], else zero.
-pub fn not_running(last: Instant, nap: Duration, now: Instant) -> Duration {
+pub(crate) fn not_running(last: Instant, nap: Duration, now: Instant) -> Duration {
     let beyond = now.saturating_duration_since(last).saturating_sub(nap);
     if beyond > STOPPED_GAP {
         beyond
