@@ -46,9 +46,10 @@ const KEEPALIVE_PROBES: u32 = 5;
 const BEAT: Duration = Duration::from_millis(500);
 /// How long a message that `poll` said is there may take to arrive whole.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long one note may take to leave: longer means the peer has not read
-/// its link for a long time (it is stopped or hung), and it is declared
-/// dead.
+/// How long one note may take to leave, so that a peer that stopped reading
+/// does not hold the watcher. Heartbeats are not sent on a link with no
+/// room (its peer is paused: a full link is no death), so only a verdict
+/// can meet this limit, and its peer is then declared dead.
 const SEND_LIMIT: Duration = Duration::from_secs(2);
 
 /// Children per rank in the health tree. Two keeps a rank's links (and the
@@ -355,6 +356,21 @@ fn keep_alive(fd: std::os::fd::BorrowedFd<'_>, peer: usize) {
     }
 }
 
+/// Whether a note can be written to `link` without waiting: its peer has
+/// read what was sent before (or the link is closed, which a write then
+/// reports). A link without a descriptor is taken to have room.
+fn has_room(link: &PeerLink) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout};
+    let Some(fd) = link.liveness_fd() else {
+        return true;
+    };
+    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
+    match nix::poll::poll(&mut fds, PollTimeout::ZERO) {
+        Ok(_) => fds[0].revents().is_some_and(|r| !r.is_empty()),
+        Err(_) => true,
+    }
+}
+
 /// The watcher thread's state.
 struct Watch {
     /// This rank, as its tree neighbours number it.
@@ -406,17 +422,18 @@ impl Watch {
 
     /// Sends a heartbeat on every link, and on those whose peer is silent
     /// only every [`SILENCE_REPORTED`] (a paused peer reads nothing: beats
-    /// every half second would fill its link in hours, until a send
-    /// failed; one now and then keeps two peers that both fell silent
-    /// from never beating again); one that cannot be written to is a dead
-    /// peer.
+    /// every half second would fill its link in hours; one now and then
+    /// keeps two peers that both fell silent from never beating again).
+    /// A link with no room is skipped: its peer has not read for hours (a
+    /// debugger's breakpoint over a weekend), and is paused, not dead. One
+    /// that fails to be written to is a dead peer.
     fn beat(&mut self) {
         self.beats = self.beats.wrapping_add(1);
         let sparse = SILENCE_REPORTED.as_millis() / BEAT.as_millis();
         let quiet_turn = u128::from(self.beats) % sparse.max(1) == 0;
         let mut i = 0;
         while i < self.links.len() {
-            if self.links[i].reported && !quiet_turn {
+            if (self.links[i].reported && !quiet_turn) || !has_room(&self.links[i].link) {
                 i += 1;
                 continue;
             }
@@ -705,6 +722,16 @@ mod tests {
         fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
             Some(self.0.as_fd())
         }
+
+        fn bound_sends(&mut self, limit: Option<Duration>) -> Result<()> {
+            self.0
+                .set_write_timeout(limit)
+                .map_err(|source| JobError::Bootstrap {
+                    step: "configuring".into(),
+                    whom: "a test peer".into(),
+                    source,
+                })
+        }
     }
 
     /// Every rank's tree links, as socket pairs.
@@ -811,6 +838,32 @@ mod tests {
         drop(held);
         let why = verdicts(&job, 3, Duration::from_secs(2));
         assert_eq!(why.len(), 13);
+    }
+
+    #[test]
+    fn a_paused_rank_whose_links_are_full_is_not_declared_dead() {
+        // Rank 2 of 3 has not read its links for hours (a breakpoint):
+        // the beats sent to it fill them. Nothing sets a fatal silence.
+        let nodes = Arc::new(Nodes::new(vec![crate::NodeId::local(); 3]));
+        let mut links = tree_links(3);
+        let paused = std::mem::take(&mut links[2]);
+        // Rank 0 is its parent: the one link to it.
+        let full = links[0].get_mut(&2).unwrap();
+        full.bound_sends(Some(Duration::from_millis(1))).unwrap();
+        while full.send(&"a heartbeat it did not read").is_ok() {}
+        assert!(!has_room(full), "rank 0's link to rank 2 is full");
+        let job: Vec<Health> = links
+            .into_iter()
+            .take(2)
+            .enumerate()
+            .map(|(r, links)| Health::start(r, links, nodes.clone(), None).unwrap())
+            .collect();
+        // Beats every half second: several would have met the full link.
+        std::thread::sleep(SEND_LIMIT + 3 * BEAT);
+        for (r, h) in job.iter().enumerate() {
+            assert_eq!(h.failure(), None, "rank {r}");
+        }
+        drop(paused);
     }
 
     #[test]
