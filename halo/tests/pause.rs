@@ -54,8 +54,8 @@ fn sweep(ext: &[usize], u: &[f64], v: &mut [f64]) {
 }
 
 /// One rank of the job, when run as a child (`ROLE` names the ranks that
-/// pause themselves: a rank, `all`, or `job`: all but rank 0, which the
-/// test stops as it waits for them).
+/// pause themselves: a rank, `all`, `job`: all but rank 0, which the test
+/// stops as it waits for them, or `setup`: the same as the job starts).
 #[test]
 fn rank() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -63,17 +63,27 @@ fn rank() {
     };
     // Warnings to stderr, as a program's would be (the report of silence).
     sode_job::diag::init();
-    let w = World::init(Duration::from_secs(30)).unwrap();
+    let wait = std::env::var(WAIT_VAR)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map_or(Duration::from_secs(120), Duration::from_secs);
+    let launch_rank = std::env::var("SODE_RANK").unwrap();
+    if role == "setup" && launch_rank != "0" {
+        // Suspended as the job starts: rank 0 meets the others alone.
+        raise(Signal::SIGSTOP).unwrap();
+    }
+    let w = World::init(if role == "setup" {
+        wait
+    } else {
+        Duration::from_secs(30)
+    })
+    .unwrap_or_else(|e| panic!("rank {launch_rank}: {}", sode_job::diag::chain(&e)));
     let me = w.rank();
     let pauses = match role.as_str() {
         "all" => true,
         "job" => me != 0,
         r => r.parse::<usize>().ok() == Some(me),
     };
-    let wait = std::env::var(WAIT_VAR)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(120), Duration::from_secs);
     let d = decomposition();
     let mut halo = HaloExchange::builder(&w, &d).build().unwrap();
     let ext = halo.local_extent().to_vec();
@@ -144,10 +154,11 @@ fn stopped(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Runs the job with `who` pausing (a rank, `all`, or `job`: the whole
-/// job, rank 0 stopped by the test inside its wait, then again for as long
-/// inside a barrier) for `pause`, then continued, each rank with `env`
-/// set; each rank's output, after all have ended well.
+/// Runs the job with `who` pausing (a rank, `all`, `job`: the whole job,
+/// rank 0 stopped by the test inside its wait, then again for as long
+/// inside a barrier, or `setup`: the whole job, rank 0 stopped as it waits
+/// for the others to meet) for `pause`, then continued, each rank with
+/// `env` set; each rank's output, after all have ended well.
 fn run_job(who: &str, pause: Duration, env: &[(&str, &str)]) -> Vec<String> {
     static ONE_JOB: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
@@ -158,10 +169,11 @@ fn run_job(who: &str, pause: Duration, env: &[(&str, &str)]) -> Vec<String> {
         .map(|r| spawn_rank(r, SIZE, port, &job, (ROLE, who), env))
         .collect();
     let pids: Vec<u32> = children.iter().map(Child::id).collect();
-    let paused: Vec<u32> = match (who, who.parse::<usize>()) {
-        (_, Ok(r)) => vec![pids[r]],
-        ("job", _) => pids[1..].to_vec(),
-        _ => pids.clone(),
+    let whole_job = who == "job" || who == "setup";
+    let paused: Vec<u32> = match who.parse::<usize>() {
+        Ok(r) => vec![pids[r]],
+        Err(_) if whole_job => pids[1..].to_vec(),
+        Err(_) => pids.clone(),
     };
     let rounds = if who == "job" { 2 } else { 1 };
     for _ in 0..rounds {
@@ -173,7 +185,7 @@ fn run_job(who: &str, pause: Duration, env: &[(&str, &str)]) -> Vec<String> {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        let paused = if who == "job" {
+        let paused = if whole_job {
             // Rank 0 waits for rank 1 (its face, then its part of the
             // barrier), which will not come while rank 1 is stopped: the
             // suspension catches it inside its wait.
@@ -220,6 +232,14 @@ fn rank_0_paused_for_15_s_is_waited_for() {
 #[test]
 fn a_whole_job_suspended_for_12_s_resumes() {
     check(&run_job("all", Duration::from_secs(12), &[]));
+}
+
+#[test]
+fn a_job_suspended_as_it_starts_past_its_setup_timeout_meets() {
+    // Ranks 1-3 stopped before they meet; rank 0 stopped as it waits for
+    // them in the rendezvous, for 6 s, with a setup timeout of 4 s.
+    let outputs = run_job("setup", Duration::from_secs(6), &[(WAIT_VAR, "4")]);
+    check(&outputs);
 }
 
 #[test]

@@ -29,7 +29,7 @@ pub(crate) fn again_if_lost<T>(
     let mut backoff = Backoff::setup(Duration::from_millis(20));
     loop {
         match attempt() {
-            Err(e) if Instant::now() < deadline && lost(&e) => {
+            Err(e) if Instant::now() < crate::timeout::as_moved(deadline) && lost(&e) => {
                 tracing::debug!(
                     "{what} was lost ({}): connecting again",
                     crate::diag::chain(&e)
@@ -65,6 +65,8 @@ fn lost(e: &JobError) -> bool {
 pub(crate) fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpStream> {
     let mut backoff = Backoff::setup(Duration::from_millis(5));
     loop {
+        // A stop found by another step of the same setup counts here too.
+        let deadline = crate::timeout::as_moved(deadline);
         let left = deadline.saturating_duration_since(Instant::now());
         let attempt = left
             .max(Duration::from_millis(10))
@@ -115,6 +117,7 @@ pub(crate) fn connect_any(
     }
     let mut backoff = Backoff::setup(Duration::from_millis(5));
     loop {
+        let deadline = crate::timeout::as_moved(deadline);
         let mut last = None;
         for addr in addrs {
             match TcpStream::connect_timeout(addr, Duration::from_millis(500)) {

@@ -542,6 +542,8 @@ impl Acceptor<'_> {
         let mut under_way: std::collections::VecDeque<UnderWay> = Default::default();
         let mut next_id = 0u64;
         let mut backoff = Backoff::setup(Duration::from_millis(1));
+        // It looks every millisecond or so: time stopped does not count.
+        let mut deadline = crate::timeout::Deadline::new(self.deadline);
         loop {
             while let Ok((id, result)) = done_rx.try_recv() {
                 under_way.retain(|u| u.id != id);
@@ -563,11 +565,11 @@ impl Acceptor<'_> {
                 self.start_handshake(next_id, s, from, &done_tx, &mut under_way);
                 continue;
             }
-            if Instant::now() >= self.deadline {
+            if deadline.passed() {
                 return Err(JobError::BootstrapTimeout {
                     step: self.step.into(),
                     whom: missing(state),
-                    waited: began.elapsed(),
+                    waited: began.elapsed().saturating_sub(deadline.stopped()),
                     hint: format!("they did not connect; {}", self.hint),
                 });
             }

@@ -5,7 +5,8 @@
 //! the waiting process itself did not run (a suspended job, SIGSTOP, a
 //! debugger's stop) does not count against a deadline ([`Deadline`]).
 
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{JobError, Result};
@@ -73,28 +74,96 @@ pub(crate) fn not_running(last: Instant, nap: Duration, now: Instant) -> Duratio
     }
 }
 
+/// Deadlines this process moved on, by the instant they were given as,
+/// and how far: a step handed the same instant after an earlier step
+/// found the process stopped (the steps of a setup share one deadline)
+/// starts from where that one left it. The newest [`MOVED_KEPT`], each
+/// until [`MOVED_FOR`] after its moved deadline.
+static MOVED: Mutex<Vec<(Instant, Duration)>> = Mutex::new(Vec::new());
+/// Whether [`MOVED`] holds anything: a deadline takes its lock only then
+/// (for a minute after a stop), not on every wait.
+static ANY_MOVED: AtomicBool = AtomicBool::new(false);
+const MOVED_KEPT: usize = 64;
+/// How long a moved deadline is remembered after it passed: a step handed
+/// it later has timed out anyway.
+const MOVED_FOR: Duration = Duration::from_secs(60);
+
+/// The moved deadlines, those past [`MOVED_FOR`] forgotten.
+fn moved_deadlines() -> std::sync::MutexGuard<'static, Vec<(Instant, Duration)>> {
+    let mut moved = MOVED.lock().unwrap_or_else(|p| p.into_inner());
+    let now = Instant::now();
+    moved.retain(|(given, by)| {
+        given
+            .checked_add(*by)
+            .and_then(|d| d.checked_add(MOVED_FOR))
+            .is_none_or(|end| end > now)
+    });
+    ANY_MOVED.store(!moved.is_empty(), Ordering::Relaxed);
+    moved
+}
+
+/// How far the deadline given as `at` was moved on so far.
+fn moved_by(at: Instant) -> Duration {
+    if !ANY_MOVED.load(Ordering::Relaxed) {
+        return Duration::ZERO;
+    }
+    moved_deadlines()
+        .iter()
+        .find(|(given, _)| *given == at)
+        .map_or(Duration::ZERO, |(_, by)| *by)
+}
+
+/// The deadline given as `at`, moved on as far as a [`Deadline`] made from
+/// it found this process stopped: for loops that cannot look often enough
+/// to find a stop themselves (a connect may take seconds).
+pub(crate) fn as_moved(at: Instant) -> Instant {
+    at.checked_add(moved_by(at)).unwrap_or(at)
+}
+
+/// Records that the deadline given as `at` now stands `by` later.
+fn record_moved(at: Instant, by: Duration) {
+    let mut moved = moved_deadlines();
+    match moved.iter_mut().find(|(given, _)| *given == at) {
+        Some(entry) => entry.1 = entry.1.max(by),
+        None => {
+            if moved.len() >= MOVED_KEPT {
+                moved.remove(0);
+            }
+            moved.push((at, by));
+        }
+    }
+    ANY_MOVED.store(true, Ordering::Relaxed);
+}
+
 /// A deadline that stands still while the process waiting for it does not
 /// run. A whole job suspended (Slurm's `scontrol suspend`, gang
 /// scheduling) for longer than a wait's timeout then resumes without a
 /// timeout: every rank was stopped, and none was late. A waiter looks at
 /// it every pass ([`passed`](Self::passed)); a stretch between two looks
-/// longer than [`STOPPED_GAP`] moves the deadline on by that stretch.
+/// longer than [`STOPPED_GAP`] moves the deadline on by that stretch, and
+/// so does every later `Deadline` made from the same instant (the next
+/// step of a setup that shares one).
 #[derive(Debug, Clone)]
 pub struct Deadline {
+    /// The instant it was made from.
+    given: Instant,
     at: Instant,
     looked: Instant,
     stopped: Duration,
 }
 
 impl Deadline {
-    /// A deadline at `at`, looked at first now.
+    /// A deadline at `at` (moved on as far as any earlier `Deadline` made
+    /// from `at` was), looked at first now.
     pub fn new(at: Instant) -> Deadline {
         Deadline::looked_at(at, Instant::now())
     }
 
-    fn looked_at(at: Instant, now: Instant) -> Deadline {
+    fn looked_at(given: Instant, now: Instant) -> Deadline {
+        let moved = moved_by(given);
         Deadline {
-            at,
+            given,
+            at: given.checked_add(moved).unwrap_or(given),
             looked: now,
             stopped: Duration::ZERO,
         }
@@ -112,6 +181,7 @@ impl Deadline {
             // Far deadlines (no deadline at all) stay where they are.
             self.at = self.at.checked_add(stopped).unwrap_or(self.at);
             self.stopped += stopped;
+            record_moved(self.given, self.at.saturating_duration_since(self.given));
             tracing::debug!(
                 seconds = stopped.as_secs_f64(),
                 "this process did not run (stopped, suspended or not scheduled): the wait's deadline moves on as much"
@@ -169,6 +239,27 @@ mod tests {
         // No deadline stays none.
         let mut never = Deadline::looked_at(t0 + NO_DEADLINE, t0);
         assert!(!never.passed_at(t0 + s(3600)));
+    }
+
+    #[test]
+    fn a_later_step_handed_the_same_deadline_starts_where_it_was_moved() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let given = t0 + s(4) + Duration::from_nanos(7);
+        let mut first = Deadline::looked_at(given, t0);
+        assert!(!first.passed_at(t0 + s(30)), "stopped for 30 s");
+        // The next step, given the same instant, after the first ended.
+        let mut next = Deadline::looked_at(given, t0 + s(31));
+        assert_eq!(next.at(), given + s(30));
+        // Running, looking every half second: it passes 30 s late.
+        let mut now = t0 + s(31);
+        while now < given + s(30) {
+            assert!(!next.passed_at(now));
+            now += Duration::from_millis(500);
+        }
+        assert!(next.passed_at(now));
+        // Another deadline is not moved.
+        assert_eq!(Deadline::looked_at(given + s(1), t0).at(), given + s(1));
     }
 
     #[test]
