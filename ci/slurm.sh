@@ -157,10 +157,10 @@ echo "-- scontrol suspend: a job stopped for longer than its deadlines resumes"
 # Preemption by suspension and gang scheduling stop every task of a job
 # (SIGSTOP) for as long as they like. The stencil's waits may take 3 s and
 # silence is fatal after 3 s; suspended for 8 s in its time loop (about
-# 1.5 ms an iteration here), it must finish bit for bit: time in which a
+# 1 to 1.5 ms an iteration), it must finish bit for bit: time in which a
 # rank did not run is not counted against it or its peers.
 SODE_HEALTH_TIMEOUT=3 timeout 300 srun --mpi=pmix -n 4 --job-name=sode-suspend \
-  "$stencil" --size 512 --iters 8000 --timeout 3 > "$dir/suspend.out" 2>&1 &
+  "$stencil" --size 512 --iters 12000 --timeout 3 > "$dir/suspend.out" 2>&1 &
 srun_pid=$!
 job=
 for _ in $(seq 300); do
