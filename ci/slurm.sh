@@ -7,7 +7,8 @@
 #   srun --mpi=pmi2   the C and Fortran examples (MPICH) and the Rust
 #                     stencil (sode's PMI-1 wire bootstrap);
 #   scontrol suspend  the Rust stencil stopped for longer than its
-#                     deadlines resumes, bit for bit;
+#                     deadlines resumes, bit for bit: in its time loop, and
+#                     while a rank waits in the launcher's collective;
 #   srun --mpi=none   the Rust stencil fails by name.
 # Needs root (slurmd starts the tasks), Debian's slurm-wlm and munge
 # (installed here), the examples built by ci/capi.sh and ci/mpich.sh, and
@@ -153,37 +154,46 @@ checked "bit for bit" 24 --mpi=pmi2 -n 2 "$c_mpich/stencil2d"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$f_mpich/stencil3d"
 checked "bit for bit" 4 --mpi=pmi2 -n 4 "$stencil"
 
-echo "-- scontrol suspend: a job stopped for longer than its deadlines resumes"
 # Preemption by suspension and gang scheduling stop every task of a job
-# (SIGSTOP) for as long as they like. The stencil's waits may take 3 s and
-# silence is fatal after 3 s; suspended for 8 s in its time loop (about
-# 1 to 1.5 ms an iteration), it must finish bit for bit: time in which a
-# rank did not run is not counted against it or its peers.
-SODE_HEALTH_TIMEOUT=3 timeout 300 srun --mpi=pmix -n 4 --job-name=sode-suspend \
-  "$stencil" --size 512 --iters 12000 --timeout 3 > "$dir/suspend.out" 2>&1 &
-srun_pid=$!
-job=
-for _ in $(seq 300); do
-  job=$(squeue -h -n sode-suspend -t R -o %i)
-  [ -n "$job" ] && break
-  sleep 0.1
+# (SIGSTOP) for as long as they like. Time in which a rank did not run is
+# not counted against it or its peers: a job suspended for 8 s with
+# deadlines of 3 or 4 s must finish bit for bit.
+suspended() { # name, ranks that print "bit for bit", seconds before the suspension, srun arguments...
+  local name=$1 want=$2 after=$3 job= pid
+  shift 3
+  echo "-- scontrol suspend ($name): srun $*"
+  timeout 300 srun --job-name="sode-$name" "$@" > "$dir/$name.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 300); do
+    job=$(squeue -h -n "sode-$name" -t R -o %i)
+    [ -n "$job" ] && break
+    sleep 0.1
+  done
+  [ -n "$job" ] || { echo "slurm: the job to suspend ($name) did not start" >&2; exit 1; }
+  sleep "$after"
+  scontrol suspend "$job"
+  sleep 8
+  scontrol resume "$job"
+  if ! wait "$pid" || [ "$(grep -c "bit for bit" "$dir/$name.out")" -ne "$want" ]; then
+    tail -20 "$dir/$name.out"
+    echo "slurm: the job suspended for 8 s ($name) did not finish bit for bit on every rank" >&2
+    exit 1
+  fi
+  echo "ok: suspended for 8 s ($name), every rank bit for bit"
+}
+# In its time loop (about 1 to 1.5 ms an iteration): the waits may take
+# 3 s, and silence is fatal after 3 s.
+suspended time-loop 4 4 --mpi=pmix -n 4 --export=ALL,SODE_HEALTH_TIMEOUT=3 \
+  "$stencil" --size 512 --iters 12000 --timeout 3
+# In the launcher's collective: rank 1 stops itself before it starts, so
+# that rank 0 waits for it in a PMIx fence (a PMI-1 barrier), given up
+# after 4 s; the job is suspended 1 s after it runs. The launcher's clock
+# runs on while the job is suspended: a collective timed there fails.
+late_rank1='if [ "$SLURM_PROCID" = 1 ]; then kill -STOP $$; fi; exec "$0" "$@"'
+for mpi in pmix pmi2; do
+  suspended "$mpi-collective" 2 1 --mpi="$mpi" -n 2 \
+    bash -c "$late_rank1" "$stencil" --size 64 --iters 10 --timeout 4
 done
-[ -n "$job" ] || { echo "slurm: the job to suspend did not start" >&2; exit 1; }
-sleep 4   # past its setup (about 1 s), in its time loop (about 12 s here)
-scontrol suspend "$job"
-sleep 8
-scontrol resume "$job"
-if ! wait "$srun_pid"; then
-  tail -20 "$dir/suspend.out"
-  echo "slurm: the job suspended for 8 s did not finish" >&2
-  exit 1
-fi
-if [ "$(grep -c "bit for bit" "$dir/suspend.out")" -ne 4 ]; then
-  tail -20 "$dir/suspend.out"
-  echo "slurm: the job suspended for 8 s did not finish its check on every rank" >&2
-  exit 1
-fi
-echo "ok: suspended for 8 s with deadlines of 3 s, every rank bit for bit"
 
 echo "-- srun -n 2 (no PMI): a named error, not a hang"
 if out=$(timeout 60 srun --mpi=none -n 2 "$stencil" 2>&1); then

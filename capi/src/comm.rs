@@ -57,10 +57,11 @@ impl Comm {
         timeout: Duration,
     ) -> Result<Comm> {
         let op = "sode_comm_create_allgather";
-        let oob = ExternalOob::new(rank, size, gather)
+        let deadline = Instant::now() + timeout;
+        let oob = ExternalOob::new(rank, size, gather, deadline)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         let job_id = LaunchInfo::from_env().ok().and_then(|l| l.job_id);
-        let world = World::over(Box::new(oob), job_id, Instant::now() + timeout)
+        let world = World::over(Box::new(oob), job_id, deadline)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         Ok(Comm { world, timeout })
     }

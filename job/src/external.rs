@@ -19,9 +19,13 @@ use crate::tcp::Mesh;
 use crate::wire::{unreadable, Reader, Writer};
 
 /// A fixed-size allgather: given this rank's block, fills `all` (ranks'
-/// blocks of the same size, in rank order); collective over the job. An
-/// error is the collective's own message.
-pub type AllgatherFn = Box<dyn FnMut(&[u8], &mut [u8]) -> std::result::Result<(), String> + Send>;
+/// blocks of the same size, in rank order); collective over the job. The
+/// instant is when sode's step must be over: a collective that can be
+/// given up gives up then, counting only the time its process runs (see
+/// [`Deadline`](crate::Deadline)). An error is the collective's own
+/// message.
+pub type AllgatherFn =
+    Box<dyn FnMut(&[u8], &mut [u8], Instant) -> std::result::Result<(), String> + Send>;
 
 /// Largest block one rank may contribute to an allgather.
 const MAX_BLOCK: usize = 64 << 20;
@@ -126,8 +130,9 @@ impl std::fmt::Debug for ExternalOob {
 
 impl ExternalOob {
     /// Sets up the exchange for `rank` of `size` over `gather`; collective.
-    /// The deadline bounds sode's own steps; the program's collective
-    /// returns when its runtime lets it.
+    /// `deadline` bounds the first allgather (the ranks' cards) where
+    /// `gather` can be given up; a program's collective returns when its
+    /// runtime lets it.
     ///
     /// # Errors
     ///
@@ -136,7 +141,12 @@ impl ExternalOob {
     /// for peer links; [`JobError::External`] when the program's allgather
     /// fails; [`JobError::Protocol`] when the ranks' contributions do not
     /// agree.
-    pub fn new(rank: usize, size: usize, gather: AllgatherFn) -> Result<ExternalOob> {
+    pub fn new(
+        rank: usize,
+        size: usize,
+        gather: AllgatherFn,
+        deadline: Instant,
+    ) -> Result<ExternalOob> {
         if size > MAX_RANKS {
             return Err(JobError::InvalidSetting {
                 name: "size".into(),
@@ -185,7 +195,7 @@ impl ExternalOob {
             },
         };
         let cards: Vec<Card> = oob
-            .allgather(&mine.encode()?, Instant::now())?
+            .allgather(&mine.encode()?, deadline)?
             .iter()
             .enumerate()
             .map(|(r, b)| Card::decode(b, &format!("rank {r}")))
@@ -196,8 +206,8 @@ impl ExternalOob {
         Ok(oob)
     }
 
-    fn gather(&mut self, step: &str, mine: &[u8], all: &mut [u8]) -> Result<()> {
-        (self.gather)(mine, all).map_err(|why| JobError::External {
+    fn gather(&mut self, step: &str, mine: &[u8], all: &mut [u8], deadline: Instant) -> Result<()> {
+        (self.gather)(mine, all, deadline).map_err(|why| JobError::External {
             step: step.into(),
             why,
         })
@@ -232,7 +242,7 @@ impl OutOfBand for ExternalOob {
 
     /// Two fixed-size allgathers: the lengths, then the blocks padded to
     /// the longest.
-    fn allgather(&mut self, mine: &[u8], _deadline: Instant) -> Result<Vec<Vec<u8>>> {
+    fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
         let size = self.mesh.size;
         if mine.len() > MAX_BLOCK {
             return Err(JobError::Protocol {
@@ -249,6 +259,7 @@ impl OutOfBand for ExternalOob {
             "an allgather of lengths",
             &(mine.len() as u32).to_le_bytes(),
             &mut lens,
+            deadline,
         )?;
         let lens: Vec<usize> = lens
             .chunks_exact(4)
@@ -265,7 +276,7 @@ impl OutOfBand for ExternalOob {
         block.resize(longest, 0);
         let mut all = zeroed(longest.checked_mul(size), "the allgather's blocks")?;
         if longest > 0 {
-            self.gather("an allgather", &block, &mut all)?;
+            self.gather("an allgather", &block, &mut all, deadline)?;
         }
         Ok(lens
             .iter()
@@ -300,7 +311,7 @@ mod tests {
         (0..size)
             .map(|r| {
                 let (slots, barrier) = (slots.clone(), barrier.clone());
-                Box::new(move |mine: &[u8], all: &mut [u8]| {
+                Box::new(move |mine: &[u8], all: &mut [u8], _: Instant| {
                     slots.lock().unwrap()[r] = mine.to_vec();
                     barrier.wait();
                     let got: Vec<u8> = slots.lock().unwrap().concat();
@@ -327,7 +338,9 @@ mod tests {
             .enumerate()
             .map(|(r, g)| {
                 std::thread::spawn(move || {
-                    let mut oob = ExternalOob::new(r, size, g).unwrap();
+                    let mut oob =
+                        ExternalOob::new(r, size, g, Instant::now() + Duration::from_secs(20))
+                            .unwrap();
                     let deadline = Instant::now() + Duration::from_secs(20);
                     let all = oob.allgather(&vec![r as u8; r * 5], deadline).unwrap();
                     for (q, b) in all.iter().enumerate() {
@@ -352,8 +365,8 @@ mod tests {
 
     #[test]
     fn a_job_too_large_is_refused_before_anything_is_allocated() {
-        let g: AllgatherFn = Box::new(|_, _| panic!("not called"));
-        let e = ExternalOob::new(0, i32::MAX as usize, g)
+        let g: AllgatherFn = Box::new(|_, _, _| panic!("not called"));
+        let e = ExternalOob::new(0, i32::MAX as usize, g, Instant::now())
             .unwrap_err()
             .to_string();
         assert!(
@@ -372,11 +385,15 @@ mod tests {
 
     #[test]
     fn a_failing_collective_is_named() {
-        let g: AllgatherFn = Box::new(|_, _| Err("MPI_ERR_COMM: invalid communicator".into()));
-        let e = ExternalOob::new(0, 2, g).unwrap_err().to_string();
+        let g: AllgatherFn = Box::new(|_, _, _| Err("MPI_ERR_COMM: invalid communicator".into()));
+        let e = ExternalOob::new(0, 2, g, Instant::now())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("MPI_ERR_COMM"), "{e}");
-        let g: AllgatherFn = Box::new(|_, _| Ok(()));
-        let e = ExternalOob::new(2, 2, g).unwrap_err().to_string();
+        let g: AllgatherFn = Box::new(|_, _, _| Ok(()));
+        let e = ExternalOob::new(2, 2, g, Instant::now())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("below the job's size"), "{e}");
     }
 

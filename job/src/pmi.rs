@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::auth::{hex, unhex};
 use crate::error::{JobError, Result};
 use crate::external::{AllgatherFn, ExternalOob};
+use crate::timeout::Deadline;
 
 /// Longest reply line accepted from the server: a value of the largest
 /// `vallen_max` servers use, with room to spare.
@@ -64,8 +65,9 @@ pub struct Client<S: Timed> {
     /// request and reply of it together (`None`: each read as the stream
     /// allows).
     step_timeout: Option<Duration>,
-    /// When the step under way must be over.
-    deadline: Option<Instant>,
+    /// When the step under way must be over (moved on by time this process
+    /// was stopped), and how long it was given.
+    deadline: Option<(Deadline, Duration)>,
 }
 
 impl<S: Timed> std::fmt::Debug for Client<S> {
@@ -109,7 +111,7 @@ impl<S: Timed> Client<S> {
             step_timeout,
             deadline: None,
         };
-        c.begin_step();
+        c.begin_step(None);
         let r = c.request("init pmi_version=1 pmi_subversion=1", "response_to_init")?;
         if r.get("pmi_version") != Some("1") {
             return Err(format!(
@@ -138,16 +140,23 @@ impl<S: Timed> Client<S> {
     /// What a failed read of the reply to `request` says: the step's
     /// timeout when that is what ran out.
     fn read_error(&self, request: &str, e: &std::io::Error) -> String {
-        let timed_out = matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut);
-        match self.step_timeout {
-            Some(timeout) if timed_out => step_expired(timeout, request),
+        let timed_out = timed_out(e);
+        match &self.deadline {
+            Some((_, given)) if timed_out => step_expired(*given, request),
             _ => format!("waiting for the reply to {}: {e}", verb(request)),
         }
     }
 
-    /// Starts a step: its requests share one deadline.
-    fn begin_step(&mut self) {
-        self.deadline = self.step_timeout.map(|t| Instant::now() + t);
+    /// Starts a step: its requests share one deadline, `until` or the step
+    /// timeout from now.
+    fn begin_step(&mut self, until: Option<Instant>) {
+        let now = Instant::now();
+        self.deadline = until
+            .or_else(|| self.step_timeout.map(|t| now + t))
+            .map(|at| {
+                let given = at.saturating_duration_since(now).as_millis();
+                (Deadline::new(at), Duration::from_millis(given as u64))
+            });
     }
 
     /// Ends a step: a request outside one (the farewell) is given a whole
@@ -161,19 +170,20 @@ impl<S: Timed> Client<S> {
         }
     }
 
-    /// Gives the next read what is left of the step's time; an error once
-    /// none is.
+    /// Gives the next read what is left of the step's time, at most a
+    /// slice of it, so that the deadline is looked at often enough to
+    /// find time this process was stopped; an error once none is left.
     fn arm_read(&mut self, request: &str) -> std::result::Result<(), String> {
-        let (Some(deadline), Some(timeout)) = (self.deadline, self.step_timeout) else {
+        let Some((deadline, given)) = &mut self.deadline else {
             return Ok(());
         };
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(step_expired(timeout, request));
+        if deadline.passed() {
+            return Err(step_expired(*given, request));
         }
+        let left = deadline.at().saturating_duration_since(Instant::now());
         self.stream
             .get_ref()
-            .set_read_timeout(Some(left))
+            .set_read_timeout(Some(left.clamp(Duration::from_millis(1), READ_SLICE)))
             .map_err(|e| format!("setting the reply's timeout: {e}"))
     }
 
@@ -189,13 +199,18 @@ impl<S: Timed> Client<S> {
         out.write_all(format!("cmd={request}\n").as_bytes())
             .and_then(|()| out.flush())
             .map_err(|e| format!("sending {}: {e}", verb(request)))?;
-        self.arm_read(request)?;
         let mut line = Vec::new();
-        let n = (&mut self.stream)
-            .take(MAX_LINE as u64)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| self.read_error(request, &e))?;
-        if n == 0 {
+        loop {
+            self.arm_read(request)?;
+            // A slice that ran out keeps what it read in `line`.
+            let room = MAX_LINE.saturating_sub(line.len()) as u64;
+            match (&mut self.stream).take(room).read_until(b'\n', &mut line) {
+                Ok(_) => break,
+                Err(e) if self.deadline.is_some() && timed_out(&e) => continue,
+                Err(e) => return Err(self.read_error(request, &e)),
+            }
+        }
+        if line.is_empty() {
             return Err(format!(
                 "the server closed the connection before replying to {}",
                 verb(request)
@@ -287,7 +302,8 @@ impl<S: Timed> Client<S> {
 
     /// One round of a fixed-size allgather: `mine` from this rank, every
     /// rank's into `all` (rank r at `r * mine.len()`), `round` distinct
-    /// on each call.
+    /// on each call; given up at `until` (or the step timeout from now),
+    /// moved on by time this process was stopped.
     ///
     /// # Errors
     ///
@@ -300,8 +316,9 @@ impl<S: Timed> Client<S> {
         size: usize,
         mine: &[u8],
         all: &mut [u8],
+        until: Option<Instant>,
     ) -> std::result::Result<(), String> {
-        self.begin_step();
+        self.begin_step(until);
         let gathered = self.allgather_step(round, rank, size, mine, all);
         self.end_step();
         gathered
@@ -352,6 +369,15 @@ impl<S: Timed> Drop for Client<S> {
         }
     }
 }
+
+/// Whether a read ended because its timeout ran out.
+fn timed_out(e: &std::io::Error) -> bool {
+    matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)
+}
+
+/// Longest a read blocks within a step: the step's deadline is looked at
+/// between reads.
+const READ_SLICE: Duration = Duration::from_millis(250);
 
 /// The error of a step that did not finish within `timeout`, at `request`.
 fn step_expired(timeout: Duration, request: &str) -> String {
@@ -447,6 +473,7 @@ pub fn join(
     rank: usize,
     size: usize,
     timeout: Duration,
+    deadline: Instant,
 ) -> Result<(ExternalOob, String)> {
     let stream = Wire::connect(get).map_err(failed("connect"))?;
     let started = Instant::now();
@@ -455,11 +482,11 @@ pub fn join(
     let kvsname = client.kvsname().to_string();
     tracing::debug!(rank, size, kvsname, elapsed = ?started.elapsed(), "joined through PMI");
     let mut round = 0u64;
-    let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8]| {
+    let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], deadline| {
         round += 1;
-        client.allgather(round, rank, size, mine, all)
+        client.allgather(round, rank, size, mine, all, Some(deadline))
     });
-    Ok((ExternalOob::new(rank, size, gather)?, kvsname))
+    Ok((ExternalOob::new(rank, size, gather, deadline)?, kvsname))
 }
 
 #[cfg(test)]
@@ -581,7 +608,8 @@ mod tests {
                             .map(|i| (rank * 50 + i) as u8 ^ round as u8)
                             .collect();
                         let mut all = vec![0u8; 40 * size];
-                        c.allgather(round, rank, size, &mine, &mut all).unwrap();
+                        c.allgather(round, rank, size, &mine, &mut all, None)
+                            .unwrap();
                         for r in 0..size {
                             let want: Vec<u8> =
                                 (0..40).map(|i| (r * 50 + i) as u8 ^ round as u8).collect();
@@ -606,7 +634,7 @@ mod tests {
         let server = Server::new(1, 1024);
         let mut c = Client::init(server.stream()).unwrap();
         let mut all = [];
-        c.allgather(1, 0, 1, &[], &mut all).unwrap();
+        c.allgather(1, 0, 1, &[], &mut all, None).unwrap();
     }
 
     #[test]
@@ -694,7 +722,7 @@ mod tests {
         )
         .unwrap();
         let mut all = [0u8; 3];
-        c.allgather(1, 0, 1, b"abc", &mut all).unwrap();
+        c.allgather(1, 0, 1, b"abc", &mut all, None).unwrap();
         assert_eq!(&all, b"abc");
     }
 

@@ -19,13 +19,17 @@ fn failed(step: &str) -> impl Fn(String) -> JobError + '_ {
 
 /// Connects to the PMIx server: this rank, the job's size and namespace,
 /// and an out-of-band exchange over it.
-/// Each fence and get is given up after `timeout`.
+/// Each fence is given up at its step's deadline (the first at
+/// `deadline`), and each get after `timeout`.
 ///
 /// # Errors
 ///
 /// [`JobError::External`] naming the step (connect, the job size, an
 /// allgather) and PMIx's error: a fence's timeout among them.
-pub fn join(timeout: std::time::Duration) -> Result<(ExternalOob, String)> {
+pub fn join(
+    timeout: std::time::Duration,
+    deadline: std::time::Instant,
+) -> Result<(ExternalOob, String)> {
     let pmix = Pmix::connect().map_err(failed("connect"))?;
     let rank = pmix.rank() as usize;
     let size = pmix
@@ -34,11 +38,11 @@ pub fn join(timeout: std::time::Duration) -> Result<(ExternalOob, String)> {
     let namespace = pmix.namespace();
     tracing::debug!(rank, size, namespace, "joined through PMIx");
     let mut round = 0u64;
-    let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8]| {
+    let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], deadline| {
         round += 1;
         let key = format!("sode.gather.{round}");
         pmix.put_bytes(&key, mine)?;
-        pmix.fence(timeout)?;
+        pmix.fence(deadline)?;
         for (r, block) in all.chunks_mut(mine.len().max(1)).enumerate().take(size) {
             let theirs = pmix.get_bytes(r as u32, &key, timeout)?;
             if theirs.len() != mine.len() {
@@ -52,5 +56,5 @@ pub fn join(timeout: std::time::Duration) -> Result<(ExternalOob, String)> {
         }
         Ok(())
     });
-    Ok((ExternalOob::new(rank, size, gather)?, namespace))
+    Ok((ExternalOob::new(rank, size, gather, deadline)?, namespace))
 }

@@ -177,7 +177,7 @@ impl World {
         }
         let deadline = Instant::now() + timeout;
         if launch.root.is_none() && launch.pmix {
-            let (oob, namespace) = crate::pmix::join(timeout)?;
+            let (oob, namespace) = crate::pmix::join(timeout, deadline)?;
             if (oob.rank(), oob.size()) != (launch.rank, launch.size) {
                 return Err(JobError::Launch {
                     why: format!(
@@ -195,7 +195,8 @@ impl World {
         }
         if launch.root.is_none() && launch.pmi {
             let env = |k: &str| std::env::var(k).ok();
-            let (oob, kvsname) = crate::pmi::join(&env, launch.rank, launch.size, timeout)?;
+            let (oob, kvsname) =
+                crate::pmi::join(&env, launch.rank, launch.size, timeout, deadline)?;
             let job_id = launch.job_id.clone().or(Some(sanitise_job_id(&kvsname)));
             return Self::over(Box::new(oob), job_id, deadline);
         }

@@ -444,7 +444,7 @@ pub unsafe extern "C" fn sode_comm_create_allgather(
                 op,
                 why: "two sizes".into(),
             })?;
-        let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8]| lent.gather(mine, all));
+        let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], _| lent.gather(mine, all));
         let c = Comm::over_allgather(rank, size, f, seconds(op, timeout_s)?)?;
         // SAFETY: the caller's contract.
         unsafe { put(op, comm, c) }

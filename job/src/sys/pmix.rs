@@ -3,11 +3,20 @@
 //! put, commit, fence, finalize. The structure layouts are PMIx 4's
 //! (`pmix_proc_t` 260 bytes, `pmix_value_t` 32 with its data at 8,
 //! `pmix_info_t` 552 with its value at 520), checked against the installed
-//! headers by `ci/pmix.sh` in CI. Fences and gets carry `PMIX_TIMEOUT`, so
-//! that a rank that never arrives fails the others instead of hanging
-//! them.
+//! headers by `ci/pmix.sh` in CI. A rank that never arrives fails the others
+//! instead of hanging them: gets carry `PMIX_TIMEOUT`, and a fence is
+//! started without blocking and given up by this process against a
+//! [`Deadline`], not by the server. The server's clock runs on while the
+//! job is suspended (`scontrol suspend` stops the tasks, not slurmstepd),
+//! so a fence timed there fails a job suspended past its timeout.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::backoff::Backoff;
+use crate::timeout::Deadline;
 
 use libloading::Library;
 
@@ -16,7 +25,9 @@ const NSPACE_LEN: usize = 256;
 /// `PMIX_RANK_WILDCARD`: the job as a whole.
 pub(crate) const RANK_WILDCARD: u32 = u32::MAX - 1;
 const PMIX_SUCCESS: c_int = 0;
-const PMIX_ERR_TIMEOUT: c_int = -24;
+/// `PMIX_OPERATION_SUCCEEDED`: a non-blocking call done at once, with no
+/// call back to come.
+const PMIX_OPERATION_SUCCEEDED: c_int = -157;
 const PMIX_GLOBAL: u8 = 3;
 const PMIX_UINT16: u16 = 13;
 const PMIX_UINT32: u16 = 14;
@@ -79,7 +90,16 @@ type Get =
     unsafe extern "C" fn(*const Proc, *const c_char, *const Info, usize, *mut *mut Value) -> c_int;
 type Put = unsafe extern "C" fn(u8, *const c_char, *const Value) -> c_int;
 type Commit = unsafe extern "C" fn() -> c_int;
-type Fence = unsafe extern "C" fn(*const Proc, usize, *const Info, usize) -> c_int;
+/// `pmix_op_cbfunc_t`.
+type OpDone = unsafe extern "C" fn(c_int, *mut c_void);
+type FenceNb = unsafe extern "C" fn(
+    *const Proc,
+    usize,
+    *const Info,
+    usize,
+    Option<OpDone>,
+    *mut c_void,
+) -> c_int;
 type Destruct = unsafe extern "C" fn(*mut Value);
 type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 
@@ -90,7 +110,7 @@ pub(crate) struct Pmix {
     get: Get,
     put: Put,
     commit: Commit,
-    fence: Fence,
+    fence_nb: FenceNb,
     destruct: Destruct,
     error_string: ErrorString,
     // Last: the functions above point into it.
@@ -149,7 +169,7 @@ impl Pmix {
             get: symbol(&lib, "PMIx_Get")?,
             put: symbol(&lib, "PMIx_Put")?,
             commit: symbol(&lib, "PMIx_Commit")?,
-            fence: symbol(&lib, "PMIx_Fence")?,
+            fence_nb: symbol(&lib, "PMIx_Fence_nb")?,
             destruct: symbol(&lib, "PMIx_Value_destruct")?,
             error_string: symbol(&lib, "PMIx_Error_string")?,
             _lib: lib,
@@ -284,26 +304,82 @@ impl Pmix {
         self.check("PMIx_Commit", rc)
     }
 
-    /// A fence over the whole namespace, given up by the server after
-    /// `timeout` (rounded up to whole seconds).
-    pub(crate) fn fence(&self, timeout: std::time::Duration) -> Result<(), String> {
-        let all = Proc {
-            rank: RANK_WILDCARD,
-            ..self.me
+    /// A fence over the whole namespace, given up at `deadline`, moved on
+    /// by the time this process was stopped (as every [`Deadline`] made
+    /// from the same instant, so a setup's steps share one).
+    pub(crate) fn fence(&self, deadline: Instant) -> Result<(), String> {
+        let (given, entered) = (deadline, Instant::now());
+        let mut deadline = Deadline::new(deadline);
+        let flight = Arc::new(FenceInFlight {
+            all: Proc {
+                rank: RANK_WILDCARD,
+                ..self.me
+            },
+            status: AtomicI32::new(PENDING),
+        });
+        // One reference for PMIx, which `fence_done` takes back: the
+        // procs must outlive the call back even if this rank gives up.
+        let for_pmix = Arc::into_raw(Arc::clone(&flight));
+        // SAFETY: one proc (the namespace's wildcard) that lives as long
+        // as `for_pmix`; no info; `fence_done` matches pmix_op_cbfunc_t.
+        let rc = unsafe {
+            (self.fence_nb)(
+                &flight.all,
+                1,
+                std::ptr::null(),
+                0,
+                Some(fence_done),
+                for_pmix.cast_mut().cast(),
+            )
         };
-        let info = Info::timeout(timeout);
-        // SAFETY: one proc (the namespace's wildcard), one info that
-        // outlives the call.
-        let rc = unsafe { (self.fence)(&all, 1, &info, 1) };
-        self.check("PMIx_Fence", rc)
-            .map_err(|why| match rc {
-                PMIX_ERR_TIMEOUT => format!(
-                    "{why}: not every rank reached it within {} s (a rank that has not started, is stuck before it, or died)",
-                    info.value.data[0]
-                ),
-                _ => why,
-            })
+        if rc != PMIX_SUCCESS {
+            // SAFETY: PMIx will not call back: the reference is ours again.
+            drop(unsafe { Arc::from_raw(for_pmix) });
+            return match rc {
+                PMIX_OPERATION_SUCCEEDED => Ok(()),
+                _ => self.check("PMIx_Fence_nb", rc),
+            };
+        }
+        let mut backoff = Backoff::setup(Duration::from_millis(1));
+        loop {
+            let status = flight.status.load(Ordering::Acquire);
+            if status != PENDING {
+                return self.check("PMIx_Fence", status);
+            }
+            if deadline.passed() {
+                let stopped = match deadline.stopped() {
+                    d if d.is_zero() => String::new(),
+                    d => format!(
+                        ", not counting {:.1} s this process was stopped",
+                        d.as_secs_f64()
+                    ),
+                };
+                return Err(format!(
+                    "PMIx_Fence: not every rank reached it within {:.1} s of this rank{stopped} (a rank that has not started, is stuck before it, or died)",
+                    given.saturating_duration_since(entered).as_secs_f64(),
+                ));
+            }
+            backoff.snooze();
+        }
     }
+}
+
+/// `status` while a fence has not called back (no PMIx status is).
+const PENDING: c_int = c_int::MIN;
+
+/// A fence PMIx was asked for: what it reads until it calls back, and the
+/// status it calls back with.
+struct FenceInFlight {
+    all: Proc,
+    status: AtomicI32,
+}
+
+/// Called back by PMIx's progress thread once a fence is done.
+unsafe extern "C" fn fence_done(status: c_int, cbdata: *mut c_void) {
+    // SAFETY: `cbdata` is the reference `fence` gave PMIx with
+    // `Arc::into_raw`; PMIx calls back once.
+    let flight = unsafe { Arc::from_raw(cbdata.cast_const().cast::<FenceInFlight>()) };
+    flight.status.store(status, Ordering::Release);
 }
 
 impl Drop for Pmix {
