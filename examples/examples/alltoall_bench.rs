@@ -75,7 +75,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         let once = |x: &mut AllToAll| -> Result<(), sode::HaloError> {
             x.start()?;
-            x.wait(Instant::now() + Duration::from_secs(60))
+            x.wait(Duration::from_secs(60))
         };
         once(&mut x)?;
         let mut rounds = Vec::with_capacity(a.rounds);

@@ -283,7 +283,7 @@ fn run(_: &Args) -> Result<(), Box<dyn std::error::Error>> {
     // The cells alone, on fresh arrays: the nodes stay as they were.
     let (mut c, v) = rank.arrays(0);
     x.start_fields(&[0], &[(&c).into()])?;
-    x.wait_fields(Instant::now() + timeout, &[0], &mut [(&mut c).into()])?;
+    x.wait_fields(timeout, &[0], &mut [(&mut c).into()])?;
     wrong.extend(rank.wrong(0, &c, &v, false));
 
     if let Some(first) = wrong.first() {

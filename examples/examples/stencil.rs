@@ -440,14 +440,14 @@ fn iterate_shared(
     }
     let mut times = Times::default();
     for it in 0..a.iters {
-        // Each wait may take `--timeout` from when it begins: time this
-        // rank is stopped (a suspended job) while it waits does not count.
-        let deadline = || Instant::now() + a.timeout();
+        // Each wait may take `--timeout` from when it begins (a timeout,
+        // not an instant fixed before the computation): time this rank is
+        // stopped (a suspended job) does not count against it.
         let cur = it % 2;
         let ti = Instant::now();
         if a.exchange_only {
             halo.start_set(cur)?;
-            halo.wait_set(deadline())?;
+            halo.wait_set(a.timeout())?;
             times.exchange += ti.elapsed();
             times.alone += 1;
             continue;
@@ -465,7 +465,7 @@ fn iterate_shared(
         };
         if !a.overlap || it % 5 == 0 {
             halo.start_set(cur)?;
-            halo.wait_set(deadline())?;
+            halo.wait_set(a.timeout())?;
             let tc = Instant::now();
             sweep(halo, Part::All)?;
             times.exchange += tc - ti;
@@ -474,7 +474,7 @@ fn iterate_shared(
         } else {
             halo.start_set(cur)?;
             sweep(halo, Part::Inner)?;
-            halo.wait_set(deadline())?;
+            halo.wait_set(a.timeout())?;
             sweep(halo, Part::Boundary)?;
             times.overlapped += ti.elapsed();
             times.overlapped_iters += 1;
@@ -500,20 +500,20 @@ fn iterate(
     // computes: the exchange and the computation alone, measured in the
     // same run as the overlapped ones, interleaved with them.
     for it in 0..a.iters {
-        // Each wait may take `--timeout` from when it begins: time this
-        // rank is stopped (a suspended job) while it waits does not count.
-        let deadline = || Instant::now() + a.timeout();
+        // Each wait may take `--timeout` from when it begins (a timeout,
+        // not an instant fixed before the computation): time this rank is
+        // stopped (a suspended job) does not count against it.
         let ti = Instant::now();
         if a.exchange_only {
             halo.start(&[&*u])?;
-            halo.wait(deadline(), &mut [&mut *u])?;
+            halo.wait(a.timeout(), &mut [&mut *u])?;
             times.exchange += ti.elapsed();
             times.alone += 1;
             continue;
         }
         if !a.overlap || it % 5 == 0 {
             halo.start(&[&*u])?;
-            halo.wait(deadline(), &mut [&mut *u])?;
+            halo.wait(a.timeout(), &mut [&mut *u])?;
             let tc = Instant::now();
             update.sweep(ext, 1, u, v);
             times.exchange += tc - ti;
@@ -534,7 +534,7 @@ fn iterate(
             if let Some(e) = failed {
                 return Err(e.into());
             }
-            halo.wait(deadline(), &mut [&mut *u])?;
+            halo.wait(a.timeout(), &mut [&mut *u])?;
             update.sweep_part(ext, 1, u, v, Part::Boundary, &mut || {});
             times.overlapped += ti.elapsed();
             times.overlapped_iters += 1;

@@ -6,7 +6,8 @@
 //! k a rank sends to rank + k; or the contention-free phases of a
 //! Latin-square fat-tree), which is the order the channels post them in.
 
-use std::time::{Duration, Instant};
+use sode_job::Deadline;
+use std::time::Duration;
 
 use sode_job::World;
 
@@ -257,13 +258,17 @@ impl AllToAll {
 
     /// Waits until every block has arrived, or `deadline`.
     ///
+    /// `deadline` is a timeout (a `Duration`, from when the wait begins) or
+    /// an `Instant`; time this process is stopped does not count against it
+    /// ([`Deadline`]).
+    ///
     /// # Errors
     ///
     /// [`HaloError::Timeout`] at the deadline ([`HaloError::Forwarding`]
     /// with a bound), after which `wait` may be called again;
     /// [`HaloError::State`] without an exchange in flight; a channel's
     /// error, or [`HaloError::JobFailed`] when a peer failed or died.
-    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+    pub fn wait(&mut self, deadline: impl Into<Deadline>) -> Result<()> {
         match &mut self.x {
             Runner::Direct(x) => x.wait(deadline),
             Runner::Bounded(x) => x.wait(deadline),

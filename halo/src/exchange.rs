@@ -2,6 +2,7 @@
 //! channel its locality calls for (decided once, at build), run with
 //! `start` / `wait` every iteration through one progress loop.
 
+use sode_job::Deadline;
 use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
@@ -127,7 +128,7 @@ impl HaloExchangeBuilder<'_> {
     /// # Examples
     ///
     /// ```
-    /// use std::time::{Duration, Instant};
+    /// use std::time::Duration;
     /// use sode::{Decomposition, HaloExchange, Stencil};
     ///
     /// // A job of one process (nothing launched it): its periodic axis
@@ -138,7 +139,7 @@ impl HaloExchangeBuilder<'_> {
     /// let ext = halo.local_extent().to_vec(); // [10, 6]: the block and its halo
     /// let mut u: Vec<f64> = (0..ext[0] * ext[1]).map(|i| i as f64).collect();
     /// halo.start(&[&u])?;
-    /// halo.wait(Instant::now() + Duration::from_secs(10), &mut [&mut u])?;
+    /// halo.wait(Duration::from_secs(10), &mut [&mut u])?;
     /// // Cell 0 of row 1 is the halo below axis 0: the last owned cell of that row.
     /// assert_eq!(u[ext[0]], u[ext[0] + 8]);
     /// assert_eq!(halo.stats().exchanges, 1);
@@ -702,8 +703,9 @@ impl HaloExchange {
     }
 
     /// Progresses every channel until every halo of the set in flight has
-    /// arrived in it (or `deadline` passes: [`HaloError::Timeout`], after
-    /// which `wait_set` may be called again).
+    /// arrived in it (or `deadline`, a timeout or an instant as for
+    /// [`wait`](Self::wait), passes: [`HaloError::Timeout`], after which
+    /// `wait_set` may be called again).
     ///
     /// # Errors
     ///
@@ -711,7 +713,7 @@ impl HaloExchange {
     /// (the exchange stays in flight); [`HaloError::State`] without an
     /// exchange in flight; a channel's error or [`HaloError::JobFailed`]
     /// when a peer failed or died (the exchange cannot be used again).
-    pub fn wait_set(&mut self, deadline: Instant) -> Result<()> {
+    pub fn wait_set(&mut self, deadline: impl Into<Deadline>) -> Result<()> {
         self.exchange.wait(deadline)
     }
 
@@ -760,6 +762,10 @@ impl HaloExchange {
     /// passes: [`HaloError::Timeout`], after which `wait` may be called
     /// again), then unpacks them into `fields`.
     ///
+    /// `deadline` is a timeout (a `Duration`, from when the wait begins) or
+    /// an `Instant`; time this process is stopped does not count against it
+    /// ([`Deadline`]).
+    ///
     /// # Errors
     ///
     /// [`HaloError::Timeout`] at the deadline, naming what is outstanding
@@ -768,7 +774,11 @@ impl HaloExchange {
     /// [`start`](Self::start); [`HaloError::State`] without an exchange in
     /// flight; a channel's error or [`HaloError::JobFailed`] when a peer
     /// failed or died (the exchange cannot be used again).
-    pub fn wait<T: Pod>(&mut self, deadline: Instant, fields: &mut [&mut [T]]) -> Result<()> {
+    pub fn wait<T: Pod>(
+        &mut self,
+        deadline: impl Into<Deadline>,
+        fields: &mut [&mut [T]],
+    ) -> Result<()> {
         self.not_shared("wait")?;
         self.check::<T>("wait", fields.len(), fields.iter().map(|f| f.len()))?;
         if !self.started.iter().all(|&s| s) {
@@ -944,7 +954,7 @@ impl HaloExchange {
     /// is not the list the exchange was started with.
     pub fn wait_fields<T: Pod>(
         &mut self,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
         which: &[usize],
         arrays: &mut [&mut [T]],
     ) -> Result<()> {

@@ -12,7 +12,8 @@
 //! ([`FieldExchangeBuilder::lend`]): starts on those keep long faces in
 //! place, as the C ABI's committed arrays do.
 
-use std::time::{Duration, Instant};
+use sode_job::Deadline;
+use std::time::Duration;
 
 use bytemuck::Pod;
 use sode_job::World;
@@ -545,11 +546,11 @@ fn grouped(builder: &mut crate::links::LinkExchangeBuilder<'_>, size: usize) -> 
 /// ```no_run
 /// # fn f(world: &sode_job::World, cells: sode::field::FieldLayout, grid: sode::pattern::ProcessGrid<'_>,
 /// #      coords: &[usize], stages: &mut [Vec<f64>]) -> sode::Result<()> {
-/// use std::time::{Duration, Instant};
+/// use std::time::Duration;
 /// let mut x = sode::FieldExchange::builder(world, vec![cells]).cartesian(&grid, coords)?;
 /// for s in 0..stages.len() {
 ///     x.start(&[(&stages[s]).into()])?;
-///     x.wait(Instant::now() + Duration::from_secs(10), &mut [(&mut stages[s]).into()])?;
+///     x.wait(Duration::from_secs(10), &mut [(&mut stages[s]).into()])?;
 /// }
 /// # Ok(()) }
 /// ```
@@ -641,6 +642,10 @@ impl FieldExchange {
     /// again), then fills them into `arrays`: the arrays of the
     /// [`start`](Self::start), one per field.
     ///
+    /// `deadline` is a timeout (a `Duration`, from when the wait begins) or
+    /// an `Instant`; time this process is stopped does not count against it
+    /// ([`Deadline`]).
+    ///
     /// # Errors
     ///
     /// [`HaloError::Timeout`] at the deadline; [`HaloError::Usage`] for
@@ -648,8 +653,12 @@ impl FieldExchange {
     /// [`start_fields`](Self::start_fields);
     /// [`HaloError::State`] without an exchange in flight; a channel's
     /// error or [`HaloError::JobFailed`] when a peer failed or died.
-    pub fn wait(&mut self, deadline: Instant, arrays: &mut [ArrayMut<'_>]) -> Result<()> {
-        self.wait_on("wait", deadline, None, arrays)
+    pub fn wait(
+        &mut self,
+        deadline: impl Into<Deadline>,
+        arrays: &mut [ArrayMut<'_>],
+    ) -> Result<()> {
+        self.wait_on("wait", deadline.into(), None, arrays)
     }
 
     /// [`wait`](Self::wait) for an exchange started with
@@ -662,11 +671,11 @@ impl FieldExchange {
     /// is not the list the exchange was started with.
     pub fn wait_fields(
         &mut self,
-        deadline: Instant,
+        deadline: impl Into<Deadline>,
         which: &[usize],
         arrays: &mut [ArrayMut<'_>],
     ) -> Result<()> {
-        self.wait_on("wait_fields", deadline, Some(which), arrays)
+        self.wait_on("wait_fields", deadline.into(), Some(which), arrays)
     }
 
     /// From the next start on, moves only the `depth` layers of each halo
@@ -748,7 +757,7 @@ impl FieldExchange {
     fn wait_on(
         &mut self,
         op: &'static str,
-        deadline: Instant,
+        deadline: Deadline,
         which: Option<&[usize]>,
         arrays: &mut [ArrayMut<'_>],
     ) -> Result<()> {

@@ -16,7 +16,7 @@
 //! ## Quick start
 //!
 //! ```no_run
-//! use std::time::{Duration, Instant};
+//! use std::time::Duration;
 //! use sode::{Decomposition, HaloExchange, Stencil};
 //! use sode_job::World;
 //!
@@ -29,7 +29,7 @@
 //! let mut u = vec![0.0f64; cells];
 //! for _ in 0..100 {
 //!     halo.start(&[&u])?;
-//!     halo.wait(Instant::now() + Duration::from_secs(10), &mut [&mut u])?;
+//!     halo.wait(Duration::from_secs(10), &mut [&mut u])?;
 //!     // ... update the interior of u from its neighbours ...
 //! }
 //! # Ok(()) }
@@ -79,6 +79,7 @@ pub use links::{
 };
 pub use reorder::{reorder, Reordered};
 pub use settings::{Model, SyncMode, Transport};
+pub use sode_job::Deadline;
 pub use sode_shm::{PeerCalibration, Run};
 #[cfg(feature = "rdma")]
 pub use sode_transport::UserMemory;

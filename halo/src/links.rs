@@ -6,6 +6,7 @@
 //! decomposition's regions into its messages; the C ABI packs the user's
 //! fields.
 
+use sode_job::Deadline;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -1496,6 +1497,10 @@ impl LinkExchange {
     /// `deadline` passes: [`HaloError::Timeout`], after which `wait` may be
     /// called again).
     ///
+    /// `deadline` is a timeout (a `Duration`, from when the wait begins) or
+    /// an `Instant`; time this process is stopped does not count against it
+    /// ([`Deadline`]).
+    ///
     /// # Errors
     ///
     /// [`HaloError::Timeout`] at the deadline, naming each link still
@@ -1503,14 +1508,20 @@ impl LinkExchange {
     /// without one in flight; a channel's error, or
     /// [`HaloError::JobFailed`] when a peer failed or died (later calls
     /// then fail with [`HaloError::State`]).
-    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+    pub fn wait(&mut self, deadline: impl Into<Deadline>) -> Result<()> {
+        self.wait_by(&mut deadline.into())
+    }
+
+    /// [`wait`](Self::wait) against a deadline shared with later waits (a
+    /// stop found here moves it on for them too).
+    pub(crate) fn wait_by(&mut self, deadline: &mut Deadline) -> Result<()> {
         let began = Instant::now();
         let waited = self.complete(deadline);
         self.meter.waited(began);
         waited
     }
 
-    fn complete(&mut self, deadline: Instant) -> Result<()> {
+    fn complete(&mut self, deadline: &mut Deadline) -> Result<()> {
         if let Err(e) = self.lifecycle.require_in_flight("wait") {
             // A start refused because the job had failed: the wait says so
             // again, rather than only that nothing is in flight.
@@ -1522,8 +1533,8 @@ impl LinkExchange {
         // Every channel progresses in one loop: a rank never sits in one
         // while a peer waits for it in another.
         let mut backoff = Backoff::exchange();
-        // Time this process is stopped (a suspended job) does not count.
-        let mut deadline = sode_job::Deadline::new(deadline);
+        // Time this process is stopped (a suspended job) does not count:
+        // `passed` looks for it on every pass.
         while !self.poll()? {
             if deadline.passed() {
                 return Err(HaloError::Timeout {

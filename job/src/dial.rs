@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
 use crate::error::{JobError, Result};
+use crate::timeout::Deadline;
 
 /// A peer whose node vanished (no FIN, no reset) while this rank waits for
 /// it is declared gone after about this long: keepalive probes every 2 s
@@ -64,20 +65,24 @@ fn lost(e: &JobError) -> bool {
 
 pub(crate) fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpStream> {
     let mut backoff = Backoff::setup(Duration::from_millis(5));
+    // A stop found by another step of the same setup counts here too, and
+    // one found here in the next steps.
+    let mut deadline = Deadline::new(deadline);
     loop {
-        // A stop found by another step of the same setup counts here too.
-        let deadline = crate::timeout::as_moved(deadline);
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.at().saturating_duration_since(Instant::now());
         let attempt = left
             .max(Duration::from_millis(10))
             .min(Duration::from_secs(2));
-        match TcpStream::connect_timeout(&addr, attempt) {
+        let connected = TcpStream::connect_timeout(&addr, attempt);
+        // A connect returns within `attempt` while this process runs.
+        let passed = deadline.passed_after(attempt);
+        match connected {
             // Connecting to a local port nobody listens on yet, the kernel
             // may pick that very port as ours and connect the socket to
             // itself, keeping the listener from binding: drop it and retry.
             Ok(s) if s.local_addr().ok() == Some(addr) => {
                 drop(s);
-                if Instant::now() >= deadline {
+                if passed {
                     return Err(JobError::Bootstrap {
                         step: format!("connect to {addr}"),
                         whom: whom.into(),
@@ -93,7 +98,7 @@ pub(crate) fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> 
                 return Ok(s);
             }
             // The other side may not listen yet: retry until the deadline.
-            Err(_) if Instant::now() < deadline => backoff.snooze(),
+            Err(_) if !passed => backoff.snooze(),
             Err(e) => {
                 return Err(JobError::Bootstrap {
                     step: format!("connect to {addr}"),
@@ -104,6 +109,9 @@ pub(crate) fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> 
         }
     }
 }
+
+/// How long [`connect_any`] tries each address in a round.
+const ATTEMPT_OF_MANY: Duration = Duration::from_millis(500);
 
 /// Connects to the first of `addrs` that answers, trying them in turn
 /// until `deadline`.
@@ -116,11 +124,14 @@ pub(crate) fn connect_any(
         return connect_retry(*one, deadline, whom);
     }
     let mut backoff = Backoff::setup(Duration::from_millis(5));
+    let mut deadline = Deadline::new(deadline);
     loop {
-        let deadline = crate::timeout::as_moved(deadline);
         let mut last = None;
+        let mut passed = false;
         for addr in addrs {
-            match TcpStream::connect_timeout(addr, Duration::from_millis(500)) {
+            let connected = TcpStream::connect_timeout(addr, ATTEMPT_OF_MANY);
+            passed = deadline.passed_after(ATTEMPT_OF_MANY);
+            match connected {
                 Ok(s) => {
                     let _ = s.set_nodelay(true);
                     return Ok(s);
@@ -129,7 +140,7 @@ pub(crate) fn connect_any(
             }
         }
         match last {
-            Some((addr, e)) if Instant::now() >= deadline => {
+            Some((addr, e)) if passed => {
                 return Err(JobError::Bootstrap {
                     step: format!("connect to {addr} (or any of {addrs:?})"),
                     whom: whom.into(),

@@ -269,6 +269,9 @@ fn accept_all(
     listener.set_nonblocking(true).map_err(io)?;
     let mut pending: std::collections::VecDeque<Pending> = Default::default();
     let mut backoff = Backoff::setup(Duration::from_millis(5));
+    // Time this process is stopped does not count, here or in the steps
+    // after that share the instant.
+    let mut deadline = crate::timeout::Deadline::new(deadline);
     while !tokens.is_empty() {
         let mut progressed = accept_waiting(listener, &mut pending).map_err(io)?;
         let mut i = 0;
@@ -293,7 +296,7 @@ fn accept_all(
         if tokens.is_empty() {
             break;
         }
-        if Instant::now() >= deadline {
+        if deadline.passed() {
             let missing: Vec<String> = tokens.keys().map(|p| format!("rank {p}")).collect();
             return Err(JobError::BootstrapTimeout {
                 step: "accepting data connections".into(),

@@ -143,6 +143,10 @@ fn record_moved(at: Instant, by: Duration) {
 /// longer than [`STOPPED_GAP`] moves the deadline on by that stretch, and
 /// so does every later `Deadline` made from the same instant (the next
 /// step of a setup that shares one).
+///
+/// Waits take `impl Into<Deadline>`: a timeout (`Duration`), fixed when the
+/// wait begins, or an `Instant`, fixed when it was computed, so that time
+/// stopped between computing it and the wait counts against it.
 #[derive(Debug, Clone)]
 pub struct Deadline {
     /// The instant it was made from.
@@ -172,11 +176,18 @@ impl Deadline {
     /// Whether the deadline has passed; the caller looks at least every
     /// [`STOPPED_GAP`] while it runs (its passes and naps are shorter).
     pub fn passed(&mut self) -> bool {
-        self.passed_at(Instant::now())
+        self.passed_at(Instant::now(), Duration::ZERO)
     }
 
-    fn passed_at(&mut self, now: Instant) -> bool {
-        let stopped = not_running(self.looked, Duration::ZERO, now);
+    /// [`passed`](Self::passed), for a caller whose step since its last
+    /// look may itself have taken up to `step` while it ran (a connect
+    /// given that long): only time beyond it can be time stopped.
+    pub fn passed_after(&mut self, step: Duration) -> bool {
+        self.passed_at(Instant::now(), step)
+    }
+
+    fn passed_at(&mut self, now: Instant, step: Duration) -> bool {
+        let stopped = not_running(self.looked, step, now);
         if !stopped.is_zero() {
             // Far deadlines (no deadline at all) stay where they are.
             self.at = self.at.checked_add(stopped).unwrap_or(self.at);
@@ -202,9 +213,61 @@ impl Deadline {
     }
 }
 
+/// A deadline at an instant: time stopped before the wait that takes it
+/// counts, as the instant was fixed when it was computed.
+impl From<Instant> for Deadline {
+    fn from(at: Instant) -> Deadline {
+        Deadline::new(at)
+    }
+}
+
+/// A timeout from now: the deadline is fixed when the wait that takes it
+/// begins, so time stopped before it (a job suspended while it computed)
+/// does not count. [`NO_DEADLINE`] or longer waits without one.
+impl From<Duration> for Deadline {
+    fn from(timeout: Duration) -> Deadline {
+        let now = Instant::now();
+        let at = now.checked_add(timeout.min(NO_DEADLINE)).unwrap_or(now);
+        Deadline::looked_at(at, now)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_that_may_take_long_is_not_taken_for_a_stop() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        // Given as an instant no other test uses: moves are recorded by
+        // the instant, for the whole process.
+        let given = t0 + s(6) + Duration::from_nanos(7);
+        let mut d = Deadline::looked_at(given, t0);
+        // A connect given 2 s that took them, and a little more.
+        assert!(!d.passed_at(t0 + Duration::from_millis(2500), s(2)));
+        assert_eq!(d.stopped(), Duration::ZERO);
+        // One that took 10 s: stopped for 8 of them.
+        assert!(!d.passed_at(t0 + Duration::from_millis(12500), s(2)));
+        assert_eq!(d.stopped(), s(8));
+        assert_eq!(d.at(), given + s(8));
+    }
+
+    #[test]
+    fn a_timeout_is_counted_from_when_it_becomes_a_deadline() {
+        let before = Instant::now();
+        let d = Deadline::from(Duration::from_secs(3));
+        let after = Instant::now();
+        assert!(d.at() >= before + Duration::from_secs(3));
+        assert!(d.at() <= after + Duration::from_secs(3));
+        // No deadline at all, and longer, do not overflow.
+        for far in [NO_DEADLINE, Duration::MAX] {
+            let d = Deadline::from(far);
+            assert!(d.at() >= before + NO_DEADLINE, "{far:?}");
+        }
+        let at = before + Duration::from_millis(5);
+        assert_eq!(Deadline::from(at).at(), at);
+    }
 
     #[test]
     fn a_deadline_stands_still_while_its_process_is_stopped() {
@@ -215,30 +278,30 @@ mod tests {
         let mut now = t0;
         while now < t0 + s(3) {
             now += Duration::from_millis(3);
-            assert!(!d.passed_at(now));
+            assert!(!d.passed_at(now, Duration::ZERO));
         }
         // Stopped for 60 s: the deadline moves on by as much.
         now += s(60);
-        assert!(!d.passed_at(now), "a stop does not count");
+        assert!(!d.passed_at(now, Duration::ZERO), "a stop does not count");
         assert_eq!(d.stopped(), s(60));
         assert_eq!(d.at(), t0 + s(64));
         now += Duration::from_millis(500);
-        assert!(!d.passed_at(now));
+        assert!(!d.passed_at(now, Duration::ZERO));
         now += Duration::from_millis(600);
-        assert!(d.passed_at(now), "running again, it passes");
+        assert!(d.passed_at(now, Duration::ZERO), "running again, it passes");
         // A waiter looking every second at most is never taken as stopped.
         let mut e = Deadline::looked_at(t0 + s(5), t0);
         let mut now = t0;
         for _ in 0..4 {
             now += STOPPED_GAP;
-            assert!(!e.passed_at(now));
+            assert!(!e.passed_at(now, Duration::ZERO));
         }
         now += STOPPED_GAP;
-        assert!(e.passed_at(now));
+        assert!(e.passed_at(now, Duration::ZERO));
         assert_eq!(e.stopped(), Duration::ZERO);
         // No deadline stays none.
         let mut never = Deadline::looked_at(t0 + NO_DEADLINE, t0);
-        assert!(!never.passed_at(t0 + s(3600)));
+        assert!(!never.passed_at(t0 + s(3600), Duration::ZERO));
     }
 
     #[test]
@@ -247,17 +310,20 @@ mod tests {
         let s = Duration::from_secs;
         let given = t0 + s(4) + Duration::from_nanos(7);
         let mut first = Deadline::looked_at(given, t0);
-        assert!(!first.passed_at(t0 + s(30)), "stopped for 30 s");
+        assert!(
+            !first.passed_at(t0 + s(30), Duration::ZERO),
+            "stopped for 30 s"
+        );
         // The next step, given the same instant, after the first ended.
         let mut next = Deadline::looked_at(given, t0 + s(31));
         assert_eq!(next.at(), given + s(30));
         // Running, looking every half second: it passes 30 s late.
         let mut now = t0 + s(31);
         while now < given + s(30) {
-            assert!(!next.passed_at(now));
+            assert!(!next.passed_at(now, Duration::ZERO));
             now += Duration::from_millis(500);
         }
-        assert!(next.passed_at(now));
+        assert!(next.passed_at(now, Duration::ZERO));
         // Another deadline is not moved.
         assert_eq!(Deadline::looked_at(given + s(1), t0).at(), given + s(1));
     }

@@ -15,6 +15,7 @@
 
 mod plan;
 
+use sode_job::Deadline;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -568,19 +569,24 @@ impl BoundedExchange {
     /// has arrived, or `deadline` ([`HaloError::Forwarding`] with a
     /// timeout, after which `wait` may be called again).
     ///
+    /// `deadline` is a timeout (a `Duration`, from when the wait begins) or
+    /// an `Instant`; time this process is stopped does not count against it
+    /// ([`Deadline`]).
+    ///
     /// # Errors
     ///
     /// [`HaloError::Forwarding`] naming the round and what broke (a
     /// timeout among them, after which `wait` may be called again);
     /// [`HaloError::State`] without an exchange in flight.
-    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+    pub fn wait(&mut self, deadline: impl Into<Deadline>) -> Result<()> {
+        let mut deadline = deadline.into();
         self.lifecycle.require_in_flight("wait")?;
         if self.plan.rounds == 0 {
             self.finish_round()?;
             return Ok(());
         }
         loop {
-            let waited = self.inner.wait(deadline);
+            let waited = self.inner.wait_by(&mut deadline);
             waited.map_err(|e| self.broken(e))?;
             if self.finish_round()? {
                 return Ok(());

@@ -532,7 +532,8 @@ impl Exchange {
     }
 
     /// Waits until this iteration's messages have arrived and our send
-    /// buffers are free again, or `deadline` passes ([`ShmError::Timeout`],
+    /// buffers are free again, or `deadline` (an instant, or a timeout from
+    /// now) passes ([`ShmError::Timeout`],
     /// after which `wait` may be called again). A peer that dies is reported
     /// as [`ShmError::PeerDied`] as soon as it is noticed.
     ///
@@ -541,11 +542,11 @@ impl Exchange {
     /// [`ShmError::Timeout`] at the deadline; [`ShmError::PeerDied`];
     /// [`ShmError::Protocol`] when a peer broke the protocol;
     /// [`ShmError::State`] without an iteration in flight.
-    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+    pub fn wait(&mut self, deadline: impl Into<sode_job::Deadline>) -> Result<()> {
         self.lifecycle.require_in_flight("wait")?;
         let mut backoff = Backoff::exchange();
         // Time this process is stopped (a suspended job) does not count.
-        let mut deadline = sode_job::Deadline::new(deadline);
+        let mut deadline = deadline.into();
         loop {
             let pass = if backoff.blocks() && self.parks {
                 self.park_pass(deadline.at())

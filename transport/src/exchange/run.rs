@@ -404,7 +404,8 @@ impl PersistentWrites {
     }
 
     /// Waits until this rank's writes have completed and every writer's data
-    /// has arrived, or `deadline` passes ([`TransportError::Timeout`], the
+    /// has arrived, or `deadline` (an instant, or a timeout from now) passes
+    /// ([`TransportError::Timeout`], the
     /// exchange stays in flight and `wait` may be called again). A failed
     /// write, a dead peer or a protocol violation fails the object for good.
     ///
@@ -413,12 +414,12 @@ impl PersistentWrites {
     /// [`TransportError::Timeout`](crate::TransportError::Timeout) at `deadline`; [`TransportError::State`](crate::TransportError::State) without an iteration in
     /// flight; [`TransportError::Completion`](crate::TransportError::Completion), [`TransportError::PeerDied`](crate::TransportError::PeerDied) or [`TransportError::Protocol`](crate::TransportError::Protocol) for a
     /// failed write, a dead peer or a peer out of step.
-    pub fn wait(&mut self, deadline: Instant) -> Result<()> {
+    pub fn wait(&mut self, deadline: impl Into<sode_job::Deadline>) -> Result<()> {
         self.state.lifecycle.require_in_flight("wait")?;
         let began = Instant::now();
         let mut backoff = Backoff::exchange();
         // Time this process is stopped (a suspended job) does not count.
-        let mut deadline = sode_job::Deadline::new(deadline);
+        let mut deadline = deadline.into();
         loop {
             if backoff.blocks() && self.parks() {
                 if self.park(deadline.at())? {
