@@ -181,8 +181,12 @@ impl Deadline {
 
     /// [`passed`](Self::passed), for a caller whose step since its last
     /// look may itself have taken up to `step` while it ran (a connect
-    /// given that long): only time beyond it can be time stopped.
+    /// given that long): only time beyond it can be time stopped. A
+    /// shorter stop is missed here, so it also takes up how far another
+    /// `Deadline` made from the same instant moved on (a step of the same
+    /// setup in another thread).
     pub fn passed_after(&mut self, step: Duration) -> bool {
+        self.at = self.at.max(as_moved(self.given));
         self.passed_at(Instant::now(), step)
     }
 
