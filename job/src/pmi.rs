@@ -509,6 +509,10 @@ mod tests {
         server: Server,
         pending: Vec<u8>,
         replies: std::collections::VecDeque<u8>,
+        /// Reads alternate between running out of time and one byte, as a
+        /// slow server's replies meet a reader's short timeouts.
+        stutter: bool,
+        reads: usize,
     }
 
     impl Write for Stream {
@@ -534,7 +538,12 @@ mod tests {
 
     impl Read for Stream {
         fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-            let n = buf.len().min(self.replies.len());
+            self.reads += 1;
+            if self.stutter && self.reads % 2 == 1 {
+                return Err(ErrorKind::WouldBlock.into());
+            }
+            let most = if self.stutter { 1 } else { buf.len() };
+            let n = most.min(self.replies.len());
             for b in buf.iter_mut().take(n) {
                 *b = self.replies.pop_front().unwrap();
             }
@@ -556,6 +565,8 @@ mod tests {
                 server: self.clone(),
                 pending: Vec::new(),
                 replies: Default::default(),
+                stutter: false,
+                reads: 0,
             }
         }
 
@@ -590,6 +601,24 @@ mod tests {
                 other => format!("cmd={other}_unknown rc=-1\n"),
             }
         }
+    }
+
+    #[test]
+    fn a_reply_that_spans_read_timeouts_is_read_whole() {
+        // Each read of a step runs for at most a slice of it; a slice that
+        // runs out in the middle of a reply keeps what it read.
+        let server = Server::new(1, 1024);
+        let mut stream = server.stream();
+        stream.stutter = true;
+        let mut c = Client::init_within(stream, Some(Duration::from_secs(20))).unwrap();
+        assert_eq!(c.kvsname(), "7.0");
+        let mut all = [0u8; 5];
+        c.allgather(1, 0, 1, b"piece", &mut all, None).unwrap();
+        assert_eq!(&all, b"piece");
+        assert!(
+            c.stream.get_ref().reads > 100,
+            "the replies came a byte a read"
+        );
     }
 
     #[test]
