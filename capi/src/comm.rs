@@ -57,11 +57,13 @@ impl Comm {
         timeout: Duration,
     ) -> Result<Comm> {
         let op = "sode_comm_create_allgather";
-        let deadline = Instant::now() + timeout;
-        let oob = ExternalOob::new(rank, size, gather, deadline)
+        // The program's allgather is bounded by its own runtime (MPI's by
+        // the communicator's timeout); sode's steps after it get `timeout`
+        // from when the ranks have met in it.
+        let oob = ExternalOob::new(rank, size, gather, Instant::now() + timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         let job_id = LaunchInfo::from_env().ok().and_then(|l| l.job_id);
-        let world = World::over(Box::new(oob), job_id, deadline)
+        let world = World::over(Box::new(oob), job_id, Instant::now() + timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         Ok(Comm { world, timeout })
     }
