@@ -44,6 +44,12 @@ for t in auto tcp; do
   timeout 300 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=$t "$build/churn" 300
 done
 
+for run in "2 auto" "4 auto" "4 tcp"; do
+  read -r n t <<< "$run"
+  echo "-- mpirun -n $n many, SODE_TRANSPORT=$t (200 exchanges held at once: descriptors and memory an exchange do not grow)"
+  timeout 300 "${mpirun[@]}" -n "$n" -x SODE_TRANSPORT="$t" "$build/many" 200
+done
+
 for n in 1 2 3 4; do
   echo "-- mpirun -n $n staggered (cells and nodes; the nodes on block edges never sent)"
   timeout 120 "${mpirun[@]}" -n "$n" "$build/staggered"

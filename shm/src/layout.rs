@@ -12,14 +12,15 @@
 //! them through [`SharedMap`]'s bounds checks and validate every offset.
 
 use crate::exchange::Run;
-use crate::ring::RingLayout;
+use crate::ring::{RingLayout, RECORD_HEADER, RING_HEADER};
 use crate::sys::shared::SharedMap;
 
 pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
 /// 2: windows of two slots (credits a step ahead); 3: the doorbell; 4: send
 /// buffers in the segment; 5: lent sets and messages read in place; 6:
-/// carried lengths; 7: the start's shape in records and carried words.
-pub(crate) const VERSION: u64 = 7;
+/// carried lengths; 7: the start's shape in records and carried words; 8:
+/// rings sized to their peer's messages, from one page with the header.
+pub(crate) const VERSION: u64 = 8;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -105,6 +106,37 @@ pub(crate) fn carried_of(word: u64) -> (u64, u8) {
 
 fn align(n: u64, to: u64) -> u64 {
     n.div_ceil(to) * to
+}
+
+/// The smallest ring: with its header, one page; its quarter carries a
+/// fragment of 960 bytes.
+pub(crate) const RING_MIN: u64 = PAGE - RING_HEADER;
+
+const PAGE: u64 = 4096;
+
+/// Bytes of the ring in which `peer` writes to this process: room for two
+/// iterations of every record it may write there (each of its messages to
+/// us eager, whatever path it takes, and a receive_done for each of ours
+/// to it) and for its largest message in one record (a quarter of the
+/// ring), with its header in whole pages, from [`RING_MIN`] to `most`. A
+/// larger message still travels, in fragments. An exchange of small
+/// faces thus keeps a page a peer, not `most` (64 KiB by default): a code
+/// holding a hundred exchanges to 26 neighbours would fault in 183 MiB of
+/// rings a rank at 64 KiB (72 KiB with the header, in whole pages), and
+/// holds 10 MiB.
+pub(crate) fn ring_capacity(peer: usize, recvs: &[RecvSpec], sends: &[SendSpec], most: u64) -> u64 {
+    let mut iteration = 0u64;
+    let mut largest = 0u64;
+    for r in recvs.iter().filter(|r| r.from == peer) {
+        let record = RECORD_HEADER.saturating_add(r.len.saturating_add(7) & !7);
+        iteration = iteration.saturating_add(record);
+        largest = largest.max(record);
+    }
+    let receipts = sends.iter().filter(|s| s.to == peer).count() as u64;
+    iteration = iteration.saturating_add(RECORD_HEADER.saturating_mul(receipts));
+    let need = iteration.saturating_mul(2).max(largest.saturating_mul(4));
+    let pages = need.saturating_add(RING_HEADER).div_ceil(PAGE);
+    (pages.saturating_mul(PAGE) - RING_HEADER).clamp(RING_MIN, most.max(RING_MIN))
 }
 
 /// Largest window with two slots. A window of two slots, iteration `n`
@@ -255,11 +287,12 @@ pub(crate) struct SegmentLayout {
 }
 
 impl SegmentLayout {
-    /// Places everything; `lent` is the lent sets' count and bytes each.
+    /// Places everything; `lent` is the lent sets' count and bytes each,
+    /// `ring_max` the largest inbound ring (see [`ring_capacity`]).
     /// The caller has checked that the sizes fit in memory.
     pub(crate) fn plan(
         peers: &[usize],
-        ring_capacity: u64,
+        ring_max: u64,
         recvs: &[RecvSpec],
         sends: &[SendSpec],
         lent: Option<(u64, u64)>,
@@ -279,14 +312,9 @@ impl SegmentLayout {
         at = align(at, 4096);
         let mut rings = Vec::new();
         for &p in peers {
-            rings.push((
-                p,
-                RingLayout {
-                    base: at,
-                    capacity: ring_capacity,
-                },
-            ));
-            at = align(at + RingLayout::footprint(ring_capacity), 4096);
+            let capacity = ring_capacity(p, recvs, sends, ring_max);
+            rings.push((p, RingLayout { base: at, capacity }));
+            at = align(at + RingLayout::footprint(capacity), 4096);
         }
         let mut slots = Vec::new();
         for (i, r) in recvs.iter().enumerate() {
@@ -451,7 +479,7 @@ pub(crate) fn read_peer(map: &SharedMap, peer: usize, me: usize) -> Result<PeerV
                 base: r(e + 8)?,
                 capacity: r(e + 16)?,
             };
-            if layout.capacity < 4096 || layout.capacity % 64 != 0 || layout.base % 64 != 0 {
+            if layout.capacity < RING_MIN || layout.capacity % 64 != 0 || layout.base % 64 != 0 {
                 return Err(format!("ring capacity {} is not valid", layout.capacity));
             }
             map.check(layout.base, RingLayout::footprint(layout.capacity))
@@ -589,4 +617,77 @@ fn read_send(map: &SharedMap, e: u64, lent: Option<Lent>) -> Result<TheirSend, S
         buffer,
         runs: Some(runs),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recv(from: usize, len: u64) -> RecvSpec {
+        RecvSpec {
+            from,
+            tag: 0,
+            len,
+            window: true,
+            in_place: false,
+            misalign: 0,
+        }
+    }
+
+    fn send(to: usize) -> SendSpec {
+        SendSpec {
+            to,
+            tag: 0,
+            len: 8,
+            misalign: 0,
+            runs: None,
+        }
+    }
+
+    #[test]
+    fn a_ring_is_as_large_as_its_peers_messages_need() {
+        const MOST: u64 = 64 << 10;
+        // Faces of 32 doubles and corners of one: the smallest ring.
+        let small = [recv(1, 256), recv(1, 8), recv(2, 256)];
+        let sends = [send(1), send(1), send(2)];
+        assert_eq!(ring_capacity(1, &small, &sends, MOST), RING_MIN);
+        // A message of 3 KiB fits a quarter of a ring of four pages in one
+        // fragment; two iterations of it need only 6 KiB.
+        let face = [recv(1, 3 << 10)];
+        let cap = ring_capacity(1, &face, &[], MOST);
+        assert_eq!(cap, (16 << 10) - RING_HEADER);
+        assert!(
+            RingLayout {
+                base: 0,
+                capacity: cap
+            }
+            .max_payload()
+                >= 3 << 10
+        );
+        // Many small messages: two iterations of all of them (60 records
+        // of 288 bytes and 10 receipts, 17,600 bytes, twice) in 9 pages.
+        let many: Vec<RecvSpec> = (0..60).map(|_| recv(3, 256)).collect();
+        let receipts: Vec<SendSpec> = (0..10).map(|_| send(3)).collect();
+        assert_eq!(
+            ring_capacity(3, &many, &receipts, MOST),
+            9 * 4096 - RING_HEADER
+        );
+        // Beyond the largest allowed, and a peer that sends nothing.
+        let huge = [recv(1, 1 << 20), recv(1, u64::MAX)];
+        assert_eq!(ring_capacity(1, &huge, &[], MOST), MOST);
+        assert_eq!(ring_capacity(4, &small, &sends, MOST), RING_MIN);
+        assert_eq!(ring_capacity(1, &small, &sends, 0), RING_MIN);
+    }
+
+    #[test]
+    fn each_peer_ring_is_placed_at_its_own_size() {
+        let recvs = [recv(1, 256), recv(2, 3 << 10)];
+        let layout = SegmentLayout::plan(&[1, 2], 64 << 10, &recvs, &[send(1)], None);
+        let (p1, r1) = layout.peers[0];
+        let (p2, r2) = layout.peers[1];
+        assert_eq!((p1, r1.capacity), (1, RING_MIN));
+        assert_eq!((p2, r2.capacity), (2, (16 << 10) - RING_HEADER));
+        assert!(r2.base >= r1.base + RingLayout::footprint(r1.capacity));
+        assert!(layout.total >= r2.base + RingLayout::footprint(r2.capacity));
+    }
 }

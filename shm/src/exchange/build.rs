@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{Exchange, MessageSpec, Path, PathPolicy, Peer, Run};
@@ -126,7 +127,7 @@ pub(super) struct MappedPeer {
     pub(super) rank: usize,
     pub(super) map: SharedMap,
     pub(super) view: PeerView,
-    pub(super) pidfd: PidFd,
+    pub(super) pidfd: Arc<PidFd>,
 }
 
 pub(super) struct Setup<'p> {
@@ -282,8 +283,10 @@ impl<'a> ShmExchangeBuilder<'a> {
         self
     }
 
-    /// Bytes of each inbound control ring (a power of two, at least 4 KiB;
-    /// default 64 KiB). Eager fragments are at most a quarter of it.
+    /// Bytes of the largest inbound control ring (a power of two, at least
+    /// 4 KiB; default 64 KiB). Each peer's ring is sized to what it sends
+    /// (two iterations of its messages, its largest in one fragment), from
+    /// 4 KiB up to this. Eager fragments are at most a quarter of a ring.
     pub fn ring_capacity(mut self, bytes: usize) -> Self {
         self.ring_capacity = bytes;
         self
@@ -660,7 +663,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 open_peer(&path, peer)
             })?;
             let view = layout::read_peer(&map, peer, setup.rank).map_err(|w| protocol(peer, w))?;
-            let pidfd = PidFd::open(view.pid).map_err(|_| ShmError::PeerDied {
+            let pidfd = PidFd::shared(view.pid).map_err(|_| ShmError::PeerDied {
                 peer,
                 pid: view.pid,
                 during: "before we could map its segment".into(),

@@ -87,7 +87,7 @@ impl MappedPeer {
     /// the peer has published its receive paths; `step` names what it is
     /// doing before that, for the timeout's message.
     pub(super) fn wait_paths(&self, setup: &Setup<'_>, step: &'static str) -> Result<()> {
-        setup.until(self.rank, step, Some(&self.pidfd), self.view.pid, || {
+        setup.until(self.rank, step, Some(&*self.pidfd), self.view.pid, || {
             self.state_reached(layout::STATE_PATHS)
         })
     }
@@ -469,7 +469,7 @@ impl Operations {
             pinned: segment.pinned,
             notes: local.notes,
         };
-        let watch = Watch::new(peers.iter().map(|p| &p.pidfd));
+        let watch = Watch::new(peers.iter().map(|p| &*p.pidfd));
         Exchange {
             name: local.name,
             own: segment.own,

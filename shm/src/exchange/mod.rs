@@ -257,7 +257,7 @@ struct PeerSegment {
     /// Its lent sets, if it lends any (checked at build).
     lent: Option<crate::layout::Lent>,
     pid: i32,
-    pidfd: PidFd,
+    pidfd: std::sync::Arc<PidFd>,
     map: SharedMap,
     tx: RingTx,
     rx: RingRx,

@@ -2,6 +2,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// A pidfd (Linux 5.3+): readable once the process has exited, zombie or not.
 #[derive(Debug)]
@@ -17,6 +18,28 @@ impl PidFd {
         }
         // SAFETY: `fd` is a fresh descriptor owned by nobody else.
         Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    }
+
+    /// A pidfd of `pid` shared by every exchange of this process that
+    /// watches it: one descriptor a peer process, not one a peer of each
+    /// exchange (a code that keeps a hundred exchanges to 26 neighbours
+    /// would otherwise hold 2,600). A kept pidfd whose process has exited
+    /// is not handed out: the pid may name another process now.
+    pub(crate) fn shared(pid: i32) -> io::Result<Arc<PidFd>> {
+        static OPEN: Mutex<Vec<(i32, Weak<PidFd>)>> = Mutex::new(Vec::new());
+        let mut open = OPEN.lock().unwrap_or_else(PoisonError::into_inner);
+        open.retain(|(_, w)| w.strong_count() > 0);
+        let kept = open
+            .iter()
+            .filter(|(p, _)| *p == pid)
+            .find_map(|(_, w)| w.upgrade())
+            .filter(|fd| matches!(fd.exited(), Ok(false)));
+        if let Some(fd) = kept {
+            return Ok(fd);
+        }
+        let fd = Arc::new(PidFd::open(pid)?);
+        open.push((pid, Arc::downgrade(&fd)));
+        Ok(fd)
     }
 
     /// Whether the process has exited (one `poll`, no waiting, nothing
