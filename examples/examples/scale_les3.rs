@@ -199,14 +199,7 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     } else {
         Some(Device::open(&DeviceSelector::from_env()?)?)
     };
-    let machine = match (a.model.as_str(), &dev) {
-        ("k", _) => Machine::K_COMPUTER,
-        ("calibrated", Some(d)) => {
-            machine_of(&sode_transport::calibrate(d, Machine::K_COMPUTER.engines)?)
-        }
-        ("calibrated", None) => Machine::K_COMPUTER,
-        (o, _) => return Err(format!("unknown model {o:?} (calibrated, k)").into()),
-    };
+    let machine = machine_for(&a.model, dev.as_ref())?;
     let mut shm_ctx = if shm {
         Some(sode_shm::Context::from_world(&world)?)
     } else {
@@ -260,6 +253,18 @@ fn run(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     world.barrier(Duration::from_secs(60))?;
     Ok(())
+}
+
+/// The machine model `--model` names: the K computer's, or one calibrated
+/// on the device (the K computer's without one, over shared memory).
+fn machine_for(model: &str, dev: Option<&Device>) -> Result<Machine, Box<dyn std::error::Error>> {
+    Ok(match (model, dev) {
+        ("k", _) | ("calibrated", None) => Machine::K_COMPUTER,
+        ("calibrated", Some(d)) => {
+            machine_of(&sode_transport::calibrate(d, Machine::K_COMPUTER.engines)?)
+        }
+        (o, _) => return Err(format!("unknown model {o:?} (calibrated, k)").into()),
+    })
 }
 
 /// Every put to the neighbour in its direction, each into a window that

@@ -1562,6 +1562,81 @@ pub unsafe extern "C" fn sode_exchange_add_field(
     call(op, || unsafe { add_field(op, exchange, args) })
 }
 
+/// An array's bounds and owned cells as the Fortran module passes them,
+/// one value a dimension each.
+struct FortranBounds<'a> {
+    lbounds: &'a [i64],
+    ubounds: &'a [i64],
+    first: &'a [i64],
+    last: &'a [i64],
+}
+
+/// A Fortran array's shape as `sode_exchange_add_field` takes it: extents,
+/// and the owned cells' offset from the lower bounds and size.
+struct FortranShape {
+    extents: Vec<i64>,
+    owned_lo: Vec<i64>,
+    owned_size: Vec<i64>,
+}
+
+impl FortranShape {
+    /// Checks every dimension's owned cells, with the halo widths around
+    /// them, against the array's bounds, in the caller's own terms
+    /// (dimensions counted from 1); widths missing for an axis are 0.
+    fn of(
+        op: &'static str,
+        b: &FortranBounds<'_>,
+        halo_below: &[usize],
+        halo_above: &[usize],
+    ) -> Result<FortranShape> {
+        let d = b.lbounds.len();
+        let mut shape = FortranShape {
+            extents: Vec::with_capacity(d),
+            owned_lo: Vec::with_capacity(d),
+            owned_size: Vec::with_capacity(d),
+        };
+        let to_i64 = |x: i128| {
+            i64::try_from(x).map_err(|_| CapiError::Invalid {
+                op,
+                why: "the array's bounds overflow 64 bits".into(),
+            })
+        };
+        for k in 0..d {
+            let (hl, hh) = match (halo_below.get(k), halo_above.get(k)) {
+                (Some(&l), Some(&h)) => (l as i128, h as i128),
+                _ => (0, 0),
+            };
+            let (l, u, f, e) = (
+                i128::from(b.lbounds[k]),
+                i128::from(b.ubounds[k]),
+                i128::from(b.first[k]),
+                i128::from(b.last[k]),
+            );
+            let dim = k + 1;
+            if f > e {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!("dimension {dim}: no owned cells (first {f}, last {e})"),
+                });
+            }
+            if f - hl < l || e + hh > u {
+                return Err(CapiError::Invalid {
+                    op,
+                    why: format!(
+                        "dimension {dim}: the owned cells {f}:{e}, with {hl} halo cells below and {hh} above, need the bounds {}:{}; the array's are {l}:{u}",
+                        f - hl,
+                        e + hh
+                    ),
+                });
+            }
+            shape.extents.push(to_i64(u - l + 1)?);
+            shape.owned_lo.push(to_i64(f - l)?);
+            shape.owned_size.push(to_i64(e - f + 1)?);
+        }
+        Ok(shape)
+    }
+}
+
 /// The Fortran module's `sode_add_field`: as `sode_exchange_add_field`
 /// for an array in Fortran order with the bounds `lbounds(k):ubounds(k)`,
 /// owning `first(k):last(k)`, whose errors are told in those terms
@@ -1623,53 +1698,18 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
                 widths(halo_hi, "halo_hi", &max_hi)?,
             )
         };
-        let mut extents = Vec::with_capacity(d);
-        let mut owned_lo = Vec::with_capacity(d);
-        let mut owned_size = Vec::with_capacity(d);
-        for k in 0..d {
-            let (hl, hh) = match (halo_below.get(k), halo_above.get(k)) {
-                (Some(&l), Some(&h)) => (l as i128, h as i128),
-                _ => (0, 0),
-            };
-            let (l, u, f, e) = (
-                lb[k] as i128,
-                ub[k] as i128,
-                first[k] as i128,
-                last[k] as i128,
-            );
-            let dim = k + 1;
-            if f > e {
-                return Err(CapiError::Invalid {
-                    op,
-                    why: format!("dimension {dim}: no owned cells (first {f}, last {e})"),
-                });
-            }
-            if f - hl < l || e + hh > u {
-                return Err(CapiError::Invalid {
-                    op,
-                    why: format!(
-                        "dimension {dim}: the owned cells {f}:{e}, with {hl} halo cells below and {hh} above, need the bounds {}:{}; the array's are {l}:{u}",
-                        f - hl,
-                        e + hh
-                    ),
-                });
-            }
-            extents.push(u - l + 1);
-            owned_lo.push(f - l);
-            owned_size.push(e - f + 1);
-        }
-        let to_i64 = |v: Vec<i128>| -> Result<Vec<i64>> {
-            v.into_iter()
-                .map(|x| {
-                    i64::try_from(x).map_err(|_| CapiError::Invalid {
-                        op,
-                        why: "the array's bounds overflow 64 bits".into(),
-                    })
-                })
-                .collect()
-        };
-        let (extents, owned_lo, owned_size) =
-            (to_i64(extents)?, to_i64(owned_lo)?, to_i64(owned_size)?);
+        let shape = FortranShape::of(
+            op,
+            &FortranBounds {
+                lbounds: &lb,
+                ubounds: &ub,
+                first: &first,
+                last: &last,
+            },
+            &halo_below,
+            &halo_above,
+        )?;
+        let (extents, owned_lo, owned_size) = (shape.extents, shape.owned_lo, shape.owned_size);
         let args = FieldArgs {
             base,
             ty: r#type,

@@ -840,8 +840,16 @@ fn bench(a: &BenchArgs) -> Result<(), Box<dyn Error>> {
             ));
         }
     }
-    // Latency: both ranks write 8 bytes to each other per exchange.
-    let mut b = RdmaExchangeBuilder::new(&dev).engines(1);
+    say(latency(&world, &dev, a.lat_iters)?);
+    world.barrier(Duration::from_secs(60))?;
+    Ok(())
+}
+
+/// Latency: both ranks write 8 bytes to each other per exchange; the
+/// table's line.
+fn latency(world: &World, dev: &Device, iters: u64) -> Result<String, Box<dyn Error>> {
+    let me = world.rank();
+    let mut b = RdmaExchangeBuilder::new(dev).engines(1);
     let src = b.buffer(8)?;
     b.window(8, &[1 - me])?;
     b.write(Write {
@@ -853,15 +861,13 @@ fn bench(a: &BenchArgs) -> Result<(), Box<dyn Error>> {
         dst_offset: 0,
         len: 8,
     });
-    let mut x = b.build(&world, Duration::from_secs(60))?;
-    let mut t = time_exchanges(&mut x, a.lat_iters)?;
+    let mut x = b.build(world, Duration::from_secs(60))?;
+    let mut t = time_exchanges(&mut x, iters)?;
     t.sort_by(f64::total_cmp);
     let mean = t.iter().sum::<f64>() / t.len().max(1) as f64;
-    say(format!(
+    Ok(format!(
         "lat size=8 exchange_us_median={:.1} min={:.1} mean={mean:.1}",
         t[t.len() / 2],
         t[0]
-    ));
-    world.barrier(Duration::from_secs(60))?;
-    Ok(())
+    ))
 }

@@ -192,17 +192,8 @@ impl RdmaChannel {
         if members.is_empty() {
             return Ok(None);
         }
-        let incoming: Vec<crate::windows::Incoming> = receives
-            .iter()
-            .map(|(tag, r)| crate::windows::Incoming {
-                from: r.peer,
-                tag: *tag,
-                runs: r.runs(),
-                sets: if r.into.is_some() { sets } else { 0 },
-            })
-            .collect();
         let peers = members.iter().map(|m| m.peer).collect();
-        let numbered = crate::windows::number(&incoming);
+        let numbered = crate::windows::number(&incoming(&receives, sets));
         let theirs = crate::windows::swap(setup.world, &peers, &numbered, setup.timeout)?;
         let mut messages = Vec::new();
         for (i, m) in members.iter().enumerate() {
@@ -253,6 +244,21 @@ impl RdmaChannel {
             summary: Some(summary),
         }))
     }
+}
+
+/// This rank's RDMA receives (with their tags) as the windows' numbering
+/// takes them: one received in place has a window per run in each of the
+/// `sets` lent sets.
+fn incoming(receives: &[(u32, RdmaRecv)], sets: usize) -> Vec<crate::windows::Incoming> {
+    receives
+        .iter()
+        .map(|(tag, r)| crate::windows::Incoming {
+            from: r.peer,
+            tag: *tag,
+            runs: r.runs(),
+            sets: if r.into.is_some() { sets } else { 0 },
+        })
+        .collect()
 }
 
 impl RdmaJob<'_> {

@@ -177,9 +177,7 @@ pub(crate) fn bottom_left(instance: &Instance, order: &[usize], rules: &Rules) -
         if diagonals_sorted {
             x.diagonals_sorted.fill(&x.diagonals);
         }
-        for known in &mut x.known {
-            known.clear();
-        }
+        x.known.iter_mut().for_each(HashMap::clear);
         let Scratch {
             on_links,
             diagonals,

@@ -573,13 +573,6 @@ impl RdmaExchangeBuilder<'_> {
     ) -> Result<PersistentWrites> {
         let me = world.rank();
         let mut set = ChainSet::new(queues.qps, self.buffers);
-        let mut add = |entries: &[ChainEntry]| {
-            set.add(entries)
-                .map_err(|why| TransportError::InvalidCommand {
-                    command: entries[0].wr_id as usize,
-                    why,
-                })
-        };
         let writes: Vec<Write> = self.writes.iter().map(|p| p.write).collect();
         let lent: Vec<bool> = self.writes.iter().map(|p| p.staged.src.is_some()).collect();
         let mut chains = Vec::new();
@@ -592,38 +585,11 @@ impl RdmaExchangeBuilder<'_> {
                 if ids.is_empty() {
                     continue;
                 }
-                // Per variant, the chain into slot 0 and into slot 1; a
-                // chain equal to one added already is that one.
-                let chain = |variant: usize, parity: usize| {
-                    let mut chain: Vec<ChainEntry> = ids
-                        .iter()
-                        .map(|&i| entries[variant][parity][i].clone())
-                        .collect();
-                    let tail = chain.last_mut().expect("non-empty");
-                    tail.with_imm = true;
-                    tail.signaled = true;
-                    chain
-                };
-                let mut added: Vec<(Vec<ChainEntry>, ChainId)> = Vec::new();
-                let mut id_of = |variant: usize, parity: usize| -> Result<ChainId> {
-                    let c = chain(variant, parity);
-                    Ok(match added.iter().find(|(seen, _)| *seen == c) {
-                        Some(&(_, id)) => id,
-                        None => {
-                            let id = add(&c)?;
-                            added.push((c, id));
-                            id
-                        }
-                    })
-                };
-                let mut variants = Vec::with_capacity(entries.len());
-                for variant in 0..entries.len() {
-                    variants.push([id_of(variant, 0)?, id_of(variant, 1)?]);
-                }
+                let variants = add_variants(&mut set, &entries, &ids)?;
                 chains.push(Chain::new(pi, e, variants, ids));
             }
             let credit = if peers.writers_here.contains(&p) {
-                Some(add(&[credit_entry(p)])?)
+                Some(add_chain(&mut set, &[credit_entry(p)])?)
             } else {
                 None
             };
@@ -669,6 +635,45 @@ impl RdmaExchangeBuilder<'_> {
             job: world.clone(),
         })
     }
+}
+
+/// Adds one chain of requests to `set`.
+fn add_chain(set: &mut ChainSet, entries: &[ChainEntry]) -> Result<ChainId> {
+    set.add(entries)
+        .map_err(|why| TransportError::InvalidCommand {
+            command: entries[0].wr_id as usize,
+            why,
+        })
+}
+
+/// The chain of writes `ids` (one peer's on one engine, in plan order, the
+/// last request signalled and carrying the iteration) in each variant,
+/// into slot 0 and into slot 1, added to `set`; a chain equal to one added
+/// already is that one.
+fn add_variants(
+    set: &mut ChainSet,
+    entries: &[[Vec<ChainEntry>; 2]],
+    ids: &[usize],
+) -> Result<Vec<[ChainId; 2]>> {
+    let mut added: Vec<(Vec<ChainEntry>, ChainId)> = Vec::new();
+    let mut id_of = |variant: usize, parity: usize| -> Result<ChainId> {
+        let mut chain: Vec<ChainEntry> = ids
+            .iter()
+            .map(|&i| entries[variant][parity][i].clone())
+            .collect();
+        let tail = chain.last_mut().expect("non-empty");
+        tail.with_imm = true;
+        tail.signaled = true;
+        if let Some(&(_, id)) = added.iter().find(|(seen, _)| *seen == chain) {
+            return Ok(id);
+        }
+        let id = add_chain(set, &chain)?;
+        added.push((chain, id));
+        Ok(id)
+    };
+    (0..entries.len())
+        .map(|variant| Ok([id_of(variant, 0)?, id_of(variant, 1)?]))
+        .collect()
 }
 
 /// A credit: a zero-length send with an immediate, signalled.
