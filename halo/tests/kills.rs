@@ -1,0 +1,167 @@
+//! A rank killed at any moment leaves nothing in the shared-memory
+//! directory: 50 jobs of two ranks (processes: this test executable run
+//! again) exchange halos over shared memory, and the test kills one of
+//! them with SIGKILL at a random time from its start, during the
+//! bootstrap, the commit or the exchanges. The survivor must end within
+//! a bound (it fails, naming the dead rank, or finishes), and once it has
+//! ended no file or directory of the job may be left in the ranks'
+//! `SODE_SHM_DIR` (a directory of the test's own, so that other jobs on
+//! the node do not count) but the user's kept shared-memory thresholds
+//! (`sode-probes-UID`, meant to outlive jobs). The times and the rank
+//! killed come from a seed printed with every failure (`SODE_KILLS_SEED`
+//! replays it).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sode::{Decomposition, HaloExchange, Stencil, Transport};
+use sode_job::World;
+mod common;
+use common::{free_port, spawn_rank};
+
+const ROLE: &str = "SODE_KILLS_TEST";
+const JOBS: usize = 50;
+/// Kills land from 0 to this after the ranks are spawned: a job's
+/// bootstrap, commit and first exchanges take 50-300 ms here.
+const KILL_WITHIN: Duration = Duration::from_millis(600);
+/// How long a rank exchanges before it ends by itself: beyond any kill.
+const RUN_FOR: Duration = Duration::from_secs(2);
+/// How long the survivor may take to end once its peer is dead.
+const SURVIVOR_ENDS_WITHIN: Duration = Duration::from_secs(20);
+
+/// One rank of a job, when run as a child: exchanges for [`RUN_FOR`].
+#[test]
+fn rank() {
+    if std::env::var_os(ROLE).is_none() {
+        return;
+    }
+    let w = World::init(Duration::from_secs(10)).unwrap();
+    let d = Decomposition::new(&[64, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
+    let mut halo = HaloExchange::builder(&w, &d)
+        .transport(Transport::Shm)
+        .build()
+        .unwrap();
+    let mut u = vec![w.rank() as f64; halo.local_extent().iter().product()];
+    let until = Instant::now() + RUN_FOR;
+    while Instant::now() < until {
+        halo.start(&[&u]).unwrap();
+        halo.wait(Duration::from_secs(10), &mut [&mut u]).unwrap();
+    }
+}
+
+/// A small generator for the kill times (xorshift64*), from a seed.
+struct Draws(u64);
+
+impl Draws {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+/// What is in `dir`, recursively, as paths relative to it, but the
+/// user's kept thresholds.
+fn contents(dir: &Path) -> Vec<String> {
+    let kept = format!("sode-probes-{}", nix::unistd::geteuid());
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if d == dir && e.file_name().to_str() == Some(kept.as_str()) {
+                continue;
+            }
+            found.push(p.strip_prefix(dir).unwrap_or(&p).display().to_string());
+            if p.is_dir() {
+                pending.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// Waits for `child` to end within `bound`; kills it and says so if not.
+fn ended_within(child: &mut std::process::Child, bound: Duration) -> bool {
+    let until = Instant::now() + bound;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return true;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// One job: rank `doomed` killed `after` its spawning; what the job left
+/// in `dir` (empty when nothing), or why the survivor is a failure.
+fn one_job(dir: &Path, job: &str, doomed: usize, after: Duration) -> Result<Vec<String>, String> {
+    let port = free_port();
+    let shm_dir = dir.display().to_string();
+    let env = [("SODE_SHM_DIR", shm_dir.as_str())];
+    let mut ranks: Vec<_> = (0..2)
+        .map(|r| spawn_rank(r, 2, port, job, (ROLE, "1"), &env))
+        .collect();
+    std::thread::sleep(after);
+    let _ = ranks[doomed].kill();
+    let _ = ranks[doomed].wait();
+    let survivor = &mut ranks[1 - doomed];
+    if !ended_within(survivor, SURVIVOR_ENDS_WITHIN) {
+        return Err(format!(
+            "the survivor, rank {}, did not end within {SURVIVOR_ENDS_WITHIN:?}",
+            1 - doomed
+        ));
+    }
+    Ok(contents(dir))
+}
+
+#[test]
+fn a_rank_killed_at_any_moment_leaves_nothing_behind() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let seed = std::env::var("SODE_KILLS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64 | 1)
+        });
+    let mut draws = Draws(seed);
+    let dir: PathBuf = std::env::temp_dir().join(format!("sode-kills-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut left = Vec::new();
+    for n in 0..JOBS {
+        let doomed = (draws.next() % 2) as usize;
+        let after = Duration::from_micros(draws.next() % KILL_WITHIN.as_micros() as u64);
+        let job = format!("kills{}x{n}", std::process::id());
+        match one_job(&dir, &job, doomed, after) {
+            Ok(found) if found.is_empty() => {}
+            Ok(found) => left.push(format!(
+                "job {n} (rank {doomed} killed after {after:?}) left {found:?}"
+            )),
+            Err(why) => left.push(format!(
+                "job {n} (rank {doomed} killed after {after:?}): {why}"
+            )),
+        }
+        // What one job left must not be taken for the next one's.
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        left.is_empty(),
+        "seed {seed} (SODE_KILLS_SEED={seed} replays it): {} of {JOBS} jobs:\n{}",
+        left.len(),
+        left.join("\n")
+    );
+}
