@@ -19,21 +19,18 @@ fn failed(step: &str) -> impl Fn(String) -> JobError + '_ {
 
 /// Connects to the PMIx server: this rank, the job's size and namespace,
 /// and an out-of-band exchange over it.
-/// Each fence is given up at its step's deadline (the first at
-/// `deadline`), and each get after `timeout`.
+/// Each fence and get is given up by this rank at its step's deadline (the
+/// first at `deadline`), moved on by the time the process was stopped.
 ///
 /// # Errors
 ///
 /// [`JobError::External`] naming the step (connect, the job size, an
 /// allgather) and PMIx's error: a fence's timeout among them.
-pub fn join(
-    timeout: std::time::Duration,
-    deadline: std::time::Instant,
-) -> Result<(ExternalOob, String)> {
+pub fn join(deadline: std::time::Instant) -> Result<(ExternalOob, String)> {
     let pmix = Pmix::connect().map_err(failed("connect"))?;
     let rank = pmix.rank() as usize;
     let size = pmix
-        .get_number(RANK_WILDCARD, "pmix.job.size", timeout)
+        .get_number(RANK_WILDCARD, "pmix.job.size", deadline)
         .map_err(failed("job size"))? as usize;
     let namespace = pmix.namespace();
     tracing::debug!(rank, size, namespace, "joined through PMIx");
@@ -44,7 +41,7 @@ pub fn join(
         pmix.put_bytes(&key, mine)?;
         pmix.fence(deadline)?;
         for (r, block) in all.chunks_mut(mine.len().max(1)).enumerate().take(size) {
-            let theirs = pmix.get_bytes(r as u32, &key, timeout)?;
+            let theirs = pmix.get_bytes(r as u32, &key, deadline)?;
             if theirs.len() != mine.len() {
                 return Err(format!(
                     "rank {r} put {} bytes under {key}, this rank {}",

@@ -177,7 +177,7 @@ impl World {
         }
         let deadline = Instant::now() + timeout;
         if launch.root.is_none() && launch.pmix {
-            let (oob, namespace) = crate::pmix::join(timeout, deadline)?;
+            let (oob, namespace) = crate::pmix::join(deadline)?;
             if (oob.rank(), oob.size()) != (launch.rank, launch.size) {
                 return Err(JobError::Launch {
                     why: format!(

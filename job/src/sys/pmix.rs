@@ -1,18 +1,18 @@
 //! The PMIx client (libpmix.so.2), loaded at run time so that sode runs
 //! where it is absent. Only the calls the bootstrap needs: init, get,
 //! put, commit, fence, finalize. The structure layouts are PMIx 4's
-//! (`pmix_proc_t` 260 bytes, `pmix_value_t` 32 with its data at 8,
-//! `pmix_info_t` 552 with its value at 520), checked against the installed
-//! headers by `ci/pmix.sh` in CI. A rank that never arrives fails the others
-//! instead of hanging them: gets carry `PMIX_TIMEOUT`, and a fence is
-//! started without blocking and given up by this process against a
-//! [`Deadline`], not by the server. The server's clock runs on while the
-//! job is suspended (`scontrol suspend` stops the tasks, not slurmstepd),
-//! so a fence timed there fails a job suspended past its timeout.
+//! (`pmix_proc_t` 260 bytes, `pmix_value_t` 32 with its data at 8; no
+//! `pmix_info_t` is passed), checked against the installed headers by
+//! `ci/pmix.sh` in CI. A rank that never arrives fails the others
+//! instead of hanging them: fences and gets are started without blocking
+//! and given up by this process against a [`Deadline`], not by the
+//! server. The server's clock runs on while the job is suspended
+//! (`scontrol suspend` stops the tasks, not slurmstepd), so a call timed
+//! there fails a job suspended past its timeout.
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::backoff::Backoff;
@@ -48,46 +48,18 @@ struct Value {
     data: [u64; 3],
 }
 
-/// `PMIX_MAX_KEYLEN + 1`.
-const KEY_LEN: usize = 512;
-const PMIX_INT: u16 = 6;
-/// `PMIX_TIMEOUT`: seconds before the server gives the call up.
-const TIMEOUT_KEY: &[u8] = b"pmix.timeout";
-
-/// `pmix_info_t`: a key, directives, and a value at offset 520.
-#[repr(C)]
-struct Info {
-    key: [c_char; KEY_LEN],
-    flags: u32,
-    value: Value,
-}
-
-impl Info {
-    /// `PMIX_TIMEOUT` of `timeout`, in whole seconds (at least 1: 0 would
-    /// mean no deadline).
-    fn timeout(timeout: std::time::Duration) -> Info {
-        let mut key = [0 as c_char; KEY_LEN];
-        for (k, &b) in key.iter_mut().zip(TIMEOUT_KEY) {
-            *k = b as c_char;
-        }
-        let secs = timeout.as_secs_f64().ceil().clamp(1.0, f64::from(i32::MAX)) as i32;
-        Info {
-            key,
-            flags: 0,
-            value: Value {
-                ty: PMIX_INT,
-                // The union's int, in its first 4 bytes (little-endian:
-                // the low half of the first word).
-                data: [u64::from(secs as u32), 0, 0],
-            },
-        }
-    }
-}
-
 type Init = unsafe extern "C" fn(*mut Proc, *const c_void, usize) -> c_int;
 type Finalize = unsafe extern "C" fn(*const c_void, usize) -> c_int;
-type Get =
-    unsafe extern "C" fn(*const Proc, *const c_char, *const Info, usize, *mut *mut Value) -> c_int;
+/// `pmix_value_cbfunc_t`.
+type ValueDone = unsafe extern "C" fn(c_int, *mut Value, *mut c_void);
+type GetNb = unsafe extern "C" fn(
+    *const Proc,
+    *const c_char,
+    *const c_void,
+    usize,
+    Option<ValueDone>,
+    *mut c_void,
+) -> c_int;
 type Put = unsafe extern "C" fn(u8, *const c_char, *const Value) -> c_int;
 type Commit = unsafe extern "C" fn() -> c_int;
 /// `pmix_op_cbfunc_t`.
@@ -95,23 +67,21 @@ type OpDone = unsafe extern "C" fn(c_int, *mut c_void);
 type FenceNb = unsafe extern "C" fn(
     *const Proc,
     usize,
-    *const Info,
+    *const c_void,
     usize,
     Option<OpDone>,
     *mut c_void,
 ) -> c_int;
-type Destruct = unsafe extern "C" fn(*mut Value);
 type ErrorString = unsafe extern "C" fn(c_int) -> *const c_char;
 
 /// A connected PMIx client; finalized on drop.
 pub(crate) struct Pmix {
     me: Proc,
     finalize: Finalize,
-    get: Get,
+    get_nb: GetNb,
     put: Put,
     commit: Commit,
     fence_nb: FenceNb,
-    destruct: Destruct,
     error_string: ErrorString,
     // Last: the functions above point into it.
     _lib: Library,
@@ -122,23 +92,6 @@ impl std::fmt::Debug for Pmix {
         f.debug_struct("Pmix")
             .field("rank", &self.me.rank)
             .finish_non_exhaustive()
-    }
-}
-
-/// A value PMIx returned, released on drop.
-struct Got<'a> {
-    value: *mut Value,
-    pmix: &'a Pmix,
-}
-
-impl Drop for Got<'_> {
-    fn drop(&mut self) {
-        // SAFETY: `value` came from PMIx_Get, which allocates it with
-        // malloc; PMIX_VALUE_RELEASE is destruct then free.
-        unsafe {
-            (self.pmix.destruct)(self.value);
-            libc::free(self.value.cast());
-        }
     }
 }
 
@@ -166,11 +119,10 @@ impl Pmix {
         let mut pmix = Pmix {
             me,
             finalize: symbol(&lib, "PMIx_Finalize")?,
-            get: symbol(&lib, "PMIx_Get")?,
+            get_nb: symbol(&lib, "PMIx_Get_nb")?,
             put: symbol(&lib, "PMIx_Put")?,
             commit: symbol(&lib, "PMIx_Commit")?,
             fence_nb: symbol(&lib, "PMIx_Fence_nb")?,
-            destruct: symbol(&lib, "PMIx_Value_destruct")?,
             error_string: symbol(&lib, "PMIx_Error_string")?,
             _lib: lib,
         };
@@ -219,24 +171,49 @@ impl Pmix {
             .into_owned()
     }
 
-    fn get_raw(
-        &self,
-        rank: u32,
-        key: &str,
-        timeout: std::time::Duration,
-    ) -> Result<Got<'_>, String> {
-        let proc_ = Proc { rank, ..self.me };
-        let k = CString::new(key).map_err(|e| e.to_string())?;
-        let mut value: *mut Value = std::ptr::null_mut();
-        let info = Info::timeout(timeout);
-        // SAFETY: a valid proc and key, one info that outlives the call;
-        // PMIx allocates `value`.
-        let rc = unsafe { (self.get)(&proc_, k.as_ptr(), &info, 1, &mut value) };
-        self.check(&format!("PMIx_Get({key}) of rank {rank}"), rc)?;
-        if value.is_null() {
-            return Err(format!("PMIx_Get({key}) of rank {rank} returned nothing"));
+    /// The value `rank` has under `key`, as the call back copied it, given
+    /// up at `deadline` moved on by the time this process was stopped.
+    fn get(&self, rank: u32, key: &str, deadline: Instant) -> Result<Fetched, String> {
+        let call = format!("PMIx_Get({key}) of rank {rank}");
+        let flight = Arc::new(GetInFlight {
+            from: Proc { rank, ..self.me },
+            key: CString::new(key).map_err(|e| e.to_string())?,
+            status: AtomicI32::new(PENDING),
+            value: Mutex::new(None),
+        });
+        // One reference for PMIx, which `get_done` takes back: the proc
+        // and key must outlive the call back even if this rank gives up.
+        let for_pmix = Arc::into_raw(Arc::clone(&flight));
+        // SAFETY: a proc and a key that live as long as `for_pmix`; no
+        // info; `get_done` matches pmix_value_cbfunc_t.
+        let rc = unsafe {
+            (self.get_nb)(
+                &flight.from,
+                flight.key.as_ptr(),
+                std::ptr::null(),
+                0,
+                Some(get_done),
+                for_pmix.cast_mut().cast(),
+            )
+        };
+        if rc != PMIX_SUCCESS {
+            // SAFETY: PMIx will not call back: the reference is ours again.
+            drop(unsafe { Arc::from_raw(for_pmix) });
+            self.check(&call, rc)?;
         }
-        Ok(Got { value, pmix: self })
+        let late = Late {
+            call: &call,
+            what: "no answer",
+            why: "the server did not answer for the rank: it died, or the server is stuck",
+        };
+        let status = self.complete_by(&flight.status, deadline, late)?;
+        self.check(&call, status)?;
+        let value = flight
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        value.ok_or_else(|| format!("{call} returned nothing"))
     }
 
     /// An unsigned number (`uint16` or `uint32`) about `rank`.
@@ -244,17 +221,13 @@ impl Pmix {
         &self,
         rank: u32,
         key: &str,
-        timeout: std::time::Duration,
+        deadline: Instant,
     ) -> Result<u32, String> {
-        let got = self.get_raw(rank, key, timeout)?;
-        // SAFETY: a pmix_value_t PMIx filled; its union is read as the
-        // type it says.
-        let (ty, word) = unsafe { ((*got.value).ty, (*got.value).data[0]) };
-        match ty {
-            PMIX_UINT16 => Ok(u32::from(word as u16)),
-            PMIX_UINT32 => Ok(word as u32),
+        match self.get(rank, key, deadline)? {
+            Fetched::Number(n) => Ok(n),
             other => Err(format!(
-                "PMIx_Get({key}): a value of type {other}, not a number"
+                "PMIx_Get({key}): a value of type {}, not a number",
+                other.type_code()
             )),
         }
     }
@@ -264,28 +237,17 @@ impl Pmix {
         &self,
         rank: u32,
         key: &str,
-        timeout: std::time::Duration,
+        deadline: Instant,
     ) -> Result<Vec<u8>, String> {
-        let got = self.get_raw(rank, key, timeout)?;
-        // SAFETY: as above; a byte object is a pointer and a length.
-        unsafe {
-            let v = &*got.value;
-            if v.ty != PMIX_BYTE_OBJECT {
-                return Err(format!(
-                    "PMIx_Get({key}): a value of type {}, not bytes",
-                    v.ty
-                ));
-            }
-            let (ptr, len) = (v.data[0] as *const u8, v.data[1] as usize);
-            if len == 0 {
-                return Ok(Vec::new());
-            }
-            if ptr.is_null() {
-                return Err(format!(
-                    "PMIx_Get({key}): a null byte object of {len} bytes"
-                ));
-            }
-            Ok(std::slice::from_raw_parts(ptr, len).to_vec())
+        match self.get(rank, key, deadline)? {
+            Fetched::Bytes(b) => Ok(b),
+            Fetched::NullBytes(len) => Err(format!(
+                "PMIx_Get({key}): a null byte object of {len} bytes"
+            )),
+            other => Err(format!(
+                "PMIx_Get({key}): a value of type {}, not bytes",
+                other.type_code()
+            )),
         }
     }
 
@@ -308,8 +270,6 @@ impl Pmix {
     /// by the time this process was stopped (as every [`Deadline`] made
     /// from the same instant, so a setup's steps share one).
     pub(crate) fn fence(&self, deadline: Instant) -> Result<(), String> {
-        let (given, entered) = (deadline, Instant::now());
-        let mut deadline = Deadline::new(deadline);
         let flight = Arc::new(FenceInFlight {
             all: Proc {
                 rank: RANK_WILDCARD,
@@ -340,11 +300,33 @@ impl Pmix {
                 _ => self.check("PMIx_Fence_nb", rc),
             };
         }
+        let late = Late {
+            call: "PMIx_Fence",
+            what: "not every rank reached it",
+            why: "a rank that has not started, is stuck before it, or died",
+        };
+        let status = self.complete_by(&flight.status, deadline, late)?;
+        self.check("PMIx_Fence", status)
+    }
+
+    /// Polls `status` (set by a call back) until it is not [`PENDING`],
+    /// or `deadline` (moved on by the time this process was stopped)
+    /// passes: then an error naming the call, what was late and how long
+    /// it waited (`late` as the call's, "not every rank reached it
+    /// within", and its `why`).
+    fn complete_by(
+        &self,
+        status: &AtomicI32,
+        deadline: Instant,
+        late: Late<'_>,
+    ) -> Result<c_int, String> {
+        let (given, entered) = (deadline, Instant::now());
+        let mut deadline = Deadline::new(deadline);
         let mut backoff = Backoff::setup(Duration::from_millis(1));
         loop {
-            let status = flight.status.load(Ordering::Acquire);
-            if status != PENDING {
-                return self.check("PMIx_Fence", status);
+            let now = status.load(Ordering::Acquire);
+            if now != PENDING {
+                return Ok(now);
             }
             if deadline.passed() {
                 let stopped = match deadline.stopped() {
@@ -355,8 +337,11 @@ impl Pmix {
                     ),
                 };
                 return Err(format!(
-                    "PMIx_Fence: not every rank reached it within {:.1} s of this rank{stopped} (a rank that has not started, is stuck before it, or died)",
+                    "{}: {} within {:.1} s of this rank{stopped} ({})",
+                    late.call,
+                    late.what,
                     given.saturating_duration_since(entered).as_secs_f64(),
+                    late.why,
                 ));
             }
             backoff.snooze();
@@ -364,7 +349,15 @@ impl Pmix {
     }
 }
 
-/// `status` while a fence has not called back (no PMIx status is).
+/// What a call given up at its deadline says: the call, what was late,
+/// and why that may be.
+struct Late<'a> {
+    call: &'a str,
+    what: &'a str,
+    why: &'a str,
+}
+
+/// `status` while a fence or get has not called back (no PMIx status is).
 const PENDING: c_int = c_int::MIN;
 
 /// A fence PMIx was asked for: what it reads until it calls back, and the
@@ -379,6 +372,73 @@ unsafe extern "C" fn fence_done(status: c_int, cbdata: *mut c_void) {
     // SAFETY: `cbdata` is the reference `fence` gave PMIx with
     // `Arc::into_raw`; PMIx calls back once.
     let flight = unsafe { Arc::from_raw(cbdata.cast_const().cast::<FenceInFlight>()) };
+    flight.status.store(status, Ordering::Release);
+}
+
+/// A get PMIx was asked for: what it reads until it calls back, the
+/// status it calls back with, and the value it brought, copied.
+struct GetInFlight {
+    from: Proc,
+    key: CString,
+    status: AtomicI32,
+    value: Mutex<Option<Fetched>>,
+}
+
+/// A value a get brought, copied out of PMIx's before it is released.
+enum Fetched {
+    Number(u32),
+    Bytes(Vec<u8>),
+    /// A byte object with a null pointer and this many bytes.
+    NullBytes(usize),
+    /// Any other type, by its PMIx code.
+    Other(u16),
+}
+
+impl Fetched {
+    /// PMIx's code of the type.
+    fn type_code(&self) -> u16 {
+        match self {
+            Fetched::Number(_) => PMIX_UINT32,
+            Fetched::Bytes(_) | Fetched::NullBytes(_) => PMIX_BYTE_OBJECT,
+            Fetched::Other(code) => *code,
+        }
+    }
+
+    /// A copy of `value`, which PMIx releases once its call back returns.
+    ///
+    /// # Safety
+    /// `value` is a `pmix_value_t` PMIx filled, valid for the call.
+    unsafe fn copy(value: &Value) -> Fetched {
+        let (ptr, len) = (value.data[0] as *const u8, value.data[1] as usize);
+        match value.ty {
+            PMIX_UINT16 => Fetched::Number(u32::from(value.data[0] as u16)),
+            PMIX_UINT32 => Fetched::Number(value.data[0] as u32),
+            PMIX_BYTE_OBJECT if len == 0 => Fetched::Bytes(Vec::new()),
+            PMIX_BYTE_OBJECT if ptr.is_null() => Fetched::NullBytes(len),
+            // SAFETY: a byte object is a pointer to `len` bytes PMIx owns
+            // for the call.
+            PMIX_BYTE_OBJECT => {
+                Fetched::Bytes(unsafe { std::slice::from_raw_parts(ptr, len) }.to_vec())
+            }
+            other => Fetched::Other(other),
+        }
+    }
+}
+
+/// Called back by PMIx's progress thread once a get is done, with the
+/// value it found (released by PMIx after this returns).
+unsafe extern "C" fn get_done(status: c_int, value: *mut Value, cbdata: *mut c_void) {
+    // SAFETY: `cbdata` is the reference `get` gave PMIx with
+    // `Arc::into_raw`; PMIx calls back once.
+    let flight = unsafe { Arc::from_raw(cbdata.cast_const().cast::<GetInFlight>()) };
+    if status == PMIX_SUCCESS && !value.is_null() {
+        // SAFETY: a value PMIx filled, valid during the call back.
+        let copied = unsafe { Fetched::copy(&*value) };
+        *flight
+            .value
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(copied);
+    }
     flight.status.store(status, Ordering::Release);
 }
 
