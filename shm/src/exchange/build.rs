@@ -286,7 +286,8 @@ impl<'a> ShmExchangeBuilder<'a> {
     /// Bytes of the largest inbound control ring (a power of two, at least
     /// 4 KiB; default 64 KiB). Each peer's ring is sized to what it sends
     /// (two iterations of its messages, its largest in one fragment), from
-    /// 4 KiB up to this. Eager fragments are at most a quarter of a ring.
+    /// one page with the ring's header up to this. Eager fragments are at
+    /// most a quarter of a ring.
     pub fn ring_capacity(mut self, bytes: usize) -> Self {
         self.ring_capacity = bytes;
         self
