@@ -6,7 +6,7 @@ use std::ffi::c_int;
 use std::time::{Duration, Instant};
 
 use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, StartMemory, Transport};
-use sode_job::World;
+use sode_job::{JobError, World};
 
 use sode::field::{ElemType, FieldLayout, MemoryKind, Overlap, Piece};
 use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
@@ -16,7 +16,6 @@ use crate::cart::{self, Cart, TileGrid};
 use crate::error::{CapiError, Result};
 use crate::explicit;
 use crate::sys::memory::UserMemory;
-use crate::SODE_OK;
 
 /// A field added to an exchange: its description and its memory.
 #[derive(Debug)]
@@ -229,27 +228,25 @@ fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str
     Ok(())
 }
 
-/// The status and message a rank reports to the others after commit.
-#[derive(Debug, PartialEq)]
-struct Verdict {
-    status: i32,
-    message: String,
-}
-
-impl Verdict {
-    /// The status (four bytes, little-endian), then the message: every
-    /// rank receives every verdict, four bytes each when all went well.
-    fn encode(&self) -> Vec<u8> {
-        [&self.status.to_le_bytes()[..], self.message.as_bytes()].concat()
+/// The give-up of another rank that `e` stems from, if any: that rank's
+/// commit failed, and this one learnt it in a collective step.
+fn gave_up_in(e: &(dyn std::error::Error + 'static)) -> Option<(usize, i32, String)> {
+    let mut at = Some(e);
+    while let Some(err) = at {
+        let job = err
+            .downcast_ref::<JobError>()
+            .or_else(|| err.downcast_ref::<Box<JobError>>().map(|b| &**b));
+        if let Some(JobError::GaveUp {
+            rank,
+            code,
+            message,
+        }) = job
+        {
+            return Some((*rank, *code, message.clone()));
+        }
+        at = err.source();
     }
-
-    fn decode(b: &[u8]) -> Option<Verdict> {
-        let (status, message) = b.split_first_chunk::<4>()?;
-        Some(Verdict {
-            status: i32::from_le_bytes(*status),
-            message: String::from_utf8_lossy(message).into_owned(),
-        })
-    }
+    None
 }
 
 /// The transport `SODE_TRANSPORT` names (`auto`, `shm`, `rdma`, `tcp`;
@@ -684,38 +681,16 @@ impl Exchange {
     /// Checks the description across the job and builds the channels;
     /// collective. Every rank returns the same status.
     pub fn commit(&mut self) -> Result<()> {
-        let op = "sode_exchange_commit";
-        match &self.state {
-            State::Described => {}
-            State::Committed { .. } => {
-                return Err(CapiError::State {
-                    op,
-                    why: "the exchange is already committed".into(),
-                })
-            }
-            State::Broken(why) => {
-                return Err(CapiError::State {
-                    op,
-                    why: format!(
-                        "an earlier commit failed ({why}): free the exchange and create a new one"
-                    ),
-                })
-            }
-        }
-        let built = self.build();
-        let verdict = match &built {
-            Ok(_) => Verdict {
-                status: SODE_OK,
-                message: String::new(),
-            },
-            Err(e) => Verdict {
-                status: e.status(),
-                message: sode_job::diag::chain(e),
-            },
-        };
-        let agreed = self.agree(&verdict);
-        match (built, agreed) {
-            (Ok((links, planned, shared)), Ok(())) => {
+        // First: every commit takes the job's next exchange name on every
+        // rank, whether it fails here or not, so that the names of the
+        // exchanges after it still agree.
+        let builder = LinkExchange::builder(&self.world, Vec::new());
+        let committed = self
+            .ready_to_commit()
+            .and_then(|()| self.build(builder))
+            .and_then(|built| self.agree().map(|()| built));
+        match committed {
+            Ok((links, planned, shared)) => {
                 let in_place = zero_copy::fields_in_place(&links, &planned, self.fields.len());
                 for (field, in_place) in self.fields.iter_mut().zip(in_place) {
                     field.in_place = in_place;
@@ -728,38 +703,68 @@ impl Exchange {
                 };
                 Ok(())
             }
-            (Err(e), _) | (Ok(_), Err(e)) => {
-                self.state = State::Broken(e.to_string());
+            Err(e) => {
+                let e = self.end_failed_commit(e);
+                if matches!(self.state, State::Described) {
+                    self.state = State::Broken(e.to_string());
+                }
                 Err(e)
             }
         }
     }
 
-    /// Every rank's verdict: an error naming the lowest failing rank when
-    /// any failed (this rank's own error when it failed itself).
-    fn agree(&self, mine: &Verdict) -> Result<()> {
+    /// Whether this exchange may be committed: it is described, and not
+    /// committed or broken by an earlier commit.
+    fn ready_to_commit(&self) -> Result<()> {
         let op = "sode_exchange_commit";
-        let all = self
-            .world
-            .allgather(&mine.encode(), self.timeout)
-            .map_err(|source| CapiError::Bootstrap { op, source })?;
-        for (rank, b) in all.iter().enumerate() {
-            let v = Verdict::decode(b).ok_or_else(|| CapiError::Internal {
+        match &self.state {
+            State::Described => Ok(()),
+            State::Committed { .. } => Err(CapiError::State {
+                op,
+                why: "the exchange is already committed".into(),
+            }),
+            State::Broken(why) => Err(CapiError::State {
                 op,
                 why: format!(
-                    "rank {rank}'s verdict is {} bytes, too short to read",
-                    b.len()
+                    "an earlier commit failed ({why}): free the exchange and create a new one"
                 ),
-            })?;
-            if v.status != SODE_OK {
-                return Err(CapiError::OnRank {
-                    rank,
-                    status: v.status,
-                    message: v.message,
-                });
-            }
+            }),
         }
-        Ok(())
+    }
+
+    /// The commit's last step: whether every rank built its part. A rank
+    /// whose commit failed gave up in its place ([`Self::end_failed_commit`]).
+    fn agree(&self) -> Result<()> {
+        self.world
+            .barrier(self.timeout)
+            .map_err(|source| CapiError::Bootstrap {
+                op: "sode_exchange_commit",
+                source,
+            })
+    }
+
+    /// The error a failed commit returns, every rank alike. When another
+    /// rank's failure ended it (it gave up in a step this rank took), that
+    /// rank's, the lowest in the step. When it failed here, this rank's
+    /// own, after giving up in the next collective step the others take,
+    /// whichever it is: so no rank is left waiting in a step this one
+    /// will not take, and the communicator's next collective call finds
+    /// every rank in step.
+    fn end_failed_commit(&self, e: CapiError) -> CapiError {
+        if let Some((rank, status, message)) = gave_up_in(&e) {
+            return CapiError::OnRank {
+                rank,
+                status,
+                message,
+            };
+        }
+        let told = self
+            .world
+            .give_up(e.status(), &sode_job::diag::chain(&e), self.timeout);
+        if let Err(step) = told {
+            tracing::warn!(error = %sode_job::diag::chain(&step), "telling the other ranks that this rank's commit failed");
+        }
+        e
     }
 
     /// Every rank's record (`mine` encoded), through the job's allgather,
@@ -972,7 +977,10 @@ impl Exchange {
         Ok((layout, sets))
     }
 
-    fn build(&self) -> Result<(LinkExchange, Vec<LinkPieces>, Option<SharedLayout>)> {
+    fn build(
+        &self,
+        builder: LinkExchangeBuilder<'_>,
+    ) -> Result<(LinkExchange, Vec<LinkPieces>, Option<SharedLayout>)> {
         let op = "sode_exchange_commit";
         if self.fields.is_empty() {
             // Every message would be empty: say what is missing, not that.
@@ -983,7 +991,7 @@ impl Exchange {
             });
         }
         let specs: Vec<FieldLayout> = self.fields.iter().map(|f| f.spec.clone()).collect();
-        let mut builder = LinkExchange::builder(&self.world, Vec::new())
+        let mut builder = builder
             .transport(self.transport)
             .setup_timeout(self.timeout);
         let grouped = self.one_message_per_peer(&mut builder)?;
@@ -1515,19 +1523,33 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_verdict_reads_back_and_a_commit_that_went_well_costs_four_bytes() {
-        let ok = Verdict {
-            status: SODE_OK,
-            message: String::new(),
+    fn a_give_up_is_found_however_deep_it_is_wrapped() {
+        let gave_up = || JobError::GaveUp {
+            rank: 3,
+            code: -2,
+            message: "no field was added".into(),
         };
-        assert_eq!(ok.encode().len(), 4);
-        let bad = Verdict {
-            status: -3,
-            message: "rank 2: fields disagree".into(),
+        let direct = CapiError::Bootstrap {
+            op: "sode_exchange_commit",
+            source: gave_up(),
         };
-        for v in [ok, bad] {
-            assert_eq!(Verdict::decode(&v.encode()), Some(v));
+        let boxed = CapiError::Exchange {
+            op: "sode_exchange_commit",
+            source: HaloError::Barrier {
+                source: Box::new(gave_up()),
+            },
+        };
+        for e in [direct, boxed] {
+            assert_eq!(
+                gave_up_in(&e),
+                Some((3, -2, "no field was added".into())),
+                "{e:?}"
+            );
         }
-        assert_eq!(Verdict::decode(&[1, 2, 3]), None);
+        let other = CapiError::Bootstrap {
+            op: "sode_exchange_commit",
+            source: JobError::Launch { why: "none".into() },
+        };
+        assert_eq!(gave_up_in(&other), None);
     }
 }

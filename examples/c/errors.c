@@ -308,6 +308,21 @@ static void mismatch(sode_comm *c, int size) {
     expect("different transports on different ranks", sode_exchange_commit(x), SODE_ERR_MISMATCH,
            "different transports");
     expect("free", sode_exchange_free(&x), SODE_OK, "");
+    /* Rank 1 adds no field: its commit fails there alone, every rank's
+     * fails naming it, and the ranks stay in step for the next one. */
+    x = cart(c, size);
+    if (rank != 1) {
+        expect("add a field", add_u(x), SODE_OK, "");
+    }
+    expect("a rank that added no field fails every rank's commit", sode_exchange_commit(x), SODE_ERR_ARG,
+           rank == 1 ? "sode_exchange_commit: no field was added"
+                     : "commit failed on rank 1: sode_exchange_commit: no field was added");
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
+    x = cart(c, size);
+    expect("the exchange after it commits and runs",
+           add_u(x) || sode_exchange_commit(x) || sode_exchange_start(x) || sode_exchange_wait(x, 10.0), SODE_OK,
+           "");
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
 }
 
 /* The last rank never commits: the others' commit fails within the

@@ -99,6 +99,19 @@ pub enum JobError {
         /// What is wrong with it.
         why: String,
     },
+    /// A rank gave up the collective steps it was taking with the others
+    /// (a commit that failed on it): it took the step this rank was taking
+    /// with its reason in place of its data ([`crate::World::give_up`]),
+    /// and takes no further step of that operation.
+    #[error("rank {rank} gave up: {message}")]
+    GaveUp {
+        /// The lowest rank that gave up in that step.
+        rank: usize,
+        /// Its code (what the caller of `give_up` passed: a status).
+        code: i32,
+        /// Its reason.
+        message: String,
+    },
     /// The job's health watcher could not be started.
     #[error("starting the job's health watcher: {step}")]
     Health {

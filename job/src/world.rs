@@ -97,10 +97,45 @@ pub struct World {
     /// Bytes this rank received from the other ranks through
     /// [`World::allgather`].
     gathered: Arc<std::sync::atomic::AtomicU64>,
+    /// Whether this rank's last collective step failed (a rank missing
+    /// at its deadline, the exchange broken): the ranks may be out of
+    /// step, so a [`World::give_up`] takes no step.
+    step_failed: Arc<std::sync::atomic::AtomicBool>,
     /// This rank forwarding for others, when it is its node's gateway
     /// (last: dropped after the health watcher, it lingers while
     /// connections through it are open).
     relay: Option<Arc<Relay>>,
+}
+
+/// What a block of a collective step after the world is made carries: a
+/// rank's data, or its reason for giving up ([`World::give_up`]). An
+/// empty block is empty data (a barrier's).
+struct Step;
+
+impl Step {
+    /// The rank's data follows.
+    const DATA: u8 = 0;
+    /// Its code (four bytes, little-endian) and its reason (UTF-8) follow.
+    const GAVE_UP: u8 = 1;
+    /// The most of a reason that travels, in bytes.
+    const MESSAGE_MAX: usize = 4096;
+
+    /// The error rank `rank`'s block `b` (a give-up) stands for.
+    fn gave_up(rank: usize, b: &[u8]) -> JobError {
+        let rest = &b[1..];
+        let (code, message) = match rest.split_first_chunk::<4>() {
+            Some((code, message)) => (
+                i32::from_le_bytes(*code),
+                String::from_utf8_lossy(message).into_owned(),
+            ),
+            None => (0, String::from("(its reason did not arrive whole)")),
+        };
+        JobError::GaveUp {
+            rank,
+            code,
+            message,
+        }
+    }
 }
 
 /// A renumbering of the ranks (see [`World::renumbered`]).
@@ -261,6 +296,7 @@ impl World {
             routes,
             memo: Arc::default(),
             gathered: Arc::default(),
+            step_failed: Arc::default(),
             relay,
         };
         adopt_wait_policy(world.local_size())?;
@@ -300,6 +336,7 @@ impl World {
             order: None,
             memo: Arc::default(),
             gathered: Arc::default(),
+            step_failed: Arc::default(),
             relay: None,
         }
     }
@@ -362,6 +399,7 @@ impl World {
             routes: self.routes.clone(),
             memo: self.memo.clone(),
             gathered: self.gathered.clone(),
+            step_failed: self.step_failed.clone(),
             relay: self.relay.clone(),
         })
     }
@@ -463,25 +501,101 @@ impl World {
     /// # Errors
     ///
     /// [`JobError::BootstrapTimeout`] when `timeout` passes first; the
-    /// exchange's error when a rank's link breaks.
+    /// exchange's error when a rank's link breaks; [`JobError::GaveUp`]
+    /// when a rank gave up in this step ([`give_up`](Self::give_up)).
     pub fn barrier(&self, timeout: Duration) -> Result<()> {
-        match self.exchange() {
-            Some(mut oob) => oob.barrier(Instant::now() + timeout),
-            None => Ok(()),
-        }
+        self.allgather(&[], timeout).map(|_| ())
     }
 
     /// Every rank's `mine`, indexed by rank; collective.
     ///
     /// # Errors
     ///
-    /// As [`barrier`](Self::barrier), and [`JobError::Protocol`] for a
-    /// block above the exchange's limit.
+    /// As [`barrier`](Self::barrier) (a give-up names the lowest rank
+    /// that gave up in the step: every rank that takes the step sees it,
+    /// so all stop alike); [`JobError::Protocol`] for a block above the
+    /// exchange's limit.
     pub fn allgather(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        let mut all = match self.exchange() {
-            Some(mut oob) => oob.allgather(mine, Instant::now() + timeout)?,
-            None => vec![mine.to_vec()],
+        // Nothing, for nothing: a barrier costs what it did unframed.
+        let framed = match mine {
+            [] => Vec::new(),
+            _ => [&[Step::DATA][..], mine].concat(),
         };
+        let all = self.step(&framed, timeout)?;
+        let mut blocks = Vec::with_capacity(all.len());
+        let mut gave_up = None;
+        for (rank, mut b) in all.into_iter().enumerate() {
+            match b.first().copied() {
+                None => blocks.push(b),
+                Some(Step::DATA) => {
+                    b.remove(0);
+                    blocks.push(b);
+                }
+                Some(Step::GAVE_UP) if gave_up.is_none() => gave_up = Some(Step::gave_up(rank, &b)),
+                Some(Step::GAVE_UP) => {}
+                _ => {
+                    return Err(JobError::Protocol {
+                        whom: format!("rank {rank}"),
+                        why: format!(
+                            "a collective step of {} bytes, of no kind this sode knows: is every rank running the same sode?",
+                            b.len()
+                        ),
+                    })
+                }
+            }
+        }
+        match gave_up {
+            Some(e) => Err(e),
+            None => Ok(blocks),
+        }
+    }
+
+    /// Takes the job's next collective step (an [`allgather`] or
+    /// [`barrier`] the other ranks are taking) with `message` in place of
+    /// this rank's data, and ends there: every rank that takes that step
+    /// fails with [`JobError::GaveUp`] naming the lowest rank that gave up
+    /// in it, and so takes no further step of the operation either. A
+    /// rank calls it once, when an operation of collective steps (an
+    /// exchange's commit) fails on it alone partway, so that the others
+    /// are not left in a step it will never take; `code` travels with the
+    /// message (the C ABI's status).
+    ///
+    /// [`allgather`]: Self::allgather
+    /// [`barrier`]: Self::barrier
+    ///
+    /// When this rank's last step failed (a rank missing at its deadline,
+    /// the exchange broken), the ranks may no longer be in step: it takes
+    /// none, and returns at once.
+    ///
+    /// # Errors
+    ///
+    /// As [`barrier`](Self::barrier), when the step itself fails.
+    pub fn give_up(&self, code: i32, message: &str, timeout: Duration) -> Result<()> {
+        if self.step_failed.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        let mut end = message.len().min(Step::MESSAGE_MAX);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        let framed = [
+            &[Step::GAVE_UP][..],
+            &code.to_le_bytes(),
+            &message.as_bytes()[..end],
+        ]
+        .concat();
+        self.step(&framed, timeout).map(|_| ())
+    }
+
+    /// One collective step of framed blocks, in this world's numbering.
+    fn step(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let gathered = match self.exchange() {
+            Some(mut oob) => oob.allgather(mine, Instant::now() + timeout),
+            None => Ok(vec![mine.to_vec()]),
+        };
+        self.step_failed
+            .store(gathered.is_err(), std::sync::atomic::Ordering::Relaxed);
+        let mut all = gathered?;
         let theirs: usize = all
             .iter()
             .map(Vec::len)
@@ -668,6 +782,88 @@ mod tests {
             .collect();
         for (rank, h) in handles.into_iter().enumerate() {
             assert_eq!(h.join().unwrap(), None, "rank {rank} saw a death");
+        }
+    }
+
+    #[test]
+    fn a_rank_that_gives_up_ends_the_step_on_every_rank_and_the_next_step_is_in_time() {
+        let port = free_port();
+        let size = 4;
+        let t = Duration::from_secs(10);
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let w = World::init_with(&launch_info(rank, size, port), t).unwrap();
+                    // Step 1: ranks 1 and 3 give up (rank 3 with a reason
+                    // longer than travels), the others gather.
+                    let long = "é".repeat(Step::MESSAGE_MAX);
+                    let first = match rank {
+                        1 => w.give_up(-7, "no field was added", t).map(|()| None),
+                        3 => w.give_up(-2, &long, t).map(|()| None),
+                        _ => w.allgather(b"data", t).map(Some),
+                    };
+                    // Step 2: a barrier, rank 2 giving up.
+                    let second = match rank {
+                        2 => w.give_up(-3, "late", t),
+                        _ => w.barrier(t),
+                    };
+                    // Step 3: every rank's data arrives, in step.
+                    let third = w.allgather(&[rank as u8], t).unwrap();
+                    (rank, first, second, third)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (rank, first, second, third) = h.join().unwrap();
+            match (rank, first) {
+                (1 | 3, Ok(None)) => {}
+                (
+                    0 | 2,
+                    Err(JobError::GaveUp {
+                        rank: 1,
+                        code: -7,
+                        message,
+                    }),
+                ) => {
+                    assert_eq!(message, "no field was added")
+                }
+                (r, other) => panic!("rank {r}, the first step: {other:?}"),
+            }
+            match (rank, second) {
+                (2, Ok(())) => {}
+                (
+                    _,
+                    Err(JobError::GaveUp {
+                        rank: 2, code: -3, ..
+                    }),
+                ) => {}
+                (r, other) => panic!("rank {r}, the second step: {other:?}"),
+            }
+            assert_eq!(third, (0..size).map(|r| vec![r as u8]).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn a_reason_is_cut_on_a_character_and_read_back_whatever_arrives() {
+        // Cut: no panic inside a two-byte character.
+        let w = World::single();
+        let long = "é".repeat(Step::MESSAGE_MAX);
+        w.give_up(5, &long, Duration::from_secs(1)).unwrap();
+        match Step::gave_up(4, &[Step::GAVE_UP, 1, 0]) {
+            JobError::GaveUp {
+                rank: 4,
+                code: 0,
+                message,
+            } => assert!(message.contains("whole")),
+            other => panic!("{other:?}"),
+        }
+        match Step::gave_up(2, &[Step::GAVE_UP, 9, 0, 0, 0, 0xff, b'x']) {
+            JobError::GaveUp {
+                rank: 2,
+                code: 9,
+                message,
+            } => assert_eq!(message, "\u{fffd}x"),
+            other => panic!("{other:?}"),
         }
     }
 
