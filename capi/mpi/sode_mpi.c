@@ -3,8 +3,10 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 /* What sode holds on to: a duplicate of the program's communicator, the
@@ -103,13 +105,28 @@ static int allgather(const void *mine, void *all, size_t bytes, void *ctx) {
     int rank = 0, size = 0, tag = l->step++ % ARRIVAL_TAGS;
     MPI_Comm_rank(l->comm, &rank);
     MPI_Comm_size(l->comm, &size);
+    if (size > 0 && bytes > SIZE_MAX / (size_t)size) {
+        return sode_report_error(SODE_ERR_BOOTSTRAP, "the blocks of every rank exceed the address space");
+    }
     double deadline = isfinite(l->timeout_s) && l->timeout_s > 0 ? now() + l->timeout_s : INFINITY;
     static const char arrived = 1;
     char *sink = NULL;
+    /* MPI owns a step's buffers until the step completes, and one given up
+     * at its deadline completes whenever the ranks it waited for arrive
+     * (a late rank, later): its buffers are its own, not the caller's,
+     * and are left to it then, as its requests are. */
+    size_t all_bytes = bytes * (size_t)size;
+    char *send = malloc(bytes ? bytes : 1), *recv = malloc(all_bytes ? all_bytes : 1);
     MPI_Request *arrivals = calloc((size_t)size, sizeof *arrivals);
-    if (arrivals == NULL || (rank == 0 && (sink = calloc((size_t)size, 1)) == NULL)) {
+    if (send == NULL || recv == NULL || arrivals == NULL ||
+        (rank == 0 && (sink = calloc((size_t)size, 1)) == NULL)) {
+        free(send);
+        free(recv);
         free(arrivals);
         return sode_report_error(SODE_ERR_BOOTSTRAP, "out of memory");
+    }
+    if (bytes > 0) {
+        memcpy(send, mine, bytes);
     }
     for (int r = 0; r < size; r++) {
         arrivals[r] = MPI_REQUEST_NULL;
@@ -122,9 +139,14 @@ static int allgather(const void *mine, void *all, size_t bytes, void *ctx) {
         MPI_Isend(&arrived, 1, MPI_CHAR, 0, tag, l->comm, &arrivals[0]);
     }
     MPI_Request req;
-    int rc = MPI_Iallgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, l->comm, &req);
+    int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, l->comm, &req);
     int done = rc == MPI_SUCCESS ? complete_by(&req, deadline) : -1;
     if (done == 1) {
+        if (all_bytes > 0) {
+            memcpy(all, recv, all_bytes);
+        }
+        free(send);
+        free(recv);
         /* Everyone contributed, so every arrival was sent: these complete.
          * One wait each: GCC reads MPICH's MPI_STATUSES_IGNORE, a sentinel
          * pointer, as an array of size 0 and warns on MPI_Waitall. */
@@ -136,7 +158,8 @@ static int allgather(const void *mine, void *all, size_t bytes, void *ctx) {
         return 0;
     }
     /* The step stays in flight (MPI cannot cancel a collective): the
-     * communicator is not used again, its requests and buffers left to it. */
+     * communicator is not used again, its requests and buffers left to it
+     * (send, recv, arrivals, sink: not freed). */
     l->broken = 1;
     if (done < 0) {
         snprintf(text, sizeof text, "MPI_Iallgather failed (MPI error %d)", rc);

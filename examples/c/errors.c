@@ -3,6 +3,9 @@
  *
  *   mpirun -n 2 ./errors           every misuse, on both ranks, and a job
  *                                  suspended inside a commit
+ *   mpirun -n 3 ./errors late      the last rank reaches a commit after the
+ *                                  others gave it up; the step it completes
+ *                                  then must write into no freed memory
  *   SODE_RANK=.. SODE_SIZE=2 SODE_ROOT=.. SODE_JOB_SECRET=.. ./errors kill
  *                                  rank 1 dies after start; rank 0's wait
  *                                  must fail within its timeout */
@@ -397,6 +400,53 @@ static void suspended(int size) {
     free(pids);
 }
 
+/* `late` mode: the last rank reaches a commit 3 s after the others, whose
+ * communicator's timeout is 1 s. They give up the commit's step at their
+ * deadline; the late rank then completes the step they left in flight, and
+ * the program goes on with MPI. The step's buffers must still be there to
+ * receive it: run under AddressSanitizer (ci/capi.sh preloads it), a write
+ * into freed memory ends the job. */
+static int late_mode(int size) {
+    sode_comm *c = NULL;
+    expect("a communicator with a 1 s timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 1.0, &c), SODE_OK, "");
+    sode_exchange *x = cart(c, size);
+    expect("a field", add_u(x), SODE_OK, "");
+    if (rank == size - 1) {
+        struct timespec late = {3, 0};
+        nanosleep(&late, NULL);
+    }
+    expect("a commit the last rank reaches late", sode_exchange_commit(x), SODE_ERR_BOOTSTRAP,
+           "within the communicator's timeout");
+    expect("free the exchange", sode_exchange_free(&x), SODE_OK, "");
+    expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+    /* The program goes on, allocating as programs do: MPI progresses the
+     * step left in flight while the freed memory is handed out again. */
+    for (int k = 0; k < 100; k++) {
+        void *blocks[32];
+        for (int i = 0; i < 32; i++) {
+            size_t n = 8 + 8 * (size_t)i;
+            blocks[i] = malloc(n);
+            if (blocks[i] != NULL) {
+                memset(blocks[i], k, n);
+            }
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int i = 0; i < 32; i++) {
+            free(blocks[i]);
+        }
+    }
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    if (rank == 0) {
+        printf(all ? "FAILED: %d steps not answered as expected\n"
+                   : "ok a rank 3 s late: every commit gave up at 1 s, and the step it completed later "
+                     "wrote only into buffers left to it\n",
+               all);
+    }
+    return all != 0;
+}
+
 static int kill_mode(void) {
     sode_comm *c;
     if (sode_comm_create_env(30.0, &c) != SODE_OK) {
@@ -474,6 +524,9 @@ int main(int argc, char **argv) {
     int size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (argc > 1 && strcmp(argv[1], "late") == 0) {
+        return late_mode(size);
+    }
     if (size < 2) {
         /* The disagreements need two ranks to disagree. */
         if (rank == 0) {
