@@ -140,12 +140,12 @@ int main(int argc, char **argv) {
     int fds = descriptors() - fds_at, peers = neighbouring_ranks(cart, coords), held = count - FIRST;
     double kb = (double)(resident_kb() - kb_at) / held;
     for (int k = 0; k < count && !failed; k++) {
+        int wrong = 0;
         if (sode_exchange_start(x[k]) || sode_exchange_wait(x[k], 30)) {
             fprintf(stderr, "rank %d, exchange %d: %s\n", rank, k, sode_last_error());
             failed = 1;
-        } else if (wrong_halo(u[k], k, dims, coords)) {
-            fprintf(stderr, "rank %d, exchange %d: %d halo cells wrong\n", rank, k,
-                    wrong_halo(u[k], k, dims, coords));
+        } else if ((wrong = wrong_halo(u[k], k, dims, coords)) != 0) {
+            fprintf(stderr, "rank %d, exchange %d: %d halo cells wrong\n", rank, k, wrong);
             failed = 1;
         }
     }

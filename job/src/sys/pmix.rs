@@ -206,7 +206,7 @@ impl Pmix {
             what: "no answer",
             why: "the server did not answer for the rank: it died, or the server is stuck",
         };
-        let status = self.complete_by(&flight.status, deadline, late)?;
+        let status = Self::complete_by(&flight.status, deadline, late)?;
         self.check(&call, status)?;
         let value = flight
             .value
@@ -224,7 +224,7 @@ impl Pmix {
         deadline: Instant,
     ) -> Result<u32, String> {
         match self.get(rank, key, deadline)? {
-            Fetched::Number(n) => Ok(n),
+            Fetched::Number { value, .. } => Ok(value),
             other => Err(format!(
                 "PMIx_Get({key}): a value of type {}, not a number",
                 other.type_code()
@@ -305,7 +305,7 @@ impl Pmix {
             what: "not every rank reached it",
             why: "a rank that has not started, is stuck before it, or died",
         };
-        let status = self.complete_by(&flight.status, deadline, late)?;
+        let status = Self::complete_by(&flight.status, deadline, late)?;
         self.check("PMIx_Fence", status)
     }
 
@@ -314,12 +314,7 @@ impl Pmix {
     /// passes: then an error naming the call, what was late and how long
     /// it waited (`late` as the call's, "not every rank reached it
     /// within", and its `why`).
-    fn complete_by(
-        &self,
-        status: &AtomicI32,
-        deadline: Instant,
-        late: Late<'_>,
-    ) -> Result<c_int, String> {
+    fn complete_by(status: &AtomicI32, deadline: Instant, late: Late<'_>) -> Result<c_int, String> {
         let (given, entered) = (deadline, Instant::now());
         let mut deadline = Deadline::new(deadline);
         let mut backoff = Backoff::setup(Duration::from_millis(1));
@@ -386,7 +381,11 @@ struct GetInFlight {
 
 /// A value a get brought, copied out of PMIx's before it is released.
 enum Fetched {
-    Number(u32),
+    /// A `uint16` or a `uint32` (`ty`), widened.
+    Number {
+        value: u32,
+        ty: u16,
+    },
     Bytes(Vec<u8>),
     /// A byte object with a null pointer and this many bytes.
     NullBytes(usize),
@@ -398,7 +397,7 @@ impl Fetched {
     /// PMIx's code of the type.
     fn type_code(&self) -> u16 {
         match self {
-            Fetched::Number(_) => PMIX_UINT32,
+            Fetched::Number { ty, .. } => *ty,
             Fetched::Bytes(_) | Fetched::NullBytes(_) => PMIX_BYTE_OBJECT,
             Fetched::Other(code) => *code,
         }
@@ -411,8 +410,14 @@ impl Fetched {
     unsafe fn copy(value: &Value) -> Fetched {
         let (ptr, len) = (value.data[0] as *const u8, value.data[1] as usize);
         match value.ty {
-            PMIX_UINT16 => Fetched::Number(u32::from(value.data[0] as u16)),
-            PMIX_UINT32 => Fetched::Number(value.data[0] as u32),
+            PMIX_UINT16 => Fetched::Number {
+                value: u32::from(value.data[0] as u16),
+                ty: PMIX_UINT16,
+            },
+            PMIX_UINT32 => Fetched::Number {
+                value: value.data[0] as u32,
+                ty: PMIX_UINT32,
+            },
             PMIX_BYTE_OBJECT if len == 0 => Fetched::Bytes(Vec::new()),
             PMIX_BYTE_OBJECT if ptr.is_null() => Fetched::NullBytes(len),
             // SAFETY: a byte object is a pointer to `len` bytes PMIx owns
