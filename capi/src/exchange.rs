@@ -758,9 +758,15 @@ impl Exchange {
                 message,
             };
         }
+        // The others may first spend up to a timeout in a step with this
+        // rank alone (waiting for its segment or connection) before they
+        // reach the step this one gives up in: it waits for them that
+        // long, where the job's steps take a deadline (a program's MPI
+        // allgather keeps its communicator's timeout).
+        let patience = self.timeout.saturating_mul(2).min(sode_job::NO_DEADLINE);
         let told = self
             .world
-            .give_up(e.status(), &sode_job::diag::chain(&e), self.timeout);
+            .give_up(e.status(), &sode_job::diag::chain(&e), patience);
         if let Err(step) = told {
             tracing::warn!(error = %sode_job::diag::chain(&step), "telling the other ranks that this rank's commit failed");
         }
