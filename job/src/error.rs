@@ -112,6 +112,19 @@ pub enum JobError {
         /// Its reason.
         message: String,
     },
+    /// A rank took a collective step other than this rank's: one came
+    /// late to a step the others had given up at its deadline, or skipped
+    /// a collective call. The ranks stay out of step: make a new world
+    /// (communicator).
+    #[error("rank {rank} is at collective step {theirs}, this rank at step {ours}: the ranks are out of step (a step timed out earlier, or a rank skipped a collective call); make a new communicator")]
+    OutOfStep {
+        /// The lowest rank found at another step.
+        rank: usize,
+        /// Its step's number.
+        theirs: u32,
+        /// This rank's.
+        ours: u32,
+    },
     /// The job's health watcher could not be started.
     #[error("starting the job's health watcher: {step}")]
     Health {

@@ -2,6 +2,7 @@
 //! exchange they set up over.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -97,19 +98,31 @@ pub struct World {
     /// Bytes this rank received from the other ranks through
     /// [`World::allgather`].
     gathered: Arc<std::sync::atomic::AtomicU64>,
-    /// Whether this rank's last collective step failed (a rank missing
-    /// at its deadline, the exchange broken): the ranks may be out of
-    /// step, so a [`World::give_up`] takes no step.
-    step_failed: Arc<std::sync::atomic::AtomicBool>,
+    /// The collective steps taken since the world was made.
+    steps: Arc<Steps>,
     /// This rank forwarding for others, when it is its node's gateway
     /// (last: dropped after the health watcher, it lingers while
     /// connections through it are open).
     relay: Option<Arc<Relay>>,
 }
 
-/// What a block of a collective step after the world is made carries: a
-/// rank's data, or its reason for giving up ([`World::give_up`]). An
-/// empty block is empty data (a barrier's).
+/// The collective steps a world's ranks took since it was made (shared by
+/// its clones and renumberings).
+#[derive(Debug, Default)]
+struct Steps {
+    /// How many: every block carries its step's number, so that a rank out
+    /// of step (late past a deadline the others gave up at) is found, not
+    /// paired with another step.
+    taken: std::sync::atomic::AtomicU32,
+    /// Whether this rank's last step failed (a rank missing at its
+    /// deadline, the exchange broken, a rank out of step): the ranks may
+    /// be out of step, so a [`World::give_up`] takes no step.
+    failed: std::sync::atomic::AtomicBool,
+}
+
+/// A block of a collective step after the world is made: a kind byte, the
+/// step's number (four bytes, little-endian), then the rank's data or its
+/// reason for giving up ([`World::give_up`]).
 struct Step;
 
 impl Step {
@@ -117,13 +130,66 @@ impl Step {
     const DATA: u8 = 0;
     /// Its code (four bytes, little-endian) and its reason (UTF-8) follow.
     const GAVE_UP: u8 = 1;
+    /// The kind and the number.
+    const HEADER: usize = 5;
     /// The most of a reason that travels, in bytes.
     const MESSAGE_MAX: usize = 4096;
 
-    /// The error rank `rank`'s block `b` (a give-up) stands for.
-    fn gave_up(rank: usize, b: &[u8]) -> JobError {
-        let rest = &b[1..];
-        let (code, message) = match rest.split_first_chunk::<4>() {
+    /// A block of step `number`.
+    fn frame(kind: u8, number: u32, body: &[&[u8]]) -> Vec<u8> {
+        let mut b = Vec::with_capacity(Self::HEADER + body.iter().map(|p| p.len()).sum::<usize>());
+        b.push(kind);
+        b.extend_from_slice(&number.to_le_bytes());
+        body.iter().for_each(|p| b.extend_from_slice(p));
+        b
+    }
+
+    /// Every rank's data in step `number`; or, when a rank gave up in it,
+    /// the lowest such rank's reason; or when a rank is at another step,
+    /// that.
+    fn read(all: Vec<Vec<u8>>, number: u32) -> Result<Vec<Vec<u8>>> {
+        let mut blocks = Vec::with_capacity(all.len());
+        let mut gave_up = None;
+        for (rank, mut b) in all.into_iter().enumerate() {
+            let theirs = b
+                .get(1..Self::HEADER)
+                .and_then(|n| n.try_into().ok())
+                .map(u32::from_le_bytes);
+            match (b.first().copied(), theirs) {
+                (Some(_), Some(theirs)) if theirs != number => {
+                    return Err(JobError::OutOfStep {
+                        rank,
+                        theirs,
+                        ours: number,
+                    })
+                }
+                (Some(Self::DATA), Some(_)) => {
+                    b.drain(..Self::HEADER);
+                    blocks.push(b);
+                }
+                (Some(Self::GAVE_UP), Some(_)) => {
+                    gave_up = gave_up.or_else(|| Some(Self::gave_up(rank, &b[Self::HEADER..])));
+                }
+                _ => {
+                    return Err(JobError::Protocol {
+                        whom: format!("rank {rank}"),
+                        why: format!(
+                            "a collective step's block of {} bytes, of no kind this sode knows: is every rank running the same sode?",
+                            b.len()
+                        ),
+                    })
+                }
+            }
+        }
+        match gave_up {
+            Some(e) => Err(e),
+            None => Ok(blocks),
+        }
+    }
+
+    /// The error rank `rank`'s reason (a give-up's body) stands for.
+    fn gave_up(rank: usize, body: &[u8]) -> JobError {
+        let (code, message) = match body.split_first_chunk::<4>() {
             Some((code, message)) => (
                 i32::from_le_bytes(*code),
                 String::from_utf8_lossy(message).into_owned(),
@@ -296,7 +362,7 @@ impl World {
             routes,
             memo: Arc::default(),
             gathered: Arc::default(),
-            step_failed: Arc::default(),
+            steps: Arc::default(),
             relay,
         };
         adopt_wait_policy(world.local_size())?;
@@ -336,7 +402,7 @@ impl World {
             order: None,
             memo: Arc::default(),
             gathered: Arc::default(),
-            step_failed: Arc::default(),
+            steps: Arc::default(),
             relay: None,
         }
     }
@@ -399,7 +465,7 @@ impl World {
             routes: self.routes.clone(),
             memo: self.memo.clone(),
             gathered: self.gathered.clone(),
-            step_failed: self.step_failed.clone(),
+            steps: self.steps.clone(),
             relay: self.relay.clone(),
         })
     }
@@ -516,38 +582,13 @@ impl World {
     /// so all stop alike); [`JobError::Protocol`] for a block above the
     /// exchange's limit.
     pub fn allgather(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
-        // Nothing, for nothing: a barrier costs what it did unframed.
-        let framed = match mine {
-            [] => Vec::new(),
-            _ => [&[Step::DATA][..], mine].concat(),
-        };
-        let all = self.step(&framed, timeout)?;
-        let mut blocks = Vec::with_capacity(all.len());
-        let mut gave_up = None;
-        for (rank, mut b) in all.into_iter().enumerate() {
-            match b.first().copied() {
-                None => blocks.push(b),
-                Some(Step::DATA) => {
-                    b.remove(0);
-                    blocks.push(b);
-                }
-                Some(Step::GAVE_UP) if gave_up.is_none() => gave_up = Some(Step::gave_up(rank, &b)),
-                Some(Step::GAVE_UP) => {}
-                _ => {
-                    return Err(JobError::Protocol {
-                        whom: format!("rank {rank}"),
-                        why: format!(
-                            "a collective step of {} bytes, of no kind this sode knows: is every rank running the same sode?",
-                            b.len()
-                        ),
-                    })
-                }
-            }
+        let number = self.next_step();
+        let all = self.step(&Step::frame(Step::DATA, number, &[mine]), timeout)?;
+        let read = Step::read(all, number);
+        if let Err(JobError::OutOfStep { .. }) = read {
+            self.steps.failed.store(true, Ordering::Relaxed);
         }
-        match gave_up {
-            Some(e) => Err(e),
-            None => Ok(blocks),
-        }
+        read
     }
 
     /// Takes the job's next collective step (an [`allgather`] or
@@ -571,20 +612,22 @@ impl World {
     ///
     /// As [`barrier`](Self::barrier), when the step itself fails.
     pub fn give_up(&self, code: i32, message: &str, timeout: Duration) -> Result<()> {
-        if self.step_failed.load(std::sync::atomic::Ordering::Relaxed) {
+        if self.steps.failed.load(Ordering::Relaxed) {
             return Ok(());
         }
         let mut end = message.len().min(Step::MESSAGE_MAX);
         while !message.is_char_boundary(end) {
             end -= 1;
         }
-        let framed = [
-            &[Step::GAVE_UP][..],
-            &code.to_le_bytes(),
-            &message.as_bytes()[..end],
-        ]
-        .concat();
-        self.step(&framed, timeout).map(|_| ())
+        let body: [&[u8]; 2] = [&code.to_le_bytes(), &message.as_bytes()[..end]];
+        let number = self.next_step();
+        self.step(&Step::frame(Step::GAVE_UP, number, &body), timeout)
+            .map(|_| ())
+    }
+
+    /// The number of the step this rank takes next.
+    fn next_step(&self) -> u32 {
+        self.steps.taken.fetch_add(1, Ordering::Relaxed)
     }
 
     /// One collective step of framed blocks, in this world's numbering.
@@ -593,16 +636,16 @@ impl World {
             Some(mut oob) => oob.allgather(mine, Instant::now() + timeout),
             None => Ok(vec![mine.to_vec()]),
         };
-        self.step_failed
-            .store(gathered.is_err(), std::sync::atomic::Ordering::Relaxed);
+        self.steps
+            .failed
+            .store(gathered.is_err(), Ordering::Relaxed);
         let mut all = gathered?;
         let theirs: usize = all
             .iter()
             .map(Vec::len)
             .sum::<usize>()
             .saturating_sub(mine.len());
-        self.gathered
-            .fetch_add(theirs as u64, std::sync::atomic::Ordering::Relaxed);
+        self.gathered.fetch_add(theirs as u64, Ordering::Relaxed);
         if let Some(o) = &self.order {
             // Launch order to ours.
             all = o
@@ -619,7 +662,7 @@ impl World {
     /// copies): the part of a setup's traffic that grows with the job's
     /// size, since every rank receives every rank's block.
     pub fn gathered_bytes(&self) -> u64 {
-        self.gathered.load(std::sync::atomic::Ordering::Relaxed)
+        self.gathered.load(Ordering::Relaxed)
     }
 
     /// Opens a data connection (a TCP stream, `TCP_NODELAY`, blocking) to
@@ -844,12 +887,105 @@ mod tests {
     }
 
     #[test]
+    fn a_step_reads_every_ranks_data_or_names_the_rank_out_of_step_or_giving_up() {
+        let data = |n: u32, d: &[u8]| Step::frame(Step::DATA, n, &[d]);
+        let gave_up = |n: u32, why: &str| {
+            Step::frame(Step::GAVE_UP, n, &[&(-4i32).to_le_bytes(), why.as_bytes()])
+        };
+        let read = |blocks: Vec<Vec<u8>>| Step::read(blocks, 7);
+        assert_eq!(
+            read(vec![data(7, b"a"), data(7, b""), data(7, b"cc")]).unwrap(),
+            vec![b"a".to_vec(), Vec::new(), b"cc".to_vec()]
+        );
+        // A rank a step behind (late past the others' deadline) is named,
+        // before any give-up of the step.
+        match read(vec![gave_up(7, "x"), data(6, b"old"), data(7, b"c")]) {
+            Err(JobError::OutOfStep {
+                rank: 1,
+                theirs: 6,
+                ours: 7,
+            }) => {}
+            other => panic!("{other:?}"),
+        }
+        match read(vec![
+            data(7, b"a"),
+            gave_up(7, "second"),
+            gave_up(7, "third"),
+        ]) {
+            Err(JobError::GaveUp {
+                rank: 1,
+                code: -4,
+                message,
+            }) => assert_eq!(message, "second"),
+            other => panic!("{other:?}"),
+        }
+        for bad in [Vec::new(), vec![Step::DATA, 7, 0], vec![9, 7, 0, 0, 0]] {
+            match read(vec![data(7, b"a"), bad.clone()]) {
+                Err(JobError::Protocol { whom, .. }) => assert_eq!(whom, "rank 1"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_rank_late_past_the_others_deadline_is_never_paired_with_their_next_step() {
+        let port = free_port();
+        let size = 3;
+        let handles: Vec<_> = (0..size)
+            .map(|rank| {
+                std::thread::spawn(move || {
+                    let t = Duration::from_secs(10);
+                    let w = World::init_with(&launch_info(rank, size, port), t).unwrap();
+                    w.barrier(t).unwrap();
+                    // Rank 2 comes 2.5 s late to a step the others give up
+                    // after 1 s; then every rank takes another step.
+                    if rank == 2 {
+                        std::thread::sleep(Duration::from_millis(2500));
+                    }
+                    let one = w.allgather(format!("one-{rank}").as_bytes(), Duration::from_secs(1));
+                    let two = w.allgather(format!("two-{rank}").as_bytes(), Duration::from_secs(4));
+                    (rank, one, two)
+                })
+            })
+            .collect();
+        for h in handles {
+            let (rank, one, two) = h.join().unwrap();
+            if rank == 0 {
+                // Rank 0 meets the others' blocks first: it finds rank 2
+                // at step 1 (0 was the barrier) in its step 2.
+                assert!(
+                    matches!(
+                        two,
+                        Err(JobError::OutOfStep {
+                            rank: 2,
+                            theirs: 1,
+                            ours: 2
+                        })
+                    ),
+                    "{two:?}"
+                );
+            }
+            for (step, got) in [("one", one), ("two", two)] {
+                if let Ok(blocks) = got {
+                    let want: Vec<Vec<u8>> = (0..size)
+                        .map(|r| format!("{step}-{r}").into_bytes())
+                        .collect();
+                    assert_eq!(
+                        blocks, want,
+                        "rank {rank}'s step {step} was paired with another"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn a_reason_is_cut_on_a_character_and_read_back_whatever_arrives() {
         // Cut: no panic inside a two-byte character.
         let w = World::single();
         let long = "é".repeat(Step::MESSAGE_MAX);
         w.give_up(5, &long, Duration::from_secs(1)).unwrap();
-        match Step::gave_up(4, &[Step::GAVE_UP, 1, 0]) {
+        match Step::gave_up(4, &[1, 0]) {
             JobError::GaveUp {
                 rank: 4,
                 code: 0,
@@ -857,7 +993,7 @@ mod tests {
             } => assert!(message.contains("whole")),
             other => panic!("{other:?}"),
         }
-        match Step::gave_up(2, &[Step::GAVE_UP, 9, 0, 0, 0, 0xff, b'x']) {
+        match Step::gave_up(2, &[9, 0, 0, 0, 0xff, b'x']) {
             JobError::GaveUp {
                 rank: 2,
                 code: 9,
