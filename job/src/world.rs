@@ -757,6 +757,29 @@ mod tests {
         }
     }
 
+    /// Runs `rank(world, its rank)` on each of `size` ranks meeting over
+    /// loopback, each a thread (a world made within 10 s); their results
+    /// by rank.
+    fn on_ranks<T: Send + 'static>(
+        size: usize,
+        rank: impl Fn(World, usize) -> T + Send + Sync + 'static,
+    ) -> Vec<T> {
+        let (port, rank) = (free_port(), Arc::new(rank));
+        let handles: Vec<_> = (0..size)
+            .map(|r| {
+                let rank = rank.clone();
+                std::thread::spawn(move || {
+                    let launch = launch_info(r, size, port);
+                    rank(
+                        World::init_with(&launch, Duration::from_secs(10)).unwrap(),
+                        r,
+                    )
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    }
+
     #[test]
     fn ranks_meet_barrier_and_pair_up_over_loopback() {
         let port = free_port();
@@ -830,34 +853,27 @@ mod tests {
 
     #[test]
     fn a_rank_that_gives_up_ends_the_step_on_every_rank_and_the_next_step_is_in_time() {
-        let port = free_port();
         let size = 4;
         let t = Duration::from_secs(10);
-        let handles: Vec<_> = (0..size)
-            .map(|rank| {
-                std::thread::spawn(move || {
-                    let w = World::init_with(&launch_info(rank, size, port), t).unwrap();
-                    // Step 1: ranks 1 and 3 give up (rank 3 with a reason
-                    // longer than travels), the others gather.
-                    let long = "é".repeat(Step::MESSAGE_MAX);
-                    let first = match rank {
-                        1 => w.give_up(-7, "no field was added", t).map(|()| None),
-                        3 => w.give_up(-2, &long, t).map(|()| None),
-                        _ => w.allgather(b"data", t).map(Some),
-                    };
-                    // Step 2: a barrier, rank 2 giving up.
-                    let second = match rank {
-                        2 => w.give_up(-3, "late", t),
-                        _ => w.barrier(t),
-                    };
-                    // Step 3: every rank's data arrives, in step.
-                    let third = w.allgather(&[rank as u8], t).unwrap();
-                    (rank, first, second, third)
-                })
-            })
-            .collect();
-        for h in handles {
-            let (rank, first, second, third) = h.join().unwrap();
+        let outcomes = on_ranks(size, move |w, rank| {
+            // Step 1: ranks 1 and 3 give up (rank 3 with a reason longer
+            // than travels), the others gather.
+            let long = "é".repeat(Step::MESSAGE_MAX);
+            let first = match rank {
+                1 => w.give_up(-7, "no field was added", t).map(|()| None),
+                3 => w.give_up(-2, &long, t).map(|()| None),
+                _ => w.allgather(b"data", t).map(Some),
+            };
+            // Step 2: a barrier, rank 2 giving up.
+            let second = match rank {
+                2 => w.give_up(-3, "late", t),
+                _ => w.barrier(t),
+            };
+            // Step 3: every rank's data arrives, in step.
+            let third = w.allgather(&[rank as u8], t).unwrap();
+            (rank, first, second, third)
+        });
+        for (rank, first, second, third) in outcomes {
             match (rank, first) {
                 (1 | 3, Ok(None)) => {}
                 (
@@ -929,27 +945,19 @@ mod tests {
 
     #[test]
     fn a_rank_late_past_the_others_deadline_is_never_paired_with_their_next_step() {
-        let port = free_port();
         let size = 3;
-        let handles: Vec<_> = (0..size)
-            .map(|rank| {
-                std::thread::spawn(move || {
-                    let t = Duration::from_secs(10);
-                    let w = World::init_with(&launch_info(rank, size, port), t).unwrap();
-                    w.barrier(t).unwrap();
-                    // Rank 2 comes 2.5 s late to a step the others give up
-                    // after 1 s; then every rank takes another step.
-                    if rank == 2 {
-                        std::thread::sleep(Duration::from_millis(2500));
-                    }
-                    let one = w.allgather(format!("one-{rank}").as_bytes(), Duration::from_secs(1));
-                    let two = w.allgather(format!("two-{rank}").as_bytes(), Duration::from_secs(4));
-                    (rank, one, two)
-                })
-            })
-            .collect();
-        for h in handles {
-            let (rank, one, two) = h.join().unwrap();
+        let outcomes = on_ranks(size, |w, rank| {
+            w.barrier(Duration::from_secs(10)).unwrap();
+            // Rank 2 comes 2.5 s late to a step the others give up after
+            // 1 s; then every rank takes another step.
+            if rank == 2 {
+                std::thread::sleep(Duration::from_millis(2500));
+            }
+            let one = w.allgather(format!("one-{rank}").as_bytes(), Duration::from_secs(1));
+            let two = w.allgather(format!("two-{rank}").as_bytes(), Duration::from_secs(4));
+            (rank, one, two)
+        });
+        for (rank, one, two) in outcomes {
             if rank == 0 {
                 // Rank 0 meets the others' blocks first: it finds rank 2
                 // at step 1 (0 was the barrier) in its step 2.
