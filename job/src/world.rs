@@ -2,7 +2,7 @@
 //! exchange they set up over.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -97,7 +97,7 @@ pub struct World {
     memo: Arc<Memo>,
     /// Bytes this rank received from the other ranks through
     /// [`World::allgather`].
-    gathered: Arc<std::sync::atomic::AtomicU64>,
+    gathered: Arc<AtomicU64>,
     /// The collective steps taken since the world was made.
     steps: Arc<Steps>,
     /// This rank forwarding for others, when it is its node's gateway
@@ -113,11 +113,11 @@ struct Steps {
     /// How many: every block carries its step's number, so that a rank out
     /// of step (late past a deadline the others gave up at) is found, not
     /// paired with another step.
-    taken: std::sync::atomic::AtomicU32,
+    taken: AtomicU32,
     /// Whether this rank's last step failed (a rank missing at its
     /// deadline, the exchange broken, a rank out of step): the ranks may
     /// be out of step, so a [`World::give_up`] takes no step.
-    failed: std::sync::atomic::AtomicBool,
+    failed: AtomicBool,
 }
 
 /// A block of a collective step after the world is made: a kind byte, the
