@@ -3,7 +3,7 @@
 # prefix (ci/install.sh), build the C and Fortran examples from that prefix
 # alone (CMake package and pkg-config), run them under Open MPI with 1, 2
 # and 4 ranks (every halo cell compared with MPI's, bit for bit), every misuse answered
-# with a status and a message, a rank late for a commit (under
+# with a status and a message, a rank late for a creation and a commit (under
 # AddressSanitizer), and a rank killed during an exchange reported to its
 # peer within the wait's timeout.
 set -euo pipefail
@@ -194,11 +194,12 @@ fi
 echo "-- misuse, on 2 ranks"
 timeout 120 "${mpirun[@]}" -n 2 "$build/errors" | tail -1
 
-# A rank that reaches a commit after the others gave its step up completes
-# the step they left in flight: MPI then writes into their buffers, which
-# must still be theirs. AddressSanitizer (gcc's runtime, preloaded) ends
-# the job at a write into freed memory.
-echo "-- a rank late for a commit, under AddressSanitizer"
+# A rank late for a communicator's creation: every rank's creation gives up
+# at its timeout. A rank that reaches a commit after the others gave its
+# step up completes the step they left in flight: MPI then writes into
+# their buffers, which must still be theirs. AddressSanitizer (gcc's
+# runtime, preloaded) ends the job at a write into freed memory.
+echo "-- a rank late for a creation and a commit, under AddressSanitizer"
 asan=$(gcc -print-file-name=libasan.so)
 if [ ! -e "$asan" ]; then
   echo "error: gcc has no AddressSanitizer runtime (libasan.so; Debian's libasan8)" >&2
@@ -207,7 +208,7 @@ fi
 if ! timeout 120 "${mpirun[@]}" -n 3 -x LD_PRELOAD="$asan" -x ASAN_OPTIONS=detect_leaks=0 \
     "$build/errors" late >"$build/late.log" 2>&1; then
   grep -v "^ WARN" "$build/late.log" | head -40
-  echo "error: a rank late for a commit (errors late, under AddressSanitizer)" >&2
+  echo "error: a rank late for a creation and a commit (errors late, under AddressSanitizer)" >&2
   exit 1
 fi
 grep "^ok a rank" "$build/late.log"

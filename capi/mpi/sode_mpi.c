@@ -201,21 +201,18 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
     if (out == NULL) {
         return sode_report_error(SODE_ERR_NULL, "sode_comm_create_mpi: `out` is a null pointer");
     }
+    if (!(timeout_s > 0) && timeout_s != SODE_TIMEOUT_DEFAULT) {
+        char text[256];
+        snprintf(text, sizeof text,
+                 "sode_comm_create_mpi: a timeout of %g s: give a positive number of seconds, "
+                 "INFINITY for no deadline, or SODE_TIMEOUT_DEFAULT for the job's (SODE_TIMEOUT)",
+                 timeout_s);
+        return sode_report_error(SODE_ERR_ARG, text);
+    }
     struct lent *l = malloc(sizeof *l);
     if (l == NULL) {
         return sode_report_error(SODE_ERR_BOOTSTRAP, "sode_comm_create_mpi: out of memory");
     }
-    /* Errors come back as codes on the duplicate: sode reports them. */
-    int rc = MPI_Comm_dup(comm, &l->comm);
-    if (rc != MPI_SUCCESS) {
-        free(l);
-        char text[MPI_MAX_ERROR_STRING + 64], why[MPI_MAX_ERROR_STRING];
-        int len = 0;
-        MPI_Error_string(rc, why, &len);
-        snprintf(text, sizeof text, "sode_comm_create_mpi: MPI_Comm_dup failed: %s", why);
-        return sode_report_error(SODE_ERR_BOOTSTRAP, text);
-    }
-    MPI_Comm_set_errhandler(l->comm, MPI_ERRORS_RETURN);
     l->timeout_s = timeout_s;
     if (timeout_s < 0) { /* SODE_TIMEOUT_DEFAULT: the job's, else none */
         const char *job = getenv("SODE_TIMEOUT");
@@ -223,6 +220,37 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
     }
     l->step = 0;
     l->broken = 0;
+    /* The duplication is the call's first collective step: bounded by the
+     * timeout like the others, so a rank that never calls (failed, stopped,
+     * or in another call) fails this one rather than hanging it. */
+    double deadline = isfinite(l->timeout_s) && l->timeout_s > 0 ? now() + l->timeout_s : INFINITY;
+    MPI_Request req;
+    int rc = MPI_Comm_idup(comm, &l->comm, &req);
+    int done = rc == MPI_SUCCESS ? complete_by(&req, deadline) : -1;
+    if (done == 0) {
+        /* MPI cannot cancel it: `l` stays MPI's, to write the duplicate
+         * into when the missing ranks arrive. */
+        char text[512];
+        snprintf(text, sizeof text,
+                 "sode_comm_create_mpi: duplicating the communicator (MPI_Comm_idup) did not "
+                 "complete within the timeout (%g s): a rank of it has not called "
+                 "sode_comm_create_mpi (failed, stopped, late, or in another call)",
+                 l->timeout_s);
+        return sode_report_error(SODE_ERR_BOOTSTRAP, text);
+    }
+    if (done < 0) {
+        free(l);
+        char text[MPI_MAX_ERROR_STRING + 64], why[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        snprintf(why, sizeof why, "MPI_Test failed");
+        if (rc != MPI_SUCCESS) {
+            MPI_Error_string(rc, why, &len);
+        }
+        snprintf(text, sizeof text, "sode_comm_create_mpi: duplicating the communicator failed: %s", why);
+        return sode_report_error(SODE_ERR_BOOTSTRAP, text);
+    }
+    /* Errors come back as codes on the duplicate: sode reports them. */
+    MPI_Comm_set_errhandler(l->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(l->comm, &rank);
     MPI_Comm_size(l->comm, &size);
     return sode_comm_create_allgather(rank, size, allgather, l, release, timeout_s, out);

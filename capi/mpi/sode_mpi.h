@@ -17,13 +17,17 @@ extern "C" {
  * exchanges before MPI_Finalize. Collective over `comm`. Every collective
  * step (this call, each commit) completes within `timeout_s` (INFINITY: no
  * deadline; SODE_TIMEOUT_DEFAULT: SODE_TIMEOUT's) or fails with
- * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived;
- * the communicator is then unusable. Time in which this process is stopped
+ * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived
+ * (after the duplication, which names none); the communicator is then
+ * unusable. Time in which this process is stopped
  * (a suspended job, a debugger) does not count.
  * # Statuses
- * SODE_ERR_NULL (`out`); SODE_ERR_BOOTSTRAP before MPI_Init, when
- * MPI_Comm_dup fails, or as `sode_comm_create_allgather` returns it (which
- * also gives SODE_ERR_ARG for a bad timeout). */
+ * SODE_ERR_NULL (`out`); SODE_ERR_ARG for a timeout neither positive nor
+ * SODE_TIMEOUT_DEFAULT; SODE_ERR_BOOTSTRAP before MPI_Init, when
+ * duplicating `comm` (MPI_Comm_idup, the call's first collective step)
+ * fails or does not complete within `timeout_s` (a rank of `comm` that
+ * does not call: the duplicate is then left to MPI), or as
+ * `sode_comm_create_allgather` returns it. */
 int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out);
 
 /* The same for Fortran: `comm` is an `integer` handle (`comm%MPI_VAL` with

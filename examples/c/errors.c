@@ -3,7 +3,8 @@
  *
  *   mpirun -n 2 ./errors           every misuse, on both ranks, and a job
  *                                  suspended inside a commit
- *   mpirun -n 3 ./errors late      the last rank reaches a commit after the
+ *   mpirun -n 3 ./errors late      the last rank reaches a communicator's
+ *                                  creation, then a commit, after the
  *                                  others gave it up; the step it completes
  *                                  then must write into no freed memory
  *   SODE_RANK=.. SODE_SIZE=2 SODE_ROOT=.. SODE_JOB_SECRET=.. ./errors kill
@@ -351,6 +352,9 @@ static void absent(int size) {
     }
     expect("free the exchange", sode_exchange_free(&x), SODE_OK, "");
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+    /* The last rank would reach the next communicator's creation a timeout
+     * before the others, and that creation is bounded by it too. */
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 /* The whole job stopped (SIGSTOP, as `scontrol suspend` does) for 4 s
@@ -400,6 +404,38 @@ static void suspended(int size) {
     free(pids);
 }
 
+/* Seconds on a monotonic clock. */
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The last rank creates its communicator 3 s after the others, whose
+ * timeout is 1 s: the creation's first collective step (duplicating the
+ * MPI communicator) must give up at the deadline on every rank rather than
+ * wait for it, and the late rank's then finds no one in the next step. */
+static void late_creation(int size) {
+    if (rank == size - 1) {
+        struct timespec late = {3, 0};
+        nanosleep(&late, NULL);
+    }
+    sode_comm *c = NULL;
+    double t0 = seconds_now();
+    expect("a communicator the last rank creates 3 s late, with a 1 s timeout",
+           sode_comm_create_mpi(MPI_COMM_WORLD, 1.0, &c), SODE_ERR_BOOTSTRAP,
+           rank == size - 1 ? "within the communicator's timeout" : "(MPI_Comm_idup) did not complete within the timeout (1 s)");
+    double took = seconds_now() - t0;
+    if (took > 2.5) {
+        fprintf(stderr, "rank %d: a creation with a 1 s timeout took %.1f s\n", rank, took);
+        failures++;
+    }
+    if (c != NULL) {
+        sode_comm_free(&c);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 /* `late` mode: the last rank reaches a commit 3 s after the others, whose
  * communicator's timeout is 1 s. They give up the commit's step at their
  * deadline; the late rank then completes the step they left in flight, and
@@ -407,6 +443,7 @@ static void suspended(int size) {
  * receive it: run under AddressSanitizer (ci/capi.sh preloads it), a write
  * into freed memory ends the job. */
 static int late_mode(int size) {
+    late_creation(size);
     sode_comm *c = NULL;
     expect("a communicator with a 1 s timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 1.0, &c), SODE_OK, "");
     sode_exchange *x = cart(c, size);
