@@ -685,6 +685,7 @@ impl Exchange {
         // rank, whether it fails here or not, so that the names of the
         // exchanges after it still agree.
         let builder = LinkExchange::builder(&self.world, Vec::new());
+        let name = builder.name().to_string();
         let committed = self
             .ready_to_commit()
             .and_then(|()| self.build(builder))
@@ -704,7 +705,7 @@ impl Exchange {
                 Ok(())
             }
             Err(e) => {
-                let e = self.end_failed_commit(e);
+                let e = self.end_failed_commit(e, &name);
                 if matches!(self.state, State::Described) {
                     self.state = State::Broken(e.to_string());
                 }
@@ -743,20 +744,53 @@ impl Exchange {
             })
     }
 
-    /// The error a failed commit returns, every rank alike. When another
-    /// rank's failure ended it (it gave up in a step this rank took), that
-    /// rank's, the lowest in the step. When it failed here, this rank's
-    /// own, after giving up in the next collective step the others take,
-    /// whichever it is: so no rank is left waiting in a step this one
-    /// will not take, and the communicator's next collective call finds
-    /// every rank in step.
-    fn end_failed_commit(&self, e: CapiError) -> CapiError {
+    /// The error a failed commit of the exchange named `name` returns,
+    /// every rank alike.
+    ///
+    /// - Another rank's failure ended it (it gave up in a step this rank
+    ///   took): that rank's, the lowest in the step; or, when it came, the
+    ///   notice of the lowest rank that gave up the exchange, which names
+    ///   the root cause (a rank that gave up waiting for it names it too).
+    /// - It failed here: first told to the job
+    ///   ([`sode_job::World::give_up_setup`]), so that the neighbours
+    ///   waiting for this rank's channels stop; then this rank gives up in
+    ///   the next collective step the others take, whichever it is, so no
+    ///   rank is left waiting in a step this one will not take, and the
+    ///   communicator's next collective call finds every rank in step. Its
+    ///   own error, or, when it stopped waiting for a rank that gave up,
+    ///   that rank's.
+    fn end_failed_commit(&self, e: CapiError, name: &str) -> CapiError {
+        let me = self.world.rank();
+        let noticed = || {
+            let g = self.world.setup_given_up(name).filter(|g| g.rank != me)?;
+            Some(CapiError::OnRank {
+                rank: g.rank,
+                status: g.code,
+                message: g.why,
+            })
+        };
         if let Some((rank, status, message)) = gave_up_in(&e) {
-            return CapiError::OnRank {
+            // The lowest rank that gave up in the step may have done so
+            // waiting for the rank whose notice names the cause.
+            return noticed().unwrap_or(CapiError::OnRank {
                 rank,
                 status,
                 message,
-            };
+            });
+        }
+        let by_peer = matches!(
+            e,
+            CapiError::Exchange {
+                source: HaloError::PeerGaveUp { .. },
+                ..
+            }
+        );
+        if !by_peer {
+            // Its neighbours may be waiting for its channels: the notice
+            // ends their waits (where none waits, it costs a few messages
+            // on the job's health links).
+            self.world
+                .give_up_setup(name, e.status(), &sode_job::diag::chain(&e));
         }
         // The others may first spend up to a timeout in a step with this
         // rank alone (waiting for its segment or connection) before they
@@ -769,6 +803,9 @@ impl Exchange {
             .give_up(e.status(), &sode_job::diag::chain(&e), patience);
         if let Err(step) = told {
             tracing::warn!(error = %sode_job::diag::chain(&step), "telling the other ranks that this rank's commit failed");
+        }
+        if by_peer {
+            return noticed().unwrap_or(e);
         }
         e
     }

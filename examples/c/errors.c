@@ -38,6 +38,13 @@ static void expect(const char *what, int got, int want, const char *needle) {
     }
 }
 
+/* Seconds on a monotonic clock. */
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
 static sode_exchange *cart(sode_comm *c, int size) {
     int dims[2] = {1, size}, coords[2] = {0, rank}, periodic[2] = {0, 1}, h[2] = {1, 1};
     sode_exchange *x = NULL;
@@ -293,6 +300,50 @@ static void reorder(sode_comm *c, int size) {
            SODE_ERR_ARG, rank == 1 ? "ndims is 4" : "ranks [1] gave no decomposition");
 }
 
+/* Rank 1 cannot make its shared memory (SODE_SHM_DIR names no directory).
+ * It fails at once and tells the job, so its neighbours stop waiting for
+ * its segment: every rank's commit fails within seconds, not at the
+ * communicator's timeout (30 s), naming rank 1 and its reason; and the
+ * ranks stay in step, so the communicator's next exchange commits and
+ * brings each halo its neighbour's cells. */
+static void setup_fails_on_one(sode_comm *c, int size) {
+    const char *dir = "/nonexistent/sode-errors";
+    if (rank == 1) {
+        setenv("SODE_SHM_DIR", dir, 1);
+    }
+    sode_exchange *x = cart(c, size);
+    expect("add a field", add_u(x), SODE_OK, "");
+    double t0 = seconds_now();
+    int rc = sode_exchange_commit(x);
+    double took = seconds_now() - t0;
+    expect("a rank that cannot make its shared memory fails every rank's commit", rc, SODE_ERR_CHANNEL,
+           "/nonexistent/sode-errors does not exist");
+    if (rank != 1) {
+        expect("... naming that rank", rc, SODE_ERR_CHANNEL, "commit failed on rank 1: ");
+    }
+    if (took > 5.0) {
+        fprintf(stderr, "rank %d: the commit failed after %.1f s, its neighbour's failure known at once\n", rank, took);
+        failures++;
+    }
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
+    if (rank == 1) {
+        unsetenv("SODE_SHM_DIR");
+    }
+    for (int i = 0; i < 36; i++) {
+        u[i] = rank + 1;
+    }
+    x = cart(c, size);
+    expect("the next exchange commits and runs",
+           add_u(x) || sode_exchange_commit(x) || sode_exchange_start(x) || sode_exchange_wait(x, 10.0), SODE_OK,
+           "");
+    double below = (double)((rank + size - 1) % size + 1), above = (double)((rank + 1) % size + 1);
+    if (u[1 * 6 + 0] != below || u[1 * 6 + 5] != above) {
+        fprintf(stderr, "rank %d: halo cells %g and %g, want %g and %g\n", rank, u[6], u[11], below, above);
+        failures++;
+    }
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
+}
+
 static void mismatch(sode_comm *c, int size) {
     /* Rank 0 adds a double field, the others an int32 one. */
     sode_exchange *x = cart(c, size);
@@ -402,13 +453,6 @@ static void suspended(int size) {
     expect("free the exchange", sode_exchange_free(&x), SODE_OK, "");
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
     free(pids);
-}
-
-/* Seconds on a monotonic clock. */
-static double seconds_now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
 /* The last rank creates its communicator 3 s after the others, whose
@@ -581,6 +625,7 @@ int main(int argc, char **argv) {
     tiles_misuse(c, size);
     shared_fields(c, size);
     mismatch(c, size);
+    setup_fails_on_one(c, size);
     reorder(c, size);
     expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
     absent(size);

@@ -87,6 +87,15 @@ pub enum HaloError {
         /// The system error, or what the peer sent that is not valid.
         source: std::io::Error,
     },
+    /// A rank gave up setting up this exchange (told through the job,
+    /// `World::give_up_setup`) while this one set up its channels.
+    #[error("rank {rank} gave up setting up this exchange: {why}")]
+    PeerGaveUp {
+        /// The lowest rank that gave up.
+        rank: usize,
+        /// Why, in its words.
+        why: String,
+    },
     /// A barrier of the job (pseudo-collective mode) failed.
     #[error("job barrier")]
     Barrier {

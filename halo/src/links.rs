@@ -190,6 +190,13 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
     }
 
+    /// The exchange's name in the job (the same on every rank): what a
+    /// rank that gives up its setup names ([`World::give_up_setup`]), so
+    /// that its neighbours stop waiting for it.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Keeps fields in shared memory; links to this node's ranks with runs
     /// in `shared` travel in place. See [`SharedSets`].
     pub fn shared_sets(mut self, shared: SharedSets) -> Self {
@@ -572,16 +579,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             in_place: vec![Sides::default(); n],
             channels: Vec::new(),
         };
-        let setup = Setup {
-            world: self.world,
-            timeout: self.timeout,
-        };
-        let store = self.set_up_shm(&setup, &mut placing)?;
-        let summary = self.set_up_rdma(&setup, &mut placing)?;
-        let (tcp, members) = self.members(Locality::Tcp);
-        if !tcp.is_empty() {
-            placing.add(&tcp, TcpChannel::set_up(&setup, &members)?);
-        }
+        let (store, summary) = self.set_up_channels(&mut placing)?;
         let Placing {
             sends,
             recvs,
@@ -620,6 +618,45 @@ impl<'w> LinkExchangeBuilder<'w> {
                 })
                 .collect(),
             links: self.links,
+        })
+    }
+
+    /// Every channel of this rank, placing the links on them: where the
+    /// shared sets live, and the RDMA plan's summary. Collective with the
+    /// neighbours. A rank that gives its part up tells the job
+    /// ([`World::give_up_setup`], which the C ABI's commit does), and its
+    /// neighbours' waits end then, rather than at the timeout.
+    fn set_up_channels(
+        &mut self,
+        placing: &mut Placing,
+    ) -> Result<(Option<SharedStore>, Option<String>)> {
+        let setup = Setup {
+            world: self.world,
+            timeout: self.timeout,
+        };
+        let (job, name) = (self.world.clone(), self.name.clone());
+        let me = job.rank();
+        let given_up = move || job.setup_given_up(&name).filter(|g| g.rank != me);
+        let watch = {
+            let given_up = given_up.clone();
+            sode_job::abandon_when(move || given_up().is_some())
+        };
+        let built = (|| {
+            let store = self.set_up_shm(&setup, placing)?;
+            let summary = self.set_up_rdma(&setup, placing)?;
+            let (tcp, members) = self.members(Locality::Tcp);
+            if !tcp.is_empty() {
+                placing.add(&tcp, TcpChannel::set_up(&setup, &members)?);
+            }
+            Ok((store, summary))
+        })();
+        drop(watch);
+        built.map_err(|e| match given_up() {
+            Some(g) => HaloError::PeerGaveUp {
+                rank: g.rank,
+                why: g.why,
+            },
+            None => e,
         })
     }
 

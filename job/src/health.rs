@@ -91,6 +91,75 @@ enum Note {
     Bye,
     /// A tree neighbour passing on that `rank` died.
     Dead { rank: usize, why: String },
+    /// `rank` gave up setting up its part of exchange `exchange` (passed
+    /// on, like a death, along every other link): its neighbours waiting
+    /// for that part stop waiting. Not a death: the job goes on.
+    GaveUpSetup {
+        exchange: String,
+        rank: usize,
+        code: i32,
+        why: String,
+    },
+}
+
+/// A rank that gave up setting up its part of an exchange, as its notice
+/// reached this rank ([`World::setup_given_up`](crate::World::setup_given_up)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SetupGivenUp {
+    /// Its rank (in the numbering of the world that reports it).
+    pub rank: usize,
+    /// Its rank in launch order.
+    pub launch_rank: usize,
+    /// The code it gave (the C ABI's status).
+    pub code: i32,
+    /// Why, in its words.
+    pub why: String,
+}
+
+/// Exchanges whose given-up setups a rank remembers: the newest, since a
+/// notice matters only while its exchange is being set up.
+const NOTICES_KEPT: usize = 16;
+
+/// The notices of given-up setups heard so far: for each of the newest
+/// [`NOTICES_KEPT`] exchanges, the lowest rank's. Only a notice of a lower
+/// rank is news, to pass on: when many ranks give up one exchange, a link
+/// carries few of their notices, and every rank ends with the lowest.
+#[derive(Debug, Default)]
+struct Notices {
+    by_exchange: std::collections::VecDeque<(String, SetupGivenUp)>,
+}
+
+impl Notices {
+    /// Records that `rank` gave up `exchange`; whether it is news.
+    fn record(&mut self, exchange: &str, rank: usize, code: i32, why: &str) -> bool {
+        let notice = SetupGivenUp {
+            rank,
+            launch_rank: rank,
+            code,
+            why: why.to_string(),
+        };
+        match self.by_exchange.iter_mut().find(|(x, _)| x == exchange) {
+            Some((_, known)) if known.launch_rank <= rank => false,
+            Some((_, known)) => {
+                *known = notice;
+                true
+            }
+            None => {
+                if self.by_exchange.len() == NOTICES_KEPT {
+                    self.by_exchange.pop_front();
+                }
+                self.by_exchange.push_back((exchange.to_string(), notice));
+                true
+            }
+        }
+    }
+
+    /// The lowest rank known to have given up `exchange`.
+    fn first(&self, exchange: &str) -> Option<SetupGivenUp> {
+        let (_, known) = self.by_exchange.iter().find(|(x, _)| x == exchange)?;
+        Some(known.clone())
+    }
 }
 
 /// A rank of the job found dead.
@@ -128,9 +197,24 @@ struct Verdict {
     nodes: Arc<Nodes>,
     /// Written once, with the verdict: wakes ranks asleep in `poll`.
     ring: UnixStream,
+    /// Given-up setups heard of, this rank's own included.
+    notices: Mutex<Notices>,
 }
 
 impl Verdict {
+    /// Records a given-up setup; whether it is news (to pass on).
+    fn notice(&self, exchange: &str, rank: usize, code: i32, why: &str) -> bool {
+        let news = self
+            .notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(exchange, rank, code, why);
+        if news {
+            tracing::info!(exchange, rank, why, "a rank gave up setting up an exchange");
+        }
+        news
+    }
+
     /// Records the first death seen, and says whether it was the first;
     /// later ones add nothing (the job has already failed).
     fn declare(&self, rank: usize, why: String) -> bool {
@@ -167,6 +251,10 @@ pub(crate) struct Health {
     farewell: Arc<Farewell>,
     /// Readable once a rank is found dead.
     told: UnixStream,
+    /// Notes for the watcher to send (this rank's given-up setups), and
+    /// the socket that wakes it for them.
+    outbox: Arc<Mutex<Vec<Note>>>,
+    nudge: UnixStream,
 }
 
 /// What stops a watcher, shared with the exit hook.
@@ -250,11 +338,23 @@ impl Health {
             failure: OnceLock::new(),
             nodes,
             ring,
+            notices: Mutex::new(Notices::default()),
         });
         let (stop, stopped) = UnixStream::pair().map_err(|source| JobError::Health {
             step: "creating its stop socket",
             source,
         })?;
+        let (nudge, nudged) = UnixStream::pair()
+            .and_then(|(a, b)| {
+                a.set_nonblocking(true)?;
+                b.set_nonblocking(true)?;
+                Ok((a, b))
+            })
+            .map_err(|source| JobError::Health {
+                step: "creating its outbox socket",
+                source,
+            })?;
+        let outbox = Arc::new(Mutex::new(Vec::new()));
         let mut watched = Vec::with_capacity(links.len());
         for mut link in links.into_values() {
             // A peer that stops reading fills its link in time (a heartbeat
@@ -278,6 +378,8 @@ impl Health {
             links: watched,
             verdict: Arc::clone(&verdict),
             stopped,
+            outbox: Arc::clone(&outbox),
+            nudged,
             silence,
             beats: 0,
             looked: Instant::now(),
@@ -307,7 +409,40 @@ impl Health {
             verdict,
             farewell,
             told,
+            outbox,
+            nudge,
         })
+    }
+
+    /// Tells every rank that this one (`rank`, in launch order) gave up
+    /// setting up its part of `exchange`, with `code`, and why: the watcher passes it
+    /// along the tree, as it does a death.
+    pub(crate) fn give_up_setup(&self, exchange: &str, rank: usize, code: i32, why: &str) {
+        if !self.verdict.notice(exchange, rank, code, why) {
+            return;
+        }
+        self.outbox
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Note::GaveUpSetup {
+                exchange: exchange.to_string(),
+                rank,
+                code,
+                why: why.to_string(),
+            });
+        use std::io::Write;
+        // Full, it is already nudged.
+        let _ = (&self.nudge).write(&[1]);
+    }
+
+    /// The lowest rank whose notice that it gave up setting up `exchange`
+    /// reached this rank.
+    pub(crate) fn setup_given_up(&self, exchange: &str) -> Option<SetupGivenUp> {
+        self.verdict
+            .notices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .first(exchange)
     }
 
     /// A descriptor that `poll` reports readable once a rank is found
@@ -380,6 +515,9 @@ struct Watch {
     links: Vec<Watched>,
     verdict: Arc<Verdict>,
     stopped: UnixStream,
+    /// This rank's notes to send, and the socket that says there are some.
+    outbox: Arc<Mutex<Vec<Note>>>,
+    nudged: UnixStream,
     silence: Option<Duration>,
     /// Heartbeat rounds so far.
     beats: u64,
@@ -403,6 +541,7 @@ impl Watch {
                 None => break,
             };
             self.look(nap);
+            self.send_outbox();
             for i in ready.into_iter().rev() {
                 self.read(i);
             }
@@ -469,6 +608,7 @@ impl Watch {
                 Ok(Note::Bye) => return true,
                 Ok(Note::Beat) => w.heard = Instant::now(),
                 Ok(Note::Dead { rank, why }) => self.spread(Some(i), rank, why),
+                Ok(note @ Note::GaveUpSetup { .. }) => self.pass_on(Some(i), note),
                 Err(_) => return false,
             }
         }
@@ -478,7 +618,10 @@ impl Watch {
     /// have something (in order), or None when the watcher is to stop.
     fn poll(&mut self, nap: Duration) -> Option<Vec<usize>> {
         use nix::poll::{PollFd, PollFlags, PollTimeout};
-        let mut fds = vec![PollFd::new(self.stopped.as_fd(), PollFlags::POLLIN)];
+        let mut fds = vec![
+            PollFd::new(self.stopped.as_fd(), PollFlags::POLLIN),
+            PollFd::new(self.nudged.as_fd(), PollFlags::POLLIN),
+        ];
         // The links without a descriptor are only beaten and timed.
         let watched: Vec<usize> = (0..self.links.len())
             .filter(|&i| self.links[i].link.liveness_fd().is_some())
@@ -501,7 +644,7 @@ impl Watch {
         Some(
             watched
                 .into_iter()
-                .zip(&fds[1..])
+                .zip(&fds[2..])
                 .filter(|(_, fd)| has(fd))
                 .map(|(i, _)| i)
                 .collect(),
@@ -529,6 +672,10 @@ impl Watch {
             Ok(Note::Dead { rank, why }) => {
                 w.heard = Instant::now();
                 self.spread(Some(i), rank, why);
+            }
+            Ok(note @ Note::GaveUpSetup { .. }) => {
+                w.heard = Instant::now();
+                self.pass_on(Some(i), note);
             }
             Err(e) => {
                 tracing::debug!(error = %crate::diag::chain(&e), "health link lost");
@@ -605,20 +752,54 @@ impl Watch {
         }
     }
 
-    /// Passes on that `rank` died along every link but `from`'s. A link
-    /// that cannot take it is left to its own watcher's judgement.
+    /// Passes on that `rank` died along every link but `from`'s.
     fn tell(&mut self, from: Option<usize>, rank: usize, why: &str) {
+        let note = Note::Dead {
+            rank,
+            why: why.to_string(),
+        };
+        self.send_on(from, &note);
+    }
+
+    /// Sends `note` along every link but `from`'s. A link that cannot take
+    /// it is left to its own watcher's judgement.
+    fn send_on(&mut self, from: Option<usize>, note: &Note) {
         for (j, w) in self.links.iter_mut().enumerate() {
             if Some(j) == from {
                 continue;
             }
-            let note = Note::Dead {
-                rank,
-                why: why.to_string(),
-            };
-            if let Err(e) = w.link.send(&note) {
-                tracing::debug!(peer = w.link.peer(), error = %crate::diag::chain(&e), "a verdict could not be passed on");
+            if let Err(e) = w.link.send(note) {
+                tracing::debug!(peer = w.link.peer(), error = %crate::diag::chain(&e), "a note could not be passed on");
             }
+        }
+    }
+
+    /// A given-up setup heard on link `from`: recorded and, the first
+    /// time, passed on along every other link, so that it floods the tree
+    /// and ends.
+    fn pass_on(&mut self, from: Option<usize>, note: Note) {
+        if let Note::GaveUpSetup {
+            exchange,
+            rank,
+            code,
+            why,
+        } = &note
+        {
+            if self.verdict.notice(exchange, *rank, *code, why) {
+                self.send_on(from, &note);
+            }
+        }
+    }
+
+    /// Sends this rank's own notes (recorded already by
+    /// [`Health::give_up_setup`]) along every link.
+    fn send_outbox(&mut self) {
+        use std::io::Read;
+        let mut drain = [0u8; 64];
+        while matches!((&self.nudged).read(&mut drain), Ok(n) if n > 0) {}
+        let notes = std::mem::take(&mut *self.outbox.lock().unwrap_or_else(|p| p.into_inner()));
+        for note in &notes {
+            self.send_on(None, note);
         }
     }
 }
@@ -884,5 +1065,63 @@ mod tests {
         for h in &job {
             assert_eq!(h.failure(), None);
         }
+    }
+
+    #[test]
+    fn a_given_up_setup_reaches_every_rank_naming_the_lowest_and_kills_no_one() {
+        let size = 13;
+        let nodes = Arc::new(Nodes::new(vec![crate::NodeId::local(); size]));
+        let job: Vec<Health> = tree_links(size)
+            .into_iter()
+            .enumerate()
+            .map(|(r, links)| Health::start(r, links, nodes.clone(), None).unwrap())
+            .collect();
+        // A leaf, then an inner rank, give up the same exchange; a third
+        // rank gives up another. Each is told once and passed on once.
+        job[11].give_up_setup("h3", 11, 7, "no segment");
+        job[4].give_up_setup("h3", 4, 5, "no memory");
+        job[9].give_up_setup("h4", 9, 2, "other");
+        let end = Instant::now() + Duration::from_secs(10);
+        loop {
+            let h3: Vec<Option<SetupGivenUp>> =
+                job.iter().map(|h| h.setup_given_up("h3")).collect();
+            let h4: Vec<Option<SetupGivenUp>> =
+                job.iter().map(|h| h.setup_given_up("h4")).collect();
+            let lowest =
+                |g: &Option<SetupGivenUp>, rank| g.as_ref().is_some_and(|g| g.rank == rank);
+            if h3.iter().all(|g| lowest(g, 4)) && h4.iter().all(|g| lowest(g, 9)) {
+                let g = h3[0].clone().unwrap();
+                assert_eq!((g.launch_rank, g.code, g.why.as_str()), (4, 5, "no memory"));
+                break;
+            }
+            assert!(
+                Instant::now() < end,
+                "not every rank heard: h3 {h3:?}, h4 {h4:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(job.iter().all(|h| h.setup_given_up("h5").is_none()));
+        // Heartbeats go on after the notices (a link left with half a
+        // note would be judged lost), and no rank is dead.
+        std::thread::sleep(Duration::from_millis(1200));
+        for h in &job {
+            assert_eq!(h.failure(), None);
+        }
+    }
+
+    #[test]
+    fn a_rank_remembers_the_notices_of_its_newest_exchanges() {
+        let mut n = Notices::default();
+        assert!(n.record("h0", 3, 1, "a"));
+        assert!(!n.record("h0", 3, 1, "a"), "told twice is not news");
+        assert!(n.record("h0", 1, 2, "b"));
+        assert!(!n.record("h0", 2, 4, "c"), "a higher rank is not news");
+        assert_eq!(n.first("h0").map(|g| (g.rank, g.code)), Some((1, 2)));
+        for x in 1..=NOTICES_KEPT {
+            assert!(n.record(&format!("h{x}"), 0, 0, ""));
+        }
+        assert_eq!(n.by_exchange.len(), NOTICES_KEPT);
+        assert!(n.first("h0").is_none(), "the oldest is forgotten");
+        assert!(n.first(&format!("h{NOTICES_KEPT}")).is_some());
     }
 }

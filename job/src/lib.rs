@@ -75,7 +75,7 @@ pub use auth::{Secret, HANDSHAKE_TIMEOUT, SECRET_VAR};
 pub use backoff::{node_cores, Backoff, WaitPolicy, WAIT_VAR};
 pub use error::{JobError, Result};
 pub use external::{AllgatherFn, ExternalOob};
-pub use health::{Failure, HEALTH_TIMEOUT_VAR, SILENCE_REPORTED};
+pub use health::{Failure, SetupGivenUp, HEALTH_TIMEOUT_VAR, SILENCE_REPORTED};
 pub use launch::{free_port, launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, ROOT_VAR};
 pub use lifecycle::{Lifecycle, StateError};
 pub use node::NodeId;
@@ -83,5 +83,8 @@ pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
 pub use routes::{Routes, GROUPS_VAR};
 pub use streams::TCP_ADDR_VAR;
 pub use tcp::TcpRendezvous;
-pub use timeout::{default_wait_timeout, Deadline, NO_DEADLINE, STOPPED_GAP, TIMEOUT_VAR};
+pub use timeout::{
+    abandon_when, default_wait_timeout, AbandonGuard, Deadline, NO_DEADLINE, STOPPED_GAP,
+    TIMEOUT_VAR,
+};
 pub use world::World;

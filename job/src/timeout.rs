@@ -203,7 +203,7 @@ impl Deadline {
             );
         }
         self.looked = now;
-        now >= self.at
+        now >= self.at || abandoned()
     }
 
     /// When it passes, as it stands (moved on by the time not running).
@@ -214,6 +214,54 @@ impl Deadline {
     /// How long the process was found not running while it waited.
     pub fn stopped(&self) -> Duration {
         self.stopped
+    }
+}
+
+thread_local! {
+    /// What ends this thread's waits early ([`abandon_when`]).
+    static ABANDON: std::cell::RefCell<Option<Box<dyn Fn() -> bool>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Whether this thread's waits are to end now ([`abandon_when`]).
+fn abandoned() -> bool {
+    ABANDON.with(|a| {
+        a.try_borrow()
+            .is_ok_and(|a| a.as_ref().is_some_and(|f| f()))
+    })
+}
+
+/// Until the returned guard is dropped, every wait of this thread on a
+/// [`Deadline`] ends as if its deadline had passed once `given_up()` says
+/// so: a rank setting up an exchange stops waiting for a peer that gave
+/// its part up, which will never come
+/// ([`World::give_up_setup`](crate::World::give_up_setup)). The waiter
+/// then reports a timeout, which its caller replaces with the reason.
+#[must_use = "the waits end early only while the guard lives"]
+pub fn abandon_when(given_up: impl Fn() -> bool + 'static) -> AbandonGuard {
+    let before = ABANDON.with(|a| a.replace(Some(Box::new(given_up))));
+    AbandonGuard { before }
+}
+
+/// Keeps [`abandon_when`]'s check; dropped, puts back the one before.
+pub struct AbandonGuard {
+    before: Option<Box<dyn Fn() -> bool>>,
+}
+
+impl std::fmt::Debug for AbandonGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AbandonGuard").finish_non_exhaustive()
+    }
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        let before = self.before.take();
+        ABANDON.with(|a| {
+            if let Ok(mut a) = a.try_borrow_mut() {
+                *a = before;
+            }
+        });
     }
 }
 

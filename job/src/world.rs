@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::backoff::WaitPolicy;
 use crate::error::{JobError, Result};
-use crate::health::{Failure, Health};
+use crate::health::{Failure, Health, SetupGivenUp};
 use crate::launch::{sanitise_job_id, LaunchInfo};
 use crate::memo::Memo;
 use crate::node::{NodeId, Nodes};
@@ -134,6 +134,16 @@ impl Step {
     const HEADER: usize = 5;
     /// The most of a reason that travels, in bytes.
     const MESSAGE_MAX: usize = 4096;
+
+    /// As much of `message` as travels: its first [`Self::MESSAGE_MAX`]
+    /// bytes, cut on a character boundary.
+    fn cut(message: &str) -> &str {
+        let mut end = message.len().min(Self::MESSAGE_MAX);
+        while !message.is_char_boundary(end) {
+            end -= 1;
+        }
+        &message[..end]
+    }
 
     /// A block of step `number`.
     fn frame(kind: u8, number: u32, body: &[&[u8]]) -> Vec<u8> {
@@ -417,6 +427,28 @@ impl World {
         Some(f)
     }
 
+    /// Tells every rank of the job that this one gave up setting up its
+    /// part of the exchange named `exchange` (a channel it could not make),
+    /// with `code` (the C ABI's status) and `why`: the notice travels the health tree, as a death does, and
+    /// its neighbours waiting for that part ([`setup_given_up`]) stop
+    /// waiting. Nothing for a job of one.
+    ///
+    /// [`setup_given_up`]: World::setup_given_up
+    pub fn give_up_setup(&self, exchange: &str, code: i32, why: &str) {
+        if let Some(h) = &self.health {
+            h.give_up_setup(exchange, self.launch_rank(), code, Step::cut(why));
+        }
+    }
+
+    /// The lowest rank whose notice that it gave up setting up `exchange`
+    /// ([`give_up_setup`](World::give_up_setup)) has reached this rank, if
+    /// any: a wait for that exchange's setup may end with it.
+    pub fn setup_given_up(&self, exchange: &str) -> Option<SetupGivenUp> {
+        let mut g = self.health.as_ref()?.setup_given_up(exchange)?;
+        g.rank = self.rank_of_launch(g.launch_rank);
+        Some(g)
+    }
+
     /// A descriptor that `poll` reports readable once a rank of the job is
     /// found dead (none for a job of one): a rank that sleeps in `poll`
     /// includes it to wake for [`failure`](World::failure).
@@ -615,11 +647,7 @@ impl World {
         if self.steps.failed.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let mut end = message.len().min(Step::MESSAGE_MAX);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        let body: [&[u8]; 2] = [&code.to_le_bytes(), &message.as_bytes()[..end]];
+        let body: [&[u8]; 2] = [&code.to_le_bytes(), Step::cut(message).as_bytes()];
         let number = self.next_step();
         self.step(&Step::frame(Step::GAVE_UP, number, &body), timeout)
             .map(|_| ())
@@ -632,6 +660,10 @@ impl World {
 
     /// One collective step of framed blocks, in this world's numbering.
     fn step(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        // Not cut short by a given-up setup (`abandon_when`): a rank that
+        // gave up takes this step too, with its reason, and ending it
+        // early would leave this rank out of step.
+        let _whole = crate::timeout::abandon_when(|| false);
         let gathered = match self.exchange() {
             Some(mut oob) => oob.allgather(mine, Instant::now() + timeout),
             None => Ok(vec![mine.to_vec()]),

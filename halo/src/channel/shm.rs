@@ -60,7 +60,9 @@ impl ShmChannel {
                 source: Box::new(source),
             })?
             .with_probe_cache(probes);
-        let builder = ctx.exchange().name(name);
+        // A neighbour that gives up its part (`World::give_up_setup`) ends
+        // the waits for it, rather than the timeout.
+        let builder = ctx.exchange().name(name).watch(setup.world);
         let channel = ShmChannel::build(builder, peers, names, setup.timeout, lend)?;
         Ok(Built {
             channel: Box::new(channel),
