@@ -231,22 +231,14 @@ fn select(fields: &mut [Field], subset: Option<&FieldList<'_>>, op: &'static str
 /// The give-up of another rank that `e` stems from, if any: that rank's
 /// commit failed, and this one learnt it in a collective step.
 fn gave_up_in(e: &(dyn std::error::Error + 'static)) -> Option<(usize, i32, String)> {
-    let mut at = Some(e);
-    while let Some(err) = at {
-        let job = err
-            .downcast_ref::<JobError>()
-            .or_else(|| err.downcast_ref::<Box<JobError>>().map(|b| &**b));
-        if let Some(JobError::GaveUp {
+    match JobError::gave_up_in(e)? {
+        JobError::GaveUp {
             rank,
             code,
             message,
-        }) = job
-        {
-            return Some((*rank, *code, message.clone()));
-        }
-        at = err.source();
+        } => Some((*rank, *code, message.clone())),
+        _ => None,
     }
-    None
 }
 
 /// The transport `SODE_TRANSPORT` names (`auto`, `shm`, `rdma`, `tcp`;

@@ -652,6 +652,10 @@ impl<'w> LinkExchangeBuilder<'w> {
         })();
         drop(watch);
         built.map_err(|e| match given_up() {
+            // A collective step of the setup (the RDMA models' allgather)
+            // that ended in a give-up keeps its error: the caller learns
+            // from it that it took the step the others gave up in.
+            Some(_) if sode_job::JobError::gave_up_in(&e).is_some() => e,
             Some(g) => HaloError::PeerGaveUp {
                 rank: g.rank,
                 why: g.why,

@@ -3,13 +3,16 @@
 //! shared-memory segment, its setup link and data connection) stops
 //! waiting at once, naming it and its reason, rather than at the setup
 //! timeout. Two ranks run as threads of this process: rank 1 gives up
-//! instead of building, rank 0 builds with a 30 s setup timeout.
+//! instead of building, rank 0 builds with a 30 s setup timeout. Each then
+//! gives up in the job's next collective step, as the C ABI's commit does
+//! (over RDMA, rank 0 waits in one: the device models' allgather).
 
 use std::time::{Duration, Instant};
 
-use sode::{HaloError, Link, LinkExchange, Message, Transport};
+use sode::{Link, LinkExchange, Message, Transport};
+use sode_job::JobError;
 mod common;
-use common::{free_port, thread_world};
+use common::{free_port, rdma_available, thread_world};
 
 /// What rank 0's build returned, and how long it took, with rank 1
 /// giving up the same exchange after `after`.
@@ -30,21 +33,31 @@ fn build_while_the_peer_gives_up(transport: Transport, after: Duration) -> (Stri
                 let builder = LinkExchange::builder(&w, vec![link])
                     .transport(transport)
                     .setup_timeout(Duration::from_secs(30));
+                let patience = Duration::from_secs(60);
                 if rank == 1 {
                     std::thread::sleep(after);
-                    w.give_up_setup(builder.name(), 3, "no memory for its segment");
-                    // Stays in the job while rank 0 hears it.
-                    w.barrier(Duration::from_secs(30)).unwrap();
+                    let why = "no memory for its segment";
+                    w.give_up_setup(builder.name(), 3, why);
+                    let _ = w.give_up(3, why, patience);
+                    w.barrier(patience).unwrap();
                     return None;
                 }
                 let began = Instant::now();
                 let built = builder.build();
                 let took = began.elapsed();
-                w.barrier(Duration::from_secs(30)).unwrap();
+                // As the C ABI's commit: a rank that did not learn of the
+                // failure in a collective step of its own gives up in the
+                // next, so that both take the same steps (the barrier
+                // after checks they did).
+                if let Err(e) = &built {
+                    if JobError::gave_up_in(e).is_none() {
+                        let _ = w.give_up(1, &e.to_string(), patience);
+                    }
+                }
+                w.barrier(patience).unwrap();
                 Some(match built {
                     Ok(_) => ("built".to_string(), took),
-                    Err(e @ HaloError::PeerGaveUp { rank: 1, .. }) => (e.to_string(), took),
-                    Err(e) => (format!("another error: {e}"), took),
+                    Err(e) => (sode_job::diag::chain(&e), took),
                 })
             })
         })
@@ -55,10 +68,13 @@ fn build_while_the_peer_gives_up(transport: Transport, after: Duration) -> (Stri
 
 fn stops_waiting(transport: Transport) {
     let (got, took) = build_while_the_peer_gives_up(transport, Duration::from_millis(300));
-    assert_eq!(
-        got, "rank 1 gave up setting up this exchange: no memory for its segment",
-        "{transport:?}"
-    );
+    // Told by the notice while it waited for a peer; over RDMA, by the
+    // give-up in the models' allgather it waited in.
+    let named = match transport {
+        Transport::Rdma => "job barrier: rank 1 gave up: no memory for its segment",
+        _ => "rank 1 gave up setting up this exchange: no memory for its segment",
+    };
+    assert_eq!(got, named, "{transport:?}");
     assert!(
         took < Duration::from_secs(5),
         "{transport:?}: rank 0 waited {took:?} for a rank that gave up (setup timeout 30 s)"
@@ -73,4 +89,11 @@ fn a_neighbour_stops_waiting_for_a_shared_memory_segment_that_will_not_come() {
 #[test]
 fn a_neighbour_stops_waiting_for_a_connection_that_will_not_come() {
     stops_waiting(Transport::Tcp);
+}
+
+#[test]
+fn a_neighbour_stops_waiting_for_an_rdma_peer_that_will_not_come() {
+    if rdma_available() {
+        stops_waiting(Transport::Rdma);
+    }
 }

@@ -135,5 +135,24 @@ pub enum JobError {
     },
 }
 
+impl JobError {
+    /// The give-up ([`JobError::GaveUp`]) that `e` is, or stems from: a
+    /// collective step this rank took ended there, another rank having
+    /// given up in it; the operation takes no further step.
+    pub fn gave_up_in<'e>(e: &'e (dyn std::error::Error + 'static)) -> Option<&'e JobError> {
+        let mut at = Some(e);
+        while let Some(err) = at {
+            let job = err
+                .downcast_ref::<JobError>()
+                .or_else(|| err.downcast_ref::<Box<JobError>>().map(|b| &**b));
+            if let Some(g @ JobError::GaveUp { .. }) = job {
+                return Some(g);
+            }
+            at = err.source();
+        }
+        None
+    }
+}
+
 /// `Result` with [`JobError`].
 pub type Result<T, E = JobError> = std::result::Result<T, E>;
