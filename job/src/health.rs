@@ -415,8 +415,8 @@ impl Health {
     }
 
     /// Tells every rank that this one (`rank`, in launch order) gave up
-    /// setting up its part of `exchange`, with `code`, and why: the watcher passes it
-    /// along the tree, as it does a death.
+    /// setting up its part of `exchange`, with `code`, and why: the
+    /// watcher passes it along the tree, as it does a death.
     pub(crate) fn give_up_setup(&self, exchange: &str, rank: usize, code: i32, why: &str) {
         if !self.verdict.notice(exchange, rank, code, why) {
             return;

@@ -429,9 +429,9 @@ impl World {
 
     /// Tells every rank of the job that this one gave up setting up its
     /// part of the exchange named `exchange` (a channel it could not make),
-    /// with `code` (the C ABI's status) and `why`: the notice travels the health tree, as a death does, and
-    /// its neighbours waiting for that part ([`setup_given_up`]) stop
-    /// waiting. Nothing for a job of one.
+    /// with `code` (the C ABI's status) and `why`: the notice travels the
+    /// health tree, as a death does, and its neighbours waiting for that
+    /// part ([`setup_given_up`]) stop waiting. Nothing for a job of one.
     ///
     /// [`setup_given_up`]: World::setup_given_up
     pub fn give_up_setup(&self, exchange: &str, code: i32, why: &str) {
