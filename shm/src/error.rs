@@ -74,15 +74,6 @@ pub enum ShmError {
         /// How long we waited.
         waited: Duration,
     },
-    /// A rank gave up setting up this exchange (told through the job)
-    /// while this one waited for its peers.
-    #[error("rank {rank} gave up setting up this exchange: {why}")]
-    PeerGaveUp {
-        /// The lowest rank that gave up.
-        rank: usize,
-        /// Why, in its words.
-        why: String,
-    },
     /// Two sides disagree about a message.
     #[error("peer rank {peer}, tag {tag}: {why}")]
     Mismatch {

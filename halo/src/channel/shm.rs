@@ -60,9 +60,7 @@ impl ShmChannel {
                 source: Box::new(source),
             })?
             .with_probe_cache(probes);
-        // A neighbour that gives up its part (`World::give_up_setup`) ends
-        // the waits for it, rather than the timeout.
-        let builder = ctx.exchange().name(name).watch(setup.world);
+        let builder = ctx.exchange().name(name);
         let channel = ShmChannel::build(builder, peers, names, setup.timeout, lend)?;
         Ok(Built {
             channel: Box::new(channel),

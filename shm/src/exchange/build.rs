@@ -34,9 +34,6 @@ pub struct ShmExchangeBuilder<'a> {
     /// Which messages with runs are read in place (`None`: the default,
     /// or `SODE_SHM_READ_MIN` / `SODE_SHM_READ_RUN_MIN`).
     read_min: Option<ReadMin>,
-    /// The job whose notices of given-up setups end this exchange's waits
-    /// for its peers (`None`: only the deadline does).
-    job: Option<&'a sode_job::World>,
 }
 
 /// Which messages with runs in the lent sets the receiver reads in place:
@@ -138,13 +135,13 @@ pub(super) struct Setup<'p> {
     pub(super) peers: &'p [usize],
     pub(super) deadline: Instant,
     pub(super) timeout: Duration,
-    /// The job and this exchange's name, whose notice that a rank gave
-    /// up setting it up ends every wait.
-    pub(super) given_up: Option<(&'p sode_job::World, &'p str)>,
 }
 
 impl Setup<'_> {
     /// Polls `ready` until it yields, the deadline passes, or `pid` exits.
+    /// The deadline is a [`sode_job::Deadline`]: time this process is
+    /// stopped does not count, and it passes at once when a peer gives up
+    /// the exchange (`sode_job::abandon_when`, held by the halo's setup).
     pub(super) fn until<T>(
         &self,
         peer: usize,
@@ -154,18 +151,10 @@ impl Setup<'_> {
         mut ready: impl FnMut() -> Result<Option<T>>,
     ) -> Result<T> {
         let mut backoff = Backoff::setup(Duration::from_millis(2));
+        let mut deadline = sode_job::Deadline::new(self.deadline);
         loop {
             if let Some(v) = ready()? {
                 return Ok(v);
-            }
-            if let Some(g) = self
-                .given_up
-                .and_then(|(job, name)| job.setup_given_up(name))
-            {
-                return Err(ShmError::PeerGaveUp {
-                    rank: g.rank,
-                    why: g.why,
-                });
             }
             if let Some(fd) = watch {
                 if fd.exited().unwrap_or(false) {
@@ -176,7 +165,7 @@ impl Setup<'_> {
                     });
                 }
             }
-            if Instant::now() >= self.deadline {
+            if deadline.passed() {
                 return Err(ShmError::SetupTimeout {
                     peer,
                     step,
@@ -222,18 +211,7 @@ impl<'a> ShmExchangeBuilder<'a> {
             pin: true,
             lent: None,
             read_min: None,
-            job: None,
         }
-    }
-
-    /// Ends this exchange's waits for its peers when `job` hears that a
-    /// rank gave up setting up the exchange of this builder's
-    /// [`name`](Self::name) (`World::give_up_setup`), rather than at the
-    /// setup timeout: a peer that failed before publishing its segment
-    /// never will.
-    pub fn watch(mut self, job: &'a sode_job::World) -> Self {
-        self.job = Some(job);
-        self
     }
 
     /// Which messages with runs are read in place; the others are
@@ -472,13 +450,11 @@ impl<'a> ShmExchangeBuilder<'a> {
         let mut local = self.decide()?;
         let mut segment = self.publish(&mut local)?;
         let peer_ranks = local.peer_ranks.clone();
-        let name = self.name.clone();
         let setup = Setup {
             rank: self.ctx.rank,
             peers: &peer_ranks,
             deadline: Instant::now() + self.setup_timeout,
             timeout: self.setup_timeout,
-            given_up: self.job.zip(name.as_deref()),
         };
         let mapped = self.map_peers(&setup, &local.name)?;
         self.choose_paths(&setup, &mapped, &mut local)?;
