@@ -37,7 +37,7 @@ pub enum CapiError {
         why: String,
     },
     /// Meeting the other ranks failed.
-    #[error("{op}: bootstrap")]
+    #[error("{op}")]
     Bootstrap {
         /// The function.
         op: &'static str,
@@ -85,6 +85,11 @@ impl CapiError {
             CapiError::Null { .. } => SODE_ERR_NULL,
             CapiError::Invalid { .. } => SODE_ERR_ARG,
             CapiError::State { .. } => SODE_ERR_STATE,
+            // A dead rank is a channel's failure, wherever it is met.
+            CapiError::Bootstrap {
+                source: JobError::JobFailed { .. },
+                ..
+            } => SODE_ERR_CHANNEL,
             CapiError::Bootstrap { .. } => SODE_ERR_BOOTSTRAP,
             CapiError::Mismatch { .. } => SODE_ERR_MISMATCH,
             CapiError::OnRank { status, .. } => *status,
@@ -102,3 +107,55 @@ impl CapiError {
 
 /// `Result` with [`CapiError`].
 pub type Result<T, E = CapiError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn step_failed(source: JobError) -> CapiError {
+        CapiError::Bootstrap {
+            op: "sode_exchange_commit",
+            source,
+        }
+    }
+
+    #[test]
+    fn a_rank_found_dead_is_a_channel_failure_wherever_it_is_met() {
+        let failure = sode_job::Failure {
+            rank: 1,
+            launch_rank: 1,
+            host: "n1".into(),
+            why: "closed its health link without finishing".into(),
+        };
+        let in_a_step = step_failed(JobError::JobFailed {
+            failure: failure.clone(),
+        });
+        let in_a_channel = CapiError::Exchange {
+            op: "sode_exchange_commit",
+            source: HaloError::JobFailed {
+                failure,
+                outstanding: "setting up exchange h0's channels".into(),
+            },
+        };
+        assert_eq!(in_a_step.status(), SODE_ERR_CHANNEL);
+        assert_eq!(in_a_channel.status(), in_a_step.status());
+        assert_eq!(
+            sode_job::diag::chain(&in_a_step),
+            "sode_exchange_commit: the job failed: rank 1 (on n1) closed its health link without finishing"
+        );
+    }
+
+    #[test]
+    fn a_step_that_failed_otherwise_is_a_bootstrap_failure_said_once() {
+        let closed = step_failed(JobError::Bootstrap {
+            step: "receive".into(),
+            whom: "rank 1".into(),
+            source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed"),
+        });
+        assert_eq!(closed.status(), SODE_ERR_BOOTSTRAP);
+        assert_eq!(
+            sode_job::diag::chain(&closed),
+            "sode_exchange_commit: bootstrap: receive with rank 1: connection closed"
+        );
+    }
+}

@@ -625,7 +625,9 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// shared sets live, and the RDMA plan's summary. Collective with the
     /// neighbours. A rank that gives its part up tells the job
     /// ([`World::give_up_setup`], which the C ABI's commit does), and its
-    /// neighbours' waits end then, rather than at the timeout.
+    /// neighbours' waits end then, rather than at the timeout; so do they
+    /// when the job's health watcher finds a rank dead (a rank killed
+    /// before it made its part tells no one).
     fn set_up_channels(
         &mut self,
         placing: &mut Placing,
@@ -638,8 +640,8 @@ impl<'w> LinkExchangeBuilder<'w> {
         let me = job.rank();
         let given_up = move || job.setup_given_up(&name).filter(|g| g.rank != me);
         let watch = {
-            let given_up = given_up.clone();
-            sode_job::abandon_when(move || given_up().is_some())
+            let (given_up, job) = (given_up.clone(), self.world.clone());
+            sode_job::abandon_when(move || given_up().is_some() || job.failure().is_some())
         };
         let built = (|| {
             let store = self.set_up_shm(&setup, placing)?;
@@ -651,16 +653,27 @@ impl<'w> LinkExchangeBuilder<'w> {
             Ok((store, summary))
         })();
         drop(watch);
-        built.map_err(|e| match given_up() {
+        built.map_err(|e| {
             // A collective step of the setup (the RDMA models' allgather)
             // that ended in a give-up keeps its error: the caller learns
             // from it that it took the step the others gave up in.
-            Some(_) if sode_job::JobError::gave_up_in(&e).is_some() => e,
-            Some(g) => HaloError::PeerGaveUp {
-                rank: g.rank,
-                why: g.why,
-            },
-            None => e,
+            if sode_job::JobError::gave_up_in(&e).is_some() {
+                return e;
+            }
+            // A rank that gave up says why; a dead one is the cause of
+            // whatever this rank's waits for it then met (a segment gone,
+            // a connection closed, a deadline cut short).
+            match (given_up(), self.world.failure()) {
+                (Some(g), _) => HaloError::PeerGaveUp {
+                    rank: g.rank,
+                    why: g.why,
+                },
+                (None, Some(failure)) => HaloError::JobFailed {
+                    failure,
+                    outstanding: format!("setting up exchange {}'s channels", self.name),
+                },
+                (None, None) => e,
+            }
         })
     }
 

@@ -125,6 +125,14 @@ pub enum JobError {
         /// This rank's.
         ours: u32,
     },
+    /// A rank of the job was found dead ([`crate::World::failure`]) before
+    /// this collective step: no step completes without it, so none is
+    /// taken.
+    #[error("the job failed: {failure}")]
+    JobFailed {
+        /// The dead rank, its host and how it was found dead.
+        failure: crate::Failure,
+    },
     /// The job's health watcher could not be started.
     #[error("starting the job's health watcher: {step}")]
     Health {

@@ -600,7 +600,9 @@ impl World {
     ///
     /// [`JobError::BootstrapTimeout`] when `timeout` passes first; the
     /// exchange's error when a rank's link breaks; [`JobError::GaveUp`]
-    /// when a rank gave up in this step ([`give_up`](Self::give_up)).
+    /// when a rank gave up in this step ([`give_up`](Self::give_up));
+    /// [`JobError::JobFailed`] when a rank of the job was found dead
+    /// before it ([`failure`](Self::failure)).
     pub fn barrier(&self, timeout: Duration) -> Result<()> {
         self.allgather(&[], timeout).map(|_| ())
     }
@@ -637,14 +639,15 @@ impl World {
     /// [`barrier`]: Self::barrier
     ///
     /// When this rank's last step failed (a rank missing at its deadline,
-    /// the exchange broken), the ranks may no longer be in step: it takes
-    /// none, and returns at once.
+    /// the exchange broken), the ranks may no longer be in step, and when
+    /// a rank of the job is dead no step completes: it takes none, and
+    /// returns at once.
     ///
     /// # Errors
     ///
     /// As [`barrier`](Self::barrier), when the step itself fails.
     pub fn give_up(&self, code: i32, message: &str, timeout: Duration) -> Result<()> {
-        if self.steps.failed.load(Ordering::Relaxed) {
+        if self.steps.failed.load(Ordering::Relaxed) || self.failure().is_some() {
             return Ok(());
         }
         let body: [&[u8]; 2] = [&code.to_le_bytes(), Step::cut(message).as_bytes()];
@@ -660,6 +663,13 @@ impl World {
 
     /// One collective step of framed blocks, in this world's numbering.
     fn step(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        if let Some(failure) = self.failure() {
+            // The dead rank will not take it: failing here spares the
+            // others a wait for it (over a program's MPI allgather, its
+            // communicator's timeout, or forever).
+            self.steps.failed.store(true, Ordering::Relaxed);
+            return Err(JobError::JobFailed { failure });
+        }
         // Not cut short by a given-up setup (`abandon_when`): a rank that
         // gave up takes this step too, with its reason, and ending it
         // early would leave this rank out of step.

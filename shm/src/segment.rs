@@ -15,6 +15,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use nix::fcntl::{fcntl, FcntlArg, Flock, FlockArg, SealFlag};
 
@@ -596,6 +597,20 @@ fn check_memfd(file: &File, at: &Locator, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Whether the process of `owner` is exiting: a killed process closes its
+/// descriptors (a peer finds its segment's gone) a moment before its
+/// pidfd reports the exit, so this waits that moment, a bounded one.
+fn exiting(owner: &PidFd) -> bool {
+    let until = Instant::now() + Duration::from_millis(200);
+    loop {
+        match owner.exited() {
+            Ok(true) => return true,
+            Ok(false) if Instant::now() < until => std::thread::sleep(Duration::from_millis(2)),
+            _ => return false,
+        }
+    }
+}
+
 /// Opens and maps a peer's published segment; `Ok(None)` while its locator
 /// does not exist yet. The locator must be a regular file of ours, mode
 /// 0600, not a symlink; the memory a sealed memfd of ours, of a process that
@@ -613,17 +628,28 @@ pub(crate) fn open_peer(path: &Path, peer: usize) -> Result<Option<SharedMap>> {
         path: path.to_path_buf(),
         why: format!("its owner pid {} is out of range", at.pid),
     })?;
+    // A locator whose process is gone is a peer that died after it
+    // published (its segment went with it): said as such, not as the
+    // system error that finding it gone gave.
+    let died = || ShmError::PeerDied {
+        peer,
+        pid,
+        during: "before we could map its segment".into(),
+    };
     // Held from before the open until after it: if the process has not
     // exited by then, the pid was its own all along.
-    let owner = PidFd::open(pid).map_err(err)?;
+    let owner = PidFd::open(pid).map_err(|e| match e.raw_os_error() {
+        Some(libc::ESRCH) => died(),
+        _ => err(e),
+    })?;
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .open(format!("/proc/{pid}/fd/{}", at.fd))
-        .map_err(err)?;
+        .map_err(|e| if exiting(&owner) { died() } else { err(e) })?;
     check_memfd(&file, &at, path)?;
     if owner.exited().map_err(err)? {
-        return Err(err(io::Error::from_raw_os_error(libc::ESRCH)));
+        return Err(died());
     }
     let map = SharedMap::map_sealed(&file, at.len as usize).map_err(err)?;
     let announced = map.read_u64(layout::H_TOTAL).unwrap_or(0);
@@ -852,7 +878,7 @@ mod tests {
         let (_sized, at) = memfd(8192, 8192, true);
         let w = refused(Locator { len: 4096, ..at });
         assert!(w.contains("the locator says 4096"), "{w}");
-        // A pid that does not exist: a system error naming the peer.
+        // A pid that does not exist: a peer that died after it published.
         let (_gone, at) = memfd(8192, 8192, true);
         let gone = open_planted("gone", |p| {
             write_locator(
@@ -865,7 +891,14 @@ mod tests {
             )
         });
         assert!(
-            matches!(gone, Err(ShmError::MapPeer { peer: 1, .. })),
+            matches!(
+                gone,
+                Err(ShmError::PeerDied {
+                    peer: 1,
+                    pid: i32::MAX,
+                    ..
+                })
+            ),
             "{gone:?}"
         );
     }
