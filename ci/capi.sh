@@ -252,3 +252,22 @@ killed_peer() { # transport, what rank 0's message must name
 }
 killed_peer auto "shared memory with"
 killed_peer tcp "TCP with"
+
+# A neighbour that ends early over TCP (rank 1 returns after 20 exchanges):
+# rank 0's next exchange must fail with a message naming it, not end the
+# process by SIGPIPE (a C program keeps the signal's default action).
+echo "-- a rank that ends early, SODE_TRANSPORT=tcp"
+secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+port=$(python3 ci/free_port.py)
+early_pids=()
+for r in 0 1; do
+  SODE_TRANSPORT=tcp SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
+    timeout 60 "$build/errors" early > "$build/early$r.log" 2>&1 &
+  early_pids+=($!)
+done
+early_status=0
+wait "${early_pids[0]}" || early_status=$?
+wait "${early_pids[1]}" || { cat "$build/early1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
+cat "$build/early0.log"
+[ "$early_status" -eq 0 ] || { echo "error: rank 0 ended with status $early_status (141: SIGPIPE) after its neighbour ended" >&2; exit 1; }
+grep -q "(the peer closed the connection: it exited or died) with rank 1" "$build/early0.log" || { echo "error: rank 0's report does not say that rank 1 closed the connection" >&2; exit 1; }

@@ -9,7 +9,11 @@
  *                                  then must write into no freed memory
  *   SODE_RANK=.. SODE_SIZE=2 SODE_ROOT=.. SODE_JOB_SECRET=.. ./errors kill
  *                                  rank 1 dies after start; rank 0's wait
- *                                  must fail within its timeout */
+ *                                  must fail within its timeout
+ *   SODE_TRANSPORT=tcp SODE_RANK=.. SODE_SIZE=2 ... ./errors early
+ *                                  rank 1 ends early; rank 0's next
+ *                                  exchange must fail, not end the process
+ *                                  with SIGPIPE */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -569,6 +573,56 @@ static int kill_mode(void) {
     return 0;
 }
 
+/* Rank 1 ends after 20 exchanges (returns from main, as a rank whose loop
+ * has a bug may: it has finished, not died); rank 0 starts one more. Over
+ * TCP, faces of half a MiB need more than one send after rank 1's end
+ * reset the connection: a C program keeps SIGPIPE's default action, so the
+ * call must fail with a status and a message rather than end the
+ * process. */
+static int early_mode(void) {
+    enum { N = 1024, H = 64 };
+    sode_comm *c;
+    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
+        fprintf(stderr, "create_env: %s\n", sode_last_error());
+        return 2;
+    }
+    sode_comm_rank(c, &rank);
+    int dims[2] = {1, 2}, coords[2] = {0, rank}, periodic[2] = {1, 1}, h[2] = {H, H};
+    const int64_t ext[2] = {N + 2 * H, N + 2 * H}, lo[2] = {H, H}, own[2] = {N, N};
+    double *big = calloc((size_t)ext[0] * (size_t)ext[1], sizeof *big);
+    sode_exchange *x = NULL;
+    if (!big || sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, SODE_BOX, &x) != SODE_OK ||
+        sode_exchange_add_field(x, big, SODE_F64, 2, ext, lo, own, NULL, NULL, SODE_ORDER_C) != SODE_OK ||
+        sode_exchange_commit(x) != SODE_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
+        return 2;
+    }
+    for (int it = 0; it < 20; it++) {
+        if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, 10.0) != SODE_OK) {
+            fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
+            return 2;
+        }
+    }
+    if (rank == 1) {
+        return 0;
+    }
+    struct timespec settle = {0, 100 * 1000 * 1000}; /* rank 1's end reaches this rank first */
+    nanosleep(&settle, NULL);
+    int rc = sode_exchange_start(x);
+    if (rc == SODE_OK) {
+        rc = sode_exchange_wait(x, 10.0);
+    }
+    if (rc == SODE_OK) {
+        fprintf(stderr, "rank 0: an exchange with a rank that had ended succeeded\n");
+        return 1;
+    }
+    printf("ok a neighbour that ended: status %d: %s\n", rc, sode_last_error());
+    sode_exchange_free(&x);
+    sode_comm_free(&c);
+    free(big);
+    return 0;
+}
+
 /* The version and status names a program can print. */
 static void diagnostics(void) {
     char want[32];
@@ -600,6 +654,9 @@ static void diagnostics(void) {
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "kill") == 0) {
         return kill_mode();
+    }
+    if (argc > 1 && strcmp(argv[1], "early") == 0) {
+        return early_mode();
     }
     MPI_Init(&argc, &argv);
     int size;

@@ -9,7 +9,7 @@
 //! messages of its current iteration from it; so a fast peer's next
 //! iteration waits in the socket, never in a buffer the caller still reads.
 
-use std::io::{ErrorKind, IoSlice, IoSliceMut, Read, Write};
+use std::io::{ErrorKind, IoSlice, IoSliceMut, Read};
 use std::net::TcpStream;
 use std::time::Instant;
 
@@ -248,10 +248,18 @@ impl TcpChannel {
     }
 
     fn io_error(&self, rank: usize, op: &str, source: std::io::Error) -> HaloError {
+        // A peer that ended or died resets its connection: said as its end
+        // of stream is.
+        let op = match source.kind() {
+            ErrorKind::BrokenPipe | ErrorKind::ConnectionReset => {
+                format!("{op} (the peer closed the connection: it exited or died)")
+            }
+            _ => op.into(),
+        };
         HaloError::Tcp {
             neighbours: self.names.clone(),
             rank,
-            op: op.into(),
+            op,
             source,
         }
     }
@@ -291,7 +299,7 @@ impl TcpChannel {
                 }
                 used += 2;
             }
-            match conn.stream.write_vectored(&slices[..used]) {
+            match send_vectored(&conn.stream, &slices[..used]) {
                 Ok(0) => {
                     let rank = conn.rank;
                     return Err(self.io_error(rank, "sending", ErrorKind::WriteZero.into()));
@@ -627,6 +635,23 @@ impl TcpChannel {
     }
 }
 
+/// One vectored write to `stream`, as `sendmsg` with `MSG_NOSIGNAL`: a
+/// peer that reset the connection fails it with `EPIPE`. `writev` (std's
+/// `write_vectored`) would also raise `SIGPIPE`, which ends a C program
+/// (only Rust's own `main` ignores the signal).
+fn send_vectored(stream: &TcpStream, slices: &[IoSlice<'_>]) -> std::io::Result<usize> {
+    use nix::sys::socket::{sendmsg, MsgFlags, SockaddrStorage};
+    use std::os::fd::AsRawFd;
+    sendmsg::<SockaddrStorage>(
+        stream.as_raw_fd(),
+        slices,
+        &[],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(std::io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -644,5 +669,69 @@ mod tests {
         assert_eq!(bytes[7], 0x7f, "the shape in the iteration word's top byte");
         assert_eq!(bytes[8], 0x0d);
         assert_eq!(Header::decode(&bytes), h);
+    }
+
+    /// A connection whose peer closed it with bytes unread: the peer's
+    /// kernel answered with a reset.
+    fn reset_connection() -> TcpStream {
+        use std::io::Write;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (theirs, _) = listener.accept().unwrap();
+        (&ours).write_all(b"never read").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        drop(theirs);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        ours
+    }
+
+    type Send = fn(&TcpStream, &[IoSlice<'_>]) -> std::io::Result<usize>;
+
+    /// Whether three sends by `send` to a reset connection raised SIGPIPE,
+    /// and how they failed. The sending thread blocks the signal, so one
+    /// raised stays pending there (even while the test harness ignores it),
+    /// where a signalfd reads it.
+    fn sigpipe_of(send: Send) -> (bool, Vec<ErrorKind>) {
+        use nix::sys::signal::{SigSet, Signal};
+        use nix::sys::signalfd::{SfdFlags, SignalFd};
+        std::thread::spawn(move || {
+            let mut pipe = SigSet::empty();
+            pipe.add(Signal::SIGPIPE);
+            pipe.thread_block().unwrap();
+            let pending = SignalFd::with_flags(&pipe, SfdFlags::SFD_NONBLOCK).unwrap();
+            let ours = reset_connection();
+            let failed = (0..3)
+                .filter_map(|_| send(&ours, &[IoSlice::new(b"halo")]).err())
+                .map(|e| e.kind())
+                .collect();
+            (pending.read_signal().unwrap().is_some(), failed)
+        })
+        .join()
+        .unwrap()
+    }
+
+    /// A C program keeps SIGPIPE's default action, which ends the process:
+    /// a send to a neighbour whose connection was reset (it died) must
+    /// fail instead. `writev` raises the signal there, so the check can
+    /// tell.
+    #[test]
+    fn a_send_to_a_reset_connection_fails_without_raising_sigpipe() {
+        #[allow(clippy::disallowed_methods)]
+        let by_writev: Send = |s, b| std::io::Write::write_vectored(&mut &*s, b);
+        let (raised, _) = sigpipe_of(by_writev);
+        assert!(
+            raised,
+            "writev to a reset connection raised no SIGPIPE: the check cannot tell"
+        );
+        let (raised, failed) = sigpipe_of(send_vectored);
+        assert!(!raised, "send_vectored raised SIGPIPE");
+        assert_eq!(
+            failed,
+            [
+                ErrorKind::ConnectionReset,
+                ErrorKind::BrokenPipe,
+                ErrorKind::BrokenPipe
+            ]
+        );
     }
 }
