@@ -945,8 +945,9 @@ int sode_exchange_set_memory_kind(struct sode_exchange *exchange, int field, int
  * exchanges (named: which ranks, which field or box); `SODE_ERR_BOOTSTRAP`
  * or `SODE_ERR_TIMEOUT` when the ranks cannot meet within the communicator's
  * timeout; `SODE_ERR_CHANNEL` when a channel cannot be set up (shared
- * memory, RDMA, TCP). Collective: every rank returns the same status. A
- * commit that fails on one rank alone (no field, committed already, a
+ * memory, RDMA, TCP), or a rank of the job is dead (at once, naming it,
+ * when its health watcher finds it). Collective: every rank returns the
+ * same status. A commit that fails on one rank alone (no field, committed already, a
  * channel it cannot set up) fails every rank's at once, each naming that
  * rank (`commit failed on rank 1: ...`), and the ranks stay in step for
  * the communicator's next commit.
