@@ -63,6 +63,15 @@ fn lost(e: &JobError) -> bool {
     false
 }
 
+/// Whether a connection attempt failed for want of this process's or
+/// this node's resources (descriptors, socket buffers, memory): another
+/// attempt fails alike, so it is reported at once, where the neighbours
+/// can learn of it, rather than retried until the deadline.
+fn out_of_resources(e: &std::io::Error) -> bool {
+    e.raw_os_error()
+        .is_some_and(|n| [libc::EMFILE, libc::ENFILE, libc::ENOBUFS, libc::ENOMEM].contains(&n))
+}
+
 pub(crate) fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> Result<TcpStream> {
     let mut backoff = Backoff::setup(Duration::from_millis(5));
     // A stop found by another step of the same setup counts here too, and
@@ -97,8 +106,9 @@ pub(crate) fn connect_retry(addr: SocketAddr, deadline: Instant, whom: &str) -> 
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
-            // The other side may not listen yet: retry until the deadline.
-            Err(_) if !passed => backoff.snooze(),
+            // The other side may not listen yet: retry until the deadline
+            // (but not what waiting cannot mend).
+            Err(e) if !passed && !out_of_resources(&e) => backoff.snooze(),
             Err(e) => {
                 return Err(JobError::Bootstrap {
                     step: format!("connect to {addr}"),
@@ -140,7 +150,7 @@ pub(crate) fn connect_any(
             }
         }
         match last {
-            Some((addr, e)) if passed => {
+            Some((addr, e)) if passed || out_of_resources(&e) => {
                 return Err(JobError::Bootstrap {
                     step: format!("connect to {addr} (or any of {addrs:?})"),
                     whom: whom.into(),
@@ -182,4 +192,62 @@ pub(crate) fn keep_alive(s: &TcpStream, on: bool) -> std::io::Result<()> {
         setsockopt(s, sockopt::TcpKeepCount, &4)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WITHOUT_DESCRIPTORS: &str = "SODE_DIAL_TEST_WITHOUT_DESCRIPTORS";
+
+    /// A rank out of descriptors cannot make a socket, and will not by
+    /// waiting: its connection attempt fails at once, saying so, rather
+    /// than at the deadline (or never, without one) while its neighbours
+    /// wait for it. Run in a child process (this test executable again),
+    /// which takes every descriptor it may open first.
+    #[test]
+    fn a_connection_attempt_without_descriptors_fails_at_once() {
+        if std::env::var_os(WITHOUT_DESCRIPTORS).is_some() {
+            let mut held = Vec::new();
+            while let Ok(f) = std::fs::File::open("/dev/null") {
+                held.push(f);
+            }
+            let began = Instant::now();
+            let nobody = SocketAddr::from(([127, 0, 0, 1], 9));
+            let tried = connect_retry(nobody, Instant::now() + Duration::from_secs(30), "rank 1");
+            let took = began.elapsed();
+            drop(held);
+            match tried {
+                Ok(_) => println!("outcome: connected"),
+                Err(e) => println!(
+                    "outcome: {} ms: {}",
+                    took.as_millis(),
+                    crate::diag::chain(&e)
+                ),
+            }
+            return;
+        }
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "dial::tests::a_connection_attempt_without_descriptors_fails_at_once",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(WITHOUT_DESCRIPTORS, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let outcome = text
+            .lines()
+            .find_map(|l| l.split_once("outcome: ").map(|(_, o)| o))
+            .unwrap_or_else(|| panic!("the child said nothing:\n{text}"));
+        let (ms, why) = outcome.split_once(" ms: ").expect(outcome);
+        let ms: u64 = ms.parse().unwrap();
+        assert!(
+            ms < 1_000,
+            "an attempt without descriptors took {ms} ms: {why}"
+        );
+        assert!(why.contains("run out of file descriptors"), "{why}");
+    }
 }
