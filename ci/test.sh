@@ -92,7 +92,8 @@ echo "== [${SECONDS}s] SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benc
 # the allocation count's, the two-slot windows', the shortened writes', the
 # blocking waits', the all-to-all's and the bounded connections', two
 # exchanges waited for in opposite orders (progress), several domains a
-# rank (tiles), a peer that gave up its setup (gave_up), the
+# rank (tiles), a peer that gave up its setup (gave_up) or died in it
+# (died_in_setup), the
 # channel conformance suite (the library's unit tests), the field and
 # pattern model's stage arrays, staggered fields and subsets, the C ABI's
 # starts on other arrays with faces in place; and the RDMA criterion
@@ -111,10 +112,11 @@ pattern_tests=$(test_exe sode pattern)
 progress_tests=$(test_exe sode progress)
 tiles_tests=$(test_exe sode tiles)
 gave_up_tests=$(test_exe sode gave_up)
+died_tests=$(test_exe sode died_in_setup)
 arrays_tests=$(test_exe sode-capi rdma_arrays)
 rdma_bench=$(bash ci/built-exe.sh bench sode-benches rdma_writes)
-[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$carry_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$bounded_tests" ] && [ -n "$conformance_tests" ] && [ -n "$pattern_tests" ] && [ -n "$progress_tests" ] && [ -n "$tiles_tests" ] && [ -n "$gave_up_tests" ] && [ -n "$arrays_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
-bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$carry_tests" "$blocking_tests" "$alltoall_tests" "$bounded_tests" "$conformance_tests" "$pattern_tests" "$progress_tests" "$tiles_tests" "$gave_up_tests" "$arrays_tests" "$rdma_bench" 2>&1 | tee -a "$log"
+[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$carry_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$bounded_tests" ] && [ -n "$conformance_tests" ] && [ -n "$pattern_tests" ] && [ -n "$progress_tests" ] && [ -n "$tiles_tests" ] && [ -n "$gave_up_tests" ] && [ -n "$died_tests" ] && [ -n "$arrays_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
+bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$carry_tests" "$blocking_tests" "$alltoall_tests" "$bounded_tests" "$conformance_tests" "$pattern_tests" "$progress_tests" "$tiles_tests" "$gave_up_tests" "$died_tests" "$arrays_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 
 echo "== [${SECONDS}s] a guest with two NUMA nodes: sode-shm measures its thresholds towards a peer from the peer's node"
 bash ci/softroce/numa.sh "$(test_exe sode-shm processes)" 2>&1 | tee -a "$log"

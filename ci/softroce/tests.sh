@@ -25,7 +25,7 @@ for exe in "$@"; do
     # Only the RDMA cases: the others force shared memory or TCP and run on
     # the host already (emulated, they were only slower: the halo checks
     # alone took 140 s), the dead forwarder among them.
-    halo-* | alltoall-* | bounded-* | pattern-* | progress-* | tiles-* | gave_up-*) run "$exe" --test-threads=1 rdma || status=1 ;;
+    halo-* | alltoall-* | bounded-* | pattern-* | progress-* | tiles-* | gave_up-* | died_in_setup-*) run "$exe" --test-threads=1 rdma || status=1 ;;
     # The library's unit tests: the channel conformance suite, RDMA among
     # the channels it runs against here.
     sode-*) run "$exe" --test-threads=1 conformance || status=1 ;;

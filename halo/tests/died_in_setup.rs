@@ -5,14 +5,15 @@
 //! Two ranks run as processes (this test executable run again): rank 1
 //! kills itself with SIGKILL once the job is up, rank 0 builds an exchange
 //! with it with a 30 s setup timeout, then takes a barrier, which must fail
-//! at once naming the dead rank too.
+//! at once naming the dead rank too. Shared memory and TCP run on the
+//! host; RDMA in the SoftRoCE guest (`ci/softroce/tests.sh`).
 
 use std::time::{Duration, Instant};
 
 use sode::{Link, LinkExchange, Message, Transport};
 use sode_job::World;
 mod common;
-use common::{free_port, output_of, spawn_rank};
+use common::{free_port, output_of, rdma_available, spawn_rank};
 
 const ROLE: &str = "SODE_DIED_IN_SETUP_TEST";
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -31,6 +32,7 @@ fn rank() {
     }
     let transport = match transport.to_str() {
         Some("shm") => Transport::Shm,
+        Some("rdma") => Transport::Rdma,
         _ => Transport::Tcp,
     };
     let link = Link {
@@ -92,23 +94,34 @@ fn line<'t>(text: &'t str, what: &str) -> (u64, &'t str) {
     (ms.trim().parse().unwrap(), message)
 }
 
-fn ends_at_the_death(transport: &str) {
-    if std::env::var_os(ROLE).is_some() {
-        return;
-    }
+/// What rank 0 printed, once it ended, over `transport`; the build within
+/// 5 s and the barrier within 1 s.
+fn ends_at_the_death(transport: &str) -> String {
     let text = survivor_of_a_death_in_setup(transport);
-    let (ms, message) = line(&text, "build: ");
+    let (ms, _) = line(&text, "build: ");
     assert!(
         ms < 5_000,
         "{transport}: rank 0 waited {ms} ms for a dead rank (setup timeout {SETUP_TIMEOUT:?}):\n{text}"
     );
+    let (ms, _) = line(&text, "barrier: ");
+    assert!(ms < 1_000, "{transport}: the barrier took {ms} ms:\n{text}");
+    text
+}
+
+/// Waiting for the dead rank's part, rank 0 learns of the death from the
+/// health watcher, and says so; so does the barrier after.
+fn ends_naming_the_death(transport: &str) {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let text = ends_at_the_death(transport);
+    let (_, message) = line(&text, "build: ");
     assert!(
         message.contains("the job failed: rank 1 (on ")
             && message.contains("closed its health link without finishing"),
         "{transport}: {message}"
     );
-    let (ms, message) = line(&text, "barrier: ");
-    assert!(ms < 1_000, "{transport}: the barrier took {ms} ms");
+    let (_, message) = line(&text, "barrier: ");
     assert!(
         message.starts_with("the job failed: rank 1 (on "),
         "{transport}: {message}"
@@ -117,10 +130,28 @@ fn ends_at_the_death(transport: &str) {
 
 #[test]
 fn a_neighbour_stops_waiting_for_the_segment_of_a_dead_rank() {
-    ends_at_the_death("shm");
+    ends_naming_the_death("shm");
 }
 
 #[test]
 fn a_neighbour_stops_waiting_for_the_connection_of_a_dead_rank() {
-    ends_at_the_death("tcp");
+    ends_naming_the_death("tcp");
+}
+
+/// Over RDMA rank 0 waits in a collective step first (the device models'
+/// allgather), where the dead rank's closed link may end the wait before
+/// the health watcher's verdict: the error then names its link to rank 1.
+#[test]
+fn a_neighbour_stops_waiting_for_an_rdma_peer_that_died() {
+    if std::env::var_os(ROLE).is_some() || !rdma_available() {
+        return;
+    }
+    let text = ends_at_the_death("rdma");
+    for what in ["build: ", "barrier: "] {
+        let (_, message) = line(&text, what);
+        assert!(
+            message.contains("rank 1"),
+            "rdma: the {what:?} error does not name rank 1: {message}"
+        );
+    }
 }
