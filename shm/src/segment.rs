@@ -602,10 +602,11 @@ fn check_memfd(file: &File, at: &Locator, path: &Path) -> Result<()> {
 /// pidfd reports the exit, so this waits that moment, a bounded one.
 fn exiting(owner: &PidFd) -> bool {
     let until = Instant::now() + Duration::from_millis(200);
+    let mut backoff = sode_job::Backoff::setup(Duration::from_millis(2));
     loop {
         match owner.exited() {
             Ok(true) => return true,
-            Ok(false) if Instant::now() < until => std::thread::sleep(Duration::from_millis(2)),
+            Ok(false) if Instant::now() < until => backoff.snooze(),
             _ => return false,
         }
     }
