@@ -271,3 +271,14 @@ wait "${early_pids[1]}" || { cat "$build/early1.log"; echo "error: rank 1 did no
 cat "$build/early0.log"
 [ "$early_status" -eq 0 ] || { echo "error: rank 0 ended with status $early_status (141: SIGPIPE) after its neighbour ended" >&2; exit 1; }
 grep -q "(the peer closed the connection: it exited or died) with rank 1" "$build/early0.log" || { echo "error: rank 0's report does not say that rank 1 closed the connection" >&2; exit 1; }
+
+# Ranks that end with their exchange and communicator alive (many C and
+# Fortran programs never free them): the job must leave no directory of its
+# own in the shared-memory directory, only the kept thresholds.
+echo "-- mpirun -n 3 errors unfreed (every rank ends holding its exchange)"
+unfreed_dir=$(mktemp -d)
+timeout 120 "${mpirun[@]}" -n 3 -x SODE_SHM_DIR="$unfreed_dir" "$build/errors" unfreed
+left=$(find "$unfreed_dir" -mindepth 1 ! -name "sode-probes-$(id -u)")
+rm -rf "$unfreed_dir"
+[ -z "$left" ] || { echo "error: a job whose ranks ended without freeing left: $left" >&2; exit 1; }
+echo "ok: nothing left in SODE_SHM_DIR"

@@ -13,7 +13,11 @@
  *   SODE_TRANSPORT=tcp SODE_RANK=.. SODE_SIZE=2 ... ./errors early
  *                                  rank 1 ends early; rank 0's next
  *                                  exchange must fail, not end the process
- *                                  with SIGPIPE */
+ *                                  with SIGPIPE
+ *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
+ *                                  communicator alive, as many programs
+ *                                  do; the caller checks that the job left
+ *                                  nothing in SODE_SHM_DIR */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -623,6 +627,29 @@ static int early_mode(void) {
     return 0;
 }
 
+/* Exchanges 10 times, then ends without freeing the exchange or the
+ * communicator: the job must still leave no directory of its own behind. */
+static int unfreed_mode(int size) {
+    sode_comm *c = NULL;
+    if (sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c) != SODE_OK) {
+        fprintf(stderr, "rank %d: create_mpi: %s\n", rank, sode_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    sode_exchange *x = cart(c, size);
+    if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    for (int it = 0; it < 10; it++) {
+        if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, 10.0) != SODE_OK) {
+            fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    MPI_Finalize();
+    return 0;
+}
+
 /* The version and status names a program can print. */
 static void diagnostics(void) {
     char want[32];
@@ -664,6 +691,9 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc > 1 && strcmp(argv[1], "late") == 0) {
         return late_mode(size);
+    }
+    if (argc > 1 && strcmp(argv[1], "unfreed") == 0) {
+        return unfreed_mode(size);
     }
     if (size < 2) {
         /* The disagreements need two ranks to disagree. */

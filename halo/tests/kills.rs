@@ -10,6 +10,10 @@
 //! (`sode-probes-UID`, meant to outlive jobs). The times and the rank
 //! killed come from a seed printed with every failure (`SODE_KILLS_SEED`
 //! replays it).
+//!
+//! Nor does a job whose ranks exit without freeing their exchanges and
+//! `World` (as a C or Fortran program that ends with them alive does):
+//! the last of a node's processes to exit removes the job's directory.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,11 +33,19 @@ const RUN_FOR: Duration = Duration::from_secs(2);
 /// How long the survivor may take to end once its peer is dead.
 const SURVIVOR_ENDS_WITHIN: Duration = Duration::from_secs(20);
 
-/// One rank of a job, when run as a child: exchanges for [`RUN_FOR`].
+/// Set for a rank that exits holding its exchange and world: the
+/// milliseconds it waits after the job's last barrier before it exits.
+const EXIT_AFTER: &str = "SODE_KILLS_EXIT_AFTER_MS";
+
+/// One rank of a job, when run as a child: exchanges for [`RUN_FOR`]
+/// (or, with [`EXIT_AFTER`], 50 times, then exits holding everything).
 #[test]
 fn rank() {
     if std::env::var_os(ROLE).is_none() {
         return;
+    }
+    if let Some(ms) = std::env::var(EXIT_AFTER).ok().and_then(|v| v.parse().ok()) {
+        exit_holding_everything(Duration::from_millis(ms));
     }
     let w = World::init(Duration::from_secs(10)).unwrap();
     let d = Decomposition::new(&[64, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
@@ -47,6 +59,63 @@ fn rank() {
         halo.start(&[&u]).unwrap();
         halo.wait(Duration::from_secs(10), &mut [&mut u]).unwrap();
     }
+}
+
+/// Builds an exchange over shared memory, runs it 50 times, takes a
+/// barrier, waits `after` and exits through `exit` with the exchange and
+/// the world alive: no destructor runs.
+fn exit_holding_everything(after: Duration) -> ! {
+    let w = World::init(Duration::from_secs(10)).unwrap();
+    let d = Decomposition::new(&[64, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
+    let mut halo = HaloExchange::builder(&w, &d)
+        .transport(Transport::Shm)
+        .build()
+        .unwrap();
+    let mut u = vec![w.rank() as f64; halo.local_extent().iter().product()];
+    for _ in 0..50 {
+        halo.start(&[&u]).unwrap();
+        halo.wait(Duration::from_secs(10), &mut [&mut u]).unwrap();
+    }
+    w.barrier(Duration::from_secs(10)).unwrap();
+    let forks = w.rank() == 0 && std::env::var(FORK).is_ok_and(|v| v == "1");
+    if forks {
+        fork_a_child_that_exits();
+    }
+    std::thread::sleep(after);
+    if forks && job_dirs() == 0 {
+        // The child's exit must not have released this process's hold.
+        eprintln!("rank 0 is alive, and its job directory is gone");
+        std::process::exit(3);
+    }
+    std::process::exit(0)
+}
+
+/// Set for rank 0 to fork a child that exits at once, sharing (as a
+/// forked child does) the rank's lock on the job's directory.
+const FORK: &str = "SODE_KILLS_FORK";
+
+/// Forks a child that exits through `exit`, and waits for it.
+#[allow(unsafe_code)]
+fn fork_a_child_that_exits() {
+    // SAFETY: the child calls only `exit`, whose handlers (sode's) take
+    // no lock another thread of the parent could have held at the fork.
+    match unsafe { nix::unistd::fork() }.unwrap() {
+        nix::unistd::ForkResult::Child => std::process::exit(0),
+        nix::unistd::ForkResult::Parent { child } => {
+            nix::sys::wait::waitpid(child, None).unwrap();
+        }
+    }
+}
+
+/// How many job directories there are in this rank's `SODE_SHM_DIR`.
+fn job_dirs() -> usize {
+    let dir = std::env::var_os("SODE_SHM_DIR").unwrap();
+    let prefix = format!("sode-{}-", nix::unistd::geteuid());
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .count()
 }
 
 /// A small generator for the kill times (xorshift64*), from a seed.
@@ -164,4 +233,48 @@ fn a_rank_killed_at_any_moment_leaves_nothing_behind() {
         left.len(),
         left.join("\n")
     );
+}
+
+#[test]
+fn ranks_that_exit_without_freeing_leave_nothing_behind() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("sode-exits-{}", std::process::id()));
+    let shm_dir = dir.display().to_string();
+    let mut left = Vec::new();
+    // Both at once (each may find the other still holding the directory),
+    // each rank after the other, and rank 0 last after a child of it,
+    // forked after the barrier, exited before rank 1.
+    let orders = [[0, 0], [0, 0], [0, 0], [0, 0], [0, 300], [300, 0], [300, 0]];
+    for (n, delays) in orders.iter().enumerate() {
+        let fork = if n == orders.len() - 1 { "1" } else { "" };
+        std::fs::create_dir_all(&dir).unwrap();
+        let (port, job) = (free_port(), format!("exits{}x{n}", std::process::id()));
+        let ranks: Vec<_> = delays
+            .iter()
+            .enumerate()
+            .map(|(r, ms)| {
+                let ms = ms.to_string();
+                let env = [
+                    ("SODE_SHM_DIR", shm_dir.as_str()),
+                    (EXIT_AFTER, ms.as_str()),
+                    (FORK, fork),
+                ];
+                spawn_rank(r, 2, port, &job, (ROLE, "1"), &env)
+            })
+            .collect();
+        for (r, child) in ranks.into_iter().enumerate() {
+            let (ok, out) = common::output_of(child);
+            assert!(ok, "job {n}, rank {r} failed:\n{out}");
+        }
+        let found = contents(&dir);
+        if !found.is_empty() {
+            left.push(format!(
+                "job {n} (exits {delays:?} ms after the barrier) left {found:?}"
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(left.is_empty(), "{}", left.join("\n"));
 }

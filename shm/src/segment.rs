@@ -220,8 +220,12 @@ struct HeldDir {
     lock: Flock<File>,
 }
 
-impl Drop for HeldDir {
-    fn drop(&mut self) {
+impl HeldDir {
+    /// Clears and removes the directory when no other process holds it.
+    /// Our shared lock is given up either way: a failed conversion drops
+    /// it (flock(2)), so that of the processes releasing a directory at
+    /// once, the last to try finds no other holder.
+    fn release(&self) {
         // The last holder of every process clears what killed ranks left
         // (their locators), then removes the directory; while others hold
         // it, removing fails on their segments or is left to them.
@@ -230,6 +234,47 @@ impl Drop for HeldDir {
             let _ = std::fs::remove_dir(&self.path);
         }
     }
+}
+
+impl Drop for HeldDir {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The process that registered [`release_held_at_exit`], so that a child
+/// forked from it, which shares its locks, releases nothing at its exit.
+static EXIT_HOOK_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+
+/// Releases the directories this process still holds when it exits
+/// without having freed what holds them: a C or Fortran program that
+/// ends with its exchanges and communicators alive, as many do, would
+/// otherwise leave the job's directory until a later job's sweep. Runs in
+/// the exiting thread while others may still run, so it takes no lock
+/// another thread could hold.
+extern "C" fn release_held_at_exit() {
+    if EXIT_HOOK_PID.get() != Some(&std::process::id()) {
+        return;
+    }
+    // Unwinding out of an `extern "C"` function aborts the exit.
+    let _ = std::panic::catch_unwind(|| {
+        let Ok(held) = HELD.try_lock() else {
+            return;
+        };
+        for h in held.iter().filter_map(Weak::upgrade) {
+            h.release();
+        }
+    });
+}
+
+/// Registers [`release_held_at_exit`] once a process.
+fn release_at_exit() {
+    EXIT_HOOK_PID.get_or_init(|| {
+        if !crate::sys::exit::at_exit(release_held_at_exit) {
+            tracing::debug!("no room for an exit hook: a job directory held at exit is left to the next job's sweep");
+        }
+        std::process::id()
+    });
 }
 
 /// `file` locked as `how` (a non-blocking kind), retrying while another
@@ -378,6 +423,7 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
     });
     held.push(Arc::downgrade(&h));
     drop(held);
+    release_at_exit();
     if let Some(parent) = path.parent() {
         let mut swept = SWEPT
             .lock()
