@@ -270,7 +270,7 @@ wait "${early_pids[0]}" || early_status=$?
 wait "${early_pids[1]}" || { cat "$build/early1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
 cat "$build/early0.log"
 [ "$early_status" -eq 0 ] || { echo "error: rank 0 ended with status $early_status (141: SIGPIPE) after its neighbour ended" >&2; exit 1; }
-grep -q "(the peer closed the connection: it exited or died) with rank 1" "$build/early0.log" || { echo "error: rank 0's report does not say that rank 1 closed the connection" >&2; exit 1; }
+grep -q "(the peer closed the connection: it freed the exchange, exited or died) with rank 1" "$build/early0.log" || { echo "error: rank 0's report does not say that rank 1 closed the connection" >&2; exit 1; }
 
 # Ranks that end with their exchange and communicator alive (many C and
 # Fortran programs never free them): the job must leave no directory of its
@@ -282,3 +282,23 @@ left=$(find "$unfreed_dir" -mindepth 1 ! -name "sode-probes-$(id -u)")
 rm -rf "$unfreed_dir"
 [ -z "$left" ] || { echo "error: a job whose ranks ended without freeing left: $left" >&2; exit 1; }
 echo "ok: nothing left in SODE_SHM_DIR"
+
+# A neighbour that frees its exchange and lives on (3 s): rank 0's next
+# exchange, waiting without deadline, must fail at once naming it, over
+# every channel here (not when rank 1's process ends).
+for t in auto tcp; do
+  echo "-- a rank that frees its exchange and lives on, SODE_TRANSPORT=$t"
+  secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+  port=$(python3 ci/free_port.py)
+  freed_pids=()
+  for r in 0 1; do
+    SODE_TRANSPORT=$t SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
+      timeout 60 "$build/errors" freed > "$build/freed$r.log" 2>&1 &
+    freed_pids+=($!)
+  done
+  freed_status=0
+  wait "${freed_pids[0]}" || freed_status=$?
+  wait "${freed_pids[1]}" || { cat "$build/freed1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
+  cat "$build/freed0.log"
+  [ "$freed_status" -eq 0 ] || { echo "error: rank 0 was not told at once that rank 1 freed its exchange ($t)" >&2; exit 1; }
+done

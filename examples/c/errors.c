@@ -14,6 +14,10 @@
  *                                  rank 1 ends early; rank 0's next
  *                                  exchange must fail, not end the process
  *                                  with SIGPIPE
+ *   SODE_RANK=.. SODE_SIZE=2 ... ./errors freed
+ *                                  rank 1 frees its exchange and lives on
+ *                                  for 3 s; rank 0's next exchange must
+ *                                  fail at once, naming it
  *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
  *                                  communicator alive, as many programs
  *                                  do; the caller checks that the job left
@@ -627,6 +631,52 @@ static int early_mode(void) {
     return 0;
 }
 
+/* Rank 1 frees its exchange after 5 exchanges (a control-flow bug, or
+ * a rank regridding alone) and lives on for 3 s; rank 0 starts a sixth and
+ * waits without deadline: it must be told at once that rank 1 freed its
+ * side, on every channel, not wait for rank 1's process to end. */
+static int freed_mode(void) {
+    sode_comm *c;
+    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
+        fprintf(stderr, "create_env: %s\n", sode_last_error());
+        return 2;
+    }
+    sode_comm_rank(c, &rank);
+    sode_exchange *x = cart(c, 2);
+    if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
+        return 2;
+    }
+    for (int it = 0; it < 5; it++) {
+        if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, 10.0) != SODE_OK) {
+            fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
+            return 2;
+        }
+    }
+    if (rank == 1) {
+        sode_exchange_free(&x);
+        struct timespec live_on = {3, 0};
+        nanosleep(&live_on, NULL);
+        sode_comm_free(&c);
+        return 0;
+    }
+    double t0 = seconds_now();
+    int rc = sode_exchange_start(x);
+    if (rc == SODE_OK) {
+        rc = sode_exchange_wait(x, INFINITY);
+    }
+    double took = seconds_now() - t0;
+    if (rc != SODE_ERR_CHANNEL || took > 1.5) {
+        fprintf(stderr, "rank 0: status %d after %.2f s (want %d within 1.5 s): %s\n", rc, took,
+                SODE_ERR_CHANNEL, sode_last_error());
+        return 1;
+    }
+    printf("ok a neighbour that freed its exchange, told in %.3f s: %s\n", took, sode_last_error());
+    sode_exchange_free(&x);
+    sode_comm_free(&c);
+    return 0;
+}
+
 /* Exchanges 10 times, then ends without freeing the exchange or the
  * communicator: the job must still leave no directory of its own behind. */
 static int unfreed_mode(int size) {
@@ -684,6 +734,9 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && strcmp(argv[1], "early") == 0) {
         return early_mode();
+    }
+    if (argc > 1 && strcmp(argv[1], "freed") == 0) {
+        return freed_mode();
     }
     MPI_Init(&argc, &argv);
     int size;

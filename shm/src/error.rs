@@ -104,6 +104,15 @@ pub enum ShmError {
         /// What we were doing.
         during: String,
     },
+    /// A peer freed its side of the exchange while this process still
+    /// waited for it.
+    #[error("peer rank {peer} freed its side of the exchange {during}: free an exchange on every rank after the same iteration")]
+    PeerLeft {
+        /// The peer's rank.
+        peer: usize,
+        /// What we were doing.
+        during: String,
+    },
     /// `wait` reached its deadline before the exchange completed.
     #[error("exchange {exchange} iteration {iteration} not complete at its deadline; still waiting for: {pending}")]
     Timeout {

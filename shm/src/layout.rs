@@ -19,8 +19,9 @@ pub(crate) const MAGIC: u64 = u64::from_le_bytes(*b"SODESHM1");
 /// 2: windows of two slots (credits a step ahead); 3: the doorbell; 4: send
 /// buffers in the segment; 5: lent sets and messages read in place; 6:
 /// carried lengths; 7: the start's shape in records and carried words; 8:
-/// rings sized to their peer's messages, from one page with the header.
-pub(crate) const VERSION: u64 = 8;
+/// rings sized to their peer's messages, from one page with the header; 9:
+/// the owner's word that it let go of the exchange.
+pub(crate) const VERSION: u64 = 9;
 
 pub(crate) const H_MAGIC: u64 = 0;
 pub(crate) const H_VERSION: u64 = 8;
@@ -49,6 +50,10 @@ pub(crate) const H_BLOCKS: u64 = 144;
 pub(crate) const H_LENT: u64 = 152;
 pub(crate) const H_LENT_SETS: u64 = 160;
 pub(crate) const H_LENT_SET_LEN: u64 = 168;
+/// 1 once the owner has let go of its side of the exchange (freed it): a
+/// peer still waiting for it is told, where the owner's process may live
+/// on for long after (its pidfd says nothing).
+pub(crate) const H_LEFT: u64 = 176;
 pub(crate) const HEADER_LEN: u64 = 256;
 
 /// Segment states, in order.

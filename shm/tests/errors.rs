@@ -182,3 +182,62 @@ fn fast_sender_slow_receiver(name: &str, fills: bool) {
         "only {early} of {ITERS} iterations had arrived when the receiver started"
     );
 }
+
+#[test]
+fn a_peer_that_frees_its_side_is_named_at_once_though_its_process_lives_on() {
+    for len in [16, 1 << 20] {
+        let job = format!("left{}x{len}", std::process::id());
+        let j2 = job.clone();
+        let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        // The peer runs three iterations, frees its side, then lives on
+        // (its context too) until the test is done with it.
+        let peer = std::thread::spawn(move || {
+            let mut c = Context::new(&j2, 1).unwrap();
+            let mut ex = c
+                .exchange()
+                .neighbour(Peer::new(0).send(len, 0).recv(len, 0))
+                .build()
+                .unwrap();
+            for _ in 0..3 {
+                ex.start().unwrap();
+                ex.wait_for(Duration::from_secs(10)).unwrap();
+            }
+            drop(ex);
+            freed_tx.send(()).unwrap();
+            let _ = done_rx.recv_timeout(Duration::from_secs(60));
+        });
+        let mut c = Context::new(&job, 0).unwrap();
+        let mut ex = c
+            .exchange()
+            .neighbour(Peer::new(1).send(len, 0).recv(len, 0))
+            .build()
+            .unwrap();
+        for _ in 0..3 {
+            ex.start().unwrap();
+            ex.wait_for(Duration::from_secs(10)).unwrap();
+        }
+        freed_rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        let t = std::time::Instant::now();
+        let r = ex
+            .start()
+            .and_then(|_| ex.wait_for(Duration::from_secs(30)));
+        let took = t.elapsed();
+        done_tx.send(()).unwrap();
+        peer.join().unwrap();
+        let e = r.expect_err("an exchange with a peer that freed its side");
+        assert!(
+            matches!(e, ShmError::PeerLeft { peer: 1, .. }),
+            "{len} bytes: {e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("peer rank 1 freed its side of the exchange during iteration 4"),
+            "{e}"
+        );
+        assert!(
+            took < Duration::from_secs(1),
+            "{len} bytes: told after {took:?}"
+        );
+    }
+}

@@ -186,9 +186,9 @@ pub enum TransportError {
         /// What the status usually means.
         hint: String,
     },
-    /// A peer's bootstrap connection closed during an exchange: it exited or
-    /// died.
-    #[error("peer rank {peer} closed its connection during the exchange (it exited or died); outstanding: {outstanding}")]
+    /// A peer's bootstrap connection closed during an exchange: it freed
+    /// the exchange, exited or died.
+    #[error("peer rank {peer} closed its connection during the exchange (it freed the exchange, exited or died); outstanding: {outstanding}")]
     PeerDied {
         /// The rank.
         peer: usize,

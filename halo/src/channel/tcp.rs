@@ -252,7 +252,9 @@ impl TcpChannel {
         // of stream is.
         let op = match source.kind() {
             ErrorKind::BrokenPipe | ErrorKind::ConnectionReset => {
-                format!("{op} (the peer closed the connection: it exited or died)")
+                format!(
+                    "{op} (the peer closed the connection: it freed the exchange, exited or died)"
+                )
             }
             _ => op.into(),
         };
@@ -359,7 +361,7 @@ impl TcpChannel {
                 Ok(0) => {
                     return Err(self.io_error(
                         rank,
-                        "receiving (the peer closed the connection: it exited or died)",
+                        "receiving (the peer closed the connection: it freed the exchange, exited or died)",
                         ErrorKind::UnexpectedEof.into(),
                     ))
                 }

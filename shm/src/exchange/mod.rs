@@ -390,3 +390,9 @@ pub struct Exchange {
     receives_released: bool,
     report: ExchangeReport,
 }
+
+impl Drop for Exchange {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}

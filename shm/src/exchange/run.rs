@@ -772,8 +772,9 @@ impl Exchange {
         })
     }
 
-    /// A peer with work outstanding whose process exited is dead once a
-    /// further full pass did not finish that work.
+    /// A peer with work outstanding whose process exited is dead, and one
+    /// that freed its side of the exchange gone, once a further full pass
+    /// did not finish that work (what it wrote before is read first).
     fn check_liveness(&mut self) -> Result<()> {
         let now = Instant::now();
         if !self.liveness.suspect && now < self.liveness.next_check {
@@ -784,9 +785,10 @@ impl Exchange {
             what: "polling peer processes".into(),
             source: e,
         })?;
-        let dead =
-            (0..self.peers.len()).find(|&p| self.liveness.watch.exited(p) && self.peer_pending(p));
-        let Some(p) = dead else {
+        let gone = (0..self.peers.len()).find(|&p| {
+            (self.liveness.watch.exited(p) || self.peer_left(p)) && self.peer_pending(p)
+        });
+        let Some(p) = gone else {
             self.liveness.suspect = false;
             return Ok(());
         };
@@ -794,16 +796,39 @@ impl Exchange {
             self.liveness.suspect = true;
             return Ok(());
         }
-        Err(ShmError::PeerDied {
-            peer: self.peers[p].rank,
-            pid: self.peers[p].pid,
-            during: format!(
-                "during iteration {} of exchange {} (outstanding: {})",
-                self.iteration,
-                self.name,
-                self.pending_description()
-            ),
-        })
+        let (peer, pid) = (self.peers[p].rank, self.peers[p].pid);
+        let during = format!(
+            "during iteration {} of exchange {} (outstanding: {})",
+            self.iteration,
+            self.name,
+            self.pending_description()
+        );
+        if self.liveness.watch.exited(p) {
+            Err(ShmError::PeerDied { peer, pid, during })
+        } else {
+            Err(ShmError::PeerLeft { peer, during })
+        }
+    }
+
+    /// Whether peer `p` has freed its side of the exchange
+    /// ([`layout::H_LEFT`]).
+    fn peer_left(&self, p: usize) -> bool {
+        self.peers[p]
+            .map
+            .atomic(layout::H_LEFT)
+            .is_ok_and(|w| w.load(Ordering::Acquire) != 0)
+    }
+
+    /// Tells the peers that this process let go of the exchange, and wakes
+    /// those asleep on their doorbells to see it.
+    pub(super) fn leave(&mut self) {
+        if let Ok(w) = self.own.map.atomic(layout::H_LEFT) {
+            w.store(1, Ordering::Release);
+        }
+        for p in &mut self.peers {
+            p.notify = true;
+        }
+        let _ = self.ring_doorbells();
     }
 
     fn pending_description(&self) -> String {

@@ -788,7 +788,7 @@ impl PersistentWrites {
     }
 
     /// A peer whose setup link closed while work with it stayed outstanding
-    /// for longer than [`PEER_GRACE`]: it exited or died.
+    /// for longer than [`PEER_GRACE`]: it freed the exchange, exited or died.
     fn check_peers(&mut self, now: Instant) -> Option<TransportError> {
         for pi in 0..self.state.peers.len() {
             if !self.outstanding_with_peer(pi) {
