@@ -379,7 +379,7 @@ pub(crate) fn read_exact_by(
                     whom: whom.into(),
                     source: std::io::Error::new(
                         ErrorKind::UnexpectedEof,
-                        "connection closed (the process exited or died)",
+                        "connection closed (the process freed its communicator or World, exited or died)",
                     ),
                 })
             }
