@@ -211,6 +211,9 @@ impl Record {
         r
     }
 
+    /// How many words its record holds.
+    pub(crate) const WORDS: usize = 8;
+
     /// Its bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut words = vec![self.common];
@@ -222,7 +225,7 @@ impl Record {
     /// The record `bytes` encode; `None` for bytes no [`Record::encode`]
     /// made.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        let (valid, transport, w) = crate::record::decode::<8>(bytes)?;
+        let (valid, transport, w) = crate::record::decode::<{ Record::WORDS }>(bytes)?;
         Some(Record {
             valid,
             transport,

@@ -814,14 +814,7 @@ impl Exchange {
             .map_err(|source| CapiError::Bootstrap { op, source })?
             .iter()
             .enumerate()
-            .map(|(r, b)| {
-                decode(b).ok_or_else(|| CapiError::Mismatch {
-                    why: format!(
-                        "rank {r} sent an unreadable description ({} bytes): is it the same sode, and the same kind of exchange?",
-                        b.len()
-                    ),
-                })
-            })
+            .map(|(r, b)| decode(b).ok_or_else(|| unreadable(r, b, mine, b.len().to_string())))
             .collect()
     }
 
@@ -844,11 +837,7 @@ impl Exchange {
             .iter()
             .enumerate()
             .map(|(r, b)| {
-                serde_json::from_slice(b).map_err(|e| CapiError::Mismatch {
-                    why: format!(
-                        "rank {r} sent an unreadable description ({e}): is it the same sode, and the same kind of exchange?"
-                    ),
-                })
+                serde_json::from_slice(b).map_err(|e| unreadable(r, b, &body, e.to_string()))
             })
             .collect::<Result<_>>()?;
         if let Some(r) = all.iter().position(|(t, _)| *t != all[0].0) {
@@ -1553,6 +1542,39 @@ impl Exchange {
             }
         }
         Ok(())
+    }
+}
+
+/// The error for rank `r`'s description `theirs`, which this rank (whose
+/// own is `mine`) cannot read (`why`): most often another kind of exchange
+/// committed at the same step, a rank having skipped or reordered a
+/// collective call.
+fn unreadable(r: usize, theirs: &[u8], mine: &[u8], why: String) -> CapiError {
+    let why = match (kind_of_description(theirs), kind_of_description(mine)) {
+        (Some(t), Some(m)) if t != m => format!(
+            "rank {r} commits {t} where this rank commits {m}: every rank of the communicator makes each collective call, in the same order (an exchange among some ranks takes a communicator of those ranks)"
+        ),
+        _ => format!(
+            "rank {r} sent an unreadable description ({why}): is it the same sode, and the same kind of exchange?"
+        ),
+    };
+    CapiError::Mismatch { why }
+}
+
+/// What kind of exchange a commit's description is of, by its form: the
+/// fixed records of Cartesian exchanges and exchanges of boxes, and the
+/// tiled exchanges' JSON.
+fn kind_of_description(d: &[u8]) -> Option<&'static str> {
+    let record = d.first().is_some_and(|&valid| valid <= 1);
+    match d.len() {
+        n if record && n == crate::record::bytes(cart::Record::WORDS) => {
+            Some("a Cartesian exchange (sode_exchange_create_cart)")
+        }
+        n if record && n == crate::record::bytes(explicit::Record::WORDS) => {
+            Some("an exchange of boxes (sode_exchange_create)")
+        }
+        _ if d.first() == Some(&b'[') => Some("a tiled exchange (sode_exchange_create_tiles)"),
+        _ => None,
     }
 }
 

@@ -143,6 +143,9 @@ impl Record {
         }
     }
 
+    /// How many words its record holds.
+    pub(crate) const WORDS: usize = 5;
+
     /// Its bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
         let words = [
@@ -158,7 +161,7 @@ impl Record {
     /// The record `bytes` encode; `None` for bytes no [`Record::encode`]
     /// made.
     pub(crate) fn decode(bytes: &[u8]) -> Option<Record> {
-        let (valid, transport, w) = crate::record::decode::<5>(bytes)?;
+        let (valid, transport, w) = crate::record::decode::<{ Record::WORDS }>(bytes)?;
         Some(Record {
             valid,
             transport,

@@ -385,6 +385,24 @@ static void mismatch(sode_comm *c, int size) {
            rank == 1 ? "sode_exchange_commit: no field was added"
                      : "commit failed on rank 1: sode_exchange_commit: no field was added");
     expect("free", sode_exchange_free(&x), SODE_OK, "");
+    /* Rank 0 commits a Cartesian exchange where the others commit one of
+     * boxes (as a code that makes an exchange on some ranks only): each
+     * names the other kind, and the ranks stay in step. */
+    if (rank == 0) {
+        x = cart(c, size);
+    } else {
+        const int64_t from[2] = {1, 1}, into[2] = {0, 1}, one[2] = {1, 1};
+        expect("an exchange of boxes", sode_exchange_create(c, 2, &x), SODE_OK, "");
+        expect("a box", sode_exchange_add_send(x, (rank + 1) % size, 1, from, one), SODE_OK, "");
+        expect("a box", sode_exchange_add_recv(x, (rank + size - 1) % size, 1, into, one), SODE_OK, "");
+    }
+    expect("add a field", add_u(x), SODE_OK, "");
+    expect("another kind of exchange on rank 0", sode_exchange_commit(x), SODE_ERR_MISMATCH,
+           rank == 0 ? "rank 1 commits an exchange of boxes (sode_exchange_create) where this rank commits a "
+                       "Cartesian exchange"
+                     : "rank 0 commits a Cartesian exchange (sode_exchange_create_cart) where this rank commits "
+                       "an exchange of boxes");
+    expect("free", sode_exchange_free(&x), SODE_OK, "");
     x = cart(c, size);
     expect("the exchange after it commits and runs",
            add_u(x) || sode_exchange_commit(x) || sode_exchange_start(x) || sode_exchange_wait(x, 10.0), SODE_OK,

@@ -298,7 +298,14 @@ impl Session {
             });
         }
         let mut body = vec![0u8; len + TAG];
-        read_exact_by(&mut self.stream, &mut body, deadline, &self.whom)?;
+        // The frame has begun: its body follows, and is read whole though
+        // the deadline passed meanwhile (a verdict sent at it, say).
+        let mut rest = if deadline.passed() {
+            Deadline::new(Instant::now() + FRAME_REST)
+        } else {
+            deadline.clone()
+        };
+        read_exact_by(&mut self.stream, &mut body, &mut rest, &self.whom)?;
         let tag = body.split_off(len);
         let theirs = 1 - self.direction;
         if !verify(
@@ -338,6 +345,10 @@ fn write_all(s: &mut TcpStream, bytes: &[u8], whom: &str) -> Result<()> {
 /// under [`STOPPED_GAP`](crate::timeout::STOPPED_GAP), so that a stretch
 /// longer than that is time this process was stopped, not waited.
 const READ_SLICE: Duration = Duration::from_millis(250);
+
+/// How long the rest of a frame whose length arrived by the deadline may
+/// take after it.
+const FRAME_REST: Duration = Duration::from_secs(5);
 
 /// Reads exactly `buf.len()` bytes before `deadline` (which time this
 /// process is stopped does not bring nearer: a job suspended in a

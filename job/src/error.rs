@@ -35,7 +35,7 @@ pub enum JobError {
         source: std::io::Error,
     },
     /// A bootstrap step did not finish by its deadline.
-    #[error("bootstrap: {step} with {whom} did not finish within {waited:?}: {hint}")]
+    #[error("bootstrap: {step} with {whom} did not finish within {:.1} s: {hint}", .waited.as_secs_f64())]
     BootstrapTimeout {
         /// The step.
         step: String,
@@ -111,6 +111,16 @@ pub enum JobError {
         code: i32,
         /// Its reason.
         message: String,
+    },
+    /// Ranks did not take a collective step within its timeout. Rank 0,
+    /// which gathers the steps over the job's own links, names them, to
+    /// the ranks that took the step too.
+    #[error("{missing} did not take a collective step within {:.1} s: failed, stopped, or not making the same call (every rank of the communicator makes each collective call, as sode_exchange_commit, in the same order: an exchange among some ranks takes a communicator of those ranks)", .waited.as_secs_f64())]
+    StepMissed {
+        /// The ranks, as "rank 2" or "ranks 2, 5 and 3 more".
+        missing: String,
+        /// How long rank 0 waited for them.
+        waited: Duration,
     },
     /// A rank took a collective step other than this rank's: one came
     /// late to a step the others had given up at its deadline, or skipped

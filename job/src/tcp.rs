@@ -18,7 +18,9 @@ use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
 use crate::nets::Directory;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
-use crate::wire::{decode_directory, encode_directory, join_blocks, split_blocks};
+use crate::wire::{
+    decode_directory, decode_step_missed, encode_directory, join_blocks, split_blocks,
+};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Hello {
@@ -296,17 +298,32 @@ impl OutOfBand for TcpRendezvous {
             Star::Leaf(root) => {
                 root.send(mine)?;
                 let size = self.mesh.size;
-                split_blocks(&root.recv_by(&mut deadline)?, size).ok_or_else(|| {
-                    JobError::Protocol {
-                        whom: "the root".into(),
-                        why: format!("its allgather is not one block from each of {size} ranks"),
-                    }
+                // Rank 0 names the missing ranks at its own deadline, later
+                // than this rank's when it began the step later: its word
+                // is waited for that much longer.
+                let began = Instant::now();
+                let mut deadline = crate::timeout::Deadline::new(deadline.at() + ROOT_VERDICT);
+                let body = root
+                    .recv_by(&mut deadline)
+                    .map_err(|e| root_silent(e, began.elapsed()))?;
+                if let Some(missed) = decode_step_missed(&body) {
+                    return Err(missed);
+                }
+                split_blocks(&body, size).ok_or_else(|| JobError::Protocol {
+                    whom: "the root".into(),
+                    why: format!("its allgather is not one block from each of {size} ranks"),
                 })
             }
             Star::Root(links) => {
                 let mut all = vec![mine.to_vec()];
-                for link in links.iter_mut().skip(1) {
-                    all.push(joined_link(link)?.recv_by(&mut deadline)?);
+                for r in 1..links.len() {
+                    match joined_link(&mut links[r])?.recv_by(&mut deadline) {
+                        Ok(block) => all.push(block),
+                        Err(JobError::BootstrapTimeout { waited, .. }) => {
+                            return Err(step_missed(links, r, waited));
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 // Binary: rank 0 sends this to every rank.
                 let body = join_blocks(&all)?;
@@ -671,6 +688,70 @@ fn greet(
             tracing::warn!("dropped: {}", crate::diag::chain(&e));
             None
         }
+    }
+}
+
+/// Rank 0's error when rank `first` (and maybe others after it) did not
+/// take a collective step within `waited`: it names every rank missing
+/// (a later rank whose block is already on its way counts as arrived) and
+/// tells each rank that took the step, so that all of them fail naming
+/// the missing, not a silent root.
+fn step_missed(links: &mut [Option<Session>], first: usize, waited: Duration) -> JobError {
+    // Long enough for a block already sent, bounded over a large job.
+    const ARRIVING: Duration = Duration::from_millis(2);
+    let mut missing = vec![first];
+    let mut arrived: Vec<usize> = (1..first).collect();
+    for (r, link) in links.iter_mut().enumerate().skip(first + 1) {
+        let mut grace = crate::timeout::Deadline::new(Instant::now() + ARRIVING);
+        match link.as_mut().map(|s| s.recv_by(&mut grace)) {
+            Some(Ok(_)) => arrived.push(r),
+            _ => missing.push(r),
+        }
+    }
+    let err = JobError::StepMissed {
+        missing: name_ranks(&missing),
+        waited,
+    };
+    if let JobError::StepMissed { missing, waited } = &err {
+        let told = crate::wire::encode_step_missed(missing, *waited);
+        for r in arrived {
+            if let Some(s) = links[r].as_mut() {
+                // A rank that cannot be told fails at its own deadline.
+                let _ = s.send(&told);
+            }
+        }
+    }
+    err
+}
+
+/// "rank 2", or "ranks 2, 5, 7 and 3 more" (at most 16 named).
+fn name_ranks(ranks: &[usize]) -> String {
+    const NAMED: usize = 16;
+    let listed: Vec<String> = ranks.iter().take(NAMED).map(ToString::to_string).collect();
+    let more = ranks.len().saturating_sub(NAMED);
+    match (ranks.len(), more) {
+        (1, _) => format!("rank {}", listed[0]),
+        (_, 0) => format!("ranks {}", listed.join(", ")),
+        _ => format!("ranks {} and {more} more", listed.join(", ")),
+    }
+}
+
+/// How much longer than its own deadline a rank waits for rank 0's word
+/// on a collective step.
+const ROOT_VERDICT: Duration = Duration::from_secs(1);
+
+/// A leaf's timeout, after `waited`, waiting for rank 0's answer to a
+/// collective step, with what it means: rank 0 answers every rank once all
+/// have taken the step, or names the missing at its own deadline.
+fn root_silent(e: JobError, waited: Duration) -> JobError {
+    match e {
+        JobError::BootstrapTimeout { step, .. } => JobError::BootstrapTimeout {
+            step,
+            whom: "rank 0".into(),
+            waited,
+            hint: "rank 0 gathers each collective step and did not answer: it did not take the step (failed, stopped, or not making the same call), or is still waiting for a rank that did not".into(),
+        },
+        other => other,
     }
 }
 

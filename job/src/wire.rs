@@ -193,6 +193,30 @@ pub(crate) fn split_blocks(message: &[u8], n: usize) -> Option<Vec<Vec<u8>>> {
     (rest.is_empty() && blocks.len() == n).then_some(blocks)
 }
 
+/// What rank 0 sends the ranks that took a collective step in place of
+/// the gathered blocks when others did not ([`JobError::StepMissed`]): a
+/// first length no [`join_blocks`] message has (blocks are far shorter
+/// than 4 GiB), the milliseconds it waited, then the missing ranks.
+pub(crate) fn encode_step_missed(missing: &str, waited: std::time::Duration) -> Vec<u8> {
+    let ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
+    let mut out = STEP_MISSED.to_vec();
+    out.extend_from_slice(&ms.to_le_bytes());
+    out.extend_from_slice(missing.as_bytes());
+    out
+}
+
+/// The error [`encode_step_missed`] carried, if `message` is one.
+pub(crate) fn decode_step_missed(message: &[u8]) -> Option<JobError> {
+    let rest = message.strip_prefix(&STEP_MISSED[..])?;
+    let (ms, missing) = rest.split_first_chunk::<8>()?;
+    Some(JobError::StepMissed {
+        missing: String::from_utf8_lossy(missing).into_owned(),
+        waited: std::time::Duration::from_millis(u64::from_le_bytes(*ms)),
+    })
+}
+
+const STEP_MISSED: [u8; 4] = [0xff; 4];
+
 /// The directory of where every rank listens, as rank 0 sends it to each
 /// rank at the rendezvous: the ranks' count, then each rank's addresses.
 pub(crate) fn encode_directory(listen: &[Vec<SocketAddr>]) -> Result<Vec<u8>> {
@@ -237,6 +261,20 @@ pub(crate) fn unreadable(whom: &str, what: &str, record: &[u8]) -> JobError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missed_step_reads_back_and_no_gathered_blocks_read_as_one() {
+        let m = encode_step_missed("ranks 2, 3", std::time::Duration::from_millis(1500));
+        let e = decode_step_missed(&m).unwrap().to_string();
+        assert!(
+            e.starts_with("ranks 2, 3 did not take a collective step within 1.5 s"),
+            "{e}"
+        );
+        // Gathered blocks begin with a length of at most MAX_MESSAGE.
+        let blocks = join_blocks(&[vec![0xff; 8], vec![]]).unwrap();
+        assert!(decode_step_missed(&blocks).is_none());
+        assert!(crate::auth::MAX_MESSAGE < u32::MAX as usize);
+    }
 
     #[test]
     fn what_is_written_reads_back_and_nothing_more() {

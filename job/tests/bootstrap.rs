@@ -327,3 +327,41 @@ fn a_sustained_flood_of_silent_connections_does_not_stop_the_job() {
         "met in {took:?} under a flood of {most} silent connections at once ({opened} opened)"
     );
 }
+
+#[test]
+fn ranks_that_skip_a_collective_step_are_named_on_every_rank_that_took_it() {
+    let port = free_port();
+    let secret = Secret::random().unwrap();
+    let worlds: Vec<World> = start_ranks(0..4, 4, port, &secret)
+        .into_iter()
+        .map(|h| h.join().unwrap().unwrap())
+        .collect();
+    // Ranks 2 and 3 stay alive but skip the barrier (a commit made on some
+    // ranks only). Rank 1 begins it before rank 0, so that its own
+    // deadline passes before rank 0 names the missing.
+    let timeout = Duration::from_secs(1);
+    let took = |w: &World, after: Duration| {
+        std::thread::sleep(after);
+        let t0 = Instant::now();
+        let e = w
+            .barrier(timeout)
+            .expect_err("a barrier without ranks 2 and 3");
+        (sode_job::diag::chain(&e), t0.elapsed())
+    };
+    let outcomes: Vec<(String, Duration)> = std::thread::scope(|s| {
+        let first = s.spawn(|| took(&worlds[0], Duration::from_millis(300)));
+        let second = s.spawn(|| took(&worlds[1], Duration::ZERO));
+        vec![first.join().unwrap(), second.join().unwrap()]
+    });
+    for (r, (e, took)) in outcomes.iter().enumerate() {
+        assert!(
+            e.contains("ranks 2, 3 did not take a collective step within 1.0 s")
+                && e.contains("not making the same call"),
+            "rank {r}: {e}"
+        );
+        assert!(
+            *took < Duration::from_secs(3),
+            "rank {r} told after {took:?}"
+        );
+    }
+}
