@@ -302,3 +302,22 @@ for t in auto tcp; do
   cat "$build/freed0.log"
   [ "$freed_status" -eq 0 ] || { echo "error: rank 0 was not told at once that rank 1 freed its exchange ($t)" >&2; exit 1; }
 done
+
+# A neighbour 2.5 s late, waited for without deadline: the wait says, on
+# stderr, that it goes on (SODE_WAIT_WARN=1: after 1 s, and again after
+# 2 s), naming the rank it waits for, then finishes.
+echo "-- a rank 2.5 s late, waited for without deadline, SODE_WAIT_WARN=1"
+secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
+port=$(python3 ci/free_port.py)
+slow_pids=()
+for r in 0 1; do
+  SODE_WAIT_WARN=1 SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
+    timeout 60 "$build/errors" slow > "$build/slow$r.log" 2>&1 &
+  slow_pids+=($!)
+done
+for r in 0 1; do
+  wait "${slow_pids[$r]}" || { cat "$build/slow$r.log"; echo "error: rank $r did not finish its exchanges" >&2; exit 1; }
+done
+cat "$build/slow0.log"
+grep -qE "exchange h0 has waited [0-9]+ s for iteration 6 and goes on waiting; outstanding: .*rank 1" "$build/slow0.log" \
+  || { echo "error: rank 0 did not warn that it went on waiting for rank 1" >&2; exit 1; }

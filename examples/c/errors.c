@@ -18,6 +18,12 @@
  *                                  rank 1 frees its exchange and lives on
  *                                  for 3 s; rank 0's next exchange must
  *                                  fail at once, naming it
+ *   SODE_WAIT_WARN=1 SODE_RANK=.. SODE_SIZE=2 ... ./errors slow
+ *                                  rank 1 starts its sixth exchange 2.5 s
+ *                                  late; rank 0 waits without deadline,
+ *                                  warns that it goes on waiting (on
+ *                                  stderr, for the caller to check), and
+ *                                  finishes
  *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
  *                                  communicator alive, as many programs
  *                                  do; the caller checks that the job left
@@ -695,6 +701,36 @@ static int freed_mode(void) {
     return 0;
 }
 
+/* Rank 1 starts its sixth exchange 2.5 s late; rank 0 waits for it
+ * without deadline, and must finish once it comes (the warnings that the
+ * wait goes on, with SODE_WAIT_WARN=1, are for the caller to read). */
+static int slow_mode(void) {
+    sode_comm *c;
+    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
+        fprintf(stderr, "create_env: %s\n", sode_last_error());
+        return 2;
+    }
+    sode_comm_rank(c, &rank);
+    sode_exchange *x = cart(c, 2);
+    if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
+        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
+        return 2;
+    }
+    for (int it = 0; it < 6; it++) {
+        if (rank == 1 && it == 5) {
+            struct timespec late = {2, 500 * 1000 * 1000};
+            nanosleep(&late, NULL);
+        }
+        if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, INFINITY) != SODE_OK) {
+            fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
+            return 1;
+        }
+    }
+    sode_exchange_free(&x);
+    sode_comm_free(&c);
+    return 0;
+}
+
 /* Exchanges 10 times, then ends without freeing the exchange or the
  * communicator: the job must still leave no directory of its own behind. */
 static int unfreed_mode(int size) {
@@ -755,6 +791,9 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && strcmp(argv[1], "freed") == 0) {
         return freed_mode();
+    }
+    if (argc > 1 && strcmp(argv[1], "slow") == 0) {
+        return slow_mode();
     }
     MPI_Init(&argc, &argv);
     int size;

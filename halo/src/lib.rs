@@ -51,6 +51,7 @@ pub mod field;
 mod field_exchange;
 mod job_memo;
 mod links;
+mod long_wait;
 #[cfg(feature = "rdma")]
 mod model;
 pub mod pattern;

@@ -6,6 +6,7 @@
 //! decomposition's regions into its messages; the C ABI packs the user's
 //! fields.
 
+use crate::long_wait::LongWait;
 use sode_job::Deadline;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -557,6 +558,10 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// does not take.
     pub fn build(mut self) -> Result<LinkExchange> {
         crate::channel::progress_from_env().map_err(|why| HaloError::Usage { op: "build", why })?;
+        let warn_after = sode_job::wait_warning().map_err(|e| HaloError::Usage {
+            op: "build",
+            why: e.to_string(),
+        })?;
         self.gather_fabrics()?;
         self.check()?;
         let n = self.links.len();
@@ -609,6 +614,8 @@ impl<'w> LinkExchangeBuilder<'w> {
             meter: Meter::new(self.world.job_id(), &self.name, self.world.rank()),
             job: self.world.clone(),
             timeout: self.timeout,
+            name: self.name,
+            warn_after,
             carried: self
                 .links
                 .iter()
@@ -892,6 +899,10 @@ pub struct LinkExchange {
     /// exchange) and whose barriers the pseudo-collective mode takes.
     job: World,
     timeout: Duration,
+    /// Its name in the job (`h0`, ...), for what it reports.
+    name: String,
+    /// After how long a wait warns that it goes on (`SODE_WAIT_WARN`).
+    warn_after: Option<Duration>,
     /// What it has done, and its trace.
     meter: Meter,
     /// Per link, the bytes each way the next iteration moves (as carried).
@@ -1587,6 +1598,9 @@ impl LinkExchange {
         // Every channel progresses in one loop: a rank never sits in one
         // while a peer waits for it in another.
         let mut backoff = Backoff::exchange();
+        // Counted from the first pass that did not finish: a wait that
+        // finishes at once pays nothing for it.
+        let (mut long, warn_after) = (None, self.warn_after);
         // Time this process is stopped (a suspended job) does not count:
         // `passed` looks for it on every pass.
         while !self.poll()? {
@@ -1595,7 +1609,14 @@ impl LinkExchange {
                     outstanding: self.outstanding(),
                 });
             }
-            if !(backoff.blocks() && self.park_on_last(deadline.at())?) {
+            let long = long.get_or_insert_with(|| LongWait::new(warn_after));
+            if let Some(waited) = long.as_mut().and_then(LongWait::due) {
+                self.warn_long_wait(waited);
+            }
+            let until = long
+                .as_ref()
+                .map_or(deadline.at(), |l| l.at().min(deadline.at()));
+            if !(backoff.blocks() && self.park_on_last(until)?) {
                 backoff.snooze();
             }
         }
@@ -1604,6 +1625,18 @@ impl LinkExchange {
         self.meter.completed(moved);
         self.scatter()?;
         self.job_barrier()
+    }
+
+    /// Says that this wait has gone on for `waited`, and for what.
+    fn warn_long_wait(&self, waited: Duration) {
+        tracing::warn!(
+            "exchange {} has waited {:.0} s for iteration {} and goes on waiting; outstanding: {}. A neighbour that is stopped, blocked in another call (a collective waiting for this rank, say) or that skipped this exchange never sends ({} sets when this warns)",
+            self.name,
+            waited.as_secs_f64(),
+            self.meter.exchanges + 1,
+            self.outstanding(),
+            sode_job::WAIT_WARN_VAR,
+        );
     }
 
     /// What it has done since it was built or [`reset_stats`](Self::reset_stats):

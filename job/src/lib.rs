@@ -84,7 +84,7 @@ pub use routes::{Routes, GROUPS_VAR};
 pub use streams::TCP_ADDR_VAR;
 pub use tcp::TcpRendezvous;
 pub use timeout::{
-    abandon_when, default_wait_timeout, AbandonGuard, Deadline, NO_DEADLINE, STOPPED_GAP,
-    TIMEOUT_VAR,
+    abandon_when, default_wait_timeout, wait_warning, AbandonGuard, Deadline, NO_DEADLINE,
+    STOPPED_GAP, TIMEOUT_VAR, WAIT_WARN_DEFAULT, WAIT_WARN_VAR,
 };
 pub use world::World;

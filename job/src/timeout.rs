@@ -39,6 +39,47 @@ pub fn default_wait_timeout() -> Result<Duration> {
         })
 }
 
+/// After how many seconds a wait for an exchange's halos that has not
+/// finished says so in a warning (and again each time it has waited twice
+/// as long); `off` or `0`: never. Default: [`WAIT_WARN_DEFAULT`].
+pub const WAIT_WARN_VAR: &str = "SODE_WAIT_WARN";
+
+/// How long a wait goes on before it warns, unless `SODE_WAIT_WARN` says
+/// otherwise: far beyond an exchange's time, short of a job's.
+pub const WAIT_WARN_DEFAULT: Duration = Duration::from_secs(60);
+
+/// How long a wait goes on before it warns that it has not finished:
+/// `SODE_WAIT_WARN`, read once per process; `None` for never.
+///
+/// # Errors
+///
+/// [`JobError::InvalidSetting`] when `SODE_WAIT_WARN` is neither a number
+/// of seconds nor `off`.
+pub fn wait_warning() -> Result<Option<Duration>> {
+    static AFTER: OnceLock<std::result::Result<Option<Duration>, String>> = OnceLock::new();
+    AFTER
+        .get_or_init(|| parse_wait_warning(std::env::var(WAIT_WARN_VAR).ok().as_deref()))
+        .clone()
+        .map_err(|value| JobError::InvalidSetting {
+            name: WAIT_WARN_VAR.into(),
+            value,
+            why: "seconds (more than 0), or off / 0 for no warning".into(),
+        })
+}
+
+/// The warning's delay from the value of `SODE_WAIT_WARN`; the value
+/// itself when it is not one.
+fn parse_wait_warning(value: Option<&str>) -> std::result::Result<Option<Duration>, String> {
+    match value.map(str::trim) {
+        None | Some("") => Ok(Some(WAIT_WARN_DEFAULT)),
+        Some("off" | "0") => Ok(None),
+        Some(v) => match parse_timeout(Some(v)) {
+            Ok(d) if d < NO_DEADLINE => Ok(Some(d)),
+            _ => Err(v.to_string()),
+        },
+    }
+}
+
 /// A timeout from the value of `SODE_TIMEOUT`; the value itself when it
 /// is not one.
 fn parse_timeout(value: Option<&str>) -> std::result::Result<Duration, String> {
@@ -402,5 +443,21 @@ mod tests {
         }
         let later = std::time::Instant::now().checked_add(NO_DEADLINE);
         assert!(later.is_some(), "NO_DEADLINE can be added to now");
+    }
+
+    #[test]
+    fn a_wait_warns_after_seconds_by_default_60_or_never() {
+        assert_eq!(parse_wait_warning(None), Ok(Some(WAIT_WARN_DEFAULT)));
+        assert_eq!(parse_wait_warning(Some(" ")), Ok(Some(WAIT_WARN_DEFAULT)));
+        for never in ["off", "0"] {
+            assert_eq!(parse_wait_warning(Some(never)), Ok(None), "{never}");
+        }
+        assert_eq!(
+            parse_wait_warning(Some("2.5")),
+            Ok(Some(Duration::from_millis(2500)))
+        );
+        for bad in ["-1", "nan", "ten", "inf", "1e300"] {
+            assert_eq!(parse_wait_warning(Some(bad)), Err(bad.to_string()));
+        }
     }
 }

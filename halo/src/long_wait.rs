@@ -1,0 +1,79 @@
+//! A wait that goes on and on says so: a warning once it has waited
+//! `SODE_WAIT_WARN` (60 s by default), and again each time it has waited
+//! twice as long, naming what is outstanding. A neighbour that is
+//! stopped, blocked in another call (a collective waiting for this rank,
+//! say) or that skipped this exchange never sends, and a wait without
+//! deadline would otherwise hang without a word. A leaf module.
+
+use std::time::{Duration, Instant};
+
+use sode_job::Deadline;
+
+/// When a wait next warns.
+#[derive(Debug)]
+pub(crate) struct LongWait {
+    began: Instant,
+    /// Time this process was found stopped before `next` was set: it is
+    /// not time waited.
+    stopped: Duration,
+    next: Deadline,
+}
+
+impl LongWait {
+    /// For a wait beginning now, first warning `after` (running time);
+    /// `None` when waits never warn.
+    pub(crate) fn new(after: Option<Duration>) -> Option<LongWait> {
+        let began = Instant::now();
+        after.map(|after| LongWait {
+            began,
+            stopped: Duration::ZERO,
+            next: Deadline::new(began + after),
+        })
+    }
+
+    /// When it next warns (moved on by time this process was stopped).
+    pub(crate) fn at(&self) -> Instant {
+        self.next.at()
+    }
+
+    /// How long it has waited, when it is time to warn: the next warning
+    /// comes once it has waited twice as long.
+    pub(crate) fn due(&mut self) -> Option<Duration> {
+        if !self.next.passed() {
+            return None;
+        }
+        self.stopped += self.next.stopped();
+        let waited = self.began.elapsed().saturating_sub(self.stopped);
+        self.next = Deadline::new(Instant::now() + waited.max(Duration::from_millis(1)));
+        Some(waited)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_warns_after_its_delay_then_each_time_the_wait_doubles() {
+        assert!(LongWait::new(None).is_none());
+        let ms = Duration::from_millis;
+        let mut w = LongWait::new(Some(ms(40))).unwrap();
+        assert_eq!(w.due(), None);
+        let mut warned = Vec::new();
+        let began = Instant::now();
+        while warned.len() < 3 && began.elapsed() < Duration::from_secs(10) {
+            if let Some(waited) = w.due() {
+                warned.push(waited);
+            }
+            std::thread::sleep(ms(1));
+        }
+        // At 40 ms or a little later, then at twice each wait or later.
+        assert_eq!(warned.len(), 3, "{warned:?}");
+        assert!(warned[0] >= ms(40), "{warned:?}");
+        assert!(
+            warned[1] >= 2 * warned[0] && warned[2] >= 2 * warned[1],
+            "{warned:?}"
+        );
+        assert!(warned[2] < Duration::from_secs(5), "{warned:?}");
+    }
+}
