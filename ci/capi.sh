@@ -234,18 +234,28 @@ echo "ok: SODE_LOG=debug: $debug_lines lines on failed commits from C, $fortran_
 # job), over shared memory and over TCP: its peer must report it within the
 # wait's deadline, naming the dead rank and either the channel that saw it
 # go or the job's health watcher (whichever noticed first).
-killed_peer() { # transport, what rank 0's message must name
-  echo "-- a rank killed during an exchange, SODE_TRANSPORT=$1"
-  local secret port status=0 pids=()
+# Starts the two ranks of `errors MODE` by hand (SODE_ROOT, no launcher),
+# each with the settings given as VAR=VALUE, logging to $build/MODE<r>.log;
+# their pids in `pair`.
+start_pair() { # mode, settings...
+  local mode=$1 secret port
+  shift
   secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
   port=$(python3 ci/free_port.py)
+  pair=()
   for r in 0 1; do
-    SODE_TRANSPORT=$1 SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
-      timeout 60 "$build/errors" kill > "$build/kill$r.log" 2>&1 &
-    pids+=($!)
+    env "$@" SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
+      timeout 60 "$build/errors" "$mode" > "$build/$mode$r.log" 2>&1 &
+    pair+=($!)
   done
-  wait "${pids[0]}" || status=$?
-  wait "${pids[1]}" 2>/dev/null || true   # killed by its own hand
+}
+
+killed_peer() { # transport, what rank 0's message must name
+  echo "-- a rank killed during an exchange, SODE_TRANSPORT=$1"
+  local status=0
+  start_pair kill SODE_TRANSPORT="$1"
+  wait "${pair[0]}" || status=$?
+  wait "${pair[1]}" 2>/dev/null || true   # killed by its own hand
   cat "$build/kill0.log"
   [ "$status" -eq 0 ] || { echo "error: rank 0 did not report its dead peer over $1" >&2; exit 1; }
   grep -qE "($2|the job failed:) rank 1 " "$build/kill0.log" || { echo "error: rank 0's report does not name rank 1 and $2 or the job's failure" >&2; exit 1; }
@@ -257,17 +267,10 @@ killed_peer tcp "TCP with"
 # rank 0's next exchange must fail with a message naming it, not end the
 # process by SIGPIPE (a C program keeps the signal's default action).
 echo "-- a rank that ends early, SODE_TRANSPORT=tcp"
-secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-port=$(python3 ci/free_port.py)
-early_pids=()
-for r in 0 1; do
-  SODE_TRANSPORT=tcp SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
-    timeout 60 "$build/errors" early > "$build/early$r.log" 2>&1 &
-  early_pids+=($!)
-done
+start_pair early SODE_TRANSPORT=tcp
 early_status=0
-wait "${early_pids[0]}" || early_status=$?
-wait "${early_pids[1]}" || { cat "$build/early1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
+wait "${pair[0]}" || early_status=$?
+wait "${pair[1]}" || { cat "$build/early1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
 cat "$build/early0.log"
 [ "$early_status" -eq 0 ] || { echo "error: rank 0 ended with status $early_status (141: SIGPIPE) after its neighbour ended" >&2; exit 1; }
 grep -q "(the peer closed the connection: it freed the exchange, exited or died) with rank 1" "$build/early0.log" || { echo "error: rank 0's report does not say that rank 1 closed the connection" >&2; exit 1; }
@@ -288,17 +291,10 @@ echo "ok: nothing left in SODE_SHM_DIR"
 # every channel here (not when rank 1's process ends).
 for t in auto tcp; do
   echo "-- a rank that frees its exchange and lives on, SODE_TRANSPORT=$t"
-  secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-  port=$(python3 ci/free_port.py)
-  freed_pids=()
-  for r in 0 1; do
-    SODE_TRANSPORT=$t SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
-      timeout 60 "$build/errors" freed > "$build/freed$r.log" 2>&1 &
-    freed_pids+=($!)
-  done
+  start_pair freed SODE_TRANSPORT=$t
   freed_status=0
-  wait "${freed_pids[0]}" || freed_status=$?
-  wait "${freed_pids[1]}" || { cat "$build/freed1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
+  wait "${pair[0]}" || freed_status=$?
+  wait "${pair[1]}" || { cat "$build/freed1.log"; echo "error: rank 1 did not end by itself" >&2; exit 1; }
   cat "$build/freed0.log"
   [ "$freed_status" -eq 0 ] || { echo "error: rank 0 was not told at once that rank 1 freed its exchange ($t)" >&2; exit 1; }
 done
@@ -307,16 +303,9 @@ done
 # stderr, that it goes on (SODE_WAIT_WARN=1: after 1 s, and again after
 # 2 s), naming the rank it waits for, then finishes.
 echo "-- a rank 2.5 s late, waited for without deadline, SODE_WAIT_WARN=1"
-secret=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
-port=$(python3 ci/free_port.py)
-slow_pids=()
+start_pair slow SODE_WAIT_WARN=1
 for r in 0 1; do
-  SODE_WAIT_WARN=1 SODE_RANK=$r SODE_SIZE=2 SODE_ROOT=127.0.0.1:$port SODE_JOB_SECRET=$secret \
-    timeout 60 "$build/errors" slow > "$build/slow$r.log" 2>&1 &
-  slow_pids+=($!)
-done
-for r in 0 1; do
-  wait "${slow_pids[$r]}" || { cat "$build/slow$r.log"; echo "error: rank $r did not finish its exchanges" >&2; exit 1; }
+  wait "${pair[$r]}" || { cat "$build/slow$r.log"; echo "error: rank $r did not finish its exchanges" >&2; exit 1; }
 done
 cat "$build/slow0.log"
 grep -qE "exchange h0 has waited [0-9]+ s for iteration 6 and goes on waiting; outstanding: .*rank 1" "$build/slow0.log" \

@@ -564,18 +564,26 @@ static int late_mode(int size) {
     return all != 0;
 }
 
-static int kill_mode(void) {
-    sode_comm *c;
-    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
+/* Two ranks started by hand: a communicator from the environment and a
+ * committed exchange over it; the process ends with status 2 if either
+ * fails. */
+static sode_exchange *env_exchange(sode_comm **c) {
+    if (sode_comm_create_env(30.0, c) != SODE_OK) {
         fprintf(stderr, "create_env: %s\n", sode_last_error());
-        return 2;
+        exit(2);
     }
-    sode_comm_rank(c, &rank);
-    sode_exchange *x = cart(c, 2);
+    sode_comm_rank(*c, &rank);
+    sode_exchange *x = cart(*c, 2);
     if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
         fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
-        return 2;
+        exit(2);
     }
+    return x;
+}
+
+static int kill_mode(void) {
+    sode_comm *c;
+    sode_exchange *x = env_exchange(&c);
     for (int it = 0; it < 5; it++) {
         sode_exchange_start(x);
         sode_exchange_wait(x, 10.0);
@@ -661,16 +669,7 @@ static int early_mode(void) {
  * side, on every channel, not wait for rank 1's process to end. */
 static int freed_mode(void) {
     sode_comm *c;
-    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
-        fprintf(stderr, "create_env: %s\n", sode_last_error());
-        return 2;
-    }
-    sode_comm_rank(c, &rank);
-    sode_exchange *x = cart(c, 2);
-    if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
-        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
-        return 2;
-    }
+    sode_exchange *x = env_exchange(&c);
     for (int it = 0; it < 5; it++) {
         if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, 10.0) != SODE_OK) {
             fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
@@ -706,16 +705,7 @@ static int freed_mode(void) {
  * wait goes on, with SODE_WAIT_WARN=1, are for the caller to read). */
 static int slow_mode(void) {
     sode_comm *c;
-    if (sode_comm_create_env(30.0, &c) != SODE_OK) {
-        fprintf(stderr, "create_env: %s\n", sode_last_error());
-        return 2;
-    }
-    sode_comm_rank(c, &rank);
-    sode_exchange *x = cart(c, 2);
-    if (add_u(x) != SODE_OK || sode_exchange_commit(x) != SODE_OK) {
-        fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
-        return 2;
-    }
+    sode_exchange *x = env_exchange(&c);
     for (int it = 0; it < 6; it++) {
         if (rank == 1 && it == 5) {
             struct timespec late = {2, 500 * 1000 * 1000};

@@ -616,6 +616,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             timeout: self.timeout,
             name: self.name,
             warn_after,
+            started: 0,
             carried: self
                 .links
                 .iter()
@@ -903,6 +904,8 @@ pub struct LinkExchange {
     name: String,
     /// After how long a wait warns that it goes on (`SODE_WAIT_WARN`).
     warn_after: Option<Duration>,
+    /// Iterations started, for what it reports.
+    started: u64,
     /// What it has done, and its trace.
     meter: Meter,
     /// Per link, the bytes each way the next iteration moves (as carried).
@@ -1487,6 +1490,7 @@ impl LinkExchange {
         }
         self.channels.enlist();
         self.lifecycle.start();
+        self.started += 1;
         Ok(())
     }
 
@@ -1633,7 +1637,7 @@ impl LinkExchange {
             "exchange {} has waited {:.0} s for iteration {} and goes on waiting; outstanding: {}. A neighbour that is stopped, blocked in another call (a collective waiting for this rank, say) or that skipped this exchange never sends ({} sets when this warns)",
             self.name,
             waited.as_secs_f64(),
-            self.meter.exchanges + 1,
+            self.started,
             self.outstanding(),
             sode_job::WAIT_WARN_VAR,
         );

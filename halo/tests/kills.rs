@@ -47,17 +47,38 @@ fn rank() {
     if let Some(ms) = std::env::var(EXIT_AFTER).ok().and_then(|v| v.parse().ok()) {
         exit_holding_everything(Duration::from_millis(ms));
     }
-    let w = World::init(Duration::from_secs(10)).unwrap();
-    let d = Decomposition::new(&[64, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
-    let mut halo = HaloExchange::builder(&w, &d)
-        .transport(Transport::Shm)
-        .build()
-        .unwrap();
-    let mut u = vec![w.rank() as f64; halo.local_extent().iter().product()];
+    let mut r = ShmRank::join();
     let until = Instant::now() + RUN_FOR;
     while Instant::now() < until {
-        halo.start(&[&u]).unwrap();
-        halo.wait(Duration::from_secs(10), &mut [&mut u]).unwrap();
+        r.exchange();
+    }
+}
+
+/// A rank of a job: its world, an exchange over shared memory with the
+/// other rank, and its field.
+struct ShmRank {
+    world: World,
+    halo: HaloExchange,
+    u: Vec<f64>,
+}
+
+impl ShmRank {
+    fn join() -> ShmRank {
+        let world = World::init(Duration::from_secs(10)).unwrap();
+        let d = Decomposition::new(&[64, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
+        let halo = HaloExchange::builder(&world, &d)
+            .transport(Transport::Shm)
+            .build()
+            .unwrap();
+        let u = vec![world.rank() as f64; halo.local_extent().iter().product()];
+        ShmRank { world, halo, u }
+    }
+
+    fn exchange(&mut self) {
+        self.halo.start(&[&self.u]).unwrap();
+        self.halo
+            .wait(Duration::from_secs(10), &mut [&mut self.u])
+            .unwrap();
     }
 }
 
@@ -65,19 +86,12 @@ fn rank() {
 /// barrier, waits `after` and exits through `exit` with the exchange and
 /// the world alive: no destructor runs.
 fn exit_holding_everything(after: Duration) -> ! {
-    let w = World::init(Duration::from_secs(10)).unwrap();
-    let d = Decomposition::new(&[64, 16], &[2, 1], &[true, true], 1, Stencil::Full).unwrap();
-    let mut halo = HaloExchange::builder(&w, &d)
-        .transport(Transport::Shm)
-        .build()
-        .unwrap();
-    let mut u = vec![w.rank() as f64; halo.local_extent().iter().product()];
+    let mut r = ShmRank::join();
     for _ in 0..50 {
-        halo.start(&[&u]).unwrap();
-        halo.wait(Duration::from_secs(10), &mut [&mut u]).unwrap();
+        r.exchange();
     }
-    w.barrier(Duration::from_secs(10)).unwrap();
-    let forks = w.rank() == 0 && std::env::var(FORK).is_ok_and(|v| v == "1");
+    r.world.barrier(Duration::from_secs(10)).unwrap();
+    let forks = r.world.rank() == 0 && std::env::var(FORK).is_ok_and(|v| v == "1");
     if forks {
         fork_a_child_that_exits();
     }

@@ -16,7 +16,7 @@
 //! fail naming the dead rank, not only the dead rank's neighbours.
 
 use std::collections::BTreeMap;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
@@ -46,6 +46,11 @@ const KEEPALIVE_PROBES: u32 = 5;
 const BEAT: Duration = Duration::from_millis(500);
 /// How long a message that `poll` said is there may take to arrive whole.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long a stopping watcher reads its links to their end (the peers
+/// reading its last note and closing theirs), for all links together.
+const LAST_NOTE_READ: Duration = Duration::from_millis(500);
+/// How long the rest of a note already begun may take then.
+const READ_SLICE: Duration = Duration::from_millis(100);
 /// How long one note may take to leave, so that a peer that stopped reading
 /// does not hold the watcher. Heartbeats are not sent on a link with no
 /// room (its peer is paused: a full link is no death), so only a verdict
@@ -556,6 +561,42 @@ impl Watch {
         };
         for w in &mut self.links {
             let _ = w.link.send(&last);
+            // The peer reads the last note, then sees the end.
+            if let Some(fd) = w.link.liveness_fd() {
+                let _ =
+                    nix::sys::socket::shutdown(fd.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            }
+        }
+        // A socket closed with notes unread in it is reset, and a reset
+        // drops a last note not yet delivered (a lost packet being sent
+        // again): the peer would take the close for a death. So each link
+        // is read to its end (the peer, told, closes its side), within
+        // one bound for all.
+        let until = Instant::now() + LAST_NOTE_READ;
+        for i in 0..self.links.len() {
+            self.read_to_end(i, until);
+        }
+    }
+
+    /// Reads and drops what link `i` brings until its end, or `until`.
+    fn read_to_end(&mut self, i: usize, until: Instant) {
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        let w = &mut self.links[i];
+        loop {
+            let Some(fd) = w.link.liveness_fd() else {
+                return;
+            };
+            let left = until.saturating_duration_since(Instant::now());
+            let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            let readable = nix::poll::poll(&mut fds, PollTimeout::from(ms)).is_ok_and(|n| n > 0);
+            if !readable
+                || w.link
+                    .recv::<Note>(until.max(Instant::now() + READ_SLICE))
+                    .is_err()
+            {
+                return;
+            }
         }
     }
 
@@ -866,9 +907,42 @@ mod tests {
 
     /// A health link over a Unix socket pair: length-prefixed messages.
     #[derive(Debug)]
-    struct Pipe(UnixStream);
+    struct Pipe<S = UnixStream>(S);
 
-    impl PeerChannel for Pipe {
+    /// The streams a [`Pipe`] runs over: a Unix socket pair, or TCP.
+    trait Stream: Read + Write + AsFd + std::fmt::Debug + Send + 'static {
+        fn read_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+        fn write_timeout(&self, t: Option<Duration>) -> std::io::Result<()>;
+    }
+
+    impl Stream for UnixStream {
+        fn read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+            self.set_read_timeout(t)
+        }
+        fn write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+            self.set_write_timeout(t)
+        }
+    }
+
+    impl Stream for std::net::TcpStream {
+        fn read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+            self.set_read_timeout(t)
+        }
+        fn write_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
+            self.set_write_timeout(t)
+        }
+    }
+
+    /// Reads one length-prefixed message from `s`.
+    fn read_frame(s: &mut impl Read) -> std::io::Result<Vec<u8>> {
+        let mut len = [0; 4];
+        s.read_exact(&mut len)?;
+        let mut body = vec![0; u32::from_le_bytes(len) as usize];
+        s.read_exact(&mut body)?;
+        Ok(body)
+    }
+
+    impl<S: Stream> PeerChannel for Pipe<S> {
         fn send(&mut self, msg: &[u8]) -> Result<()> {
             let len = u32::try_from(msg.len()).unwrap().to_le_bytes();
             self.0
@@ -883,13 +957,9 @@ mod tests {
 
         fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>> {
             let left = deadline.saturating_duration_since(Instant::now());
-            let read = |s: &mut UnixStream| -> std::io::Result<Vec<u8>> {
-                s.set_read_timeout(Some(left.max(Duration::from_millis(1))))?;
-                let mut len = [0; 4];
-                s.read_exact(&mut len)?;
-                let mut body = vec![0; u32::from_le_bytes(len) as usize];
-                s.read_exact(&mut body)?;
-                Ok(body)
+            let read = |s: &mut S| -> std::io::Result<Vec<u8>> {
+                s.read_timeout(Some(left.max(Duration::from_millis(1))))?;
+                read_frame(s)
             };
             read(&mut self.0).map_err(|source| JobError::Bootstrap {
                 step: "receiving".into(),
@@ -908,7 +978,7 @@ mod tests {
 
         fn bound_sends(&mut self, limit: Option<Duration>) -> Result<()> {
             self.0
-                .set_write_timeout(limit)
+                .write_timeout(limit)
                 .map_err(|source| JobError::Bootstrap {
                     step: "configuring".into(),
                     whom: "a test peer".into(),
@@ -1047,6 +1117,55 @@ mod tests {
             assert_eq!(h.failure(), None, "rank {r}");
         }
         drop(paused);
+    }
+
+    #[test]
+    fn a_goodbye_is_followed_by_the_links_end_not_a_reset() {
+        // Over TCP a socket closed with data unread in it is reset, and a
+        // reset drops a goodbye that a lost packet still held: the peer
+        // would take the close for a death. Here the peer sends heartbeats
+        // every 100 us until it reads the goodbye, then must see the
+        // link's end, not a reset, every time.
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let nodes = Arc::new(Nodes::new(vec![crate::NodeId::local(); 2]));
+        let beat = crate::oob::encode(&Note::Beat, 0).unwrap();
+        let frame = [&(beat.len() as u32).to_le_bytes()[..], &beat].concat();
+        for round in 0..20 {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let mut peer = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let ours = listener.accept().unwrap().0;
+            let links = BTreeMap::from([(1, PeerLink::new(1, Box::new(Pipe(ours))))]);
+            let health = Health::start(0, links, nodes.clone(), None).unwrap();
+            let told = Arc::new(AtomicBool::new(false));
+            let mut beats = peer.try_clone().unwrap();
+            let (told2, frame2) = (told.clone(), frame.clone());
+            let beating = std::thread::spawn(move || {
+                while !told2.load(Ordering::Relaxed) && beats.write_all(&frame2).is_ok() {
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+            });
+            std::thread::sleep(Duration::from_millis(20));
+            let leaving = std::thread::spawn(move || drop(health));
+            peer.set_read_timeout(Some(Duration::from_secs(10)))
+                .unwrap();
+            loop {
+                let note: Note =
+                    crate::oob::decode(&read_frame(&mut peer).unwrap(), "rank 0").unwrap();
+                if matches!(note, Note::Bye) {
+                    break;
+                }
+            }
+            told.store(true, Ordering::Relaxed);
+            beating.join().unwrap();
+            let mut rest = [0u8; 64];
+            let end = peer.read(&mut rest);
+            assert!(
+                matches!(end, Ok(0)),
+                "round {round}: after the goodbye, {end:?}"
+            );
+            drop(peer);
+            leaving.join().unwrap();
+        }
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub use node::NodeId;
 pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
 pub use routes::{Routes, GROUPS_VAR};
 pub use streams::TCP_ADDR_VAR;
+pub use sys::at_exit::run_at_exit;
 pub use tcp::TcpRendezvous;
 pub use timeout::{
     abandon_when, default_wait_timeout, wait_warning, AbandonGuard, Deadline, NO_DEADLINE,

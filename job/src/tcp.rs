@@ -302,7 +302,9 @@ impl OutOfBand for TcpRendezvous {
                 // than this rank's when it began the step later: its word
                 // is waited for that much longer.
                 let began = Instant::now();
-                let mut deadline = crate::timeout::Deadline::new(deadline.at() + ROOT_VERDICT);
+                let at = deadline.at();
+                let mut deadline =
+                    crate::timeout::Deadline::new(at.checked_add(ROOT_VERDICT).unwrap_or(at));
                 let body = root
                     .recv_by(&mut deadline)
                     .map_err(|e| root_silent(e, began.elapsed()))?;

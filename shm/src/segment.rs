@@ -252,25 +252,22 @@ static EXIT_HOOK_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
 /// otherwise leave the job's directory until a later job's sweep. Runs in
 /// the exiting thread while others may still run, so it takes no lock
 /// another thread could hold.
-extern "C" fn release_held_at_exit() {
+fn release_held_at_exit(_status: Option<i32>) {
     if EXIT_HOOK_PID.get() != Some(&std::process::id()) {
         return;
     }
-    // Unwinding out of an `extern "C"` function aborts the exit.
-    let _ = std::panic::catch_unwind(|| {
-        let Ok(held) = HELD.try_lock() else {
-            return;
-        };
-        for h in held.iter().filter_map(Weak::upgrade) {
-            h.release();
-        }
-    });
+    let Ok(held) = HELD.try_lock() else {
+        return;
+    };
+    for h in held.iter().filter_map(Weak::upgrade) {
+        h.release();
+    }
 }
 
 /// Registers [`release_held_at_exit`] once a process.
 fn release_at_exit() {
     EXIT_HOOK_PID.get_or_init(|| {
-        if !crate::sys::exit::at_exit(release_held_at_exit) {
+        if !sode_job::run_at_exit(release_held_at_exit) {
             tracing::debug!("no room for an exit hook: a job directory held at exit is left to the next job's sweep");
         }
         std::process::id()

@@ -4,27 +4,36 @@
 
 use std::sync::OnceLock;
 
-/// The function to run at exit.
-static HOOK: OnceLock<fn(Option<i32>)> = OnceLock::new();
+/// A function run at exit, given the exit status if known.
+type Hook = fn(Option<i32>);
+
+/// The functions to run at exit, in the order given: the job's health
+/// (its goodbyes) and sode-shm's (its job directories).
+static HOOKS: [OnceLock<Hook>; 4] = [const { OnceLock::new() }; 4];
 
 /// Runs `f` once when the process exits normally, with the exit status
-/// (`None` where the C library does not tell it); the first `f` given:
-/// later calls register nothing. Not run when the process is killed or
-/// aborts. Whether the C library took it (it may refuse when out of
-/// memory).
-pub(crate) fn run_at_exit(f: fn(Option<i32>)) -> bool {
+/// (`None` where the C library does not tell it), after the functions
+/// given before it; a function given again is not run twice. Not run when
+/// the process is killed or aborts. Whether it will run: the C library
+/// may refuse the hook when out of memory, and there is room for four.
+pub fn run_at_exit(f: Hook) -> bool {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let _ = HOOK.set(f);
-    *REGISTERED.get_or_init(register)
+    let placed = HOOKS.iter().any(|slot| {
+        let mut taken = false;
+        slot.get_or_init(|| {
+            taken = true;
+            f
+        });
+        taken || slot.get().is_some_and(|&g| std::ptr::fn_addr_eq(g, f))
+    });
+    placed && *REGISTERED.get_or_init(register)
 }
 
-/// Runs the hook; no unwinding may cross into the C library's exit.
+/// Runs the hooks; no unwinding may cross into the C library's exit.
 fn call(status: Option<i32>) {
-    let _ = std::panic::catch_unwind(|| {
-        if let Some(f) = HOOK.get() {
-            f(status);
-        }
-    });
+    for f in HOOKS.iter().filter_map(OnceLock::get) {
+        let _ = std::panic::catch_unwind(|| f(status));
+    }
 }
 
 #[cfg(all(target_os = "linux", target_env = "gnu"))]

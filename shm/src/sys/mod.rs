@@ -1,10 +1,8 @@
 //! Every `unsafe` block of sode-shm lives under this module: the shared
 //! mapping and its bounds-checked accessors, pidfd handles, the memory
-//! policy system call, futexes, the hook run at the process's exit, and
-//! the seccomp filter that tests use to show that no path needs
-//! cross-memory attach.
+//! policy system call, futexes, and the seccomp filter that tests use to
+//! show that no path needs cross-memory attach.
 
-pub(crate) mod exit;
 pub(crate) mod futex;
 pub(crate) mod mempolicy;
 pub(crate) mod pidfd;
