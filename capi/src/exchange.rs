@@ -814,7 +814,9 @@ impl Exchange {
             .map_err(|source| CapiError::Bootstrap { op, source })?
             .iter()
             .enumerate()
-            .map(|(r, b)| decode(b).ok_or_else(|| unreadable(r, b, mine, b.len().to_string())))
+            .map(|(r, b)| {
+                decode(b).ok_or_else(|| unreadable(r, b, mine, format!("{} bytes", b.len())))
+            })
             .collect()
     }
 

@@ -242,20 +242,14 @@ impl Drop for HeldDir {
     }
 }
 
-/// The process that registered [`release_held_at_exit`], so that a child
-/// forked from it, which shares its locks, releases nothing at its exit.
-static EXIT_HOOK_PID: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-
 /// Releases the directories this process still holds when it exits
 /// without having freed what holds them: a C or Fortran program that
 /// ends with its exchanges and communicators alive, as many do, would
 /// otherwise leave the job's directory until a later job's sweep. Runs in
 /// the exiting thread while others may still run, so it takes no lock
-/// another thread could hold.
+/// another thread could hold. Not run in a child forked from this
+/// process, which shares its locks (`sode_job::run_at_exit`).
 fn release_held_at_exit(_status: Option<i32>) {
-    if EXIT_HOOK_PID.get() != Some(&std::process::id()) {
-        return;
-    }
     let Ok(held) = HELD.try_lock() else {
         return;
     };
@@ -266,11 +260,11 @@ fn release_held_at_exit(_status: Option<i32>) {
 
 /// Registers [`release_held_at_exit`] once a process.
 fn release_at_exit() {
-    EXIT_HOOK_PID.get_or_init(|| {
+    static REGISTERED: std::sync::Once = std::sync::Once::new();
+    REGISTERED.call_once(|| {
         if !sode_job::run_at_exit(release_held_at_exit) {
             tracing::debug!("no room for an exit hook: a job directory held at exit is left to the next job's sweep");
         }
-        std::process::id()
     });
 }
 

@@ -18,6 +18,7 @@ static HOOKS: [OnceLock<Hook>; 4] = [const { OnceLock::new() }; 4];
 /// may refuse the hook when out of memory, and there is room for four.
 pub fn run_at_exit(f: Hook) -> bool {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
+    OWNER.get_or_init(std::process::id);
     let placed = HOOKS.iter().any(|slot| {
         let mut taken = false;
         slot.get_or_init(|| {
@@ -29,8 +30,15 @@ pub fn run_at_exit(f: Hook) -> bool {
     placed && *REGISTERED.get_or_init(register)
 }
 
+/// The process that registered the hooks: a child forked from it, which
+/// shares its descriptors and locks, runs none of them at its exit.
+static OWNER: OnceLock<u32> = OnceLock::new();
+
 /// Runs the hooks; no unwinding may cross into the C library's exit.
 fn call(status: Option<i32>) {
+    if OWNER.get() != Some(&std::process::id()) {
+        return;
+    }
     for f in HOOKS.iter().filter_map(OnceLock::get) {
         let _ = std::panic::catch_unwind(|| f(status));
     }
