@@ -286,6 +286,26 @@ rm -rf "$unfreed_dir"
 [ -z "$left" ] || { echo "error: a job whose ranks ended without freeing left: $left" >&2; exit 1; }
 echo "ok: nothing left in SODE_SHM_DIR"
 
+# A job ended by SIGTERM while its ranks exchange (a batch system's time
+# limit, scancel, mpirun stopped): mpirun passes it to every rank, whose
+# directory must still be removed, though no rank lives on to do it.
+echo "-- mpirun -n 3 errors ended, then SIGTERM to mpirun"
+ended_dir=$(mktemp -d)
+timeout 120 "${mpirun[@]}" -n 3 -x SODE_SHM_DIR="$ended_dir" "$build/errors" ended > "$build/ended.log" 2>&1 &
+ended_pid=$!
+for _ in $(seq 600); do
+  grep -q exchanging "$build/ended.log" && break
+  kill -0 "$ended_pid" 2> /dev/null || break
+  sleep 0.1
+done
+grep -q exchanging "$build/ended.log" || { cat "$build/ended.log"; echo "error: the job did not start exchanging" >&2; exit 1; }
+kill -TERM "$ended_pid"
+wait "$ended_pid" || true
+left=$(find "$ended_dir" -mindepth 1 ! -name "sode-probes-$(id -u)")
+rm -rf "$ended_dir"
+[ -z "$left" ] || { cat "$build/ended.log"; echo "error: a job ended by SIGTERM left: $left" >&2; exit 1; }
+echo "ok: nothing left in SODE_SHM_DIR"
+
 # A neighbour that frees its exchange and lives on (3 s): rank 0's next
 # exchange, waiting without deadline, must fail at once naming it, over
 # every channel here (not when rank 1's process ends).

@@ -27,7 +27,12 @@
  *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
  *                                  communicator alive, as many programs
  *                                  do; the caller checks that the job left
- *                                  nothing in SODE_SHM_DIR */
+ *                                  nothing in SODE_SHM_DIR
+ *   mpirun -n 3 ./errors ended     every rank exchanges until the caller
+ *                                  ends the job with a signal (SIGTERM, as
+ *                                  a batch system's time limit does), once
+ *                                  rank 0 printed "exchanging"; the caller
+ *                                  checks that it left nothing */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -723,7 +728,8 @@ static int slow_mode(void) {
 
 /* Exchanges 10 times, then ends without freeing the exchange or the
  * communicator: the job must still leave no directory of its own behind. */
-static int unfreed_mode(int size) {
+/* `ended`: until a signal ends the job (60 s at most), else 10 times. */
+static int unfreed_mode(int size, int until_ended) {
     sode_comm *c = NULL;
     if (sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c) != SODE_OK) {
         fprintf(stderr, "rank %d: create_mpi: %s\n", rank, sode_last_error());
@@ -734,11 +740,20 @@ static int unfreed_mode(int size) {
         fprintf(stderr, "rank %d: setup: %s\n", rank, sode_last_error());
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    for (int it = 0; it < 10; it++) {
+    double until = MPI_Wtime() + 60.0;
+    for (long it = 0; it < 10 || (until_ended && MPI_Wtime() < until); it++) {
         if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, 10.0) != SODE_OK) {
-            fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
+            fprintf(stderr, "rank %d: exchange %ld: %s\n", rank, it, sode_last_error());
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
+        if (until_ended && rank == 0 && it == 10) {
+            printf("exchanging\n");
+            fflush(stdout);
+        }
+    }
+    if (until_ended) {
+        fprintf(stderr, "rank %d: no signal ended the job within 60 s\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 3);
     }
     MPI_Finalize();
     return 0;
@@ -792,8 +807,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "late") == 0) {
         return late_mode(size);
     }
-    if (argc > 1 && strcmp(argv[1], "unfreed") == 0) {
-        return unfreed_mode(size);
+    if (argc > 1 && (strcmp(argv[1], "unfreed") == 0 || strcmp(argv[1], "ended") == 0)) {
+        return unfreed_mode(size, strcmp(argv[1], "ended") == 0);
     }
     if (size < 2) {
         /* The disagreements need two ranks to disagree. */

@@ -14,10 +14,16 @@
 //! Nor does a job whose ranks exit without freeing their exchanges and
 //! `World` (as a C or Fortran program that ends with them alive does):
 //! the last of a node's processes to exit removes the job's directory.
+//!
+//! Nor does a job whose ranks are all ended at once by SIGTERM, SIGINT or
+//! SIGHUP (a batch system's time limit or cancel, `mpirun` stopped, a
+//! terminal closed), whose ranks still end by that signal; a rank that
+//! ignores SIGTERM goes on.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{SigHandler, Signal};
 use sode::{Decomposition, HaloExchange, Stencil, Transport};
 use sode_job::World;
 mod common;
@@ -37,6 +43,9 @@ const SURVIVOR_ENDS_WITHIN: Duration = Duration::from_secs(20);
 /// milliseconds it waits after the job's last barrier before it exits.
 const EXIT_AFTER: &str = "SODE_KILLS_EXIT_AFTER_MS";
 
+/// Set for a rank that ignores SIGTERM, as a program may choose to.
+const IGNORE_TERM: &str = "SODE_KILLS_IGNORE_TERM";
+
 /// One rank of a job, when run as a child: exchanges for [`RUN_FOR`]
 /// (or, with [`EXIT_AFTER`], 50 times, then exits holding everything).
 #[test]
@@ -47,8 +56,29 @@ fn rank() {
     if let Some(ms) = std::env::var(EXIT_AFTER).ok().and_then(|v| v.parse().ok()) {
         exit_holding_everything(Duration::from_millis(ms));
     }
+    if std::env::var_os(IGNORE_TERM).is_some() {
+        // SAFETY: no handler is installed; the action is only changed.
+        #[allow(unsafe_code)]
+        unsafe {
+            nix::sys::signal::signal(Signal::SIGTERM, SigHandler::SigIgn).unwrap();
+        }
+    }
     let mut r = ShmRank::join();
     let until = Instant::now() + RUN_FOR;
+    if std::env::var_os(IGNORE_TERM).is_some() {
+        // Both live to the end: they agree on the last iteration, so
+        // that neither frees its exchange while the other runs it.
+        loop {
+            for _ in 0..1000 {
+                r.exchange();
+            }
+            let over = [u8::from(Instant::now() >= until)];
+            let said = r.world.allgather(&over, Duration::from_secs(10)).unwrap();
+            if said.iter().any(|s| s == &[1]) {
+                return;
+            }
+        }
+    }
     while Instant::now() < until {
         r.exchange();
     }
@@ -91,9 +121,12 @@ fn exit_holding_everything(after: Duration) -> ! {
         r.exchange();
     }
     r.world.barrier(Duration::from_secs(10)).unwrap();
-    let forks = r.world.rank() == 0 && std::env::var(FORK).is_ok_and(|v| v == "1");
-    if forks {
-        fork_a_child_that_exits();
+    let fork = std::env::var(FORK)
+        .ok()
+        .filter(|how| r.world.rank() == 0 && !how.is_empty());
+    let forks = fork.is_some();
+    if let Some(how) = fork {
+        fork_a_child_that_ends(&how);
     }
     std::thread::sleep(after);
     if forks && job_dirs() == 0 {
@@ -104,17 +137,24 @@ fn exit_holding_everything(after: Duration) -> ! {
     std::process::exit(0)
 }
 
-/// Set for rank 0 to fork a child that exits at once, sharing (as a
-/// forked child does) the rank's lock on the job's directory.
+/// Set for rank 0 to fork a child that ends at once, sharing (as a
+/// forked child does) the rank's lock on the job's directory: through
+/// `exit` (`exit`), or by SIGTERM (`term`).
 const FORK: &str = "SODE_KILLS_FORK";
 
-/// Forks a child that exits through `exit`, and waits for it.
+/// Forks a child that ends as `how` says, and waits for it.
 #[allow(unsafe_code)]
-fn fork_a_child_that_exits() {
-    // SAFETY: the child calls only `exit`, whose handlers (sode's) take
-    // no lock another thread of the parent could have held at the fork.
+fn fork_a_child_that_ends(how: &str) {
+    // SAFETY: the child calls only `raise` and `exit`, whose handlers
+    // (sode's) take no lock another thread of the parent could have held
+    // at the fork.
     match unsafe { nix::unistd::fork() }.unwrap() {
-        nix::unistd::ForkResult::Child => std::process::exit(0),
+        nix::unistd::ForkResult::Child => {
+            if how == "term" {
+                let _ = nix::sys::signal::raise(Signal::SIGTERM);
+            }
+            std::process::exit(0)
+        }
         nix::unistd::ForkResult::Parent { child } => {
             nix::sys::wait::waitpid(child, None).unwrap();
         }
@@ -130,6 +170,18 @@ fn job_dirs() -> usize {
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
         .count()
+}
+
+/// The seed of the kill times: `SODE_KILLS_SEED`, or the clock's.
+fn seed() -> u64 {
+    std::env::var("SODE_KILLS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64 | 1)
+        })
 }
 
 /// A small generator for the kill times (xorshift64*), from a seed.
@@ -211,14 +263,7 @@ fn a_rank_killed_at_any_moment_leaves_nothing_behind() {
     if std::env::var_os(ROLE).is_some() {
         return;
     }
-    let seed = std::env::var("SODE_KILLS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64 | 1)
-        });
+    let seed = seed();
     let mut draws = Draws(seed);
     let dir: PathBuf = std::env::temp_dir().join(format!("sode-kills-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -259,10 +304,23 @@ fn ranks_that_exit_without_freeing_leave_nothing_behind() {
     let mut left = Vec::new();
     // Both at once (each may find the other still holding the directory),
     // each rank after the other, and rank 0 last after a child of it,
-    // forked after the barrier, exited before rank 1.
-    let orders = [[0, 0], [0, 0], [0, 0], [0, 0], [0, 300], [300, 0], [300, 0]];
+    // forked after the barrier, exited (or ended by SIGTERM) before rank 1.
+    let orders = [
+        [0, 0],
+        [0, 0],
+        [0, 0],
+        [0, 0],
+        [0, 300],
+        [300, 0],
+        [300, 0],
+        [300, 0],
+    ];
     for (n, delays) in orders.iter().enumerate() {
-        let fork = if n == orders.len() - 1 { "1" } else { "" };
+        let fork = match orders.len() - n {
+            2 => "exit",
+            1 => "term",
+            _ => "",
+        };
         std::fs::create_dir_all(&dir).unwrap();
         let (port, job) = (free_port(), format!("exits{}x{n}", std::process::id()));
         let ranks: Vec<_> = delays
@@ -291,4 +349,76 @@ fn ranks_that_exit_without_freeing_leave_nothing_behind() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     assert!(left.is_empty(), "{}", left.join("\n"));
+}
+
+/// Jobs ended by a signal, each of its two ranks sent it at once.
+const SIGNALLED_JOBS: usize = 12;
+
+#[test]
+fn a_job_ended_by_a_signal_leaves_nothing_behind() {
+    use std::os::unix::process::ExitStatusExt;
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let seed = seed();
+    let mut draws = Draws(seed);
+    let dir: PathBuf = std::env::temp_dir().join(format!("sode-signals-{}", std::process::id()));
+    let shm_dir = dir.display().to_string();
+    let signals = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+    let mut failed = Vec::new();
+    // The last job's ranks ignore SIGTERM: sode leaves that choice alone.
+    for n in 0..=SIGNALLED_JOBS {
+        let ignored = n == SIGNALLED_JOBS;
+        let sig = if ignored {
+            Signal::SIGTERM
+        } else {
+            signals[n % 3]
+        };
+        let after = Duration::from_micros(draws.next() % KILL_WITHIN.as_micros() as u64);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (port, job) = (free_port(), format!("signals{}x{n}", std::process::id()));
+        let env: &[(&str, &str)] = if ignored {
+            &[("SODE_SHM_DIR", &shm_dir), (IGNORE_TERM, "1")]
+        } else {
+            &[("SODE_SHM_DIR", &shm_dir)]
+        };
+        let mut ranks: Vec<_> = (0..2)
+            .map(|r| spawn_rank(r, 2, port, &job, (ROLE, "1"), env))
+            .collect();
+        std::thread::sleep(after);
+        for r in &ranks {
+            let pid = nix::unistd::Pid::from_raw(r.id() as i32);
+            let _ = nix::sys::signal::kill(pid, sig);
+        }
+        let what = format!("job {n} ({sig:?} after {after:?})");
+        for (r, child) in ranks.iter_mut().enumerate() {
+            if !ended_within(child, SURVIVOR_ENDS_WITHIN) {
+                failed.push(format!("{what}: rank {r} did not end"));
+                continue;
+            }
+            let status = child.wait().unwrap();
+            let mut out = String::new();
+            if let Some(mut e) = child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut out);
+            }
+            let expected = if ignored {
+                status.success()
+            } else {
+                status.signal() == Some(sig as i32)
+            };
+            if !expected {
+                failed.push(format!("{what}: rank {r} ended {status}:\n{out}"));
+            }
+        }
+        let found = contents(&dir);
+        if !found.is_empty() {
+            failed.push(format!("{what} left {found:?}"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(
+        failed.is_empty(),
+        "seed {seed} (SODE_KILLS_SEED={seed} replays it):\n{}",
+        failed.join("\n")
+    );
 }

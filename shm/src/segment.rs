@@ -218,6 +218,9 @@ struct HeldDir {
     /// process however it ends, so an exclusive one is granted only when
     /// no live process holds the directory.
     lock: Flock<File>,
+    /// Where the handler of the signals that end jobs finds it, if it has
+    /// room.
+    at_signal: Option<usize>,
 }
 
 impl HeldDir {
@@ -238,6 +241,9 @@ impl HeldDir {
 
 impl Drop for HeldDir {
     fn drop(&mut self) {
+        if let Some(slot) = self.at_signal {
+            crate::sys::ending_signal::forget(slot);
+        }
         self.release();
     }
 }
@@ -258,8 +264,10 @@ fn release_held_at_exit(_status: Option<i32>) {
     }
 }
 
-/// Registers [`release_held_at_exit`] once a process.
-fn release_at_exit() {
+/// Registers [`release_held_at_exit`] once a process, and the handler
+/// that releases them when a signal ends the process.
+fn release_at_end() {
+    crate::sys::ending_signal::install();
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(|| {
         if !sode_job::run_at_exit(release_held_at_exit) {
@@ -408,13 +416,16 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
         attempts += 1;
         ensure_job_dir(path)?;
     };
+    release_at_end();
+    let at_signal =
+        crate::sys::ending_signal::remember(std::os::fd::AsRawFd::as_raw_fd(&*lock), path);
     let h = Arc::new(HeldDir {
         path: path.to_path_buf(),
         lock,
+        at_signal,
     });
     held.push(Arc::downgrade(&h));
     drop(held);
-    release_at_exit();
     if let Some(parent) = path.parent() {
         let mut swept = SWEPT
             .lock()
@@ -986,6 +997,38 @@ mod tests {
         assert!(path.is_dir(), "a second hold keeps it");
         drop(again);
         assert!(!path.exists(), "the last hold removes it");
+    }
+
+    #[test]
+    fn the_signal_handlers_release_clears_and_removes_the_directory_of_its_last_holder() {
+        let path = job_dir(&dir(), &format!("signalled{}", std::process::id()));
+        let hold = hold_job_dir(&path).unwrap();
+        let slot = hold._held.at_signal.expect("a slot for the handler");
+        // What a setup in flight leaves: a locator of ours; and a
+        // directory, which neither release removes (nor the one above).
+        std::fs::write(path.join("h0-r0"), b"locator").unwrap();
+        std::fs::create_dir(path.join("sub")).unwrap();
+        let other = hold_job_dir(&path).unwrap();
+        // Another process holding it: a second lock of the directory.
+        let theirs = lock_dir(&path).unwrap();
+        crate::sys::ending_signal::release(slot);
+        assert!(path.join("h0-r0").exists(), "released under another holder");
+        drop(theirs);
+        // Our shared lock went with the failed conversion; take it again.
+        drop((hold, other));
+        let hold = hold_job_dir(&path).unwrap();
+        let slot = hold._held.at_signal.expect("a slot for the handler");
+        std::fs::write(path.join("h0-r1"), b"locator").unwrap();
+        crate::sys::ending_signal::release(slot);
+        assert!(path.is_dir(), "removed with a directory in it");
+        assert!(!path.join("h0-r1").exists(), "the locator was not cleared");
+        std::fs::remove_dir(path.join("sub")).unwrap();
+        crate::sys::ending_signal::release(slot);
+        assert!(
+            !path.exists(),
+            "the last holder's release leaves the directory"
+        );
+        drop(hold);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! policy system call, futexes, and the seccomp filter that tests use to
 //! show that no path needs cross-memory attach.
 
+pub(crate) mod ending_signal;
 pub(crate) mod futex;
 pub(crate) mod mempolicy;
 pub(crate) mod pidfd;
