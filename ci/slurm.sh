@@ -9,6 +9,8 @@
 #   scontrol suspend  the Rust stencil stopped for longer than its
 #                     deadlines resumes, bit for bit: in its time loop, and
 #                     while a rank waits in the launcher's collective;
+#   scancel           a C program cancelled while it exchanges leaves
+#                     nothing in the shared-memory directory;
 #   srun --mpi=none   the Rust stencil fails by name.
 # Needs root (slurmd starts the tasks), Debian's slurm-wlm and munge
 # (installed here), the examples built by ci/capi.sh and ci/mpich.sh, and
@@ -194,6 +196,26 @@ for mpi in pmix pmi2; do
   suspended "$mpi-collective" 2 1 --mpi="$mpi" -n 2 \
     bash -c "$late_rank1" "$stencil" --size 64 --iters 10 --timeout 4
 done
+
+# A job cancelled while it exchanges (as at its time limit): Slurm sends
+# SIGTERM to every task at once, and the job must still leave nothing in
+# the shared-memory directory.
+echo "-- scancel: srun --mpi=pmix -n 2 errors ended"
+shm_dir=$(mktemp -d)
+timeout 120 srun --job-name=sode-cancelled --mpi=pmix -n 2 --export=ALL,SODE_SHM_DIR="$shm_dir" \
+  "$c/errors" ended > "$dir/cancelled.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do
+  grep -q exchanging "$dir/cancelled.out" && break
+  sleep 0.1
+done
+grep -q exchanging "$dir/cancelled.out" || { tail -20 "$dir/cancelled.out"; echo "slurm: the job to cancel did not start exchanging" >&2; exit 1; }
+scancel --name=sode-cancelled
+wait "$pid" || true
+left=$(find "$shm_dir" -mindepth 1 ! -name "sode-probes-$(id -u)")
+rm -rf "$shm_dir"
+[ -z "$left" ] || { tail -20 "$dir/cancelled.out"; echo "slurm: a cancelled job left $left" >&2; exit 1; }
+echo "ok: cancelled, nothing left in SODE_SHM_DIR"
 
 echo "-- srun -n 2 (no PMI): a named error, not a hang"
 if out=$(timeout 60 srun --mpi=none -n 2 "$stencil" 2>&1); then
