@@ -32,39 +32,32 @@ static double now(void) {
  * is taken as this process running (sode_job's STOPPED_GAP). */
 static const double STOPPED_GAP_S = 1.0;
 
-/* Tests `req` until it completes (1) or `deadline` passes (0). Collective
- * steps are rare (creation, commits), so the wait sleeps between tests:
- * 50 us at first, growing to 1 ms. A longer stretch between two looks at
- * the clock is time this process was stopped (a suspended job, SIGSTOP):
- * the deadline moves on by as much, as sode's own waits do. */
-static int complete_by(MPI_Request *req, double deadline) {
-    long pause_ns = 50000;
-    double looked = now();
-    for (;;) {
-        int done = 0;
-        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
-            return -1;
-        }
-        if (done) {
-            return 1;
-        }
-        double t = now();
-        if (t - looked > STOPPED_GAP_S) {
-            deadline += t - looked;
-        }
-        looked = t;
-        if (t > deadline) {
-            return 0;
-        }
-        struct timespec pause = {0, pause_ns};
-        nanosleep(&pause, NULL);
-        if (pause_ns < 1000000) {
-            pause_ns *= 2;
-        }
+/* SODE_WAIT_WARN as sode reads it: the seconds after which a wait says
+ * that it goes on (60 unless set), or 0 for never ("off", "0"). A value
+ * sode refuses (its exchanges name it) counts as unset here. */
+static double wait_warning_s(void) {
+    const char *v = getenv("SODE_WAIT_WARN");
+    while (v != NULL && (*v == ' ' || *v == '\t')) {
+        v++;
     }
+    if (v == NULL || *v == '\0') {
+        return 60.0;
+    }
+    if (strncmp(v, "off", 3) == 0 && (v[3] == '\0' || v[3] == ' ')) {
+        return 0.0;
+    }
+    char *end = NULL;
+    double s = strtod(v, &end);
+    while (end != NULL && (*end == ' ' || *end == '\t')) {
+        end++;
+    }
+    if (end == v || *end != '\0' || !isfinite(s) || s < 0) {
+        return 60.0;
+    }
+    return s;
 }
 
-/* On rank 0 after a timeout: the ranks whose arrival message did not come,
+/* On rank 0 of a step: the ranks whose arrival message has not come,
  * as "3, 5" (at most 16 named). */
 static void missing_ranks(MPI_Request *arrivals, int size, char *out, size_t cap) {
     int named = 0, missing = 0;
@@ -84,6 +77,75 @@ static void missing_ranks(MPI_Request *arrivals, int size, char *out, size_t cap
     }
     if (missing > named && len < cap) {
         snprintf(out + len, cap - len, " and %d more", missing - named);
+    }
+}
+
+/* What a long wait in a collective step says, and about which step. */
+struct waiting {
+    const char *what;      /* "collective step 3", "the creation (...)" */
+    const char *who;       /* who it waits for, where rank 0 cannot tell */
+    MPI_Request *arrivals; /* on rank 0, the other ranks' arrivals; or NULL */
+    int rank, size;
+};
+
+/* Says on stderr that the wait `w` has gone on `waited` seconds and goes
+ * on, and for whom: on rank 0 of a step, the ranks that have not arrived. */
+static void warn_long_wait(const struct waiting *w, double waited) {
+    char who[300];
+    snprintf(who, sizeof who, "%s", w->who);
+    if (w->arrivals != NULL) {
+        char missing[256];
+        missing_ranks(w->arrivals, w->size, missing, sizeof missing);
+        if (missing[0]) {
+            snprintf(who, sizeof who, "ranks not arrived yet: %s (of %d)", missing, w->size);
+        } else {
+            snprintf(who, sizeof who, "every rank arrived, and MPI's collective has not completed");
+        }
+    }
+    fprintf(stderr,
+            "sode (rank %d of %d): %s of a communicator has waited %.0f s and goes on waiting: %s "
+            "(failed, stopped, or not making the same call, e.g. sode_exchange_commit; "
+            "SODE_WAIT_WARN sets when this warns)\n",
+            w->rank, w->size, w->what, waited, who);
+}
+
+/* Tests `req` until it completes (1) or `deadline` passes (0). Collective
+ * steps are rare (creation, commits), so the wait sleeps between tests:
+ * 50 us at first, growing to 1 ms. A longer stretch between two looks at
+ * the clock is time this process was stopped (a suspended job, SIGSTOP):
+ * the deadline moves on by as much, as sode's own waits do. A wait that
+ * goes on past SODE_WAIT_WARN says so, as `w` describes, and again each
+ * time it has waited twice as long. */
+static int complete_by(MPI_Request *req, double deadline, const struct waiting *w) {
+    long pause_ns = 50000;
+    double looked = now(), waited = 0.0, warn_at = wait_warning_s();
+    for (;;) {
+        int done = 0;
+        if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            return -1;
+        }
+        if (done) {
+            return 1;
+        }
+        double t = now();
+        if (t - looked > STOPPED_GAP_S) {
+            deadline += t - looked;
+        } else {
+            waited += t - looked;
+        }
+        looked = t;
+        if (warn_at > 0 && waited >= warn_at) {
+            warn_long_wait(w, waited);
+            warn_at *= 2;
+        }
+        if (t > deadline) {
+            return 0;
+        }
+        struct timespec pause = {0, pause_ns};
+        nanosleep(&pause, NULL);
+        if (pause_ns < 1000000) {
+            pause_ns *= 2;
+        }
     }
 }
 
@@ -140,7 +202,11 @@ static int allgather(const void *mine, void *all, size_t bytes, void *ctx) {
     }
     MPI_Request req;
     int rc = MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, l->comm, &req);
-    int done = rc == MPI_SUCCESS ? complete_by(&req, deadline) : -1;
+    char what[64];
+    snprintf(what, sizeof what, "collective step %d", l->step);
+    struct waiting w = {what, "this rank arrived; rank 0 names the ranks that have not",
+                        rank == 0 ? arrivals : NULL, rank, size};
+    int done = rc == MPI_SUCCESS ? complete_by(&req, deadline, &w) : -1;
     if (done == 1) {
         if (all_bytes > 0) {
             memcpy(all, recv, all_bytes);
@@ -226,7 +292,11 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
     double deadline = isfinite(l->timeout_s) && l->timeout_s > 0 ? now() + l->timeout_s : INFINITY;
     MPI_Request req;
     int rc = MPI_Comm_idup(comm, &l->comm, &req);
-    int done = rc == MPI_SUCCESS ? complete_by(&req, deadline) : -1;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    struct waiting w = {"the creation (MPI_Comm_idup)",
+                        "a rank of it has not called sode_comm_create_mpi", NULL, rank, size};
+    int done = rc == MPI_SUCCESS ? complete_by(&req, deadline, &w) : -1;
     if (done == 0) {
         /* MPI cannot cancel it: `l` stays MPI's, to write the duplicate
          * into when the missing ranks arrive. */

@@ -20,7 +20,10 @@ extern "C" {
  * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived
  * (after the duplication, which names none); the communicator is then
  * unusable. Time in which this process is stopped
- * (a suspended job, a debugger) does not count.
+ * (a suspended job, a debugger) does not count. A step that goes on for
+ * SODE_WAIT_WARN seconds (60 unless set; "off" for never) says so on
+ * stderr, rank 0 naming the ranks not arrived yet, and again each time it
+ * has waited twice as long; it goes on waiting.
  * # Statuses
  * SODE_ERR_NULL (`out`); SODE_ERR_ARG for a timeout neither positive nor
  * SODE_TIMEOUT_DEFAULT; SODE_ERR_BOOTSTRAP before MPI_Init, when

@@ -24,6 +24,13 @@
  *                                  warns that it goes on waiting (on
  *                                  stderr, for the caller to check), and
  *                                  finishes
+ *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit
+ *                                  the last rank reaches a commit 2.5 s
+ *                                  late, on a communicator without
+ *                                  deadline: the others warn that they go
+ *                                  on waiting (on stderr, for the caller
+ *                                  to check), rank 0 naming it, and all
+ *                                  finish
  *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
  *                                  communicator alive, as many programs
  *                                  do; the caller checks that the job left
@@ -728,6 +735,28 @@ static int slow_mode(void) {
 
 /* Exchanges 10 times, then ends without freeing the exchange or the
  * communicator: the job must still leave no directory of its own behind. */
+/* A commit the last rank reaches 2.5 s late, waited for without deadline:
+ * every rank must still commit and exchange. */
+static int latecommit_mode(int size) {
+    sode_comm *c = NULL;
+    expect("a communicator without deadline", sode_comm_create_mpi(MPI_COMM_WORLD, INFINITY, &c), SODE_OK, "");
+    sode_exchange *x = cart(c, size);
+    expect("a field", add_u(x), SODE_OK, "");
+    if (rank == size - 1) {
+        struct timespec late = {2, 500000000};
+        nanosleep(&late, NULL);
+    }
+    expect("a commit the last rank reaches 2.5 s late", sode_exchange_commit(x), SODE_OK, "");
+    expect("an exchange", sode_exchange_start(x), SODE_OK, "");
+    expect("its wait", sode_exchange_wait(x, 10.0), SODE_OK, "");
+    expect("free the exchange", sode_exchange_free(&x), SODE_OK, "");
+    expect("free the communicator", sode_comm_free(&c), SODE_OK, "");
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return all != 0;
+}
+
 /* `ended`: until a signal ends the job (60 s at most), else 10 times. */
 static int unfreed_mode(int size, int until_ended) {
     sode_comm *c = NULL;
@@ -806,6 +835,9 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc > 1 && strcmp(argv[1], "late") == 0) {
         return late_mode(size);
+    }
+    if (argc > 1 && strcmp(argv[1], "latecommit") == 0) {
+        return latecommit_mode(size);
     }
     if (argc > 1 && (strcmp(argv[1], "unfreed") == 0 || strcmp(argv[1], "ended") == 0)) {
         return unfreed_mode(size, strcmp(argv[1], "ended") == 0);

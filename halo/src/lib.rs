@@ -51,7 +51,6 @@ pub mod field;
 mod field_exchange;
 mod job_memo;
 mod links;
-mod long_wait;
 #[cfg(feature = "rdma")]
 mod model;
 pub mod pattern;

@@ -6,8 +6,8 @@
 //! decomposition's regions into its messages; the C ABI packs the user's
 //! fields.
 
-use crate::long_wait::LongWait;
 use sode_job::Deadline;
+use sode_job::LongWait;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 

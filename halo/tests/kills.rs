@@ -15,6 +15,9 @@
 //! `World` (as a C or Fortran program that ends with them alive does):
 //! the last of a node's processes to exit removes the job's directory.
 //!
+//! Nor does a job whose survivor ends through `_exit` (as `MPI_Abort`
+//! does, running no exit hook) once its exchange fails for a rank killed.
+//!
 //! Nor does a job whose ranks are all ended at once by SIGTERM, SIGINT or
 //! SIGHUP (a batch system's time limit or cancel, `mpirun` stopped, a
 //! terminal closed), whose ranks still end by that signal; a rank that
@@ -42,6 +45,10 @@ const SURVIVOR_ENDS_WITHIN: Duration = Duration::from_secs(20);
 /// Set for a rank that exits holding its exchange and world: the
 /// milliseconds it waits after the job's last barrier before it exits.
 const EXIT_AFTER: &str = "SODE_KILLS_EXIT_AFTER_MS";
+
+/// Set for a rank that ends through `_exit` as soon as an exchange fails,
+/// as a program that calls `MPI_Abort` on an error does.
+const EXIT_ON_FAILURE: &str = "SODE_KILLS_EXIT_ON_FAILURE";
 
 /// Set for a rank that ignores SIGTERM, as a program may choose to.
 const IGNORE_TERM: &str = "SODE_KILLS_IGNORE_TERM";
@@ -78,6 +85,23 @@ fn rank() {
                 return;
             }
         }
+    }
+    if std::env::var_os(EXIT_ON_FAILURE).is_some() {
+        while Instant::now() < until {
+            r.halo.start(&[&r.u]).unwrap();
+            if r.halo
+                .wait(Duration::from_secs(10), &mut [&mut r.u])
+                .is_err()
+            {
+                // As MPI_Abort ends a rank: no exit hook runs.
+                // SAFETY: `_exit` ends the process; it takes no memory.
+                #[allow(unsafe_code)]
+                unsafe {
+                    nix::libc::_exit(0)
+                };
+            }
+        }
+        return;
     }
     while Instant::now() < until {
         r.exchange();
@@ -421,4 +445,37 @@ fn a_job_ended_by_a_signal_leaves_nothing_behind() {
         "seed {seed} (SODE_KILLS_SEED={seed} replays it):\n{}",
         failed.join("\n")
     );
+}
+
+#[test]
+fn a_survivor_that_ends_at_once_without_exit_hooks_leaves_nothing_behind() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let dir: PathBuf = std::env::temp_dir().join(format!("sode-aborts-{}", std::process::id()));
+    let shm_dir = dir.display().to_string();
+    let mut failed = Vec::new();
+    for n in 0..8 {
+        std::fs::create_dir_all(&dir).unwrap();
+        let (port, job) = (free_port(), format!("aborts{}x{n}", std::process::id()));
+        let env = [("SODE_SHM_DIR", shm_dir.as_str()), (EXIT_ON_FAILURE, "1")];
+        let mut ranks: Vec<_> = (0..2)
+            .map(|r| spawn_rank(r, 2, port, &job, (ROLE, "1"), &env))
+            .collect();
+        // Past the setup: the ranks exchange.
+        std::thread::sleep(Duration::from_millis(400 + 20 * n));
+        let doomed = n as usize % 2;
+        let _ = ranks[doomed].kill();
+        let _ = ranks[doomed].wait();
+        let survivor = &mut ranks[1 - doomed];
+        if !ended_within(survivor, SURVIVOR_ENDS_WITHIN) {
+            failed.push(format!("job {n}: the survivor did not end"));
+        }
+        let found = contents(&dir);
+        if !found.is_empty() {
+            failed.push(format!("job {n} (rank {doomed} killed) left {found:?}"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

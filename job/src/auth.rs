@@ -323,6 +323,44 @@ impl Session {
         Ok(body)
     }
 
+    /// Waits, taking nothing from the link, until a receive would not
+    /// wait (a frame has begun to arrive, the link ended or failed, or
+    /// `deadline` passed: the receive says which), or `until` comes
+    /// first: then `false`.
+    pub(crate) fn readable_by(&mut self, deadline: &mut Deadline, until: Instant) -> bool {
+        loop {
+            if deadline.passed() {
+                return true;
+            }
+            let left = until
+                .min(deadline.at())
+                .saturating_duration_since(Instant::now())
+                .min(READ_SLICE);
+            if left.is_zero() {
+                return false;
+            }
+            if self.stream.set_read_timeout(Some(left)).is_err() {
+                return true;
+            }
+            match self.stream.peek(&mut [0u8; 1]) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                    ) => {}
+                _ => return true,
+            }
+        }
+    }
+
+    /// Whether a frame has begun to arrive, now.
+    pub(crate) fn has_arrived(&self) -> bool {
+        use nix::sys::socket::{recv, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+        matches!(recv(self.stream.as_raw_fd(), &mut [0u8; 1], flags), Ok(n) if n > 0)
+    }
+
     /// The connection, for address queries and liveness checks.
     pub(crate) fn stream(&self) -> &TcpStream {
         &self.stream

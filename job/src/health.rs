@@ -194,10 +194,28 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// What runs once, when the job is first found to have failed.
+pub(crate) type FailureHook = Box<dyn FnOnce() + Send>;
+
+/// The hooks waiting for a failure.
+#[derive(Default)]
+struct FailureHooks(Vec<FailureHook>);
+
+impl std::fmt::Debug for FailureHooks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} hooks", self.0.len())
+    }
+}
+
 /// What the watcher thread and the data path share.
 #[derive(Debug)]
 struct Verdict {
     failure: OnceLock<Failure>,
+    /// Set as the first failure is declared, before the hooks run and
+    /// `failure` is set: the hooks run before any thread can see it.
+    declared: std::sync::atomic::AtomicBool,
+    /// What runs once the job has failed ([`Health::when_failed`]).
+    when_failed: Mutex<FailureHooks>,
     /// Where each rank runs, to name a dead rank's host.
     nodes: Arc<Nodes>,
     /// Written once, with the verdict: wakes ranks asleep in `poll`.
@@ -234,6 +252,19 @@ impl Verdict {
             host,
             why,
         };
+        if self
+            .declared
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return false;
+        }
+        // Before any thread sees the failure: a program told of it may end
+        // at once, through `_exit` (MPI_Abort) that runs no exit hook.
+        let hooks =
+            std::mem::take(&mut *self.when_failed.lock().unwrap_or_else(|p| p.into_inner()));
+        for hook in hooks.0 {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(hook));
+        }
         if self.failure.set(failure.clone()).is_err() {
             return false;
         }
@@ -341,6 +372,8 @@ impl Health {
             })?;
         let verdict = Arc::new(Verdict {
             failure: OnceLock::new(),
+            declared: std::sync::atomic::AtomicBool::new(false),
+            when_failed: Mutex::default(),
             nodes,
             ring,
             notices: Mutex::new(Notices::default()),
@@ -459,6 +492,26 @@ impl Health {
     /// The first rank found dead, if any: one atomic load.
     pub fn failure(&self) -> Option<&Failure> {
         self.verdict.failure.get()
+    }
+
+    /// Runs `hook` when the job is first found to have failed, before
+    /// [`failure`](Self::failure) says so; at once if it has.
+    pub(crate) fn when_failed(&self, hook: FailureHook) {
+        let mut hooks = self
+            .verdict
+            .when_failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if self
+            .verdict
+            .declared
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            drop(hooks);
+            hook();
+        } else {
+            hooks.0.push(hook);
+        }
     }
 }
 

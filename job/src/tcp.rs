@@ -16,8 +16,10 @@ use crate::backoff::Backoff;
 use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
+use crate::long_wait::LongWait;
 use crate::nets::Directory;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
+use crate::timeout::WAIT_WARN_VAR;
 use crate::wire::{
     decode_directory, decode_step_missed, encode_directory, join_blocks, split_blocks,
 };
@@ -305,6 +307,18 @@ impl OutOfBand for TcpRendezvous {
                 let at = deadline.at();
                 let mut deadline =
                     crate::timeout::Deadline::new(at.checked_add(ROOT_VERDICT).unwrap_or(at));
+                let mut long = LongWait::new(crate::wait_warning().ok().flatten());
+                while let Some(l) = long.as_mut() {
+                    if root.readable_by(&mut deadline, l.next_look()) {
+                        break;
+                    }
+                    if let Some(waited) = l.due() {
+                        tracing::warn!(
+                            "a collective step has waited {:.0} s for rank 0's answer and goes on waiting: this rank took it, and rank 0, which gathers each step, names the ranks that have not ({WAIT_WARN_VAR} sets when this warns)",
+                            waited.as_secs_f64()
+                        );
+                    }
+                }
                 let body = root
                     .recv_by(&mut deadline)
                     .map_err(|e| root_silent(e, began.elapsed()))?;
@@ -318,10 +332,14 @@ impl OutOfBand for TcpRendezvous {
             }
             Star::Root(links) => {
                 let mut all = vec![mine.to_vec()];
+                let began = Instant::now();
+                let mut long = LongWait::new(crate::wait_warning().ok().flatten());
                 for r in 1..links.len() {
+                    await_block(links, r, &mut deadline, &mut long)?;
                     match joined_link(&mut links[r])?.recv_by(&mut deadline) {
                         Ok(block) => all.push(block),
-                        Err(JobError::BootstrapTimeout { waited, .. }) => {
+                        Err(JobError::BootstrapTimeout { .. }) => {
+                            let waited = began.elapsed().saturating_sub(deadline.stopped());
                             return Err(step_missed(links, r, waited));
                         }
                         Err(e) => return Err(e),
@@ -691,6 +709,34 @@ fn greet(
             None
         }
     }
+}
+
+/// On rank 0, waits until rank `r`'s block of a collective step begins to
+/// arrive, or the step's deadline passes. A wait that goes on past
+/// `SODE_WAIT_WARN` says so as `long` has it, naming the ranks from `r` on
+/// whose blocks have not begun to arrive.
+fn await_block(
+    links: &mut [Option<Session>],
+    r: usize,
+    deadline: &mut crate::timeout::Deadline,
+    long: &mut Option<LongWait>,
+) -> Result<()> {
+    while let Some(l) = long.as_mut() {
+        if joined_link(&mut links[r])?.readable_by(deadline, l.next_look()) {
+            return Ok(());
+        }
+        if let Some(waited) = l.due() {
+            let missing: Vec<usize> = (r..links.len())
+                .filter(|&k| !links[k].as_ref().is_some_and(Session::has_arrived))
+                .collect();
+            tracing::warn!(
+                "a collective step has waited {:.0} s and goes on waiting; not taken yet by {}: failed, stopped, or not making the same call (every rank of the communicator makes each collective call, as sode_exchange_commit, in the same order; {WAIT_WARN_VAR} sets when this warns)",
+                waited.as_secs_f64(),
+                name_ranks(&missing)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Rank 0's error when rank `first` (and maybe others after it) did not

@@ -427,6 +427,18 @@ impl World {
         Some(f)
     }
 
+    /// Runs `hook` once, when a rank of the job is first found dead,
+    /// before [`failure`](World::failure) says so on any thread (at once
+    /// if it has; never for a job of one). What a layer keeps for new
+    /// exchanges only, which a failed job makes no more of, can be let go
+    /// there, before the program, told of the failure, ends by a path that
+    /// runs no exit hook (`MPI_Abort`).
+    pub fn when_failed(&self, hook: impl FnOnce() + Send + 'static) {
+        if let Some(h) = &self.health {
+            h.when_failed(Box::new(hook));
+        }
+    }
+
     /// Tells every rank of the job that this one gave up setting up its
     /// part of the exchange named `exchange` (a channel it could not make),
     /// with `code` (the C ABI's status) and `why`: the notice travels the

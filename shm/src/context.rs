@@ -186,9 +186,9 @@ impl Context {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if kept.is_none() {
-            *kept = Some(crate::segment::hold_job_dir(&crate::segment::job_dir(
-                &ctx.dir, &ctx.job,
-            ))?);
+            let hold = crate::segment::hold_job_dir(&crate::segment::job_dir(&ctx.dir, &ctx.job))?;
+            hold.release_when_failed(world);
+            *kept = Some(hold);
         }
         Ok(ctx)
     }

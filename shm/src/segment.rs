@@ -221,6 +221,9 @@ struct HeldDir {
     /// Where the handler of the signals that end jobs finds it, if it has
     /// room.
     at_signal: Option<usize>,
+    /// Let go of early, its job having failed: not handed to a later
+    /// holder, who takes a lock of its own.
+    failed: std::sync::atomic::AtomicBool,
 }
 
 impl HeldDir {
@@ -232,10 +235,40 @@ impl HeldDir {
         // The last holder of every process clears what killed ranks left
         // (their locators), then removes the directory; while others hold
         // it, removing fails on their segments or is left to them.
-        if self.lock.relock(FlockArg::LockExclusiveNonblock).is_ok() {
+        // Not through a name another made since an earlier release here
+        // removed the directory.
+        if self.lock.relock(FlockArg::LockExclusiveNonblock).is_ok()
+            && still_at(&self.lock, &self.path)
+        {
             clear_dir(&self.path);
             let _ = std::fs::remove_dir(&self.path);
         }
+    }
+}
+
+impl JobDirHold {
+    /// What lets go of the directory early, as its last holder's drop
+    /// would, once the job has failed: a failed job sets up no more
+    /// exchanges (its `World` takes no step), so nothing needs the
+    /// directory, and its ranks may end through paths that run no exit
+    /// hook (`MPI_Abort`). Exchanges set up already run on without it.
+    pub(crate) fn release_when_failed(&self, world: &sode_job::World) {
+        let held = Arc::downgrade(&self._held);
+        world.when_failed(move || {
+            if let Some(h) = held.upgrade() {
+                h.release_failed();
+            }
+        });
+    }
+}
+
+impl HeldDir {
+    /// Lets go early, the job having failed (see
+    /// [`JobDirHold::release_when_failed`]).
+    fn release_failed(&self) {
+        self.failed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.release();
     }
 }
 
@@ -402,7 +435,7 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
     if let Some(h) = held
         .iter()
         .filter_map(Weak::upgrade)
-        .find(|h| h.path == path)
+        .find(|h| h.path == path && !h.failed.load(std::sync::atomic::Ordering::Acquire))
     {
         return Ok(JobDirHold { _held: h });
     }
@@ -423,6 +456,7 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
         path: path.to_path_buf(),
         lock,
         at_signal,
+        failed: std::sync::atomic::AtomicBool::new(false),
     });
     held.push(Arc::downgrade(&h));
     drop(held);
@@ -436,6 +470,16 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
         }
     }
     Ok(JobDirHold { _held: h })
+}
+
+impl OwnSegment {
+    /// Lets go of the job's directory early: a peer process of the job
+    /// died, so the job has failed (see
+    /// [`JobDirHold::release_when_failed`]; this is the same, for a death
+    /// the data path finds before the job's health watcher).
+    pub(crate) fn job_failed(&self) {
+        self._dir._held.release_failed();
+    }
 }
 
 /// This process's own segment; removes its locator and closes its memfd

@@ -804,6 +804,7 @@ impl Exchange {
             self.pending_description()
         );
         if self.liveness.watch.exited(p) {
+            self.own.job_failed();
             Err(ShmError::PeerDied { peer, pid, during })
         } else {
             Err(ShmError::PeerLeft { peer, during })

@@ -2,16 +2,17 @@
 //! `SODE_WAIT_WARN` (60 s by default), and again each time it has waited
 //! twice as long, naming what is outstanding. A neighbour that is
 //! stopped, blocked in another call (a collective waiting for this rank,
-//! say) or that skipped this exchange never sends, and a wait without
-//! deadline would otherwise hang without a word. A leaf module.
+//! say) or that skipped an exchange or a collective step never sends, and
+//! a wait without deadline would otherwise hang without a word.
 
 use std::time::{Duration, Instant};
 
-use sode_job::Deadline;
+use crate::timeout::Deadline;
 
-/// When a wait next warns.
+/// When a wait next warns: exchanges' waits for their halos, and
+/// collective steps over the job's own links.
 #[derive(Debug)]
-pub(crate) struct LongWait {
+pub struct LongWait {
     began: Instant,
     /// Time this process was found stopped before `next` was set: it is
     /// not time waited.
@@ -21,8 +22,8 @@ pub(crate) struct LongWait {
 
 impl LongWait {
     /// For a wait beginning now, first warning `after` (running time);
-    /// `None` when waits never warn.
-    pub(crate) fn new(after: Option<Duration>) -> Option<LongWait> {
+    /// `None` when waits never warn (`after` from [`crate::wait_warning`]).
+    pub fn new(after: Option<Duration>) -> Option<LongWait> {
         let began = Instant::now();
         after.map(|after| LongWait {
             began,
@@ -32,13 +33,21 @@ impl LongWait {
     }
 
     /// When it next warns (moved on by time this process was stopped).
-    pub(crate) fn at(&self) -> Instant {
+    pub fn at(&self) -> Instant {
         self.next.at()
+    }
+
+    /// When a wait that sleeps should look at [`due`](Self::due) next: at
+    /// its warning, and at least every 100 ms, since a longer time between
+    /// two looks is taken for time this process was stopped, which does
+    /// not count.
+    pub fn next_look(&self) -> Instant {
+        self.at().min(Instant::now() + Duration::from_millis(100))
     }
 
     /// How long it has waited, when it is time to warn: the next warning
     /// comes once it has waited twice as long.
-    pub(crate) fn due(&mut self) -> Option<Duration> {
+    pub fn due(&mut self) -> Option<Duration> {
         if !self.next.passed() {
             return None;
         }
