@@ -60,15 +60,27 @@ fn rank() {
     if std::env::var_os(ROLE).is_none() {
         return;
     }
-    if let Some(ms) = std::env::var(EXIT_AFTER).ok().and_then(|v| v.parse().ok()) {
-        exit_holding_everything(Duration::from_millis(ms));
-    }
-    if std::env::var_os(IGNORE_TERM).is_some() {
-        // SAFETY: no handler is installed; the action is only changed.
+    // A batch system starts its tasks with the default actions; a shell
+    // that ran this test in the background (`&`, `nohup`, as CI may) left
+    // SIGINT and SIGHUP ignored, and so inherited here.
+    let term = if std::env::var_os(IGNORE_TERM).is_some() {
+        SigHandler::SigIgn
+    } else {
+        SigHandler::SigDfl
+    };
+    for (sig, action) in [
+        (Signal::SIGTERM, term),
+        (Signal::SIGINT, SigHandler::SigDfl),
+        (Signal::SIGHUP, SigHandler::SigDfl),
+    ] {
+        // SAFETY: no handler is installed; the action is only set.
         #[allow(unsafe_code)]
         unsafe {
-            nix::sys::signal::signal(Signal::SIGTERM, SigHandler::SigIgn).unwrap();
+            nix::sys::signal::signal(sig, action).unwrap();
         }
+    }
+    if let Some(ms) = std::env::var(EXIT_AFTER).ok().and_then(|v| v.parse().ok()) {
+        exit_holding_everything(Duration::from_millis(ms));
     }
     let mut r = ShmRank::join();
     let until = Instant::now() + RUN_FOR;
@@ -220,6 +232,15 @@ impl Draws {
     }
 }
 
+/// The `SODE_SHM_DIR` of a test's jobs, its own (so that other jobs on
+/// the node do not count); `None` in a rank, which runs no such test.
+fn scratch(name: &str) -> Option<PathBuf> {
+    if std::env::var_os(ROLE).is_some() {
+        return None;
+    }
+    Some(std::env::temp_dir().join(format!("sode-{name}-{}", std::process::id())))
+}
+
 /// What is in `dir`, recursively, as paths relative to it, but the
 /// user's kept thresholds.
 fn contents(dir: &Path) -> Vec<String> {
@@ -320,10 +341,9 @@ fn a_rank_killed_at_any_moment_leaves_nothing_behind() {
 
 #[test]
 fn ranks_that_exit_without_freeing_leave_nothing_behind() {
-    if std::env::var_os(ROLE).is_some() {
+    let Some(dir) = scratch("exits") else {
         return;
-    }
-    let dir: PathBuf = std::env::temp_dir().join(format!("sode-exits-{}", std::process::id()));
+    };
     let shm_dir = dir.display().to_string();
     let mut left = Vec::new();
     // Both at once (each may find the other still holding the directory),
@@ -381,12 +401,11 @@ const SIGNALLED_JOBS: usize = 12;
 #[test]
 fn a_job_ended_by_a_signal_leaves_nothing_behind() {
     use std::os::unix::process::ExitStatusExt;
-    if std::env::var_os(ROLE).is_some() {
-        return;
-    }
     let seed = seed();
     let mut draws = Draws(seed);
-    let dir: PathBuf = std::env::temp_dir().join(format!("sode-signals-{}", std::process::id()));
+    let Some(dir) = scratch("signals") else {
+        return;
+    };
     let shm_dir = dir.display().to_string();
     let signals = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
     let mut failed = Vec::new();
@@ -449,10 +468,9 @@ fn a_job_ended_by_a_signal_leaves_nothing_behind() {
 
 #[test]
 fn a_survivor_that_ends_at_once_without_exit_hooks_leaves_nothing_behind() {
-    if std::env::var_os(ROLE).is_some() {
+    let Some(dir) = scratch("aborts") else {
         return;
-    }
-    let dir: PathBuf = std::env::temp_dir().join(format!("sode-aborts-{}", std::process::id()));
+    };
     let shm_dir = dir.display().to_string();
     let mut failed = Vec::new();
     for n in 0..8 {
