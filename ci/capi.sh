@@ -324,10 +324,11 @@ for t in auto tcp; do
   [ "$freed_status" -eq 0 ] || { echo "error: rank 0 was not told at once that rank 1 freed its exchange ($t)" >&2; exit 1; }
 done
 
-# A neighbour 2.5 s late, waited for without deadline: the wait says, on
-# stderr, that it goes on (SODE_WAIT_WARN=1: after 1 s, and again after
-# 2 s), naming the rank it waits for, then finishes.
-echo "-- a rank 2.5 s late, waited for without deadline, SODE_WAIT_WARN=1"
+# A neighbour 2.5 s late, waited for without deadline, then polled with
+# sode_exchange_test: each says, on stderr, that it goes on
+# (SODE_WAIT_WARN=1: after 1 s, and again after 2 s), naming the rank it
+# waits for, then finishes.
+echo "-- a rank 2.5 s late, waited for without deadline and polled with sode_exchange_test, SODE_WAIT_WARN=1"
 start_pair slow SODE_WAIT_WARN=1
 for r in 0 1; do
   wait "${pair[$r]}" || { cat "$build/slow$r.log"; echo "error: rank $r did not finish its exchanges" >&2; exit 1; }
@@ -335,6 +336,8 @@ done
 cat "$build/slow0.log"
 grep -qE "exchange h0 has waited [0-9]+ s for iteration 6 and goes on waiting; outstanding: .*rank 1" "$build/slow0.log" \
   || { echo "error: rank 0 did not warn that it went on waiting for rank 1" >&2; exit 1; }
+grep -qE "exchange h0 has waited [12] s for iteration 7 \(polled by test, incomplete each time\); outstanding: .*rank 1" "$build/slow0.log" \
+  || { echo "error: rank 0, polling with sode_exchange_test, was not told that it went on waiting for rank 1" >&2; exit 1; }
 
 # A commit the last of 3 ranks reaches 2.5 s late, on a communicator
 # without deadline over MPI: the others warn that the collective step goes

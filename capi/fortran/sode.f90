@@ -2158,7 +2158,8 @@ contains
     call finish(c_wait(x%ptr, seconds(timeout, SODE_TIMEOUT_DEFAULT)), ierr)
   end subroutine sode_wait
 
-  !> One pass: `done` once every halo has arrived and is in place.
+  !> One pass: `done` once every halo has arrived and is in place. Polled
+  !> without completing for SODE_WAIT_WARN seconds, it warns as sode_wait.
   subroutine sode_test(x, done, ierr)
     type(sode_exchange), intent(inout) :: x
     logical, intent(out) :: done

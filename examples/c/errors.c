@@ -19,11 +19,12 @@
  *                                  for 3 s; rank 0's next exchange must
  *                                  fail at once, naming it
  *   SODE_WAIT_WARN=1 SODE_RANK=.. SODE_SIZE=2 ... ./errors slow
- *                                  rank 1 starts its sixth exchange 2.5 s
- *                                  late; rank 0 waits without deadline,
- *                                  warns that it goes on waiting (on
- *                                  stderr, for the caller to check), and
- *                                  finishes
+ *                                  rank 1 starts its sixth and seventh
+ *                                  exchanges 2.5 s late; rank 0 waits for
+ *                                  the sixth without deadline and polls
+ *                                  the seventh with sode_exchange_test,
+ *                                  warns that each goes on (on stderr,
+ *                                  for the caller to check), and finishes
  *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit
  *                                  the last rank reaches a commit 2.5 s
  *                                  late, on a communicator without
@@ -712,18 +713,33 @@ static int freed_mode(void) {
     return 0;
 }
 
-/* Rank 1 starts its sixth exchange 2.5 s late; rank 0 waits for it
- * without deadline, and must finish once it comes (the warnings that the
- * wait goes on, with SODE_WAIT_WARN=1, are for the caller to read). */
+/* Rank 0 completes an exchange by polling sode_exchange_test between
+ * 10 ms of its own work, as a code that overlaps its interior does. */
+static int poll_until_done(sode_exchange *x) {
+    int done = 0, rc = SODE_OK;
+    struct timespec work = {0, 10 * 1000 * 1000};
+    while (rc == SODE_OK && !done) {
+        rc = sode_exchange_test(x, &done);
+        if (rc == SODE_OK && !done) nanosleep(&work, NULL);
+    }
+    return rc;
+}
+
+/* Rank 1 starts its sixth and seventh exchanges 2.5 s late; rank 0 waits
+ * for the sixth without deadline and polls the seventh with
+ * sode_exchange_test, and must finish once they come (the warnings that
+ * it goes on waiting, with SODE_WAIT_WARN=1, are for the caller to read). */
 static int slow_mode(void) {
     sode_comm *c;
     sode_exchange *x = env_exchange(&c);
-    for (int it = 0; it < 6; it++) {
-        if (rank == 1 && it == 5) {
+    for (int it = 0; it < 7; it++) {
+        if (rank == 1 && it >= 5) {
             struct timespec late = {2, 500 * 1000 * 1000};
             nanosleep(&late, NULL);
         }
-        if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, INFINITY) != SODE_OK) {
+        int rc = sode_exchange_start(x);
+        if (rc == SODE_OK) rc = rank == 0 && it == 6 ? poll_until_done(x) : sode_exchange_wait(x, INFINITY);
+        if (rc != SODE_OK) {
             fprintf(stderr, "rank %d: exchange %d: %s\n", rank, it, sode_last_error());
             return 1;
         }
@@ -733,8 +749,6 @@ static int slow_mode(void) {
     return 0;
 }
 
-/* Exchanges 10 times, then ends without freeing the exchange or the
- * communicator: the job must still leave no directory of its own behind. */
 /* A commit the last rank reaches 2.5 s late, waited for without deadline:
  * every rank must still commit and exchange. */
 static int latecommit_mode(int size) {
@@ -757,7 +771,9 @@ static int latecommit_mode(int size) {
     return all != 0;
 }
 
-/* `ended`: until a signal ends the job (60 s at most), else 10 times. */
+/* Exchanges 10 times (`ended`: until a signal ends the job, 60 s at
+ * most), then ends without freeing the exchange or the communicator: the
+ * job must still leave no directory of its own behind. */
 static int unfreed_mode(int size, int until_ended) {
     sode_comm *c = NULL;
     if (sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c) != SODE_OK) {

@@ -617,6 +617,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             name: self.name,
             warn_after,
             started: 0,
+            polled: None,
             carried: self
                 .links
                 .iter()
@@ -906,10 +907,29 @@ pub struct LinkExchange {
     warn_after: Option<Duration>,
     /// Iterations started, for what it reports.
     started: u64,
+    /// Since when a program polling [`test`](Self::test) has found this
+    /// iteration incomplete, and when that next warns; cleared at start.
+    polled: Option<PolledWait>,
     /// What it has done, and its trace.
     meter: Meter,
     /// Per link, the bytes each way the next iteration moves (as carried).
     carried: Vec<Moved>,
+}
+
+/// How long a program polling `test` has found an iteration incomplete.
+#[derive(Debug)]
+struct PolledWait {
+    /// The first test that found it so.
+    since: Instant,
+    /// How long after `since` the next warning comes.
+    next: Duration,
+}
+
+/// Which call a long-wait warning comes from.
+#[derive(Debug, Clone, Copy)]
+enum Waiter {
+    Wait,
+    Test,
 }
 
 impl Drop for LinkExchange {
@@ -1491,11 +1511,13 @@ impl LinkExchange {
         self.channels.enlist();
         self.lifecycle.start();
         self.started += 1;
+        self.polled = None;
         Ok(())
     }
 
     /// One non-blocking pass over every channel: true once every message
-    /// has arrived. Allocates nothing unless it fails.
+    /// has arrived. Allocates nothing unless it fails. Found incomplete
+    /// for `SODE_WAIT_WARN`, it warns as [`wait`](Self::wait) does.
     ///
     /// # Errors
     ///
@@ -1504,7 +1526,32 @@ impl LinkExchange {
         let began = Instant::now();
         let done = self.poll();
         self.meter.waited(began);
+        if let Ok(false) = done {
+            self.note_polled(began);
+        }
         done
+    }
+
+    /// A program that polls [`test`](Self::test) between its own work
+    /// waits too, and is told as [`wait`](Self::wait) tells: once the
+    /// iteration has been found incomplete for `SODE_WAIT_WARN`, and
+    /// again each time that has doubled. Counted in wall time from the
+    /// first test that found it so, since the program's work between two
+    /// tests is no stop.
+    fn note_polled(&mut self, now: Instant) {
+        let Some(after) = self.warn_after else {
+            return;
+        };
+        let polled = self.polled.get_or_insert(PolledWait {
+            since: now,
+            next: after,
+        });
+        let waited = now.saturating_duration_since(polled.since);
+        if waited < polled.next {
+            return;
+        }
+        polled.next = waited.max(Duration::from_millis(1)) * 2;
+        self.warn_long_wait(waited, Waiter::Test);
     }
 
     /// [`test`](Self::test) without the accounting, for `wait`'s loop.
@@ -1615,7 +1662,7 @@ impl LinkExchange {
             }
             let long = long.get_or_insert_with(|| LongWait::new(warn_after));
             if let Some(waited) = long.as_mut().and_then(LongWait::due) {
-                self.warn_long_wait(waited);
+                self.warn_long_wait(waited, Waiter::Wait);
             }
             let until = long
                 .as_ref()
@@ -1632,9 +1679,13 @@ impl LinkExchange {
     }
 
     /// Says that this wait has gone on for `waited`, and for what.
-    fn warn_long_wait(&self, waited: Duration) {
+    fn warn_long_wait(&self, waited: Duration, waiter: Waiter) {
+        let how = match waiter {
+            Waiter::Wait => "and goes on waiting",
+            Waiter::Test => "(polled by test, incomplete each time)",
+        };
         tracing::warn!(
-            "exchange {} has waited {:.0} s for iteration {} and goes on waiting; outstanding: {}. A neighbour that is stopped, blocked in another call (a collective waiting for this rank, say) or that skipped this exchange never sends ({} sets when this warns)",
+            "exchange {} has waited {:.0} s for iteration {} {how}; outstanding: {}. A neighbour that is stopped, blocked in another call (a collective waiting for this rank, say) or that skipped this exchange never sends ({} sets when this warns)",
             self.name,
             waited.as_secs_f64(),
             self.started,

@@ -2343,7 +2343,9 @@ unsafe fn start_fields(
 }
 
 /// One pass: `*done` is 1 once every halo has arrived and is unpacked
-/// (the exchange is then complete), else 0.
+/// (the exchange is then complete), else 0. Polled without completing
+/// for `SODE_WAIT_WARN` seconds (60 unless set), it says so on stderr as
+/// a wait does.
 ///
 /// # Statuses
 /// `SODE_ERR_NULL` (`exchange` or `done`); `SODE_ERR_STATE` before the commit
