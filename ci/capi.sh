@@ -80,6 +80,23 @@ for n in 1 3; do
   timeout 120 "${mpirun[@]}" -n "$n" "$build/ring1d"
 done
 
+# Two ranks that may run on one CPU between them (a job given fewer CPUs
+# than ranks on a shared node, or ranks bound to one core): SODE_WAIT=auto
+# blocks, whatever the node's CPUs; unbound on a node of 2 CPUs or more,
+# they spin.
+for cpus in one all; do
+  echo "-- mpirun -n 2 ring1d, may run on $cpus CPUs: what the wait policy auto chooses"
+  pin=()
+  [ "$cpus" = one ] && pin=(taskset -c "$(taskset -pc $$ | sed 's/.*: //; s/[-,].*//')")
+  out=$(SODE_LOG=sode_job=debug timeout 120 "${pin[@]}" "${mpirun[@]}" --bind-to none -n 2 -x SODE_LOG "$build/ring1d" 2>&1) \
+    || { echo "$out"; exit 1; }
+  grep "wait policy" <<<"$out" | head -1
+  if [ "$cpus" = one ]; then want="policy=Block local_ranks=2 cores=1"; else want="policy=Spin local_ranks=2"; fi
+  if [ "$cpus" = one ] || [ "$(nproc)" -ge 2 ]; then
+    [ "$(grep -c "$want" <<<"$out")" = 2 ] || { echo "error: both ranks on $cpus CPU(s) should have chosen \"$want\"" >&2; exit 1; }
+  fi
+done
+
 for n in 1 2 3; do
   echo "-- mpirun -n $n explicit (boxes between named ranks; on 2, both columns to the one peer in one message)"
   timeout 300 "${mpirun[@]}" -n "$n" "$build/explicit"

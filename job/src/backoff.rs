@@ -52,7 +52,9 @@ impl WaitPolicy {
     }
 
     /// What `SODE_WAIT` (`value`, unset: auto) asks for, with `local_ranks`
-    /// ranks of the job on a node of `cores` CPUs: auto blocks when the
+    /// ranks of the job on a node that may run on `cores` CPUs between
+    /// them (the union of their CPU affinities, at most the whole CPUs
+    /// their cgroup grants): auto blocks when the
     /// ranks outnumber the cores (measured with `bench2d`, 4 ranks on 2
     /// cores: at least as fast as yielding, and an idle rank leaves its
     /// core to the others). An unknown value is an error naming the
@@ -83,8 +85,9 @@ impl WaitPolicy {
 }
 
 /// CPUs online on this node (`/sys/devices/system/cpu/online`, `0-3,8`),
-/// whatever this process's own affinity: ranks bound to a core each are
-/// not oversubscribed. Falls back to the CPUs this process may use.
+/// whatever this process's own affinity: what the wait policy counts when
+/// the node's ranks' affinities cannot be read. Falls back to the CPUs
+/// this process may use.
 pub fn node_cores() -> usize {
     let parsed = std::fs::read_to_string("/sys/devices/system/cpu/online")
         .ok()

@@ -46,6 +46,7 @@
 
 mod auth;
 mod backoff;
+mod cpus;
 pub mod diag;
 mod dial;
 mod error;

@@ -225,9 +225,10 @@ struct Order {
 
 /// Puts the data path's wait policy for `local_ranks` ranks on this node in
 /// force (`SODE_WAIT`, auto: block when they outnumber the cores).
-fn adopt_wait_policy(local_ranks: usize) -> Result<()> {
+fn adopt_wait_policy(local_pids: &[u32]) -> Result<()> {
     let value = std::env::var(crate::backoff::WAIT_VAR).ok();
-    let cores = crate::backoff::node_cores();
+    let local_ranks = local_pids.len();
+    let cores = crate::cpus::cpus_for(local_pids).unwrap_or_else(crate::backoff::node_cores);
     let policy = WaitPolicy::choose(value.as_deref(), local_ranks, cores).map_err(|why| {
         JobError::InvalidSetting {
             name: crate::backoff::WAIT_VAR.into(),
@@ -350,6 +351,11 @@ impl World {
             .map(|(r, b)| Introduction::decode(b, &format!("rank {r}")))
             .collect::<Result<_>>()?;
         let job_id = agreed_job_id(&intros[0]);
+        let local_pids: Vec<u32> = intros
+            .iter()
+            .filter(|i| i.node == intros[rank].node)
+            .map(|i| i.pid)
+            .collect();
         tracing::debug!(rank, size, job_id, "joined the job");
         let (nodes, reach): (Vec<NodeId>, Vec<Reach>) =
             intros.into_iter().map(|i| (i.node, i.reach)).unzip();
@@ -375,7 +381,7 @@ impl World {
             steps: Arc::default(),
             relay,
         };
-        adopt_wait_policy(world.local_size())?;
+        adopt_wait_policy(&local_pids)?;
         Ok(world)
     }
 
