@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The cost of the C layer: start + wait of an empty exchange (one rank, no
-# neighbours) through sode.h (examples/c/abi_cost.c) and from Rust
-# (capi/examples/abi_cost.rs), alternating, three runs each; prints a table
-# with the medians' ratio. Needs the C examples built by ci/capi.sh.
+# The cost of the C layer: start + wait of an exchange with nothing to
+# move (one rank, no neighbours, a field sode keeps) through sode.h
+# (examples/c/abi_cost.c) and from Rust (capi/examples/abi_cost.rs),
+# alternating, three runs each; prints a table with the medians' ratio. Needs the C examples built by ci/capi.sh.
 #   bash ci/abi-cost.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ python3 - "${c_runs[*]}" "${rust_runs[*]}" <<'PY'
 import statistics, sys
 c = [float(x) for x in sys.argv[1].split()]
 r = [float(x) for x in sys.argv[2].split()]
-print("| start + wait of an empty exchange | median of 3 runs, ns | min, ns |")
+print("| start + wait, nothing to move | median of 3 runs, ns | min, ns |")
 print("|---|---:|---:|")
 print(f"| through the C ABI | {statistics.median(c):.1f} | {min(c):.1f} |")
 print(f"| from Rust | {statistics.median(r):.1f} | {min(r):.1f} |")

@@ -368,3 +368,8 @@ for want in "rank 0 of 3.*has waited 2 s and goes on waiting: ranks not arrived 
   "rank 1 of 3.*has waited 1 s and goes on waiting: this rank arrived"; do
   grep -qE "$want" "$build/latecommit.err" || { echo "error: no warning \"$want\"" >&2; exit 1; }
 done
+
+# The C layer's own cost beside the same calls from Rust (printed, not
+# judged: this keeps the two programs of docs/results/c-abi.md running).
+echo "-- the C layer's cost: start + wait through sode.h and from Rust"
+bash ci/abi-cost.sh

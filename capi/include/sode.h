@@ -4,7 +4,10 @@
  *
  * Every function returns a status code (SODE_OK is 0) and leaves a message
  * for sode_last_error() on the calling thread. Collective calls
- * (sode_comm_create_*, sode_exchange_commit) fail on every rank alike. */
+ * (sode_comm_create_*, sode_exchange_commit) fail on every rank alike.
+ * Calls on one exchange, and collective calls on one communicator, must
+ * not overlap (as MPI_THREAD_SERIALIZED): one made while another thread is
+ * inside returns SODE_ERR_STATE. */
 
 #ifndef SODE_H
 #define SODE_H

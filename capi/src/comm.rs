@@ -1,10 +1,12 @@
 //! A communicator: the ranks of a job, however they were found.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sode_job::{AllgatherFn, ExternalOob, LaunchInfo, World};
 
 use crate::error::{CapiError, Result};
+use crate::in_use::InUse;
 
 /// The ranks of a job and how long collective steps may take.
 #[derive(Debug)]
@@ -13,6 +15,9 @@ pub struct Comm {
     pub world: World,
     /// The deadline of setup steps (commit).
     pub timeout: Duration,
+    /// Its collective steps, which one call at a time takes (a commit of
+    /// any of its exchanges, a reorder).
+    steps: Arc<InUse>,
 }
 
 /// A timeout in seconds from C: positive, or `INFINITY` for no deadline
@@ -40,13 +45,27 @@ pub fn seconds(op: &'static str, s: f64) -> Result<Duration> {
 }
 
 impl Comm {
+    /// The communicator of `world`, whose setup steps take `timeout`.
+    pub fn new(world: World, timeout: Duration) -> Comm {
+        Comm {
+            world,
+            timeout,
+            steps: Arc::default(),
+        }
+    }
+
+    /// Its collective steps, shared with its exchanges.
+    pub(crate) fn steps(&self) -> &Arc<InUse> {
+        &self.steps
+    }
+
     /// From the launcher's environment (`sode-run`, or `SODE_ROOT` with a
     /// launcher's rank variables); a process nothing launched is a job of
     /// one.
     pub fn from_env(timeout: Duration) -> Result<Comm> {
         let op = "sode_comm_create_env";
         let world = World::init(timeout).map_err(|source| CapiError::Bootstrap { op, source })?;
-        Ok(Comm { world, timeout })
+        Ok(Comm::new(world, timeout))
     }
 
     /// Over the program's own allgather (an MPI communicator's).
@@ -65,7 +84,7 @@ impl Comm {
         let job_id = LaunchInfo::from_env().ok().and_then(|l| l.job_id);
         let world = World::over(Box::new(oob), job_id, Instant::now() + timeout)
             .map_err(|source| CapiError::Bootstrap { op, source })?;
-        Ok(Comm { world, timeout })
+        Ok(Comm::new(world, timeout))
     }
 }
 

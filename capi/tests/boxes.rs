@@ -17,7 +17,6 @@ use std::ffi::c_int;
 
 use common::{comm, hub, last_error, ok, on_every_rank};
 use sode_capi::comm::Comm;
-use sode_capi::exchange::Exchange;
 use sode_capi::sys::*;
 use sode_capi::{
     SODE_ERR_MISMATCH, SODE_F64, SODE_OK, SODE_ORDER_C, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP,
@@ -60,7 +59,7 @@ fn exchange(
     transport: c_int,
     wrong: bool,
     arrays: &mut [Vec<f64>; 2],
-) -> *mut Exchange {
+) -> *mut ExchangeHandle {
     let n = cells(me) as i64;
     let (left, right) = ((me + RANKS - 1) % RANKS, (me + 1) % RANKS);
     let mut x = std::ptr::null_mut();

@@ -165,7 +165,7 @@ fn rank(
 /// # Safety
 ///
 /// `x` is a live exchange.
-unsafe fn sides_in_place(x: *mut sode_capi::exchange::Exchange) -> usize {
+unsafe fn sides_in_place(x: *mut sode_capi::sys::ExchangeHandle) -> usize {
     let mut text = vec![0u8; 1 << 16];
     let mut needed = 0;
     // SAFETY: a buffer of the size given; `x` the caller's.

@@ -31,7 +31,7 @@ const SIDE: usize = 12;
 unsafe fn add_and_commit(
     hub: &Hub,
     me: usize,
-    x: *mut sode_capi::exchange::Exchange,
+    x: *mut sode_capi::sys::ExchangeHandle,
     arrays: &mut [Vec<f64>],
     owned: [i64; 2],
 ) -> Result<u64, String> {

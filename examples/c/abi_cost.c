@@ -1,5 +1,6 @@
 /* The cost of the C layer: a start and a wait of an empty exchange (one
- * rank, no neighbours) through sode.h, in nanoseconds per start + wait,
+ * rank, no neighbours, one field sode keeps: nothing to move) through
+ * sode.h, in nanoseconds per start + wait,
  * median and minimum of 7 rounds. `ci/abi-cost.sh` runs it beside the same
  * calls made from Rust (capi/examples/abi_cost.rs). */
 #define _POSIX_C_SOURCE 200809L
@@ -24,8 +25,11 @@ int main(void) {
     sode_comm *c;
     sode_exchange *x;
     int dims[2] = {1, 1}, coords[2] = {0, 0}, periodic[2] = {0, 0}, h[2] = {1, 1};
+    int64_t ext[2] = {10, 10}, lo[2] = {1, 1}, own[2] = {8, 8};
     if (sode_comm_create_env(30.0, &c) != SODE_OK ||
         sode_exchange_create_cart(c, 2, dims, coords, periodic, h, h, SODE_BOX, &x) != SODE_OK ||
+        sode_exchange_set_shared_fields(x, 1) != SODE_OK ||
+        sode_exchange_add_field(x, NULL, SODE_F64, 2, ext, lo, own, NULL, NULL, SODE_ORDER_C) != SODE_OK ||
         sode_exchange_commit(x) != SODE_OK) {
         fprintf(stderr, "abi_cost: %s\n", sode_last_error());
         return 1;
@@ -35,7 +39,7 @@ int main(void) {
     for (int r = 0; r < 7; r++) {
         double t = now_ns();
         for (int i = 0; i < iters; i++) {
-            if (sode_exchange_start(x) != SODE_OK || sode_exchange_wait(x, 1.0) != SODE_OK) {
+            if (sode_exchange_start_set(x, 0) != SODE_OK || sode_exchange_wait(x, 1.0) != SODE_OK) {
                 fprintf(stderr, "abi_cost: %s\n", sode_last_error());
                 return 1;
             }

@@ -5,7 +5,10 @@
 //! reaching back here). Each function runs inside `call`, which catches
 //! panics and records the message for `sode_last_error`.
 
+mod handle;
 pub mod memory;
+pub use handle::ExchangeHandle;
+use handle::Held;
 use memory::UserMemory;
 
 use std::cell::RefCell;
@@ -147,6 +150,31 @@ unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Resul
     unsafe { p.as_mut() }.ok_or(CapiError::Null { op, arg })
 }
 
+/// The exchange behind a C pointer, held for call `op`: refused while
+/// another thread's call holds it.
+///
+/// # Safety
+/// A non-null `p` must come from a `sode_exchange_create*` and not be freed.
+unsafe fn held<'a>(op: &'static str, p: *mut ExchangeHandle) -> Result<Held<'a>> {
+    // SAFETY: the caller's contract; the handle is only ever shared, its
+    // exchange reached through `Held`.
+    let handle = unsafe { p.as_ref() }.ok_or(CapiError::Null {
+        op,
+        arg: "exchange",
+    })?;
+    handle.hold(op)
+}
+
+/// The communicator behind a C pointer (shared: what changes in it is
+/// behind its own locks).
+///
+/// # Safety
+/// A non-null `p` must come from a `sode_comm_create_*` and not be freed.
+unsafe fn comm_ref<'a>(op: &'static str, p: *mut Comm) -> Result<&'a Comm> {
+    // SAFETY: the caller's contract.
+    unsafe { p.as_ref() }.ok_or(CapiError::Null { op, arg: "comm" })
+}
+
 /// Fills `out` with what `exchange` has done since its commit (or
 /// `sode_exchange_reset_stats`): iterations completed, seconds in start
 /// and in wait/test calls (packing and unpacking included), bytes sent to
@@ -160,11 +188,14 @@ unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Resul
 /// `exchange` from `sode_exchange_create*`, not freed; `out` valid for a
 /// write.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_stats(exchange: *mut Exchange, out: *mut Stats) -> c_int {
+pub unsafe extern "C" fn sode_exchange_stats(
+    exchange: *mut ExchangeHandle,
+    out: *mut Stats,
+) -> c_int {
     let op = "sode_exchange_stats";
     call(op, || {
         // SAFETY: the caller's contract.
-        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let mut x = unsafe { held(op, exchange) }?;
         // SAFETY: the caller's contract.
         let out = unsafe { handle(op, "out", out) }?;
         *out = Stats::of(&x.stats(op)?);
@@ -188,13 +219,13 @@ pub unsafe extern "C" fn sode_exchange_stats(exchange: *mut Exchange, out: *mut 
 /// write.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_staged_starts(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     count: *mut u64,
 ) -> c_int {
     let op = "sode_exchange_staged_starts";
     call(op, || {
         // SAFETY: the caller's contract.
-        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let mut x = unsafe { held(op, exchange) }?;
         // SAFETY: the caller's contract.
         let count = unsafe { handle(op, "count", count) }?;
         *count = x.stats(op)?.staged_starts;
@@ -218,14 +249,14 @@ pub unsafe extern "C" fn sode_exchange_staged_starts(
 /// As `sode_exchange_stats`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_neighbour_stats(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     i: c_int,
     out: *mut NeighbourStats,
 ) -> c_int {
     let op = "sode_exchange_neighbour_stats";
     call(op, || {
         // SAFETY: the caller's contract.
-        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let mut x = unsafe { held(op, exchange) }?;
         // SAFETY: the caller's contract.
         let out = unsafe { handle(op, "out", out) }?;
         let s = x.stats(op)?;
@@ -254,11 +285,11 @@ pub unsafe extern "C" fn sode_exchange_neighbour_stats(
 /// # Safety
 /// `exchange` from `sode_exchange_create*`, not freed.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_reset_stats(exchange: *mut Exchange) -> c_int {
+pub unsafe extern "C" fn sode_exchange_reset_stats(exchange: *mut ExchangeHandle) -> c_int {
     let op = "sode_exchange_reset_stats";
     call(op, || {
         // SAFETY: the caller's contract.
-        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let mut x = unsafe { held(op, exchange) }?;
         x.reset_stats()
     })
 }
@@ -463,7 +494,7 @@ pub unsafe extern "C" fn sode_comm_rank(comm: *mut Comm, rank: *mut c_int) -> c_
     let op = "sode_comm_rank";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
         // SAFETY: the caller's contract.
         let out = unsafe { handle(op, "rank", rank) }?;
         *out = c.world.rank() as c_int;
@@ -483,7 +514,7 @@ pub unsafe extern "C" fn sode_comm_size(comm: *mut Comm, size: *mut c_int) -> c_
     let op = "sode_comm_size";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
         // SAFETY: the caller's contract.
         let out = unsafe { handle(op, "size", size) }?;
         *out = c.world.size() as c_int;
@@ -527,7 +558,8 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
     let op = "sode_comm_reorder_cart";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
+        let _steps = handle::take_steps(c.steps(), op)?;
         // SAFETY: the caller's contract: `ndims` values each.
         let grid =
             unsafe { reorder_grid(op, ndims, dims, periodic, block, halo, shape, cell_bytes) }
@@ -567,10 +599,7 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
             // SAFETY: the caller's contract: `ndims` writable values.
             unsafe { *coords.add(a) = v as c_int };
         }
-        let out = Comm {
-            world: r.world,
-            timeout: c.timeout,
-        };
+        let out = Comm::new(r.world, c.timeout);
         // SAFETY: the caller's contract.
         unsafe { put(op, reordered, out) }
     })
@@ -659,11 +688,14 @@ pub unsafe extern "C" fn sode_comm_free(comm: *mut *mut Comm) -> c_int {
             return Ok(());
         }
         // SAFETY: the caller's contract: `*comm` is null or ours.
+        let Some(c) = (unsafe { (*comm).as_ref() }) else {
+            return Ok(());
+        };
+        drop(handle::take_steps(c.steps(), "sode_comm_free")?);
+        // SAFETY: ours, and no collective call is inside it.
         unsafe {
-            if !(*comm).is_null() {
-                drop(Box::from_raw(*comm));
-                *comm = std::ptr::null_mut();
-            }
+            drop(Box::from_raw(*comm));
+            *comm = std::ptr::null_mut();
         }
         Ok(())
     })
@@ -695,12 +727,12 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
     halo_lo: *const c_int,
     halo_hi: *const c_int,
     shape: c_int,
-    exchange: *mut *mut Exchange,
+    exchange: *mut *mut ExchangeHandle,
 ) -> c_int {
     let op = "sode_exchange_create_cart";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
         let d = grid_axes(op, ndims, 1)?;
         let shape = grid_shape(op, shape)?;
         // SAFETY: the caller's contract: `ndims` values each.
@@ -723,7 +755,7 @@ pub unsafe extern "C" fn sode_exchange_create_cart(
         };
         let x = Exchange::cartesian(c.world.clone(), c.timeout, cart)?;
         // SAFETY: the caller's contract.
-        unsafe { put(op, exchange, x) }
+        unsafe { put(op, exchange, ExchangeHandle::new(x, c.steps().clone())) }
     })
 }
 
@@ -768,12 +800,12 @@ pub unsafe extern "C" fn sode_exchange_create_tiles(
     halo_lo: *const c_int,
     halo_hi: *const c_int,
     shape: c_int,
-    exchange: *mut *mut Exchange,
+    exchange: *mut *mut ExchangeHandle,
 ) -> c_int {
     let op = "sode_exchange_create_tiles";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
         let d = grid_axes(op, ndims, 1)?;
         let shape = grid_shape(op, shape)?;
         // SAFETY: the caller's contract: `ndims` values each.
@@ -828,7 +860,7 @@ pub unsafe extern "C" fn sode_exchange_create_tiles(
         };
         let x = Exchange::tiles(c.world.clone(), c.timeout, tiles)?;
         // SAFETY: the caller's contract.
-        unsafe { put(op, exchange, x) }
+        unsafe { put(op, exchange, ExchangeHandle::new(x, c.steps().clone())) }
     })
 }
 
@@ -848,7 +880,7 @@ pub unsafe extern "C" fn sode_exchange_create_tiles(
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_set_zero_copy(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     mode: c_int,
 ) -> c_int {
     let op = "sode_exchange_set_zero_copy";
@@ -893,7 +925,10 @@ pub unsafe extern "C" fn sode_exchange_set_zero_copy(
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_set_depth(exchange: *mut Exchange, depth: c_int) -> c_int {
+pub unsafe extern "C" fn sode_exchange_set_depth(
+    exchange: *mut ExchangeHandle,
+    depth: c_int,
+) -> c_int {
     let op = "sode_exchange_set_depth";
     // SAFETY: the caller's contract.
     unsafe {
@@ -922,7 +957,7 @@ pub unsafe extern "C" fn sode_exchange_set_depth(exchange: *mut Exchange, depth:
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_set_transport(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     transport: c_int,
 ) -> c_int {
     let op = "sode_exchange_set_transport";
@@ -963,16 +998,16 @@ pub unsafe extern "C" fn sode_exchange_set_transport(
 pub unsafe extern "C" fn sode_exchange_create(
     comm: *mut Comm,
     ndims: c_int,
-    exchange: *mut *mut Exchange,
+    exchange: *mut *mut ExchangeHandle,
 ) -> c_int {
     let op = "sode_exchange_create";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
         let d = sizes(op, "ndims", &[ndims])?[0];
         let x = Exchange::explicit(c.world.clone(), c.timeout, d)?;
         // SAFETY: the caller's contract.
-        unsafe { put(op, exchange, x) }
+        unsafe { put(op, exchange, ExchangeHandle::new(x, c.steps().clone())) }
     })
 }
 
@@ -992,19 +1027,19 @@ pub unsafe extern "C" fn sode_exchange_create_f(
     comm: *mut Comm,
     ndims: c_int,
     lbounds: *const i64,
-    exchange: *mut *mut Exchange,
+    exchange: *mut *mut ExchangeHandle,
 ) -> c_int {
     let op = "sode_exchange_create";
     call(op, || {
         // SAFETY: the caller's contract.
-        let c = unsafe { handle(op, "comm", comm) }?;
+        let c = unsafe { comm_ref(op, comm) }?;
         let d = sizes(op, "ndims", &[ndims])?[0];
         let mut x = Exchange::explicit(c.world.clone(), c.timeout, d)?;
         // SAFETY: the caller's contract: `ndims` values.
         let first = unsafe { array(op, "lbounds", lbounds, d) }?;
         x.count_boxes_from(first);
         // SAFETY: the caller's contract.
-        unsafe { put(op, exchange, x) }
+        unsafe { put(op, exchange, ExchangeHandle::new(x, c.steps().clone())) }
     })
 }
 
@@ -1059,7 +1094,7 @@ struct BoxKind {
 /// As `sode_exchange_add_send`.
 unsafe fn add_box(
     op: &'static str,
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     rank: c_int,
     tag: c_int,
     lo: *const i64,
@@ -1067,7 +1102,7 @@ unsafe fn add_box(
     BoxKind { send, field }: BoxKind,
 ) -> Result<()> {
     // SAFETY: the caller's contract.
-    let x = unsafe { handle(op, "exchange", exchange) }?;
+    let mut x = unsafe { held(op, exchange) }?;
     let d = x.dims();
     let (peer, tag) = peer_and_tag(op, rank, tag)?;
     // SAFETY: the caller's contract: the exchange's `ndims` values each.
@@ -1097,7 +1132,7 @@ unsafe fn add_box(
 /// the exchange's `ndims` values.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_send(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     rank: c_int,
     tag: c_int,
     lo: *const i64,
@@ -1131,7 +1166,7 @@ pub unsafe extern "C" fn sode_exchange_add_send(
 /// As `sode_exchange_add_send`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_recv(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     rank: c_int,
     tag: c_int,
     lo: *const i64,
@@ -1169,7 +1204,7 @@ pub unsafe extern "C" fn sode_exchange_add_recv(
 /// As `sode_exchange_add_send`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_send_field(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     field: c_int,
     rank: c_int,
     tag: c_int,
@@ -1205,7 +1240,7 @@ pub unsafe extern "C" fn sode_exchange_add_send_field(
 /// As `sode_exchange_add_send`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_recv_field(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     field: c_int,
     rank: c_int,
     tag: c_int,
@@ -1234,7 +1269,7 @@ pub unsafe extern "C" fn sode_exchange_add_recv_field(
 /// # Safety
 /// As `sode_exchange_add_send_f`.
 unsafe fn add_box_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     rank: c_int,
     tag: c_int,
     n: c_int,
@@ -1248,7 +1283,7 @@ unsafe fn add_box_f(
         "sode_exchange_add_recv"
     };
     // SAFETY: the caller's contract.
-    let x = unsafe { handle(op, "exchange", exchange) }?;
+    let mut x = unsafe { held(op, exchange) }?;
     let Some(origin) = x.box_origin().map(<[i64]>::to_vec) else {
         return Err(CapiError::State {
             op,
@@ -1313,7 +1348,7 @@ unsafe fn add_box_f(
 /// `last` hold `n` values.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_send_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     rank: c_int,
     tag: c_int,
     n: c_int,
@@ -1348,7 +1383,7 @@ pub unsafe extern "C" fn sode_exchange_add_send_f(
 /// As `sode_exchange_add_send_f`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_recv_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     rank: c_int,
     tag: c_int,
     n: c_int,
@@ -1385,7 +1420,7 @@ pub unsafe extern "C" fn sode_exchange_add_recv_f(
 /// As `sode_exchange_add_send_f`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_box_field_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     send: c_int,
     field: c_int,
     rank: c_int,
@@ -1445,9 +1480,13 @@ struct FieldArgs {
 
 /// # Safety
 /// As `sode_exchange_add_field_strided`.
-unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) -> Result<()> {
+unsafe fn add_field(
+    op: &'static str,
+    exchange: *mut ExchangeHandle,
+    args: FieldArgs,
+) -> Result<()> {
     // SAFETY: the caller's contract.
-    let x = unsafe { handle(op, "exchange", exchange) }?;
+    let mut x = unsafe { held(op, exchange) }?;
     let ty = ElemType::from_code(args.ty).ok_or_else(|| CapiError::Invalid {
         op,
         why: format!(
@@ -1534,7 +1573,7 @@ unsafe fn add_field(op: &'static str, exchange: *mut Exchange, args: FieldArgs) 
 /// hold `ndims` values (the halo arrays the exchange's `ndims`).
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_field(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     base: *mut c_void,
     r#type: c_int,
     ndims: c_int,
@@ -1651,7 +1690,7 @@ impl FortranShape {
 /// As `sode_exchange_add_field`; the bound arrays hold `ndims` values.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_field_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     base: *mut c_void,
     r#type: c_int,
     ndims: c_int,
@@ -1687,7 +1726,7 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
         };
         let (halo_below, halo_above) = {
             // SAFETY: the caller's contract.
-            let x = unsafe { handle(op, "exchange", exchange) }?;
+            let x = unsafe { held(op, exchange) }?;
             check_origin(op, x.box_origin(), &lb)?;
             let (max_lo, max_hi) = x.halo_widths();
             let g = x.dims();
@@ -1724,7 +1763,7 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
         };
         // Before the field is added, so that its own messages count from 1.
         // SAFETY: the caller's contract.
-        unsafe { handle(op, "exchange", exchange) }?.count_as_fortran();
+        unsafe { held(op, exchange) }?.count_as_fortran();
         // SAFETY: the caller's contract; the vectors outlive the call.
         unsafe { add_field(op, exchange, args) }
     })
@@ -1741,7 +1780,7 @@ pub unsafe extern "C" fn sode_exchange_add_field_f(
 /// As `sode_exchange_add_field`; `strides` holds `ndims` values.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_add_field_strided(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     base: *mut c_void,
     r#type: c_int,
     ndims: c_int,
@@ -1785,13 +1824,13 @@ pub unsafe extern "C" fn sode_exchange_add_field_strided(
 /// a write.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_field_count(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     count: *mut c_int,
 ) -> c_int {
     let op = "sode_exchange_field_count";
     call(op, || {
         // SAFETY: the caller's contract.
-        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let x = unsafe { held(op, exchange) }?;
         // SAFETY: the caller's contract.
         let out = unsafe { handle(op, "count", count) }?;
         *out = c_int::try_from(x.field_count()).unwrap_or(c_int::MAX);
@@ -1827,7 +1866,7 @@ fn field_number(op: &'static str, field: c_int) -> Result<usize> {
 /// holding one value per axis of the exchange.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_set_overlap(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     field: c_int,
     overlap_lo: *const c_int,
     overlap_hi: *const c_int,
@@ -1835,7 +1874,7 @@ pub unsafe extern "C" fn sode_exchange_set_overlap(
     let op = "sode_exchange_set_overlap";
     call(op, || {
         // SAFETY: the caller's contract.
-        let x = unsafe { handle(op, "exchange", exchange) }?;
+        let mut x = unsafe { held(op, exchange) }?;
         let g = x.dims();
         let none = vec![0; g];
         // SAFETY (both): the caller's contract, one count per grid axis.
@@ -1862,7 +1901,7 @@ pub unsafe extern "C" fn sode_exchange_set_overlap(
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_set_memory_kind(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     field: c_int,
     kind: c_int,
 ) -> c_int {
@@ -1881,11 +1920,11 @@ pub unsafe extern "C" fn sode_exchange_set_memory_kind(
 /// `x` from `sode_exchange_create_*`, not freed.
 unsafe fn with_exchange(
     op: &'static str,
-    x: *mut Exchange,
+    x: *mut ExchangeHandle,
     f: impl FnOnce(&mut Exchange) -> Result<()>,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    call(op, || f(unsafe { handle(op, "exchange", x) }?))
+    call(op, || f(&mut *unsafe { held(op, x) }?))
 }
 
 /// Checks the exchange across the job and sets up its channels.
@@ -1908,9 +1947,16 @@ unsafe fn with_exchange(
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut Exchange) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { with_exchange("sode_exchange_commit", exchange, Exchange::commit) }
+pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut ExchangeHandle) -> c_int {
+    let op = "sode_exchange_commit";
+    call(op, || {
+        // SAFETY: the caller's contract.
+        let mut x = unsafe { held(op, exchange) }?;
+        // Two commits on one communicator at once would interleave their
+        // collective steps, differently on each rank.
+        let _steps = x.handle().collective(op)?;
+        x.commit()
+    })
 }
 
 /// Writes how each neighbour is reached, one line per link (after a
@@ -1930,7 +1976,7 @@ pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut Exchange) -> c_int 
 /// `size` bytes; `needed` NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_describe(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     buf: *mut c_char,
     size: usize,
     needed: *mut usize,
@@ -1975,7 +2021,7 @@ pub unsafe extern "C" fn sode_exchange_describe(
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_set_shared_fields(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     sets: c_int,
 ) -> c_int {
     let op = "sode_exchange_set_shared_fields";
@@ -2011,7 +2057,7 @@ pub unsafe extern "C" fn sode_exchange_set_shared_fields(
 /// valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_shared_field(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     set: c_int,
     field: c_int,
     array: *mut *mut c_void,
@@ -2051,7 +2097,7 @@ fn set_and_field(op: &'static str, set: c_int, field: c_int) -> Result<(usize, u
 /// As `sode_exchange_shared_field`; `shape` holds `ndims` values.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_shared_field_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     set: c_int,
     field: c_int,
     r#type: c_int,
@@ -2089,7 +2135,10 @@ pub unsafe extern "C" fn sode_exchange_shared_field_f(
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_start_set(exchange: *mut Exchange, set: c_int) -> c_int {
+pub unsafe extern "C" fn sode_exchange_start_set(
+    exchange: *mut ExchangeHandle,
+    set: c_int,
+) -> c_int {
     let op = "sode_exchange_start_set";
     // SAFETY: the caller's contract.
     unsafe {
@@ -2114,7 +2163,7 @@ pub unsafe extern "C" fn sode_exchange_start_set(exchange: *mut Exchange, set: c
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_start(exchange: *mut Exchange) -> c_int {
+pub unsafe extern "C" fn sode_exchange_start(exchange: *mut ExchangeHandle) -> c_int {
     // SAFETY: the caller's contract.
     unsafe { with_exchange("sode_exchange_start", exchange, Exchange::start) }
 }
@@ -2156,7 +2205,7 @@ fn array_count(op: &'static str, nfields: c_int, arrays: *const *mut c_void) -> 
 /// until the exchange is freed, with the rules of `sode_exchange_add_field`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_lend_arrays(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     nfields: c_int,
     arrays: *const *mut c_void,
 ) -> c_int {
@@ -2206,7 +2255,7 @@ pub unsafe extern "C" fn sode_exchange_lend_arrays(
 /// exchange, with the rules of `sode_exchange_add_field` while in flight.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_start_arrays(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     nfields: c_int,
     arrays: *const *mut c_void,
 ) -> c_int {
@@ -2253,7 +2302,7 @@ pub unsafe extern "C" fn sode_exchange_start_arrays(
 /// the rules of `sode_exchange_start_arrays`.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_start_fields(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     nfields: c_int,
     fields: *const c_int,
     arrays: *const *mut c_void,
@@ -2282,7 +2331,7 @@ pub unsafe extern "C" fn sode_exchange_start_fields(
 /// As `sode_exchange_start_fields`; `arrays` holds `narrays` pointers.
 #[no_mangle]
 pub unsafe extern "C" fn sode_exchange_start_fields_f(
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     nfields: c_int,
     fields: *const c_int,
     narrays: c_int,
@@ -2309,7 +2358,7 @@ pub unsafe extern "C" fn sode_exchange_start_fields_f(
 unsafe fn start_fields(
     op: &'static str,
     first: c_int,
-    exchange: *mut Exchange,
+    exchange: *mut ExchangeHandle,
     nfields: c_int,
     fields: *const c_int,
     arrays: *const *mut c_void,
@@ -2356,7 +2405,10 @@ unsafe fn start_fields(
 /// `exchange` from `sode_exchange_create_*`, not freed; `done` valid for a
 /// write.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_test(exchange: *mut Exchange, done: *mut c_int) -> c_int {
+pub unsafe extern "C" fn sode_exchange_test(
+    exchange: *mut ExchangeHandle,
+    done: *mut c_int,
+) -> c_int {
     let op = "sode_exchange_test";
     // SAFETY: the caller's contract.
     unsafe {
@@ -2386,7 +2438,10 @@ pub unsafe extern "C" fn sode_exchange_test(exchange: *mut Exchange, done: *mut 
 /// # Safety
 /// `exchange` from `sode_exchange_create_*`, not freed.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_wait(exchange: *mut Exchange, timeout_s: f64) -> c_int {
+pub unsafe extern "C" fn sode_exchange_wait(
+    exchange: *mut ExchangeHandle,
+    timeout_s: f64,
+) -> c_int {
     let op = "sode_exchange_wait";
     // SAFETY: the caller's contract.
     unsafe { with_exchange(op, exchange, |x| x.wait(seconds(op, timeout_s)?)) }
@@ -2403,18 +2458,23 @@ pub unsafe extern "C" fn sode_exchange_wait(exchange: *mut Exchange, timeout_s: 
 /// # Safety
 /// `*exchange` from `sode_exchange_create_*`, not freed before.
 #[no_mangle]
-pub unsafe extern "C" fn sode_exchange_free(exchange: *mut *mut Exchange) -> c_int {
+pub unsafe extern "C" fn sode_exchange_free(exchange: *mut *mut ExchangeHandle) -> c_int {
     call("sode_exchange_free", || {
         if exchange.is_null() {
             return Ok(());
         }
         // SAFETY: the caller's contract: `*exchange` is null or ours.
+        if unsafe { *exchange }.is_null() {
+            return Ok(());
+        }
+        // SAFETY: as above; let go before the handle is dropped.
+        unsafe { held("sode_exchange_free", *exchange) }?.check_free()?;
+        // SAFETY: ours, and no call holds it (a call another thread makes
+        // on an exchange as it is freed is the program's race, as with any
+        // handle).
         unsafe {
-            if let Some(x) = (*exchange).as_mut() {
-                x.check_free()?;
-                drop(Box::from_raw(*exchange));
-                *exchange = std::ptr::null_mut();
-            }
+            drop(Box::from_raw(*exchange));
+            *exchange = std::ptr::null_mut();
         }
         Ok(())
     })

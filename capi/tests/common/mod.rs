@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 
 use sode_capi::comm::Comm;
-use sode_capi::exchange::Exchange;
 use sode_capi::sys::*;
 use sode_capi::{SODE_BOX, SODE_F64, SODE_OK, SODE_ORDER_C};
 
@@ -125,7 +124,7 @@ pub fn periodic_2d(
     coords: [c_int; 2],
     halo: c_int,
     transport: c_int,
-) -> *mut Exchange {
+) -> *mut ExchangeHandle {
     let (periodic, halo) = ([1, 1], [halo; 2]);
     let mut x = std::ptr::null_mut();
     // SAFETY: arrays of the sizes the call documents; `comm` the caller's.
@@ -158,7 +157,7 @@ pub fn periodic_2d(
 ///
 /// `x` is a live exchange, and `array` outlives it.
 pub unsafe fn add_f64(
-    x: *mut Exchange,
+    x: *mut ExchangeHandle,
     array: &mut [f64],
     ext: [i64; 2],
     lo: [i64; 2],
