@@ -64,6 +64,7 @@ pub mod pmi;
 pub mod pmix;
 mod relay;
 mod routes;
+mod settings;
 mod splice;
 mod streams;
 #[allow(unsafe_code)]

@@ -382,6 +382,10 @@ impl World {
             relay,
         };
         adopt_wait_policy(&local_pids)?;
+        if rank == 0 {
+            // Once for the job, not from every rank alike.
+            crate::settings::warn_misspelt();
+        }
         Ok(world)
     }
 
@@ -406,6 +410,7 @@ impl World {
 
     /// A job of one process (no network).
     pub fn single() -> World {
+        crate::settings::warn_misspelt();
         let nodes = Nodes::new([NodeId::local()]);
         World {
             rank: 0,
