@@ -59,6 +59,17 @@ impl Comm {
         &self.steps
     }
 
+    /// A communicator of the same job with its ranks renumbered
+    /// (`world`): it takes the same collective steps, so it shares their
+    /// turn.
+    pub(crate) fn renumbered(&self, world: World) -> Comm {
+        Comm {
+            world,
+            timeout: self.timeout,
+            steps: self.steps.clone(),
+        }
+    }
+
     /// From the launcher's environment (`sode-run`, or `SODE_ROOT` with a
     /// launcher's rank variables); a process nothing launched is a job of
     /// one.

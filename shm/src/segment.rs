@@ -244,6 +244,14 @@ impl HeldDir {
             let _ = std::fs::remove_dir(&self.path);
         }
     }
+
+    /// Lets go early, the job having failed (see
+    /// [`JobDirHold::release_when_failed`]).
+    fn release_failed(&self) {
+        self.failed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.release();
+    }
 }
 
 impl JobDirHold {
@@ -259,16 +267,6 @@ impl JobDirHold {
                 h.release_failed();
             }
         });
-    }
-}
-
-impl HeldDir {
-    /// Lets go early, the job having failed (see
-    /// [`JobDirHold::release_when_failed`]).
-    fn release_failed(&self) {
-        self.failed
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.release();
     }
 }
 
@@ -300,9 +298,9 @@ fn release_held_at_exit(_status: Option<i32>) {
 /// Registers [`release_held_at_exit`] once a process, and the handler
 /// that releases them when a signal ends the process.
 fn release_at_end() {
-    crate::sys::ending_signal::install();
     static REGISTERED: std::sync::Once = std::sync::Once::new();
     REGISTERED.call_once(|| {
+        crate::sys::ending_signal::install();
         if !sode_job::run_at_exit(release_held_at_exit) {
             tracing::debug!("no room for an exit hook: a job directory held at exit is left to the next job's sweep");
         }
@@ -472,16 +470,6 @@ pub(crate) fn hold_job_dir(path: &Path) -> Result<JobDirHold> {
     Ok(JobDirHold { _held: h })
 }
 
-impl OwnSegment {
-    /// Lets go of the job's directory early: a peer process of the job
-    /// died, so the job has failed (see
-    /// [`JobDirHold::release_when_failed`]; this is the same, for a death
-    /// the data path finds before the job's health watcher).
-    pub(crate) fn job_failed(&self) {
-        self._dir._held.release_failed();
-    }
-}
-
 /// This process's own segment; removes its locator and closes its memfd
 /// on drop if still there.
 #[derive(Debug)]
@@ -554,6 +542,14 @@ fn sealed_memfd(len: u64, name: &Path, dir: &Path) -> Result<File> {
 }
 
 impl OwnSegment {
+    /// Lets go of the job's directory early: a peer process of the job
+    /// died, so the job has failed (see
+    /// [`JobDirHold::release_when_failed`]; this is the same, for a death
+    /// the data path finds before the job's health watcher).
+    pub(crate) fn job_failed(&self) {
+        self._dir._held.release_failed();
+    }
+
     /// Creates a sealed segment of `len` bytes and its locator under a
     /// temporary name next to `path`.
     pub(crate) fn create(path: PathBuf, len: u64) -> Result<OwnSegment> {

@@ -599,7 +599,7 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
             // SAFETY: the caller's contract: `ndims` writable values.
             unsafe { *coords.add(a) = v as c_int };
         }
-        let out = Comm::new(r.world, c.timeout);
+        let out = c.renumbered(r.world);
         // SAFETY: the caller's contract.
         unsafe { put(op, reordered, out) }
     })

@@ -48,17 +48,14 @@ static PATHS: AtomicUsize = AtomicUsize::new(0);
 static OWNER: AtomicI32 = AtomicI32::new(0);
 
 /// Installs the handler for each ending signal whose action is the
-/// default; once a process.
+/// default; called once a process (by the first hold of a job directory).
 pub(crate) fn install() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        OWNER.store(std::process::id() as c_int, Ordering::Release);
-        for sig in ENDING {
-            if !install_for(sig) {
-                tracing::debug!(sig, "a handler is set for this signal: a job directory held when it ends the process is left to the next job's sweep");
-            }
+    OWNER.store(std::process::id() as c_int, Ordering::Release);
+    for sig in ENDING {
+        if !install_for(sig) {
+            tracing::debug!(sig, "a handler is set for this signal: a job directory held when it ends the process is left to the next job's sweep");
         }
-    });
+    }
 }
 
 /// Installs [`on_ending_signal`] for `sig` if its action is the default.
