@@ -7,7 +7,7 @@
 #
 # SODE_NICS: "mac=address/prefix[=rxe] ..."; the ranks meet at
 # $SODE_NODE_ROOT (a host: node b's address on this node's wire) but for
-# the ranks listed in SODE_ROOTS ("rank=host ..."); each job has a port of
+# the ranks listed in SODE_CLUSTER_ROOT_OF ("rank=host ..."); each job has a port of
 # its own. The ranks of each job on this node: SODE_<JOB>_RANKS.
 set -uo pipefail
 out=${SODE_VM_OUT:?}
@@ -50,7 +50,7 @@ run_job() {
   local pids=() status=0 r p
   for r in $ranks; do
     local root=$SODE_NODE_ROOT
-    for o in ${SODE_ROOTS:-}; do [ "${o%%=*}" = "$r" ] && root=${o#*=}; done
+    for o in ${SODE_CLUSTER_ROOT_OF:-}; do [ "${o%%=*}" = "$r" ] && root=${o#*=}; done
     SODE_RANK=$r SODE_SIZE=$size SODE_ROOT=$root:$port SODE_JOB_ID="$SODE_CLUSTER_JOB-$job" \
       SODE_JOB_SECRET=$(cat "$out/secret") \
       timeout -s KILL 240 "$@" >"$out/$node-$job-r$r.log" 2>&1 &

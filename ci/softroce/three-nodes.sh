@@ -83,7 +83,7 @@ run_nodes() {
   listening "$wire1"
   boot b "$(mac 02)=10.78.0.2/24=rxe $(mac 12)=10.79.0.2/24" \
     "-netdev socket,id=w1,connect=127.0.0.1:$wire1 -device virtio-net-pci,netdev=w1,mac=$(mac 02) -netdev socket,id=w2,listen=127.0.0.1:$wire2 -device virtio-net-pci,netdev=w2,mac=$(mac 12)" \
-    SODE_NODE_ROOT=127.0.0.1 SODE_ROOTS=0=0.0.0.0 "SODE_STENCIL_RANKS='0 1'" "SODE_CHAIN_RANKS='0 3'" &
+    SODE_NODE_ROOT=127.0.0.1 SODE_CLUSTER_ROOT_OF=0=0.0.0.0 "SODE_STENCIL_RANKS='0 1'" "SODE_CHAIN_RANKS='0 3'" &
   vm_b=$!
   listening "$wire2"
   boot c "$(mac 13)=10.79.0.3/24" \

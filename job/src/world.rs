@@ -223,8 +223,9 @@ struct Order {
     rank: Vec<usize>,
 }
 
-/// Puts the data path's wait policy for `local_ranks` ranks on this node in
-/// force (`SODE_WAIT`, auto: block when they outnumber the cores).
+/// Puts the data path's wait policy for this node's ranks (their
+/// processes, `local_pids`) in force (`SODE_WAIT`, auto: block when they
+/// outnumber the CPUs they may run on together).
 fn adopt_wait_policy(local_pids: &[u32]) -> Result<()> {
     let value = std::env::var(crate::backoff::WAIT_VAR).ok();
     let local_ranks = local_pids.len();
