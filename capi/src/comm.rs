@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use sode_job::{AllgatherFn, ExternalOob, LaunchInfo, World};
 
 use crate::error::{CapiError, Result};
-use crate::in_use::InUse;
+use crate::handle::Steps;
 
 /// The ranks of a job and how long collective steps may take.
 #[derive(Debug)]
@@ -17,7 +17,7 @@ pub struct Comm {
     pub timeout: Duration,
     /// Its collective steps, which one call at a time takes (a commit of
     /// any of its exchanges, a reorder).
-    steps: Arc<InUse>,
+    steps: Steps,
 }
 
 /// A timeout in seconds from C: positive, or `INFINITY` for no deadline
@@ -55,7 +55,7 @@ impl Comm {
     }
 
     /// Its collective steps, shared with its exchanges.
-    pub(crate) fn steps(&self) -> &Arc<InUse> {
+    pub(crate) fn steps(&self) -> &Steps {
         &self.steps
     }
 

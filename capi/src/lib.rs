@@ -33,7 +33,7 @@ pub mod comm;
 pub mod error;
 pub mod exchange;
 pub mod explicit;
-mod in_use;
+pub mod handle;
 mod record;
 pub mod stats;
 #[allow(unsafe_code)]

@@ -5,15 +5,14 @@
 //! reaching back here). Each function runs inside `call`, which catches
 //! panics and records the message for `sode_last_error`.
 
-mod handle;
 pub mod memory;
-pub use handle::ExchangeHandle;
-use handle::Held;
+pub use crate::handle::ExchangeHandle;
 use memory::UserMemory;
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::MutexGuard;
 
 use sode_job::AllgatherFn;
 
@@ -22,6 +21,7 @@ use crate::comm::{seconds, Comm};
 use crate::error::{CapiError, Result};
 use crate::exchange::{Exchange, FieldList};
 use crate::explicit::BoxMessage;
+use crate::handle::take_steps;
 use crate::stats::{NeighbourStats, Stats};
 use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
 use sode::field::{ElemType, FieldLayout, Order, Overlap};
@@ -155,14 +155,22 @@ unsafe fn handle<'a, T>(op: &'static str, arg: &'static str, p: *mut T) -> Resul
 ///
 /// # Safety
 /// A non-null `p` must come from a `sode_exchange_create*` and not be freed.
-unsafe fn held<'a>(op: &'static str, p: *mut ExchangeHandle) -> Result<Held<'a>> {
-    // SAFETY: the caller's contract; the handle is only ever shared, its
-    // exchange reached through `Held`.
-    let handle = unsafe { p.as_ref() }.ok_or(CapiError::Null {
+unsafe fn held<'a>(op: &'static str, p: *mut ExchangeHandle) -> Result<MutexGuard<'a, Exchange>> {
+    // SAFETY: the caller's contract.
+    unsafe { exchange_ref(op, p) }?.hold(op)
+}
+
+/// The handle behind a C pointer (shared: its exchange is taken through
+/// its lock).
+///
+/// # Safety
+/// As [`held`].
+unsafe fn exchange_ref<'a>(op: &'static str, p: *mut ExchangeHandle) -> Result<&'a ExchangeHandle> {
+    // SAFETY: the caller's contract.
+    unsafe { p.as_ref() }.ok_or(CapiError::Null {
         op,
         arg: "exchange",
-    })?;
-    handle.hold(op)
+    })
 }
 
 /// The communicator behind a C pointer (shared: what changes in it is
@@ -559,7 +567,7 @@ pub unsafe extern "C" fn sode_comm_reorder_cart(
     call(op, || {
         // SAFETY: the caller's contract.
         let c = unsafe { comm_ref(op, comm) }?;
-        let _steps = handle::take_steps(c.steps(), op)?;
+        let _steps = take_steps(c.steps(), op)?;
         // SAFETY: the caller's contract: `ndims` values each.
         let grid =
             unsafe { reorder_grid(op, ndims, dims, periodic, block, halo, shape, cell_bytes) }
@@ -691,7 +699,7 @@ pub unsafe extern "C" fn sode_comm_free(comm: *mut *mut Comm) -> c_int {
         let Some(c) = (unsafe { (*comm).as_ref() }) else {
             return Ok(());
         };
-        drop(handle::take_steps(c.steps(), "sode_comm_free")?);
+        drop(take_steps(c.steps(), "sode_comm_free")?);
         // SAFETY: ours, and no collective call is inside it.
         unsafe {
             drop(Box::from_raw(*comm));
@@ -1951,10 +1959,11 @@ pub unsafe extern "C" fn sode_exchange_commit(exchange: *mut ExchangeHandle) -> 
     let op = "sode_exchange_commit";
     call(op, || {
         // SAFETY: the caller's contract.
-        let mut x = unsafe { held(op, exchange) }?;
+        let handle = unsafe { exchange_ref(op, exchange) }?;
+        let mut x = handle.hold(op)?;
         // Two commits on one communicator at once would interleave their
         // collective steps, differently on each rank.
-        let _steps = x.handle().collective(op)?;
+        let _steps = handle.collective(op)?;
         x.commit()
     })
 }
