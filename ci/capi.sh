@@ -130,6 +130,25 @@ done
 echo "-- mpirun -n 3 tiles over TCP"
 timeout 120 "${mpirun[@]}" -n 3 -x SODE_TRANSPORT=tcp "$fbuild/tiles"
 
+# Users look for their own memory errors with valgrind, which does not pass
+# pidfd_open through (3.19): the shared-memory channel then holds its peers
+# through /proc, and memcheck must report nothing whose stack passes
+# through sode (the MPI's own reports are left alone).
+sode_errors() {
+  awk 'function check(p) { if (rec[p] ~ /(at|by) 0x/ && rec[p] ~ /sode/) { printf "%s", rec[p]; bad++ } rec[p] = "" }
+       match($0, /^==[0-9]+== /) {
+         p = substr($0, 3, RLENGTH - 5)
+         if (length($0) == RLENGTH) check(p); else rec[p] = rec[p] $0 "\n"
+       }
+       END { for (p in rec) check(p); exit bad > 0 }'
+}
+for prog in "$build/rk2d" "$fbuild/ring1d"; do
+  echo "-- mpirun -n 2 valgrind $prog: memcheck reports nothing in sode"
+  out=$(timeout 600 "${mpirun[@]}" -n 2 valgrind --num-callers=40 "$prog" 2>&1) || { echo "$out"; exit 1; }
+  grep -q "Memcheck" <<<"$out" || { echo "$out"; echo "error: valgrind did not run" >&2; exit 1; }
+  sode_errors <<<"$out" || { echo "error: memcheck reported the errors above in sode's frames" >&2; exit 1; }
+done
+
 echo "-- a Fortran failure without ierr ends the whole job (MPI_Abort)"
 set +e
 fatal_out=$(timeout 60 "${mpirun[@]}" -n 2 "$fbuild/fatal" 2>&1)

@@ -12,9 +12,10 @@ set -euo pipefail
 # openmpi-bin, libopenmpi-dev, gfortran: the C and Fortran examples, built
 # against an installed sode and run under mpirun (ci/capi.sh); libpmix-dev:
 # the PMIx headers sode's layouts are checked against (ci/pmix.sh; sode
-# itself loads libpmix.so.2 at run time).
+# itself loads libpmix.so.2 at run time); valgrind: ci/capi.sh runs
+# examples under memcheck, as users look for their own memory errors.
 apt_packages=(gcc pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1
-              openmpi-bin libopenmpi-dev gfortran libpmix-dev)
+              openmpi-bin libopenmpi-dev gfortran libpmix-dev valgrind)
 
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -11,6 +11,9 @@ pub struct ShmCaps {
     pub seccomp_mode: Option<u32>,
     /// The soft RLIMIT_MEMLOCK in bytes (`None`: unlimited).
     pub memlock_limit: Option<u64>,
+    /// How peer processes are held, to notice their deaths: `Ok` with
+    /// pidfds, or why not, and what stands in for them.
+    pub process_handles: Result<(), String>,
 }
 
 fn seccomp_mode() -> Option<u32> {
@@ -31,6 +34,7 @@ impl ShmCaps {
         ShmCaps {
             seccomp_mode: seccomp_mode(),
             memlock_limit,
+            process_handles: crate::sys::process::handles(),
         }
     }
 }

@@ -52,7 +52,7 @@ pub(crate) const H_LENT_SETS: u64 = 160;
 pub(crate) const H_LENT_SET_LEN: u64 = 168;
 /// 1 once the owner has let go of its side of the exchange (freed it): a
 /// peer still waiting for it is told, where the owner's process may live
-/// on for long after (its pidfd says nothing).
+/// on for long after (its process handle says nothing).
 pub(crate) const H_LEFT: u64 = 176;
 pub(crate) const HEADER_LEN: u64 = 256;
 

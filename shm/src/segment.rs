@@ -21,7 +21,7 @@ use nix::fcntl::{fcntl, FcntlArg, Flock, FlockArg, SealFlag};
 
 use crate::error::{Result, ShmError};
 use crate::layout;
-use crate::sys::pidfd::PidFd;
+use crate::sys::process::Process;
 use crate::sys::shared::SharedMap;
 
 /// The seals every segment carries: no resizing, and no lifting of that.
@@ -687,8 +687,8 @@ fn check_memfd(file: &File, at: &Locator, path: &Path) -> Result<()> {
 
 /// Whether the process of `owner` is exiting: a killed process closes its
 /// descriptors (a peer finds its segment's gone) a moment before its
-/// pidfd reports the exit, so this waits that moment, a bounded one.
-fn exiting(owner: &PidFd) -> bool {
+/// handle reports the exit, so this waits that moment, a bounded one.
+fn exiting(owner: &Process) -> bool {
     let until = Instant::now() + Duration::from_millis(200);
     let mut backoff = sode_job::Backoff::setup(Duration::from_millis(2));
     loop {
@@ -727,7 +727,7 @@ pub(crate) fn open_peer(path: &Path, peer: usize) -> Result<Option<SharedMap>> {
     };
     // Held from before the open until after it: if the process has not
     // exited by then, the pid was its own all along.
-    let owner = PidFd::open(pid).map_err(|e| match e.raw_os_error() {
+    let owner = Process::open(pid).map_err(|e| match e.raw_os_error() {
         Some(libc::ESRCH) => died(),
         _ => err(e),
     })?;

@@ -182,11 +182,16 @@ fn ten_thousand_back_to_back_exchanges_on_all_paths() {
     }
 }
 
-#[test]
-fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
+/// Kills rank 1 mid-exchange (both ranks run with `extra`): rank 0 must
+/// name it dead within seconds, and nothing may be left behind.
+fn a_killed_peer_is_reported(extra: &[&str]) {
     let _serial = serial();
     let j = job("killed");
-    let args = ["sizes=64,100000", "iters=1000", "deadline-ms=20000"];
+    let args = [
+        &["sizes=64,100000", "iters=1000", "deadline-ms=20000"],
+        extra,
+    ]
+    .concat();
     let mut victim = spawn(&j, 1, "0", &[&args[..], &["stall-after=5"]].concat());
     let survivor = spawn(&j, 0, "1", &args);
     // Wait until the victim is stuck mid-exchange, then kill it.
@@ -212,6 +217,41 @@ fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
     );
     assert!(took < Duration::from_secs(5), "noticed after {took:?}");
     assert_no_segments(&j);
+}
+
+#[test]
+fn a_killed_peer_is_reported_within_the_deadline_and_leaves_no_segment() {
+    a_killed_peer_is_reported(&[]);
+}
+
+// Where `pidfd_open` is refused (a kernel before 5.3, valgrind 3.19, a
+// seccomp profile), peers are held through their /proc/<pid>/stat: a real
+// seccomp filter refuses the call to both ranks (a killed one is a zombie
+// until this test reaps it, after rank 0 has named it).
+#[test]
+fn without_pidfds_a_killed_peer_is_still_reported() {
+    a_killed_peer_is_reported(&["deny-pidfd=1"]);
+}
+
+#[test]
+fn without_pidfds_every_path_arrives_intact() {
+    let _serial = serial();
+    for path in ["eager", "window", "get"] {
+        let (path_arg, sizes) = (format!("path={path}"), format!("sizes={SIZES}"));
+        let args = [&path_arg[..], "iters=50", &sizes, "deny-pidfd=1"];
+        let t = run_all("no_pidfd", &["1", "0"], &[&args]);
+        assert_eq!(paths_seen(&t[0], path), 7, "{}", t[0]);
+    }
+    // The probe says what holds the peers, and why.
+    let out = Command::new(CHECK)
+        .args(["probe", "deny-pidfd=1"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("process handles:     pidfd_open is refused"),
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! `sode-shm-check`: checks the intra-node channel on this machine.
 //!
 //! ```text
-//! sode-shm-check probe
+//! sode-shm-check probe [deny-pidfd=1]
 //! sode-shm-check run job=J rank=R peers=1,2 sizes=0,7,4096 [path=auto|eager|get|window]
-//!     [private=1] [iters=N] [misalign=K] [deny-cma=1] [stall-after=K]
+//!     [private=1] [iters=N] [misalign=K] [deny-cma=1] [deny-pidfd=1] [stall-after=K]
 //!     [deadline-ms=MS] [setup-ms=MS] [bind=1] [ring=BYTES]
 //! ```
 //!
@@ -43,9 +43,20 @@ fn parse_list(v: &str) -> Result<Vec<usize>, String> {
         .collect()
 }
 
-fn probe() -> Result<(), String> {
+fn probe(args: &HashMap<String, String>) -> Result<(), String> {
+    if args.get("deny-pidfd").map(String::as_str) == Some("1") {
+        sode_shm::sys::seccomp::deny_pidfd()
+            .map_err(|e| format!("installing the seccomp filter: {e}"))?;
+    }
     let caps = sode_shm::ShmCaps::probe();
     println!("seccomp mode:        {:?}", caps.seccomp_mode);
+    println!(
+        "process handles:     {}",
+        match &caps.process_handles {
+            Ok(()) => "pidfds",
+            Err(why) => why,
+        }
+    );
     println!(
         "memlock limit:       {}",
         caps.memlock_limit
@@ -197,6 +208,10 @@ fn prepare(set: &Settings<'_>, rank: usize) -> Result<(), Failure> {
         sode_shm::sys::seccomp::deny_cross_memory_attach()
             .map_err(|e| Failure::Channel(format!("installing the seccomp filter: {e}")))?;
     }
+    if set.get("deny-pidfd") == Some("1") {
+        sode_shm::sys::seccomp::deny_pidfd()
+            .map_err(|e| Failure::Channel(format!("installing the seccomp filter: {e}")))?;
+    }
     #[cfg(feature = "hwloc")]
     if set.get("bind") == Some("1") {
         let b = sode_shm::topology::bind_to_core(rank).map_err(chan)?;
@@ -310,7 +325,7 @@ fn main() -> ExitCode {
         })
         .collect();
     match mode {
-        "probe" => match probe() {
+        "probe" => match probe(&args) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("sode-shm-check: {e}");

@@ -11,7 +11,7 @@ use crate::context::{Context, PeerCalibration};
 use crate::error::{Result, ShmError};
 use crate::layout::{self, PeerView, RecvSpec, SegmentLayout, SendSpec};
 use crate::segment::{open_peer, segment_path, OwnSegment};
-use crate::sys::pidfd::PidFd;
+use crate::sys::process::Process;
 use sode_job::Backoff;
 
 use crate::sys::shared::SharedMap;
@@ -127,7 +127,7 @@ pub(super) struct MappedPeer {
     pub(super) rank: usize,
     pub(super) map: SharedMap,
     pub(super) view: PeerView,
-    pub(super) pidfd: Arc<PidFd>,
+    pub(super) process: Arc<Process>,
 }
 
 pub(super) struct Setup<'p> {
@@ -146,7 +146,7 @@ impl Setup<'_> {
         &self,
         peer: usize,
         step: &'static str,
-        watch: Option<&PidFd>,
+        watch: Option<&Process>,
         pid: i32,
         mut ready: impl FnMut() -> Result<Option<T>>,
     ) -> Result<T> {
@@ -668,7 +668,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 open_peer(&path, peer)
             })?;
             let view = layout::read_peer(&map, peer, setup.rank).map_err(|w| protocol(peer, w))?;
-            let pidfd = PidFd::shared(view.pid).map_err(|_| ShmError::PeerDied {
+            let process = Process::shared(view.pid).map_err(|_| ShmError::PeerDied {
                 peer,
                 pid: view.pid,
                 during: "before we could map its segment".into(),
@@ -680,7 +680,7 @@ impl<'a> ShmExchangeBuilder<'a> {
                 rank: peer,
                 map,
                 view,
-                pidfd,
+                process,
             });
         }
         Ok(mapped)

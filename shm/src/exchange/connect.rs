@@ -13,7 +13,7 @@ use crate::buffer::PrivateBuf;
 use crate::error::{Result, ShmError};
 use crate::layout::{self, TheirRecv};
 use crate::ring::{RingRx, RingTx};
-use crate::sys::pidfd::Watch;
+use crate::sys::process::Watch;
 use crate::sys::shared::CheckedRuns;
 use sode_job::Lifecycle;
 
@@ -87,7 +87,7 @@ impl MappedPeer {
     /// the peer has published its receive paths; `step` names what it is
     /// doing before that, for the timeout's message.
     pub(super) fn wait_paths(&self, setup: &Setup<'_>, step: &'static str) -> Result<()> {
-        setup.until(self.rank, step, Some(&*self.pidfd), self.view.pid, || {
+        setup.until(self.rank, step, Some(&*self.process), self.view.pid, || {
             self.state_reached(layout::STATE_PATHS)
         })
     }
@@ -209,7 +209,7 @@ impl ShmExchangeBuilder<'_> {
                 rank: m.rank,
                 lent: m.view.lent,
                 pid: m.view.pid,
-                pidfd: m.pidfd,
+                process: m.process,
                 tx: RingTx::new(m.view.ring_to_peer),
                 rx: RingRx::new(inbound),
                 outbox: VecDeque::new(),
@@ -469,7 +469,7 @@ impl Operations {
             pinned: segment.pinned,
             notes: local.notes,
         };
-        let watch = Watch::new(peers.iter().map(|p| &*p.pidfd));
+        let watch = Watch::new(peers.iter().map(|p| &*p.process));
         Exchange {
             name: local.name,
             own: segment.own,

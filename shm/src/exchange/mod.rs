@@ -10,7 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use crate::buffer::PrivateBuf;
 use crate::ring::{Record, RingRx, RingTx};
 use crate::segment::OwnSegment;
-use crate::sys::pidfd::{PidFd, Watch};
+use crate::sys::process::{Process, Watch};
 use sode_job::Lifecycle;
 use std::time::{Duration, Instant};
 
@@ -257,7 +257,7 @@ struct PeerSegment {
     /// Its lent sets, if it lends any (checked at build).
     lent: Option<crate::layout::Lent>,
     pid: i32,
-    pidfd: std::sync::Arc<PidFd>,
+    process: std::sync::Arc<Process>,
     map: SharedMap,
     tx: RingTx,
     rx: RingRx,

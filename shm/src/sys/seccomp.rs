@@ -1,7 +1,8 @@
-//! Denying cross-memory attach to the calling process with a seccomp filter.
+//! Denying system calls to the calling process with a seccomp filter.
 //!
-//! This exists so tests (and `sode-shm-check deny-cma=1`) can exercise the
-//! fallback against a real kernel denial rather than a flag.
+//! This exists so tests (and `sode-shm-check deny-cma=1` or `deny-pidfd=1`)
+//! can exercise what sode does without them against a real kernel denial
+//! rather than a flag.
 
 use std::io;
 
@@ -13,6 +14,25 @@ use std::io;
 ///
 /// The kernel's error when it refuses the filter.
 pub fn deny_cross_memory_attach() -> io::Result<()> {
+    deny(&[
+        (libc::SYS_process_vm_readv, libc::EPERM),
+        (libc::SYS_process_vm_writev, libc::EPERM),
+    ])
+}
+
+/// Installs a seccomp filter that makes `pidfd_open` fail with `ENOSYS` in
+/// this process and its children, as a kernel before 5.3 or valgrind 3.19
+/// does. Irreversible for the process.
+///
+/// # Errors
+///
+/// The kernel's error when it refuses the filter.
+pub fn deny_pidfd() -> io::Result<()> {
+    deny(&[(libc::SYS_pidfd_open, libc::ENOSYS)])
+}
+
+/// Installs a filter that fails each system call of `calls` with its errno.
+fn deny(calls: &[(libc::c_long, libc::c_int)]) -> io::Result<()> {
     const RET_ALLOW: u32 = 0x7fff_0000;
     const RET_ERRNO: u32 = 0x0005_0000;
     const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
@@ -37,22 +57,23 @@ pub fn deny_cross_memory_attach() -> io::Result<()> {
         jf,
         k,
     };
-    let deny = RET_ERRNO | libc::EPERM as u32;
-    let filter = [
-        // seccomp_data.arch at offset 4; a foreign ABI is left alone.
+    // seccomp_data.arch at offset 4; a foreign ABI is left alone. Then
+    // seccomp_data.nr at offset 0, and per call: if it is this one, return
+    // its errno, else go on to the next.
+    let mut filter = vec![
         stmt(LD_W_ABS, 4),
         jump(arch, 1, 0),
         stmt(RET_K, RET_ALLOW),
-        // seccomp_data.nr at offset 0.
         stmt(LD_W_ABS, 0),
-        jump(libc::SYS_process_vm_readv as u32, 2, 0),
-        jump(libc::SYS_process_vm_writev as u32, 1, 0),
-        stmt(RET_K, RET_ALLOW),
-        stmt(RET_K, deny),
     ];
+    for &(nr, errno) in calls {
+        filter.push(jump(nr as u32, 0, 1));
+        filter.push(stmt(RET_K, RET_ERRNO | errno as u32));
+    }
+    filter.push(stmt(RET_K, RET_ALLOW));
     let prog = libc::sock_fprog {
         len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut libc::sock_filter,
+        filter: filter.as_mut_ptr(),
     };
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
