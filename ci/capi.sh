@@ -97,6 +97,22 @@ for cpus in one all; do
   fi
 done
 
+# A container started for each rank with a PID namespace of its own: ranks
+# of one machine that cannot open each other's segments (through
+# /proc/<pid>) exchange over the network, and the machine's lowest rank
+# says why, once. (Open MPI's own shared memory is left out: it attaches by
+# pid too.)
+if unshare --pid --fork --mount-proc true 2>/dev/null; then
+  echo "-- mpirun ring1d with rank 1 in a PID namespace of its own: over the network, said once"
+  out=$(timeout 120 "${mpirun[@]}" --mca btl tcp,self -n 1 "$build/ring1d" : \
+          -n 1 unshare --pid --fork --mount-proc "$build/ring1d" 2>&1) || { echo "$out"; exit 1; }
+  grep "^ok" <<<"$out"
+  [ "$(grep -c "run in 2 PID namespaces or shared-memory directories" <<<"$out")" = 1 ] \
+    || { echo "$out"; echo "error: rank 0 should have said once why its machine's ranks use the network" >&2; exit 1; }
+else
+  echo "-- (not run: unshare --pid is not permitted here) ring1d with a rank in a PID namespace of its own"
+fi
+
 for n in 1 2 3; do
   echo "-- mpirun -n $n explicit (boxes between named ranks; on 2, both columns to the one peer in one message)"
   timeout 300 "${mpirun[@]}" -n "$n" "$build/explicit"

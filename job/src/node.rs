@@ -13,10 +13,20 @@ pub struct NodeId {
     pub hostname: String,
     /// The kernel's boot id (tells apart containers or VMs with one name).
     pub boot_id: String,
+    /// Which of the machine's processes can map each other's shared memory
+    /// as sode does ([`NodeId::local`]): ranks of one machine that differ
+    /// in it are on different nodes, and reach each other by network.
+    #[serde(default)]
+    pub shm_domain: u64,
 }
 
 impl NodeId {
-    /// This machine's identity.
+    /// This machine's identity, and this process's shared-memory domain:
+    /// the processes of one PID namespace (a peer's segment is opened
+    /// through `/proc/<pid>`) that see one shared-memory directory
+    /// (`SODE_SHM_DIR`, else `/dev/shm`). A container started for each
+    /// rank with a PID namespace or a `/dev/shm` of its own (apptainer
+    /// `--pid` or `--containall`) is another node for sode.
     pub fn local() -> NodeId {
         let read = |p: &str| {
             std::fs::read_to_string(p)
@@ -30,12 +40,14 @@ impl NodeId {
         NodeId {
             hostname,
             boot_id: read("/proc/sys/kernel/random/boot_id"),
+            shm_domain: shm_domain(),
         }
     }
 
     /// Writes this identity into a setup record ([`crate::wire`]): the host
     /// name, then the boot id, as its 16 bytes when it is a UUID as the
-    /// kernel writes it (the usual case), else as text.
+    /// kernel writes it (the usual case), else as text, then the
+    /// shared-memory domain.
     pub(crate) fn write(&self, w: &mut Writer) -> Result<()> {
         w.short(self.hostname.as_bytes(), "the host name")?;
         match uuid_bytes(&self.boot_id) {
@@ -46,6 +58,7 @@ impl NodeId {
                 w.u8(0).short(self.boot_id.as_bytes(), "the boot id")?;
             }
         }
+        w.bytes(&self.shm_domain.to_le_bytes());
         Ok(())
     }
 
@@ -57,7 +70,12 @@ impl NodeId {
             1 => uuid_text(&r.array()?),
             _ => return None,
         };
-        Some(NodeId { hostname, boot_id })
+        let shm_domain = u64::from_le_bytes(r.array()?);
+        Some(NodeId {
+            hostname,
+            boot_id,
+            shm_domain,
+        })
     }
 
     /// Eight bytes that tell this machine from others (a digest of its
@@ -72,6 +90,31 @@ impl NodeId {
         out.copy_from_slice(&h.finalize()[..8]);
         out
     }
+}
+
+/// Eight bytes of a digest of this process's PID namespace and its
+/// shared-memory directory (see [`NodeId::local`]); a part that cannot be
+/// read counts as zeros.
+fn shm_domain() -> u64 {
+    use sha2::Digest;
+    use std::os::unix::fs::MetadataExt;
+    let identity = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .map(|m| (m.dev(), m.ino()))
+            .unwrap_or_default()
+    };
+    let dir = std::env::var_os("SODE_SHM_DIR").unwrap_or_else(|| "/dev/shm".into());
+    let mut h = sha2::Sha256::new();
+    for (dev, ino) in [
+        identity("/proc/self/ns/pid".as_ref()),
+        identity(dir.as_ref()),
+    ] {
+        h.update(dev.to_le_bytes());
+        h.update(ino.to_le_bytes());
+    }
+    let mut out = [0; 8];
+    out.copy_from_slice(&h.finalize()[..8]);
+    u64::from_le_bytes(out)
 }
 
 /// The 16 bytes of a UUID written as the kernel writes one (lowercase hex,
@@ -157,6 +200,7 @@ mod tests {
         NodeId {
             hostname: name.into(),
             boot_id: format!("boot of {name}"),
+            shm_domain: 7,
         }
     }
 
@@ -166,10 +210,12 @@ mod tests {
         let odd = NodeId {
             hostname: "h".into(),
             boot_id: "0E6A9F4C-2B1D-4C3E-9F00-1234567890AB".into(),
+            shm_domain: u64::MAX,
         };
         let short = NodeId {
             hostname: "h".into(),
             boot_id: String::new(),
+            shm_domain: 0,
         };
         for id in [here, odd.clone(), short] {
             let mut w = Writer::new(0);
@@ -196,5 +242,20 @@ mod tests {
         assert_eq!(t.get(5), None);
         let r = t.renumbered(&[3, 0]);
         assert_eq!((r.get(0), r.get(1)), (Some(&id("c")), Some(&id("a"))));
+    }
+
+    /// One machine, two shared-memory domains (a container per rank with
+    /// its own PID namespace): two nodes.
+    #[test]
+    fn one_machine_in_two_shared_memory_domains_is_two_nodes() {
+        let other = NodeId {
+            shm_domain: 8,
+            ..id("a")
+        };
+        let t = Nodes::new([id("a"), other.clone(), id("a")]);
+        assert_eq!(t.count(), 2);
+        assert_ne!(t.index(1), t.index(0));
+        assert_eq!(t.index(2), t.index(0));
+        assert_eq!(NodeId::local().shm_domain, NodeId::local().shm_domain);
     }
 }

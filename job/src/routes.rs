@@ -355,6 +355,7 @@ mod tests {
         crate::NodeId {
             hostname: name.into(),
             boot_id: name.into(),
+            shm_domain: 0,
         }
     }
 

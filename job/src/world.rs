@@ -33,7 +33,7 @@ struct Introduction {
 }
 
 /// The introduction's format byte.
-const INTRODUCTION_FORMAT: u8 = 1;
+const INTRODUCTION_FORMAT: u8 = 2;
 
 impl Introduction {
     /// Format, node ([`NodeId::write`]), job id (a flag, then the id), pid,
@@ -358,6 +358,13 @@ impl World {
             .map(|i| i.pid)
             .collect();
         tracing::debug!(rank, size, job_id, "joined the job");
+        // Once a process, not at each communicator's creation.
+        static SPLIT_TOLD: AtomicBool = AtomicBool::new(false);
+        if let Some(why) = split_machine(&intros, rank) {
+            if !SPLIT_TOLD.swap(true, Ordering::Relaxed) {
+                tracing::warn!("{why}");
+            }
+        }
         let (nodes, reach): (Vec<NodeId>, Vec<Reach>) =
             intros.into_iter().map(|i| (i.node, i.reach)).unzip();
         let nodes = Arc::new(Nodes::new(nodes));
@@ -780,6 +787,29 @@ impl World {
             })
             .collect())
     }
+}
+
+/// What to tell the user when ranks of this rank's machine are in another
+/// shared-memory domain ([`NodeId::local`]): said once, by the lowest rank
+/// of the machine, naming the first rank of each other domain.
+fn split_machine(intros: &[Introduction], rank: usize) -> Option<String> {
+    let me = &intros[rank].node;
+    let machine = |n: &NodeId| n.hostname == me.hostname && n.boot_id == me.boot_id;
+    let mut domains: Vec<(u64, usize)> = Vec::new();
+    for (r, i) in intros.iter().enumerate().filter(|(_, i)| machine(&i.node)) {
+        if !domains.iter().any(|&(d, _)| d == i.node.shm_domain) {
+            domains.push((i.node.shm_domain, r));
+        }
+    }
+    let firsts: Vec<String> = domains.iter().map(|(_, r)| r.to_string()).collect();
+    (domains.len() > 1 && domains[0].1 == rank).then(|| {
+        format!(
+            "the ranks on {} run in {} PID namespaces or shared-memory directories, whose first ranks are {} (a container started for each rank?): those in different ones reach each other by network, not shared memory",
+            me.hostname,
+            domains.len(),
+            firsts.join(", ")
+        )
+    })
 }
 
 /// The job id every rank adopts: rank 0's (or one made from its process),
@@ -1231,6 +1261,38 @@ mod tests {
         };
         let back = Introduction::decode(&long.encode().unwrap(), "rank 0").unwrap();
         assert_eq!(agreed_job_id(&back), agreed_job_id(&long));
+    }
+
+    /// Ranks of one machine in several shared-memory domains are named
+    /// once, by the machine's lowest rank; other machines, and a machine in
+    /// one domain, say nothing.
+    #[test]
+    fn a_machine_split_into_shared_memory_domains_is_told_once() {
+        let on = |host: &str, shm_domain: u64| Introduction {
+            node: NodeId {
+                hostname: host.into(),
+                boot_id: "b".into(),
+                shm_domain,
+            },
+            job_id: None,
+            pid: 1,
+            nonce: [0; 8],
+            reach: Reach::default(),
+        };
+        let job = [
+            on("a", 1),
+            on("b", 1),
+            on("a", 1),
+            on("a", 2),
+            on("b", 1),
+            on("a", 3),
+        ];
+        let told: Vec<Option<String>> = (0..job.len()).map(|r| split_machine(&job, r)).collect();
+        assert_eq!(
+            told[0].as_deref(),
+            Some("the ranks on a run in 3 PID namespaces or shared-memory directories, whose first ranks are 0, 3, 5 (a container started for each rank?): those in different ones reach each other by network, not shared memory")
+        );
+        assert!(told[1..].iter().all(Option::is_none), "{told:?}");
     }
 
     proptest::proptest! {
