@@ -267,6 +267,13 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
     if (out == NULL) {
         return sode_report_error(SODE_ERR_NULL, "sode_comm_create_mpi: `out` is a null pointer");
     }
+    if (comm == MPI_COMM_NULL) {
+        /* MPI's own error handler would end the job on it. */
+        return sode_report_error(SODE_ERR_ARG,
+                                 "sode_comm_create_mpi: the communicator is MPI_COMM_NULL (as "
+                                 "MPI_Comm_split gives a rank it leaves out): create a sode communicator "
+                                 "only on the ranks of an MPI communicator");
+    }
     if (!(timeout_s > 0) && timeout_s != SODE_TIMEOUT_DEFAULT) {
         char text[256];
         snprintf(text, sizeof text,
@@ -333,6 +340,13 @@ int sode_comm_create_mpi_f(MPI_Fint comm, double timeout_s, sode_comm **out) {
 int sode_exchange_create_mpi_cart(sode_comm *sode, MPI_Comm cart, const int *halo_lo,
                                   const int *halo_hi, int shape, sode_exchange **out) {
     int ndims = 0, status = MPI_UNDEFINED;
+    if (cart == MPI_COMM_NULL) {
+        /* MPI's own error handler would end the job on it. */
+        return sode_report_error(SODE_ERR_ARG,
+                                 "sode_exchange_create_mpi_cart: the communicator is MPI_COMM_NULL (as "
+                                 "MPI_Cart_create gives a rank outside its grid): make the exchange only "
+                                 "on the ranks of the Cartesian communicator");
+    }
     if (MPI_Topo_test(cart, &status) != MPI_SUCCESS || status != MPI_CART) {
         return sode_report_error(SODE_ERR_ARG,
                                  "sode_exchange_create_mpi_cart: the communicator has no Cartesian "

@@ -25,7 +25,8 @@ extern "C" {
  * stderr, rank 0 naming the ranks not arrived yet, and again each time it
  * has waited twice as long; it goes on waiting.
  * # Statuses
- * SODE_ERR_NULL (`out`); SODE_ERR_ARG for a timeout neither positive nor
+ * SODE_ERR_NULL (`out`); SODE_ERR_ARG for MPI_COMM_NULL (which a split
+ * gives a rank it leaves out) and a timeout neither positive nor
  * SODE_TIMEOUT_DEFAULT; SODE_ERR_BOOTSTRAP before MPI_Init, when
  * duplicating `comm` (MPI_Comm_idup, the call's first collective step)
  * fails or does not complete within `timeout_s` (a rank of `comm` that
@@ -43,8 +44,8 @@ int sode_comm_create_mpi_f(MPI_Fint comm, double timeout_s, sode_comm **out);
  * its dimensions, periodicity and this rank's coordinates. `sode` must have
  * been made from `cart` (or a communicator with the same ranks).
  * # Statuses
- * SODE_ERR_ARG when `cart` has no Cartesian topology or this process's rank
- * in it differs from its rank in `sode`; otherwise as
+ * SODE_ERR_ARG when `cart` is MPI_COMM_NULL or has no Cartesian topology,
+ * or this process's rank in it differs from its rank in `sode`; otherwise as
  * `sode_exchange_create_cart`. */
 int sode_exchange_create_mpi_cart(sode_comm *sode, MPI_Comm cart, const int *halo_lo,
                                   const int *halo_hi, int shape, sode_exchange **out);

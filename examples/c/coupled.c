@@ -15,12 +15,15 @@
  * its own ranks; halo 1 with corners. Every halo cell must hold its
  * owner's value after each of three iterations, in the component's grid
  * and in the ring; the two components' values differ, so a message that
- * crossed into the other component's exchange is caught. */
+ * crossed into the other component's exchange is caught. A rank that a
+ * split leaves out holds MPI_COMM_NULL: sode refuses it with a status and
+ * a message, where MPI's own handler would end the job. */
 #include <mpi.h>
 #include <sode_mpi.h>
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define RING 5 /* cells a rank owns in the ring */
 #define WAIT_S 60.0 /* a wait's deadline: a stalled exchange names what it waits for */
@@ -77,6 +80,26 @@ static int wrong_cells(const struct part *p, int it) {
     return wrong;
 }
 
+/* What a rank outside every component (MPI_Comm_split with MPI_UNDEFINED)
+ * would hand sode: MPI_COMM_NULL, refused by both calls that take an MPI
+ * communicator. */
+static void refuses_the_null_communicator(sode_comm *sc) {
+    MPI_Comm none;
+    MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, wrank, &none);
+    sode_comm *c = NULL;
+    sode_exchange *x = NULL;
+    int h[2] = {1, 1};
+    int comm_rc = sode_comm_create_mpi(none, 60.0, &c);
+    int comm_named = comm_rc == SODE_ERR_ARG && strstr(sode_last_error(), "MPI_COMM_NULL") != NULL;
+    int cart_rc = sode_exchange_create_mpi_cart(sc, none, h, h, SODE_BOX, &x);
+    int cart_named = cart_rc == SODE_ERR_ARG && strstr(sode_last_error(), "MPI_COMM_NULL") != NULL;
+    if (!comm_named || !cart_named || c != NULL || x != NULL) {
+        fprintf(stderr, "rank %d: MPI_COMM_NULL gave %d and %d, not SODE_ERR_ARG naming it: %s\n", wrank, comm_rc,
+                cart_rc, sode_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int wsize;
@@ -127,6 +150,7 @@ int main(int argc, char **argv) {
     CHECK_SODE(sode_comm_create_mpi(cart, 60.0, &sc));
     CHECK_SODE(sode_comm_create_mpi(ring, 60.0, &sw));
     CHECK_SODE(sode_exchange_create_mpi_cart(sc, cart, h, h, SODE_BOX, &x));
+    refuses_the_null_communicator(sc);
     CHECK_SODE(sode_exchange_add_field(x, p.u, SODE_F64, 2, p.ext, first, own, NULL, NULL, SODE_ORDER_C));
     CHECK_SODE(sode_exchange_create_mpi_cart(sc, cart, h, h, SODE_BOX, &x2));
     CHECK_SODE(sode_exchange_add_field(x2, q.u, SODE_F64, 2, q.ext, first, own, NULL, NULL, SODE_ORDER_C));
