@@ -274,6 +274,14 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
                                  "MPI_Comm_split gives a rank it leaves out): create a sode communicator "
                                  "only on the ranks of an MPI communicator");
     }
+    int inter = 0;
+    if (MPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter) {
+        /* Its allgather would bring the other group's records. */
+        return sode_report_error(SODE_ERR_ARG,
+                                 "sode_comm_create_mpi: the communicator is an intercommunicator: make "
+                                 "the sode communicator from an intracommunicator (one group's, or both "
+                                 "groups merged by MPI_Intercomm_merge)");
+    }
     if (!(timeout_s > 0) && timeout_s != SODE_TIMEOUT_DEFAULT) {
         char text[256];
         snprintf(text, sizeof text,

@@ -26,7 +26,7 @@ extern "C" {
  * has waited twice as long; it goes on waiting.
  * # Statuses
  * SODE_ERR_NULL (`out`); SODE_ERR_ARG for MPI_COMM_NULL (which a split
- * gives a rank it leaves out) and a timeout neither positive nor
+ * gives a rank it leaves out), an intercommunicator, and a timeout neither positive nor
  * SODE_TIMEOUT_DEFAULT; SODE_ERR_BOOTSTRAP before MPI_Init, when
  * duplicating `comm` (MPI_Comm_idup, the call's first collective step)
  * fails or does not complete within `timeout_s` (a rank of `comm` that

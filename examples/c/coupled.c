@@ -17,7 +17,8 @@
  * and in the ring; the two components' values differ, so a message that
  * crossed into the other component's exchange is caught. A rank that a
  * split leaves out holds MPI_COMM_NULL: sode refuses it with a status and
- * a message, where MPI's own handler would end the job. */
+ * a message, where MPI's own handler would end the job; and it refuses an
+ * intercommunicator between the components. */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -82,8 +83,9 @@ static int wrong_cells(const struct part *p, int it) {
 
 /* What a rank outside every component (MPI_Comm_split with MPI_UNDEFINED)
  * would hand sode: MPI_COMM_NULL, refused by both calls that take an MPI
- * communicator. */
-static void refuses_the_null_communicator(sode_comm *sc) {
+ * communicator; and an intercommunicator between the two components
+ * (whose allgather would bring the other one's records), refused too. */
+static void refuses_what_is_no_group(sode_comm *sc, MPI_Comm sub, int comp, int wsize) {
     MPI_Comm none;
     MPI_Comm_split(MPI_COMM_WORLD, MPI_UNDEFINED, wrank, &none);
     sode_comm *c = NULL;
@@ -98,6 +100,19 @@ static void refuses_the_null_communicator(sode_comm *sc) {
                 cart_rc, sode_last_error());
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    if (wsize < 2) {
+        return;
+    }
+    /* The other component's first rank, in MPI_COMM_WORLD. */
+    MPI_Comm inter;
+    MPI_Intercomm_create(sub, 0, MPI_COMM_WORLD, comp == 0 ? (wsize + 1) / 2 : 0, 7, &inter);
+    int inter_rc = sode_comm_create_mpi(inter, 60.0, &c);
+    if (inter_rc != SODE_ERR_ARG || strstr(sode_last_error(), "intercommunicator") == NULL || c != NULL) {
+        fprintf(stderr, "rank %d: an intercommunicator gave %d, not SODE_ERR_ARG naming it: %s\n", wrank, inter_rc,
+                sode_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Comm_free(&inter);
 }
 
 int main(int argc, char **argv) {
@@ -150,7 +165,7 @@ int main(int argc, char **argv) {
     CHECK_SODE(sode_comm_create_mpi(cart, 60.0, &sc));
     CHECK_SODE(sode_comm_create_mpi(ring, 60.0, &sw));
     CHECK_SODE(sode_exchange_create_mpi_cart(sc, cart, h, h, SODE_BOX, &x));
-    refuses_the_null_communicator(sc);
+    refuses_what_is_no_group(sc, sub, p.comp, wsize);
     CHECK_SODE(sode_exchange_add_field(x, p.u, SODE_F64, 2, p.ext, first, own, NULL, NULL, SODE_ORDER_C));
     CHECK_SODE(sode_exchange_create_mpi_cart(sc, cart, h, h, SODE_BOX, &x2));
     CHECK_SODE(sode_exchange_add_field(x2, q.u, SODE_F64, 2, q.ext, first, own, NULL, NULL, SODE_ORDER_C));
