@@ -676,7 +676,9 @@ impl Exchange {
         // First: every commit takes the job's next exchange name on every
         // rank, whether it fails here or not, so that the names of the
         // exchanges after it still agree.
-        let builder = LinkExchange::builder(&self.world, Vec::new());
+        // A failed commit tells the job itself, with the call's status
+        // (`end_failed_commit`).
+        let builder = LinkExchange::builder(&self.world, Vec::new()).tell_job_on_failure(false);
         let name = builder.name().to_string();
         let committed = self
             .ready_to_commit()

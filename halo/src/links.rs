@@ -167,7 +167,14 @@ pub struct LinkExchangeBuilder<'w> {
     #[cfg(feature = "rdma")]
     lent: Vec<Vec<sode_transport::UserMemory>>,
     shared: Option<SharedSets>,
+    /// Whether a failure of this rank's own part tells the job.
+    tell_job: bool,
 }
+
+/// The code a rank's notice that it gave up its part of a setup carries
+/// when [`LinkExchangeBuilder::build`] posts it: none (the Rust API names
+/// no status; the C ABI's commit posts its own, with the call's).
+const NO_STATUS: i32 = -1;
 
 impl<'w> LinkExchangeBuilder<'w> {
     /// A builder for `links` over the ranks of `world`.
@@ -188,7 +195,21 @@ impl<'w> LinkExchangeBuilder<'w> {
             #[cfg(feature = "rdma")]
             lent: Vec::new(),
             shared: None,
+            tell_job: true,
         }
+    }
+
+    /// Whether this rank, when its own part of the setup fails once the
+    /// job's collective step is taken (its links refused, a segment or a
+    /// connection it cannot make, a neighbour it stopped waiting for),
+    /// tells the job ([`World::give_up_setup`], with no status: -1), so
+    /// that the neighbours waiting for that part stop at once, naming this
+    /// rank and why, rather than at their setup timeout. Default: it does.
+    /// A caller that tells the job itself, with a status of its own (the
+    /// C ABI's commit), turns it off.
+    pub fn tell_job_on_failure(mut self, tell: bool) -> Self {
+        self.tell_job = tell;
+        self
     }
 
     /// The exchange's name in the job (the same on every rank): what a
@@ -563,6 +584,26 @@ impl<'w> LinkExchangeBuilder<'w> {
             why: e.to_string(),
         })?;
         self.gather_fabrics()?;
+        let (world, name, tell) = (self.world, self.name.clone(), self.tell_job);
+        let built = self.build_gathered(warn_after);
+        if let Err(e) = &built {
+            // Unless the failure came from the job: a rank that gave up,
+            // or died, is the cause, and every rank hears of it anyway.
+            let by_job = sode_job::JobError::gave_up_in(e).is_some()
+                || matches!(
+                    e,
+                    HaloError::PeerGaveUp { .. } | HaloError::JobFailed { .. }
+                )
+                || world.failure().is_some();
+            if tell && !by_job {
+                world.give_up_setup(&name, NO_STATUS, &sode_job::diag::chain(e));
+            }
+        }
+        built
+    }
+
+    /// [`build`](Self::build) once the fabrics are gathered.
+    fn build_gathered(mut self, warn_after: Option<Duration>) -> Result<LinkExchange> {
         self.check()?;
         let n = self.links.len();
         let (mut sends, mut recvs) = (vec![None; n], vec![None; n]);
@@ -633,8 +674,9 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// Every channel of this rank, placing the links on them: where the
     /// shared sets live, and the RDMA plan's summary. Collective with the
     /// neighbours. A rank that gives its part up tells the job
-    /// ([`World::give_up_setup`], which the C ABI's commit does), and its
-    /// neighbours' waits end then, rather than at the timeout; so do they
+    /// ([`World::give_up_setup`]: [`build`](Self::build) does, or the C
+    /// ABI's commit), and its neighbours' waits end then, rather than at
+    /// the timeout; so do they
     /// when the job's health watcher finds a rank dead (a rank killed
     /// before it made its part tells no one).
     fn set_up_channels(

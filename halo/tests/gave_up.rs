@@ -97,3 +97,78 @@ fn a_neighbour_stops_waiting_for_an_rdma_peer_that_will_not_come() {
         stops_waiting(Transport::Rdma);
     }
 }
+
+/// A rank whose own part of the setup fails (here its links refused once
+/// the job's collective step is taken: shared sets of no bytes) tells the
+/// job by itself, so that its neighbour, which waits for its segment or
+/// connection, stops at once, naming it and why; and nothing is posted
+/// when the builder is told not to (the C ABI's commit posts its own).
+fn peer_fails_its_own_part(transport: Transport, tell: bool) -> (String, Duration) {
+    let port = free_port();
+    let ranks: Vec<_> = (0..2)
+        .map(|rank| {
+            std::thread::spawn(move || {
+                let w = thread_world(rank, 2, port, "own-part-test");
+                let peer = 1 - rank;
+                let link = Link {
+                    peer,
+                    send: Some(Message { len: 64, tag: 1 }),
+                    recv: Some(Message { len: 64, tag: 1 }),
+                    offset: Vec::new(),
+                    name: format!("rank {peer}"),
+                };
+                let mut builder = LinkExchange::builder(&w, vec![link])
+                    .transport(transport)
+                    .setup_timeout(Duration::from_secs(if tell { 30 } else { 2 }))
+                    .tell_job_on_failure(tell);
+                if rank == 1 {
+                    builder = builder.shared_sets(sode::SharedSets::default());
+                }
+                let began = Instant::now();
+                let built = builder.build();
+                let took = began.elapsed();
+                // Both ranks end the setup in step before their worlds go.
+                w.barrier(Duration::from_secs(60)).unwrap();
+                match built {
+                    Ok(_) => ("built".to_string(), took),
+                    Err(e) => (sode_job::diag::chain(&e), took),
+                }
+            })
+        })
+        .collect();
+    let mut out = ranks.into_iter().map(|h| h.join().unwrap());
+    let (got, took) = out.next().unwrap();
+    let (own, _) = out.next().unwrap();
+    assert!(own.contains("0 shared sets of 0 bytes"), "rank 1: {own}");
+    (got, took)
+}
+
+fn told_by_the_failing_rank(transport: Transport) {
+    let (got, took) = peer_fails_its_own_part(transport, true);
+    assert!(
+        got.starts_with("rank 1 gave up setting up this exchange: ")
+            && got.contains("0 shared sets of 0 bytes"),
+        "{transport:?}: {got}"
+    );
+    assert!(
+        took < Duration::from_secs(5),
+        "{transport:?}: rank 0 waited {took:?} for a rank whose setup failed (setup timeout 30 s)"
+    );
+    // Not told: rank 0 learns only at its own timeout.
+    let (got, took) = peer_fails_its_own_part(transport, false);
+    assert!(!got.contains("gave up"), "{transport:?}: {got}");
+    assert!(
+        took >= Duration::from_secs(2),
+        "{transport:?}: {took:?}: {got}"
+    );
+}
+
+#[test]
+fn a_rank_whose_own_shared_memory_setup_fails_tells_its_neighbour() {
+    told_by_the_failing_rank(Transport::Shm);
+}
+
+#[test]
+fn a_rank_whose_own_connection_setup_fails_tells_its_neighbour() {
+    told_by_the_failing_rank(Transport::Tcp);
+}
