@@ -1,10 +1,10 @@
 //! The CPUs a node's ranks may run on, which decides whether their waits
 //! spin (`SODE_WAIT=auto`): not the CPUs the node has, but those the ranks'
 //! affinities allow together, and no more than the CPU time their control
-//! group grants. A job given 2 CPUs of a 64-CPU node (a shared Slurm node,
-//! a container) that runs 4 ranks there, or 2 ranks a launcher bound to one
-//! core, has more ranks than CPUs, and a rank that spins holds the CPU the
-//! rank it waits for needs.
+//! group grants (cgroup v2 or v1). A job given 2 CPUs of a 64-CPU node (a
+//! shared Slurm node, a container) that runs 4 ranks there, or 2 ranks a
+//! launcher bound to one core, has more ranks than CPUs, and a rank that
+//! spins holds the CPU the rank it waits for needs.
 
 use std::path::{Path, PathBuf};
 
@@ -13,12 +13,16 @@ use nix::unistd::Pid;
 
 /// The CPUs the processes `pids` (a node's ranks, this one among them) may
 /// run on together: the union of their affinities, capped by this
-/// process's control group's CPU quota (cgroup v2 `cpu.max`, whole CPUs).
-/// `None` when an affinity cannot be read (a process gone, or in another
-/// PID namespace): the caller then counts the node's CPUs.
+/// process's control group's CPU quota (cgroup v2 `cpu.max`, or v1
+/// `cpu.cfs_quota_us`, whole CPUs). `None` when an affinity cannot be read
+/// (a process gone, or in another PID namespace): the caller then counts
+/// the node's CPUs.
 pub fn cpus_for(pids: &[u32]) -> Option<usize> {
     let union = union_of_affinities(pids)?;
-    let quota = cgroup_quota_cpus(&own_cgroup_dir());
+    let quota = [cgroup_quota_cpus(&own_cgroup_dir()), v1_quota_cpus()]
+        .into_iter()
+        .flatten()
+        .min();
     Some(quota.map_or(union, |q| union.min(q)).max(1))
 }
 
@@ -76,6 +80,56 @@ fn quota_cpus(cpu_max: &str) -> Option<usize> {
     (period > 0).then(|| usize::try_from(quota / period).unwrap_or(usize::MAX).max(1))
 }
 
+/// Where cgroup v1 mounts its `cpu` controller (the one with the quota).
+const V1_CPU_MOUNTS: [&str; 2] = ["/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"];
+
+/// The fewest whole CPUs a cgroup v1 quota grants this process (RHEL 8's
+/// default hierarchy, a container given `--cpus` there), or `None`.
+fn v1_quota_cpus() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = v1_cpu_path(&text)?;
+    let mount = V1_CPU_MOUNTS.iter().map(Path::new).find(|m| m.is_dir())?;
+    v1_quota_under(mount, &path)
+}
+
+/// The path of the cgroup whose controllers include `cpu`, in a
+/// `/proc/self/cgroup` of lines `ID:CONTROLLERS:PATH`.
+fn v1_cpu_path(proc_cgroup: &str) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+        controllers
+            .split(',')
+            .any(|c| c == "cpu")
+            .then(|| path.trim().to_string())
+    })
+}
+
+/// The fewest whole CPUs (at least 1) that `cpu.cfs_quota_us` over
+/// `cpu.cfs_period_us` grants in cgroup `path` of the hierarchy mounted at
+/// `mount`, or in any cgroup above it (`-1`: no quota). In a container,
+/// whose own cgroup is the mount's root, a path of the host's is not
+/// there: its nearest existing ancestor is read.
+fn v1_quota_under(mount: &Path, path: &str) -> Option<usize> {
+    let read = |d: &Path, file: &str| -> Option<i64> {
+        std::fs::read_to_string(d.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    mount
+        .join(path.trim_start_matches('/'))
+        .ancestors()
+        .take_while(|d| d.starts_with(mount))
+        .filter_map(|d| {
+            let (quota, period) = (read(d, "cpu.cfs_quota_us")?, read(d, "cpu.cfs_period_us")?);
+            (quota > 0 && period > 0)
+                .then(|| usize::try_from(quota / period).unwrap_or(usize::MAX).max(1))
+        })
+        .min()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -104,6 +158,30 @@ mod tests {
         if let Some(q) = cgroup_quota_cpus(&own_cgroup_dir()) {
             assert!(q >= 1);
         }
+    }
+
+    #[test]
+    fn a_cgroup_v1_quota_is_read_from_the_cpu_controller_and_above() {
+        let text = "12:pids:/user.slice\n4:cpu,cpuacct:/slurm/job_7/step_0\n0::/\n";
+        assert_eq!(v1_cpu_path(text).as_deref(), Some("/slurm/job_7/step_0"));
+        assert_eq!(v1_cpu_path("3:cpuacct:/a\n5:cpuset:/b\n"), None);
+        let mount = std::env::temp_dir().join(format!("sode-cpus-v1-{}", std::process::id()));
+        let set = |dir: &str, quota: &str, period: &str| {
+            let d = mount.join(dir);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpu.cfs_quota_us"), quota).unwrap();
+            std::fs::write(d.join("cpu.cfs_period_us"), period).unwrap();
+        };
+        set("", "-1\n", "100000\n");
+        set("slurm", "-1\n", "100000\n");
+        assert_eq!(v1_quota_under(&mount, "/slurm/job_7/step_0"), None);
+        set("slurm/job_7", "300000\n", "100000\n");
+        set("slurm/job_7/step_0", "-1\n", "100000\n");
+        assert_eq!(v1_quota_under(&mount, "/slurm/job_7/step_0"), Some(3));
+        // In a container: the host's path is not there, the root is read.
+        set("", "150000\n", "100000\n");
+        assert_eq!(v1_quota_under(&mount, "/docker/abc"), Some(1));
+        std::fs::remove_dir_all(&mount).unwrap();
     }
 
     #[test]
