@@ -158,8 +158,9 @@ fn poll_now(polls: &mut [libc::pollfd]) -> io::Result<()> {
 }
 
 /// Whether the process whose `/proc/<pid>/stat` is open as `fd` has
-/// exited: reaped (`ESRCH`, or nothing to read), or a zombie (`Z`) or dead
-/// (`X`) by its state, the field after the parenthesised command name.
+/// exited: reaped (`ESRCH`, or nothing to read), dead (`X`), or a zombie
+/// (`Z`) with no thread left (a main thread that ended by `pthread_exit`
+/// is a zombie too, while the process's other threads run on).
 fn stat_says_exited(fd: RawFd) -> io::Result<bool> {
     let mut buf = [0u8; 512];
     let n = loop {
@@ -176,14 +177,43 @@ fn stat_says_exited(fd: RawFd) -> io::Result<bool> {
             _ => return Err(e),
         }
     };
-    Ok(state_of_stat(&buf[..n]).is_none_or(|s| matches!(s, b'Z' | b'X' | b'x')))
+    Ok(match state_of_stat(&buf[..n]) {
+        None => true,
+        Some(Stat {
+            state: b'X' | b'x', ..
+        }) => true,
+        Some(Stat {
+            state: b'Z',
+            threads,
+        }) => threads <= 1,
+        Some(_) => false,
+    })
 }
 
-/// The state letter of a `/proc/<pid>/stat` line: the field after the last
-/// `)` (the command name may hold spaces and parentheses).
-fn state_of_stat(stat: &[u8]) -> Option<u8> {
+/// What a `/proc/<pid>/stat` line says of a process's life.
+#[derive(Debug, PartialEq, Eq)]
+struct Stat {
+    /// Its state letter (`R`, `S`, `Z`, ...).
+    state: u8,
+    /// Its threads (field 20), 0 when unreadable.
+    threads: u64,
+}
+
+/// The state and thread count of a `/proc/<pid>/stat` line: the fields
+/// after the last `)` (the command name may hold spaces and parentheses)
+/// are the state, then 16 others, then the threads.
+fn state_of_stat(stat: &[u8]) -> Option<Stat> {
     let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).copied()
+    let mut fields = stat
+        .get(close + 1..)?
+        .split(u8::is_ascii_whitespace)
+        .filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?;
+    let threads = fields
+        .nth(16)
+        .and_then(|f| std::str::from_utf8(f).ok()?.parse().ok())
+        .unwrap_or(0);
+    Some(Stat { state, threads })
 }
 
 /// Several handles checked at once, with the poll array built once:
@@ -278,9 +308,64 @@ mod tests {
 
     #[test]
     fn the_state_is_read_past_a_command_name_with_spaces_and_parentheses() {
-        assert_eq!(state_of_stat(b"42 (a) b) c) S 1 2 3"), Some(b'S'));
-        assert_eq!(state_of_stat(b"42 (ring1d) Z 1"), Some(b'Z'));
+        let line = |name: &str, state: &str, threads: u64| {
+            format!("42 ({name}) {state} 1 2 3 0 -1 4 5 6 7 8 9 10 11 12 20 0 {threads} 0 99")
+        };
+        let stat = |state, threads| Some(Stat { state, threads });
+        assert_eq!(
+            state_of_stat(line("a) b) c", "S", 1).as_bytes()),
+            stat(b'S', 1)
+        );
+        assert_eq!(
+            state_of_stat(line("ring1d", "Z", 2).as_bytes()),
+            stat(b'Z', 2)
+        );
+        assert_eq!(state_of_stat(b"42 (ring1d) Z 1"), stat(b'Z', 0));
         assert_eq!(state_of_stat(b"42 (cut"), None);
+    }
+
+    /// A main thread that ended by `pthread_exit` leaves its process a
+    /// zombie leader with its other threads running: not exited, until the
+    /// last thread ends.
+    #[test]
+    fn a_zombie_leader_with_threads_left_is_alive() {
+        let dir = std::env::temp_dir().join(format!("sode-zl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("zl.c");
+        std::fs::write(
+            &src,
+            "#include <pthread.h>\n#include <unistd.h>\n\
+             static void *run(void *a) { (void)a; sleep(2); return 0; }\n\
+             int main(void) { pthread_t t; pthread_create(&t, 0, run, 0); pthread_exit(0); }\n",
+        )
+        .unwrap();
+        let exe = dir.join("zl");
+        let built = Command::new("cc")
+            .args(["-pthread", "-o"])
+            .arg(&exe)
+            .arg(&src)
+            .status()
+            .expect("a C compiler (cc)");
+        assert!(built.success());
+        let mut child = Command::new(&exe).spawn().unwrap();
+        let h = stat_handle(child.id() as i32);
+        let leader_gone = |h: &Process| {
+            let mut buf = [0u8; 512];
+            let n = std::fs::File::open(format!("/proc/{}/stat", child.id()))
+                .and_then(|mut f| std::io::Read::read(&mut f, &mut buf))
+                .unwrap_or(0);
+            state_of_stat(&buf[..n]).is_some_and(|s| s.state == b'Z') && !h.exited().unwrap()
+        };
+        assert!(
+            comes_true(|| leader_gone(&h)),
+            "never a zombie leader with a thread running"
+        );
+        assert!(
+            comes_true(|| h.exited().unwrap()),
+            "the process's end is not seen"
+        );
+        child.wait().unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A stat handle sees its process as alive, then exited once it is a
