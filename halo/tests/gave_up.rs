@@ -10,18 +10,60 @@
 use std::time::{Duration, Instant};
 
 use sode::{Link, LinkExchange, Message, Transport};
-use sode_job::JobError;
+use sode_job::{JobError, World};
 mod common;
 use common::{free_port, rdma_available, thread_world};
 
 /// What rank 0's build returned, and how long it took, with rank 1
 /// giving up the same exchange after `after`.
 fn build_while_the_peer_gives_up(transport: Transport, after: Duration) -> (String, Duration) {
+    let mut out = two_ranks("gave-up-test", move |rank, w, link| {
+        let builder = LinkExchange::builder(w, vec![link])
+            .transport(transport)
+            .setup_timeout(Duration::from_secs(30));
+        let patience = Duration::from_secs(60);
+        if rank == 1 {
+            std::thread::sleep(after);
+            let why = "no memory for its segment";
+            w.give_up_setup(builder.name(), 3, why);
+            let _ = w.give_up(3, why, patience);
+            w.barrier(patience).unwrap();
+            return None;
+        }
+        let began = Instant::now();
+        let built = builder.build();
+        let took = began.elapsed();
+        // As the C ABI's commit: a rank that did not learn of the
+        // failure in a collective step of its own gives up in the
+        // next, so that both take the same steps (the barrier
+        // after checks they did).
+        if let Err(e) = &built {
+            if JobError::gave_up_in(e).is_none() {
+                let _ = w.give_up(1, &e.to_string(), patience);
+            }
+        }
+        w.barrier(patience).unwrap();
+        Some(match built {
+            Ok(_) => ("built".to_string(), took),
+            Err(e) => (sode_job::diag::chain(&e), took),
+        })
+    });
+    out.remove(0).unwrap()
+}
+
+/// Runs `each` on two ranks, threads of this process in a job named
+/// `job`, each with its world and a link of 64 bytes each way to the
+/// other; what each returned, rank 0's first.
+fn two_ranks<T: Send + 'static>(
+    job: &'static str,
+    each: impl Fn(usize, &World, Link) -> T + Send + Clone + 'static,
+) -> Vec<T> {
     let port = free_port();
     let ranks: Vec<_> = (0..2)
         .map(|rank| {
+            let each = each.clone();
             std::thread::spawn(move || {
-                let w = thread_world(rank, 2, port, "gave-up-test");
+                let w = thread_world(rank, 2, port, job);
                 let peer = 1 - rank;
                 let link = Link {
                     peer,
@@ -30,40 +72,11 @@ fn build_while_the_peer_gives_up(transport: Transport, after: Duration) -> (Stri
                     offset: Vec::new(),
                     name: format!("rank {peer}"),
                 };
-                let builder = LinkExchange::builder(&w, vec![link])
-                    .transport(transport)
-                    .setup_timeout(Duration::from_secs(30));
-                let patience = Duration::from_secs(60);
-                if rank == 1 {
-                    std::thread::sleep(after);
-                    let why = "no memory for its segment";
-                    w.give_up_setup(builder.name(), 3, why);
-                    let _ = w.give_up(3, why, patience);
-                    w.barrier(patience).unwrap();
-                    return None;
-                }
-                let began = Instant::now();
-                let built = builder.build();
-                let took = began.elapsed();
-                // As the C ABI's commit: a rank that did not learn of the
-                // failure in a collective step of its own gives up in the
-                // next, so that both take the same steps (the barrier
-                // after checks they did).
-                if let Err(e) = &built {
-                    if JobError::gave_up_in(e).is_none() {
-                        let _ = w.give_up(1, &e.to_string(), patience);
-                    }
-                }
-                w.barrier(patience).unwrap();
-                Some(match built {
-                    Ok(_) => ("built".to_string(), took),
-                    Err(e) => (sode_job::diag::chain(&e), took),
-                })
+                each(rank, &w, link)
             })
         })
         .collect();
-    let mut out = ranks.into_iter().map(|h| h.join().unwrap());
-    out.next().flatten().unwrap()
+    ranks.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
 fn stops_waiting(transport: Transport) {
@@ -104,41 +117,25 @@ fn a_neighbour_stops_waiting_for_an_rdma_peer_that_will_not_come() {
 /// connection, stops at once, naming it and why; and nothing is posted
 /// when the builder is told not to (the C ABI's commit posts its own).
 fn peer_fails_its_own_part(transport: Transport, tell: bool) -> (String, Duration) {
-    let port = free_port();
-    let ranks: Vec<_> = (0..2)
-        .map(|rank| {
-            std::thread::spawn(move || {
-                let w = thread_world(rank, 2, port, "own-part-test");
-                let peer = 1 - rank;
-                let link = Link {
-                    peer,
-                    send: Some(Message { len: 64, tag: 1 }),
-                    recv: Some(Message { len: 64, tag: 1 }),
-                    offset: Vec::new(),
-                    name: format!("rank {peer}"),
-                };
-                let mut builder = LinkExchange::builder(&w, vec![link])
-                    .transport(transport)
-                    .setup_timeout(Duration::from_secs(if tell { 30 } else { 2 }))
-                    .tell_job_on_failure(tell);
-                if rank == 1 {
-                    builder = builder.shared_sets(sode::SharedSets::default());
-                }
-                let began = Instant::now();
-                let built = builder.build();
-                let took = began.elapsed();
-                // Both ranks end the setup in step before their worlds go.
-                w.barrier(Duration::from_secs(60)).unwrap();
-                match built {
-                    Ok(_) => ("built".to_string(), took),
-                    Err(e) => (sode_job::diag::chain(&e), took),
-                }
-            })
-        })
-        .collect();
-    let mut out = ranks.into_iter().map(|h| h.join().unwrap());
-    let (got, took) = out.next().unwrap();
-    let (own, _) = out.next().unwrap();
+    let out = two_ranks("own-part-test", move |rank, w, link| {
+        let mut builder = LinkExchange::builder(w, vec![link])
+            .transport(transport)
+            .setup_timeout(Duration::from_secs(if tell { 30 } else { 2 }))
+            .tell_job_on_failure(tell);
+        if rank == 1 {
+            builder = builder.shared_sets(sode::SharedSets::default());
+        }
+        let began = Instant::now();
+        let built = builder.build();
+        let took = began.elapsed();
+        // Both ranks end the setup in step before their worlds go.
+        w.barrier(Duration::from_secs(60)).unwrap();
+        match built {
+            Ok(_) => ("built".to_string(), took),
+            Err(e) => (sode_job::diag::chain(&e), took),
+        }
+    });
+    let [(got, took), (own, _)] = <[_; 2]>::try_from(out).unwrap();
     assert!(own.contains("0 shared sets of 0 bytes"), "rank 1: {own}");
     (got, took)
 }

@@ -504,22 +504,12 @@ fn hint_for(err: &io::Error, dir: &Path) -> String {
     }
 }
 
-/// Whether `pid` names a live (not zombie) process.
+/// Whether `pid` names a live process (not one that has ended, zombie or
+/// reaped; a zombie main thread with threads left is alive).
 pub(crate) fn process_alive(pid: i32) -> bool {
-    if pid <= 0 {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // The state follows the parenthesised command name.
-            let state = stat
-                .rsplit(')')
-                .next()
-                .and_then(|s| s.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
-        }
-        Err(_) => false,
-    }
+    pid > 0
+        && std::fs::read(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !crate::sys::process::stat_says_ended(&stat))
 }
 
 /// A sealed memfd of `len` bytes: it can never be resized again.

@@ -177,17 +177,21 @@ fn stat_says_exited(fd: RawFd) -> io::Result<bool> {
             _ => return Err(e),
         }
     };
-    Ok(match state_of_stat(&buf[..n]) {
+    Ok(stat_says_ended(&buf[..n]))
+}
+
+/// Whether a `/proc/<pid>/stat` line (empty: the process is reaped) says
+/// its process has ended: dead (`X`), or a zombie (`Z`) with no thread
+/// left.
+pub(crate) fn stat_says_ended(stat: &[u8]) -> bool {
+    match state_of_stat(stat) {
         None => true,
-        Some(Stat {
-            state: b'X' | b'x', ..
-        }) => true,
-        Some(Stat {
-            state: b'Z',
-            threads,
-        }) => threads <= 1,
-        Some(_) => false,
-    })
+        Some(Stat { state, threads }) => match state {
+            b'X' | b'x' => true,
+            b'Z' => threads <= 1,
+            _ => false,
+        },
+    }
 }
 
 /// What a `/proc/<pid>/stat` line says of a process's life.
