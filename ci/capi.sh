@@ -109,6 +109,21 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
   grep "^ok" <<<"$out"
   [ "$(grep -c "run in 2 PID namespaces or shared-memory directories" <<<"$out")" = 1 ] \
     || { echo "$out"; echo "error: rank 0 should have said once why its machine's ranks use the network" >&2; exit 1; }
+  # Shared memory asked for between them: named as such. Asked for on rank
+  # 0 alone (Open MPI's -x before the first program of an MPMD launch
+  # reaches that program's ranks only): they chose different transports.
+  for on in both rank0; do
+    echo "-- the same, with SODE_TRANSPORT=shm on $on: the commit fails on both ranks, saying why"
+    both=(env); rank0=(-x SODE_TRANSPORT=shm)
+    [ "$on" = both ] && { both=(env SODE_TRANSPORT=shm); rank0=(); }
+    want="in another PID namespace or shared-memory directory (a container of its own), and the transport is shm"
+    [ "$on" = rank0 ] && want="the ranks disagree: rank 1 chose the auto transport, this rank (rank 0) the shm transport"
+    if out=$(timeout 120 "${both[@]}" "${mpirun[@]}" --mca btl tcp,self -n 1 "${rank0[@]}" "$build/ring1d" : \
+          -n 1 unshare --pid --fork --mount-proc "$build/ring1d" 2>&1); then
+      echo "$out"; echo "error: the commit should have failed" >&2; exit 1
+    fi
+    grep -q "$want" <<<"$out" || { echo "$out"; echo "error: no \"$want\"" >&2; exit 1; }
+  done
 else
   echo "-- (not run: unshare --pid is not permitted here) ring1d with a rank in a PID namespace of its own"
 fi

@@ -98,6 +98,7 @@ impl CapiError {
                 HaloError::Timeout { .. } => SODE_ERR_TIMEOUT,
                 HaloError::State(_) => SODE_ERR_STATE,
                 HaloError::Usage { .. } | HaloError::Decomposition { .. } => SODE_ERR_ARG,
+                HaloError::Disagree { .. } => SODE_ERR_MISMATCH,
                 HaloError::Barrier { .. } => SODE_ERR_BOOTSTRAP,
                 _ => SODE_ERR_CHANNEL,
             },

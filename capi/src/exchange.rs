@@ -847,7 +847,7 @@ impl Exchange {
         if let Some(r) = all.iter().position(|(t, _)| *t != all[0].0) {
             return Err(CapiError::Mismatch {
                 why: format!(
-                    "ranks 0 and {r} chose different transports (sode_exchange_set_transport)"
+                    "ranks 0 and {r} chose different transports (SODE_TRANSPORT, or sode_exchange_set_transport): give every rank the same"
                 ),
             });
         }

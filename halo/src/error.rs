@@ -40,6 +40,13 @@ pub enum HaloError {
         /// Ranks it needs.
         needed: usize,
     },
+    /// The ranks set up the same exchange differently (each rank's part is
+    /// fine alone): every rank fails alike.
+    #[error("the ranks disagree: {why}")]
+    Disagree {
+        /// What differs, and between which ranks.
+        why: String,
+    },
     /// A neighbour cannot be reached on the channel its locality calls for.
     #[error("neighbour rank {rank} ({direction}): {why}")]
     Locality {

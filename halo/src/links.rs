@@ -315,10 +315,13 @@ impl<'w> LinkExchangeBuilder<'w> {
         Ok(self.locality(self.world.rank(), peer))
     }
 
-    /// Under the automatic choice across nodes, the RDMA fabric of each
-    /// rank's device (none without a device that opens, or without the
-    /// `rdma` feature): every rank's answer, gathered, so that both ends of
-    /// a link choose alike.
+    /// Across nodes, every rank's transport and, under the automatic
+    /// choice, the RDMA fabric of each rank's device (none without a device
+    /// that opens, or without the `rdma` feature): every rank's answer,
+    /// gathered, so that both ends of a link choose alike. Every rank takes
+    /// this step whatever its transport, so that ranks given different ones
+    /// (`SODE_TRANSPORT` set on some ranks only) are told so here, rather
+    /// than read one another's next step as this one.
     fn gather_fabrics(&mut self) -> Result<()> {
         // Settled once per transport: `locality_of` asks for every peer.
         if self.fabrics_for == Some(self.transport) {
@@ -326,34 +329,33 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
         let size = self.world.size();
         let spans_nodes = (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0));
-        if self.transport != Transport::Auto || !spans_nodes || self.fabrics.len() == size {
+        if !spans_nodes || self.fabrics.len() == size {
             self.fabrics_for = Some(self.transport);
             return Ok(());
         }
-        #[cfg(feature = "rdma")]
-        let mine = match sode_transport::DeviceSelector::from_env()
-            .and_then(|s| sode_transport::Device::open(&s))
-        {
-            Ok(dev) => {
-                let caps = dev.caps();
-                crate::fabric::fabric_of(caps.link_layer, caps.gid, &crate::fabric::host_networks())
-            }
-            Err(e) => {
-                tracing::info!(error = %e, "no RDMA here: neighbours on other nodes use TCP");
-                String::new()
-            }
-        };
-        #[cfg(not(feature = "rdma"))]
-        let mine = String::new();
+        let mut mine = vec![self.transport as u8];
+        if self.transport == Transport::Auto {
+            mine.extend_from_slice(own_fabric().as_bytes());
+        }
         let all = self
             .world
-            .allgather(mine.as_bytes(), self.timeout)
+            .allgather(&mine, self.timeout)
             .map_err(|source| HaloError::Barrier {
                 source: Box::new(source),
             })?;
+        if let Some(r) = all.iter().position(|b| b.first() != Some(&mine[0])) {
+            let theirs = all[r].first().map_or("none", |&t| Transport::name_of(t));
+            return Err(HaloError::Disagree {
+                why: format!(
+                    "rank {r} chose the {theirs} transport, this rank (rank {}) the {} transport (SODE_TRANSPORT, or sode_exchange_set_transport in C): give every rank the same",
+                    self.world.rank(),
+                    Transport::name_of(mine[0])
+                ),
+            });
+        }
         self.fabrics = all
             .iter()
-            .map(|b| String::from_utf8_lossy(b).into_owned())
+            .map(|b| String::from_utf8_lossy(&b[1..]).into_owned())
             .collect();
         self.fabrics_for = Some(self.transport);
         Ok(())
@@ -377,8 +379,10 @@ impl<'w> LinkExchangeBuilder<'w> {
                 return Err(HaloError::Locality {
                     rank: l.peer,
                     direction: l.name.clone(),
-                    why: "it runs on another node, and the transport is shm: use auto, rdma or tcp"
-                        .into(),
+                    why: format!(
+                        "it runs {}, and the transport is shm: use auto, rdma or tcp",
+                        self.elsewhere(l.peer)
+                    ),
                 });
             }
             if cfg!(not(feature = "rdma")) && self.locality(me, l.peer) == Locality::Rdma {
@@ -390,6 +394,22 @@ impl<'w> LinkExchangeBuilder<'w> {
             }
         }
         Ok(())
+    }
+
+    /// Where `peer`, not on this rank's node, runs: on another machine, or
+    /// on this one in another shared-memory domain (a container of its
+    /// own), which cannot map this rank's segments.
+    fn elsewhere(&self, peer: usize) -> &'static str {
+        let (me, them) = (
+            self.world.node_of(self.world.rank()),
+            self.world.node_of(peer),
+        );
+        match (me, them) {
+            (Some(a), Some(b)) if a.hostname == b.hostname && a.boot_id == b.boot_id => {
+                "on this machine but in another PID namespace or shared-memory directory (a container of its own)"
+            }
+            _ => "on another node",
+        }
     }
 
     /// With shared sets, link `i` has runs for each message it has (and
@@ -795,6 +815,25 @@ impl<'w> LinkExchangeBuilder<'w> {
             .collect();
         (links, members)
     }
+}
+
+/// The RDMA fabric of this rank's device, or none (without a device that
+/// opens, or without the `rdma` feature).
+fn own_fabric() -> String {
+    #[cfg(feature = "rdma")]
+    match sode_transport::DeviceSelector::from_env().and_then(|s| sode_transport::Device::open(&s))
+    {
+        Ok(dev) => {
+            let caps = dev.caps();
+            crate::fabric::fabric_of(caps.link_layer, caps.gid, &crate::fabric::host_networks())
+        }
+        Err(e) => {
+            tracing::info!(error = %e, "no RDMA here: neighbours on other nodes use TCP");
+            String::new()
+        }
+    }
+    #[cfg(not(feature = "rdma"))]
+    String::new()
 }
 
 /// Shared sets in private memory (no neighbour on this node).

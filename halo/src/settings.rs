@@ -20,6 +20,20 @@ pub enum Transport {
     Tcp,
 }
 
+impl Transport {
+    /// The name `SODE_TRANSPORT` gives the transport whose discriminant is
+    /// `t` (as a setup step carries it); "unknown" for none.
+    pub(crate) fn name_of(t: u8) -> &'static str {
+        match t {
+            t if t == Transport::Auto as u8 => "auto",
+            t if t == Transport::Shm as u8 => "shm",
+            t if t == Transport::Rdma as u8 => "rdma",
+            t if t == Transport::Tcp as u8 => "tcp",
+            _ => "unknown",
+        }
+    }
+}
+
 impl std::str::FromStr for Transport {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
