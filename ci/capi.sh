@@ -4,8 +4,9 @@
 # alone (CMake package and pkg-config), run them under Open MPI with 1, 2
 # and 4 ranks (every halo cell compared with MPI's, bit for bit), every misuse answered
 # with a status and a message, a rank late for a creation and a commit (under
-# AddressSanitizer), and a rank killed during an exchange reported to its
-# peer within the wait's timeout.
+# AddressSanitizer), a rank killed during an exchange reported to its
+# peer within the wait's timeout, a rank in a PID namespace of its own (a
+# container per rank), and examples under valgrind's memcheck.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
