@@ -405,7 +405,7 @@ impl<'w> LinkExchangeBuilder<'w> {
             self.world.node_of(peer),
         );
         match (me, them) {
-            (Some(a), Some(b)) if a.hostname == b.hostname && a.boot_id == b.boot_id => {
+            (Some(a), Some(b)) if a.same_machine(b) => {
                 "on this machine but in another PID namespace or shared-memory directory (a container of its own)"
             }
             _ => "on another node",

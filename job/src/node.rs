@@ -78,6 +78,12 @@ impl NodeId {
         })
     }
 
+    /// Whether `other` runs on this machine (its name and boot), whatever
+    /// its shared-memory domain.
+    pub fn same_machine(&self, other: &NodeId) -> bool {
+        self.hostname == other.hostname && self.boot_id == other.boot_id
+    }
+
     /// Eight bytes that tell this machine from others (a digest of its
     /// name and boot id), for records every rank of a job receives.
     pub(crate) fn digest(&self) -> [u8; 8] {

@@ -794,9 +794,12 @@ impl World {
 /// of the machine, naming the first rank of each other domain.
 fn split_machine(intros: &[Introduction], rank: usize) -> Option<String> {
     let me = &intros[rank].node;
-    let machine = |n: &NodeId| n.hostname == me.hostname && n.boot_id == me.boot_id;
     let mut domains: Vec<(u64, usize)> = Vec::new();
-    for (r, i) in intros.iter().enumerate().filter(|(_, i)| machine(&i.node)) {
+    for (r, i) in intros
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| me.same_machine(&i.node))
+    {
         if !domains.iter().any(|&(d, _)| d == i.node.shm_domain) {
             domains.push((i.node.shm_domain, r));
         }
