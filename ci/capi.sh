@@ -331,6 +331,16 @@ killed_peer() { # transport, what rank 0's message must name
 killed_peer auto "shared memory with"
 killed_peer tcp "TCP with"
 
+# A rank whose own argument to a creation is wrong (a null out pointer)
+# fails it on every rank at once, naming that rank, rather than leave the
+# other waiting for it.
+echo "-- a creation refused on one rank (sode_comm_create_env, SODE_ROOT)"
+start_pair refused
+refused_ok=1
+for pid in "${pair[@]}"; do wait "$pid" || refused_ok=0; done
+cat "$build/refused0.log" "$build/refused1.log"
+[ "$refused_ok" -eq 1 ] || { echo "error: a creation refused on rank 1 did not fail on both ranks at once, naming it" >&2; exit 1; }
+
 # A neighbour that ends early over TCP (rank 1 returns after 20 exchanges):
 # rank 0's next exchange must fail with a message naming it, not end the
 # process by SIGPIPE (a C program keeps the signal's default action).

@@ -399,8 +399,11 @@ int sode_report_error(int status, const char *message);
  *
  * # Statuses
  * `SODE_ERR_NULL` (`comm`); `SODE_ERR_ARG` for a timeout that is not a
- * positive number of seconds, `INFINITY` or `SODE_TIMEOUT_DEFAULT`;
- * `SODE_ERR_BOOTSTRAP` when the launcher's variables do not make sense (a
+ * positive number of seconds, `INFINITY` or `SODE_TIMEOUT_DEFAULT`. A
+ * rank whose `comm` or timeout is wrong still takes part, only to make the
+ * call fail on every rank: it returns that status, and the others the
+ * same with "sode_comm_create_env failed on rank R: " and its message
+ * (rather than wait for it). `SODE_ERR_BOOTSTRAP` when the launcher's variables do not make sense (a
  * rank beyond the size, a bad `SODE_JOB_SECRET`) or the ranks cannot meet (a
  * rank that does not arrive within `timeout_s`, a refused or broken
  * connection).
@@ -408,7 +411,8 @@ int sode_report_error(int status, const char *message);
  * # Safety
  * `comm` must be valid for a write.
  */
-int sode_comm_create_env(double timeout_s, struct sode_comm **comm);
+int sode_comm_create_env(double timeout_s,
+                         struct sode_comm **comm);
 
 /**
  * A communicator over the program's own allgather (`libsode_mpi` lends an
@@ -417,7 +421,9 @@ int sode_comm_create_env(double timeout_s, struct sode_comm **comm);
  *
  * # Statuses
  * `SODE_ERR_NULL` (`allgather` or `comm`); `SODE_ERR_ARG` for a negative
- * rank or size, or a timeout as `sode_comm_create_env` refuses;
+ * rank or size, or a timeout as `sode_comm_create_env` refuses (a null
+ * `comm` or a bad timeout on one rank: that status on every rank, as
+ * `sode_comm_create_env`);
  * `SODE_ERR_BOOTSTRAP` for a rank not below `size`, when the allgather fails
  * (its own non-zero return, with its message) or the ranks cannot connect
  * within `timeout_s`.
@@ -433,6 +439,37 @@ int sode_comm_create_allgather(int rank,
                                sode_release_fn release,
                                double timeout_s,
                                struct sode_comm **comm);
+
+/**
+ * Takes part in a communicator's creation over the program's allgather,
+ * which the other ranks make with `sode_comm_create_allgather`, only to
+ * make it fail on every rank: for a wrapper whose own checks fail on this
+ * rank alone (`libsode_mpi`'s `sode_comm_create_mpi` given a null `out`),
+ * so that the other ranks are not left waiting for it. Each of them
+ * returns `status` with "FUNCTION failed on rank R: MESSAGE"; this rank
+ * returns `status` with `message` as its last error. `timeout_s` bounds
+ * the meeting (as `sode_comm_create_allgather`'s; `SODE_TIMEOUT_DEFAULT`
+ * for the job's); `release(ctx)` is called before it returns when
+ * `allgather` is given.
+ *
+ * # Statuses
+ * `status` (`SODE_ERR_ARG` in its place when it is `SODE_OK`), also when
+ * the other ranks could not be told (a warning says so); as
+ * `sode_comm_create_allgather` for a null `allgather` or a bad rank, size
+ * or timeout, when no one can be told.
+ *
+ * # Safety
+ * As `sode_comm_create_allgather`'s; `message` NULL or a NUL-terminated
+ * string.
+ */
+int sode_comm_refuse_allgather(int rank,
+                               int size,
+                               sode_allgather_fn allgather,
+                               void *ctx,
+                               sode_release_fn release,
+                               double timeout_s,
+                               int status,
+                               const char *message);
 
 /**
  * This rank in `comm`.
@@ -952,7 +989,7 @@ int sode_exchange_set_memory_kind(struct sode_exchange *exchange, int field, int
  * when its health watcher finds it). Collective: every rank returns the
  * same status. A commit that fails on one rank alone (no field, committed already, a
  * channel it cannot set up) fails every rank's at once, each naming that
- * rank (`commit failed on rank 1: ...`), and the ranks stay in step for
+ * rank (`sode_exchange_commit failed on rank 1: ...`), and the ranks stay in step for
  * the communicator's next commit.
  *
  * # Safety

@@ -264,9 +264,6 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
         return sode_report_error(SODE_ERR_BOOTSTRAP,
                                  "sode_comm_create_mpi: MPI is not initialized: call MPI_Init first");
     }
-    if (out == NULL) {
-        return sode_report_error(SODE_ERR_NULL, "sode_comm_create_mpi: `out` is a null pointer");
-    }
     if (comm == MPI_COMM_NULL) {
         /* MPI's own error handler would end the job on it. */
         return sode_report_error(SODE_ERR_ARG,
@@ -282,13 +279,23 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
                                  "the sode communicator from an intracommunicator (one group's, or both "
                                  "groups merged by MPI_Intercomm_merge)");
     }
-    if (!(timeout_s > 0) && timeout_s != SODE_TIMEOUT_DEFAULT) {
-        char text[256];
-        snprintf(text, sizeof text,
+    /* Arguments wrong on this rank alone: it still takes part in the
+     * creation, only to make it fail on every rank (the others would
+     * otherwise wait for it, without a deadline by default). */
+    char refusal[256] = "";
+    int refused = SODE_OK;
+    if (out == NULL) {
+        refused = SODE_ERR_NULL;
+        snprintf(refusal, sizeof refusal, "sode_comm_create_mpi: `out` is a null pointer");
+    } else if (!(timeout_s > 0) && timeout_s != SODE_TIMEOUT_DEFAULT) {
+        refused = SODE_ERR_ARG;
+        snprintf(refusal, sizeof refusal,
                  "sode_comm_create_mpi: a timeout of %g s: give a positive number of seconds, "
                  "INFINITY for no deadline, or SODE_TIMEOUT_DEFAULT for the job's (SODE_TIMEOUT)",
                  timeout_s);
-        return sode_report_error(SODE_ERR_ARG, text);
+    }
+    if (refused != SODE_OK) {
+        timeout_s = SODE_TIMEOUT_DEFAULT;
     }
     struct lent *l = malloc(sizeof *l);
     if (l == NULL) {
@@ -338,6 +345,10 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
     MPI_Comm_set_errhandler(l->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(l->comm, &rank);
     MPI_Comm_size(l->comm, &size);
+    if (refused != SODE_OK) {
+        return sode_comm_refuse_allgather(rank, size, allgather, l, release, timeout_s, refused,
+                                          refusal);
+    }
     return sode_comm_create_allgather(rank, size, allgather, l, release, timeout_s, out);
 }
 

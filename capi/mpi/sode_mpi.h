@@ -24,10 +24,14 @@ extern "C" {
  * SODE_WAIT_WARN seconds (60 unless set; "off" for never) says so on
  * stderr, rank 0 naming the ranks not arrived yet, and again each time it
  * has waited twice as long; it goes on waiting.
+ * A rank whose own `out` or `timeout_s` is wrong still takes part, only to
+ * make the call fail on every rank: it returns its status, and the others
+ * the same status with "... failed on rank R: " and its message.
  * # Statuses
- * SODE_ERR_NULL (`out`); SODE_ERR_ARG for MPI_COMM_NULL (which a split
- * gives a rank it leaves out), an intercommunicator, and a timeout neither positive nor
- * SODE_TIMEOUT_DEFAULT; SODE_ERR_BOOTSTRAP before MPI_Init, when
+ * SODE_ERR_NULL (`out`) and SODE_ERR_ARG for a timeout neither positive nor
+ * SODE_TIMEOUT_DEFAULT, on every rank when a rank's is wrong; SODE_ERR_ARG
+ * for MPI_COMM_NULL (which a split gives a rank it leaves out) and an
+ * intercommunicator; SODE_ERR_BOOTSTRAP before MPI_Init, when
  * duplicating `comm` (MPI_Comm_idup, the call's first collective step)
  * fails or does not complete within `timeout_s` (a rank of `comm` that
  * does not call: the duplicate is then left to MPI), or as

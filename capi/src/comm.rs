@@ -75,8 +75,32 @@ impl Comm {
     /// one.
     pub fn from_env(timeout: Duration) -> Result<Comm> {
         let op = "sode_comm_create_env";
-        let world = World::init(timeout).map_err(|source| CapiError::Bootstrap { op, source })?;
+        let world = World::init(timeout).map_err(|source| met_failed(op, source))?;
         Ok(Comm::new(world, timeout))
+    }
+
+    /// Takes part in the creation [`Comm::from_env`] makes on the other
+    /// ranks only to make it fail there with `refusal` ([`refused`]).
+    pub fn refuse_env(refusal: CapiError) -> CapiError {
+        refused(refusal, |status, message, timeout| {
+            World::refuse_init(status, message, timeout)
+        })
+    }
+
+    /// Takes part in the creation [`Comm::over_allgather`] makes on the
+    /// other ranks only to make it fail there with `refusal`
+    /// ([`refused`]).
+    pub fn refuse_over_allgather(
+        rank: usize,
+        size: usize,
+        gather: AllgatherFn,
+        refusal: CapiError,
+    ) -> CapiError {
+        refused(refusal, |status, message, timeout| {
+            let deadline = Instant::now() + timeout;
+            let oob = ExternalOob::new(rank, size, gather, deadline)?;
+            World::refuse(Box::new(oob), status, message, deadline)
+        })
     }
 
     /// Over the program's own allgather (an MPI communicator's).
@@ -94,9 +118,49 @@ impl Comm {
             .map_err(|source| CapiError::Bootstrap { op, source })?;
         let job_id = LaunchInfo::from_env().ok().and_then(|l| l.job_id);
         let world = World::over(Box::new(oob), job_id, Instant::now() + timeout)
-            .map_err(|source| CapiError::Bootstrap { op, source })?;
+            .map_err(|source| met_failed(op, source))?;
         Ok(Comm::new(world, timeout))
     }
+}
+
+/// The error of creation `op` when meeting the other ranks failed: when a
+/// rank refused it, that rank's status and message, as every rank of a
+/// failed commit returns; else the meeting's own.
+fn met_failed(op: &'static str, source: sode_job::JobError) -> CapiError {
+    match source {
+        sode_job::JobError::GaveUp {
+            rank,
+            code,
+            message,
+        } => CapiError::OnRank {
+            op,
+            rank,
+            status: code,
+            message,
+        },
+        source => CapiError::Bootstrap { op, source },
+    }
+}
+
+/// A collective creation refused on this rank, its caller's own argument
+/// being wrong (`refusal`: a null out pointer, a bad timeout). `tell`
+/// takes part in the creation the other ranks make, with this rank's
+/// status and message and a deadline (the job's default timeout), so that
+/// theirs fails at once, naming this rank, where it would otherwise wait
+/// for it (forever, without a deadline). This rank returns its own error.
+fn refused(
+    refusal: CapiError,
+    tell: impl FnOnce(i32, &str, Duration) -> sode_job::Result<()>,
+) -> CapiError {
+    let (status, message) = (refusal.status(), sode_job::diag::chain(&refusal));
+    let timeout = sode_job::default_wait_timeout().unwrap_or(sode_job::NO_DEADLINE);
+    if let Err(e) = tell(status, &message, timeout) {
+        tracing::warn!(
+            "{message}; and the other ranks could not be told: {}",
+            sode_job::diag::chain(&e)
+        );
+    }
+    CapiError::Refused { status, message }
 }
 
 #[cfg(test)]

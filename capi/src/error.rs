@@ -50,14 +50,27 @@ pub enum CapiError {
         /// What differs, and between which ranks.
         why: String,
     },
-    /// The exchange failed on another rank; every rank fails alike.
-    #[error("commit failed on rank {rank}: {message}")]
+    /// A collective call (a commit, a communicator's creation) failed on
+    /// another rank; every rank fails alike.
+    #[error("{op} failed on rank {rank}: {message}")]
     OnRank {
+        /// The function.
+        op: &'static str,
         /// The lowest rank that failed.
         rank: usize,
         /// Its status code.
         status: i32,
         /// Its message.
+        message: String,
+    },
+    /// This rank refused a collective creation, its caller's own argument
+    /// being wrong, and took part in it only to tell the other ranks,
+    /// whose creation fails alike ([`CapiError::OnRank`]).
+    #[error("{message}")]
+    Refused {
+        /// The status it fails with.
+        status: i32,
+        /// What was wrong, naming the function.
         message: String,
     },
     /// The exchange itself failed.
@@ -92,7 +105,7 @@ impl CapiError {
             } => SODE_ERR_CHANNEL,
             CapiError::Bootstrap { .. } => SODE_ERR_BOOTSTRAP,
             CapiError::Mismatch { .. } => SODE_ERR_MISMATCH,
-            CapiError::OnRank { status, .. } => *status,
+            CapiError::OnRank { status, .. } | CapiError::Refused { status, .. } => *status,
             CapiError::Internal { .. } => SODE_ERR_INTERNAL,
             CapiError::Exchange { source, .. } => match source {
                 HaloError::Timeout { .. } => SODE_ERR_TIMEOUT,

@@ -758,6 +758,7 @@ impl Exchange {
         let noticed = || {
             let g = self.world.setup_given_up(name).filter(|g| g.rank != me)?;
             Some(CapiError::OnRank {
+                op: "sode_exchange_commit",
                 rank: g.rank,
                 status: g.code,
                 message: g.why,
@@ -767,6 +768,7 @@ impl Exchange {
             // The lowest rank that gave up in the step may have done so
             // waiting for the rank whose notice names the cause.
             return noticed().unwrap_or(CapiError::OnRank {
+                op: "sode_exchange_commit",
                 rank,
                 status,
                 message,

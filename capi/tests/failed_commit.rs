@@ -107,7 +107,7 @@ fn check(outcomes: &[Outcome], faulty: usize, status: c_int, reason: &str) {
         if r != faulty {
             assert!(
                 o.message
-                    .contains(&format!("commit failed on rank {faulty}")),
+                    .contains(&format!("sode_exchange_commit failed on rank {faulty}: ")),
                 "rank {r}: {}",
                 o.message
             );

@@ -350,7 +350,7 @@ static void setup_fails_on_one(sode_comm *c, int size) {
     expect("a rank that cannot make its shared memory fails every rank's commit", rc, SODE_ERR_CHANNEL,
            "/nonexistent/sode-errors does not exist");
     if (rank != 1) {
-        expect("... naming that rank", rc, SODE_ERR_CHANNEL, "commit failed on rank 1: ");
+        expect("... naming that rank", rc, SODE_ERR_CHANNEL, "sode_exchange_commit failed on rank 1: ");
     }
     if (took > 5.0) {
         fprintf(stderr, "rank %d: the commit failed after %.1f s, its neighbour's failure known at once\n", rank, took);
@@ -402,7 +402,7 @@ static void mismatch(sode_comm *c, int size) {
     }
     expect("a rank that added no field fails every rank's commit", sode_exchange_commit(x), SODE_ERR_ARG,
            rank == 1 ? "sode_exchange_commit: no field was added"
-                     : "commit failed on rank 1: sode_exchange_commit: no field was added");
+                     : "sode_exchange_commit failed on rank 1: sode_exchange_commit: no field was added");
     expect("free", sode_exchange_free(&x), SODE_OK, "");
     /* Rank 0 commits a Cartesian exchange where the others commit one of
      * boxes (as a code that makes an exchange on some ranks only): each
@@ -680,6 +680,29 @@ static int early_mode(void) {
  * a rank regridding alone) and lives on for 3 s; rank 0 starts a sixth and
  * waits without deadline: it must be told at once that rank 1 freed its
  * side, on every channel, not wait for rank 1's process to end. */
+/* `errors refused`, two ranks started by hand (SODE_ROOT): rank 1 passes
+ * a null out pointer to sode_comm_create_env; both must fail at once with
+ * SODE_ERR_NULL, rank 0 naming rank 1. */
+static int refused_mode(void) {
+    sode_comm *c = NULL;
+    const char *r = getenv("SODE_RANK");
+    rank = r ? atoi(r) : 0;
+    double t0 = seconds_now();
+    int rc = sode_comm_create_env(30.0, rank == 1 ? NULL : &c);
+    expect("a null out pointer on rank 1 alone", rc, SODE_ERR_NULL,
+           rank == 1 ? "sode_comm_create_env: `comm` is a null pointer"
+                     : "sode_comm_create_env failed on rank 1: sode_comm_create_env: `comm` is a null "
+                       "pointer");
+    double took = seconds_now() - t0;
+    if (took > 10.0 || c != NULL) {
+        fprintf(stderr, "rank %d: the creation refused on rank 1 took %.1f s, communicator %p\n", rank, took,
+                (void *)c);
+        failures++;
+    }
+    printf("rank %d: %s\n", rank, failures ? "FAILED" : "ok");
+    return failures != 0;
+}
+
 static int freed_mode(void) {
     sode_comm *c;
     sode_exchange *x = env_exchange(&c);
@@ -832,12 +855,37 @@ static void diagnostics(void) {
     }
 }
 
+/* A creation whose arguments are wrong on rank 1 alone fails on every rank
+ * at once with rank 1's status, the others naming it, rather than leave
+ * them waiting for it (for the whole 30 s timeout, or forever without). */
+static void one_rank_wrong(void) {
+    sode_comm *c = NULL;
+    double t0 = seconds_now();
+    int rc = sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, rank == 1 ? NULL : &c);
+    expect("a null out pointer on rank 1 alone", rc, SODE_ERR_NULL,
+           rank == 1 ? "sode_comm_create_mpi: `out` is a null pointer"
+                     : "failed on rank 1: sode_comm_create_mpi: `out` is a null pointer");
+    rc = sode_comm_create_mpi(MPI_COMM_WORLD, rank == 1 ? -5.0 : 30.0, &c);
+    expect("a negative timeout on rank 1 alone", rc, SODE_ERR_ARG,
+           rank == 1 ? "sode_comm_create_mpi: a timeout of -5 s"
+                     : "failed on rank 1: sode_comm_create_mpi: a timeout of -5 s");
+    double took = seconds_now() - t0;
+    if (took > 10.0 || c != NULL) {
+        fprintf(stderr, "rank %d: the creations refused on rank 1 took %.1f s, communicator %p\n", rank,
+                took, (void *)c);
+        failures++;
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "kill") == 0) {
         return kill_mode();
     }
     if (argc > 1 && strcmp(argv[1], "early") == 0) {
         return early_mode();
+    }
+    if (argc > 1 && strcmp(argv[1], "refused") == 0) {
+        return refused_mode();
     }
     if (argc > 1 && strcmp(argv[1], "freed") == 0) {
         return freed_mode();
@@ -870,6 +918,7 @@ int main(int argc, char **argv) {
     sode_comm *c = NULL;
     expect("a null out pointer", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, NULL), SODE_ERR_NULL, "`out`");
     expect("a zero timeout", sode_comm_create_mpi(MPI_COMM_WORLD, 0.0, &c), SODE_ERR_ARG, "timeout of 0");
+    one_rank_wrong();
     expect("a communicator", sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c), SODE_OK, "");
     misuse(c, size);
     tiles_misuse(c, size);

@@ -35,6 +35,22 @@ struct Introduction {
 /// The introduction's format byte.
 const INTRODUCTION_FORMAT: u8 = 2;
 
+/// The format byte of a record sent in place of an introduction by a rank
+/// that takes part in the world's creation only to make it fail
+/// ([`World::refuse`]): a code and a reason follow, as a give-up's.
+const REFUSAL_FORMAT: u8 = 0xff;
+
+/// The refusal of the lowest rank that sent one in place of its
+/// introduction, if any rank did.
+fn refusal_in(all: &[Vec<u8>]) -> Option<JobError> {
+    all.iter()
+        .enumerate()
+        .find_map(|(rank, b)| match b.split_first() {
+            Some((&REFUSAL_FORMAT, body)) => Some(Step::gave_up(rank, body)),
+            _ => None,
+        })
+}
+
 impl Introduction {
     /// Format, node ([`NodeId::write`]), job id (a flag, then the id), pid,
     /// nonce and reach.
@@ -289,6 +305,59 @@ impl World {
             return Ok(w);
         }
         let deadline = Instant::now() + timeout;
+        let (oob, job_id) = Self::meet(launch, timeout, deadline)?;
+        Self::over(oob, job_id, deadline)
+    }
+
+    /// Takes part in meeting the other ranks as [`World::init`] does, only
+    /// to make that meeting fail on every rank: each of the others fails
+    /// with [`JobError::GaveUp`] naming this rank, `code` and `message`.
+    /// For a rank that cannot make its world (its caller's own argument is
+    /// wrong), so that the others are not left waiting for it. Returns once
+    /// the others have been told; a job of one has no one to tell.
+    ///
+    /// # Errors
+    ///
+    /// As [`World::init`], when the ranks cannot meet.
+    pub fn refuse_init(code: i32, message: &str, timeout: Duration) -> Result<()> {
+        if !crate::launch::launched() {
+            return Ok(());
+        }
+        let launch = LaunchInfo::from_env()?;
+        if launch.size == 1 {
+            return Ok(());
+        }
+        let deadline = Instant::now() + timeout;
+        let (oob, _) = Self::meet(&launch, timeout, deadline)?;
+        Self::refuse(oob, code, message, deadline)
+    }
+
+    /// Takes part in [`World::over`] on `oob` only to make it fail on every
+    /// rank, as [`World::refuse_init`] does.
+    ///
+    /// # Errors
+    ///
+    /// The exchange's errors ([`JobError::BootstrapTimeout`] past
+    /// `deadline`).
+    pub fn refuse(
+        mut oob: Box<dyn OutOfBand>,
+        code: i32,
+        message: &str,
+        deadline: Instant,
+    ) -> Result<()> {
+        let mut record = vec![REFUSAL_FORMAT];
+        record.extend_from_slice(&code.to_le_bytes());
+        record.extend_from_slice(Step::cut(message).as_bytes());
+        oob.allgather(&record, deadline).map(|_| ())
+    }
+
+    /// The out-of-band exchange `launch` names, and the job id the ranks
+    /// start from.
+    fn meet(
+        launch: &LaunchInfo,
+        timeout: Duration,
+        deadline: Instant,
+    ) -> Result<(Box<dyn OutOfBand>, Option<String>)> {
         if launch.root.is_none() && launch.pmix {
             let (oob, namespace) = crate::pmix::join(deadline)?;
             if (oob.rank(), oob.size()) != (launch.rank, launch.size) {
@@ -304,17 +373,17 @@ impl World {
                 });
             }
             let job_id = launch.job_id.clone().or(Some(namespace));
-            return Self::over(Box::new(oob), job_id, deadline);
+            return Ok((Box::new(oob), job_id));
         }
         if launch.root.is_none() && launch.pmi {
             let env = |k: &str| std::env::var(k).ok();
             let (oob, kvsname) =
                 crate::pmi::join(&env, launch.rank, launch.size, timeout, deadline)?;
             let job_id = launch.job_id.clone().or(Some(sanitise_job_id(&kvsname)));
-            return Self::over(Box::new(oob), job_id, deadline);
+            return Ok((Box::new(oob), job_id));
         }
         let oob = TcpRendezvous::join(launch, deadline)?;
-        Self::over(Box::new(oob), launch.job_id.clone(), deadline)
+        Ok((Box::new(oob), launch.job_id.clone()))
     }
 
     /// A world over any out-of-band exchange (TCP, PMIx, an MPI
@@ -324,8 +393,9 @@ impl World {
     /// # Errors
     ///
     /// The exchange's errors ([`JobError::BootstrapTimeout`] past
-    /// `deadline`); [`JobError::Health`] when the health watcher cannot
-    /// start.
+    /// `deadline`); [`JobError::GaveUp`] when a rank took part only to
+    /// refuse ([`World::refuse`]); [`JobError::Health`] when the health
+    /// watcher cannot start.
     pub fn over(
         mut oob: Box<dyn OutOfBand>,
         job_id: Option<String>,
@@ -346,6 +416,9 @@ impl World {
             )?,
         };
         let all = oob.allgather(&mine.encode()?, deadline)?;
+        if let Some(refused) = refusal_in(&all) {
+            return Err(refused);
+        }
         let intros: Vec<Introduction> = all
             .iter()
             .enumerate()

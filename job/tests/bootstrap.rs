@@ -365,3 +365,33 @@ fn ranks_that_skip_a_collective_step_are_named_on_every_rank_that_took_it() {
         );
     }
 }
+
+#[test]
+fn a_rank_that_refuses_the_creation_fails_it_on_every_rank_at_once() {
+    let port = free_port();
+    let secret = Secret::random().unwrap();
+    let t0 = Instant::now();
+    let mut others = start_ranks(0..1, 3, port, &secret);
+    others.extend(start_ranks(2..3, 3, port, &secret));
+    let refuser = {
+        let l = launch(1, 3, port, &secret);
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let oob = TcpRendezvous::join(&l, deadline)?;
+            World::refuse(Box::new(oob), 7, "its `out` is a null pointer", deadline)
+        })
+    };
+    refuser.join().unwrap().expect("the refusal is delivered");
+    for (r, h) in [0, 2].into_iter().zip(others) {
+        match h.join().unwrap() {
+            Err(sode_job::JobError::GaveUp {
+                rank: 1,
+                code: 7,
+                message,
+            }) => assert_eq!(message, "its `out` is a null pointer", "rank {r}"),
+            other => panic!("rank {r}: {other:?}"),
+        }
+    }
+    // Told in the first step, not left to the 60 s deadline.
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+}

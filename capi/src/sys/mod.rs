@@ -10,9 +10,10 @@ pub use crate::handle::ExchangeHandle;
 use memory::UserMemory;
 
 use std::cell::RefCell;
-use std::ffi::{c_char, c_int, c_void, CString};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::MutexGuard;
+use std::time::Duration;
 
 use sode_job::AllgatherFn;
 
@@ -23,7 +24,7 @@ use crate::exchange::{Exchange, FieldList};
 use crate::explicit::BoxMessage;
 use crate::handle::take_steps;
 use crate::stats::{NeighbourStats, Stats};
-use crate::{SODE_ABI_VERSION, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
+use crate::{SODE_ABI_VERSION, SODE_ERR_ARG, SODE_OK, SODE_ORDER_C, SODE_ORDER_FORTRAN};
 use sode::field::{ElemType, FieldLayout, Order, Overlap};
 use sode::pattern::Tile;
 
@@ -363,8 +364,11 @@ pub unsafe extern "C" fn sode_report_error(status: c_int, message: *const c_char
 ///
 /// # Statuses
 /// `SODE_ERR_NULL` (`comm`); `SODE_ERR_ARG` for a timeout that is not a
-/// positive number of seconds, `INFINITY` or `SODE_TIMEOUT_DEFAULT`;
-/// `SODE_ERR_BOOTSTRAP` when the launcher's variables do not make sense (a
+/// positive number of seconds, `INFINITY` or `SODE_TIMEOUT_DEFAULT`. A
+/// rank whose `comm` or timeout is wrong still takes part, only to make the
+/// call fail on every rank: it returns that status, and the others the
+/// same with "sode_comm_create_env failed on rank R: " and its message
+/// (rather than wait for it). `SODE_ERR_BOOTSTRAP` when the launcher's variables do not make sense (a
 /// rank beyond the size, a bad `SODE_JOB_SECRET`) or the ranks cannot meet (a
 /// rank that does not arrive within `timeout_s`, a refused or broken
 /// connection).
@@ -375,10 +379,25 @@ pub unsafe extern "C" fn sode_report_error(status: c_int, message: *const c_char
 pub unsafe extern "C" fn sode_comm_create_env(timeout_s: f64, comm: *mut *mut Comm) -> c_int {
     let op = "sode_comm_create_env";
     call(op, || {
-        let c = Comm::from_env(seconds(op, timeout_s)?)?;
+        let timeout = match own_arguments(op, timeout_s, comm) {
+            Ok(t) => t,
+            Err(refusal) => return Err(Comm::refuse_env(refusal)),
+        };
+        let c = Comm::from_env(timeout)?;
         // SAFETY: the caller's contract.
         unsafe { put(op, comm, c) }
     })
+}
+
+/// The timeout of a communicator's creation, when this rank's arguments
+/// are right; else the error it refuses the creation with (the other ranks
+/// are told: see `Comm::refuse_env`).
+fn own_arguments(op: &'static str, timeout_s: f64, comm: *mut *mut Comm) -> Result<Duration> {
+    let timeout = seconds(op, timeout_s)?;
+    if comm.is_null() {
+        return Err(CapiError::Null { op, arg: "comm" });
+    }
+    Ok(timeout)
 }
 
 /// A fixed-size allgather lent by the program: `all` receives every rank's
@@ -449,7 +468,9 @@ impl Drop for Lent {
 ///
 /// # Statuses
 /// `SODE_ERR_NULL` (`allgather` or `comm`); `SODE_ERR_ARG` for a negative
-/// rank or size, or a timeout as `sode_comm_create_env` refuses;
+/// rank or size, or a timeout as `sode_comm_create_env` refuses (a null
+/// `comm` or a bad timeout on one rank: that status on every rank, as
+/// `sode_comm_create_env`);
 /// `SODE_ERR_BOOTSTRAP` for a rank not below `size`, when the allgather fails
 /// (its own non-zero return, with its message) or the ranks cannot connect
 /// within `timeout_s`.
@@ -484,9 +505,84 @@ pub unsafe extern "C" fn sode_comm_create_allgather(
                 why: "two sizes".into(),
             })?;
         let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], _| lent.gather(mine, all));
-        let c = Comm::over_allgather(rank, size, f, seconds(op, timeout_s)?)?;
+        let timeout = match own_arguments(op, timeout_s, comm) {
+            Ok(t) => t,
+            Err(refusal) => return Err(Comm::refuse_over_allgather(rank, size, f, refusal)),
+        };
+        let c = Comm::over_allgather(rank, size, f, timeout)?;
         // SAFETY: the caller's contract.
         unsafe { put(op, comm, c) }
+    })
+}
+
+/// Takes part in a communicator's creation over the program's allgather,
+/// which the other ranks make with `sode_comm_create_allgather`, only to
+/// make it fail on every rank: for a wrapper whose own checks fail on this
+/// rank alone (`libsode_mpi`'s `sode_comm_create_mpi` given a null `out`),
+/// so that the other ranks are not left waiting for it. Each of them
+/// returns `status` with "FUNCTION failed on rank R: MESSAGE"; this rank
+/// returns `status` with `message` as its last error. `timeout_s` bounds
+/// the meeting (as `sode_comm_create_allgather`'s; `SODE_TIMEOUT_DEFAULT`
+/// for the job's); `release(ctx)` is called before it returns when
+/// `allgather` is given.
+///
+/// # Statuses
+/// `status` (`SODE_ERR_ARG` in its place when it is `SODE_OK`), also when
+/// the other ranks could not be told (a warning says so); as
+/// `sode_comm_create_allgather` for a null `allgather` or a bad rank, size
+/// or timeout, when no one can be told.
+///
+/// # Safety
+/// As `sode_comm_create_allgather`'s; `message` NULL or a NUL-terminated
+/// string.
+#[no_mangle]
+pub unsafe extern "C" fn sode_comm_refuse_allgather(
+    rank: c_int,
+    size: c_int,
+    allgather: SodeAllgatherFn,
+    ctx: *mut c_void,
+    release: SodeReleaseFn,
+    timeout_s: f64,
+    status: c_int,
+    message: *const c_char,
+) -> c_int {
+    let op = "sode_comm_refuse_allgather";
+    call(op, || {
+        let gather = allgather.ok_or(CapiError::Null {
+            op,
+            arg: "allgather",
+        })?;
+        let lent = Lent {
+            gather,
+            ctx,
+            release,
+        };
+        let [rank, size] = <[usize; 2]>::try_from(sizes(op, "rank and size", &[rank, size])?)
+            .map_err(|_| CapiError::Internal {
+                op,
+                why: "two sizes".into(),
+            })?;
+        seconds(op, timeout_s)?;
+        let message = if message.is_null() {
+            format!("{op}: (no message)")
+        } else {
+            // SAFETY: the caller's contract: a NUL-terminated string.
+            unsafe { CStr::from_ptr(message) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let status = if status == SODE_OK {
+            SODE_ERR_ARG
+        } else {
+            status
+        };
+        let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], _| lent.gather(mine, all));
+        Err(Comm::refuse_over_allgather(
+            rank,
+            size,
+            f,
+            CapiError::Refused { status, message },
+        ))
     })
 }
 
@@ -1949,7 +2045,7 @@ unsafe fn with_exchange(
 /// when its health watcher finds it). Collective: every rank returns the
 /// same status. A commit that fails on one rank alone (no field, committed already, a
 /// channel it cannot set up) fails every rank's at once, each naming that
-/// rank (`commit failed on rank 1: ...`), and the ranks stay in step for
+/// rank (`sode_exchange_commit failed on rank 1: ...`), and the ranks stay in step for
 /// the communicator's next commit.
 ///
 /// # Safety

@@ -44,7 +44,7 @@ struct Lent {
     rank: usize,
 }
 
-unsafe extern "C" fn gather(
+pub unsafe extern "C" fn gather(
     mine: *const c_void,
     all: *mut c_void,
     bytes: usize,
@@ -71,18 +71,24 @@ unsafe extern "C" fn gather(
     0
 }
 
-unsafe extern "C" fn release(ctx: *mut c_void) {
+pub unsafe extern "C" fn release(ctx: *mut c_void) {
     // SAFETY: the `Box<Lent>` leaked at creation, released once.
     drop(unsafe { Box::from_raw(ctx.cast::<Lent>()) });
 }
 
-/// Rank `me`'s communicator over the hub.
-pub fn comm(hub: &Arc<Hub>, me: usize) -> *mut Comm {
-    let lent = Box::into_raw(Box::new(Lent {
+/// Rank `me`'s context for [`gather`] over the hub, which [`release`]
+/// frees.
+pub fn lent(hub: &Arc<Hub>, me: usize) -> *mut c_void {
+    Box::into_raw(Box::new(Lent {
         hub: hub.clone(),
         rank: me,
     }))
-    .cast::<c_void>();
+    .cast::<c_void>()
+}
+
+/// Rank `me`'s communicator over the hub.
+pub fn comm(hub: &Arc<Hub>, me: usize) -> *mut Comm {
+    let lent = lent(hub, me);
     let mut comm = std::ptr::null_mut();
     // SAFETY: a valid allgather and context, released by sode.
     let rc = unsafe {
