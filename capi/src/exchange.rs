@@ -678,7 +678,10 @@ impl Exchange {
         // exchanges after it still agree.
         // A failed commit tells the job itself, with the call's status
         // (`end_failed_commit`).
-        let builder = LinkExchange::builder(&self.world, Vec::new()).tell_job_on_failure(false);
+        // The description's step compares the ranks' transports.
+        let builder = LinkExchange::builder(&self.world, Vec::new())
+            .tell_job_on_failure(false)
+            .transports_agreed();
         let name = builder.name().to_string();
         let committed = self
             .ready_to_commit()

@@ -169,6 +169,8 @@ pub struct LinkExchangeBuilder<'w> {
     shared: Option<SharedSets>,
     /// Whether a failure of this rank's own part tells the job.
     tell_job: bool,
+    /// Whether the caller compared every rank's transport already.
+    transports_agreed: bool,
 }
 
 /// The code a rank's notice that it gave up its part of a setup carries
@@ -196,7 +198,17 @@ impl<'w> LinkExchangeBuilder<'w> {
             lent: Vec::new(),
             shared: None,
             tell_job: true,
+            transports_agreed: false,
         }
+    }
+
+    /// Says that the caller compares every rank's transport in a
+    /// collective step of its own before the channels are set up (the C
+    /// ABI's commit does): on one node, where no rank needs another's RDMA
+    /// fabric, the build then takes no collective step to compare them.
+    pub fn transports_agreed(mut self) -> Self {
+        self.transports_agreed = true;
+        self
     }
 
     /// Whether this rank, when its own part of the setup fails once the
@@ -315,13 +327,16 @@ impl<'w> LinkExchangeBuilder<'w> {
         Ok(self.locality(self.world.rank(), peer))
     }
 
-    /// Across nodes, every rank's transport and, under the automatic
-    /// choice, the RDMA fabric of each rank's device (none without a device
+    /// Every rank's transport and, under the automatic choice across
+    /// nodes, the RDMA fabric of each rank's device (none without a device
     /// that opens, or without the `rdma` feature): every rank's answer,
     /// gathered, so that both ends of a link choose alike. Every rank takes
     /// this step whatever its transport, so that ranks given different ones
     /// (`SODE_TRANSPORT` set on some ranks only) are told so here, rather
-    /// than read one another's next step as this one.
+    /// than read one another's next step as this one across nodes, or
+    /// wait for one another's segment and connection on one node. On one
+    /// node a caller that compared the transports itself
+    /// ([`transports_agreed`](Self::transports_agreed)) skips it.
     fn gather_fabrics(&mut self) -> Result<()> {
         // Settled once per transport: `locality_of` asks for every peer.
         if self.fabrics_for == Some(self.transport) {
@@ -329,12 +344,12 @@ impl<'w> LinkExchangeBuilder<'w> {
         }
         let size = self.world.size();
         let spans_nodes = (1..size).any(|r| self.world.node_of(r) != self.world.node_of(0));
-        if !spans_nodes || self.fabrics.len() == size {
+        if size == 1 || self.fabrics.len() == size || (!spans_nodes && self.transports_agreed) {
             self.fabrics_for = Some(self.transport);
             return Ok(());
         }
         let mut mine = vec![self.transport as u8];
-        if self.transport == Transport::Auto {
+        if spans_nodes && self.transport == Transport::Auto {
             mine.extend_from_slice(own_fabric().as_bytes());
         }
         let all = self
@@ -353,10 +368,12 @@ impl<'w> LinkExchangeBuilder<'w> {
                 ),
             });
         }
-        self.fabrics = all
-            .iter()
-            .map(|b| String::from_utf8_lossy(&b[1..]).into_owned())
-            .collect();
+        if spans_nodes {
+            self.fabrics = all
+                .iter()
+                .map(|b| String::from_utf8_lossy(&b[1..]).into_owned())
+                .collect();
+        }
         self.fabrics_for = Some(self.transport);
         Ok(())
     }

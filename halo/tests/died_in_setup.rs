@@ -43,8 +43,13 @@ fn rank() {
         name: "rank 1".into(),
     };
     let began = Instant::now();
+    // As the C ABI's commit, which compares the transports in a step of
+    // its own: the build takes no collective step on one node, so rank 0
+    // waits for the dead rank's segment or connection, the wait under
+    // test (a death during a collective step is `job`'s tests').
     let built = LinkExchange::builder(&w, vec![link])
         .transport(transport)
+        .transports_agreed()
         .setup_timeout(SETUP_TIMEOUT)
         .build();
     let took = began.elapsed();

@@ -18,8 +18,11 @@ use common::{free_port, rdma_available, thread_world};
 /// giving up the same exchange after `after`.
 fn build_while_the_peer_gives_up(transport: Transport, after: Duration) -> (String, Duration) {
     let mut out = two_ranks("gave-up-test", move |rank, w, link| {
+        // As the C ABI's commit, which compares the transports in a
+        // step of its own: on one node the build takes none.
         let builder = LinkExchange::builder(w, vec![link])
             .transport(transport)
+            .transports_agreed()
             .setup_timeout(Duration::from_secs(30));
         let patience = Duration::from_secs(60);
         if rank == 1 {
@@ -168,4 +171,51 @@ fn a_rank_whose_own_shared_memory_setup_fails_tells_its_neighbour() {
 #[test]
 fn a_rank_whose_own_connection_setup_fails_tells_its_neighbour() {
     told_by_the_failing_rank(Transport::Tcp);
+}
+
+/// Ranks of one node given different transports (`SODE_TRANSPORT` set on
+/// some ranks only) are told so at once, on both, naming the transports,
+/// rather than each wait out its timeout for a segment or a connection the
+/// other never makes.
+#[test]
+fn ranks_of_one_node_given_different_transports_are_told_at_once() {
+    let out = two_ranks("transports-test", |rank, w, link| {
+        let transport = if rank == 0 {
+            Transport::Auto
+        } else {
+            Transport::Tcp
+        };
+        let began = Instant::now();
+        let built = LinkExchange::builder(w, vec![link])
+            .transport(transport)
+            .setup_timeout(Duration::from_secs(30))
+            .build();
+        let took = began.elapsed();
+        match built {
+            Ok(_) => panic!("rank {rank}: built over different transports"),
+            Err(e) => (
+                matches!(e, sode::HaloError::Disagree { .. }),
+                e.to_string(),
+                took,
+            ),
+        }
+    });
+    for (rank, (disagree, e, took)) in out.into_iter().enumerate() {
+        assert!(disagree, "rank {rank}: {e}");
+        assert!(e.contains("chose the"), "rank {rank}: {e}");
+        let (mine, theirs) = if rank == 0 {
+            ("auto", "tcp")
+        } else {
+            ("tcp", "auto")
+        };
+        assert!(
+            e.contains(&format!("chose the {theirs} transport"))
+                && e.contains(&format!("the {mine} transport")),
+            "rank {rank}: {e}"
+        );
+        assert!(
+            took < Duration::from_secs(10),
+            "rank {rank}: told after {took:?}"
+        );
+    }
 }
