@@ -46,6 +46,31 @@ for t in auto tcp; do
   timeout 300 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=$t "$build/churn" 300
 done
 
+# A cleanup of the shared-memory directory while the job runs (a site's
+# script, `rm -rf /dev/shm/*`): the job's directory is removed every 20 ms
+# through 3000 exchanges made, run and freed, and each must be set up
+# (a rank lists its segment again when its name went before a peer
+# looked) and deliver its halos.
+echo "-- mpirun -n 4 churn while the job's shared-memory directory is removed every 20 ms"
+shm=${SODE_SHM_DIR:-/dev/shm}
+timeout 300 "${mpirun[@]}" -n 4 "$build/churn" 3000 cleanup > "$build/cleanup.log" 2>&1 &
+churn=$!
+removed=0
+while kill -0 "$churn" 2>/dev/null; do
+  sleep 0.02
+  for d in "$shm"/sode-"$(id -u)"-*; do
+    # Files made meanwhile may leave it non-empty: the next pass removes it.
+    if [ -d "$d" ]; then rm -rf "$d" 2>/dev/null || true; removed=$((removed + 1)); fi
+  done
+done
+if ! wait "$churn"; then
+  cat "$build/cleanup.log"
+  echo "error: an exchange failed while a cleanup removed the job's shared-memory directory" >&2
+  exit 1
+fi
+grep -a "^ok " "$build/cleanup.log"
+echo "ok: the job's directory was removed $removed times while it ran"
+
 for run in "2 auto" "4 auto" "4 tcp"; do
   read -r n t <<< "$run"
   echo "-- mpirun -n $n many, SODE_TRANSPORT=$t (200 exchanges held at once: descriptors and memory an exchange do not grow)"

@@ -480,10 +480,66 @@ pub(crate) struct OwnSegment {
     /// Open until every peer has mapped the segment: peers reach the memory
     /// through this descriptor.
     memfd: Option<File>,
+    /// What its locator says.
+    locator: Locator,
     tmp: PathBuf,
     path: PathBuf,
     published: bool,
     unlinked: bool,
+}
+
+/// Renames the locator `tmp` (saying `at`) to `path`, its final name. When
+/// a cleanup removed the job's directory with `tmp` in it since it was
+/// written, writes it again first.
+fn list_under(tmp: &Path, path: &Path, at: Locator) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let mut attempts = 0;
+    loop {
+        match std::fs::rename(tmp, path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 => {
+                attempts += 1;
+                write_locator(tmp, dir, at)?;
+            }
+            other => {
+                return other.map_err(|source| ShmError::CreateSegment {
+                    path: path.to_path_buf(),
+                    hint: String::new(),
+                    source,
+                })
+            }
+        }
+    }
+}
+
+/// Writes locator `at` to the new file `tmp` in the job's directory `dir`,
+/// which is made again when another process removed it meanwhile. A
+/// locator that cannot be written whole is removed.
+fn write_locator(tmp: &Path, dir: &Path, at: Locator) -> Result<()> {
+    let fail = |source: io::Error| ShmError::CreateSegment {
+        hint: hint_for(&source, dir),
+        path: tmp.to_path_buf(),
+        source,
+    };
+    // Another rank's process may remove the (empty) job directory between
+    // our making sure of it and creating the file: make sure again.
+    let mut attempts = 0;
+    let mut file = loop {
+        ensure_job_dir(dir)?;
+        let created = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(tmp);
+        match created {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 => attempts += 1,
+            other => break other.map_err(fail)?,
+        }
+    };
+    file.write_all(&at.to_bytes()).map_err(|e| {
+        let _ = std::fs::remove_file(tmp);
+        fail(e)
+    })
 }
 
 fn hint_for(err: &io::Error, dir: &Path) -> String {
@@ -554,42 +610,32 @@ impl OwnSegment {
         let memfd = sealed_memfd(len, &path, &dir)?;
         let map = SharedMap::map_sealed(&memfd, len as usize).map_err(|e| fail(e, &path))?;
         let held = hold_job_dir(&dir)?;
-        // Another rank's process may remove the (empty) job directory
-        // between our making sure of it and creating the file: make sure
-        // again.
-        let mut attempts = 0;
-        let mut locator = loop {
-            ensure_job_dir(&dir)?;
-            let created = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(libc::O_NOFOLLOW)
-                .open(&tmp);
-            match created {
-                Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 => attempts += 1,
-                other => break other.map_err(|e| fail(e, &tmp))?,
-            }
-        };
         let at = Locator {
             pid: u64::from(std::process::id()),
             fd: memfd.as_raw_fd() as u64,
             len,
         };
-        // From here on, dropping `seg` removes the temporary locator.
-        let seg = OwnSegment {
+        write_locator(&tmp, &dir, at)?;
+        Ok(OwnSegment {
             map,
             memfd: Some(memfd),
-            tmp: tmp.clone(),
+            locator: at,
+            tmp,
             path,
             published: false,
             unlinked: false,
             _dir: held,
-        };
-        locator
-            .write_all(&at.to_bytes())
-            .map_err(|e| fail(e, &tmp))?;
-        Ok(seg)
+        })
+    }
+
+    /// Where the published segment is listed, to list it again should
+    /// its name go during the setup ([`Listing::relist_if_gone`]).
+    pub(crate) fn listing(&self) -> Listing {
+        Listing {
+            tmp: self.tmp.clone(),
+            path: self.path.clone(),
+            locator: self.locator,
+        }
     }
 
     /// Makes the segment visible under its final name. A leftover locator
@@ -603,11 +649,7 @@ impl OwnSegment {
                 });
             }
         }
-        std::fs::rename(&self.tmp, &self.path).map_err(|source| ShmError::CreateSegment {
-            path: self.path.clone(),
-            hint: String::new(),
-            source,
-        })?;
+        list_under(&self.tmp, &self.path, self.locator)?;
         self.published = true;
         Ok(())
     }
@@ -625,6 +667,49 @@ impl OwnSegment {
             self.memfd = None;
             self.unlinked = true;
         }
+    }
+}
+
+/// Where a published segment is listed: its locator's name and content.
+#[derive(Debug)]
+pub(crate) struct Listing {
+    tmp: PathBuf,
+    path: PathBuf,
+    locator: Locator,
+}
+
+impl Listing {
+    /// Lists the segment again under its name when the name went while
+    /// peers may still look for it: a cleanup of the shared-memory
+    /// directory (a site's script, `rm -rf /dev/shm/*`) removed the job's
+    /// directory during the setup, and peers would otherwise wait out
+    /// their setup timeout for a locator that will not come. Nothing while
+    /// the name is there. Called only before the owner unlinks the
+    /// segment, whose memfd stays open until then.
+    ///
+    /// # Errors
+    ///
+    /// As [`OwnSegment::create`], for the new locator.
+    pub(crate) fn relist_if_gone(&self) -> Result<()> {
+        match std::fs::symlink_metadata(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            _ => return Ok(()),
+        }
+        let dir = self.path.parent().unwrap_or(Path::new("/"));
+        // Said once a process: a cleanup that runs on may remove many.
+        static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            tracing::warn!(
+                path = %self.path.display(),
+                "this rank's shared-memory locator was removed during the setup (a cleanup of {}?): listed again, as it will be whenever that happens",
+                dir.parent().unwrap_or(dir).display()
+            );
+        } else {
+            tracing::debug!(path = %self.path.display(), "locator removed during the setup: listed again");
+        }
+        let _ = std::fs::remove_file(&self.tmp);
+        write_locator(&self.tmp, dir, self.locator)?;
+        list_under(&self.tmp, &self.path, self.locator)
     }
 }
 

@@ -241,3 +241,53 @@ fn a_peer_that_frees_its_side_is_named_at_once_though_its_process_lives_on() {
         );
     }
 }
+
+/// A cleanup of the shared-memory directory (a site's script, `rm -rf
+/// /dev/shm/*`) that removes the job's directory while a rank's segment is
+/// listed there, before its peer has looked: the rank lists it again, and
+/// the exchange is set up and delivers, where the peer would otherwise wait
+/// out its setup timeout for a locator that will not come.
+#[test]
+fn a_cleanup_of_the_job_directory_during_the_setup_is_survived() {
+    let job = format!("cleanup{}", std::process::id());
+    let parent =
+        std::env::var_os("SODE_SHM_DIR").map_or("/dev/shm".into(), std::path::PathBuf::from);
+    let dir = parent.join(format!("sode-{}-{job}", nix::unistd::geteuid()));
+    let j2 = job.clone();
+    let peer = std::thread::spawn(move || {
+        let listed = dir.join("x0-r0");
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while !listed.exists() {
+            assert!(
+                std::time::Instant::now() < until,
+                "rank 0 never listed its segment"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut c = Context::new(&j2, 1).unwrap();
+        let mut ex = c
+            .exchange()
+            .neighbour(Peer::new(0).send(16, 0).recv(16, 0))
+            .setup_timeout(Duration::from_secs(10))
+            .build()
+            .unwrap();
+        ex.send_buf_mut(0).unwrap().fill(1);
+        ex.start().unwrap();
+        ex.wait_for(Duration::from_secs(10)).unwrap();
+        ex.recv_buf(0).unwrap().to_vec()
+    });
+    let mut c = Context::new(&job, 0).unwrap();
+    let mut ex = c
+        .exchange()
+        .neighbour(Peer::new(1).send(16, 0).recv(16, 0))
+        .setup_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    ex.send_buf_mut(0).unwrap().fill(2);
+    ex.start().unwrap();
+    ex.wait_for(Duration::from_secs(10)).unwrap();
+    assert_eq!(ex.recv_buf(0).unwrap(), &[1u8; 16]);
+    assert_eq!(peer.join().unwrap(), vec![2u8; 16]);
+}

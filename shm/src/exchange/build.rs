@@ -10,7 +10,7 @@ use crate::caps::warn_once;
 use crate::context::{Context, PeerCalibration};
 use crate::error::{Result, ShmError};
 use crate::layout::{self, PeerView, RecvSpec, SegmentLayout, SendSpec};
-use crate::segment::{open_peer, segment_path, OwnSegment};
+use crate::segment::{open_peer, segment_path, Listing, OwnSegment};
 use crate::sys::process::Process;
 use sode_job::Backoff;
 
@@ -135,7 +135,14 @@ pub(super) struct Setup<'p> {
     pub(super) peers: &'p [usize],
     pub(super) deadline: Instant,
     pub(super) timeout: Duration,
+    /// Where this rank's segment is listed, listed again while waiting
+    /// should a cleanup remove it.
+    pub(super) own: Listing,
 }
+
+/// How often a wait of the setup makes sure this rank's segment is still
+/// listed.
+const RELIST_EVERY: Duration = Duration::from_millis(20);
 
 impl Setup<'_> {
     /// Polls `ready` until it yields, the deadline passes, or `pid` exits.
@@ -152,9 +159,14 @@ impl Setup<'_> {
     ) -> Result<T> {
         let mut backoff = Backoff::setup(Duration::from_millis(2));
         let mut deadline = sode_job::Deadline::new(self.deadline);
+        let mut relist_at = Instant::now() + RELIST_EVERY;
         loop {
             if let Some(v) = ready()? {
                 return Ok(v);
+            }
+            if Instant::now() >= relist_at {
+                self.own.relist_if_gone()?;
+                relist_at = Instant::now() + RELIST_EVERY;
             }
             if let Some(fd) = watch {
                 if fd.exited().unwrap_or(false) {
@@ -455,6 +467,7 @@ impl<'a> ShmExchangeBuilder<'a> {
             peers: &peer_ranks,
             deadline: Instant::now() + self.setup_timeout,
             timeout: self.setup_timeout,
+            own: segment.own.listing(),
         };
         let mapped = self.map_peers(&setup, &local.name)?;
         self.choose_paths(&setup, &mapped, &mut local)?;
