@@ -780,13 +780,8 @@ impl Exchange {
         // Told by another rank, or by the job's health watcher that a rank
         // died: that rank's failure is the cause, and every rank hears of
         // it without this one's notice.
-        let by_peer = matches!(
-            e,
-            CapiError::Exchange {
-                source: HaloError::PeerGaveUp { .. } | HaloError::JobFailed { .. },
-                ..
-            }
-        ) || self.world.failure().is_some();
+        let by_peer = matches!(&e, CapiError::Exchange { source, .. } if source.from_the_job())
+            || self.world.failure().is_some();
         if !by_peer {
             // Its neighbours may be waiting for its channels: the notice
             // ends their waits (where none waits, it costs a few messages

@@ -151,5 +151,18 @@ pub enum HaloError {
     },
 }
 
+impl HaloError {
+    /// Whether the failure is another rank's, learnt from the job: a rank
+    /// that gave up (in a collective step, or its part of a setup this
+    /// rank waited for) or died. Every rank hears of it without this one
+    /// telling the job.
+    pub fn from_the_job(&self) -> bool {
+        matches!(
+            self,
+            HaloError::PeerGaveUp { .. } | HaloError::JobFailed { .. }
+        ) || sode_job::JobError::gave_up_in(self).is_some()
+    }
+}
+
 /// `Result` with [`HaloError`].
 pub type Result<T, E = HaloError> = std::result::Result<T, E>;

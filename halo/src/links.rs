@@ -626,12 +626,7 @@ impl<'w> LinkExchangeBuilder<'w> {
         if let Err(e) = &built {
             // Unless the failure came from the job: a rank that gave up,
             // or died, is the cause, and every rank hears of it anyway.
-            let by_job = sode_job::JobError::gave_up_in(e).is_some()
-                || matches!(
-                    e,
-                    HaloError::PeerGaveUp { .. } | HaloError::JobFailed { .. }
-                )
-                || world.failure().is_some();
+            let by_job = e.from_the_job() || world.failure().is_some();
             if tell && !by_job {
                 world.give_up_setup(&name, NO_STATUS, &sode_job::diag::chain(e));
             }
