@@ -356,6 +356,14 @@ killed_peer() { # transport, what rank 0's message must name
 killed_peer auto "shared memory with"
 killed_peer tcp "TCP with"
 
+# A setting wrong on one rank alone (an environment given to one program
+# of an MPMD launch) fails the creation on every rank at once, naming that
+# rank and the setting, not on that rank alone while the others wait.
+for bad in SODE_WAIT=bogus SODE_HEALTH_TIMEOUT=bogus; do
+  echo "-- mpirun: $bad on rank 1 alone fails the creation on both ranks"
+  timeout 120 "${mpirun[@]}" -n 1 "$build/errors" settings : -n 1 env "$bad" "$build/errors" settings
+done
+
 # A rank whose own argument to a creation is wrong (a null out pointer)
 # fails it on every rank at once, naming that rank, rather than leave the
 # other waiting for it.

@@ -124,8 +124,9 @@ impl Comm {
 }
 
 /// The error of creation `op` when meeting the other ranks failed: when a
-/// rank refused it, that rank's status and message, as every rank of a
-/// failed commit returns; else the meeting's own.
+/// rank refused it (its caller's argument, or its own settings, were
+/// wrong), that rank's status and message, as every rank of a failed
+/// commit returns; else the meeting's own.
 fn met_failed(op: &'static str, source: sode_job::JobError) -> CapiError {
     match source {
         sode_job::JobError::GaveUp {
@@ -135,7 +136,13 @@ fn met_failed(op: &'static str, source: sode_job::JobError) -> CapiError {
         } => CapiError::OnRank {
             op,
             rank,
-            status: code,
+            // A rank whose own part of the meeting failed (a setting of
+            // its own) carries no status: it returned SODE_ERR_BOOTSTRAP.
+            status: if code > 0 {
+                code
+            } else {
+                crate::SODE_ERR_BOOTSTRAP
+            },
             message,
         },
         source => CapiError::Bootstrap { op, source },

@@ -703,6 +703,27 @@ static int refused_mode(void) {
     return failures != 0;
 }
 
+/* `mpirun -n 1 errors settings : -n 1 env SODE_WAIT=bogus errors settings`:
+ * a setting wrong on rank 1 alone fails the creation on both ranks at once
+ * (rank 0 naming rank 1 and the setting), not on rank 1 alone while rank 0
+ * waits for it in a later step. */
+static int settings_mode(void) {
+    sode_comm *c = NULL;
+    double t0 = seconds_now();
+    int rc = sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, &c);
+    expect("a setting wrong on rank 1 alone", rc, SODE_ERR_BOOTSTRAP,
+           rank == 1 ? "invalid setting SODE_" : "failed on rank 1: invalid setting SODE_");
+    double took = seconds_now() - t0;
+    if (took > 10.0 || c != NULL) {
+        fprintf(stderr, "rank %d: the creation took %.1f s, communicator %p\n", rank, took, (void *)c);
+        failures++;
+    }
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return all != 0;
+}
+
 static int freed_mode(void) {
     sode_comm *c;
     sode_exchange *x = env_exchange(&c);
@@ -899,6 +920,9 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc > 1 && strcmp(argv[1], "late") == 0) {
         return late_mode(size);
+    }
+    if (argc > 1 && strcmp(argv[1], "settings") == 0) {
+        return settings_mode();
     }
     if (argc > 1 && strcmp(argv[1], "latecommit") == 0) {
         return latecommit_mode(size);

@@ -144,7 +144,7 @@ impl ExternalOob {
     pub fn new(
         rank: usize,
         size: usize,
-        gather: AllgatherFn,
+        mut gather: AllgatherFn,
         deadline: Instant,
     ) -> Result<ExternalOob> {
         if size > MAX_RANKS {
@@ -161,26 +161,25 @@ impl ExternalOob {
                 why: "the rank must be below the job's size, which must be at least 1".into(),
             });
         }
-        let listener =
-            TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| JobError::Bootstrap {
-                step: "listen for peer links on every interface".into(),
-                whom: "peers".into(),
-                source: e,
-            })?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| JobError::Bootstrap {
-                step: "local_addr".into(),
-                whom: "this rank".into(),
-                source: e,
-            })?
-            .port();
-        let node = NodeId::local().digest();
-        let mine = Card {
-            share: crate::auth::random_bytes("a share of the job's secret")?,
-            node,
-            port,
-            addrs: interface_addrs(),
+        // What can fail on this rank alone fails before the cards travel,
+        // and then fails their allgather on every rank (a refusal in its
+        // place), rather than leave the others waiting in it.
+        let own = own_card().and_then(|(listener, card)| {
+            Ok((listener, card.encode()?, card.node, Secret::random()?))
+        });
+        let (listener, mine, node, placeholder) = match own {
+            Ok(own) => own,
+            Err(e) => {
+                let refusal =
+                    crate::refusal::record(crate::refusal::NO_STATUS, &crate::diag::chain(&e));
+                if let Err(told) = gather_blocks(&mut gather, rank, size, &refusal, deadline) {
+                    tracing::warn!(
+                        "the other ranks could not be told that this rank cannot join: {}",
+                        crate::diag::chain(&told)
+                    );
+                }
+                return Err(e);
+            }
         };
         // A placeholder mesh until the cards are in: only the allgather runs.
         let mut oob = ExternalOob {
@@ -188,14 +187,17 @@ impl ExternalOob {
             mesh: Mesh {
                 rank,
                 size,
-                secret: Secret::random()?,
+                secret: placeholder,
                 listener,
                 listen: Directory::default(),
                 routes: None,
             },
         };
-        let cards: Vec<Card> = oob
-            .allgather(&mine.encode()?, deadline)?
+        let all = oob.allgather(&mine, deadline)?;
+        if let Some(refused) = crate::refusal::first_in(&all) {
+            return Err(refused);
+        }
+        let cards: Vec<Card> = all
             .iter()
             .enumerate()
             .map(|(r, b)| Card::decode(b, &format!("rank {r}")))
@@ -205,13 +207,97 @@ impl ExternalOob {
         oob.mesh.listen = Directory::new(cards.iter().map(|c| c.listen(node)));
         Ok(oob)
     }
+}
 
-    fn gather(&mut self, step: &str, mine: &[u8], all: &mut [u8], deadline: Instant) -> Result<()> {
-        (self.gather)(mine, all, deadline).map_err(|why| JobError::External {
-            step: step.into(),
-            why,
-        })
+/// This rank's listener for peer links and its card.
+fn own_card() -> Result<(TcpListener, Card)> {
+    let listener =
+        TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| JobError::Bootstrap {
+            step: "listen for peer links on every interface".into(),
+            whom: "peers".into(),
+            source: e,
+        })?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| JobError::Bootstrap {
+            step: "local_addr".into(),
+            whom: "this rank".into(),
+            source: e,
+        })?
+        .port();
+    let card = Card {
+        share: crate::auth::random_bytes("a share of the job's secret")?,
+        node: NodeId::local().digest(),
+        port,
+        addrs: interface_addrs(),
+    };
+    Ok((listener, card))
+}
+
+/// One call of the program's allgather, its error named by `step`.
+fn call(
+    gather: &mut AllgatherFn,
+    step: &str,
+    mine: &[u8],
+    all: &mut [u8],
+    deadline: Instant,
+) -> Result<()> {
+    gather(mine, all, deadline).map_err(|why| JobError::External {
+        step: step.into(),
+        why,
+    })
+}
+
+/// Every rank's `mine` through the program's fixed-size allgather, as
+/// rank `rank` of `size`: two calls, the lengths, then the blocks padded
+/// to the longest.
+fn gather_blocks(
+    gather: &mut AllgatherFn,
+    rank: usize,
+    size: usize,
+    mine: &[u8],
+    deadline: Instant,
+) -> Result<Vec<Vec<u8>>> {
+    if mine.len() > MAX_BLOCK {
+        return Err(JobError::Protocol {
+            whom: "this rank".into(),
+            why: format!(
+                "an allgather block of {} bytes (at most {MAX_BLOCK})",
+                mine.len()
+            ),
+        });
     }
+    // Four bytes a length: every block is at most MAX_BLOCK.
+    let mut lens = zeroed(size.checked_mul(4), "the allgather's lengths")?;
+    call(
+        gather,
+        "an allgather of lengths",
+        &(mine.len() as u32).to_le_bytes(),
+        &mut lens,
+        deadline,
+    )?;
+    let lens: Vec<usize> = lens
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0xff; 4])) as usize)
+        .collect();
+    let longest = lens.iter().copied().max().unwrap_or(0);
+    if longest > MAX_BLOCK || lens[rank] != mine.len() {
+        return Err(JobError::Protocol {
+            whom: "the program's allgather".into(),
+            why: format!("it returned block lengths {lens:?}"),
+        });
+    }
+    let mut block = mine.to_vec();
+    block.resize(longest, 0);
+    let mut all = zeroed(longest.checked_mul(size), "the allgather's blocks")?;
+    if longest > 0 {
+        call(gather, "an allgather", &block, &mut all, deadline)?;
+    }
+    Ok(lens
+        .iter()
+        .enumerate()
+        .map(|(r, &len)| all[r * longest..r * longest + len].to_vec())
+        .collect())
 }
 
 /// This machine's IPv4 addresses but loopback, where a peer on another
@@ -243,46 +329,13 @@ impl OutOfBand for ExternalOob {
     /// Two fixed-size allgathers: the lengths, then the blocks padded to
     /// the longest.
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
-        let size = self.mesh.size;
-        if mine.len() > MAX_BLOCK {
-            return Err(JobError::Protocol {
-                whom: "this rank".into(),
-                why: format!(
-                    "an allgather block of {} bytes (at most {MAX_BLOCK})",
-                    mine.len()
-                ),
-            });
-        }
-        // Four bytes a length: every block is at most MAX_BLOCK.
-        let mut lens = zeroed(size.checked_mul(4), "the allgather's lengths")?;
-        self.gather(
-            "an allgather of lengths",
-            &(mine.len() as u32).to_le_bytes(),
-            &mut lens,
+        gather_blocks(
+            &mut self.gather,
+            self.mesh.rank,
+            self.mesh.size,
+            mine,
             deadline,
-        )?;
-        let lens: Vec<usize> = lens
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes(c.try_into().unwrap_or([0xff; 4])) as usize)
-            .collect();
-        let longest = lens.iter().copied().max().unwrap_or(0);
-        if longest > MAX_BLOCK || lens[self.mesh.rank] != mine.len() {
-            return Err(JobError::Protocol {
-                whom: "the program's allgather".into(),
-                why: format!("it returned block lengths {lens:?}"),
-            });
-        }
-        let mut block = mine.to_vec();
-        block.resize(longest, 0);
-        let mut all = zeroed(longest.checked_mul(size), "the allgather's blocks")?;
-        if longest > 0 {
-            self.gather("an allgather", &block, &mut all, deadline)?;
-        }
-        Ok(lens
-            .iter()
-            .enumerate()
-            .map(|(r, &len)| all[r * longest..r * longest + len].to_vec())
-            .collect())
+        )
     }
 
     fn connect(
@@ -360,6 +413,31 @@ mod tests {
             .collect();
         for h in handles {
             h.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_rank_that_cannot_make_its_card_fails_every_ranks_creation_at_once() {
+        let mut gathers = thread_gathers(3);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut refuser = gathers.remove(1);
+        let others: Vec<_> = gathers
+            .into_iter()
+            .zip([0, 2])
+            .map(|(g, r)| std::thread::spawn(move || ExternalOob::new(r, 3, g, deadline)))
+            .collect();
+        // What `new` sends when its listener or card cannot be made.
+        let refusal = crate::refusal::record(crate::refusal::NO_STATUS, "no descriptor left");
+        gather_blocks(&mut refuser, 1, 3, &refusal, deadline).unwrap();
+        for t in others {
+            match t.join().unwrap() {
+                Err(JobError::GaveUp {
+                    rank: 1,
+                    code: crate::refusal::NO_STATUS,
+                    message,
+                }) => assert_eq!(message, "no descriptor left"),
+                other => panic!("{other:?}"),
+            }
         }
     }
 

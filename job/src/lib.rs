@@ -62,6 +62,7 @@ mod node;
 mod oob;
 pub mod pmi;
 pub mod pmix;
+mod refusal;
 mod relay;
 mod routes;
 mod settings;

@@ -35,22 +35,6 @@ struct Introduction {
 /// The introduction's format byte.
 const INTRODUCTION_FORMAT: u8 = 2;
 
-/// The format byte of a record sent in place of an introduction by a rank
-/// that takes part in the world's creation only to make it fail
-/// ([`World::refuse`]): a code and a reason follow, as a give-up's.
-const REFUSAL_FORMAT: u8 = 0xff;
-
-/// The refusal of the lowest rank that sent one in place of its
-/// introduction, if any rank did.
-fn refusal_in(all: &[Vec<u8>]) -> Option<JobError> {
-    all.iter()
-        .enumerate()
-        .find_map(|(rank, b)| match b.split_first() {
-            Some((&REFUSAL_FORMAT, body)) => Some(Step::gave_up(rank, body)),
-            _ => None,
-        })
-}
-
 impl Introduction {
     /// Format, node ([`NodeId::write`]), job id (a flag, then the id), pid,
     /// nonce and reach.
@@ -148,18 +132,6 @@ impl Step {
     const GAVE_UP: u8 = 1;
     /// The kind and the number.
     const HEADER: usize = 5;
-    /// The most of a reason that travels, in bytes.
-    const MESSAGE_MAX: usize = 4096;
-
-    /// As much of `message` as travels: its first [`Self::MESSAGE_MAX`]
-    /// bytes, cut on a character boundary.
-    fn cut(message: &str) -> &str {
-        let mut end = message.len().min(Self::MESSAGE_MAX);
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        &message[..end]
-    }
 
     /// A block of step `number`.
     fn frame(kind: u8, number: u32, body: &[&[u8]]) -> Vec<u8> {
@@ -194,7 +166,7 @@ impl Step {
                     blocks.push(b);
                 }
                 (Some(Self::GAVE_UP), Some(_)) => {
-                    gave_up = gave_up.or_else(|| Some(Self::gave_up(rank, &b[Self::HEADER..])));
+                    gave_up = gave_up.or_else(|| Some(crate::refusal::gave_up(rank, &b[Self::HEADER..])));
                 }
                 _ => {
                     return Err(JobError::Protocol {
@@ -212,22 +184,6 @@ impl Step {
             None => Ok(blocks),
         }
     }
-
-    /// The error rank `rank`'s reason (a give-up's body) stands for.
-    fn gave_up(rank: usize, body: &[u8]) -> JobError {
-        let (code, message) = match body.split_first_chunk::<4>() {
-            Some((code, message)) => (
-                i32::from_le_bytes(*code),
-                String::from_utf8_lossy(message).into_owned(),
-            ),
-            None => (0, String::from("(its reason did not arrive whole)")),
-        };
-        JobError::GaveUp {
-            rank,
-            code,
-            message,
-        }
-    }
 }
 
 /// A renumbering of the ranks (see [`World::renumbered`]).
@@ -242,20 +198,76 @@ struct Order {
 /// Puts the data path's wait policy for this node's ranks (their
 /// processes, `local_pids`) in force (`SODE_WAIT`, auto: block when they
 /// outnumber the CPUs they may run on together).
-fn adopt_wait_policy(local_pids: &[u32]) -> Result<()> {
-    let value = std::env::var(crate::backoff::WAIT_VAR).ok();
+fn adopt_wait_policy(value: Option<&str>, local_pids: &[u32]) -> Result<()> {
     let local_ranks = local_pids.len();
     let cores = crate::cpus::cpus_for(local_pids).unwrap_or_else(crate::backoff::node_cores);
-    let policy = WaitPolicy::choose(value.as_deref(), local_ranks, cores).map_err(|why| {
-        JobError::InvalidSetting {
+    let policy =
+        WaitPolicy::choose(value, local_ranks, cores).map_err(|why| JobError::InvalidSetting {
             name: crate::backoff::WAIT_VAR.into(),
-            value: value.clone().unwrap_or_default(),
+            value: value.unwrap_or_default().into(),
             why,
-        }
-    })?;
+        })?;
     tracing::debug!(?policy, local_ranks, cores, "data-path wait policy");
     policy.adopt();
     Ok(())
+}
+
+/// The settings a world reads on each rank alone (checked before the ranks
+/// meet).
+struct OwnSettings {
+    /// `SODE_HEALTH_TIMEOUT`: how long a rank may stay silent.
+    silence: Option<Duration>,
+    /// `SODE_WAIT`, a value [`WaitPolicy::choose`] takes.
+    wait: Option<String>,
+}
+
+impl OwnSettings {
+    fn read() -> Result<OwnSettings> {
+        let silence =
+            crate::health::parse_silence(std::env::var(crate::HEALTH_TIMEOUT_VAR).ok().as_deref())?;
+        let wait = std::env::var(crate::backoff::WAIT_VAR).ok();
+        // Checked now; chosen once the node's ranks are known.
+        WaitPolicy::choose(wait.as_deref(), 1, 1).map_err(|why| JobError::InvalidSetting {
+            name: crate::backoff::WAIT_VAR.into(),
+            value: wait.clone().unwrap_or_default(),
+            why,
+        })?;
+        Ok(OwnSettings { silence, wait })
+    }
+}
+
+/// What this rank makes of its own before the ranks meet: its settings,
+/// its networks and relay, and its introduction (encoded).
+struct OwnPart {
+    settings: OwnSettings,
+    nets: Vec<crate::nets::Net>,
+    relay_listener: Option<RelayListener>,
+    introduction: Vec<u8>,
+}
+
+impl OwnPart {
+    fn prepare(job_id: Option<String>) -> Result<OwnPart> {
+        let settings = OwnSettings::read()?;
+        let nets = crate::routes::host_nets();
+        let relay_listener = RelayListener::bind(&nets)?;
+        let introduction = Introduction {
+            node: NodeId::local(),
+            job_id,
+            pid: std::process::id(),
+            nonce: crate::auth::random_bytes("the job id's nonce")?,
+            reach: Reach::local(
+                nets.clone(),
+                relay_listener.as_ref().map(|l| l.offer().clone()),
+            )?,
+        }
+        .encode()?;
+        Ok(OwnPart {
+            settings,
+            nets,
+            relay_listener,
+            introduction,
+        })
+    }
 }
 
 impl World {
@@ -345,10 +357,8 @@ impl World {
         message: &str,
         deadline: Instant,
     ) -> Result<()> {
-        let mut record = vec![REFUSAL_FORMAT];
-        record.extend_from_slice(&code.to_le_bytes());
-        record.extend_from_slice(Step::cut(message).as_bytes());
-        oob.allgather(&record, deadline).map(|_| ())
+        oob.allgather(&crate::refusal::record(code, message), deadline)
+            .map(|_| ())
     }
 
     /// The out-of-band exchange `launch` names, and the job id the ranks
@@ -403,20 +413,35 @@ impl World {
     ) -> Result<World> {
         let (rank, size) = (oob.rank(), oob.size());
         crate::diag::raise_descriptor_limit();
-        let nets = crate::routes::host_nets();
-        let relay_listener = RelayListener::bind(&nets)?;
-        let mine = Introduction {
-            node: NodeId::local(),
-            job_id,
-            pid: std::process::id(),
-            nonce: crate::auth::random_bytes("the job id's nonce")?,
-            reach: Reach::local(
-                nets.clone(),
-                relay_listener.as_ref().map(|l| l.offer().clone()),
-            )?,
+        // What can fail on this rank alone fails before the ranks meet, and
+        // then fails the meeting on every rank (a refusal in its first
+        // step), rather than leave the others waiting for this one in a
+        // later step (forever, without a deadline).
+        let own = match OwnPart::prepare(job_id) {
+            Ok(own) => own,
+            Err(e) => {
+                if let Err(told) = Self::refuse(
+                    oob,
+                    crate::refusal::NO_STATUS,
+                    &crate::diag::chain(&e),
+                    deadline,
+                ) {
+                    tracing::warn!(
+                        "the other ranks could not be told that this rank cannot join: {}",
+                        crate::diag::chain(&told)
+                    );
+                }
+                return Err(e);
+            }
         };
-        let all = oob.allgather(&mine.encode()?, deadline)?;
-        if let Some(refused) = refusal_in(&all) {
+        let OwnPart {
+            settings,
+            nets,
+            relay_listener,
+            introduction: mine,
+        } = own;
+        let all = oob.allgather(&mine, deadline)?;
+        if let Some(refused) = crate::refusal::first_in(&all) {
             return Err(refused);
         }
         let intros: Vec<Introduction> = all
@@ -447,7 +472,7 @@ impl World {
             _ => None,
         };
         oob.route_through(routes.clone());
-        let health = Self::watch_health(oob.as_mut(), nodes.clone(), deadline)?;
+        let health = Self::watch_health(oob.as_mut(), nodes.clone(), settings.silence, deadline)?;
         let world = World {
             rank,
             size,
@@ -462,7 +487,7 @@ impl World {
             steps: Arc::default(),
             relay,
         };
-        adopt_wait_policy(&local_pids)?;
+        adopt_wait_policy(settings.wait.as_deref(), &local_pids)?;
         if rank == 0 {
             // Once for the job, not from every rank alike.
             crate::settings::warn_misspelt();
@@ -475,10 +500,9 @@ impl World {
     fn watch_health(
         oob: &mut dyn OutOfBand,
         nodes: Arc<Nodes>,
+        silence: Option<Duration>,
         deadline: Instant,
     ) -> Result<Health> {
-        let silence =
-            crate::health::parse_silence(std::env::var(crate::HEALTH_TIMEOUT_VAR).ok().as_deref())?;
         let (rank, size) = (oob.rank(), oob.size());
         let peers = crate::health::tree_peers(rank, size);
         let links = oob.connect(&peers, deadline)?;
@@ -540,7 +564,7 @@ impl World {
     /// [`setup_given_up`]: World::setup_given_up
     pub fn give_up_setup(&self, exchange: &str, code: i32, why: &str) {
         if let Some(h) = &self.health {
-            h.give_up_setup(exchange, self.launch_rank(), code, Step::cut(why));
+            h.give_up_setup(exchange, self.launch_rank(), code, crate::refusal::cut(why));
         }
     }
 
@@ -754,7 +778,7 @@ impl World {
         if self.steps.failed.load(Ordering::Relaxed) || self.failure().is_some() {
             return Ok(());
         }
-        let body: [&[u8]; 2] = [&code.to_le_bytes(), Step::cut(message).as_bytes()];
+        let body: [&[u8]; 2] = [&code.to_le_bytes(), crate::refusal::cut(message).as_bytes()];
         let number = self.next_step();
         self.step(&Step::frame(Step::GAVE_UP, number, &body), timeout)
             .map(|_| ())
@@ -1030,7 +1054,7 @@ mod tests {
         let outcomes = on_ranks(size, move |w, rank| {
             // Step 1: ranks 1 and 3 give up (rank 3 with a reason longer
             // than travels), the others gather.
-            let long = "é".repeat(Step::MESSAGE_MAX);
+            let long = "é".repeat(crate::refusal::MESSAGE_MAX);
             let first = match rank {
                 1 => w.give_up(-7, "no field was added", t).map(|()| None),
                 3 => w.give_up(-2, &long, t).map(|()| None),
@@ -1163,9 +1187,9 @@ mod tests {
     fn a_reason_is_cut_on_a_character_and_read_back_whatever_arrives() {
         // Cut: no panic inside a two-byte character.
         let w = World::single();
-        let long = "é".repeat(Step::MESSAGE_MAX);
+        let long = "é".repeat(crate::refusal::MESSAGE_MAX);
         w.give_up(5, &long, Duration::from_secs(1)).unwrap();
-        match Step::gave_up(4, &[1, 0]) {
+        match crate::refusal::gave_up(4, &[1, 0]) {
             JobError::GaveUp {
                 rank: 4,
                 code: 0,
@@ -1173,7 +1197,7 @@ mod tests {
             } => assert!(message.contains("whole")),
             other => panic!("{other:?}"),
         }
-        match Step::gave_up(2, &[9, 0, 0, 0, 0xff, b'x']) {
+        match crate::refusal::gave_up(2, &[9, 0, 0, 0, 0xff, b'x']) {
             JobError::GaveUp {
                 rank: 2,
                 code: 9,
