@@ -173,6 +173,16 @@ pub struct LinkExchangeBuilder<'w> {
     transports_agreed: bool,
 }
 
+/// The settings a build reads on this rank: `SODE_PROGRESS` (checked) and
+/// after how long a wait warns (`SODE_WAIT_WARN`).
+fn settings_from_env() -> Result<Option<Duration>> {
+    crate::channel::progress_from_env().map_err(|why| HaloError::Usage { op: "build", why })?;
+    sode_job::wait_warning().map_err(|e| HaloError::Usage {
+        op: "build",
+        why: e.to_string(),
+    })
+}
+
 /// The code a rank's notice that it gave up its part of a setup carries
 /// when [`LinkExchangeBuilder::build`] posts it: none (the Rust API names
 /// no status; the C ABI's commit posts its own, with the call's).
@@ -611,18 +621,16 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// over the transport asked for; [`HaloError::Shm`],
     /// [`HaloError::Rdma`] or [`HaloError::TcpSetup`] when a channel
     /// cannot be set up; [`HaloError::Barrier`] when the job's collectives
-    /// fail or time out; [`HaloError::Usage`] on this rank alone, before
-    /// any collective step, for a value [`PROGRESS_VAR`](crate::PROGRESS_VAR)
-    /// does not take.
+    /// fail or time out; [`HaloError::Usage`] for a value
+    /// [`PROGRESS_VAR`](crate::PROGRESS_VAR) or `SODE_WAIT_WARN` does not
+    /// take on this rank, after the collective step, its neighbours told
+    /// as of its other failures ([`tell_job_on_failure`](Self::tell_job_on_failure)).
     pub fn build(mut self) -> Result<LinkExchange> {
-        crate::channel::progress_from_env().map_err(|why| HaloError::Usage { op: "build", why })?;
-        let warn_after = sode_job::wait_warning().map_err(|e| HaloError::Usage {
-            op: "build",
-            why: e.to_string(),
-        })?;
         self.gather_fabrics()?;
         let (world, name, tell) = (self.world, self.name.clone(), self.tell_job);
-        let built = self.build_gathered(warn_after);
+        // Settings read on this rank alone fail after the collective step,
+        // as its other failures do: its neighbours are told.
+        let built = settings_from_env().and_then(|warn_after| self.build_gathered(warn_after));
         if let Err(e) = &built {
             // Unless the failure came from the job: a rank that gave up,
             // or died, is the cause, and every rank hears of it anyway.

@@ -605,6 +605,10 @@ impl Watch {
             }
             self.check_silence();
         }
+        // Notes recorded since the last pass (a rank that gave up its part
+        // of a setup, then left at once) go before the last one: its
+        // neighbours waiting for that part would otherwise wait on.
+        self.send_outbox();
         let last = match self.failed_exit.get() {
             Some(status) => Note::Dead {
                 rank: self.rank,
