@@ -80,23 +80,27 @@ impl Comm {
     }
 
     /// Takes part in the creation [`Comm::from_env`] makes on the other
-    /// ranks only to make it fail there with `refusal` ([`refused`]).
+    /// ranks, within the job's default timeout, only to make it fail there
+    /// with `refusal`, which it returns: the other ranks fail at once,
+    /// naming this rank, rather than wait for it.
     pub fn refuse_env(refusal: CapiError) -> CapiError {
-        refused(refusal, |status, message, timeout| {
+        let timeout = sode_job::default_wait_timeout().unwrap_or(sode_job::NO_DEADLINE);
+        refused(refusal, |status, message| {
             World::refuse_init(status, message, timeout)
         })
     }
 
     /// Takes part in the creation [`Comm::over_allgather`] makes on the
-    /// other ranks only to make it fail there with `refusal`
-    /// ([`refused`]).
+    /// other ranks, within `timeout`, only to make it fail there with
+    /// `refusal`, as [`Comm::refuse_env`].
     pub fn refuse_over_allgather(
         rank: usize,
         size: usize,
         gather: AllgatherFn,
         refusal: CapiError,
+        timeout: Duration,
     ) -> CapiError {
-        refused(refusal, |status, message, timeout| {
+        refused(refusal, |status, message| {
             let deadline = Instant::now() + timeout;
             let oob = ExternalOob::new(rank, size, gather, deadline)?;
             World::refuse(Box::new(oob), status, message, deadline)
@@ -152,16 +156,12 @@ fn met_failed(op: &'static str, source: sode_job::JobError) -> CapiError {
 /// A collective creation refused on this rank, its caller's own argument
 /// being wrong (`refusal`: a null out pointer, a bad timeout). `tell`
 /// takes part in the creation the other ranks make, with this rank's
-/// status and message and a deadline (the job's default timeout), so that
-/// theirs fails at once, naming this rank, where it would otherwise wait
-/// for it (forever, without a deadline). This rank returns its own error.
-fn refused(
-    refusal: CapiError,
-    tell: impl FnOnce(i32, &str, Duration) -> sode_job::Result<()>,
-) -> CapiError {
+/// status and message, so that theirs fails at once, naming this rank,
+/// where it would otherwise wait for it (forever, without a deadline).
+/// This rank returns its own error.
+fn refused(refusal: CapiError, tell: impl FnOnce(i32, &str) -> sode_job::Result<()>) -> CapiError {
     let (status, message) = (refusal.status(), sode_job::diag::chain(&refusal));
-    let timeout = sode_job::default_wait_timeout().unwrap_or(sode_job::NO_DEADLINE);
-    if let Err(e) = tell(status, &message, timeout) {
+    if let Err(e) = tell(status, &message) {
         tracing::warn!(
             "{message}; and the other ranks could not be told: {}",
             sode_job::diag::chain(&e)

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{add_f64, comm, gather, hub, last_error, lent, ok, periodic_2d, release, Hub};
+use sode_capi::comm::Comm;
 use sode_capi::sys::*;
 use sode_capi::{SODE_ERR_ARG, SODE_ERR_NULL, SODE_ERR_STATE, SODE_TRANSPORT_SHM};
 
@@ -48,47 +49,30 @@ fn rank(hub: Arc<Hub>, me: usize, refuser: usize, wrong: Wrong) -> Outcome {
     let mut c = std::ptr::null_mut();
     let ctx = lent(&hub, me);
     let why = CString::new("my_wrapper: the grid is not 2-D").unwrap();
+    let (rank, ranks) = (me as c_int, RANKS as c_int);
+    let out: *mut *mut Comm = &mut c;
+    let (timeout, out) = match wrong {
+        _ if me != refuser => (30.0, out),
+        Wrong::NullOut => (30.0, std::ptr::null_mut()),
+        Wrong::Timeout => (-2.0, out),
+        Wrong::Wrapper => (30.0, out),
+    };
     // SAFETY: a valid allgather over the hub and its context, released by
-    // sode; `c` valid for a write where it is passed.
+    // sode; `out` null or valid for a write.
     let status = unsafe {
-        match wrong {
-            _ if me != refuser => sode_comm_create_allgather(
-                me as c_int,
-                RANKS as c_int,
+        if me == refuser && matches!(wrong, Wrong::Wrapper) {
+            sode_comm_refuse_allgather(
+                rank,
+                ranks,
                 Some(gather),
                 ctx,
                 Some(release),
-                30.0,
-                &mut c,
-            ),
-            Wrong::NullOut => sode_comm_create_allgather(
-                me as c_int,
-                RANKS as c_int,
-                Some(gather),
-                ctx,
-                Some(release),
-                30.0,
-                std::ptr::null_mut(),
-            ),
-            Wrong::Timeout => sode_comm_create_allgather(
-                me as c_int,
-                RANKS as c_int,
-                Some(gather),
-                ctx,
-                Some(release),
-                -2.0,
-                &mut c,
-            ),
-            Wrong::Wrapper => sode_comm_refuse_allgather(
-                me as c_int,
-                RANKS as c_int,
-                Some(gather),
-                ctx,
-                Some(release),
-                30.0,
+                timeout,
                 SODE_ERR_STATE,
                 why.as_ptr(),
-            ),
+            )
+        } else {
+            sode_comm_create_allgather(rank, ranks, Some(gather), ctx, Some(release), timeout, out)
         }
     };
     let message = last_error();

@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{Link, LinkExchange, Message};
+use sode::LinkExchange;
 use sode_job::World;
 mod common;
-use common::{free_port, output_of, spawn_rank};
+use common::{free_port, link_to, output_of, spawn_rank};
 
 const ROLE: &str = "SODE_BAD_SETTING_TEST";
 
@@ -23,13 +23,7 @@ fn rank() {
     }
     let w = World::init(Duration::from_secs(30)).unwrap();
     let peer = 1 - w.rank();
-    let link = Link {
-        peer,
-        send: Some(Message { len: 64, tag: 1 }),
-        recv: Some(Message { len: 64, tag: 1 }),
-        offset: Vec::new(),
-        name: format!("rank {peer}"),
-    };
+    let link = link_to(peer);
     let began = Instant::now();
     let built = LinkExchange::builder(&w, vec![link])
         .setup_timeout(Duration::from_secs(30))

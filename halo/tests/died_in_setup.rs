@@ -10,10 +10,10 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{Link, LinkExchange, Message, Transport};
+use sode::{LinkExchange, Transport};
 use sode_job::World;
 mod common;
-use common::{free_port, output_of, rdma_available, spawn_rank};
+use common::{free_port, link_to, output_of, rdma_available, spawn_rank};
 
 const ROLE: &str = "SODE_DIED_IN_SETUP_TEST";
 const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -35,13 +35,7 @@ fn rank() {
         Some("rdma") => Transport::Rdma,
         _ => Transport::Tcp,
     };
-    let link = Link {
-        peer: 1,
-        send: Some(Message { len: 64, tag: 1 }),
-        recv: Some(Message { len: 64, tag: 1 }),
-        offset: Vec::new(),
-        name: "rank 1".into(),
-    };
+    let link = link_to(1);
     let began = Instant::now();
     // As the C ABI's commit, which compares the transports in a step of
     // its own: the build takes no collective step on one node, so rank 0

@@ -9,10 +9,10 @@
 
 use std::time::{Duration, Instant};
 
-use sode::{Link, LinkExchange, Message, Transport};
+use sode::{Link, LinkExchange, Transport};
 use sode_job::{JobError, World};
 mod common;
-use common::{free_port, rdma_available, thread_world};
+use common::{free_port, link_to, rdma_available, thread_world};
 
 /// What rank 0's build returned, and how long it took, with rank 1
 /// giving up the same exchange after `after`.
@@ -68,13 +68,7 @@ fn two_ranks<T: Send + 'static>(
             std::thread::spawn(move || {
                 let w = thread_world(rank, 2, port, job);
                 let peer = 1 - rank;
-                let link = Link {
-                    peer,
-                    send: Some(Message { len: 64, tag: 1 }),
-                    recv: Some(Message { len: 64, tag: 1 }),
-                    offset: Vec::new(),
-                    name: format!("rank {peer}"),
-                };
+                let link = link_to(peer);
                 each(rank, &w, link)
             })
         })

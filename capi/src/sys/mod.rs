@@ -414,6 +414,36 @@ pub type SodeAllgatherFn = Option<
 /// Called once with the allgather's `ctx` when sode no longer needs it.
 pub type SodeReleaseFn = Option<unsafe extern "C" fn(ctx: *mut c_void)>;
 
+/// The program's allgather (`allgather` with `ctx`, `release` when done)
+/// as sode calls it, for rank `rank` of `size`.
+fn lent_allgather(
+    op: &'static str,
+    rank: c_int,
+    size: c_int,
+    allgather: SodeAllgatherFn,
+    ctx: *mut c_void,
+    release: SodeReleaseFn,
+) -> Result<(usize, usize, AllgatherFn)> {
+    let gather = allgather.ok_or(CapiError::Null {
+        op,
+        arg: "allgather",
+    })?;
+    let lent = Lent {
+        gather,
+        ctx,
+        release,
+    };
+    let [rank, size] =
+        <[usize; 2]>::try_from(sizes(op, "rank and size", &[rank, size])?).map_err(|_| {
+            CapiError::Internal {
+                op,
+                why: "two sizes".into(),
+            }
+        })?;
+    let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], _| lent.gather(mine, all));
+    Ok((rank, size, f))
+}
+
 /// A program's allgather, callable from Rust.
 struct Lent {
     gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, *mut c_void) -> c_int,
@@ -490,24 +520,13 @@ pub unsafe extern "C" fn sode_comm_create_allgather(
 ) -> c_int {
     let op = "sode_comm_create_allgather";
     call(op, || {
-        let gather = allgather.ok_or(CapiError::Null {
-            op,
-            arg: "allgather",
-        })?;
-        let lent = Lent {
-            gather,
-            ctx,
-            release,
-        };
-        let [rank, size] = <[usize; 2]>::try_from(sizes(op, "rank and size", &[rank, size])?)
-            .map_err(|_| CapiError::Internal {
-                op,
-                why: "two sizes".into(),
-            })?;
-        let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], _| lent.gather(mine, all));
+        let (rank, size, f) = lent_allgather(op, rank, size, allgather, ctx, release)?;
         let timeout = match own_arguments(op, timeout_s, comm) {
             Ok(t) => t,
-            Err(refusal) => return Err(Comm::refuse_over_allgather(rank, size, f, refusal)),
+            Err(refusal) => {
+                let meeting = sode_job::default_wait_timeout().unwrap_or(sode_job::NO_DEADLINE);
+                return Err(Comm::refuse_over_allgather(rank, size, f, refusal, meeting));
+            }
         };
         let c = Comm::over_allgather(rank, size, f, timeout)?;
         // SAFETY: the caller's contract.
@@ -548,21 +567,8 @@ pub unsafe extern "C" fn sode_comm_refuse_allgather(
 ) -> c_int {
     let op = "sode_comm_refuse_allgather";
     call(op, || {
-        let gather = allgather.ok_or(CapiError::Null {
-            op,
-            arg: "allgather",
-        })?;
-        let lent = Lent {
-            gather,
-            ctx,
-            release,
-        };
-        let [rank, size] = <[usize; 2]>::try_from(sizes(op, "rank and size", &[rank, size])?)
-            .map_err(|_| CapiError::Internal {
-                op,
-                why: "two sizes".into(),
-            })?;
-        seconds(op, timeout_s)?;
+        let (rank, size, f) = lent_allgather(op, rank, size, allgather, ctx, release)?;
+        let timeout = seconds(op, timeout_s)?;
         let message = if message.is_null() {
             format!("{op}: (no message)")
         } else {
@@ -576,12 +582,12 @@ pub unsafe extern "C" fn sode_comm_refuse_allgather(
         } else {
             status
         };
-        let f: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], _| lent.gather(mine, all));
         Err(Comm::refuse_over_allgather(
             rank,
             size,
             f,
             CapiError::Refused { status, message },
+            timeout,
         ))
     })
 }

@@ -179,3 +179,14 @@ pub fn periodic_two_by_one() -> sode::pattern::ProcessGrid<'static> {
         at: &[0, 1],
     }
 }
+
+/// A link to `peer` carrying 64 bytes each way (tag 1), named after it.
+pub fn link_to(peer: usize) -> sode::Link {
+    sode::Link {
+        peer,
+        send: Some(sode::Message { len: 64, tag: 1 }),
+        recv: Some(sode::Message { len: 64, tag: 1 }),
+        offset: Vec::new(),
+        name: format!("rank {peer}"),
+    }
+}
