@@ -45,19 +45,32 @@ pub(crate) fn job_dir(dir: &Path, job: &str) -> PathBuf {
 /// a directory, not a symlink, ours, mode 0700.
 pub(crate) fn ensure_job_dir(path: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    match std::fs::DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-        Err(source) => {
-            let dir = path.parent().unwrap_or(Path::new("/"));
-            return Err(ShmError::CreateSegment {
-                hint: hint_for(&source, dir),
-                path: path.to_path_buf(),
-                source,
-            });
+    let mut attempts = 0;
+    loop {
+        match std::fs::DirBuilder::new().mode(0o700).create(path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(source) => {
+                let dir = path.parent().unwrap_or(Path::new("/"));
+                return Err(ShmError::CreateSegment {
+                    hint: hint_for(&source, dir),
+                    path: path.to_path_buf(),
+                    source,
+                });
+            }
+        }
+        match ensure_existing_job_dir(path) {
+            // Removed again since (a cleanup of the directory above, or
+            // the last holder of another job's process): made again.
+            Err(_) if attempts < 100 && !path_exists(path) => attempts += 1,
+            checked => return checked,
         }
     }
-    ensure_existing_job_dir(path)
+}
+
+/// Whether anything is at `path` (not following a symlink).
+fn path_exists(path: &Path) -> bool {
+    !matches!(std::fs::symlink_metadata(path), Err(e) if e.kind() == io::ErrorKind::NotFound)
 }
 
 /// Checks the job directory that exists at `path`: a directory, not a
@@ -255,6 +268,13 @@ impl HeldDir {
 }
 
 impl JobDirHold {
+    /// Whether this process let go of the directory early, its job having
+    /// failed ([`JobDirHold::release_when_failed`]): it must not make the
+    /// directory again, which nothing would then remove.
+    fn released(&self) -> bool {
+        self._held.failed.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// What lets go of the directory early, as its last holder's drop
     /// would, once the job has failed: a failed job sets up no more
     /// exchanges (its `World` takes no step), so nothing needs the
@@ -490,13 +510,14 @@ pub(crate) struct OwnSegment {
 
 /// Renames the locator `tmp` (saying `at`) to `path`, its final name. When
 /// a cleanup removed the job's directory with `tmp` in it since it was
-/// written, writes it again first.
-fn list_under(tmp: &Path, path: &Path, at: Locator) -> Result<()> {
+/// written, writes it again first, unless this process let go of the
+/// directory (`held`), its job having failed.
+fn list_under(tmp: &Path, path: &Path, at: Locator, held: &JobDirHold) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("/"));
     let mut attempts = 0;
     loop {
         match std::fs::rename(tmp, path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 => {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 && !held.released() => {
                 attempts += 1;
                 write_locator(tmp, dir, at)?;
             }
@@ -635,6 +656,7 @@ impl OwnSegment {
             tmp: self.tmp.clone(),
             path: self.path.clone(),
             locator: self.locator,
+            held: self._dir.clone(),
         }
     }
 
@@ -649,7 +671,7 @@ impl OwnSegment {
                 });
             }
         }
-        list_under(&self.tmp, &self.path, self.locator)?;
+        list_under(&self.tmp, &self.path, self.locator, &self._dir)?;
         self.published = true;
         Ok(())
     }
@@ -676,6 +698,8 @@ pub(crate) struct Listing {
     tmp: PathBuf,
     path: PathBuf,
     locator: Locator,
+    /// The job's directory, held.
+    held: JobDirHold,
 }
 
 impl Listing {
@@ -691,9 +715,10 @@ impl Listing {
     ///
     /// As [`OwnSegment::create`], for the new locator.
     pub(crate) fn relist_if_gone(&self) -> Result<()> {
-        match std::fs::symlink_metadata(&self.path) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            _ => return Ok(()),
+        // A job that failed has let go of its directory, cleared: nothing
+        // would remove one made again.
+        if self.held.released() || path_exists(&self.path) {
+            return Ok(());
         }
         let dir = self.path.parent().unwrap_or(Path::new("/"));
         // Said once a process: a cleanup that runs on may remove many.
@@ -709,7 +734,15 @@ impl Listing {
         }
         let _ = std::fs::remove_file(&self.tmp);
         write_locator(&self.tmp, dir, self.locator)?;
-        list_under(&self.tmp, &self.path, self.locator)
+        let listed = list_under(&self.tmp, &self.path, self.locator, &self.held);
+        if self.held.released() {
+            // The job failed meanwhile, its directory cleared before this
+            // made it again: take back what this made.
+            let _ = std::fs::remove_file(&self.path);
+            let _ = std::fs::remove_file(&self.tmp);
+            let _ = std::fs::remove_dir(dir);
+        }
+        listed
     }
 }
 
