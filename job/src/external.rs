@@ -170,15 +170,9 @@ impl ExternalOob {
         let (listener, mine, node, placeholder) = match own {
             Ok(own) => own,
             Err(e) => {
-                let refusal =
-                    crate::refusal::record(crate::refusal::NO_STATUS, &crate::diag::chain(&e));
-                if let Err(told) = gather_blocks(&mut gather, rank, size, &refusal, deadline) {
-                    tracing::warn!(
-                        "the other ranks could not be told that this rank cannot join: {}",
-                        crate::diag::chain(&told)
-                    );
-                }
-                return Err(e);
+                return Err(crate::refusal::refused_after(e, |refusal| {
+                    gather_blocks(&mut gather, rank, size, refusal, deadline).map(|_| ())
+                }))
             }
         };
         // A placeholder mesh until the cards are in: only the allgather runs.

@@ -36,6 +36,22 @@ pub(crate) fn record(code: i32, message: &str) -> Vec<u8> {
     r
 }
 
+/// `failed`, this rank's own part of a meeting, after `send` has taken the
+/// meeting's first step with its refusal (no status), so that every other
+/// rank fails there too; a refusal that cannot be sent is logged.
+pub(crate) fn refused_after(
+    failed: JobError,
+    send: impl FnOnce(&[u8]) -> crate::error::Result<()>,
+) -> JobError {
+    if let Err(told) = send(&record(NO_STATUS, &crate::diag::chain(&failed))) {
+        tracing::warn!(
+            "the other ranks could not be told that this rank cannot join: {}",
+            crate::diag::chain(&told)
+        );
+    }
+    failed
+}
+
 /// The error rank `rank`'s reason (a code, then UTF-8) stands for.
 pub(crate) fn gave_up(rank: usize, body: &[u8]) -> JobError {
     let (code, message) = match body.split_first_chunk::<4>() {

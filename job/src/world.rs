@@ -420,18 +420,9 @@ impl World {
         let own = match OwnPart::prepare(job_id) {
             Ok(own) => own,
             Err(e) => {
-                if let Err(told) = Self::refuse(
-                    oob,
-                    crate::refusal::NO_STATUS,
-                    &crate::diag::chain(&e),
-                    deadline,
-                ) {
-                    tracing::warn!(
-                        "the other ranks could not be told that this rank cannot join: {}",
-                        crate::diag::chain(&told)
-                    );
-                }
-                return Err(e);
+                return Err(crate::refusal::refused_after(e, |refusal| {
+                    oob.allgather(refusal, deadline).map(|_| ())
+                }))
             }
         };
         let OwnPart {
