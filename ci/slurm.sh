@@ -6,6 +6,8 @@
 #                     stencil, every halo cell checked;
 #   srun --mpi=pmi2   the C and Fortran examples (MPICH) and the Rust
 #                     stencil (sode's PMI-1 wire bootstrap);
+#   sbatch            Open MPI's and MPICH's mpirun at once in a batch
+#                     script, the Rust stencil bit for bit;
 #   scontrol suspend  the Rust stencil stopped for longer than its
 #                     deadlines resumes, bit for bit: in its time loop, and
 #                     while a rank waits in the launcher's collective;
@@ -155,6 +157,33 @@ checked "bit for bit" 4 --mpi=pmix -n 4 "$stencil"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$c_mpich/stencil2d"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$f_mpich/stencil3d"
 checked "bit for bit" 4 --mpi=pmi2 -n 4 "$stencil"
+
+# mpirun in a batch script, the usual way to run MPI under Slurm: its
+# ranks inherit the script's SLURM_PROCID=0 beside their launcher's own
+# rank. Open MPI's and MPICH's at once (one script often runs several
+# jobs), each bit for bit; the script's own process is told it is none.
+echo "-- sbatch: mpirun (Open MPI) and mpirun.mpich at once in a batch script"
+mpirun_openmpi="mpirun --oversubscribe"
+[ "$(id -u)" -eq 0 ] && mpirun_openmpi+=" --allow-run-as-root"
+cat > "$dir/batch.sh" <<SH
+#!/bin/bash
+cd "$dir"
+$mpirun_openmpi -n 2 "$stencil" --size 64 --iters 200 > batch-openmpi.out 2>&1 &
+mpirun.mpich -n 2 "$stencil" --size 64 --iters 200 > batch-mpich.out 2>&1 &
+wait
+"$stencil" --size 64 --iters 2 > batch-itself.out 2>&1 || true
+SH
+timeout 300 sbatch --wait -n 2 -o "$dir/batch.out" "$dir/batch.sh" > /dev/null
+for mpi in openmpi mpich; do
+  if [ "$(grep -c "bit for bit" "$dir/batch-$mpi.out")" -ne 2 ]; then
+    tail -20 "$dir/batch-$mpi.out" "$dir/batch.out"
+    echo "slurm: mpirun ($mpi) in a batch script did not finish bit for bit on both ranks" >&2
+    exit 1
+  fi
+done
+grep -q "batch script's own process" "$dir/batch-itself.out" \
+  || { cat "$dir/batch-itself.out"; echo "slurm: the batch script's own process was not told" >&2; exit 1; }
+echo "ok: both mpiruns bit for bit; $(grep -o "SLURM_PROCID=0 of 2 is.\{0,40\}" "$dir/batch-itself.out")..."
 
 # Preemption by suspension and gang scheduling stop every task of a job
 # (SIGSTOP) for as long as they like. Time in which a rank did not run is

@@ -15,18 +15,17 @@ struct Launcher {
     local_rank: &'static str,
 }
 
-/// The launchers sode recognises, in order of precedence: `SODE_*` (set by
-/// `sode-run`, or by hand) overrides what a launcher around it set.
+/// The launchers sode recognises, in order of precedence. `SODE_*` (set by
+/// `sode-run`, or by hand) overrides what a launcher around it set. A
+/// launcher started inside another's job sets its own variables beside
+/// those its processes inherit: every rank of an `mpirun` (Open MPI's or
+/// MPICH's) in a Slurm batch script reads the script's `SLURM_PROCID=0`.
+/// So the MPI launchers, which run inside Slurm's jobs, come before Slurm.
 const LAUNCHERS: [Launcher; 4] = [
     Launcher {
         rank: "SODE_RANK",
         size: "SODE_SIZE",
         local_rank: "SODE_LOCAL_RANK",
-    },
-    Launcher {
-        rank: "SLURM_PROCID",
-        size: "SLURM_NTASKS",
-        local_rank: "SLURM_LOCALID",
     },
     Launcher {
         rank: "OMPI_COMM_WORLD_RANK",
@@ -38,7 +37,16 @@ const LAUNCHERS: [Launcher; 4] = [
         size: "PMI_SIZE",
         local_rank: "MPI_LOCALRANKID",
     },
+    SLURM,
 ];
+
+/// Slurm's variables (`srun`'s tasks; a batch script's own process has
+/// them too, with no `SLURM_STEP_ID`).
+const SLURM: Launcher = Launcher {
+    rank: "SLURM_PROCID",
+    size: "SLURM_NTASKS",
+    local_rank: "SLURM_LOCALID",
+};
 
 /// The variable naming where the ranks meet (rank 0 listens there).
 pub const ROOT_VAR: &str = "SODE_ROOT";
@@ -105,24 +113,36 @@ pub fn sanitise_job_id(raw: &str) -> String {
         .collect()
 }
 
-fn job_id(get: &impl Fn(&str) -> Option<String>) -> Option<String> {
+/// The job id: `SODE_JOB_ID`, else the id of the launcher that gave the
+/// rank. Slurm's is its job and step (`JOB.STEP`). Another launcher's is
+/// its PMIx namespace, else the Slurm step it runs in: MPICH's `mpirun`
+/// starts its proxies as a step of their own, while Open MPI's in a batch
+/// script runs in none, and two of them at once would share
+/// `SLURM_JOB_ID`. None when the launcher gives none (the ranks then take
+/// the PMI-1 server's name, or make one).
+fn job_id(get: &impl Fn(&str) -> Option<String>, launcher: &Launcher) -> Option<String> {
     if let Some(j) = get(JOB_ID_VAR) {
         return Some(j);
     }
-    if let Some(j) = get("SLURM_JOB_ID") {
-        let step = get("SLURM_STEP_ID").unwrap_or_else(|| "0".into());
-        return Some(format!("{j}.{step}"));
+    let slurm = get("SLURM_JOB_ID");
+    let step = get("SLURM_STEP_ID");
+    if launcher.rank == SLURM.rank {
+        let step = step.unwrap_or_else(|| "0".into());
+        return slurm.map(|j| format!("{j}.{step}"));
     }
-    get("PMIX_NAMESPACE").map(|ns| sanitise_job_id(&ns))
+    get("PMIX_NAMESPACE")
+        .map(|ns| sanitise_job_id(&ns))
+        .or_else(|| Some(format!("{}.{}", slurm?, step?)))
 }
 
 impl LaunchInfo {
-    /// Reads the rank and size from `SODE_RANK`/`SODE_SIZE`, Slurm
-    /// (`SLURM_PROCID`/`SLURM_NTASKS`), Open MPI
-    /// (`OMPI_COMM_WORLD_RANK`/`_SIZE`) or PMI (`PMI_RANK`/`PMI_SIZE`), the
-    /// first pair present, with the same launcher's local rank; the job id
-    /// from `SODE_JOB_ID`, `SLURM_JOB_ID`.`SLURM_STEP_ID` or
-    /// `PMIX_NAMESPACE`; and the rendezvous from `SODE_ROOT=host:port`.
+    /// Reads the rank and size from `SODE_RANK`/`SODE_SIZE`, Open MPI
+    /// (`OMPI_COMM_WORLD_RANK`/`_SIZE`), PMI (`PMI_RANK`/`PMI_SIZE`) or
+    /// Slurm (`SLURM_PROCID`/`SLURM_NTASKS`), the first pair present (an
+    /// `mpirun` in a batch script sets its own beside Slurm's), with the
+    /// same launcher's local rank; the job id from `SODE_JOB_ID`, else
+    /// that launcher's (Slurm's `SLURM_JOB_ID`.`SLURM_STEP_ID`, another's
+    /// `PMIX_NAMESPACE`); and the rendezvous from `SODE_ROOT=host:port`.
     ///
     /// # Errors
     ///
@@ -165,6 +185,11 @@ impl LaunchInfo {
         let pmix = pmix_available(&get);
         let pmi = pmi_available(&get);
         if size > 1 && root.is_none() && !pmix && !pmi {
+            if rank_var == SLURM.rank && get("SLURM_STEP_ID").is_none() {
+                return Err(JobError::Launch {
+                    why: format!("{rank_var}={rank} of {size} is a Slurm batch script's own process, not a task: start the program from the script with srun --mpi=pmix (or pmi2), mpirun or sode-run"),
+                });
+            }
             return Err(JobError::Launch {
                 why: format!("{rank_var}={rank} of {size}, but neither SODE_ROOT=host:port (where the ranks meet; sode-run sets it, with SODE_JOB_SECRET) nor a PMIx server (PMIX_NAMESPACE and PMIX_SERVER_URI*, set by Open MPI's mpirun and srun --mpi=pmix) nor a PMI one (PMI_FD or PMI_PORT, set by MPICH's mpirun and srun --mpi=pmi2) is in the environment: start the job with sode-run -n N, mpirun, srun --mpi=pmix or srun --mpi=pmi2, or set SODE_ROOT and SODE_JOB_SECRET (plain srun gives a rank but no way to meet)"),
             });
@@ -179,7 +204,7 @@ impl LaunchInfo {
             rank,
             size,
             local_rank,
-            job_id: job_id(&get),
+            job_id: job_id(&get, launcher),
             root,
             secret,
             source: rank_var,
@@ -359,6 +384,55 @@ mod tests {
         ]))
         .unwrap();
         assert_eq!((l.rank, l.size), (1, 2), "SODE_* overrides the launcher");
+    }
+
+    /// What every rank of `mpirun -n 2` in `sbatch -n 2`'s script reads,
+    /// besides its launcher's own variables.
+    const BATCH_SCRIPT: [(&str, &str); 5] = [
+        ("SLURM_JOB_ID", "77"),
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "2"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_NODEID", "0"),
+    ];
+
+    #[test]
+    fn an_mpirun_in_a_batch_script_is_believed_over_the_script() {
+        let open_mpi = [
+            ("OMPI_COMM_WORLD_RANK", "1"),
+            ("OMPI_COMM_WORLD_SIZE", "2"),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", "1"),
+            ("PMIX_NAMESPACE", "1283457025"),
+            ("PMIX_SERVER_URI41", "u"),
+        ];
+        let env: Vec<_> = BATCH_SCRIPT.iter().chain(&open_mpi).copied().collect();
+        let l = LaunchInfo::from_vars(vars(&env)).unwrap();
+        assert_eq!((l.rank, l.size, l.local_rank), (1, 2, Some(1)));
+        assert_eq!(l.source, "OMPI_COMM_WORLD_RANK");
+        // Not the script's job: another mpirun beside it has that too.
+        assert_eq!(l.job_id.as_deref(), Some("1283457025"));
+        assert!(l.pmix);
+        // MPICH's starts its proxies with srun, as a step of their own.
+        let mpich = [
+            ("PMI_RANK", "1"),
+            ("PMI_SIZE", "2"),
+            ("PMI_FD", "6"),
+            ("MPI_LOCALRANKID", "1"),
+            ("SLURM_STEP_ID", "3"),
+        ];
+        let env: Vec<_> = BATCH_SCRIPT.iter().chain(&mpich).copied().collect();
+        let l = LaunchInfo::from_vars(vars(&env)).unwrap();
+        assert_eq!((l.rank, l.size, l.local_rank), (1, 2, Some(1)));
+        assert_eq!(l.job_id.as_deref(), Some("77.3"));
+        assert!(l.pmi);
+        // The script's own process is no rank of a job of 2.
+        let e = LaunchInfo::from_vars(vars(&BATCH_SCRIPT))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("SLURM_PROCID=0 of 2") && e.contains("batch script") && e.contains("srun"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -370,17 +370,19 @@ impl World {
     ) -> Result<(Box<dyn OutOfBand>, Option<String>)> {
         if launch.root.is_none() && launch.pmix {
             let (oob, namespace) = crate::pmix::join(deadline)?;
+            // The server is the one of the launcher that started this
+            // process (each launcher points its processes at its own):
+            // its numbers hold where variables inherited from a launcher
+            // around it say otherwise.
             if (oob.rank(), oob.size()) != (launch.rank, launch.size) {
-                return Err(JobError::Launch {
-                    why: format!(
-                        "{} says rank {} of {}, the PMIx server rank {} of {}",
-                        launch.source,
-                        launch.rank,
-                        launch.size,
-                        oob.rank(),
-                        oob.size()
-                    ),
-                });
+                tracing::info!(
+                    "{} says rank {} of {}, the PMIx server rank {} of {}: the server's are taken",
+                    launch.source,
+                    launch.rank,
+                    launch.size,
+                    oob.rank(),
+                    oob.size()
+                );
             }
             let job_id = launch.job_id.clone().or(Some(namespace));
             return Ok((Box::new(oob), job_id));
