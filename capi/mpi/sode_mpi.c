@@ -257,6 +257,27 @@ static void release(void *ctx) {
     free(l);
 }
 
+/* The creation over the allgather names itself in its messages
+ * ("sode_comm_create_allgather failed on rank 1: ..."); the program called
+ * sode_comm_create_mpi, so that is the name it reads. */
+static int as_create_mpi(int rc) {
+    static const char lent[] = "sode_comm_create_allgather";
+    const char *m = sode_last_error();
+    size_t skip = sizeof lent - 1;
+    if (rc == SODE_OK || m == NULL || strncmp(m, lent, skip) != 0) {
+        return rc;
+    }
+    size_t n = sizeof "sode_comm_create_mpi" + strlen(m + skip);
+    char *text = malloc(n);
+    if (text == NULL) {
+        return rc; /* the message as it is, rather than none */
+    }
+    snprintf(text, n, "sode_comm_create_mpi%s", m + skip);
+    rc = sode_report_error(rc, text);
+    free(text);
+    return rc;
+}
+
 int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
     int initialized = 0, rank = 0, size = 0;
     MPI_Initialized(&initialized);
@@ -349,7 +370,7 @@ int sode_comm_create_mpi(MPI_Comm comm, double timeout_s, sode_comm **out) {
         return sode_comm_refuse_allgather(rank, size, allgather, l, release, timeout_s, refused,
                                           refusal);
     }
-    return sode_comm_create_allgather(rank, size, allgather, l, release, timeout_s, out);
+    return as_create_mpi(sode_comm_create_allgather(rank, size, allgather, l, release, timeout_s, out));
 }
 
 int sode_comm_create_mpi_f(MPI_Fint comm, double timeout_s, sode_comm **out) {

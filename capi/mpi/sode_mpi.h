@@ -26,7 +26,8 @@ extern "C" {
  * has waited twice as long; it goes on waiting.
  * A rank whose own `out` or `timeout_s` is wrong still takes part, only to
  * make the call fail on every rank: it returns its status, and the others
- * the same status with "... failed on rank R: " and its message.
+ * the same status with "sode_comm_create_mpi failed on rank R: " and its
+ * message.
  * # Statuses
  * SODE_ERR_NULL (`out`) and SODE_ERR_ARG for a timeout neither positive nor
  * SODE_TIMEOUT_DEFAULT, on every rank when a rank's is wrong; SODE_ERR_ARG

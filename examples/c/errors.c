@@ -885,11 +885,11 @@ static void one_rank_wrong(void) {
     int rc = sode_comm_create_mpi(MPI_COMM_WORLD, 30.0, rank == 1 ? NULL : &c);
     expect("a null out pointer on rank 1 alone", rc, SODE_ERR_NULL,
            rank == 1 ? "sode_comm_create_mpi: `out` is a null pointer"
-                     : "failed on rank 1: sode_comm_create_mpi: `out` is a null pointer");
+                     : "sode_comm_create_mpi failed on rank 1: sode_comm_create_mpi: `out` is a null pointer");
     rc = sode_comm_create_mpi(MPI_COMM_WORLD, rank == 1 ? -5.0 : 30.0, &c);
     expect("a negative timeout on rank 1 alone", rc, SODE_ERR_ARG,
            rank == 1 ? "sode_comm_create_mpi: a timeout of -5 s"
-                     : "failed on rank 1: sode_comm_create_mpi: a timeout of -5 s");
+                     : "sode_comm_create_mpi failed on rank 1: sode_comm_create_mpi: a timeout of -5 s");
     double took = seconds_now() - t0;
     if (took > 10.0 || c != NULL) {
         fprintf(stderr, "rank %d: the creations refused on rank 1 took %.1f s, communicator %p\n", rank,
