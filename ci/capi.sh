@@ -133,7 +133,7 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
   out=$(timeout 120 "${mpirun[@]}" --mca btl tcp,self -n 1 "$build/ring1d" : \
           -n 1 unshare --pid --fork --mount-proc "$build/ring1d" 2>&1) || { echo "$out"; exit 1; }
   grep "^ok" <<<"$out"
-  [ "$(grep -c "run in 2 PID namespaces or shared-memory directories" <<<"$out")" = 1 ] \
+  [ "$(grep -c "run in 2 shared-memory domains" <<<"$out")" = 1 ] \
     || { echo "$out"; echo "error: rank 0 should have said once why its machine's ranks use the network" >&2; exit 1; }
   # Shared memory asked for between them: named as such. Asked for on rank
   # 0 alone (Open MPI's -x before the first program of an MPMD launch
@@ -142,7 +142,7 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
     echo "-- the same, with SODE_TRANSPORT=shm on $on: the commit fails on both ranks, saying why"
     both=(env); rank0=(-x SODE_TRANSPORT=shm)
     [ "$on" = both ] && { both=(env SODE_TRANSPORT=shm); rank0=(); }
-    want="in another PID namespace or shared-memory directory (a container of its own), and the transport is shm"
+    want="in another PID namespace or shared-memory directory (a container of its own), or one of the two is not dumpable, and the transport is shm"
     [ "$on" = rank0 ] && want="the ranks disagree: rank 1 chose the auto transport, this rank (rank 0) the shm transport"
     if out=$(timeout 120 "${both[@]}" "${mpirun[@]}" --mca btl tcp,self -n 1 "${rank0[@]}" "$build/ring1d" : \
           -n 1 unshare --pid --fork --mount-proc "$build/ring1d" 2>&1); then
@@ -152,6 +152,26 @@ if unshare --pid --fork --mount-proc true 2>/dev/null; then
   done
 else
   echo "-- (not run: unshare --pid is not permitted here) ring1d with a rank in a PID namespace of its own"
+fi
+
+# A program that is not dumpable (one its user may not read, as a chmod 711
+# install makes; here prctl(PR_SET_DUMPABLE, 0) before main) lets no other
+# process without CAP_SYS_PTRACE open its files through /proc: its node's
+# ranks exchange over the network, rank 0 saying why once, where the
+# commit failed with "Permission denied".
+if setpriv --bounding-set=-sys_ptrace true 2>/dev/null; then
+  echo "-- mpirun -n 2 ring1d not dumpable, without CAP_SYS_PTRACE: over the network, said once"
+  printf '#include <sys/prctl.h>\n__attribute__((constructor)) static void closed(void) { prctl(PR_SET_DUMPABLE, 0); }\n' \
+    > "$build/not_dumpable.c"
+  cc -shared -fPIC "$build/not_dumpable.c" -o "$build/libnot_dumpable.so"
+  out=$(timeout 120 "${mpirun[@]}" --mca btl tcp,self -n 2 \
+          setpriv --inh-caps=-sys_ptrace --bounding-set=-sys_ptrace \
+          env LD_PRELOAD="$build/libnot_dumpable.so" "$build/ring1d" 2>&1) || { echo "$out"; exit 1; }
+  grep "^ok" <<<"$out"
+  [ "$(grep -c "run in 2 shared-memory domains" <<<"$out")" = 1 ] \
+    || { echo "$out"; echo "error: rank 0 should have said once why its machine's ranks use the network" >&2; exit 1; }
+else
+  echo "-- (not run: setpriv cannot drop CAP_SYS_PTRACE here) ring1d not dumpable"
 fi
 
 for n in 1 2 3; do

@@ -425,7 +425,8 @@ impl<'w> LinkExchangeBuilder<'w> {
 
     /// Where `peer`, not on this rank's node, runs: on another machine, or
     /// on this one in another shared-memory domain (a container of its
-    /// own), which cannot map this rank's segments.
+    /// own, or a process that is not dumpable), which cannot map this
+    /// rank's segments.
     fn elsewhere(&self, peer: usize) -> &'static str {
         let (me, them) = (
             self.world.node_of(self.world.rank()),
@@ -433,7 +434,7 @@ impl<'w> LinkExchangeBuilder<'w> {
         );
         match (me, them) {
             (Some(a), Some(b)) if a.same_machine(b) => {
-                "on this machine but in another PID namespace or shared-memory directory (a container of its own)"
+                "on this machine but in another PID namespace or shared-memory directory (a container of its own), or one of the two is not dumpable"
             }
             _ => "on another node",
         }

@@ -26,7 +26,9 @@ impl NodeId {
     /// through `/proc/<pid>`) that see one shared-memory directory
     /// (`SODE_SHM_DIR`, else `/dev/shm`). A container started for each
     /// rank with a PID namespace or a `/dev/shm` of its own (apptainer
-    /// `--pid` or `--containall`) is another node for sode.
+    /// `--pid` or `--containall`) is another node for sode. So is a
+    /// process that is not dumpable, to peers without `CAP_SYS_PTRACE`:
+    /// the kernel lets no such peer open its files through `/proc`.
     pub fn local() -> NodeId {
         let read = |p: &str| {
             std::fs::read_to_string(p)
@@ -99,8 +101,9 @@ impl NodeId {
 }
 
 /// Eight bytes of a digest of this process's PID namespace and its
-/// shared-memory directory (see [`NodeId::local`]); a part that cannot be
-/// read counts as zeros.
+/// shared-memory directory (see [`NodeId::local`]), and of its pid when
+/// its peers cannot open its files ([`closed_to_peers`]); a part that
+/// cannot be read counts as zeros.
 fn shm_domain() -> u64 {
     use sha2::Digest;
     use std::os::unix::fs::MetadataExt;
@@ -118,10 +121,45 @@ fn shm_domain() -> u64 {
         h.update(dev.to_le_bytes());
         h.update(ino.to_le_bytes());
     }
+    if closed_to_peers() {
+        h.update(std::process::id().to_le_bytes());
+    }
     let mut out = [0; 8];
     out.copy_from_slice(&h.finalize()[..8]);
     u64::from_le_bytes(out)
 }
+
+/// Whether the ranks of this process's node cannot open its files through
+/// `/proc/<pid>/fd` (where they open its shared-memory segment): it is not
+/// dumpable (it runs a binary its user may not read, gained privileges,
+/// or called `prctl(PR_SET_DUMPABLE, 0)`), and its peers, taken to hold
+/// what it holds, lack `CAP_SYS_PTRACE`. Said once, since its ranks then
+/// reach it by network.
+fn closed_to_peers() -> bool {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if nix::sys::prctl::get_dumpable().unwrap_or(true) || may_trace() {
+        return false;
+    }
+    WARNED.call_once(|| tracing::info!(
+        "this process is not dumpable (it runs a binary its user may not read, gained privileges, or called prctl(PR_SET_DUMPABLE, 0)), so the kernel lets no other rank open its shared memory: the ranks of its node reach it by network; make the program readable by its user (chmod u+r) to exchange through shared memory"
+    ));
+    true
+}
+
+/// Whether this process holds `CAP_SYS_PTRACE` (bit 19 of `CapEff` in
+/// `/proc/self/status`).
+fn may_trace() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let hex = s.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << CAP_SYS_PTRACE) != 0)
+}
+
+/// The capability's number (`linux/capability.h`).
+const CAP_SYS_PTRACE: u32 = 19;
 
 /// The 16 bytes of a UUID written as the kernel writes one (lowercase hex,
 /// dashed 8-4-4-4-12); none for any other text, which would not read back

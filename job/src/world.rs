@@ -897,7 +897,7 @@ fn split_machine(intros: &[Introduction], rank: usize) -> Option<String> {
     let firsts: Vec<String> = domains.iter().map(|(_, r)| r.to_string()).collect();
     (domains.len() > 1 && domains[0].1 == rank).then(|| {
         format!(
-            "the ranks on {} run in {} PID namespaces or shared-memory directories, whose first ranks are {} (a container started for each rank?): those in different ones reach each other by network, not shared memory",
+            "the ranks on {} run in {} shared-memory domains (PID namespaces, shared-memory directories, or processes not dumpable), whose first ranks are {} (a container started for each rank? a program its user may not read?): those in different ones reach each other by network, not shared memory",
             me.hostname,
             domains.len(),
             firsts.join(", ")
@@ -1383,7 +1383,7 @@ mod tests {
         let told: Vec<Option<String>> = (0..job.len()).map(|r| split_machine(&job, r)).collect();
         assert_eq!(
             told[0].as_deref(),
-            Some("the ranks on a run in 3 PID namespaces or shared-memory directories, whose first ranks are 0, 3, 5 (a container started for each rank?): those in different ones reach each other by network, not shared memory")
+            Some("the ranks on a run in 3 shared-memory domains (PID namespaces, shared-memory directories, or processes not dumpable), whose first ranks are 0, 3, 5 (a container started for each rank? a program its user may not read?): those in different ones reach each other by network, not shared memory")
         );
         assert!(told[1..].iter().all(Option::is_none), "{told:?}");
     }

@@ -54,6 +54,16 @@ pub enum ShmError {
         /// What is wrong with it.
         why: String,
     },
+    /// The kernel refused to open a peer's segment through `/proc`.
+    #[error("the kernel refused to open the segment of peer rank {peer} through /proc/{pid}/fd: a process that is not dumpable (it runs a binary its user may not read, gained privileges, or called prctl(PR_SET_DUMPABLE, 0) after sode started) lets only peers with CAP_SYS_PTRACE open its files; make the program readable by its user (chmod u+r), or set SODE_TRANSPORT=tcp")]
+    PeerClosed {
+        /// The peer's rank.
+        peer: usize,
+        /// Its process.
+        pid: i32,
+        /// The system error.
+        source: std::io::Error,
+    },
     /// Opening or mapping a peer's segment failed.
     #[error("cannot map the segment of peer rank {peer} ({path})")]
     MapPeer {

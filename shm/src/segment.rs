@@ -843,7 +843,15 @@ pub(crate) fn open_peer(path: &Path, peer: usize) -> Result<Option<SharedMap>> {
         .read(true)
         .write(true)
         .open(format!("/proc/{pid}/fd/{}", at.fd))
-        .map_err(|e| if exiting(&owner) { died() } else { err(e) })?;
+        .map_err(|e| match e.raw_os_error() {
+            _ if exiting(&owner) => died(),
+            Some(libc::EACCES | libc::EPERM) => ShmError::PeerClosed {
+                peer,
+                pid,
+                source: e,
+            },
+            _ => err(e),
+        })?;
     check_memfd(&file, &at, path)?;
     if owner.exited().map_err(err)? {
         return Err(died());
