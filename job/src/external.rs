@@ -205,12 +205,7 @@ impl ExternalOob {
 
 /// This rank's listener for peer links and its card.
 fn own_card() -> Result<(TcpListener, Card)> {
-    let listener =
-        TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(|e| JobError::Bootstrap {
-            step: "listen for peer links on every interface".into(),
-            whom: "peers".into(),
-            source: e,
-        })?;
+    let listener = crate::ports::listen(Ipv4Addr::UNSPECIFIED.into(), "peer links")?;
     let port = listener
         .local_addr()
         .map_err(|e| JobError::Bootstrap {

@@ -102,7 +102,7 @@ impl RelayListener {
                 source,
             }
         };
-        let listener = TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0)).map_err(io("listen"))?;
+        let listener = crate::ports::listen(Ipv4Addr::UNSPECIFIED.into(), "relayed connections")?;
         let port = listener.local_addr().map_err(io("local_addr"))?.port();
         let addrs = nets
             .iter()

@@ -31,6 +31,7 @@ pub const SETTINGS: &[&str] = &[
     "SODE_SHM_READ_RUN_MIN",
     "SODE_SIZE",
     "SODE_TCP_ADDR",
+    "SODE_TCP_PORTS",
     "SODE_TIMEOUT",
     "SODE_TRACE",
     "SODE_TRANSPORT",

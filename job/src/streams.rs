@@ -97,7 +97,8 @@ fn link_to(links: &mut BTreeMap<usize, PeerLink>, p: usize) -> Result<&mut PeerL
     })
 }
 
-/// A listener on every interface, and the addresses peers should try.
+/// A listener on every interface (or `SODE_TCP_ADDR`'s, on a port of
+/// `SODE_TCP_PORTS`'s), and the addresses peers should try.
 pub(crate) fn listen() -> Result<(TcpListener, Vec<SocketAddr>)> {
     let chosen = std::env::var(TCP_ADDR_VAR).ok();
     let bind_ip = match chosen.as_deref().map(str::trim) {
@@ -108,11 +109,7 @@ pub(crate) fn listen() -> Result<(TcpListener, Vec<SocketAddr>)> {
             why: "expected an IPv4 or IPv6 address of this host".into(),
         })?,
     };
-    let listener = TcpListener::bind((bind_ip, 0)).map_err(|source| JobError::Bootstrap {
-        step: format!("listening for data connections on {bind_ip}"),
-        whom: "this host".into(),
-        source,
-    })?;
+    let listener = crate::ports::listen(bind_ip, "data connections")?;
     let port = listener
         .local_addr()
         .map_err(|source| JobError::Bootstrap {

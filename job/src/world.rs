@@ -226,6 +226,9 @@ impl OwnSettings {
         let silence =
             crate::health::parse_silence(std::env::var(crate::HEALTH_TIMEOUT_VAR).ok().as_deref())?;
         let wait = std::env::var(crate::backoff::WAIT_VAR).ok();
+        // Read where a listener is made; checked now, when a rank may
+        // still refuse.
+        crate::ports::from_env()?;
         // Checked now; chosen once the node's ranks are known.
         WaitPolicy::choose(wait.as_deref(), 1, 1).map_err(|why| JobError::InvalidSetting {
             name: crate::backoff::WAIT_VAR.into(),

@@ -1,0 +1,110 @@
+//! `SODE_TCP_PORTS` keeps every listener of sode's within the ports a
+//! cluster's firewall opens between its nodes. Three ranks (threads of this
+//! process, so the setting is the whole process's: this file holds one
+//! test) meet over the TCP rendezvous, open data streams to each other and
+//! send over them; every socket of the process listening meanwhile, but the
+//! rendezvous the launcher named, is on a port of the range.
+
+use std::collections::{BTreeSet, HashSet};
+use std::io::{Read, Write};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use sode_job::{LaunchInfo, Secret, World, TCP_PORTS_VAR};
+
+/// The ports of this process's listening TCP sockets (IPv4 and IPv6).
+fn listening_ports() -> BTreeSet<u16> {
+    let ours: HashSet<String> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|t| {
+            let t = t.to_string_lossy().into_owned();
+            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
+        })
+        .collect();
+    let mut ports = BTreeSet::new();
+    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // local address, state (0A: listening), inode.
+            let (local, state, inode) = (f[1], f[3], f[9]);
+            if state == "0A" && ours.contains(inode) {
+                let port = local.rsplit(':').next().unwrap();
+                ports.insert(u16::from_str_radix(port, 16).unwrap());
+            }
+        }
+    }
+    ports
+}
+
+/// The first of `len` consecutive ports that are all free now.
+fn free_range(len: u16) -> u16 {
+    loop {
+        let first = sode_job::free_port().unwrap();
+        let all_free = (first..first.saturating_add(len))
+            .all(|p| std::net::TcpListener::bind(("0.0.0.0", p)).is_ok());
+        if all_free && first.checked_add(len).is_some() {
+            return first;
+        }
+    }
+}
+
+#[test]
+fn every_listener_takes_a_port_of_the_range() {
+    const RANKS: usize = 3;
+    let first = free_range(12);
+    let last = first + 11;
+    std::env::set_var(TCP_PORTS_VAR, format!("{first}-{last}"));
+    let root = sode_job::free_port().unwrap();
+    let secret = Secret::random().unwrap();
+    let barrier = Arc::new(Barrier::new(RANKS));
+    let ranks: Vec<_> = (0..RANKS)
+        .map(|rank| {
+            let (secret, barrier) = (secret.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let launch = LaunchInfo::loopback(rank, RANKS, root, secret);
+                let world = World::init_with(&launch, Duration::from_secs(30)).unwrap();
+                let others: BTreeSet<usize> = (0..RANKS).filter(|&r| r != rank).collect();
+                let mut streams = world
+                    .connect_streams(&others, Duration::from_secs(30))
+                    .unwrap();
+                for (&peer, s) in streams.iter_mut() {
+                    s.write_all(&[(rank * 10 + peer) as u8]).unwrap();
+                }
+                for (&peer, s) in streams.iter_mut() {
+                    let mut got = [0u8];
+                    s.read_exact(&mut got).unwrap();
+                    assert_eq!(got[0] as usize, peer * 10 + rank, "from rank {peer}");
+                }
+                barrier.wait();
+                let listening = (rank == 0).then(listening_ports);
+                barrier.wait();
+                listening
+            })
+        })
+        .collect();
+    let listening: Vec<_> = ranks
+        .into_iter()
+        .filter_map(|t| t.join().unwrap())
+        .collect();
+    let ports = &listening[0];
+    let outside: Vec<u16> = ports
+        .iter()
+        .copied()
+        .filter(|&p| p != root && !(first..=last).contains(&p))
+        .collect();
+    println!("{TCP_PORTS_VAR}={first}-{last}: listening on {ports:?} (the rendezvous {root})");
+    assert!(
+        outside.is_empty(),
+        "listening outside the range: {outside:?}"
+    );
+    // Each rank's listener for its peers' links at least.
+    let inside = ports.iter().filter(|p| (first..=last).contains(*p)).count();
+    assert!(
+        inside >= RANKS,
+        "{inside} listeners in the range: {ports:?}"
+    );
+}
