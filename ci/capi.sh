@@ -304,6 +304,9 @@ if command -v mpicc.mpich >/dev/null; then
   echo "ok: $(grep -m1 -o "sode was built with [^(]*" <<<"$mismatch")... refused, by name"
 fi
 
+echo "-- communicators from the environment beside MPI (Open MPI's PMIx server)"
+timeout 120 "${mpirun[@]}" -n 2 "$build/errors" beside | tail -1
+
 echo "-- misuse, on 2 ranks"
 timeout 120 "${mpirun[@]}" -n 2 "$build/errors" | tail -1
 

@@ -157,6 +157,22 @@ checked "bit for bit" 4 --mpi=pmix -n 4 "$stencil"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$c_mpich/stencil2d"
 checked "bit for bit" 24 --mpi=pmi2 -n 2 "$f_mpich/stencil3d"
 checked "bit for bit" 4 --mpi=pmi2 -n 4 "$stencil"
+# Communicators from the environment beside MPI (three in turn, then
+# MPI_Finalize): through Slurm's PMIx server. Under --mpi=pmi2, where
+# MPICH's own client took the launcher's socket with PMI-2, each rank's
+# creation fails at once, saying what to do, and MPI still finalizes.
+checked "^ok three communicators" 1 --mpi=pmix -n 2 "$c/errors" beside
+echo "-- srun --mpi=pmi2 -n 2 $c_mpich/errors beside"
+t0=$(date +%s)
+if out=$(timeout 120 srun --mpi=pmi2 -n 2 "$c_mpich/errors" beside 2>&1); then
+  echo "$out" | tail -5; echo "slurm: communicators from the environment beside MPICH under pmi2 cannot meet" >&2; exit 1
+fi
+took=$(( $(date +%s) - t0 ))
+if [ "$(grep -c "communicator 0 from the environment: .*create the communicator from MPI (sode_comm_create_mpi" <<<"$out")" -ne 2 ] \
+   || [ "$took" -gt 20 ] || grep -q "Broken pipe" <<<"$out"; then
+  echo "$out" | tail -8; echo "slurm: beside MPICH under pmi2: not a prompt, named refusal on both ranks (${took} s)" >&2; exit 1
+fi
+echo "ok: both ranks refused in ${took} s, saying what to do"
 
 # mpirun in a batch script, the usual way to run MPI under Slurm: its
 # ranks inherit the script's SLURM_PROCID=0 beside their launcher's own
@@ -176,7 +192,7 @@ SH
 timeout 300 sbatch --wait -n 2 -o "$dir/batch.out" "$dir/batch.sh" > /dev/null
 for mpi in openmpi mpich; do
   if [ "$(grep -c "bit for bit" "$dir/batch-$mpi.out")" -ne 2 ]; then
-    tail -20 "$dir/batch-$mpi.out" "$dir/batch.out"
+    tail -n 20 "$dir/batch-$mpi.out" "$dir/batch.out"
     echo "slurm: mpirun ($mpi) in a batch script did not finish bit for bit on both ranks" >&2
     exit 1
   fi

@@ -40,7 +40,14 @@
  *                                  ends the job with a signal (SIGTERM, as
  *                                  a batch system's time limit does), once
  *                                  rank 0 printed "exchanging"; the caller
- *                                  checks that it left nothing */
+ *                                  checks that it left nothing
+ *   mpirun -n 2 ./errors beside    a program on MPI whose communicators
+ *                                  come from the environment (as Rust's
+ *                                  World::init), three in turn: under
+ *                                  MPICH's mpirun or srun --mpi=pmi2 they
+ *                                  meet through the PMI socket MPI's own
+ *                                  client speaks on, which must serve
+ *                                  each of them and MPI_Finalize after */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -815,6 +822,43 @@ static int latecommit_mode(int size) {
     return all != 0;
 }
 
+/* Three communicators from the environment in turn, beside MPI: each
+ * exchange's halo must be its neighbour's, and MPI must still work, up
+ * to MPI_Finalize, after sode let go of the launcher's socket. */
+static int beside_mode(int size) {
+    enum { N = 6 };
+    double u[(N + 2) * (N + 2)];
+    int dims[2] = {size, 1}, coords[2] = {rank, 0}, periodic[2] = {1, 1}, halo[2] = {1, 1};
+    int64_t ext[2] = {N + 2, N + 2}, lo[2] = {1, 1}, own[2] = {N, N};
+    for (int round = 0; round < 3 && failures == 0; round++) {
+        sode_comm *c = NULL;
+        sode_exchange *x = NULL;
+        for (int i = 0; i < (N + 2) * (N + 2); i++) {
+            u[i] = rank * 100 + round;
+        }
+        if (sode_comm_create_env(30.0, &c) != SODE_OK
+            || sode_exchange_create_cart(c, 2, dims, coords, periodic, halo, halo, SODE_BOX, &x) != SODE_OK
+            || sode_exchange_add_field(x, u, SODE_F64, 2, ext, lo, own, NULL, NULL, SODE_ORDER_C) != SODE_OK
+            || sode_exchange_commit(x) != SODE_OK || sode_exchange_start(x) != SODE_OK
+            || sode_exchange_wait(x, 30.0) != SODE_OK) {
+            fprintf(stderr, "rank %d: communicator %d from the environment: %s\n", rank, round, sode_last_error());
+            failures++;
+        } else if (u[1] != ((rank + size - 1) % size) * 100 + round) {
+            fprintf(stderr, "rank %d: communicator %d: halo %g\n", rank, round, u[1]);
+            failures++;
+        }
+        sode_exchange_free(&x);
+        sode_comm_free(&c);
+    }
+    int all = 0;
+    MPI_Allreduce(&failures, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Finalize();
+    if (rank == 0 && all == 0) {
+        printf("ok three communicators from the environment beside MPI, each halo its neighbour's, then MPI_Finalize\n");
+    }
+    return all != 0;
+}
+
 /* Exchanges 10 times (`ended`: until a signal ends the job, 60 s at
  * most), then ends without freeing the exchange or the communicator: the
  * job must still leave no directory of its own behind. */
@@ -923,6 +967,9 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && strcmp(argv[1], "settings") == 0) {
         return settings_mode();
+    }
+    if (argc > 1 && strcmp(argv[1], "beside") == 0) {
+        return beside_mode(size);
     }
     if (argc > 1 && strcmp(argv[1], "latecommit") == 0) {
         return latecommit_mode(size);

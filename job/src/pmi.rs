@@ -12,6 +12,8 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::auth::{hex, unhex};
@@ -61,6 +63,9 @@ pub struct Client<S: Timed> {
     /// The server's longest value (`vallen_max`).
     value_max: usize,
     finalized: bool,
+    /// Whether the session is this client's to end with `finalize`: not
+    /// one on the socket the launcher left the process ([`Client::shared`]).
+    owns_session: bool,
     /// How long a whole step (the greeting, an allgather) may take, every
     /// request and reply of it together (`None`: each read as the stream
     /// allows).
@@ -108,6 +113,7 @@ impl<S: Timed> Client<S> {
             kvsname: String::new(),
             value_max: 0,
             finalized: false,
+            owns_session: true,
             step_timeout,
             deadline: None,
         };
@@ -286,11 +292,30 @@ impl<S: Timed> Client<S> {
     ///
     /// The wire's error, as text.
     pub fn finalize(&mut self) -> std::result::Result<(), String> {
+        if !self.owns_session {
+            return Ok(());
+        }
         if !self.finalized {
             self.finalized = true;
             self.request("finalize", "finalize_ack")?;
         }
         Ok(())
+    }
+
+    /// The stream the client speaks on.
+    pub fn stream(&self) -> &S {
+        self.stream.get_ref()
+    }
+
+    /// Marks the session as the process's, not this client's: it never
+    /// sends `finalize`, after which the server closes the connection. On
+    /// the socket the launcher left the process (`PMI_FD`), the MPI
+    /// library's own client speaks too (MPICH's, from `MPI_Init` to
+    /// `MPI_Finalize`), and each later world of the process greets the
+    /// server again on it; the process ends the session at its exit.
+    pub fn shared(mut self) -> Self {
+        self.owns_session = false;
+        self
     }
 
     /// Longest hex text a value carries here.
@@ -440,11 +465,16 @@ impl Read for Wire {
 }
 
 impl Write for Wire {
+    /// As `send` with `MSG_NOSIGNAL`: a server gone is an error here, not
+    /// a SIGPIPE that ends a C or Fortran program.
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            Wire::Inherited(s) => s.write(buf),
-            Wire::Tcp(s) => s.write(buf),
-        }
+        use nix::sys::socket::{send, MsgFlags};
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Wire::Inherited(s) => s.as_raw_fd(),
+            Wire::Tcp(s) => s.as_raw_fd(),
+        };
+        send(fd, buf, MsgFlags::MSG_NOSIGNAL).map_err(std::io::Error::from)
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
@@ -455,6 +485,59 @@ fn failed(step: &'static str) -> impl Fn(String) -> JobError {
     move |why| JobError::External {
         step: format!("PMI {step}"),
         why,
+    }
+}
+
+/// The process's session with the server on the socket the launcher left
+/// it (`PMI_FD`): every world of the process greets the server on it, and
+/// `finalize` ends it for the whole process at its exit, after which the
+/// server closes the connection (Hydra ends a job one of whose processes
+/// exits without it).
+mod session {
+    use std::io::{BufRead, BufReader};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// A duplicate of the socket, once a world greeted the server on it.
+    static SOCKET: Mutex<Option<UnixStream>> = Mutex::new(None);
+
+    /// Keeps `socket`'s session for the process, to end at exit.
+    pub(super) fn keep(socket: &UnixStream) {
+        let mut kept = SOCKET.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.is_none() {
+            *kept = socket.try_clone().ok();
+            if kept.is_some() && !crate::sys::at_exit::run_at_exit(end) {
+                tracing::debug!("no exit hook: the PMI session is not finalized, and the launcher may take the exit for a failure");
+            }
+        }
+    }
+
+    /// At exit: `finalize`, unless the process's MPI library was
+    /// initialized (it says it, at `MPI_Finalize`, on the same socket).
+    /// A world still greeting or gathering on another thread keeps the
+    /// socket: the exit does not wait for it.
+    fn end(_status: Option<i32>) {
+        if crate::sys::mpi_state::query().is_some_and(|m| m.initialized) {
+            return;
+        }
+        let Some(socket) = SOCKET.try_lock().ok().and_then(|mut s| s.take()) else {
+            return;
+        };
+        let sent = nix::sys::socket::send(
+            socket.as_raw_fd(),
+            b"cmd=finalize\n",
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        );
+        if sent.is_ok()
+            && socket
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .is_ok()
+        {
+            // The acknowledgement, or whatever the server says.
+            let _ = BufReader::new(&socket).read_line(&mut String::new());
+        }
     }
 }
 
@@ -475,15 +558,39 @@ pub fn join(
     timeout: Duration,
     deadline: Instant,
 ) -> Result<(ExternalOob, String)> {
+    // One client at a time speaks on the process's socket: worlds made on
+    // several threads take turns, a greeting or an allgather each.
+    static WIRE: Mutex<()> = Mutex::new(());
+    // Each world of the process (the same on every rank: they are made
+    // collectively) puts keys of its own, above the last world's.
+    static WORLDS: AtomicU64 = AtomicU64::new(0);
+    let world = WORLDS.fetch_add(1, Ordering::Relaxed);
+    // Slurm's PMI plugin (it alone sets PMI_JOBID) takes one protocol a
+    // connection, and an MPI library initialized here spoke PMI-2 on the
+    // socket: sode's PMI-1 greeting would go unanswered until the timeout.
+    let mpi_running = crate::sys::mpi_state::query().is_some_and(|m| m.running());
+    if get("PMI_JOBID").is_some() && get("PMI_FD").is_some() && mpi_running {
+        return Err(failed("connect")(
+            "this process's MPI library is initialized and speaks to srun --mpi=pmi2 on the launcher's socket (PMI_FD), which takes no second client: create the communicator from MPI (sode_comm_create_mpi; in Rust, World::over an ExternalOob of MPI's allgather), or launch with srun --mpi=pmix".into(),
+        ));
+    }
     let stream = Wire::connect(get).map_err(failed("connect"))?;
     let started = Instant::now();
     let step = Some(timeout.max(Duration::from_millis(1)));
-    let mut client = Client::init_within(stream, step).map_err(failed("init"))?;
+    let mut client = {
+        let _turn = WIRE.lock().unwrap_or_else(|p| p.into_inner());
+        Client::init_within(stream, step).map_err(failed("init"))?
+    };
+    if let Wire::Inherited(socket) = client.stream() {
+        session::keep(socket);
+        client = client.shared();
+    }
     let kvsname = client.kvsname().to_string();
-    tracing::debug!(rank, size, kvsname, elapsed = ?started.elapsed(), "joined through PMI");
-    let mut round = 0u64;
+    tracing::debug!(rank, size, kvsname, world, elapsed = ?started.elapsed(), "joined through PMI");
+    let mut round = world << 32;
     let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], deadline| {
         round += 1;
+        let _turn = WIRE.lock().unwrap_or_else(|p| p.into_inner());
         client.allgather(round, rank, size, mine, all, Some(deadline))
     });
     Ok((ExternalOob::new(rank, size, gather, deadline)?, kvsname))

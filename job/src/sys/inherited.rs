@@ -3,12 +3,12 @@
 use std::os::fd::{FromRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-/// Takes ownership of `fd` as a stream socket, after checking that it is
-/// an open socket (not a file, nor a number that names nothing) and that
-/// no other part of this process adopted it first.
+/// A stream on a duplicate of `fd`, after checking that it is an open
+/// socket (not a file, nor a number that names nothing). The launcher's
+/// descriptor stays open: the process's MPI library may speak on it too
+/// (MPICH's, after `MPI_Init`), and a later world of this process meets
+/// through it again.
 pub(crate) fn socket(fd: RawFd) -> Result<UnixStream, String> {
-    use std::sync::Mutex;
-    static TAKEN: Mutex<Vec<RawFd>> = Mutex::new(Vec::new());
     if fd < 0 {
         return Err(format!("PMI_FD={fd} is not a file descriptor"));
     }
@@ -24,15 +24,13 @@ pub(crate) fn socket(fd: RawFd) -> Result<UnixStream, String> {
     if stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
         return Err(format!("PMI_FD={fd} is not a socket"));
     }
-    let mut taken = TAKEN.lock().unwrap_or_else(|p| p.into_inner());
-    if taken.contains(&fd) {
-        return Err(format!(
-            "PMI_FD={fd} is already in use by an earlier job in this process: the PMI server speaks to one client per rank"
-        ));
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor and touches no
+    // memory; any `fd` is safe to ask for.
+    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(format!("PMI_FD={fd} cannot be duplicated: {e}"));
     }
-    taken.push(fd);
-    // SAFETY: `fd` is an open socket of this process (fstat above), taken
-    // once (TAKEN): the launcher handed it to this process for PMI, and
-    // nothing else in sode uses it, so the stream is its only owner.
-    Ok(unsafe { UnixStream::from_raw_fd(fd) })
+    // SAFETY: `copy` was just made by fcntl and is owned by nothing else.
+    Ok(unsafe { UnixStream::from_raw_fd(copy) })
 }
