@@ -45,6 +45,11 @@ for t in auto tcp; do
   echo "-- mpirun -n 4 churn, SODE_TRANSPORT=$t (300 exchanges made, run and freed: nothing accumulates)"
   timeout 300 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=$t "$build/churn" 300
 done
+# From the environment, through mpirun's PMIx server: commits cost the
+# same late in a run as early (its collective steps go over the job's own
+# links, not into the server, which keeps what is put there).
+echo "-- mpirun -n 2 churn env (the communicator through PMIx; the last 100 rounds no slower than the first)"
+timeout 300 "${mpirun[@]}" -n 2 "$build/churn" 620 env
 
 # A cleanup of the shared-memory directory while the job runs (a site's
 # script, `rm -rf /dev/shm/*`): the job's directory is removed every 20 ms

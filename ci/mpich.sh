@@ -50,6 +50,9 @@ run 3 "$build/errors" late
 # PMI socket MPICH's own client speaks on, three times, and MPI_Finalize
 # still finds it open.
 run 2 "$build/errors" beside
+# From the environment through Hydra's PMI server: commits cost the same
+# late in a run as early.
+run 2 "$build/churn" 620 env
 for n in 2 4; do run "$n" "$fbuild/stencil3d"; done
 run 3 "$fbuild/ring1d"
 run 3 "$fbuild/explicit2d"

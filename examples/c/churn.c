@@ -5,11 +5,14 @@
  * descriptors, threads, resident memory and sode's entries in /dev/shm
  * must stay where they were.
  *
- *   mpirun -n 4 ./churn [rounds] [cleanup]
+ *   mpirun -n 4 ./churn [rounds] [cleanup | env]
  *
  * With `cleanup`, something removes the job's directory in /dev/shm while
  * it runs (ci/capi.sh does, as a site's cleanup script would): its entries
- * there are then not compared. */
+ * there are then not compared. With `env`, the communicator comes from the
+ * launcher's environment (PMIx or PMI, as Rust's World::init), whose
+ * server keeps whatever is put there: the last 100 rounds must take at
+ * most three times as long as the 100 after the warm-up. */
 #include <mpi.h>
 #include <sode_mpi.h>
 
@@ -90,21 +93,31 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int rounds = argc > 1 ? atoi(argv[1]) : 300;
     if (rounds <= WARM_UP) rounds = WARM_UP + 1;
+    int from_env = argc > 2 && strcmp(argv[2], "env") == 0;
+    if (from_env && rounds < WARM_UP + 200) rounds = WARM_UP + 200;
     sode_comm *sc = NULL;
-    if (sode_comm_create_mpi(MPI_COMM_WORLD, 60, &sc)) {
+    if (from_env ? sode_comm_create_env(60, &sc) : sode_comm_create_mpi(MPI_COMM_WORLD, 60, &sc)) {
         fprintf(stderr, "rank %d: %s\n", rank, sode_last_error());
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     double *u = malloc(sizeof(double) * (N + 2) * (N + 2));
     struct usage warm = {0, 0, 0, 0};
     int failed = 0;
+    double early = 0, late = 0, t0 = 0; /* seconds of the 100 rounds after the warm-up, and of the last 100 */
     for (int r = 1; r <= rounds && !failed; r++) {
+        if (r == WARM_UP + 1 || r == rounds - 99) t0 = MPI_Wtime();
         failed = round_trip(sc, size, u, r);
+        if (r == WARM_UP + 100) early = MPI_Wtime() - t0;
+        if (r == rounds) late = MPI_Wtime() - t0;
         if (r == WARM_UP) {
             MPI_Barrier(MPI_COMM_WORLD);
             warm = usage();
         }
     }
+    int slowed = from_env && !failed && late > 3 * early;
+    if (slowed)
+        fprintf(stderr, "rank %d: the last 100 rounds took %.1f ms, the 100 after the warm-up %.1f ms\n", rank,
+                late * 1e3, early * 1e3);
     MPI_Barrier(MPI_COMM_WORLD);
     struct usage end = usage();
     /* Resident memory may move a little with the allocator; a leak of an
@@ -118,12 +131,17 @@ int main(int argc, char **argv) {
                 "/dev/shm entries %d -> %d\n",
                 rank, rounds - WARM_UP, warm.fds, end.fds, warm.threads, end.threads, warm.rss_kb, end.rss_kb,
                 warm.shm, end.shm);
-    int bad = failed || grew, any = 0;
+    int bad = failed || grew || slowed, any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (rank == 0 && !any)
+    if (rank == 0 && !any) {
         printf("ok %d ranks, %d exchanges made, run and freed: halos right; descriptors %d, threads %ld, "
-               "resident %ld -> %ld kB, /dev/shm entries %d after the first %d and at the end\n",
+               "resident %ld -> %ld kB, /dev/shm entries %d after the first %d and at the end",
                size, rounds, end.fds, end.threads, warm.rss_kb, end.rss_kb, end.shm, WARM_UP);
+        if (from_env)
+            printf("; from the environment, %.2f ms a round after the warm-up and %.2f ms at the end", early * 10,
+                   late * 10);
+        printf("\n");
+    }
     free(u);
     sode_comm_free(&sc);
     MPI_Finalize();

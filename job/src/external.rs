@@ -15,6 +15,7 @@ use crate::error::{JobError, Result};
 use crate::nets::Directory;
 use crate::node::NodeId;
 use crate::oob::{OutOfBand, PeerLink};
+use crate::star::Star;
 use crate::tcp::Mesh;
 use crate::wire::{unreadable, Reader, Writer};
 
@@ -117,6 +118,20 @@ impl Card {
 pub struct ExternalOob {
     gather: AllgatherFn,
     mesh: Mesh,
+    /// Where collective steps go once the world is made.
+    steps: Steps,
+}
+
+/// Where an [`ExternalOob`]'s collective steps go once its world is made
+/// (its routes known).
+#[derive(Debug)]
+enum Steps {
+    /// Through the allgather lent, as before (an MPI communicator's).
+    Lent,
+    /// Through rank 0 over the job's own links, made at the first such
+    /// step: the allgather is a launcher's key-value space, which keeps
+    /// every round ([`crate::star`]).
+    OverLinks(Option<Star>),
 }
 
 impl std::fmt::Debug for ExternalOob {
@@ -129,6 +144,15 @@ impl std::fmt::Debug for ExternalOob {
 }
 
 impl ExternalOob {
+    /// This exchange with its collective steps, once its world is made,
+    /// through rank 0 over the job's own links rather than the allgather:
+    /// for an allgather through a launcher's key-value space, whose server
+    /// keeps every round, so that steps through it slow as they add up.
+    pub(crate) fn steps_over_links(mut self) -> ExternalOob {
+        self.steps = Steps::OverLinks(None);
+        self
+    }
+
     /// Sets up the exchange for `rank` of `size` over `gather`; collective.
     /// `deadline` bounds the first allgather (the ranks' cards) where
     /// `gather` can be given up; a program's collective returns when its
@@ -178,6 +202,7 @@ impl ExternalOob {
         // A placeholder mesh until the cards are in: only the allgather runs.
         let mut oob = ExternalOob {
             gather,
+            steps: Steps::Lent,
             mesh: Mesh {
                 rank,
                 size,
@@ -318,6 +343,17 @@ impl OutOfBand for ExternalOob {
     /// Two fixed-size allgathers: the lengths, then the blocks padded to
     /// the longest.
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
+        let (rank, size) = (self.mesh.rank, self.mesh.size);
+        if let (Steps::OverLinks(star), Some(_)) = (&mut self.steps, &self.mesh.routes) {
+            let mesh = &mut self.mesh;
+            let star = match star {
+                Some(star) => star,
+                None => star.insert(Star::link(rank, size, |peers| {
+                    mesh.connect(peers, deadline)
+                })?),
+            };
+            return star.allgather(size, mine, deadline);
+        }
         gather_blocks(
             &mut self.gather,
             self.mesh.rank,

@@ -68,6 +68,7 @@ mod relay;
 mod routes;
 mod settings;
 mod splice;
+mod star;
 mod streams;
 #[allow(unsafe_code)]
 mod sys;

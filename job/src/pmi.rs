@@ -593,7 +593,8 @@ pub fn join(
         let _turn = WIRE.lock().unwrap_or_else(|p| p.into_inner());
         client.allgather(round, rank, size, mine, all, Some(deadline))
     });
-    Ok((ExternalOob::new(rank, size, gather, deadline)?, kvsname))
+    let oob = ExternalOob::new(rank, size, gather, deadline)?.steps_over_links();
+    Ok((oob, kvsname))
 }
 
 #[cfg(test)]

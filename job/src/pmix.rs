@@ -4,6 +4,8 @@
 //! mesh (the shares its secret is made from travel through PMIx, which the
 //! launcher trusts).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::error::{JobError, Result};
 use crate::external::{AllgatherFn, ExternalOob};
 use crate::sys::pmix::{Pmix, RANK_WILDCARD};
@@ -33,11 +35,17 @@ pub fn join(deadline: std::time::Instant) -> Result<(ExternalOob, String)> {
         .get_number(RANK_WILDCARD, "pmix.job.size", deadline)
         .map_err(failed("job size"))? as usize;
     let namespace = pmix.namespace();
-    tracing::debug!(rank, size, namespace, "joined through PMIx");
+    // Each world of the process (the same on every rank: they are made
+    // collectively) puts keys of its own: a key put again by a later world
+    // may be read as the value a get of the earlier one left in this
+    // process's PMIx cache (a peer's old card, naming a listener closed).
+    static WORLDS: AtomicU64 = AtomicU64::new(0);
+    let world = WORLDS.fetch_add(1, Ordering::Relaxed);
+    tracing::debug!(rank, size, namespace, world, "joined through PMIx");
     let mut round = 0u64;
     let gather: AllgatherFn = Box::new(move |mine: &[u8], all: &mut [u8], deadline| {
         round += 1;
-        let key = format!("sode.gather.{round}");
+        let key = format!("sode.gather.{world}.{round}");
         pmix.put_bytes(&key, mine)?;
         pmix.fence(deadline)?;
         for (r, block) in all.chunks_mut(mine.len().max(1)).enumerate().take(size) {
@@ -53,5 +61,6 @@ pub fn join(deadline: std::time::Instant) -> Result<(ExternalOob, String)> {
         }
         Ok(())
     });
-    Ok((ExternalOob::new(rank, size, gather, deadline)?, namespace))
+    let oob = ExternalOob::new(rank, size, gather, deadline)?.steps_over_links();
+    Ok((oob, namespace))
 }

@@ -585,10 +585,15 @@ impl Acceptor<'_> {
             while let Ok((id, result)) = done_rx.try_recv() {
                 under_way.retain(|u| u.id != id);
                 backoff.reset();
-                if let Some(greeted) = result {
-                    if admit(state, greeted)? {
-                        return Ok(());
-                    }
+                let Some(greeted) = result.and_then(|g| self.accepted(g)) else {
+                    continue;
+                };
+                if admit(state, greeted)? {
+                    // Connections greeted meanwhile are dropped unaccepted:
+                    // their diallers, told nothing, dial again, and a
+                    // later acceptor takes them (the same peer's next link,
+                    // say, dialled as soon as this one was accepted).
+                    return Ok(());
                 }
             }
             if let Some((s, from)) = self.accept_one()? {
@@ -628,22 +633,45 @@ impl Acceptor<'_> {
             tracing::warn!("dropped a connection from {from}: its socket could not be shared");
             return;
         };
-        let (secret, tx, confirmed, deadline) = (
-            self.secret.clone(),
-            done.clone(),
-            self.confirmed,
-            self.deadline,
-        );
+        let (secret, tx, deadline) = (self.secret.clone(), done.clone(), self.deadline);
         let spawned = std::thread::Builder::new()
             .name("sode-handshake".into())
             .stack_size(HANDSHAKE_STACK)
             // The receiver is gone once every rank arrived.
-            .spawn(move || drop(tx.send((id, greet(s, from, &secret, confirmed, deadline)))));
+            .spawn(move || drop(tx.send((id, greet(s, from, &secret, deadline)))));
         match spawned {
             Ok(_) => under_way.push_back(UnderWay { id, stream }),
             Err(e) => tracing::warn!(
                 "dropped a connection from {from}: no thread for its handshake ({e})"
             ),
+        }
+    }
+
+    /// `greeted`, its link accepted when the acceptor confirms links: only
+    /// a link about to be counted is, so that a dialler never holds one
+    /// that no acceptor took. `None` (said once) when the dialler does not
+    /// confirm by the deadline.
+    fn accepted(&self, mut greeted: Greeted) -> Option<Greeted> {
+        if !self.confirmed {
+            return Some(greeted);
+        }
+        let whom = format!("a connection from {}", greeted.from);
+        let confirmed = greeted.session.send(ACCEPTED).and_then(|()| {
+            match greeted.session.recv(self.deadline)? {
+                c if c == CONFIRMED => Ok(()),
+                _ => Err(JobError::Protocol {
+                    whom,
+                    why: "it answered the acceptance with something else than its confirmation"
+                        .into(),
+                }),
+            }
+        });
+        match confirmed {
+            Ok(()) => Some(greeted),
+            Err(e) => {
+                tracing::warn!("dropped: {}", crate::diag::chain(&e));
+                None
+            }
         }
     }
 
@@ -666,36 +694,18 @@ impl Acceptor<'_> {
     }
 }
 
-/// The handshake and first message of a connection the listener took
-/// (and, when `confirmed`, the acceptance answered), or `None` (the
-/// connection dropped, and why said once) when it does not belong to the
-/// job, sends garbage, stays silent or goes away.
+/// The handshake and first message of a connection the listener took, or
+/// `None` (the connection dropped, and why said once) when it does not
+/// belong to the job, sends garbage, stays silent or goes away.
 ///
 /// A stranger has [`HANDSHAKE_TIMEOUT`](crate::auth::HANDSHAKE_TIMEOUT) to
 /// prove itself. A connection that has is a rank of the job, whose first
-/// message and confirmation are waited for until `deadline`: dropping it
-/// sooner, its messages delayed by lost packets, could leave its dialler
-/// holding a link this rank no longer counts.
-fn greet(
-    s: TcpStream,
-    from: SocketAddr,
-    secret: &Secret,
-    confirmed: bool,
-    deadline: Instant,
-) -> Option<Greeted> {
+/// message is waited for until `deadline`: dropping it sooner, its
+/// messages delayed by lost packets, would make its dialler start over.
+fn greet(s: TcpStream, from: SocketAddr, secret: &Secret, deadline: Instant) -> Option<Greeted> {
     let whom = format!("a connection from {from}");
     let result = Session::accept(s, secret, &whom).and_then(|mut session| {
         let first = session.recv(deadline)?;
-        if confirmed {
-            session.send(ACCEPTED)?;
-            if session.recv(deadline)? != CONFIRMED {
-                return Err(JobError::Protocol {
-                    whom: whom.clone(),
-                    why: "it answered the acceptance with something else than its confirmation"
-                        .into(),
-                });
-            }
-        }
         Ok(Greeted {
             session,
             first,
