@@ -150,6 +150,24 @@ impl PeerLink {
         decode(&body, &format!("rank {}", self.peer))
     }
 
+    /// Sends `body` as it is, for messages that are bytes already.
+    ///
+    /// # Errors
+    ///
+    /// As [`PeerChannel::send`].
+    pub(crate) fn send_bytes(&mut self, body: &[u8]) -> Result<()> {
+        self.channel.send(body)
+    }
+
+    /// Receives one message as it came, waiting until `deadline`.
+    ///
+    /// # Errors
+    ///
+    /// As [`PeerChannel::recv`].
+    pub(crate) fn recv_bytes(&mut self, deadline: Instant) -> Result<Vec<u8>> {
+        self.channel.recv(deadline)
+    }
+
     /// True once the peer has gone (exited or died), without blocking.
     pub fn closed(&self) -> bool {
         self.channel.closed()

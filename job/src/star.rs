@@ -10,11 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
-use crate::auth::{hex, unhex};
 use crate::error::{JobError, Result};
 use crate::oob::PeerLink;
+use crate::wire::{decode_step_missed, encode_step_missed, join_blocks, split_blocks};
 
 /// How much longer than its own deadline a rank waits for rank 0's answer:
 /// rank 0, which began the step later, names the missing ranks at its own.
@@ -26,16 +24,6 @@ const ROOT_VERDICT: Duration = Duration::from_secs(1);
 pub(crate) enum Star {
     Root(BTreeMap<usize, PeerLink>),
     Leaf(Box<PeerLink>),
-}
-
-/// Rank 0's answer to a step.
-#[derive(Debug, Serialize, Deserialize)]
-enum Answer {
-    /// Every rank's block, in hex.
-    All(Vec<String>),
-    /// The ranks rank 0 did not hear from by its deadline, and how long it
-    /// waited.
-    Missed { missing: String, waited_ms: u64 },
 }
 
 impl Star {
@@ -63,11 +51,14 @@ impl Star {
             })
     }
 
-    /// Every rank's `mine`, in rank order, by `deadline`.
+    /// Every rank's `mine`, in rank order, by `deadline`: the blocks
+    /// travel joined as the TCP rendezvous's do ([`join_blocks`]), and a
+    /// step rank 0 gives up is told as the rendezvous tells it
+    /// ([`encode_step_missed`]).
     ///
     /// # Errors
     ///
-    /// [`JobError::StepMissed`] naming the ranks rank 0 did not hear from;
+    /// [`JobError::StepMissed`] naming the rank rank 0 did not hear from;
     /// [`JobError::BootstrapTimeout`] when rank 0 did not answer;
     /// [`JobError::Bootstrap`] when a link broke (its rank exited or
     /// died); [`JobError::Protocol`] for an answer that does not read.
@@ -77,28 +68,31 @@ impl Star {
         mine: &[u8],
         deadline: Instant,
     ) -> Result<Vec<Vec<u8>>> {
-        match self {
-            Star::Root(links) => gather(links, size, mine, deadline),
-            Star::Leaf(root) => {
-                let began = Instant::now();
-                root.send(&hex(mine))?;
-                let until = deadline.checked_add(ROOT_VERDICT).unwrap_or(deadline);
-                match root.recv::<Answer>(until) {
-                    Ok(Answer::All(blocks)) => read_blocks(&blocks, size),
-                    Ok(Answer::Missed { missing, waited_ms }) => Err(JobError::StepMissed {
-                        missing,
-                        waited: Duration::from_millis(waited_ms),
-                    }),
-                    Err(JobError::BootstrapTimeout { step, .. }) => Err(JobError::BootstrapTimeout {
-                        step,
-                        whom: "rank 0".into(),
-                        waited: began.elapsed(),
-                        hint: "rank 0 gathers each collective step and did not answer: it did not take the step (failed, stopped, or not making the same call), or is still waiting for a rank that did not".into(),
-                    }),
-                    Err(e) => Err(e),
-                }
-            }
+        let root = match self {
+            Star::Root(links) => return gather(links, size, mine, deadline),
+            Star::Leaf(root) => root,
+        };
+        let began = Instant::now();
+        root.send_bytes(mine)?;
+        let until = deadline.checked_add(ROOT_VERDICT).unwrap_or(deadline);
+        let body = root.recv_bytes(until).map_err(|e| match e {
+            JobError::BootstrapTimeout { step, .. } => JobError::BootstrapTimeout {
+                step,
+                whom: "rank 0".into(),
+                waited: began.elapsed(),
+                hint: "rank 0 gathers each collective step and did not answer: it did not take the step (failed, stopped, or not making the same call), or is still waiting for a rank that did not".into(),
+            },
+            other => other,
+        })?;
+        if let Some(missed) = decode_step_missed(&body) {
+            return Err(missed);
         }
+        split_blocks(&body, size).ok_or_else(|| JobError::Protocol {
+            whom: "rank 0".into(),
+            why: format!(
+                "its answer to a collective step is not one block from each of {size} ranks"
+            ),
+        })
     }
 }
 
@@ -115,65 +109,36 @@ fn gather(
     let mut all = vec![mine.to_vec()];
     for r in 1..size {
         let heard = match links.get_mut(&r) {
-            Some(link) => link.recv::<String>(deadline),
+            Some(link) => link.recv_bytes(deadline),
             None => Err(JobError::Protocol {
                 whom: "the job's links".into(),
                 why: format!("rank 0 has no link to rank {r}"),
             }),
         };
-        match heard.and_then(|h| {
-            unhex(&h).ok_or_else(|| JobError::Protocol {
-                whom: format!("rank {r}"),
-                why: "its block of a collective step is not hex".into(),
-            })
-        }) {
+        match heard {
             Ok(block) => all.push(block),
             Err(e) => {
-                let waited = began.elapsed();
-                let missed = Answer::Missed {
-                    missing: format!("rank {r}"),
-                    waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-                };
-                answer(links, &missed);
+                let (missing, waited) = (format!("rank {r}"), began.elapsed());
+                answer(links, &encode_step_missed(&missing, waited));
                 return Err(match e {
-                    JobError::BootstrapTimeout { .. } => JobError::StepMissed {
-                        missing: format!("rank {r}"),
-                        waited,
-                    },
+                    JobError::BootstrapTimeout { .. } => JobError::StepMissed { missing, waited },
                     other => other,
                 });
             }
         }
     }
-    answer(links, &Answer::All(all.iter().map(|b| hex(b)).collect()));
+    answer(links, &join_blocks(&all)?);
     Ok(all)
 }
 
-/// Sends `answer` to every rank. One that cannot take it exited or died:
+/// Sends `body` to every rank. One that cannot take it exited or died:
 /// the job's health watcher tells every rank so.
-fn answer(links: &mut BTreeMap<usize, PeerLink>, answer: &Answer) {
+fn answer(links: &mut BTreeMap<usize, PeerLink>, body: &[u8]) {
     for (r, link) in links.iter_mut() {
-        if let Err(e) = link.send(answer) {
+        if let Err(e) = link.send_bytes(body) {
             tracing::debug!(rank = r, error = %crate::diag::chain(&e), "a step's answer could not be sent");
         }
     }
-}
-
-fn read_blocks(blocks: &[String], size: usize) -> Result<Vec<Vec<u8>>> {
-    let bad = |why: String| JobError::Protocol {
-        whom: "rank 0".into(),
-        why,
-    };
-    if blocks.len() != size {
-        return Err(bad(format!(
-            "its answer to a collective step has {} blocks for {size} ranks",
-            blocks.len()
-        )));
-    }
-    blocks
-        .iter()
-        .map(|b| unhex(b).ok_or_else(|| bad("its answer to a collective step is not hex".into())))
-        .collect()
 }
 
 #[cfg(test)]
