@@ -271,19 +271,18 @@ pub fn pmi_available(get: &impl Fn(&str) -> Option<String>) -> bool {
         && get("PMI_SIZE").is_some()
 }
 
-/// A port on 127.0.0.1 that is free now, for a job's rendezvous (rank 0
-/// binds it later: `SODE_ROOT`). Another process taking it in between
-/// makes rank 0 fail with a clear bind error, so it is taken below the
-/// kernel's ephemeral range when it can be, where no outgoing connection
-/// (of this job's neighbours on the node, or of other jobs) is given it;
-/// successive calls in one process name different ports.
+/// A port on 127.0.0.1 for a job's rendezvous (rank 0 listens on it:
+/// `SODE_ROOT`). The port stays bound by this process until a rank 0 of
+/// this process listens on it, so no one else takes it in between; a rank
+/// 0 in another process (a launcher's child) can bind it too. It is taken
+/// below the kernel's ephemeral range when it can be, where no outgoing
+/// connection is given it; successive calls name different ports.
 ///
 /// # Errors
 ///
 /// [`JobError::Start`] when no port can be bound at all.
 pub fn free_port() -> Result<u16> {
     use std::hash::{BuildHasher, Hasher};
-    use std::net::TcpListener;
     use std::sync::atomic::{AtomicU64, Ordering};
     static CALLS: AtomicU64 = AtomicU64::new(0);
     let below = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
@@ -299,18 +298,15 @@ pub fn free_port() -> Result<u16> {
         for _ in 0..64 {
             let call = CALLS.fetch_add(1, Ordering::Relaxed);
             let port = 10_000 + (base.wrapping_add(call.wrapping_mul(7_919)) % span) as u16;
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            if let Ok(port) = crate::held_ports::hold(port) {
                 return Ok(port);
             }
         }
     }
-    Ok(TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| JobError::Start {
-            why: "cannot find a free port for SODE_ROOT".into(),
-            source: Some(e),
-        })?
-        .port())
+    crate::held_ports::hold(0).map_err(|e| JobError::Start {
+        why: "cannot find a free port for SODE_ROOT".into(),
+        source: Some(e),
+    })
 }
 
 #[cfg(test)]

@@ -52,6 +52,7 @@ mod dial;
 mod error;
 mod external;
 mod health;
+mod held_ports;
 mod launch;
 pub mod launcher;
 mod lifecycle;

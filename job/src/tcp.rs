@@ -93,11 +93,13 @@ impl TcpRendezvous {
         root_addr: SocketAddr,
         deadline: Instant,
     ) -> Result<TcpRendezvous> {
-        let root = TcpListener::bind(root_addr).map_err(|e| JobError::Bootstrap {
-            step: format!("listen on SODE_ROOT={root_name}"),
-            whom: "the other ranks".into(),
-            source: e,
-        })?;
+        let root = crate::held_ports::take(root_addr)
+            .unwrap_or_else(|| TcpListener::bind(root_addr))
+            .map_err(|e| JobError::Bootstrap {
+                step: format!("listen on SODE_ROOT={root_name}"),
+                whom: "the other ranks".into(),
+                source: e,
+            })?;
         let (listener, mine) = peer_listener(root_addr.ip())?;
         let on_every_interface = local_addr(&listener)?.ip().is_unspecified();
         let size = launch.size;
