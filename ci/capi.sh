@@ -103,6 +103,8 @@ for n in 1 2 4; do
 done
 echo "-- mpirun -n 4 tiles, SODE_TRANSPORT=tcp"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_TRANSPORT=tcp "$build/tiles"
+echo "-- mpirun -n 3 ring1d, SODE_TRANSPORT=tcp, SODE_TCP_ADDR=nosuch9,lo (the first interface of the list this host has)"
+timeout 120 "${mpirun[@]}" -n 3 -x SODE_TRANSPORT=tcp -x SODE_TCP_ADDR=nosuch9,lo "$build/ring1d"
 echo "-- mpirun -n 4 tiles --shared, every face read in place (SODE_SHM_READ_MIN=0)"
 timeout 120 "${mpirun[@]}" -n 4 -x SODE_SHM_READ_MIN=0 -x SODE_SHM_READ_RUN_MIN=0 "$build/tiles" --shared
 
@@ -387,7 +389,7 @@ killed_peer tcp "TCP with"
 # A setting wrong on one rank alone (an environment given to one program
 # of an MPMD launch) fails the creation on every rank at once, naming that
 # rank and the setting, not on that rank alone while the others wait.
-for bad in SODE_WAIT=bogus SODE_HEALTH_TIMEOUT=bogus; do
+for bad in SODE_WAIT=bogus SODE_HEALTH_TIMEOUT=bogus SODE_TCP_ADDR=nosuch9 SODE_TCP_ADDR=10.1.0.0/33; do
   echo "-- mpirun: $bad on rank 1 alone fails the creation on both ranks"
   timeout 120 "${mpirun[@]}" -n 1 "$build/errors" settings : -n 1 env "$bad" "$build/errors" settings
 done

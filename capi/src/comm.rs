@@ -118,8 +118,10 @@ impl Comm {
         // The program's allgather is bounded by its own runtime (MPI's by
         // the communicator's timeout); sode's steps after it get `timeout`
         // from when the ranks have met in it.
+        // A rank whose card fails (its own setting) refuses in the first
+        // step: the others are told as of a refusal in the meeting.
         let oob = ExternalOob::new(rank, size, gather, Instant::now() + timeout)
-            .map_err(|source| CapiError::Bootstrap { op, source })?;
+            .map_err(|source| met_failed(op, source))?;
         let job_id = LaunchInfo::from_env().ok().and_then(|l| l.job_id);
         let world = World::over(Box::new(oob), job_id, Instant::now() + timeout)
             .map_err(|source| met_failed(op, source))?;

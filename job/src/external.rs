@@ -97,19 +97,22 @@ impl Card {
         read().ok_or_else(|| unreadable(whom, "card", record))
     }
 
-    /// Where this card's rank listens, seen from a rank on `my_node`: its
-    /// loopback alone when they share the machine.
+    /// Where this card's rank listens, seen from a rank on `my_node`:
+    /// loopback first when they share the machine (then its addresses,
+    /// for a rank that listens on one only: `SODE_TCP_ADDR`), loopback
+    /// last otherwise.
     fn listen(&self, my_node: [u8; 8]) -> Vec<SocketAddr> {
         let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port);
-        if self.node == my_node {
-            return vec![loopback];
-        }
         let mut addrs: Vec<SocketAddr> = self
             .addrs
             .iter()
             .map(|&ip| SocketAddr::new(IpAddr::V4(ip), self.port))
             .collect();
-        addrs.push(loopback);
+        if self.node == my_node {
+            addrs.insert(0, loopback);
+        } else {
+            addrs.push(loopback);
+        }
         addrs
     }
 }
@@ -230,7 +233,19 @@ impl ExternalOob {
 
 /// This rank's listener for peer links and its card.
 fn own_card() -> Result<(TcpListener, Card)> {
-    let listener = crate::ports::listen(Ipv4Addr::UNSPECIFIED.into(), "peer links")?;
+    let chosen = match crate::tcp_addr::chosen()? {
+        None => None,
+        Some(IpAddr::V4(ip)) => Some(ip),
+        Some(IpAddr::V6(ip)) => {
+            return Err(JobError::InvalidSetting {
+                name: crate::TCP_ADDR_VAR.into(),
+                value: std::env::var(crate::TCP_ADDR_VAR).unwrap_or_default(),
+                why: format!("it names {ip}, but the peer links of a communicator made over the program's allgather take IPv4 only: name an IPv4 address, subnet or interface"),
+            })
+        }
+    };
+    let listener =
+        crate::ports::listen(chosen.unwrap_or(Ipv4Addr::UNSPECIFIED).into(), "peer links")?;
     let port = listener
         .local_addr()
         .map_err(|e| JobError::Bootstrap {
@@ -243,7 +258,7 @@ fn own_card() -> Result<(TcpListener, Card)> {
         share: crate::auth::random_bytes("a share of the job's secret")?,
         node: NodeId::local().digest(),
         port,
-        addrs: interface_addrs(),
+        addrs: chosen.map_or_else(interface_addrs, |ip| vec![ip]),
     };
     Ok((listener, card))
 }
@@ -500,6 +515,13 @@ mod tests {
         assert!(e.contains("below the job's size"), "{e}");
     }
 
+    fn far_first(card: &Card) -> Vec<SocketAddr> {
+        card.addrs
+            .iter()
+            .map(|&ip| SocketAddr::new(IpAddr::V4(ip), card.port))
+            .collect()
+    }
+
     #[test]
     fn a_card_reads_back_and_points_at_loopback_on_its_own_machine() {
         let card = Card {
@@ -516,7 +538,13 @@ mod tests {
         );
         assert_eq!(Card::decode(&rec, "rank 1").unwrap(), card);
         let lo: SocketAddr = "127.0.0.1:4321".parse().unwrap();
-        assert_eq!(card.listen([1; 8]), vec![lo], "the same machine");
+        let near = card.listen([1; 8]);
+        assert_eq!(near[0], lo, "the same machine: loopback first");
+        assert_eq!(
+            near[1..],
+            far_first(&card),
+            "then its addresses, for a rank that listens on one only"
+        );
         let far = card.listen([2; 8]);
         assert_eq!(far.len(), 3, "each address, then loopback: {far:?}");
         assert_eq!(far[0], "10.0.0.5:4321".parse().unwrap());

@@ -74,6 +74,7 @@ mod streams;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
+mod tcp_addr;
 mod timeout;
 mod wire;
 mod world;
@@ -90,9 +91,9 @@ pub use node::NodeId;
 pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
 pub use ports::TCP_PORTS_VAR;
 pub use routes::{Routes, GROUPS_VAR};
-pub use streams::TCP_ADDR_VAR;
 pub use sys::at_exit::run_at_exit;
 pub use tcp::TcpRendezvous;
+pub use tcp_addr::TCP_ADDR_VAR;
 pub use timeout::{
     abandon_when, default_wait_timeout, wait_warning, AbandonGuard, Deadline, NO_DEADLINE,
     STOPPED_GAP, TIMEOUT_VAR, WAIT_WARN_DEFAULT, WAIT_WARN_VAR,

@@ -21,6 +21,7 @@ use crate::dial::configure;
 use crate::error::{JobError, Result};
 use crate::oob::PeerLink;
 use crate::routes::Routes;
+use crate::tcp_addr::TCP_ADDR_VAR;
 
 const MAGIC: &[u8; 8] = b"SODETCP1";
 const TOKEN: usize = 32;
@@ -37,12 +38,6 @@ struct Offer {
     addrs: Vec<SocketAddr>,
     token: [u8; TOKEN],
 }
-
-/// The variable that names the address data streams and setup links listen
-/// on and advertise (an interface's IPv4 or IPv6 address), where the
-/// automatic choice (every address of every interface that is up, loopback
-/// last) is not wanted.
-pub const TCP_ADDR_VAR: &str = "SODE_TCP_ADDR";
 
 /// Opens a stream to each of `peers` over `links` (setup links to exactly
 /// those peers, as [`crate::World::connect_peers`] returns them); collective
@@ -100,15 +95,7 @@ fn link_to(links: &mut BTreeMap<usize, PeerLink>, p: usize) -> Result<&mut PeerL
 /// A listener on every interface (or `SODE_TCP_ADDR`'s, on a port of
 /// `SODE_TCP_PORTS`'s), and the addresses peers should try.
 pub(crate) fn listen() -> Result<(TcpListener, Vec<SocketAddr>)> {
-    let chosen = std::env::var(TCP_ADDR_VAR).ok();
-    let bind_ip = match chosen.as_deref().map(str::trim) {
-        None | Some("") => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        Some(text) => text.parse().map_err(|_| JobError::InvalidSetting {
-            name: TCP_ADDR_VAR.into(),
-            value: text.into(),
-            why: "expected an IPv4 or IPv6 address of this host".into(),
-        })?,
-    };
+    let bind_ip = crate::tcp_addr::chosen()?.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let listener = crate::ports::listen(bind_ip, "data connections")?;
     let port = listener
         .local_addr()

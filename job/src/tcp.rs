@@ -79,6 +79,12 @@ impl TcpRendezvous {
             why: format!("{SECRET_VAR} is not set: the ranks prove to each other with it that they belong to the job; sode-run sets it; by hand, give every rank the same 64 hex digits"),
         })?;
         let root_addr = resolve(&root_name)?;
+        // Settings of the listeners every rank makes, checked before any
+        // rank waits for another: a value wrong on every node fails every
+        // rank at once, rather than rank 0 alone while the others wait
+        // for it until the deadline.
+        crate::tcp_addr::chosen()?;
+        crate::ports::from_env()?;
         if launch.rank == 0 {
             Self::host(launch, secret, &root_name, root_addr, deadline)
         } else {

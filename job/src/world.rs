@@ -229,6 +229,7 @@ impl OwnSettings {
         // Read where a listener is made; checked now, when a rank may
         // still refuse.
         crate::ports::from_env()?;
+        crate::tcp_addr::chosen()?;
         // Checked now; chosen once the node's ranks are known.
         WaitPolicy::choose(wait.as_deref(), 1, 1).map_err(|why| JobError::InvalidSetting {
             name: crate::backoff::WAIT_VAR.into(),

@@ -5,40 +5,15 @@
 //! send over them; every socket of the process listening meanwhile, but the
 //! rendezvous the launcher named, is on a port of the range.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use sode_job::{LaunchInfo, Secret, World, TCP_PORTS_VAR};
 
-/// The ports of this process's listening TCP sockets (IPv4 and IPv6).
-fn listening_ports() -> BTreeSet<u16> {
-    let ours: HashSet<String> = std::fs::read_dir("/proc/self/fd")
-        .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|t| {
-            let t = t.to_string_lossy().into_owned();
-            Some(t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string())
-        })
-        .collect();
-    let mut ports = BTreeSet::new();
-    for table in ["/proc/self/net/tcp", "/proc/self/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // local address, state (0A: listening), inode.
-            let (local, state, inode) = (f[1], f[3], f[9]);
-            if state == "0A" && ours.contains(inode) {
-                let port = local.rsplit(':').next().unwrap();
-                ports.insert(u16::from_str_radix(port, 16).unwrap());
-            }
-        }
-    }
-    ports
-}
+mod common;
+use common::listening;
 
 /// The first of `len` consecutive ports that are all free now.
 fn free_range(len: u16) -> u16 {
@@ -80,9 +55,14 @@ fn every_listener_takes_a_port_of_the_range() {
                     assert_eq!(got[0] as usize, peer * 10 + rank, "from rank {peer}");
                 }
                 barrier.wait();
-                let listening = (rank == 0).then(listening_ports);
+                let ports = (rank == 0).then(|| {
+                    listening()
+                        .iter()
+                        .map(|a| a.port())
+                        .collect::<BTreeSet<u16>>()
+                });
                 barrier.wait();
-                listening
+                ports
             })
         })
         .collect();
