@@ -389,7 +389,7 @@ killed_peer tcp "TCP with"
 # A setting wrong on one rank alone (an environment given to one program
 # of an MPMD launch) fails the creation on every rank at once, naming that
 # rank and the setting, not on that rank alone while the others wait.
-for bad in SODE_WAIT=bogus SODE_HEALTH_TIMEOUT=bogus SODE_TCP_ADDR=nosuch9 SODE_TCP_ADDR=10.1.0.0/33; do
+for bad in SODE_WAIT=bogus SODE_HEALTH_TIMEOUT=bogus SODE_TIMEOUT=10min SODE_WAIT_WARN=-1 SODE_TCP_ADDR=nosuch9 SODE_TCP_ADDR=10.1.0.0/33; do
   echo "-- mpirun: $bad on rank 1 alone fails the creation on both ranks"
   timeout 120 "${mpirun[@]}" -n 1 "$build/errors" settings : -n 1 env "$bad" "$build/errors" settings
 done

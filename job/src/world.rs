@@ -230,6 +230,11 @@ impl OwnSettings {
         // still refuse.
         crate::ports::from_env()?;
         crate::tcp_addr::chosen()?;
+        // Read by the first wait that gives no timeout of its own, or the
+        // first that goes on long: a typo would otherwise surface there,
+        // on this rank alone, maybe hours into the run.
+        crate::timeout::default_wait_timeout()?;
+        crate::timeout::wait_warning()?;
         // Checked now; chosen once the node's ranks are known.
         WaitPolicy::choose(wait.as_deref(), 1, 1).map_err(|why| JobError::InvalidSetting {
             name: crate::backoff::WAIT_VAR.into(),
