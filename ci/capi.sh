@@ -492,6 +492,16 @@ for want in "rank 0 of 3.*has waited 2 s and goes on waiting: ranks not arrived 
   "rank 1 of 3.*has waited 1 s and goes on waiting: this rank arrived"; do
   grep -qE "$want" "$build/latecommit.err" || { echo "error: no warning \"$want\"" >&2; exit 1; }
 done
+# The same from the environment: the ranks meet through mpirun's PMIx
+# server and take later steps (the commit) through rank 0 over their links.
+echo "-- mpirun -n 3 errors latecommit env, SODE_WAIT_WARN=1"
+timeout 120 "${mpirun[@]}" -n 3 -x SODE_WAIT_WARN=1 "$build/errors" latecommit env 2> "$build/latecommit-env.err" \
+  || { cat "$build/latecommit-env.err"; echo "error: a commit reached 2.5 s late did not complete" >&2; exit 1; }
+cat "$build/latecommit-env.err"
+for want in "has waited 2 s and goes on waiting; not taken yet by rank 2:" \
+  "has waited 1 s for rank 0's answer and goes on waiting"; do
+  grep -qF "$want" "$build/latecommit-env.err" || { echo "error: no warning \"$want\"" >&2; exit 1; }
+done
 
 # The C layer's own cost beside the same calls from Rust (printed, not
 # judged: this keeps the two programs of docs/results/c-abi.md running).

@@ -32,6 +32,10 @@
  *                                  on waiting (on stderr, for the caller
  *                                  to check), rank 0 naming it, and all
  *                                  finish
+ *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit env
+ *                                  the same on a communicator from the
+ *                                  environment (met through mpirun's PMIx
+ *                                  server, its steps over sode's links)
  *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
  *                                  communicator alive, as many programs
  *                                  do; the caller checks that the job left
@@ -802,9 +806,10 @@ static int slow_mode(void) {
 
 /* A commit the last rank reaches 2.5 s late, waited for without deadline:
  * every rank must still commit and exchange. */
-static int latecommit_mode(int size) {
+static int latecommit_mode(int size, int from_env) {
     sode_comm *c = NULL;
-    expect("a communicator without deadline", sode_comm_create_mpi(MPI_COMM_WORLD, INFINITY, &c), SODE_OK, "");
+    int made = from_env ? sode_comm_create_env(INFINITY, &c) : sode_comm_create_mpi(MPI_COMM_WORLD, INFINITY, &c);
+    expect("a communicator without deadline", made, SODE_OK, "");
     sode_exchange *x = cart(c, size);
     expect("a field", add_u(x), SODE_OK, "");
     if (rank == size - 1) {
@@ -972,7 +977,7 @@ int main(int argc, char **argv) {
         return beside_mode(size);
     }
     if (argc > 1 && strcmp(argv[1], "latecommit") == 0) {
-        return latecommit_mode(size);
+        return latecommit_mode(size, argc > 2 && strcmp(argv[2], "env") == 0);
     }
     if (argc > 1 && (strcmp(argv[1], "unfreed") == 0 || strcmp(argv[1], "ended") == 0)) {
         return unfreed_mode(size, strcmp(argv[1], "ended") == 0);

@@ -339,18 +339,45 @@ impl Session {
             if left.is_zero() {
                 return false;
             }
-            if self.stream.set_read_timeout(Some(left)).is_err() {
+            if self.readable_within(left) {
                 return true;
             }
-            match self.stream.peek(&mut [0u8; 1]) {
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
-                    ) => {}
-                _ => return true,
+        }
+    }
+
+    /// Waits, taking nothing from the link, until a frame has begun to
+    /// arrive or the link ended or failed (`true`), or until `until`
+    /// (`false`); it looks at least once.
+    pub(crate) fn arriving_by(&mut self, until: Instant) -> bool {
+        if self.has_arrived() {
+            return true;
+        }
+        loop {
+            let left = until
+                .saturating_duration_since(Instant::now())
+                .min(READ_SLICE);
+            if left.is_zero() {
+                return false;
+            }
+            if self.readable_within(left) {
+                return true;
             }
         }
+    }
+
+    /// Whether a receive would not wait (a frame has begun to arrive, the
+    /// link ended or failed), waiting up to `left` (not zero) to see.
+    fn readable_within(&mut self, left: Duration) -> bool {
+        if self.stream.set_read_timeout(Some(left)).is_err() {
+            return true;
+        }
+        !matches!(
+            self.stream.peek(&mut [0u8; 1]),
+            Err(e) if matches!(
+                e.kind(),
+                ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+            )
+        )
     }
 
     /// Whether a frame has begun to arrive, now.

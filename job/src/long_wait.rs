@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::timeout::Deadline;
+use crate::timeout::{Deadline, WAIT_WARN_VAR};
 
 /// When a wait next warns: exchanges' waits for their halos, and
 /// collective steps over the job's own links.
@@ -55,6 +55,37 @@ impl LongWait {
         let waited = self.began.elapsed().saturating_sub(self.stopped);
         self.next = Deadline::new(Instant::now() + waited.max(Duration::from_millis(1)));
         Some(waited)
+    }
+}
+
+/// Rank 0's warning that a collective step it gathers has waited `waited`
+/// for the ranks `missing`.
+pub(crate) fn step_waits_for(waited: Duration, missing: &[usize]) -> String {
+    format!(
+        "a collective step has waited {:.0} s and goes on waiting; not taken yet by {}: failed, stopped, or not making the same call (every rank of the communicator makes each collective call, as sode_exchange_commit, in the same order; {WAIT_WARN_VAR} sets when this warns)",
+        waited.as_secs_f64(),
+        name_ranks(missing)
+    )
+}
+
+/// Another rank's warning that a collective step it took has waited
+/// `waited` for rank 0's answer.
+pub(crate) fn step_waits_for_root(waited: Duration) -> String {
+    format!(
+        "a collective step has waited {:.0} s for rank 0's answer and goes on waiting: this rank took it, and rank 0, which gathers each step, names the ranks that have not ({WAIT_WARN_VAR} sets when this warns)",
+        waited.as_secs_f64()
+    )
+}
+
+/// "rank 2", or "ranks 2, 5, 7 and 3 more" (at most 16 named).
+pub(crate) fn name_ranks(ranks: &[usize]) -> String {
+    const NAMED: usize = 16;
+    let listed: Vec<String> = ranks.iter().take(NAMED).map(ToString::to_string).collect();
+    let more = ranks.len().saturating_sub(NAMED);
+    match (ranks.len(), more) {
+        (1, _) => format!("rank {}", listed[0]),
+        (_, 0) => format!("ranks {}", listed.join(", ")),
+        _ => format!("ranks {} and {more} more", listed.join(", ")),
     }
 }
 

@@ -85,6 +85,16 @@ pub trait PeerChannel: Send + std::fmt::Debug {
     /// blocking; false where the bootstrap cannot tell.
     fn closed(&self) -> bool;
 
+    /// Waits, taking nothing from the link, until a message has begun to
+    /// arrive or the link ended (`true`: a [`recv`](PeerChannel::recv)
+    /// would not wait for the peer), or until `until` (`false`); it looks
+    /// at least once. A link that cannot tell answers `true` at once: its
+    /// receives then wait alone, and a long wait on it is not reported.
+    fn arriving_by(&mut self, until: Instant) -> bool {
+        let _ = until;
+        true
+    }
+
     /// A descriptor that `poll` reports (`POLLRDHUP`, `POLLHUP` or
     /// `POLLERR`) when the peer goes, so a sleeping rank can wake for it;
     /// `None` where only [`closed`](PeerChannel::closed) can tell.
@@ -166,6 +176,12 @@ impl PeerLink {
     /// As [`PeerChannel::recv`].
     pub(crate) fn recv_bytes(&mut self, deadline: Instant) -> Result<Vec<u8>> {
         self.channel.recv(deadline)
+    }
+
+    /// Whether a message has begun to arrive or the link ended, waiting
+    /// until `until` (see [`PeerChannel::arriving_by`]).
+    pub(crate) fn arriving_by(&mut self, until: Instant) -> bool {
+        self.channel.arriving_by(until)
     }
 
     /// True once the peer has gone (exited or died), without blocking.

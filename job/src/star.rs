@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::error::{JobError, Result};
+use crate::long_wait::{step_waits_for, step_waits_for_root, LongWait};
 use crate::oob::PeerLink;
+use crate::timeout::Deadline;
 use crate::wire::{decode_step_missed, encode_step_missed, join_blocks, split_blocks};
 
 /// How much longer than its own deadline a rank waits for rank 0's answer:
@@ -51,10 +53,11 @@ impl Star {
             })
     }
 
-    /// Every rank's `mine`, in rank order, by `deadline`: the blocks
-    /// travel joined as the TCP rendezvous's do ([`join_blocks`]), and a
-    /// step rank 0 gives up is told as the rendezvous tells it
-    /// ([`encode_step_missed`]).
+    /// Every rank's `mine`, in rank order, by `deadline` (moved on by time
+    /// this process is found stopped): the blocks travel joined as the
+    /// TCP rendezvous's do ([`join_blocks`]), and a step rank 0 gives up is
+    /// told as the rendezvous tells it ([`encode_step_missed`]). A step
+    /// that goes on long warns as the rendezvous's do (`SODE_WAIT_WARN`).
     ///
     /// # Errors
     ///
@@ -68,18 +71,47 @@ impl Star {
         mine: &[u8],
         deadline: Instant,
     ) -> Result<Vec<Vec<u8>>> {
+        let long = LongWait::new(crate::wait_warning().ok().flatten());
+        self.allgather_warning(size, mine, deadline, long, &mut |m| tracing::warn!("{m}"))
+    }
+
+    /// [`allgather`](Self::allgather), telling `warn` each warning `long`
+    /// makes due.
+    fn allgather_warning(
+        &mut self,
+        size: usize,
+        mine: &[u8],
+        deadline: Instant,
+        mut long: Option<LongWait>,
+        warn: &mut dyn FnMut(String),
+    ) -> Result<Vec<Vec<u8>>> {
         let root = match self {
-            Star::Root(links) => return gather(links, size, mine, deadline),
+            Star::Root(links) => {
+                let step = Step {
+                    size,
+                    deadline: Deadline::new(deadline),
+                    long,
+                    began: Instant::now(),
+                };
+                return step.gather(links, mine, warn);
+            }
             Star::Leaf(root) => root,
         };
         let began = Instant::now();
         root.send_bytes(mine)?;
-        let until = deadline.checked_add(ROOT_VERDICT).unwrap_or(deadline);
-        let body = root.recv_bytes(until).map_err(|e| match e {
+        // Rank 0 names the missing ranks at its own deadline, later than
+        // this rank's when it began the step later: its word is waited for
+        // that much longer.
+        let mut until = Deadline::new(deadline.checked_add(ROOT_VERDICT).unwrap_or(deadline));
+        while let Some(waited) = await_message(root, &mut until, &mut long) {
+            warn(step_waits_for_root(waited));
+        }
+        let waited = began.elapsed().saturating_sub(until.stopped());
+        let body = root.recv_bytes(until.at()).map_err(|e| match e {
             JobError::BootstrapTimeout { step, .. } => JobError::BootstrapTimeout {
                 step,
                 whom: "rank 0".into(),
-                waited: began.elapsed(),
+                waited,
                 hint: "rank 0 gathers each collective step and did not answer: it did not take the step (failed, stopped, or not making the same call), or is still waiting for a rank that did not".into(),
             },
             other => other,
@@ -96,39 +128,102 @@ impl Star {
     }
 }
 
-/// Rank 0's part of a step: every other rank's block, then the answer to
-/// each. A rank not heard from by `deadline` (or whose link broke) fails
-/// the step, and the others are told which.
-fn gather(
-    links: &mut BTreeMap<usize, PeerLink>,
+/// How often a rank waiting for a step looks at the clock when no warning
+/// is due sooner: a longer gap is taken for time this process was stopped.
+const LOOK: Duration = Duration::from_millis(100);
+
+/// Waits until `link`'s next message has begun to arrive (or the link
+/// ended), or `deadline` passed: `None`; or until `long` is due: how long
+/// it has waited, to warn and call again.
+fn await_message(
+    link: &mut PeerLink,
+    deadline: &mut Deadline,
+    long: &mut Option<LongWait>,
+) -> Option<Duration> {
+    while !deadline.passed() {
+        let look = long
+            .as_ref()
+            .map_or_else(|| Instant::now() + LOOK, LongWait::next_look)
+            .min(deadline.at());
+        if link.arriving_by(look) {
+            return None;
+        }
+        if let Some(waited) = long.as_mut().and_then(LongWait::due) {
+            return Some(waited);
+        }
+    }
+    None
+}
+
+/// Rank 0's part of one step.
+struct Step {
     size: usize,
-    mine: &[u8],
-    deadline: Instant,
-) -> Result<Vec<Vec<u8>>> {
-    let began = Instant::now();
-    let mut all = vec![mine.to_vec()];
-    for r in 1..size {
-        let heard = match links.get_mut(&r) {
-            Some(link) => link.recv_bytes(deadline),
-            None => Err(JobError::Protocol {
-                whom: "the job's links".into(),
-                why: format!("rank 0 has no link to rank {r}"),
-            }),
+    deadline: Deadline,
+    long: Option<LongWait>,
+    began: Instant,
+}
+
+impl Step {
+    /// Every other rank's block, then the answer to each. A rank not
+    /// heard from by the deadline (or whose link broke) fails the step,
+    /// and the others are told which.
+    fn gather(
+        mut self,
+        links: &mut BTreeMap<usize, PeerLink>,
+        mine: &[u8],
+        warn: &mut dyn FnMut(String),
+    ) -> Result<Vec<Vec<u8>>> {
+        let mut all = vec![mine.to_vec()];
+        for r in 1..self.size {
+            match self.block_of(links, r, warn) {
+                Ok(block) => all.push(block),
+                Err(e) => {
+                    let missing = format!("rank {r}");
+                    let waited = self.began.elapsed().saturating_sub(self.deadline.stopped());
+                    answer(links, &encode_step_missed(&missing, waited));
+                    return Err(match e {
+                        JobError::BootstrapTimeout { .. } => {
+                            JobError::StepMissed { missing, waited }
+                        }
+                        other => other,
+                    });
+                }
+            }
+        }
+        answer(links, &join_blocks(&all)?);
+        Ok(all)
+    }
+
+    /// Rank `r`'s block, warning while it is awaited long.
+    fn block_of(
+        &mut self,
+        links: &mut BTreeMap<usize, PeerLink>,
+        r: usize,
+        warn: &mut dyn FnMut(String),
+    ) -> Result<Vec<u8>> {
+        let no_link = || JobError::Protocol {
+            whom: "the job's links".into(),
+            why: format!("rank 0 has no link to rank {r}"),
         };
-        match heard {
-            Ok(block) => all.push(block),
-            Err(e) => {
-                let (missing, waited) = (format!("rank {r}"), began.elapsed());
-                answer(links, &encode_step_missed(&missing, waited));
-                return Err(match e {
-                    JobError::BootstrapTimeout { .. } => JobError::StepMissed { missing, waited },
-                    other => other,
-                });
+        loop {
+            let link = links.get_mut(&r).ok_or_else(no_link)?;
+            match await_message(link, &mut self.deadline, &mut self.long) {
+                None => return link.recv_bytes(self.deadline.at()),
+                Some(waited) => {
+                    // The later ranks whose blocks are on their way have
+                    // taken the step.
+                    let missing: Vec<usize> = std::iter::once(r)
+                        .chain((r + 1..self.size).filter(|k| {
+                            !links
+                                .get_mut(k)
+                                .is_some_and(|l| l.arriving_by(Instant::now()))
+                        }))
+                        .collect();
+                    warn(step_waits_for(waited, &missing));
+                }
             }
         }
     }
-    answer(links, &join_blocks(&all)?);
-    Ok(all)
 }
 
 /// Sends `body` to every rank. One that cannot take it exited or died:
@@ -152,6 +247,8 @@ mod tests {
     struct End {
         to: Sender<Vec<u8>>,
         from: Receiver<Vec<u8>>,
+        /// A message taken by a look, not yet received.
+        arrived: Option<Vec<u8>>,
     }
 
     impl PeerChannel for End {
@@ -159,7 +256,19 @@ mod tests {
             let _ = self.to.send(msg.to_vec());
             Ok(())
         }
+        fn arriving_by(&mut self, until: Instant) -> bool {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.from.recv_timeout(left) {
+                Ok(msg) => self.arrived = Some(msg),
+                Err(RecvTimeoutError::Timeout) => return self.arrived.is_some(),
+                Err(RecvTimeoutError::Disconnected) => {}
+            }
+            true
+        }
         fn recv(&mut self, deadline: Instant) -> Result<Vec<u8>> {
+            if let Some(msg) = self.arrived.take() {
+                return Ok(msg);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             self.from.recv_timeout(left).map_err(|e| match e {
                 RecvTimeoutError::Timeout => JobError::BootstrapTimeout {
@@ -190,10 +299,12 @@ mod tests {
             let at_root = End {
                 to: to_leaf,
                 from: from_leaf,
+                arrived: None,
             };
             let at_leaf = End {
                 to: to_root,
                 from: from_root,
+                arrived: None,
             };
             root.insert(r, PeerLink::new(r, Box::new(at_root)));
             leaves.push(Star::Leaf(Box::new(PeerLink::new(0, Box::new(at_leaf)))));
@@ -259,6 +370,55 @@ mod tests {
                 other => panic!("rank {r}: {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn a_step_that_goes_on_long_warns_naming_the_ranks_not_arrived() {
+        let ms = Duration::from_millis;
+        let size = 4;
+        let threads: Vec<_> = stars(size)
+            .into_iter()
+            .enumerate()
+            .map(|(r, mut star)| {
+                std::thread::spawn(move || {
+                    // Rank 3 takes the step at once, rank 2 after 450 ms.
+                    if r == 2 {
+                        std::thread::sleep(ms(450));
+                    }
+                    let mut warned = Vec::new();
+                    let long = LongWait::new(Some(ms(100)));
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    let got = star.allgather_warning(size, &[r as u8], deadline, long, &mut |m| {
+                        warned.push(m)
+                    });
+                    (got.unwrap(), warned)
+                })
+            })
+            .collect();
+        let outcomes: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let want: Vec<Vec<u8>> = (0..size as u8).map(|q| vec![q]).collect();
+        for (r, (got, _)) in outcomes.iter().enumerate() {
+            assert_eq!(*got, want, "rank {r}");
+        }
+        let root = &outcomes[0].1;
+        // At about 100, 200 and 400 ms: rank 2 alone (rank 3's block is
+        // on its way), each time the wait has doubled.
+        assert!((2..=4).contains(&root.len()), "rank 0: {root:?}");
+        for m in root {
+            assert!(m.contains("not taken yet by rank 2:"), "rank 0: {m}");
+        }
+        let leaf = &outcomes[1].1;
+        assert!(!leaf.is_empty(), "rank 1 did not warn");
+        assert!(
+            leaf[0].contains("for rank 0's answer"),
+            "rank 1: {}",
+            leaf[0]
+        );
+        assert!(
+            outcomes[2].1.is_empty(),
+            "rank 2, the last: {:?}",
+            outcomes[2].1
+        );
     }
 
     #[test]

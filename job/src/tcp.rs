@@ -16,10 +16,9 @@ use crate::backoff::Backoff;
 use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
-use crate::long_wait::LongWait;
+use crate::long_wait::{name_ranks, step_waits_for, step_waits_for_root, LongWait};
 use crate::nets::Directory;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
-use crate::timeout::WAIT_WARN_VAR;
 use crate::wire::{
     decode_directory, decode_step_missed, encode_directory, join_blocks, split_blocks,
 };
@@ -321,10 +320,7 @@ impl OutOfBand for TcpRendezvous {
                         break;
                     }
                     if let Some(waited) = l.due() {
-                        tracing::warn!(
-                            "a collective step has waited {:.0} s for rank 0's answer and goes on waiting: this rank took it, and rank 0, which gathers each step, names the ranks that have not ({WAIT_WARN_VAR} sets when this warns)",
-                            waited.as_secs_f64()
-                        );
+                        tracing::warn!("{}", step_waits_for_root(waited));
                     }
                 }
                 let body = root
@@ -480,6 +476,10 @@ impl PeerChannel for TcpPeer {
 
     fn closed(&self) -> bool {
         closed(self.session.stream())
+    }
+
+    fn arriving_by(&mut self, until: Instant) -> bool {
+        closed(self.session.stream()) || self.session.arriving_by(until)
     }
 
     fn liveness_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
@@ -747,11 +747,7 @@ fn await_block(
             let missing: Vec<usize> = (r..links.len())
                 .filter(|&k| !links[k].as_ref().is_some_and(Session::has_arrived))
                 .collect();
-            tracing::warn!(
-                "a collective step has waited {:.0} s and goes on waiting; not taken yet by {}: failed, stopped, or not making the same call (every rank of the communicator makes each collective call, as sode_exchange_commit, in the same order; {WAIT_WARN_VAR} sets when this warns)",
-                waited.as_secs_f64(),
-                name_ranks(&missing)
-            );
+            tracing::warn!("{}", step_waits_for(waited, &missing));
         }
     }
     Ok(())
@@ -788,18 +784,6 @@ fn step_missed(links: &mut [Option<Session>], first: usize, waited: Duration) ->
         }
     }
     err
-}
-
-/// "rank 2", or "ranks 2, 5, 7 and 3 more" (at most 16 named).
-fn name_ranks(ranks: &[usize]) -> String {
-    const NAMED: usize = 16;
-    let listed: Vec<String> = ranks.iter().take(NAMED).map(ToString::to_string).collect();
-    let more = ranks.len().saturating_sub(NAMED);
-    match (ranks.len(), more) {
-        (1, _) => format!("rank {}", listed[0]),
-        (_, 0) => format!("ranks {}", listed.join(", ")),
-        _ => format!("ranks {} and {more} more", listed.join(", ")),
-    }
 }
 
 /// How much longer than its own deadline a rank waits for rank 0's word
