@@ -481,27 +481,26 @@ grep -qE "exchange h0 has waited [12] s for iteration 7 \(polled by test, incomp
   || { echo "error: rank 0, polling with sode_exchange_test, was not told that it went on waiting for rank 1" >&2; exit 1; }
 
 # A commit the last of 3 ranks reaches 2.5 s late, on a communicator
-# without deadline over MPI: the others warn that the collective step goes
-# on (SODE_WAIT_WARN=1: after 1 s and 2 s), rank 0 naming rank 2, and all
-# finish.
-echo "-- mpirun -n 3 errors latecommit, SODE_WAIT_WARN=1"
-timeout 120 "${mpirun[@]}" -n 3 -x SODE_WAIT_WARN=1 "$build/errors" latecommit 2> "$build/latecommit.err" \
-  || { cat "$build/latecommit.err"; echo "error: a commit reached 2.5 s late did not complete" >&2; exit 1; }
-cat "$build/latecommit.err"
-for want in "rank 0 of 3.*has waited 2 s and goes on waiting: ranks not arrived yet: 2 \(of 3\)" \
-  "rank 1 of 3.*has waited 1 s and goes on waiting: this rank arrived"; do
-  grep -qE "$want" "$build/latecommit.err" || { echo "error: no warning \"$want\"" >&2; exit 1; }
-done
-# The same from the environment: the ranks meet through mpirun's PMIx
-# server and take later steps (the commit) through rank 0 over their links.
-echo "-- mpirun -n 3 errors latecommit env, SODE_WAIT_WARN=1"
-timeout 120 "${mpirun[@]}" -n 3 -x SODE_WAIT_WARN=1 "$build/errors" latecommit env 2> "$build/latecommit-env.err" \
-  || { cat "$build/latecommit-env.err"; echo "error: a commit reached 2.5 s late did not complete" >&2; exit 1; }
-cat "$build/latecommit-env.err"
-for want in "has waited 2 s and goes on waiting; not taken yet by rank 2:" \
-  "has waited 1 s for rank 0's answer and goes on waiting"; do
-  grep -qF "$want" "$build/latecommit-env.err" || { echo "error: no warning \"$want\"" >&2; exit 1; }
-done
+# without deadline: the others warn that the collective step goes on
+# (SODE_WAIT_WARN=1: after 1 s and 2 s), rank 0 naming rank 2, and all
+# finish. Over MPI (steps through libsode_mpi's allgather), and from the
+# environment (met through mpirun's PMIx server; later steps, the commit,
+# through rank 0 over sode's own links).
+late_commit() { # how the communicator is made (mpi or env), then the warnings wanted (extended regexes)
+  local how=$1 err="$build/latecommit-$1.err" want
+  shift
+  echo "-- mpirun -n 3 errors latecommit $how, SODE_WAIT_WARN=1"
+  timeout 120 "${mpirun[@]}" -n 3 -x SODE_WAIT_WARN=1 "$build/errors" latecommit "$how" 2> "$err" \
+    || { cat "$err"; echo "error: a commit reached 2.5 s late did not complete ($how)" >&2; exit 1; }
+  cat "$err"
+  for want in "$@"; do
+    grep -qE "$want" "$err" || { echo "error: no warning \"$want\" ($how)" >&2; exit 1; }
+  done
+}
+late_commit mpi "rank 0 of 3.*has waited 2 s and goes on waiting: ranks not arrived yet: 2 \(of 3\)" \
+  "rank 1 of 3.*has waited 1 s and goes on waiting: this rank arrived"
+late_commit env "has waited 2 s and goes on waiting; not taken yet by rank 2:" \
+  "has waited 1 s for rank 0's answer and goes on waiting"
 
 # The C layer's own cost beside the same calls from Rust (printed, not
 # judged: this keeps the two programs of docs/results/c-abi.md running).

@@ -25,7 +25,7 @@
  *                                  the seventh with sode_exchange_test,
  *                                  warns that each goes on (on stderr,
  *                                  for the caller to check), and finishes
- *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit
+ *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit [mpi]
  *                                  the last rank reaches a commit 2.5 s
  *                                  late, on a communicator without
  *                                  deadline: the others warn that they go

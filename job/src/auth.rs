@@ -332,15 +332,13 @@ impl Session {
             if deadline.passed() {
                 return true;
             }
-            let left = until
-                .min(deadline.at())
-                .saturating_duration_since(Instant::now())
-                .min(READ_SLICE);
-            if left.is_zero() {
-                return false;
-            }
-            if self.readable_within(left) {
+            // Short looks, so that a stop of this process is found.
+            let look = until.min(deadline.at()).min(Instant::now() + READ_SLICE);
+            if self.arriving_by(look) {
                 return true;
+            }
+            if Instant::now() >= until {
+                return false;
             }
         }
     }

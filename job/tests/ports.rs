@@ -6,14 +6,11 @@
 //! rendezvous the launcher named, is on a port of the range.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
-use std::sync::{Arc, Barrier};
-use std::time::Duration;
 
-use sode_job::{LaunchInfo, Secret, World, TCP_PORTS_VAR};
+use sode_job::TCP_PORTS_VAR;
 
 mod common;
-use common::listening;
+use common::meet_and_send;
 
 /// The first of `len` consecutive ports that are all free now.
 fn free_range(len: u16) -> u16 {
@@ -34,43 +31,10 @@ fn every_listener_takes_a_port_of_the_range() {
     let last = first + 11;
     std::env::set_var(TCP_PORTS_VAR, format!("{first}-{last}"));
     let root = sode_job::free_port().unwrap();
-    let secret = Secret::random().unwrap();
-    let barrier = Arc::new(Barrier::new(RANKS));
-    let ranks: Vec<_> = (0..RANKS)
-        .map(|rank| {
-            let (secret, barrier) = (secret.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let launch = LaunchInfo::loopback(rank, RANKS, root, secret);
-                let world = World::init_with(&launch, Duration::from_secs(30)).unwrap();
-                let others: BTreeSet<usize> = (0..RANKS).filter(|&r| r != rank).collect();
-                let mut streams = world
-                    .connect_streams(&others, Duration::from_secs(30))
-                    .unwrap();
-                for (&peer, s) in streams.iter_mut() {
-                    s.write_all(&[(rank * 10 + peer) as u8]).unwrap();
-                }
-                for (&peer, s) in streams.iter_mut() {
-                    let mut got = [0u8];
-                    s.read_exact(&mut got).unwrap();
-                    assert_eq!(got[0] as usize, peer * 10 + rank, "from rank {peer}");
-                }
-                barrier.wait();
-                let ports = (rank == 0).then(|| {
-                    listening()
-                        .iter()
-                        .map(|a| a.port())
-                        .collect::<BTreeSet<u16>>()
-                });
-                barrier.wait();
-                ports
-            })
-        })
+    let ports: BTreeSet<u16> = meet_and_send(RANKS, root)
+        .iter()
+        .map(|a| a.port())
         .collect();
-    let listening: Vec<_> = ranks
-        .into_iter()
-        .filter_map(|t| t.join().unwrap())
-        .collect();
-    let ports = &listening[0];
     let outside: Vec<u16> = ports
         .iter()
         .copied()

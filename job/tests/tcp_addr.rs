@@ -8,55 +8,15 @@
 //! interface. A value that names nothing this host has fails every rank,
 //! naming the setting and the interfaces there are.
 
-use std::collections::BTreeSet;
-use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use sode_job::{LaunchInfo, Secret, World, TCP_ADDR_VAR};
 
 mod common;
-use common::listening;
+use common::meet_and_send;
 
 const RANKS: usize = 3;
-
-/// Runs the job; what rank 0 found listening once every stream carried
-/// its byte.
-fn meet_and_send(root: u16) -> BTreeSet<SocketAddrV4> {
-    let secret = Secret::random().unwrap();
-    let barrier = Arc::new(Barrier::new(RANKS));
-    let ranks: Vec<_> = (0..RANKS)
-        .map(|rank| {
-            let (secret, barrier) = (secret.clone(), barrier.clone());
-            std::thread::spawn(move || {
-                let launch = LaunchInfo::loopback(rank, RANKS, root, secret);
-                let world = World::init_with(&launch, Duration::from_secs(30)).unwrap();
-                let others: BTreeSet<usize> = (0..RANKS).filter(|&r| r != rank).collect();
-                let mut streams = world
-                    .connect_streams(&others, Duration::from_secs(30))
-                    .unwrap();
-                for (&peer, s) in streams.iter_mut() {
-                    s.write_all(&[(rank * 10 + peer) as u8]).unwrap();
-                }
-                for (&peer, s) in streams.iter_mut() {
-                    let mut got = [0u8];
-                    s.read_exact(&mut got).unwrap();
-                    assert_eq!(got[0] as usize, peer * 10 + rank, "from rank {peer}");
-                }
-                barrier.wait();
-                let found = (rank == 0).then(listening);
-                barrier.wait();
-                found
-            })
-        })
-        .collect();
-    ranks
-        .into_iter()
-        .filter_map(|t| t.join().unwrap())
-        .next()
-        .unwrap()
-}
 
 #[test]
 fn listeners_take_the_named_interface_s_address_only() {
@@ -85,7 +45,7 @@ fn listeners_take_the_named_interface_s_address_only() {
 
     std::env::set_var(TCP_ADDR_VAR, "nosuch9,lo");
     let root = sode_job::free_port().unwrap();
-    let found = meet_and_send(root);
+    let found = meet_and_send(RANKS, root);
     println!("{TCP_ADDR_VAR}=nosuch9,lo: listening on {found:?} (the rendezvous {root})");
     let elsewhere: Vec<&SocketAddrV4> = found
         .iter()

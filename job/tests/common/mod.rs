@@ -2,7 +2,52 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeSet, HashSet};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use sode_job::{LaunchInfo, Secret, World};
+
+/// Runs a job of `ranks` thread ranks meeting at the rendezvous port
+/// `root`, each opening a data stream to every other and sending a byte
+/// over each (checked at the far end); what the process listened on
+/// ([`listening`]) once every stream carried its byte.
+pub fn meet_and_send(ranks: usize, root: u16) -> BTreeSet<SocketAddrV4> {
+    let secret = Secret::random().unwrap();
+    let barrier = Arc::new(Barrier::new(ranks));
+    let threads: Vec<_> = (0..ranks)
+        .map(|rank| {
+            let (secret, barrier) = (secret.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let launch = LaunchInfo::loopback(rank, ranks, root, secret);
+                let world = World::init_with(&launch, Duration::from_secs(30)).unwrap();
+                let others: BTreeSet<usize> = (0..ranks).filter(|&r| r != rank).collect();
+                let mut streams = world
+                    .connect_streams(&others, Duration::from_secs(30))
+                    .unwrap();
+                for (&peer, s) in streams.iter_mut() {
+                    s.write_all(&[(rank * 10 + peer) as u8]).unwrap();
+                }
+                for (&peer, s) in streams.iter_mut() {
+                    let mut got = [0u8];
+                    s.read_exact(&mut got).unwrap();
+                    assert_eq!(got[0] as usize, peer * 10 + rank, "from rank {peer}");
+                }
+                // Every listener is open until rank 0 has looked.
+                barrier.wait();
+                let found = (rank == 0).then(listening);
+                barrier.wait();
+                found
+            })
+        })
+        .collect();
+    threads
+        .into_iter()
+        .filter_map(|t| t.join().unwrap())
+        .next()
+        .unwrap()
+}
 
 /// The addresses of this process's listening IPv4 TCP sockets (an IPv6
 /// socket, which sode does not open unless told to, as `[::]` port 0).
