@@ -410,11 +410,19 @@ impl Mesh {
         acceptor.run(&mut links, |links, greeted| {
             let Greeted { mut session, first, from } = greeted;
             let who: usize = decode(&first, &format!("a peer at {from}"))?;
-            if !expected.contains(&who) || links.contains_key(&who) {
+            if links.contains_key(&who) {
+                return Err(JobError::Protocol {
+                    whom: format!("rank {who}"),
+                    why: format!("it connected to rank {me} a second time, its first link still open: two processes of the job claim rank {who} (check the launcher's rank variables)"),
+                });
+            }
+            if !expected.contains(&who) {
+                let listed: Vec<usize> = peers.iter().copied().collect();
                 return Err(JobError::Protocol {
                     whom: format!("rank {who}"),
                     why: format!(
-                        "it connected to rank {me} but is not among its peers {peers:?}: the neighbour lists of the two ranks disagree"
+                        "it connected to rank {me}, which does not list it as a peer (its peers: {}): the two ranks' neighbour lists disagree (every link is named by both its ranks)",
+                        name_ranks(&listed)
                     ),
                 });
             }

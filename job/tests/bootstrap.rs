@@ -202,6 +202,40 @@ fn a_stranger_at_a_peer_listener_is_dropped_and_the_peers_pair_up() {
 }
 
 #[test]
+fn a_link_only_one_of_its_ranks_names_fails_naming_the_accepting_ranks_peers() {
+    let secret = Secret::random().unwrap();
+    let port = free_port();
+    // Rank 0 names rank 2 as a peer; rank 2 names rank 1 alone.
+    let peers = [vec![2], vec![2], vec![1]];
+    let ranks: Vec<_> = peers
+        .into_iter()
+        .enumerate()
+        .map(|(r, peers)| {
+            let l = launch(r, 3, port, &secret);
+            std::thread::spawn(move || {
+                let mut rv = TcpRendezvous::join(&l, Instant::now() + Duration::from_secs(30))?;
+                if r == 1 {
+                    // Rank 0's link reaches rank 2 first.
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                let peers = BTreeSet::from_iter(peers);
+                rv.connect(&peers, Instant::now() + Duration::from_secs(4))
+                    .map(|_| ())
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+    let told = match &outcomes[2] {
+        Err(e) => sode_job::diag::chain(e),
+        Ok(()) => panic!("rank 2 took a link from rank 0, which it does not name"),
+    };
+    assert!(
+        told.contains("rank 0") && told.contains("does not list it as a peer (its peers: rank 1)"),
+        "{told}"
+    );
+}
+
+#[test]
 fn a_rank_with_another_secret_cannot_join_and_the_missing_rank_is_named() {
     let port = free_port();
     let (good, bad) = (Secret::random().unwrap(), Secret::random().unwrap());
