@@ -502,6 +502,32 @@ late_commit mpi "rank 0 of 3.*has waited 2 s and goes on waiting: ranks not arri
 late_commit env "has waited 2 s and goes on waiting; not taken yet by rank 2:" \
   "has waited 1 s for rank 0's answer and goes on waiting"
 
+# The whole job stopped for 8 s (SIGSTOP to every rank, as a suspended job)
+# while ranks 0 and 1 wait in that commit for rank 2, on a communicator
+# from the environment given 5 s: time no rank ran does not count, and
+# all finish.
+echo "-- mpirun -n 3 errors latecommit env 5, every rank stopped for 8 s in the commit"
+stop=$(mktemp -d)
+timeout 120 "${mpirun[@]}" -n 3 -x STOP_DIR="$stop" "$build/errors" latecommit env 5 > "$stop/out" 2>&1 &
+job=$!
+for _ in $(seq 600); do
+  [ -s "$stop/rank0.pid" ] && [ -s "$stop/rank1.pid" ] && [ -s "$stop/rank2.pid" ] && break
+  sleep 0.05
+done
+[ -s "$stop/rank2.pid" ] || { cat "$stop/out"; echo "error: the ranks did not reach the commit" >&2; exit 1; }
+pids=$(cat "$stop"/rank*.pid)
+# shellcheck disable=SC2086 # one process id a word
+kill -STOP $pids
+sleep 8
+# shellcheck disable=SC2086
+kill -CONT $pids
+if ! wait "$job" || grep -q "^rank" "$stop/out"; then
+  cat "$stop/out"; rm -rf "$stop"
+  echo "error: a job stopped for 8 s in a commit given 5 s did not finish" >&2; exit 1
+fi
+rm -rf "$stop"
+echo "ok: stopped for 8 s in a commit given 5 s, every rank committed and exchanged"
+
 # The C layer's own cost beside the same calls from Rust (printed, not
 # judged: this keeps the two programs of docs/results/c-abi.md running).
 echo "-- the C layer's cost: start + wait through sode.h and from Rust"

@@ -32,10 +32,12 @@
  *                                  on waiting (on stderr, for the caller
  *                                  to check), rank 0 naming it, and all
  *                                  finish
- *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit env
+ *   SODE_WAIT_WARN=1 mpirun -n 3 ./errors latecommit env [SECONDS]
  *                                  the same on a communicator from the
  *                                  environment (met through mpirun's PMIx
- *                                  server, its steps over sode's links)
+ *                                  server, its steps over sode's links),
+ *                                  within SECONDS if given (STOP_DIR: see
+ *                                  latecommit_mode)
  *   mpirun -n 3 ./errors unfreed   every rank ends with its exchange and
  *                                  communicator alive, as many programs
  *                                  do; the caller checks that the job left
@@ -804,14 +806,30 @@ static int slow_mode(void) {
     return 0;
 }
 
-/* A commit the last rank reaches 2.5 s late, waited for without deadline:
- * every rank must still commit and exchange. */
-static int latecommit_mode(int size, int from_env) {
+/* A commit the last rank reaches 2.5 s late, waited for without deadline
+ * (or within `timeout` seconds): every rank must still commit and
+ * exchange. With STOP_DIR set, each rank writes its process id to
+ * STOP_DIR/rankR.pid as it goes to the commit (the last rank before it
+ * sleeps), for a script that stops the whole job there. */
+static int latecommit_mode(int size, int from_env, double timeout) {
     sode_comm *c = NULL;
-    int made = from_env ? sode_comm_create_env(INFINITY, &c) : sode_comm_create_mpi(MPI_COMM_WORLD, INFINITY, &c);
-    expect("a communicator without deadline", made, SODE_OK, "");
+    int made = from_env ? sode_comm_create_env(timeout, &c) : sode_comm_create_mpi(MPI_COMM_WORLD, timeout, &c);
+    expect("a communicator", made, SODE_OK, "");
     sode_exchange *x = cart(c, size);
     expect("a field", add_u(x), SODE_OK, "");
+    const char *stop_dir = getenv("STOP_DIR");
+    if (stop_dir != NULL) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/rank%d.pid.tmp", stop_dir, rank);
+        FILE *f = fopen(path, "w");
+        if (f != NULL) {
+            fprintf(f, "%ld\n", (long)getpid());
+            fclose(f);
+            char done[4096];
+            snprintf(done, sizeof done, "%s/rank%d.pid", stop_dir, rank);
+            rename(path, done);
+        }
+    }
     if (rank == size - 1) {
         struct timespec late = {2, 500000000};
         nanosleep(&late, NULL);
@@ -977,7 +995,7 @@ int main(int argc, char **argv) {
         return beside_mode(size);
     }
     if (argc > 1 && strcmp(argv[1], "latecommit") == 0) {
-        return latecommit_mode(size, argc > 2 && strcmp(argv[2], "env") == 0);
+        return latecommit_mode(size, argc > 2 && strcmp(argv[2], "env") == 0, argc > 3 ? atof(argv[3]) : INFINITY);
     }
     if (argc > 1 && (strcmp(argv[1], "unfreed") == 0 || strcmp(argv[1], "ended") == 0)) {
         return unfreed_mode(size, strcmp(argv[1], "ended") == 0);
