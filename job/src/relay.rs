@@ -13,7 +13,7 @@
 //! ([`crate::splice`]) carries bytes both ways until both sides close.
 
 use std::io::{ErrorKind, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -83,34 +83,36 @@ struct Reply {
 /// forward (its address and token go out with the rank's report).
 #[derive(Debug)]
 pub(crate) struct RelayListener {
-    listener: TcpListener,
+    /// One on each network's address, in the offer's order.
+    listeners: Vec<TcpListener>,
     offer: RelayOffer,
 }
 
 impl RelayListener {
-    /// A listener on every interface when this host is on more than one of
-    /// `nets` (one that could join two networks); none otherwise.
+    /// A listener on this host's address on each of `nets` when it is on
+    /// more than one (a host that could join two networks); none
+    /// otherwise. Only the addresses offered listen: not every interface.
     pub(crate) fn bind(nets: &[Net]) -> Result<Option<RelayListener>> {
         if nets.len() < 2 {
             return Ok(None);
         }
-        let io = |step: &str| {
-            let step = step.to_string();
-            move |source| JobError::Bootstrap {
-                step,
-                whom: "this rank's relay".into(),
-                source,
-            }
-        };
-        let listener = crate::ports::listen(Ipv4Addr::UNSPECIFIED.into(), "relayed connections")?;
-        let port = listener.local_addr().map_err(io("local_addr"))?.port();
-        let addrs = nets
-            .iter()
-            .map(|n| SocketAddr::new(n.addr.into(), port))
-            .collect();
+        let mut listeners = Vec::with_capacity(nets.len());
+        let mut addrs = Vec::with_capacity(nets.len());
+        for n in nets {
+            let listener = crate::ports::listen(n.addr.into(), "relayed connections")?;
+            let addr = listener
+                .local_addr()
+                .map_err(|source| JobError::Bootstrap {
+                    step: "local_addr".into(),
+                    whom: "this rank's relay".into(),
+                    source,
+                })?;
+            listeners.push(listener);
+            addrs.push(addr);
+        }
         let token = crate::auth::random_bytes("a relay's token")?;
         Ok(Some(RelayListener {
-            listener,
+            listeners,
             offer: RelayOffer { addrs, token },
         }))
     }
@@ -157,10 +159,9 @@ impl Relay {
             }
         };
         let (stop, stopped) = UnixStream::pair().map_err(fail("socketpair"))?;
-        listener
-            .listener
-            .set_nonblocking(true)
-            .map_err(fail("set_nonblocking"))?;
+        for l in &listener.listeners {
+            l.set_nonblocking(true).map_err(fail("set_nonblocking"))?;
+        }
         let active = Arc::new(AtomicUsize::new(0));
         let splicer = Splicer::start(active.clone())?;
         let serving = Serving {
@@ -214,10 +215,10 @@ impl Drop for Relay {
 fn accept_loop(relay: &RelayListener, stopped: &UnixStream, serving: &Serving) {
     use nix::poll::{PollFd, PollFlags, PollTimeout};
     loop {
-        let mut fds = [
-            PollFd::new(stopped.as_fd(), PollFlags::POLLIN),
-            PollFd::new(relay.listener.as_fd(), PollFlags::POLLIN),
-        ];
+        let mut fds: Vec<PollFd<'_>> = std::iter::once(stopped.as_fd())
+            .chain(relay.listeners.iter().map(AsFd::as_fd))
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
         if let Err(e) = nix::poll::poll(&mut fds, PollTimeout::NONE) {
             if e == nix::errno::Errno::EINTR {
                 continue;
@@ -228,37 +229,49 @@ fn accept_loop(relay: &RelayListener, stopped: &UnixStream, serving: &Serving) {
         if fds[0].revents().is_some_and(|r| !r.is_empty()) {
             return;
         }
-        loop {
-            match relay.listener.accept() {
-                Ok((conn, from)) => {
-                    let serving = serving.clone();
-                    serving.active.fetch_add(1, Ordering::AcqRel);
-                    let count = serving.active.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("sode-relay-conn".into())
-                        .spawn(move || {
-                            // Handed to the splicer, the connection is
-                            // counted off there when it closes.
-                            if let Err(e) = serve(conn, &serving) {
-                                tracing::warn!(%from, "relay: {}", crate::diag::chain(&e));
-                                serving.active.fetch_sub(1, Ordering::AcqRel);
-                            }
-                        });
-                    if spawned.is_err() {
-                        count.fetch_sub(1, Ordering::AcqRel);
-                        tracing::warn!(%from, "relay: no thread for a connection; dropped");
-                    }
+        let ready: Vec<bool> = fds[1..]
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        for (listener, _) in relay.listeners.iter().zip(ready).filter(|(_, r)| *r) {
+            accept_waiting(listener, serving);
+        }
+    }
+}
+
+/// Takes every connection waiting on `listener`, each served on a thread
+/// of its own.
+fn accept_waiting(listener: &TcpListener, serving: &Serving) {
+    loop {
+        match listener.accept() {
+            Ok((conn, from)) => {
+                let serving = serving.clone();
+                serving.active.fetch_add(1, Ordering::AcqRel);
+                let count = serving.active.clone();
+                let spawned = std::thread::Builder::new()
+                    .name("sode-relay-conn".into())
+                    .spawn(move || {
+                        // Handed to the splicer, the connection is
+                        // counted off there when it closes.
+                        if let Err(e) = serve(conn, &serving) {
+                            tracing::warn!(%from, "relay: {}", crate::diag::chain(&e));
+                            serving.active.fetch_sub(1, Ordering::AcqRel);
+                        }
+                    });
+                if spawned.is_err() {
+                    count.fetch_sub(1, Ordering::AcqRel);
+                    tracing::warn!(%from, "relay: no thread for a connection; dropped");
                 }
-                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
-                    ) => {}
-                Err(e) => {
-                    tracing::warn!("relay: accept failed: {e}");
-                    break;
-                }
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                ) => {}
+            Err(e) => {
+                tracing::warn!("relay: accept failed: {e}");
+                return;
             }
         }
     }
@@ -452,6 +465,23 @@ mod tests {
 
     fn deadline() -> Instant {
         Instant::now() + Duration::from_secs(10)
+    }
+
+    #[test]
+    fn a_relay_listens_on_the_addresses_it_offers_only() {
+        let l = RelayListener::bind(&nets()).unwrap().unwrap();
+        let offered = l.offer().addrs.clone();
+        assert_eq!(offered.len(), 2, "{offered:?}");
+        for (a, net) in offered.iter().zip(nets()) {
+            assert_eq!(a.ip(), std::net::IpAddr::V4(net.addr), "{offered:?}");
+            assert!(TcpStream::connect(a).is_ok(), "offered {a}");
+        }
+        // Another address of the same interface: nothing listens there.
+        let elsewhere = SocketAddr::from(([127, 0, 0, 3], offered[0].port()));
+        assert!(
+            TcpStream::connect(elsewhere).is_err(),
+            "the relay also listens on {elsewhere}"
+        );
     }
 
     #[test]
