@@ -107,7 +107,8 @@ impl<'a> Wanted<'a> {
 
     /// The address of `host` this item names: an interface's first IPv4
     /// address (else its first IPv6 one that needs no scope); the first
-    /// address in a subnet; an address itself. Only interfaces that are up.
+    /// address in a subnet, loopback last; an address itself. Only
+    /// interfaces that are up.
     fn find(self, host: &[HostAddr]) -> Option<IpAddr> {
         let usable = |a: &&HostAddr| a.up && !link_local_v6(a.ip);
         match self {
@@ -116,11 +117,20 @@ impl<'a> Wanted<'a> {
                 .filter(usable)
                 .find(|a| a.ip == ip)
                 .map(|a| a.ip),
-            Wanted::Subnet { net, prefix } => host
-                .iter()
-                .filter(usable)
-                .find(|a| in_subnet(a.ip, net, prefix))
-                .map(|a| a.ip),
+            Wanted::Subnet { net, prefix } => {
+                let inside: Vec<&HostAddr> = host
+                    .iter()
+                    .filter(usable)
+                    .filter(|a| in_subnet(a.ip, net, prefix))
+                    .collect();
+                // Loopback only when the subnet is loopback's: a wide
+                // subnet (`0.0.0.0/0`) means the node's network.
+                inside
+                    .iter()
+                    .find(|a| !a.ip.is_loopback())
+                    .or_else(|| inside.first())
+                    .map(|a| a.ip)
+            }
             Wanted::Interface(name) => {
                 let all: Vec<&HostAddr> = host
                     .iter()
@@ -230,7 +240,12 @@ mod tests {
         assert_eq!(resolve("10.1.0.0/16", &h), Ok(ip("10.1.4.7")));
         assert_eq!(resolve("10.0.0.0/8", &h), Ok(ip("10.1.4.7")), "ib1 is down");
         assert_eq!(resolve("fd00::/64", &h), Ok(ip("fd00::7")));
-        assert_eq!(resolve("0.0.0.0/0", &h), Ok(ip("127.0.0.1")));
+        assert_eq!(
+            resolve("0.0.0.0/0", &h),
+            Ok(ip("192.0.2.2")),
+            "loopback last"
+        );
+        assert_eq!(resolve("127.0.0.0/8", &h), Ok(ip("127.0.0.1")));
         assert_eq!(resolve("192.0.2.2", &h), Ok(ip("192.0.2.2")));
         assert_eq!(resolve(" 127.0.0.1 ", &h), Ok(ip("127.0.0.1")));
     }
