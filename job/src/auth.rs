@@ -323,26 +323,6 @@ impl Session {
         Ok(body)
     }
 
-    /// Waits, taking nothing from the link, until a receive would not
-    /// wait (a frame has begun to arrive, the link ended or failed, or
-    /// `deadline` passed: the receive says which), or `until` comes
-    /// first: then `false`.
-    pub(crate) fn readable_by(&mut self, deadline: &mut Deadline, until: Instant) -> bool {
-        loop {
-            if deadline.passed() {
-                return true;
-            }
-            // Short looks, so that a stop of this process is found.
-            let look = until.min(deadline.at()).min(Instant::now() + READ_SLICE);
-            if self.arriving_by(look) {
-                return true;
-            }
-            if Instant::now() >= until {
-                return false;
-            }
-        }
-    }
-
     /// Waits, taking nothing from the link, until a frame has begun to
     /// arrive or the link ended or failed (`true`), or until `until`
     /// (`false`); it looks at least once.
@@ -379,7 +359,7 @@ impl Session {
     }
 
     /// Whether a frame has begun to arrive, now.
-    pub(crate) fn has_arrived(&self) -> bool {
+    fn has_arrived(&self) -> bool {
         use nix::sys::socket::{recv, MsgFlags};
         use std::os::fd::AsRawFd;
         let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;

@@ -1,17 +1,18 @@
-//! Collective steps through rank 0 over the job's own links, for a world
-//! that met through a launcher's key-value space (PMIx, PMI-1). The server
-//! keeps every round put there, so steps taken through it slow as they add
-//! up (2 ranks under Open MPI's `mpirun`: a commit averaged 10 ms over the
-//! first hundred, 41 ms over the second, 96 ms over the third). Over
-//! links, each step costs the same: rank 0 gathers every rank's block and
-//! answers each rank with all of them, or with the ranks it did not hear
-//! from.
+//! Collective steps through rank 0 over the job's own links: those of the
+//! TCP rendezvous, and those a world that met through a launcher's
+//! key-value space (PMIx, PMI-1) opens to take its steps off the server.
+//! The server keeps every round put there, so steps taken through it slow
+//! as they add up (2 ranks under Open MPI's `mpirun`: a commit averaged
+//! 10 ms over the first hundred, 41 ms over the second, 96 ms over the
+//! third). Over links, each step costs the same: rank 0 gathers every
+//! rank's block and answers each rank with all of them, or with the ranks
+//! that did not take the step.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::error::{JobError, Result};
-use crate::long_wait::{step_waits_for, step_waits_for_root, LongWait};
+use crate::long_wait::{name_ranks, step_waits_for, step_waits_for_root, LongWait};
 use crate::oob::PeerLink;
 use crate::timeout::Deadline;
 use crate::wire::{decode_step_missed, encode_step_missed, join_blocks, split_blocks};
@@ -54,14 +55,14 @@ impl Star {
     }
 
     /// Every rank's `mine`, in rank order, by `deadline` (moved on by time
-    /// this process is found stopped): the blocks travel joined as the
-    /// TCP rendezvous's do ([`join_blocks`]), and a step rank 0 gives up is
-    /// told as the rendezvous tells it ([`encode_step_missed`]). A step
-    /// that goes on long warns as the rendezvous's do (`SODE_WAIT_WARN`).
+    /// this process is found stopped): the blocks travel joined
+    /// ([`join_blocks`]), and a step rank 0 gives up is told to every rank
+    /// ([`encode_step_missed`]). A step that goes on long warns
+    /// (`SODE_WAIT_WARN`).
     ///
     /// # Errors
     ///
-    /// [`JobError::StepMissed`] naming the rank rank 0 did not hear from;
+    /// [`JobError::StepMissed`] naming the ranks rank 0 did not hear from;
     /// [`JobError::BootstrapTimeout`] when rank 0 did not answer;
     /// [`JobError::Bootstrap`] when a link broke (its rank exited or
     /// died); [`JobError::Protocol`] for an answer that does not read.
@@ -166,7 +167,7 @@ struct Step {
 impl Step {
     /// Every other rank's block, then the answer to each. A rank not
     /// heard from by the deadline (or whose link broke) fails the step,
-    /// and the others are told which.
+    /// and every rank is told which ranks did not take it.
     fn gather(
         mut self,
         links: &mut BTreeMap<usize, PeerLink>,
@@ -178,8 +179,11 @@ impl Step {
             match self.block_of(links, r, warn) {
                 Ok(block) => all.push(block),
                 Err(e) => {
-                    let missing = format!("rank {r}");
                     let waited = self.began.elapsed().saturating_sub(self.deadline.stopped());
+                    let missing = match e {
+                        JobError::BootstrapTimeout { .. } => missing_from(links, r, self.size),
+                        _ => format!("rank {r}"),
+                    };
                     answer(links, &encode_step_missed(&missing, waited));
                     return Err(match e {
                         JobError::BootstrapTimeout { .. } => {
@@ -224,6 +228,24 @@ impl Step {
             }
         }
     }
+}
+
+/// The ranks missing from a step that rank `first` did not take by its
+/// deadline, named: `first`, and every later rank whose block does not
+/// arrive within a short grace (one already sent has taken the step).
+fn missing_from(links: &mut BTreeMap<usize, PeerLink>, first: usize, size: usize) -> String {
+    // Long enough for a block already sent, bounded over a large job.
+    const ARRIVING: Duration = Duration::from_millis(2);
+    let mut missing = vec![first];
+    for r in first + 1..size {
+        let arrived = links
+            .get_mut(&r)
+            .is_some_and(|l| l.recv_bytes(Instant::now() + ARRIVING).is_ok());
+        if !arrived {
+            missing.push(r);
+        }
+    }
+    name_ranks(&missing)
 }
 
 /// Sends `body` to every rank. One that cannot take it exited or died:
@@ -356,13 +378,14 @@ mod tests {
     }
 
     #[test]
-    fn a_rank_missing_is_named_to_every_rank_that_took_the_step() {
+    fn the_ranks_missing_are_named_to_every_rank_that_took_the_step() {
         let within = Duration::from_millis(300);
-        let outcomes = steps(4, &[0, 1, 3], 1, within);
+        // Rank 3's block waits behind rank 2's: it took the step.
+        let outcomes = steps(5, &[0, 1, 3], 1, within);
         for r in [0, 1, 3] {
             match &outcomes[r] {
                 (Err(JobError::StepMissed { missing, .. }), took) => {
-                    assert_eq!(missing, "rank 2", "rank {r}");
+                    assert_eq!(missing, "ranks 2, 4", "rank {r}");
                     // Told by rank 0 at its deadline, not at their own
                     // deadline and its verdict's time.
                     assert!(*took < within + ROOT_VERDICT / 2, "rank {r}: {took:?}");

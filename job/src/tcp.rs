@@ -16,25 +16,17 @@ use crate::backoff::Backoff;
 use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
-use crate::long_wait::{name_ranks, step_waits_for, step_waits_for_root, LongWait};
+use crate::long_wait::name_ranks;
 use crate::nets::Directory;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
-use crate::wire::{
-    decode_directory, decode_step_missed, encode_directory, join_blocks, split_blocks,
-};
+use crate::star::Star;
+use crate::wire::{decode_directory, encode_directory};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Hello {
     rank: usize,
     size: usize,
     listen: Vec<SocketAddr>,
-}
-
-/// Rank 0 keeps a link to every rank, the others one to rank 0.
-#[derive(Debug)]
-enum Star {
-    Root(Vec<Option<Session>>),
-    Leaf(Box<Session>),
 }
 
 /// The TCP bootstrap: a star through rank 0 for collectives, direct links
@@ -127,9 +119,12 @@ impl TcpRendezvous {
             |joined| format!("ranks {}", joined.missing()),
         )?;
         let listen: Vec<Vec<SocketAddr>> = joined.listen.into_iter().flatten().collect();
-        let mut links = joined.links;
-        for (r, link) in links.iter_mut().enumerate().skip(1) {
-            let link = joined_link(link)?;
+        let mut links = BTreeMap::new();
+        for (r, link) in joined.links.into_iter().enumerate().skip(1) {
+            let mut link = link.ok_or_else(|| JobError::Protocol {
+                whom: "the rendezvous".into(),
+                why: format!("rank {r}'s link is missing after every rank joined"),
+            })?;
             // Tell each rank first the address it reached rank 0 at, which
             // it can route to, then rank 0's others.
             let mut theirs = listen.clone();
@@ -143,6 +138,7 @@ impl TcpRendezvous {
             let body = encode_directory(&theirs)?;
             link.send(&body)
                 .map_err(|e| rename(e, &format!("rank {r}")))?;
+            links.insert(r, PeerLink::new(r, Box::new(TcpPeer { session: link })));
         }
         Ok(TcpRendezvous {
             mesh: Mesh {
@@ -177,7 +173,10 @@ impl TcpRendezvous {
                 listen: Directory::new(listen),
                 routes: None,
             },
-            star: Star::Leaf(Box::new(root)),
+            star: Star::Leaf(Box::new(PeerLink::new(
+                0,
+                Box::new(TcpPeer { session: root }),
+            ))),
         })
     }
 
@@ -300,63 +299,7 @@ impl OutOfBand for TcpRendezvous {
     }
 
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
-        // One deadline for the whole step: time this process is found
-        // stopped while it receives from one rank counts for the next.
-        let mut deadline = crate::timeout::Deadline::new(deadline);
-        match &mut self.star {
-            Star::Leaf(root) => {
-                root.send(mine)?;
-                let size = self.mesh.size;
-                // Rank 0 names the missing ranks at its own deadline, later
-                // than this rank's when it began the step later: its word
-                // is waited for that much longer.
-                let began = Instant::now();
-                let at = deadline.at();
-                let mut deadline =
-                    crate::timeout::Deadline::new(at.checked_add(ROOT_VERDICT).unwrap_or(at));
-                let mut long = LongWait::new(crate::wait_warning().ok().flatten());
-                while let Some(l) = long.as_mut() {
-                    if root.readable_by(&mut deadline, l.next_look()) {
-                        break;
-                    }
-                    if let Some(waited) = l.due() {
-                        tracing::warn!("{}", step_waits_for_root(waited));
-                    }
-                }
-                let body = root
-                    .recv_by(&mut deadline)
-                    .map_err(|e| root_silent(e, began.elapsed()))?;
-                if let Some(missed) = decode_step_missed(&body) {
-                    return Err(missed);
-                }
-                split_blocks(&body, size).ok_or_else(|| JobError::Protocol {
-                    whom: "the root".into(),
-                    why: format!("its allgather is not one block from each of {size} ranks"),
-                })
-            }
-            Star::Root(links) => {
-                let mut all = vec![mine.to_vec()];
-                let began = Instant::now();
-                let mut long = LongWait::new(crate::wait_warning().ok().flatten());
-                for r in 1..links.len() {
-                    await_block(links, r, &mut deadline, &mut long)?;
-                    match joined_link(&mut links[r])?.recv_by(&mut deadline) {
-                        Ok(block) => all.push(block),
-                        Err(JobError::BootstrapTimeout { .. }) => {
-                            let waited = began.elapsed().saturating_sub(deadline.stopped());
-                            return Err(step_missed(links, r, waited));
-                        }
-                        Err(e) => return Err(e),
-                    }
-                }
-                // Binary: rank 0 sends this to every rank.
-                let body = join_blocks(&all)?;
-                for link in links.iter_mut().skip(1) {
-                    joined_link(link)?.send(&body)?;
-                }
-                Ok(all)
-            }
-        }
+        self.star.allgather(self.mesh.size, mine, deadline)
     }
 
     fn connect(
@@ -735,89 +678,6 @@ fn greet(s: TcpStream, from: SocketAddr, secret: &Secret, deadline: Instant) -> 
             None
         }
     }
-}
-
-/// On rank 0, waits until rank `r`'s block of a collective step begins to
-/// arrive, or the step's deadline passes. A wait that goes on past
-/// `SODE_WAIT_WARN` says so as `long` has it, naming the ranks from `r` on
-/// whose blocks have not begun to arrive.
-fn await_block(
-    links: &mut [Option<Session>],
-    r: usize,
-    deadline: &mut crate::timeout::Deadline,
-    long: &mut Option<LongWait>,
-) -> Result<()> {
-    while let Some(l) = long.as_mut() {
-        if joined_link(&mut links[r])?.readable_by(deadline, l.next_look()) {
-            return Ok(());
-        }
-        if let Some(waited) = l.due() {
-            let missing: Vec<usize> = (r..links.len())
-                .filter(|&k| !links[k].as_ref().is_some_and(Session::has_arrived))
-                .collect();
-            tracing::warn!("{}", step_waits_for(waited, &missing));
-        }
-    }
-    Ok(())
-}
-
-/// Rank 0's error when rank `first` (and maybe others after it) did not
-/// take a collective step within `waited`: it names every rank missing
-/// (a later rank whose block is already on its way counts as arrived) and
-/// tells each rank that took the step, so that all of them fail naming
-/// the missing, not a silent root.
-fn step_missed(links: &mut [Option<Session>], first: usize, waited: Duration) -> JobError {
-    // Long enough for a block already sent, bounded over a large job.
-    const ARRIVING: Duration = Duration::from_millis(2);
-    let mut missing = vec![first];
-    let mut arrived: Vec<usize> = (1..first).collect();
-    for (r, link) in links.iter_mut().enumerate().skip(first + 1) {
-        let mut grace = crate::timeout::Deadline::new(Instant::now() + ARRIVING);
-        match link.as_mut().map(|s| s.recv_by(&mut grace)) {
-            Some(Ok(_)) => arrived.push(r),
-            _ => missing.push(r),
-        }
-    }
-    let err = JobError::StepMissed {
-        missing: name_ranks(&missing),
-        waited,
-    };
-    if let JobError::StepMissed { missing, waited } = &err {
-        let told = crate::wire::encode_step_missed(missing, *waited);
-        for r in arrived {
-            if let Some(s) = links[r].as_mut() {
-                // A rank that cannot be told fails at its own deadline.
-                let _ = s.send(&told);
-            }
-        }
-    }
-    err
-}
-
-/// How much longer than its own deadline a rank waits for rank 0's word
-/// on a collective step.
-const ROOT_VERDICT: Duration = Duration::from_secs(1);
-
-/// A leaf's timeout, after `waited`, waiting for rank 0's answer to a
-/// collective step, with what it means: rank 0 answers every rank once all
-/// have taken the step, or names the missing at its own deadline.
-fn root_silent(e: JobError, waited: Duration) -> JobError {
-    match e {
-        JobError::BootstrapTimeout { step, .. } => JobError::BootstrapTimeout {
-            step,
-            whom: "rank 0".into(),
-            waited,
-            hint: "rank 0 gathers each collective step and did not answer: it did not take the step (failed, stopped, or not making the same call), or is still waiting for a rank that did not".into(),
-        },
-        other => other,
-    }
-}
-
-fn joined_link(link: &mut Option<Session>) -> Result<&mut Session> {
-    link.as_mut().ok_or_else(|| JobError::Protocol {
-        whom: "the rendezvous".into(),
-        why: "a rank's link is missing after every rank joined".into(),
-    })
 }
 
 fn rename(e: JobError, whom: &str) -> JobError {

@@ -398,6 +398,21 @@ fn ranks_that_skip_a_collective_step_are_named_on_every_rank_that_took_it() {
             "rank {r} told after {took:?}"
         );
     }
+    // A rank that comes to the step late is told at once who missed it.
+    let t0 = Instant::now();
+    let e = worlds[2]
+        .barrier(Duration::from_secs(5))
+        .expect_err("a barrier rank 0 gave up");
+    let e = sode_job::diag::chain(&e);
+    assert!(
+        e.contains("ranks 2, 3 did not take a collective step"),
+        "rank 2: {e}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "rank 2 told after {:?}",
+        t0.elapsed()
+    );
 }
 
 #[test]
