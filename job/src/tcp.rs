@@ -394,11 +394,12 @@ impl Mesh {
             None => connect_any(&self.listen.addrs(p), deadline, &whom)?,
         };
         keep_alive(&s, true).map_err(io_err("keepalive", &whom))?;
-        let mut session = Session::connect(s, &self.secret, &whom, deadline)?;
+        let untaken = |e| self.untaken(e, p);
+        let mut session = Session::connect(s, &self.secret, &whom, deadline).map_err(untaken)?;
         // Authenticated, `p` waits for this link until its deadline.
         keep_alive(session.stream(), false).map_err(io_err("keepalive", &whom))?;
         session.send(self.rank.to_string().as_bytes())?;
-        if session.recv(deadline)? != ACCEPTED {
+        if session.recv(deadline).map_err(untaken)? != ACCEPTED {
             return Err(JobError::Protocol {
                 whom,
                 why: "it answered the link with something else than its acceptance".into(),
@@ -406,6 +407,26 @@ impl Mesh {
         }
         session.send(CONFIRMED)?;
         Ok(session)
+    }
+
+    /// A dial of rank `p` that reached its listener but that `p` never
+    /// answered, with what it likely means: `p` took every link it
+    /// expects and takes no more.
+    fn untaken(&self, e: JobError, p: usize) -> JobError {
+        match e {
+            JobError::BootstrapTimeout {
+                step, whom, waited, ..
+            } => JobError::BootstrapTimeout {
+                step,
+                whom,
+                waited,
+                hint: format!(
+                    "rank {p} did not take this link: does it list rank {} as a peer? (the two ranks' neighbour lists must agree: every link is named by both its ranks) Else it is stopped, or not making the same call",
+                    self.rank
+                ),
+            },
+            other => other,
+        }
     }
 }
 

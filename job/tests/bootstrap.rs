@@ -236,6 +236,47 @@ fn a_link_only_one_of_its_ranks_names_fails_naming_the_accepting_ranks_peers() {
 }
 
 #[test]
+fn a_link_its_peer_does_not_name_and_never_takes_fails_asking_whether_it_is_listed() {
+    let secret = Secret::random().unwrap();
+    let port = free_port();
+    // Rank 0 names rank 2 as a peer; rank 2 names rank 1 alone, whose
+    // link comes first: rank 2 has every link it expects, and rank 0's
+    // is never taken.
+    let peers = [vec![2], vec![2], vec![1]];
+    let ranks: Vec<_> = peers
+        .into_iter()
+        .enumerate()
+        .map(|(r, peers)| {
+            let l = launch(r, 3, port, &secret);
+            std::thread::spawn(move || {
+                let mut rv = TcpRendezvous::join(&l, Instant::now() + Duration::from_secs(30))?;
+                if r == 0 {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+                let peers = BTreeSet::from_iter(peers);
+                let linked = rv.connect(&peers, Instant::now() + Duration::from_secs(3));
+                if r == 2 {
+                    // It stays past rank 0's deadline, as a rank at its
+                    // next step would.
+                    std::thread::sleep(Duration::from_secs(5));
+                }
+                linked.map(|_| ())
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(outcomes[1].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    let told = match &outcomes[0] {
+        Err(e) => sode_job::diag::chain(e),
+        Ok(()) => panic!("rank 2 took a link from rank 0, which it does not name"),
+    };
+    assert!(
+        told.contains("rank 2 did not take this link: does it list rank 0 as a peer?"),
+        "{told}"
+    );
+}
+
+#[test]
 fn a_rank_with_another_secret_cannot_join_and_the_missing_rank_is_named() {
     let port = free_port();
     let (good, bad) = (Secret::random().unwrap(), Secret::random().unwrap());
