@@ -64,6 +64,9 @@ TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
 echo "== [${SECONDS}s] the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
 
+echo "== [${SECONDS}s] floating-point traps: the Fortran examples built with -ffpe-trap=invalid,zero,overflow, the C examples with the same traps enabled, over shared memory and TCP"
+bash ci/fpe-traps.sh
+
 echo "== [${SECONDS}s] real clients: TeaLeaf and miniGhost, ported to sode, against their MPI originals on 1, 2 and 4 ranks"
 bash ci/tealeaf.sh
 bash ci/minighost.sh
