@@ -239,9 +239,8 @@ typedef struct sode_stats {
    */
   uint64_t bytes_received;
   /**
-   * Neighbours (links: one per rank reached by a copy, shared memory or
-   * TCP, one per direction to ranks reached over RDMA), for
-   * `sode_exchange_neighbour_stats`.
+   * Neighbouring ranks (this rank itself among them where a periodic
+   * axis wraps onto it), for `sode_exchange_neighbour_stats`.
    */
   int neighbours;
 } sode_stats;

@@ -23,9 +23,8 @@ pub struct Stats {
     pub bytes_sent: u64,
     /// Bytes received from other ranks over the completed iterations.
     pub bytes_received: u64,
-    /// Neighbours (links: one per rank reached by a copy, shared memory or
-    /// TCP, one per direction to ranks reached over RDMA), for
-    /// `sode_exchange_neighbour_stats`.
+    /// Neighbouring ranks (this rank itself among them where a periodic
+    /// axis wraps onto it), for `sode_exchange_neighbour_stats`.
     pub neighbours: c_int,
 }
 

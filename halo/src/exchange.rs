@@ -995,9 +995,8 @@ impl HaloExchange {
     /// What it has done since it was built or
     /// [`reset_stats`](Self::reset_stats): iterations completed, time in
     /// start (packing included) and in wait (unpacking included), bytes
-    /// sent and received, and per link its neighbouring rank, channel and
-    /// bytes per iteration (every direction to a rank within this one, on
-    /// this node or over TCP is one link; over RDMA, one per direction).
+    /// sent and received, and per neighbouring rank its channel and bytes
+    /// per iteration, every direction to it together.
     ///
     /// # Examples
     ///

@@ -1798,7 +1798,7 @@ impl LinkExchange {
 
     /// What it has done since it was built or [`reset_stats`](Self::reset_stats):
     /// iterations, time in start and in wait, bytes moved (as carried),
-    /// and per link what the next iteration moves.
+    /// and per neighbouring rank what the next iteration moves.
     pub fn stats(&self) -> ExchangeStats {
         let links = self
             .links

@@ -39,12 +39,13 @@ pub struct ExchangeStats {
     /// arrays that no lent set holds, or on some fields or fewer layers.
     /// Lending each array a code starts on keeps this at 0.
     pub staged_starts: u64,
-    /// Per link, in the links' order: the neighbour, its channel, and
-    /// what the next iteration moves (the last fields and depth set).
+    /// Per neighbouring rank, in the order of its first link: the rank,
+    /// its channel, and what the next iteration moves to and from it, every
+    /// direction together (the last fields and depth set).
     pub neighbours: Vec<NeighbourStats>,
 }
 
-/// One link of an exchange.
+/// One neighbouring rank of an exchange.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct NeighbourStats {
@@ -191,8 +192,24 @@ impl Meter {
 }
 
 /// The stats of an exchange whose links are `links` (peer, channel, bytes
-/// the next iteration sends and receives).
+/// the next iteration sends and receives): one neighbour per rank, its
+/// links' bytes added (over RDMA a rank has a link per direction).
 pub(crate) fn stats(meter: &Meter, links: Vec<NeighbourStats>) -> ExchangeStats {
+    // A rank's channel is one, decided once per neighbour.
+    let mut at: std::collections::HashMap<usize, usize> = Default::default();
+    let mut neighbours: Vec<NeighbourStats> = Vec::with_capacity(links.len());
+    for l in links {
+        match at.get(&l.rank) {
+            Some(&i) => {
+                neighbours[i].bytes_sent += l.bytes_sent;
+                neighbours[i].bytes_received += l.bytes_received;
+            }
+            None => {
+                at.insert(l.rank, neighbours.len());
+                neighbours.push(l);
+            }
+        }
+    }
     ExchangeStats {
         exchanges: meter.exchanges,
         start_time: meter.start_time,
@@ -200,7 +217,7 @@ pub(crate) fn stats(meter: &Meter, links: Vec<NeighbourStats>) -> ExchangeStats 
         bytes_sent: meter.moved.sent,
         bytes_received: meter.moved.received,
         staged_starts: meter.staged_starts,
-        neighbours: links,
+        neighbours,
     }
 }
 
@@ -233,6 +250,28 @@ mod tests {
         m.reset();
         let s = stats(&m, links);
         assert_eq!((s.exchanges, s.bytes_sent, s.bytes_received), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_rank_with_a_link_per_direction_is_one_neighbour() {
+        let m = Meter::new("j", "h0", 0);
+        // Over RDMA, rank 3 to the west and to the east, rank 5 to the
+        // north; rank 0 is this one (a copy).
+        let links = vec![
+            NeighbourStats::new(3, Locality::Rdma, 40, 48),
+            NeighbourStats::new(5, Locality::Rdma, 16, 16),
+            NeighbourStats::new(0, Locality::SelfCopy, 8, 8),
+            NeighbourStats::new(3, Locality::Rdma, 40, 32),
+        ];
+        let s = stats(&m, links);
+        assert_eq!(
+            s.neighbours,
+            vec![
+                NeighbourStats::new(3, Locality::Rdma, 80, 80),
+                NeighbourStats::new(5, Locality::Rdma, 16, 16),
+                NeighbourStats::new(0, Locality::SelfCopy, 8, 8),
+            ]
+        );
     }
 
     #[test]
