@@ -245,10 +245,9 @@ pub unsafe extern "C" fn sode_exchange_staged_starts(
 /// Fills `out` with neighbour `i` (0 to `neighbours - 1` of
 /// `sode_exchange_stats`) of `exchange`: its rank, its channel and the
 /// bytes one iteration sends it and receives from it (as the last start
-/// carried). A neighbouring rank reached by a copy (this rank itself),
-/// shared memory or TCP is one neighbour, every direction to it together;
-/// a rank reached over RDMA is one neighbour per direction of the process
-/// grid it lies in. Local.
+/// carried). Each neighbouring rank is one neighbour, every direction to
+/// it together, whatever its channel (a copy, where it is this rank
+/// itself; shared memory; TCP; RDMA). Local.
 ///
 /// # Statuses
 /// `SODE_ERR_NULL` (`exchange` or `out`); `SODE_ERR_STATE` before the commit;
