@@ -27,5 +27,8 @@ touch "$out/guest.ready"
 # reported as its status.
 set +e
 ulimit -l unlimited
-"$@"
-echo $? > "$out/status"
+# A copy of what the command says, in the directory shared with the host:
+# the console loses the first lines a guest prints, all of them when the
+# command ends at once, and run.sh shows the copy when it failed.
+"$@" 2>&1 | tee "$out/command.log"
+echo "${PIPESTATUS[0]}" > "$out/status"

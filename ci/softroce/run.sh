@@ -65,6 +65,10 @@ wait
 if [ "$status" != 0 ] && [ -f "$out/guest.ready" ]; then
   echo "softroce: the guest's console, its last 30 lines:" >&2
   tail -n 30 "$out/vm-guest.log" | cut -c1-240 >&2
+  if [ -s "$out/command.log" ]; then
+    echo "softroce: what the command said, its last 60 lines:" >&2
+    tail -n 60 "$out/command.log" | cut -c1-400 >&2
+  fi
 fi
 echo "softroce: guest finished in $(( $(date +%s) - start )) s with status $status" >&2
 [ "$status" = 90 ] && echo "softroce: setting up rxe0 in the guest failed" >&2
