@@ -201,34 +201,45 @@ fn a_stranger_at_a_peer_listener_is_dropped_and_the_peers_pair_up() {
     }
 }
 
-#[test]
-fn a_link_only_one_of_its_ranks_names_fails_naming_the_accepting_ranks_peers() {
+/// Three ranks link up where rank 0 names rank 2 as a peer and rank 2
+/// names rank 1 alone: `first` reaches rank 2 one second before the other
+/// dials, and rank 2 stays `staying` past its links (as a rank at its next
+/// step would). Each rank's outcome, its error in full.
+fn disagreeing_links(first: usize, staying: Duration) -> Vec<Result<(), String>> {
     let secret = Secret::random().unwrap();
     let port = free_port();
-    // Rank 0 names rank 2 as a peer; rank 2 names rank 1 alone.
     let peers = [vec![2], vec![2], vec![1]];
+    let late = if first == 0 { 1 } else { 0 };
     let ranks: Vec<_> = peers
         .into_iter()
         .enumerate()
         .map(|(r, peers)| {
             let l = launch(r, 3, port, &secret);
             std::thread::spawn(move || {
-                let mut rv = TcpRendezvous::join(&l, Instant::now() + Duration::from_secs(30))?;
-                if r == 1 {
-                    // Rank 0's link reaches rank 2 first.
+                let mut rv = TcpRendezvous::join(&l, Instant::now() + Duration::from_secs(30))
+                    .map_err(|e| sode_job::diag::chain(&e))?;
+                if r == late {
                     std::thread::sleep(Duration::from_secs(1));
                 }
                 let peers = BTreeSet::from_iter(peers);
-                rv.connect(&peers, Instant::now() + Duration::from_secs(4))
-                    .map(|_| ())
+                let linked = rv.connect(&peers, Instant::now() + Duration::from_secs(3));
+                if r == 2 {
+                    std::thread::sleep(staying);
+                }
+                linked.map(|_| ()).map_err(|e| sode_job::diag::chain(&e))
             })
         })
         .collect();
-    let outcomes: Vec<_> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
-    let told = match &outcomes[2] {
-        Err(e) => sode_job::diag::chain(e),
-        Ok(()) => panic!("rank 2 took a link from rank 0, which it does not name"),
-    };
+    ranks.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn a_link_only_one_of_its_ranks_names_fails_naming_the_accepting_ranks_peers() {
+    // Rank 0's link reaches rank 2 first.
+    let outcomes = disagreeing_links(0, Duration::ZERO);
+    let told = outcomes[2]
+        .as_ref()
+        .expect_err("rank 2 took a link from rank 0, which it does not name");
     assert!(
         told.contains("rank 0") && told.contains("does not list it as a peer (its peers: rank 1)"),
         "{told}"
@@ -237,39 +248,13 @@ fn a_link_only_one_of_its_ranks_names_fails_naming_the_accepting_ranks_peers() {
 
 #[test]
 fn a_link_its_peer_does_not_name_and_never_takes_fails_asking_whether_it_is_listed() {
-    let secret = Secret::random().unwrap();
-    let port = free_port();
-    // Rank 0 names rank 2 as a peer; rank 2 names rank 1 alone, whose
-    // link comes first: rank 2 has every link it expects, and rank 0's
-    // is never taken.
-    let peers = [vec![2], vec![2], vec![1]];
-    let ranks: Vec<_> = peers
-        .into_iter()
-        .enumerate()
-        .map(|(r, peers)| {
-            let l = launch(r, 3, port, &secret);
-            std::thread::spawn(move || {
-                let mut rv = TcpRendezvous::join(&l, Instant::now() + Duration::from_secs(30))?;
-                if r == 0 {
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-                let peers = BTreeSet::from_iter(peers);
-                let linked = rv.connect(&peers, Instant::now() + Duration::from_secs(3));
-                if r == 2 {
-                    // It stays past rank 0's deadline, as a rank at its
-                    // next step would.
-                    std::thread::sleep(Duration::from_secs(5));
-                }
-                linked.map(|_| ())
-            })
-        })
-        .collect();
-    let outcomes: Vec<_> = ranks.into_iter().map(|t| t.join().unwrap()).collect();
+    // Rank 1's link comes first: rank 2 has every link it expects, and
+    // rank 0's is never taken (rank 2 stays past rank 0's deadline).
+    let outcomes = disagreeing_links(1, Duration::from_secs(5));
     assert!(outcomes[1].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
-    let told = match &outcomes[0] {
-        Err(e) => sode_job::diag::chain(e),
-        Ok(()) => panic!("rank 2 took a link from rank 0, which it does not name"),
-    };
+    let told = outcomes[0]
+        .as_ref()
+        .expect_err("rank 2 took a link from rank 0, which it does not name");
     assert!(
         told.contains("rank 2 did not take this link: does it list rank 0 as a peer?"),
         "{told}"
