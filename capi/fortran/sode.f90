@@ -89,11 +89,12 @@ module sode
   public :: sode_get_stats, sode_get_neighbour_stats, sode_reset_stats
 
   !> Adds a field: a real32, real64, int32, int64, complex(real32) or
-  !> complex(real64) array of rank 1 to 7 (Fortran
-  !> order, with the TARGET attribute), its owned cells `first(:)` to
-  !> `last(:)` in the array's own bounds, its halo widths below and above
-  !> on the process grid's axes (default: the exchange's). A staggered
-  !> field's overlap with its neighbours: sode_set_overlap.
+  !> complex(real64) array of rank 1 to 7 (Fortran order), with the
+  !> TARGET attribute or a POINTER (contiguous in memory: a whole array, or
+  !> a pointer to one), its owned cells `first(:)` to `last(:)` in the
+  !> array's own bounds, its halo widths below and above on the process
+  !> grid's axes (default: the exchange's). A staggered field's overlap
+  !> with its neighbours: sode_set_overlap.
   interface sode_add_field
      module procedure add_r64_1, add_r64_2, add_r64_3, add_r64_4, add_r64_5, add_r64_6, add_r64_7
      module procedure add_r32_1, add_r32_2, add_r32_3, add_r32_4, add_r32_5, add_r32_6, add_r32_7
@@ -786,6 +787,19 @@ contains
 
   !> Every rank-specific `add_*` lands here: the array's address, type,
   !> shape and lower bounds.
+  !> Whether an array given to sode_add_field is contiguous in memory, as
+  !> sode reads and writes it from its first element; reports the error
+  !> when it is not (a section with a stride, or of part of a column).
+  logical function held(contiguous, ierr)
+    logical, intent(in) :: contiguous
+    integer, intent(out), optional :: ierr
+    held = contiguous
+    if (.not. held) call finish(c_report_error(int(SODE_ERR_ARG, c_int), &
+         'sode_add_field: the array is not contiguous in memory (a section such as u(1:n:2, :) or' // &
+         ' u(2:5, :) of a larger array, or a pointer to one): give the whole array, its owned cells' // &
+         ' in first and last' // c_null_char), ierr)
+  end function held
+
   subroutine add_any(x, base, ty, shp, lb, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: base
@@ -1613,380 +1627,380 @@ contains
 
   subroutine add_r64_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:)
+    real(real64), pointer, intent(in) :: a(:)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_1
 
   subroutine add_r64_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:, :)
+    real(real64), pointer, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_2
 
   subroutine add_r64_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:, :, :)
+    real(real64), pointer, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_3
 
   subroutine add_r64_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    real(real64), pointer, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_4
 
   subroutine add_r32_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:)
+    real(real32), pointer, intent(in) :: a(:)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_1
 
   subroutine add_r32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:, :)
+    real(real32), pointer, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_2
 
   subroutine add_r32_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:, :, :)
+    real(real32), pointer, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_3
 
   subroutine add_r32_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    real(real32), pointer, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_4
 
   subroutine add_i32_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:)
+    integer(int32), pointer, intent(in) :: a(:)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_1
 
   subroutine add_i32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:, :)
+    integer(int32), pointer, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_2
 
   subroutine add_i32_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer(int32), pointer, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_3
 
   subroutine add_i32_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_4
 
   subroutine add_i64_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:)
+    integer(int64), pointer, intent(in) :: a(:)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_1
 
   subroutine add_i64_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:, :)
+    integer(int64), pointer, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_2
 
   subroutine add_i64_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :)
+    integer(int64), pointer, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_3
 
   subroutine add_i64_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_4
 
   subroutine add_c32_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:)
+    complex(real32), pointer, intent(in) :: a(:)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_1
 
   subroutine add_c32_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:, :)
+    complex(real32), pointer, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_2
 
   subroutine add_c32_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :)
+    complex(real32), pointer, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_3
 
   subroutine add_c32_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_4
 
   subroutine add_c64_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:)
+    complex(real64), pointer, intent(in) :: a(:)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_1
 
   subroutine add_c64_2(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:, :)
+    complex(real64), pointer, intent(in) :: a(:, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_2
 
   subroutine add_c64_3(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :)
+    complex(real64), pointer, intent(in) :: a(:, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_3
 
   subroutine add_c64_4(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_4
 
   subroutine add_r64_5(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    real(real64), pointer, intent(in) :: a(:, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_5
 
   subroutine add_r64_6(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    real(real64), pointer, intent(in) :: a(:, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_6
 
   subroutine add_r64_7(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    real(real64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r64_7
 
   subroutine add_r32_5(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    real(real32), pointer, intent(in) :: a(:, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_5
 
   subroutine add_r32_6(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    real(real32), pointer, intent(in) :: a(:, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_6
 
   subroutine add_r32_7(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    real(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    real(real32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), F32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_r32_7
 
   subroutine add_i32_5(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_5
 
   subroutine add_i32_6(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_6
 
   subroutine add_i32_7(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i32_7
 
   subroutine add_i64_5(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_5
 
   subroutine add_i64_6(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_6
 
   subroutine add_i64_7(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    integer(int64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), I64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_i64_7
 
   subroutine add_c32_5(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_5
 
   subroutine add_c32_6(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_6
 
   subroutine add_c32_7(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real32), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C32, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c32_7
 
   subroutine add_c64_5(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_5
 
   subroutine add_c64_6(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_6
 
   subroutine add_c64_7(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
-    complex(real64), pointer, contiguous, intent(in) :: a(:, :, :, :, :, :, :)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
     integer, intent(in) :: first(:), last(:)
     integer, intent(in), optional :: halo_lo(:), halo_hi(:)
     integer, intent(out), optional :: ierr
-    call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
+    if (held(is_contiguous(a), ierr)) call add_any(x, c_loc(a), C64, shape(a), lbound(a), first, last, ierr, halo_lo, halo_hi)
   end subroutine add_c64_7
 
   !> Adds a field of elements of `elem_bytes` bytes each, copied as they

@@ -4,7 +4,8 @@
 ! columns of a 5 x 41 grid are dealt out unevenly (2, 3, 4, ... columns a
 ! rank, the rest to the last), on a ring: each rank sends its first column
 ! left (tag 1) and its last right (tag 2), into its neighbours' halo
-! columns 0 and w+1. Five fields: real64, int64, complex(real64) and a
+! columns 0 and w+1. Five fields: real64 (given through a POINTER, as
+! models hold fields in derived types), int64, complex(real64) and a
 ! derived type (moved as its bytes, sode_add_field_bytes) of 5 x (w+2)
 ! cells, and a real32 one with a third dimension of 2 that travels whole. Three
 ! iterations; every halo cell must hold its owner's value. On one rank both
@@ -81,6 +82,7 @@ contains
     type(sode_comm) :: sc
     type(sode_exchange) :: x
     real(real64), allocatable, target :: u(:, :), off(:, :)
+    real(real64), pointer :: up(:, :)
     integer(int64), allocatable, target :: k(:, :)
     real(real32), allocatable, target :: v(:, :, :)
     complex(real64), allocatable, target :: z(:, :)
@@ -97,7 +99,8 @@ contains
     call sode_comm_create_mpi(MPI_COMM_WORLD%MPI_VAL, sc)
     ! Boxes of two dimensions, counted as the arrays are declared.
     call sode_exchange_create(sc, [1, 0], x)
-    call sode_add_field(x, u, first=[1, 1], last=[NX, w])
+    up => u
+    call sode_add_field(x, up, first=[1, 1], last=[NX, w])
     call sode_add_field(x, k, first=[1, 1], last=[NX, w])
     call sode_add_field(x, v, first=[1, 1, 1], last=[NX, w, 2])
     call sode_add_field(x, z, first=[1, 1], last=[NX, w])
@@ -137,6 +140,8 @@ contains
     call sode_add_field(x, off, first=[1, 1], last=[NX, w], ierr=st)
     ok = refused(st, 'sode_add_field: dimension 1: the array''s lower bound is 0, but the exchange''s boxes' // &
          ' count from 1') .and. ok
+    call sode_add_field(x, off(0:NX:2, :), first=[1, 1], last=[2, w], ierr=st)
+    ok = refused(st, 'sode_add_field: the array is not contiguous in memory') .and. ok
     told = merge(1, 0, ok)
 
     call sode_commit(x)
