@@ -90,8 +90,8 @@ module sode
 
   !> Adds a field: a real32, real64, int32, int64, complex(real32) or
   !> complex(real64) array of rank 1 to 7 (Fortran order), with the
-  !> TARGET attribute or a POINTER (contiguous in memory: a whole array, or
-  !> a pointer to one), its owned cells `first(:)` to `last(:)` in the
+  !> TARGET attribute (an assumed-shape dummy too) or a POINTER, contiguous
+  !> in memory (a whole array, or a pointer to one), its owned cells `first(:)` to `last(:)` in the
   !> array's own bounds, its halo widths below and above on the process
   !> grid's axes (default: the exchange's). A staggered field's overlap
   !> with its neighbours: sode_set_overlap.

@@ -5,8 +5,8 @@
 ! rank, the rest to the last), on a ring: each rank sends its first column
 ! left (tag 1) and its last right (tag 2), into its neighbours' halo
 ! columns 0 and w+1. Five fields: real64 (given through a POINTER, as
-! models hold fields in derived types), int64, complex(real64) and a
-! derived type (moved as its bytes, sode_add_field_bytes) of 5 x (w+2)
+! models hold fields in derived types), int64 (given by a routine that
+! holds it as an assumed-shape dummy), complex(real64) and a derived type (moved as its bytes, sode_add_field_bytes) of 5 x (w+2)
 ! cells, and a real32 one with a third dimension of 2 that travels whole. Three
 ! iterations; every halo cell must hold its owner's value. On one rank both
 ! columns go to itself; on two, both to the one neighbour. Misuse is
@@ -77,6 +77,15 @@ contains
          '", got: ', sode_last_error()
   end function refused
 
+  !> Adds `k` as a model's routine would, given it as an assumed-shape
+  !> dummy (its bounds declared, as the caller's).
+  subroutine add_counts(x, k, w)
+    type(sode_exchange), intent(inout) :: x
+    integer(int64), target, intent(inout) :: k(:, 0:)
+    integer, intent(in) :: w
+    call sode_add_field(x, k, first=[1, 1], last=[NX, w])
+  end subroutine add_counts
+
   subroutine run(wrong, told)
     integer, intent(out) :: wrong, told
     type(sode_comm) :: sc
@@ -101,7 +110,7 @@ contains
     call sode_exchange_create(sc, [1, 0], x)
     up => u
     call sode_add_field(x, up, first=[1, 1], last=[NX, w])
-    call sode_add_field(x, k, first=[1, 1], last=[NX, w])
+    call add_counts(x, k, w)
     call sode_add_field(x, v, first=[1, 1, 1], last=[NX, w, 2])
     call sode_add_field(x, z, first=[1, 1], last=[NX, w])
     call sode_add_field_bytes(x, c_loc(recs), int(c_sizeof(recs(1, 0))), lbound(recs), ubound(recs), &
