@@ -122,7 +122,9 @@ module sode
   !> pointer to field `field` (from 1, in the order added) of set `set`
   !> (from 1), with the bounds `lbounds(:)` to `ubounds(:)` it was added
   !> with; a pointer of another type, rank or extent than the field's is
-  !> refused. Valid until the exchange is freed.
+  !> refused. `a` may be declared CONTIGUOUS or not (a model's derived
+  !> types hold plain pointers); what it points to is. Valid until the
+  !> exchange is freed.
   interface sode_shared_field
      module procedure shared_r64_1, shared_r64_2, shared_r64_3, shared_r64_4, shared_r64_5, shared_r64_6, shared_r64_7
      module procedure shared_r32_1, shared_r32_2, shared_r32_3, shared_r32_4, shared_r32_5, shared_r32_6, shared_r32_7
@@ -956,7 +958,7 @@ contains
   subroutine shared_r64_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(1), ubounds(1)
-    real(real64), pointer, contiguous, intent(out) :: a(:)
+    real(real64), pointer, intent(out) :: a(:)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:)
     type(c_ptr) :: p
@@ -972,7 +974,7 @@ contains
   subroutine shared_r64_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
-    real(real64), pointer, contiguous, intent(out) :: a(:, :)
+    real(real64), pointer, intent(out) :: a(:, :)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:, :)
     type(c_ptr) :: p
@@ -988,7 +990,7 @@ contains
   subroutine shared_r64_3(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(3), ubounds(3)
-    real(real64), pointer, contiguous, intent(out) :: a(:, :, :)
+    real(real64), pointer, intent(out) :: a(:, :, :)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:, :, :)
     type(c_ptr) :: p
@@ -1004,7 +1006,7 @@ contains
   subroutine shared_r64_4(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(4), ubounds(4)
-    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    real(real64), pointer, intent(out) :: a(:, :, :, :)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:, :, :, :)
     type(c_ptr) :: p
@@ -1020,7 +1022,7 @@ contains
   subroutine shared_r32_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(1), ubounds(1)
-    real(real32), pointer, contiguous, intent(out) :: a(:)
+    real(real32), pointer, intent(out) :: a(:)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:)
     type(c_ptr) :: p
@@ -1036,7 +1038,7 @@ contains
   subroutine shared_r32_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
-    real(real32), pointer, contiguous, intent(out) :: a(:, :)
+    real(real32), pointer, intent(out) :: a(:, :)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:, :)
     type(c_ptr) :: p
@@ -1052,7 +1054,7 @@ contains
   subroutine shared_r32_3(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(3), ubounds(3)
-    real(real32), pointer, contiguous, intent(out) :: a(:, :, :)
+    real(real32), pointer, intent(out) :: a(:, :, :)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:, :, :)
     type(c_ptr) :: p
@@ -1068,7 +1070,7 @@ contains
   subroutine shared_r32_4(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(4), ubounds(4)
-    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    real(real32), pointer, intent(out) :: a(:, :, :, :)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:, :, :, :)
     type(c_ptr) :: p
@@ -1084,7 +1086,7 @@ contains
   subroutine shared_i32_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(1), ubounds(1)
-    integer(int32), pointer, contiguous, intent(out) :: a(:)
+    integer(int32), pointer, intent(out) :: a(:)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:)
     type(c_ptr) :: p
@@ -1100,7 +1102,7 @@ contains
   subroutine shared_i32_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
-    integer(int32), pointer, contiguous, intent(out) :: a(:, :)
+    integer(int32), pointer, intent(out) :: a(:, :)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:, :)
     type(c_ptr) :: p
@@ -1116,7 +1118,7 @@ contains
   subroutine shared_i32_3(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(3), ubounds(3)
-    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer(int32), pointer, intent(out) :: a(:, :, :)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:, :, :)
     type(c_ptr) :: p
@@ -1132,7 +1134,7 @@ contains
   subroutine shared_i32_4(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(4), ubounds(4)
-    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer(int32), pointer, intent(out) :: a(:, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:, :, :, :)
     type(c_ptr) :: p
@@ -1148,7 +1150,7 @@ contains
   subroutine shared_i64_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(1), ubounds(1)
-    integer(int64), pointer, contiguous, intent(out) :: a(:)
+    integer(int64), pointer, intent(out) :: a(:)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:)
     type(c_ptr) :: p
@@ -1164,7 +1166,7 @@ contains
   subroutine shared_i64_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
-    integer(int64), pointer, contiguous, intent(out) :: a(:, :)
+    integer(int64), pointer, intent(out) :: a(:, :)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:, :)
     type(c_ptr) :: p
@@ -1180,7 +1182,7 @@ contains
   subroutine shared_i64_3(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(3), ubounds(3)
-    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :)
+    integer(int64), pointer, intent(out) :: a(:, :, :)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:, :, :)
     type(c_ptr) :: p
@@ -1196,7 +1198,7 @@ contains
   subroutine shared_i64_4(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(4), ubounds(4)
-    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    integer(int64), pointer, intent(out) :: a(:, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:, :, :, :)
     type(c_ptr) :: p
@@ -1212,7 +1214,7 @@ contains
   subroutine shared_c32_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(1), ubounds(1)
-    complex(real32), pointer, contiguous, intent(out) :: a(:)
+    complex(real32), pointer, intent(out) :: a(:)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:)
     type(c_ptr) :: p
@@ -1228,7 +1230,7 @@ contains
   subroutine shared_c32_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
-    complex(real32), pointer, contiguous, intent(out) :: a(:, :)
+    complex(real32), pointer, intent(out) :: a(:, :)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:, :)
     type(c_ptr) :: p
@@ -1244,7 +1246,7 @@ contains
   subroutine shared_c32_3(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(3), ubounds(3)
-    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :)
+    complex(real32), pointer, intent(out) :: a(:, :, :)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:, :, :)
     type(c_ptr) :: p
@@ -1260,7 +1262,7 @@ contains
   subroutine shared_c32_4(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(4), ubounds(4)
-    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    complex(real32), pointer, intent(out) :: a(:, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:, :, :, :)
     type(c_ptr) :: p
@@ -1276,7 +1278,7 @@ contains
   subroutine shared_c64_1(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(1), ubounds(1)
-    complex(real64), pointer, contiguous, intent(out) :: a(:)
+    complex(real64), pointer, intent(out) :: a(:)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:)
     type(c_ptr) :: p
@@ -1292,7 +1294,7 @@ contains
   subroutine shared_c64_2(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(2), ubounds(2)
-    complex(real64), pointer, contiguous, intent(out) :: a(:, :)
+    complex(real64), pointer, intent(out) :: a(:, :)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:, :)
     type(c_ptr) :: p
@@ -1308,7 +1310,7 @@ contains
   subroutine shared_c64_3(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(3), ubounds(3)
-    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :)
+    complex(real64), pointer, intent(out) :: a(:, :, :)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:, :, :)
     type(c_ptr) :: p
@@ -1324,7 +1326,7 @@ contains
   subroutine shared_c64_4(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(4), ubounds(4)
-    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :)
+    complex(real64), pointer, intent(out) :: a(:, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:, :, :, :)
     type(c_ptr) :: p
@@ -1340,7 +1342,7 @@ contains
   subroutine shared_r64_5(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(5), ubounds(5)
-    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    real(real64), pointer, intent(out) :: a(:, :, :, :, :)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:, :, :, :, :)
     type(c_ptr) :: p
@@ -1356,7 +1358,7 @@ contains
   subroutine shared_r64_6(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(6), ubounds(6)
-    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    real(real64), pointer, intent(out) :: a(:, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1372,7 +1374,7 @@ contains
   subroutine shared_r64_7(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(7), ubounds(7)
-    real(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    real(real64), pointer, intent(out) :: a(:, :, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     real(real64), pointer, contiguous :: t(:, :, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1388,7 +1390,7 @@ contains
   subroutine shared_r32_5(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(5), ubounds(5)
-    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    real(real32), pointer, intent(out) :: a(:, :, :, :, :)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:, :, :, :, :)
     type(c_ptr) :: p
@@ -1404,7 +1406,7 @@ contains
   subroutine shared_r32_6(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(6), ubounds(6)
-    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    real(real32), pointer, intent(out) :: a(:, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1420,7 +1422,7 @@ contains
   subroutine shared_r32_7(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(7), ubounds(7)
-    real(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    real(real32), pointer, intent(out) :: a(:, :, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     real(real32), pointer, contiguous :: t(:, :, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1436,7 +1438,7 @@ contains
   subroutine shared_i32_5(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(5), ubounds(5)
-    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer(int32), pointer, intent(out) :: a(:, :, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:, :, :, :, :)
     type(c_ptr) :: p
@@ -1452,7 +1454,7 @@ contains
   subroutine shared_i32_6(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(6), ubounds(6)
-    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer(int32), pointer, intent(out) :: a(:, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1468,7 +1470,7 @@ contains
   subroutine shared_i32_7(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(7), ubounds(7)
-    integer(int32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer(int32), pointer, intent(out) :: a(:, :, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int32), pointer, contiguous :: t(:, :, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1484,7 +1486,7 @@ contains
   subroutine shared_i64_5(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(5), ubounds(5)
-    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    integer(int64), pointer, intent(out) :: a(:, :, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:, :, :, :, :)
     type(c_ptr) :: p
@@ -1500,7 +1502,7 @@ contains
   subroutine shared_i64_6(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(6), ubounds(6)
-    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    integer(int64), pointer, intent(out) :: a(:, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1516,7 +1518,7 @@ contains
   subroutine shared_i64_7(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(7), ubounds(7)
-    integer(int64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    integer(int64), pointer, intent(out) :: a(:, :, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     integer(int64), pointer, contiguous :: t(:, :, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1532,7 +1534,7 @@ contains
   subroutine shared_c32_5(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(5), ubounds(5)
-    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    complex(real32), pointer, intent(out) :: a(:, :, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:, :, :, :, :)
     type(c_ptr) :: p
@@ -1548,7 +1550,7 @@ contains
   subroutine shared_c32_6(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(6), ubounds(6)
-    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    complex(real32), pointer, intent(out) :: a(:, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1564,7 +1566,7 @@ contains
   subroutine shared_c32_7(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(7), ubounds(7)
-    complex(real32), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    complex(real32), pointer, intent(out) :: a(:, :, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real32), pointer, contiguous :: t(:, :, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1580,7 +1582,7 @@ contains
   subroutine shared_c64_5(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(5), ubounds(5)
-    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :)
+    complex(real64), pointer, intent(out) :: a(:, :, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:, :, :, :, :)
     type(c_ptr) :: p
@@ -1596,7 +1598,7 @@ contains
   subroutine shared_c64_6(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(6), ubounds(6)
-    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :)
+    complex(real64), pointer, intent(out) :: a(:, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:, :, :, :, :, :)
     type(c_ptr) :: p
@@ -1612,7 +1614,7 @@ contains
   subroutine shared_c64_7(x, set, field, lbounds, ubounds, a, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: set, field, lbounds(7), ubounds(7)
-    complex(real64), pointer, contiguous, intent(out) :: a(:, :, :, :, :, :, :)
+    complex(real64), pointer, intent(out) :: a(:, :, :, :, :, :, :)
     integer, intent(out), optional :: ierr
     complex(real64), pointer, contiguous :: t(:, :, :, :, :, :, :)
     type(c_ptr) :: p

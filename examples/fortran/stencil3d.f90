@@ -41,7 +41,9 @@ module stencil3d_run
   real(real64), pointer, contiguous :: us(:, :, :) => null()
   complex(real64), pointer, contiguous :: zs(:, :, :) => null()
   real(real64), allocatable, target :: um(:, :, :)
-  integer(int32), pointer, contiguous :: vs(:, :, :) => null()
+  ! A plain pointer (not declared contiguous), as a model's derived types
+  ! hold their fields: sode_add_field and sode_shared_field take it.
+  integer(int32), pointer :: vs(:, :, :) => null()
   integer(int32), allocatable, target :: vm(:, :, :)
   ! The second pair of arrays (a Runge-Kutta stage), and the pair the
   ! exchange was committed with while the second stands in for it.
