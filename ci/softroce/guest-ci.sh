@@ -3,9 +3,9 @@
 # rxe0, the RDMA test executables given as arguments, the stencil example
 # over RDMA, the C stencil over RDMA with faces packed and in place, the C
 # Runge-Kutta example over RDMA, the C ring's halos and statistics over
-# RDMA, the C coupled-components example over RDMA (three exchanges in flight, waited for in another order on
-# alternate ranks), TCP setup through packet loss,
-# SCALE-LES3 beside MPI, and a quick benchmark.
+# RDMA, the C coupled-components example over RDMA (three exchanges in
+# flight, waited for in another order on alternate ranks), TCP setup
+# through packet loss, SCALE-LES3 beside MPI, and a quick benchmark.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/smoke.sh"
