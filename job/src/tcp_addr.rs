@@ -117,20 +117,15 @@ impl<'a> Wanted<'a> {
                 .filter(usable)
                 .find(|a| a.ip == ip)
                 .map(|a| a.ip),
-            Wanted::Subnet { net, prefix } => {
-                let inside: Vec<&HostAddr> = host
-                    .iter()
-                    .filter(usable)
-                    .filter(|a| in_subnet(a.ip, net, prefix))
-                    .collect();
-                // Loopback only when the subnet is loopback's: a wide
-                // subnet (`0.0.0.0/0`) means the node's network.
-                inside
-                    .iter()
-                    .find(|a| !a.ip.is_loopback())
-                    .or_else(|| inside.first())
-                    .map(|a| a.ip)
-            }
+            // Loopback only when the subnet holds nothing else: a wide
+            // subnet (`0.0.0.0/0`) means the node's network. (The first
+            // of equal keys wins.)
+            Wanted::Subnet { net, prefix } => host
+                .iter()
+                .filter(usable)
+                .filter(|a| in_subnet(a.ip, net, prefix))
+                .min_by_key(|a| a.ip.is_loopback())
+                .map(|a| a.ip),
             Wanted::Interface(name) => {
                 let all: Vec<&HostAddr> = host
                     .iter()
