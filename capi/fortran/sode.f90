@@ -41,6 +41,8 @@ module sode
   !> Timeouts: no deadline, and the job's default (SODE_TIMEOUT, else none).
   real(real64), parameter, public :: SODE_NO_DEADLINE = huge(1d0), SODE_TIMEOUT_DEFAULT = -1d0
   integer, parameter :: F32 = 0, F64 = 1, I32 = 2, I64 = 3, C32 = 4, C64 = 5
+  ! The calls that check a sode_array, as sode_exchange_check_array_f numbers them.
+  integer, parameter :: ROUTINE_START = 0, ROUTINE_LEND = 1, ROUTINE_FIELDS = 2
   !> Element kinds of a field sode keeps (sode_add_shared_field).
   integer, parameter, public :: SODE_REAL32 = F32, SODE_REAL64 = F64, SODE_INT32 = I32, &
        SODE_INT64 = I64, SODE_COMPLEX32 = C32, SODE_COMPLEX64 = C64
@@ -54,6 +56,19 @@ module sode
   type, public :: sode_exchange
      type(c_ptr) :: ptr = c_null_ptr
   end type sode_exchange
+
+  !> An array of the program's given in place of a field's, made by
+  !> sode_array(a): its address, element type and shape, which
+  !> sode_start_arrays, sode_lend_arrays and sode_start_fields check
+  !> against the field's before sode reads or writes it.
+  type, public :: sode_array
+     private
+     type(c_ptr) :: ptr = c_null_ptr
+     integer :: ty = -1
+     integer :: ndims = 0
+     integer(c_int64_t) :: shp(7) = 0
+     logical :: contiguous = .false.
+  end type sode_array
 
   !> What an exchange has done since its commit or sode_reset_stats
   !> (sode_get_stats): iterations completed, seconds in start and in
@@ -104,18 +119,61 @@ module sode
      module procedure add_c64_1, add_c64_2, add_c64_3, add_c64_4, add_c64_5, add_c64_6, add_c64_7
   end interface sode_add_field
 
+  !> An array to exchange in place of a field's (Runge-Kutta stages, double
+  !> buffers), for sode_start_arrays, sode_lend_arrays and
+  !> sode_start_fields: `call sode_start_arrays(x, [sode_array(s1),
+  !> sode_array(s1v)])`. `a` is a real32, real64, int32, int64,
+  !> complex(real32) or complex(real64) array of rank 1 to 7 with the
+  !> TARGET attribute (an assumed-shape dummy too) or a POINTER, as for
+  !> sode_add_field; the call that takes it refuses one of another type,
+  !> rank or shape than its field's, or not contiguous in memory, naming
+  !> the field, before sode reads or writes it.
+  interface sode_array
+     module procedure array_r64_1, array_r64_2, array_r64_3, array_r64_4, array_r64_5, array_r64_6, array_r64_7
+     module procedure array_r32_1, array_r32_2, array_r32_3, array_r32_4, array_r32_5, array_r32_6, array_r32_7
+     module procedure array_i32_1, array_i32_2, array_i32_3, array_i32_4, array_i32_5, array_i32_6, array_i32_7
+     module procedure array_i64_1, array_i64_2, array_i64_3, array_i64_4, array_i64_5, array_i64_6, array_i64_7
+     module procedure array_c32_1, array_c32_2, array_c32_3, array_c32_4, array_c32_5, array_c32_6, array_c32_7
+     module procedure array_c64_1, array_c64_2, array_c64_3, array_c64_4, array_c64_5, array_c64_6, array_c64_7
+  end interface sode_array
+
+  !> Starts the exchange on other arrays than the fields were added with
+  !> (Runge-Kutta stages, double buffers): one per field in the order
+  !> added, each `sode_array(a)` of an array laid out as its field
+  !> (`call sode_start_arrays(x, [sode_array(s1), sode_array(v)])`, where
+  !> field 2 stays on its own array `v`), or `c_loc(a)` (`c_null_ptr` for
+  !> the field's own), which sode cannot check. The wait or test that
+  !> completes the exchange fills the halos of the same arrays; the next
+  !> `sode_start` uses the fields' own arrays again. Where faces travel
+  !> in place over RDMA, a field given an array not lent
+  !> (sode_lend_arrays) has the faces of its messages packed and unpacked
+  !> for that start, as if they were packed.
+  interface sode_start_arrays
+     module procedure start_arrays_given, start_arrays_loc
+  end interface sode_start_arrays
+
+  !> Lends one more set of arrays before sode_commit, one per field in the
+  !> order added, each `sode_array(a)` (or `c_loc(a)`) of an array that
+  !> stays alive until sode_exchange_free: where faces travel in place
+  !> over RDMA, a start on exactly one lent set's arrays
+  !> (sode_start_arrays) travels in place as a start on the arrays added
+  !> does. Lend each Runge-Kutta stage's arrays (ranks may lend different
+  !> numbers of sets).
+  interface sode_lend_arrays
+     module procedure lend_arrays_given, lend_arrays_loc
+  end interface sode_lend_arrays
+
   !> Starts the exchange on the fields `fields` lists only (numbered from 1
   !> in the order added, each once): `call sode_start_fields(x, [1, 3])`,
   !> or on other arrays for them, `call sode_start_fields(x, [2],
-  !> [c_loc(s2)])` (as in sode_start_arrays; `c_null_ptr` for a field's
-  !> own). Each message carries those fields' faces only (on every
+  !> [sode_array(s2)])` (as in sode_start_arrays; `c_loc(s2)` too). Each message carries those fields' faces only (on every
   !> channel), and the wait or test that completes the
   !> exchange fills their halos only; every neighbour must start the same
   !> fields. Faces that travel in place over RDMA are packed for such a
   !> start, through sode's buffers; a start on every field travels in
   !> place again.
   interface sode_start_fields
-     module procedure start_fields, start_fields_arrays
+     module procedure start_fields, start_fields_given, start_fields_arrays
   end interface sode_start_fields
 
   !> A field sode keeps (sode_set_shared_fields): array `a` becomes a
@@ -309,6 +367,14 @@ module sode
        type(c_ptr), intent(in) :: arrays(*)
        integer(c_int) :: rc
      end function c_start_arrays
+     function c_check_array(x, routine, field, ty, ndims, shp, contiguous) &
+          bind(C, name="sode_exchange_check_array_f") result(rc)
+       import :: c_int, c_ptr, c_int64_t
+       type(c_ptr), value :: x
+       integer(c_int), value :: routine, field, ty, ndims, contiguous
+       integer(c_int64_t), intent(in) :: shp(*)
+       integer(c_int) :: rc
+     end function c_check_array
      function c_start_fields(x, n, fields, narrays, arrays) bind(C, name="sode_exchange_start_fields_f") result(rc)
        import :: c_int, c_ptr
        type(c_ptr), value :: x
@@ -1627,6 +1693,354 @@ contains
     a(lbounds(1):, lbounds(2):, lbounds(3):, lbounds(4):, lbounds(5):, lbounds(6):, lbounds(7):) => t
   end subroutine shared_c64_7
 
+  !> A sode_array of elements of `ty`, shape `shp`, without its address
+  !> (which `c_loc` gives only where it is contiguous).
+  function described(ty, shp, contiguous) result(given)
+    integer, intent(in) :: ty, shp(:)
+    logical, intent(in) :: contiguous
+    type(sode_array) :: given
+    given%ty = ty
+    given%ndims = size(shp)
+    given%shp(1:size(shp)) = shp
+    given%contiguous = contiguous
+  end function described
+
+  function array_r64_1(a) result(given)
+    real(real64), pointer, intent(in) :: a(:)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_1
+
+  function array_r64_2(a) result(given)
+    real(real64), pointer, intent(in) :: a(:, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_2
+
+  function array_r64_3(a) result(given)
+    real(real64), pointer, intent(in) :: a(:, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_3
+
+  function array_r64_4(a) result(given)
+    real(real64), pointer, intent(in) :: a(:, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_4
+
+  function array_r64_5(a) result(given)
+    real(real64), pointer, intent(in) :: a(:, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_5
+
+  function array_r64_6(a) result(given)
+    real(real64), pointer, intent(in) :: a(:, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_6
+
+  function array_r64_7(a) result(given)
+    real(real64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r64_7
+
+  function array_r32_1(a) result(given)
+    real(real32), pointer, intent(in) :: a(:)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_1
+
+  function array_r32_2(a) result(given)
+    real(real32), pointer, intent(in) :: a(:, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_2
+
+  function array_r32_3(a) result(given)
+    real(real32), pointer, intent(in) :: a(:, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_3
+
+  function array_r32_4(a) result(given)
+    real(real32), pointer, intent(in) :: a(:, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_4
+
+  function array_r32_5(a) result(given)
+    real(real32), pointer, intent(in) :: a(:, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_5
+
+  function array_r32_6(a) result(given)
+    real(real32), pointer, intent(in) :: a(:, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_6
+
+  function array_r32_7(a) result(given)
+    real(real32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(F32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_r32_7
+
+  function array_i32_1(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_1
+
+  function array_i32_2(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_2
+
+  function array_i32_3(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_3
+
+  function array_i32_4(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_4
+
+  function array_i32_5(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_5
+
+  function array_i32_6(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_6
+
+  function array_i32_7(a) result(given)
+    integer(int32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i32_7
+
+  function array_i64_1(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_1
+
+  function array_i64_2(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_2
+
+  function array_i64_3(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_3
+
+  function array_i64_4(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_4
+
+  function array_i64_5(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_5
+
+  function array_i64_6(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_6
+
+  function array_i64_7(a) result(given)
+    integer(int64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(I64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_i64_7
+
+  function array_c32_1(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_1
+
+  function array_c32_2(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_2
+
+  function array_c32_3(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_3
+
+  function array_c32_4(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_4
+
+  function array_c32_5(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_5
+
+  function array_c32_6(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_6
+
+  function array_c32_7(a) result(given)
+    complex(real32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C32, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c32_7
+
+  function array_c64_1(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_1
+
+  function array_c64_2(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_2
+
+  function array_c64_3(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_3
+
+  function array_c64_4(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_4
+
+  function array_c64_5(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_5
+
+  function array_c64_6(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_6
+
+  function array_c64_7(a) result(given)
+    complex(real64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
+    type(sode_array) :: given
+    if (.not. associated(a)) return
+    given = described(C64, shape(a), is_contiguous(a))
+    if (given%contiguous) given%ptr = c_loc(a)
+  end function array_c64_7
+
   subroutine add_r64_1(x, a, first, last, ierr, halo_lo, halo_hi)
     type(sode_exchange), intent(inout) :: x
     real(real64), pointer, intent(in) :: a(:)
@@ -2110,34 +2524,76 @@ contains
     call finish(c_start(x%ptr), ierr)
   end subroutine sode_start
 
-  !> Starts the exchange on other arrays than the fields were added with
-  !> (Runge-Kutta stages, double buffers): `arrays(f)` is `c_loc` of an
-  !> array laid out as field `f` was added (same kind, shape and bounds;
-  !> TARGET or POINTER), or `c_null_ptr` for the field's own, one per field
-  !> in the order added. The wait or test that completes the exchange
-  !> fills the halos of the same arrays; the next `sode_start` uses the
-  !> fields' own arrays again. Where faces travel in place over RDMA, a
-  !> field given another array has the faces of its messages packed and
-  !> unpacked for that start, as if they were packed.
-  !> Lends one more set of arrays before sode_commit, `c_loc` of each
-  !> field's in the order added (`[c_loc(k1), c_loc(k1v)]`, each `target`
-  !> and alive until sode_free): where faces travel in place over RDMA, a
-  !> start on exactly one lent set's arrays (sode_start_arrays) travels
-  !> in place as a start on the arrays added does. Lend each Runge-Kutta
-  !> stage's arrays (ranks may lend different numbers of sets).
-  subroutine sode_lend_arrays(x, arrays, ierr)
+  !> sode_lend_arrays of `c_loc`s.
+  subroutine lend_arrays_loc(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: arrays(:)
     integer, intent(out), optional :: ierr
     call finish(c_lend_arrays(x%ptr, size(arrays, kind=c_int), arrays), ierr)
-  end subroutine sode_lend_arrays
+  end subroutine lend_arrays_loc
 
-  subroutine sode_start_arrays(x, arrays, ierr)
+  !> sode_lend_arrays of sode_arrays, each checked against its field.
+  subroutine lend_arrays_given(x, arrays, ierr)
+    type(sode_exchange), intent(inout) :: x
+    type(sode_array), intent(in) :: arrays(:)
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: at(size(arrays))
+    integer(c_int) :: rc
+    integer :: k
+    rc = checked(x, ROUTINE_LEND, [(k, k = 1, size(arrays))], arrays, at)
+    if (rc == SODE_OK) rc = c_lend_arrays(x%ptr, size(arrays, kind=c_int), at)
+    call finish(rc, ierr)
+  end subroutine lend_arrays_given
+
+  !> sode_start_arrays of `c_loc`s.
+  subroutine start_arrays_loc(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
     type(c_ptr), intent(in) :: arrays(:)
     integer, intent(out), optional :: ierr
     call finish(c_start_arrays(x%ptr, size(arrays, kind=c_int), arrays), ierr)
-  end subroutine sode_start_arrays
+  end subroutine start_arrays_loc
+
+  !> sode_start_arrays of sode_arrays, each checked against its field.
+  subroutine start_arrays_given(x, arrays, ierr)
+    type(sode_exchange), intent(inout) :: x
+    type(sode_array), intent(in) :: arrays(:)
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: at(size(arrays))
+    integer(c_int) :: rc
+    integer :: k
+    rc = checked(x, ROUTINE_START, [(k, k = 1, size(arrays))], arrays, at)
+    if (rc == SODE_OK) rc = c_start_arrays(x%ptr, size(arrays, kind=c_int), at)
+    call finish(rc, ierr)
+  end subroutine start_arrays_given
+
+  !> The addresses of `arrays` in `at`, once sode has found each of the
+  !> type, rank and shape of field `fields(k)` (from 1) and contiguous;
+  !> the first refusal's status. `routine` names the call in the message.
+  integer(c_int) function checked(x, routine, fields, arrays, at) result(rc)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: routine, fields(:)
+    type(sode_array), intent(in) :: arrays(:)
+    type(c_ptr), intent(out) :: at(:)
+    integer :: k
+    character(len=*), parameter :: names(0:2) = [character(len=17) :: &
+         'sode_start_arrays', 'sode_lend_arrays', 'sode_start_fields']
+    at = c_null_ptr
+    rc = SODE_OK
+    do k = 1, min(size(arrays), size(fields))
+       rc = numbered(trim(names(routine)), 'field', fields(k))
+       if (rc /= SODE_OK) return
+       if (arrays(k)%ty < 0) then
+          rc = c_report_error(int(SODE_ERR_ARG, c_int), trim(names(routine)) // &
+               ': an entry of the list is not an array: a POINTER not associated, or not made by sode_array(a)' &
+               // c_null_char)
+          return
+       end if
+       rc = c_check_array(x%ptr, int(routine, c_int), int(fields(k) - 1, c_int), int(arrays(k)%ty, c_int), &
+            int(arrays(k)%ndims, c_int), arrays(k)%shp, merge(1_c_int, 0_c_int, arrays(k)%contiguous))
+       if (rc /= SODE_OK) return
+       at(k) = arrays(k)%ptr
+    end do
+  end function checked
 
   !> sode_start_fields on the fields' own arrays.
   subroutine start_fields(x, fields, ierr)
@@ -2162,6 +2618,22 @@ contains
     ids = int(fields, c_int)
     call finish(c_start_fields(x%ptr, size(fields, kind=c_int), ids, size(arrays, kind=c_int), arrays), ierr)
   end subroutine start_fields_arrays
+
+  !> sode_start_fields on sode_arrays: `arrays(k)` for field `fields(k)`,
+  !> checked against it.
+  subroutine start_fields_given(x, fields, arrays, ierr)
+    type(sode_exchange), intent(inout) :: x
+    integer, intent(in) :: fields(:)
+    type(sode_array), intent(in) :: arrays(:)
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: ids(size(fields))
+    type(c_ptr) :: at(size(arrays))
+    integer(c_int) :: rc
+    ids = int(fields, c_int)
+    rc = checked(x, ROUTINE_FIELDS, fields, arrays, at)
+    if (rc == SODE_OK) rc = c_start_fields(x%ptr, size(fields, kind=c_int), ids, size(arrays, kind=c_int), at)
+    call finish(rc, ierr)
+  end subroutine start_fields_given
 
   !> Waits for every halo: up to `timeout` seconds (SODE_NO_DEADLINE: as
   !> long as it takes), by default as long as SODE_TIMEOUT says (no

@@ -1209,6 +1209,32 @@ int sode_exchange_start_fields_f(struct sode_exchange *exchange,
                                  void *const *arrays);
 
 /**
+ * The Fortran module's check of an array it gives in place of field
+ * `field` (numbered from 0), before it lends it or starts on it: of
+ * element `type`, `shape[k]` elements along each of `ndims` dimensions
+ * (the field's type and extents as added), contiguous in memory
+ * (`contiguous` not 0). `routine` names the module's call the message
+ * names: 0 `sode_start_arrays`, 1 `sode_lend_arrays`, 2
+ * `sode_start_fields`.
+ *
+ * # Statuses
+ * `SODE_ERR_NULL` (`exchange`, `shape`); `SODE_ERR_ARG` for a field that
+ * does not exist, another element type, rank or extent than the field's,
+ * or an array not contiguous.
+ *
+ * # Safety
+ * `exchange` from `sode_exchange_create_*`, not freed; `shape` holds
+ * `ndims` values.
+ */
+int sode_exchange_check_array_f(struct sode_exchange *exchange,
+                                int routine,
+                                int field,
+                                int type,
+                                int ndims,
+                                const int64_t *shape,
+                                int contiguous);
+
+/**
  * One pass: `*done` is 1 once every halo has arrived and is unpacked
  * (the exchange is then complete), else 0. Polled without completing
  * for `SODE_WAIT_WARN` seconds (60 unless set), it says so on stderr as

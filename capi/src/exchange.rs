@@ -61,6 +61,15 @@ fn fortran_type(ty: ElemType) -> String {
     }
 }
 
+/// What a Fortran program gave for a field, as its messages name it.
+#[derive(Debug, Clone, Copy)]
+enum Given {
+    /// A pointer for sode to point at a field it keeps.
+    Pointer,
+    /// An array of its own to exchange instead of the field's.
+    Array,
+}
+
 /// The fields as the pattern packs them: each started field from the
 /// array given for this start, or its own.
 struct Arrays<'a>(&'a mut [Field]);
@@ -1205,36 +1214,87 @@ impl Exchange {
         shape: &[usize],
     ) -> Result<*mut u8> {
         let op = "sode_exchange_shared_field";
-        let counting = self.counting;
-        if let Some(spec) = self.fields.get(field).map(|f| &f.spec) {
-            let name = counting.field(field);
-            let why = if spec.ty != ty {
-                Some(format!(
-                    "{name} holds {}, the pointer given points to {}",
-                    fortran_type(spec.ty),
-                    fortran_type(ty)
-                ))
-            } else if shape.len() != spec.extents.len() {
-                Some(format!(
-                    "{name} has {} dimensions, the pointer given {}",
-                    spec.extents.len(),
-                    shape.len()
-                ))
-            } else {
-                (0..shape.len()).find(|&a| shape[a] != spec.extents[a]).map(|a| {
-                    format!(
-                        "{name}, {}: the bounds given hold {} elements, the field {}: give the bounds it was added with",
-                        counting.axis(a),
-                        shape[a],
-                        spec.extents[a]
-                    )
-                })
-            };
-            if let Some(why) = why {
-                return Err(CapiError::Invalid { op, why });
-            }
+        if let Some(why) = self.unlike_field(field, ty, shape, Given::Pointer) {
+            return Err(CapiError::Invalid { op, why });
         }
         self.shared_field(set, field)
+    }
+
+    /// Checks an array a Fortran program gives for field `field` (its
+    /// `sode_array`) before `op` reads or writes it: of the field's element
+    /// type, with `shape` (the field's extents as added), and contiguous.
+    pub fn check_array_for(
+        &self,
+        op: &'static str,
+        field: usize,
+        ty: ElemType,
+        shape: &[usize],
+        contiguous: bool,
+    ) -> Result<()> {
+        let name = self.counting.field(field);
+        let why = if field >= self.fields.len() {
+            Some(format!(
+                "there is no {name} (fields added: {})",
+                self.fields.len()
+            ))
+        } else if !contiguous {
+            Some(format!(
+                "the array given for {name} is not contiguous in memory (a section such as u(1:n:2, :) or u(2:5, :) of a larger array, or a pointer to one): give the whole array"
+            ))
+        } else {
+            self.unlike_field(field, ty, shape, Given::Array)
+        };
+        why.map_or(Ok(()), |why| Err(CapiError::Invalid { op, why }))
+    }
+
+    /// How memory of elements `ty` and `shape` given for field `field`
+    /// differs from the field as added, if it does (and the field exists).
+    fn unlike_field(
+        &self,
+        field: usize,
+        ty: ElemType,
+        shape: &[usize],
+        given: Given,
+    ) -> Option<String> {
+        let counting = self.counting;
+        let spec = &self.fields.get(field)?.spec;
+        let name = counting.field(field);
+        // What the message calls the memory given, and how to fix it.
+        let (holding, noun, extent, fix) = match given {
+            Given::Pointer => (
+                "the pointer given points to",
+                "the pointer given",
+                "the bounds given hold",
+                "give the bounds it was added with",
+            ),
+            Given::Array => (
+                "the array given holds",
+                "the array given",
+                "the array given has",
+                "give an array of the shape the field was added with",
+            ),
+        };
+        if spec.ty != ty {
+            return Some(format!(
+                "{name} holds {}, {holding} {}",
+                fortran_type(spec.ty),
+                fortran_type(ty)
+            ));
+        }
+        if shape.len() != spec.extents.len() {
+            return Some(format!(
+                "{name} has {} dimensions, {noun} {}",
+                spec.extents.len(),
+                shape.len()
+            ));
+        }
+        let a = (0..shape.len()).find(|&a| shape[a] != spec.extents[a])?;
+        Some(format!(
+            "{name}, {}: {extent} {} elements, the field {}: {fix}",
+            counting.axis(a),
+            shape[a],
+            spec.extents[a]
+        ))
     }
 
     /// The address of field `field` of shared set `set` (laid out as the

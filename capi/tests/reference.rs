@@ -265,6 +265,22 @@ fn c_calls(module: &str) -> Words {
     calls
 }
 
+/// Whether generic interface `name` of the module gathers functions (its
+/// first procedure is one), which are called in expressions, not with `call`.
+fn generic_function(module: &str, name: &str) -> bool {
+    let first = module
+        .split(&format!("interface {name}\n"))
+        .nth(1)
+        .and_then(|rest| rest.trim_start().strip_prefix("module procedure "))
+        .and_then(|list| list.split([',', '\n']).next())
+        .map(|p| p.trim().to_string());
+    first.is_some_and(|p| {
+        module
+            .lines()
+            .any(|l| l.trim().starts_with(&format!("function {p}(")))
+    })
+}
+
 /// The module's public procedures and interfaces, each with its `!>`
 /// comment.
 fn fortran_reference(module: &str) -> String {
@@ -303,7 +319,9 @@ fn fortran_reference(module: &str) -> String {
         match head {
             Some(h) if h.starts_with("sode_") && (contains || t.starts_with("interface")) => {
                 let name = h.split(['(', ' ']).next().unwrap_or(h);
-                let signature = if t.starts_with("interface") {
+                let signature = if t.starts_with("interface") && generic_function(module, name) {
+                    format!("generic function: {name}(...)")
+                } else if t.starts_with("interface") {
                     format!("generic: call {name}(...)")
                 } else {
                     t.to_string()

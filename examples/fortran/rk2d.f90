@@ -12,10 +12,10 @@
 !   u  = 1/3 u + 2/3 (s2 + dt L(s2))
 ! Each L needs the halo of its own stage array: the exchange is committed
 ! once, on u with s1 and s2 lent (sode_lend_arrays), and started on u, s1
-! and s2 in turn.
+! and s2 in turn, each given as sode_array(a): checked against the field,
+! which arrays of another kind, shape or layout are not.
 program rk2d
-  use, intrinsic :: iso_c_binding, only: c_loc
-  use, intrinsic :: iso_fortran_env, only: real64, int64, error_unit, output_unit
+  use, intrinsic :: iso_fortran_env, only: real32, real64, int64, error_unit, output_unit
   use mpi_f08
   use sode_f08
   implicit none
@@ -29,6 +29,8 @@ program rk2d
   integer(int64) :: staged
   real(real64), allocatable, target :: u(:, :), s1(:, :), s2(:, :)
   real(real64), allocatable :: lu(:, :), g(:, :), g1(:, :), g2(:, :), gl(:, :)
+  real(real64), allocatable, target :: wider(:, :)
+  real(real32), allocatable, target :: single(:, :)
 
   call mpi_init(ierr)
   call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
@@ -55,8 +57,8 @@ program rk2d
   call sode_add_field(x, u, first=[1, 1], last=own)
   ! The stage arrays lent too: over RDMA their faces then travel in place
   ! as u's do (a start on an array not lent goes through sode's buffers).
-  call sode_lend_arrays(x, [c_loc(s1)])
-  call sode_lend_arrays(x, [c_loc(s2)])
+  call sode_lend_arrays(x, [sode_array(s1)])
+  call sode_lend_arrays(x, [sode_array(s2)])
   call sode_commit(x)
   ! A misuse is told in the module's names, not the C library's.
   call sode_add_field(x, s1, first=[1, 1], last=own, ierr=ierr)
@@ -65,6 +67,16 @@ program rk2d
      write (error_unit, '(2a)') 'rk2d: a field after commit gave: ', sode_last_error()
      call mpi_abort(MPI_COMM_WORLD, 1, ierr)
   end if
+  ! Arrays unlike the field are refused before sode touches them, naming
+  ! the field and what differs; nothing starts.
+  allocate (single(0:own(1) + 1, 0:own(2) + 1), wider(0:own(1) + 2, 0:own(2) + 1))
+  call refused('a real32 array', 'field 1 holds real64, the array given holds real32', [sode_array(single)])
+  call refused('a wider array', 'field 1, dimension 1: the array given has', [sode_array(wider)])
+  call refused('a strided section', 'the array given for field 1 is not contiguous', [sode_array(s1(::2, :))])
+  call sode_start_fields(x, [2], [sode_array(s1)], ierr)
+  call expect(ierr, 'a field that does not exist', 'there is no field 2 (fields added: 1)')
+  call sode_lend_arrays(x, [sode_array(single)], ierr)
+  call expect(ierr, 'lending a real32 array', 'sode_lend_arrays: field 1 holds real64')
 
   do step = 1, STEPS
      call halo(u)
@@ -128,10 +140,30 @@ contains
 
   !> Fills the halo of `a` (u or a stage array) through the one exchange.
   subroutine halo(a)
-    real(real64), intent(inout), target, contiguous :: a(:, :)
-    call sode_start_arrays(x, [c_loc(a)])
+    real(real64), intent(inout), target :: a(:, :)
+    call sode_start_arrays(x, [sode_array(a)])
     call sode_wait(x)
   end subroutine halo
+
+  !> sode_start_arrays on `arrays` must fail with SODE_ERR_ARG and say `why`.
+  subroutine refused(what, why, arrays)
+    character(len=*), intent(in) :: what, why
+    type(sode_array), intent(in) :: arrays(:)
+    integer :: rc
+    call sode_start_arrays(x, arrays, rc)
+    call expect(rc, what, 'sode_start_arrays: ' // why)
+  end subroutine refused
+
+  !> A refusal `rc` of `what` must be SODE_ERR_ARG with a message holding `why`.
+  subroutine expect(rc, what, why)
+    integer, intent(in) :: rc
+    character(len=*), intent(in) :: what, why
+    integer :: e
+    if (rc == SODE_ERR_ARG .and. index(sode_last_error(), why) > 0) return
+    write (error_unit, '(5a, i0, 2a)') 'rk2d: ', what, ' should be refused with "', why, '"; got status ', &
+         rc, ': ', sode_last_error()
+    call mpi_abort(MPI_COMM_WORLD, 1, e)
+  end subroutine expect
 
   !> The halo of the whole grid: the periodic copy of its edges.
   subroutine wrap(a)

@@ -2461,6 +2461,52 @@ pub unsafe extern "C" fn sode_exchange_start_fields_f(
     unsafe { start_fields(op, 1, exchange, nfields, fields, arrays) }
 }
 
+/// The Fortran module's check of an array it gives in place of field
+/// `field` (numbered from 0), before it lends it or starts on it: of
+/// element `type`, `shape[k]` elements along each of `ndims` dimensions
+/// (the field's type and extents as added), contiguous in memory
+/// (`contiguous` not 0). `routine` names the module's call the message
+/// names: 0 `sode_start_arrays`, 1 `sode_lend_arrays`, 2
+/// `sode_start_fields`.
+///
+/// # Statuses
+/// `SODE_ERR_NULL` (`exchange`, `shape`); `SODE_ERR_ARG` for a field that
+/// does not exist, another element type, rank or extent than the field's,
+/// or an array not contiguous.
+///
+/// # Safety
+/// `exchange` from `sode_exchange_create_*`, not freed; `shape` holds
+/// `ndims` values.
+#[no_mangle]
+pub unsafe extern "C" fn sode_exchange_check_array_f(
+    exchange: *mut ExchangeHandle,
+    routine: c_int,
+    field: c_int,
+    r#type: c_int,
+    ndims: c_int,
+    shape: *const i64,
+    contiguous: c_int,
+) -> c_int {
+    let op = match routine {
+        0 => "sode_start_arrays",
+        1 => "sode_lend_arrays",
+        _ => "sode_start_fields",
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        with_exchange(op, exchange, |x| {
+            let field = field_number(op, field)?;
+            let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
+                op,
+                why: format!("element type {type}", type = r#type),
+            })?;
+            let d = sizes(op, "ndims", &[ndims])?[0].min(8);
+            let shape = sizes(op, "shape", &crate::sys::array(op, "shape", shape, d)?)?;
+            x.check_array_for(op, field, ty, &shape, contiguous != 0)
+        })
+    }
+}
+
 /// `sode_exchange_start_fields` with the fields numbered from `first`.
 ///
 /// # Safety
