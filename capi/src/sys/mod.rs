@@ -2193,6 +2193,30 @@ fn set_and_field(op: &'static str, set: c_int, field: c_int) -> Result<(usize, u
     Ok((set, field_number(op, field)?))
 }
 
+/// The element type and extents the Fortran module gives for memory of
+/// its own (a pointer's or an array's): `type`'s code, and `ndims` values
+/// of `shape`.
+///
+/// # Safety
+/// `shape` holds `ndims` values.
+unsafe fn fortran_memory(
+    op: &'static str,
+    r#type: c_int,
+    ndims: c_int,
+    shape: *const i64,
+) -> Result<(ElemType, Vec<usize>)> {
+    let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
+        op,
+        why: format!("element type {type}", type = r#type),
+    })?;
+    let d = sizes(op, "ndims", &[ndims])?[0].min(8);
+    // SAFETY: the caller's contract.
+    let shape = sizes(op, "shape", &unsafe {
+        crate::sys::array(op, "shape", shape, d)
+    }?)?;
+    Ok((ty, shape))
+}
+
 /// The Fortran module's `sode_shared_field`: as
 /// `sode_exchange_shared_field`, for a pointer to elements of `type` over
 /// `shape[k]` elements along each of `ndims` dimensions, which must be the
@@ -2221,12 +2245,7 @@ pub unsafe extern "C" fn sode_exchange_shared_field_f(
         with_exchange(op, exchange, |x| {
             let out = handle(op, "array", array)?;
             let (set, field) = set_and_field(op, set, field)?;
-            let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
-                op,
-                why: format!("element type {type}", type = r#type),
-            })?;
-            let d = sizes(op, "ndims", &[ndims])?[0].min(8);
-            let shape = sizes(op, "shape", &crate::sys::array(op, "shape", shape, d)?)?;
+            let (ty, shape) = fortran_memory(op, r#type, ndims, shape)?;
             *out = x.shared_field_as(set, field, ty, &shape)?.cast::<c_void>();
             Ok(())
         })
@@ -2496,12 +2515,7 @@ pub unsafe extern "C" fn sode_exchange_check_array_f(
     unsafe {
         with_exchange(op, exchange, |x| {
             let field = field_number(op, field)?;
-            let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
-                op,
-                why: format!("element type {type}", type = r#type),
-            })?;
-            let d = sizes(op, "ndims", &[ndims])?[0].min(8);
-            let shape = sizes(op, "shape", &crate::sys::array(op, "shape", shape, d)?)?;
+            let (ty, shape) = fortran_memory(op, r#type, ndims, shape)?;
             x.check_array_for(op, field, ty, &shape, contiguous != 0)
         })
     }
