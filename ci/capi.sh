@@ -214,6 +214,18 @@ done
 echo "-- mpirun -n 3 tiles over TCP"
 timeout 120 "${mpirun[@]}" -n 3 -x SODE_TRANSPORT=tcp "$fbuild/tiles"
 
+echo "-- the C++ example, from the installed CMake package in a project of C++ alone"
+cxxbuild=target/capi-examples-cxx
+rm -rf "$cxxbuild"
+cmake -S examples/cxx -B "$cxxbuild" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$cxxbuild" -j 2 >/dev/null
+for n in 1 2 4; do
+  echo "-- mpirun -n $n heat2d (C++: two fields in swapped std::vector buffers, one exchange)"
+  timeout 120 "${mpirun[@]}" -n "$n" "$cxxbuild/heat2d"
+done
+echo "-- mpirun -n 3 heat2d over TCP"
+timeout 120 "${mpirun[@]}" -n 3 -x SODE_TRANSPORT=tcp "$cxxbuild/heat2d"
+
 # Users look for their own memory errors with valgrind, which does not pass
 # pidfd_open through (3.19): the shared-memory channel then holds its peers
 # through /proc, and memcheck must report nothing whose stack passes

@@ -3,9 +3,10 @@
 # rxe0, the RDMA test executables given as arguments, the stencil example
 # over RDMA, the C stencil over RDMA with faces packed and in place, the C
 # Runge-Kutta example over RDMA, the C ring's halos and statistics over
-# RDMA, the C coupled-components example over RDMA (three exchanges in
-# flight, waited for in another order on alternate ranks), TCP setup
-# through packet loss, SCALE-LES3 beside MPI, and a quick benchmark.
+# RDMA, the C++ example over RDMA, the C coupled-components example over
+# RDMA (three exchanges in flight, waited for in another order on
+# alternate ranks), TCP setup through packet loss, SCALE-LES3 beside MPI,
+# and a quick benchmark.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bash "$here/smoke.sh"
@@ -19,6 +20,9 @@ bash "$here/rk-rdma.sh"
 echo "== the C ring and line over RDMA on 2 ranks: every halo cell, and the statistics (one neighbour per rank, both directions together)"
 timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n 2 \
   -x SODE_TRANSPORT=rdma "$here/../../target/capi-examples/ring1d"
+echo "== the C++ example over RDMA on 2 ranks, faces in place: two fields of two types in swapped buffers, the second lent (no start staged)"
+timeout 600 mpirun --allow-run-as-root --oversubscribe --mca btl self,vader -n 2 \
+  -x SODE_TRANSPORT=rdma -x SODE_ZERO_COPY=always "$here/../../target/capi-examples-cxx/heat2d"
 echo "== the C coupled components over RDMA: a rank's three exchanges in flight together, waited for in another order on alternate ranks"
 bash "$here/coupled-rdma.sh"
 echo "== TCP setup through 10 % packet loss"
