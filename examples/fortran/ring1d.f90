@@ -137,7 +137,10 @@ contains
        end do
        v(1) = mark(it)
        v(own + 1) = mark(it)
-       if (alone) then
+       if (alone .and. mod(rank, 2) == 0) then
+          ! Each rank gives its arrays its own way: checked, or as an address.
+          call sode_start_fields(x, [2], [sode_array(r)])
+       else if (alone) then
           call sode_start_fields(x, [2], [c_loc(r)])
        else if (shallow) then
           ! One layer of the int64 field's two, and no other field.

@@ -31,6 +31,7 @@ program rk2d
   real(real64), allocatable :: lu(:, :), g(:, :), g1(:, :), g2(:, :), gl(:, :)
   real(real64), allocatable, target :: wider(:, :)
   real(real32), allocatable, target :: single(:, :)
+  real(real64), pointer :: nothing(:, :) => null()
 
   call mpi_init(ierr)
   call mpi_comm_size(MPI_COMM_WORLD, nranks, ierr)
@@ -73,6 +74,8 @@ program rk2d
   call refused('a real32 array', 'field 1 holds real64, the array given holds real32', [sode_array(single)])
   call refused('a wider array', 'field 1, dimension 1: the array given has', [sode_array(wider)])
   call refused('a strided section', 'the array given for field 1 is not contiguous', [sode_array(s1(::2, :))])
+  call refused('a pointer not associated', 'an entry of the list is not an array: a POINTER not associated', &
+       [sode_array(nothing)])
   call sode_start_fields(x, [2], [sode_array(s1)], ierr)
   call expect(ierr, 'a field that does not exist', 'there is no field 2 (fields added: 1)')
   call sode_lend_arrays(x, [sode_array(single)], ierr)
