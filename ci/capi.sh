@@ -305,22 +305,25 @@ echo "ok: libsode.so $so_mb MiB, libsode.a $a_mb MiB, debug info in lib/.debug"
 # A project that finds another MPI than sode's is stopped at configure
 # time, not by a crash in MPI_Comm_dup (needs MPICH beside Open MPI).
 if command -v mpicc.mpich >/dev/null; then
-  echo "-- the CMake package refuses an MPI other than its own"
-  set +e
-  # Not ci/mpich.sh's build directory, whose cache would configure.
-  refused=$build-refused
-  rm -rf "$refused"
-  mismatch=$(cmake -S examples/c -B "$refused" -DCMAKE_PREFIX_PATH="$prefix" \
-    -DMPI_C_COMPILER="$(command -v mpicc.mpich)" 2>&1)
-  mismatch_status=$?
-  set -e
-  rm -rf "$refused"
-  if [ "$mismatch_status" -eq 0 ] || ! grep -q "sode was built with" <<<"$mismatch"; then
-    echo "$mismatch" | tail -20
-    echo "error: a project with MPICH configured against a sode built with Open MPI" >&2
-    exit 1
-  fi
-  echo "ok: $(grep -m1 -o "sode was built with [^(]*" <<<"$mismatch")... refused, by name"
+  for project in c:C:mpicc.mpich cxx:CXX:mpicxx.mpich; do
+    IFS=: read -r dir lang wrapper <<<"$project"
+    echo "-- the CMake package refuses an MPI other than its own (examples/$dir, MPI_${lang}_COMPILER=$wrapper)"
+    set +e
+    # Not ci/mpich.sh's build directory, whose cache would configure.
+    refused=$build-refused
+    rm -rf "$refused"
+    mismatch=$(cmake -S "examples/$dir" -B "$refused" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DMPI_${lang}_COMPILER="$(command -v "$wrapper")" 2>&1)
+    mismatch_status=$?
+    set -e
+    rm -rf "$refused"
+    if [ "$mismatch_status" -eq 0 ] || ! grep -q "sode was built with" <<<"$mismatch"; then
+      echo "$mismatch" | tail -20
+      echo "error: a project of $lang with MPICH configured against a sode built with Open MPI" >&2
+      exit 1
+    fi
+    echo "ok: $(grep -m1 -o "sode was built with [^(]*" <<<"$mismatch")... refused, by name"
+  done
 fi
 
 echo "-- communicators from the environment beside MPI (Open MPI's PMIx server)"
