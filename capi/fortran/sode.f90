@@ -166,12 +166,12 @@ module sode
   !> Starts the exchange on the fields `fields` lists only (numbered from 1
   !> in the order added, each once): `call sode_start_fields(x, [1, 3])`,
   !> or on other arrays for them, `call sode_start_fields(x, [2],
-  !> [sode_array(s2)])` (as in sode_start_arrays; `c_loc(s2)` too). Each message carries those fields' faces only (on every
-  !> channel), and the wait or test that completes the
-  !> exchange fills their halos only; every neighbour must start the same
-  !> fields. Faces that travel in place over RDMA are packed for such a
-  !> start, through sode's buffers; a start on every field travels in
-  !> place again.
+  !> [sode_array(s2)])` (as in sode_start_arrays; `c_loc(s2)` too). Each
+  !> message carries those fields' faces only (on every channel), and the
+  !> wait or test that completes the exchange fills their halos only;
+  !> every neighbour must start the same fields. Faces that travel in
+  !> place over RDMA are packed for such a start, through sode's buffers;
+  !> a start on every field travels in place again.
   interface sode_start_fields
      module procedure start_fields, start_fields_given, start_fields_arrays
   end interface sode_start_fields
