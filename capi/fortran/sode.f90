@@ -57,18 +57,18 @@ module sode
      type(c_ptr) :: ptr = c_null_ptr
   end type sode_exchange
 
-  !> An array of the program's given in place of a field's, made by
-  !> sode_array(a): its address, element type and shape, which
+  !> What sode_array(a) makes of an array given in place of a field's: its
+  !> address, element type and shape (not a copy of it), which
   !> sode_start_arrays, sode_lend_arrays and sode_start_fields check
   !> against the field's before sode reads or writes it.
-  type, public :: sode_array
+  type, public :: sode_array_ref
      private
      type(c_ptr) :: ptr = c_null_ptr
      integer :: ty = -1
      integer :: ndims = 0
      integer(c_int64_t) :: shp(7) = 0
      logical :: contiguous = .false.
-  end type sode_array
+  end type sode_array_ref
 
   !> What an exchange has done since its commit or sode_reset_stats
   !> (sode_get_stats): iterations completed, seconds in start and in
@@ -96,7 +96,7 @@ module sode
   public :: sode_exchange_create, sode_add_send, sode_add_recv
   public :: sode_add_field, sode_add_field_bytes
   public :: sode_commit, sode_start, sode_start_arrays, sode_start_fields, sode_wait, sode_test
-  public :: sode_lend_arrays, sode_get_staged_starts
+  public :: sode_lend_arrays, sode_get_staged_starts, sode_array
   public :: sode_set_transport, sode_set_zero_copy, sode_set_overlap, sode_set_memory_kind, sode_describe
   public :: sode_set_depth
   public :: sode_set_shared_fields, sode_add_shared_field, sode_shared_field, sode_start_set
@@ -1698,7 +1698,7 @@ contains
   function described(ty, shp, contiguous) result(given)
     integer, intent(in) :: ty, shp(:)
     logical, intent(in) :: contiguous
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     given%ty = ty
     given%ndims = size(shp)
     given%shp(1:size(shp)) = shp
@@ -1707,7 +1707,7 @@ contains
 
   function array_r64_1(a) result(given)
     real(real64), pointer, intent(in) :: a(:)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1715,7 +1715,7 @@ contains
 
   function array_r64_2(a) result(given)
     real(real64), pointer, intent(in) :: a(:, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1723,7 +1723,7 @@ contains
 
   function array_r64_3(a) result(given)
     real(real64), pointer, intent(in) :: a(:, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1731,7 +1731,7 @@ contains
 
   function array_r64_4(a) result(given)
     real(real64), pointer, intent(in) :: a(:, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1739,7 +1739,7 @@ contains
 
   function array_r64_5(a) result(given)
     real(real64), pointer, intent(in) :: a(:, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1747,7 +1747,7 @@ contains
 
   function array_r64_6(a) result(given)
     real(real64), pointer, intent(in) :: a(:, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1755,7 +1755,7 @@ contains
 
   function array_r64_7(a) result(given)
     real(real64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1763,7 +1763,7 @@ contains
 
   function array_r32_1(a) result(given)
     real(real32), pointer, intent(in) :: a(:)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1771,7 +1771,7 @@ contains
 
   function array_r32_2(a) result(given)
     real(real32), pointer, intent(in) :: a(:, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1779,7 +1779,7 @@ contains
 
   function array_r32_3(a) result(given)
     real(real32), pointer, intent(in) :: a(:, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1787,7 +1787,7 @@ contains
 
   function array_r32_4(a) result(given)
     real(real32), pointer, intent(in) :: a(:, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1795,7 +1795,7 @@ contains
 
   function array_r32_5(a) result(given)
     real(real32), pointer, intent(in) :: a(:, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1803,7 +1803,7 @@ contains
 
   function array_r32_6(a) result(given)
     real(real32), pointer, intent(in) :: a(:, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1811,7 +1811,7 @@ contains
 
   function array_r32_7(a) result(given)
     real(real32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(F32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1819,7 +1819,7 @@ contains
 
   function array_i32_1(a) result(given)
     integer(int32), pointer, intent(in) :: a(:)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1827,7 +1827,7 @@ contains
 
   function array_i32_2(a) result(given)
     integer(int32), pointer, intent(in) :: a(:, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1835,7 +1835,7 @@ contains
 
   function array_i32_3(a) result(given)
     integer(int32), pointer, intent(in) :: a(:, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1843,7 +1843,7 @@ contains
 
   function array_i32_4(a) result(given)
     integer(int32), pointer, intent(in) :: a(:, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1851,7 +1851,7 @@ contains
 
   function array_i32_5(a) result(given)
     integer(int32), pointer, intent(in) :: a(:, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1859,7 +1859,7 @@ contains
 
   function array_i32_6(a) result(given)
     integer(int32), pointer, intent(in) :: a(:, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1867,7 +1867,7 @@ contains
 
   function array_i32_7(a) result(given)
     integer(int32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1875,7 +1875,7 @@ contains
 
   function array_i64_1(a) result(given)
     integer(int64), pointer, intent(in) :: a(:)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1883,7 +1883,7 @@ contains
 
   function array_i64_2(a) result(given)
     integer(int64), pointer, intent(in) :: a(:, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1891,7 +1891,7 @@ contains
 
   function array_i64_3(a) result(given)
     integer(int64), pointer, intent(in) :: a(:, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1899,7 +1899,7 @@ contains
 
   function array_i64_4(a) result(given)
     integer(int64), pointer, intent(in) :: a(:, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1907,7 +1907,7 @@ contains
 
   function array_i64_5(a) result(given)
     integer(int64), pointer, intent(in) :: a(:, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1915,7 +1915,7 @@ contains
 
   function array_i64_6(a) result(given)
     integer(int64), pointer, intent(in) :: a(:, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1923,7 +1923,7 @@ contains
 
   function array_i64_7(a) result(given)
     integer(int64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(I64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1931,7 +1931,7 @@ contains
 
   function array_c32_1(a) result(given)
     complex(real32), pointer, intent(in) :: a(:)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1939,7 +1939,7 @@ contains
 
   function array_c32_2(a) result(given)
     complex(real32), pointer, intent(in) :: a(:, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1947,7 +1947,7 @@ contains
 
   function array_c32_3(a) result(given)
     complex(real32), pointer, intent(in) :: a(:, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1955,7 +1955,7 @@ contains
 
   function array_c32_4(a) result(given)
     complex(real32), pointer, intent(in) :: a(:, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1963,7 +1963,7 @@ contains
 
   function array_c32_5(a) result(given)
     complex(real32), pointer, intent(in) :: a(:, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1971,7 +1971,7 @@ contains
 
   function array_c32_6(a) result(given)
     complex(real32), pointer, intent(in) :: a(:, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1979,7 +1979,7 @@ contains
 
   function array_c32_7(a) result(given)
     complex(real32), pointer, intent(in) :: a(:, :, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C32, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1987,7 +1987,7 @@ contains
 
   function array_c64_1(a) result(given)
     complex(real64), pointer, intent(in) :: a(:)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -1995,7 +1995,7 @@ contains
 
   function array_c64_2(a) result(given)
     complex(real64), pointer, intent(in) :: a(:, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -2003,7 +2003,7 @@ contains
 
   function array_c64_3(a) result(given)
     complex(real64), pointer, intent(in) :: a(:, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -2011,7 +2011,7 @@ contains
 
   function array_c64_4(a) result(given)
     complex(real64), pointer, intent(in) :: a(:, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -2019,7 +2019,7 @@ contains
 
   function array_c64_5(a) result(given)
     complex(real64), pointer, intent(in) :: a(:, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -2027,7 +2027,7 @@ contains
 
   function array_c64_6(a) result(given)
     complex(real64), pointer, intent(in) :: a(:, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -2035,7 +2035,7 @@ contains
 
   function array_c64_7(a) result(given)
     complex(real64), pointer, intent(in) :: a(:, :, :, :, :, :, :)
-    type(sode_array) :: given
+    type(sode_array_ref) :: given
     if (.not. associated(a)) return
     given = described(C64, shape(a), is_contiguous(a))
     if (given%contiguous) given%ptr = c_loc(a)
@@ -2535,7 +2535,7 @@ contains
   !> sode_lend_arrays of sode_arrays, each checked against its field.
   subroutine lend_arrays_given(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
-    type(sode_array), intent(in) :: arrays(:)
+    type(sode_array_ref), intent(in) :: arrays(:)
     integer, intent(out), optional :: ierr
     type(c_ptr) :: at(size(arrays))
     integer(c_int) :: rc
@@ -2556,7 +2556,7 @@ contains
   !> sode_start_arrays of sode_arrays, each checked against its field.
   subroutine start_arrays_given(x, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
-    type(sode_array), intent(in) :: arrays(:)
+    type(sode_array_ref), intent(in) :: arrays(:)
     integer, intent(out), optional :: ierr
     type(c_ptr) :: at(size(arrays))
     integer(c_int) :: rc
@@ -2572,7 +2572,7 @@ contains
   integer(c_int) function checked(x, routine, fields, arrays, at) result(rc)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: routine, fields(:)
-    type(sode_array), intent(in) :: arrays(:)
+    type(sode_array_ref), intent(in) :: arrays(:)
     type(c_ptr), intent(out) :: at(:)
     integer :: k
     character(len=*), parameter :: names(0:2) = [character(len=17) :: &
@@ -2624,7 +2624,7 @@ contains
   subroutine start_fields_given(x, fields, arrays, ierr)
     type(sode_exchange), intent(inout) :: x
     integer, intent(in) :: fields(:)
-    type(sode_array), intent(in) :: arrays(:)
+    type(sode_array_ref), intent(in) :: arrays(:)
     integer, intent(out), optional :: ierr
     integer(c_int) :: ids(size(fields))
     type(c_ptr) :: at(size(arrays))

@@ -151,7 +151,7 @@ contains
   !> sode_start_arrays on `arrays` must fail with SODE_ERR_ARG and say `why`.
   subroutine refused(what, why, arrays)
     character(len=*), intent(in) :: what, why
-    type(sode_array), intent(in) :: arrays(:)
+    type(sode_array_ref), intent(in) :: arrays(:)
     integer :: rc
     call sode_start_arrays(x, arrays, rc)
     call expect(rc, what, 'sode_start_arrays: ' // why)
