@@ -264,20 +264,22 @@ echo "ok: sode's message, then MPI_Abort with sode's status ($fatal_status); ran
 # The README's pkg-config lines, exactly as written there: sode_mpi.pc
 # carries the MPI sode was built with (plain cc finds mpi.h) and the
 # rpath (the program starts without LD_LIBRARY_PATH).
-echo "-- the C and Fortran programs built with pkg-config (sode_mpi.pc, sode_fortran.pc)"
+echo "-- the C, C++ and Fortran programs built with pkg-config (sode_mpi.pc, sode_fortran.pc)"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 (
   cd "$build"
   cp ../../examples/c/stencil2d.c app.c
   cp ../../examples/fortran/stencil3d.f90 app.f90
+  cp ../../examples/cxx/heat2d.cpp app.cpp
   # shellcheck disable=SC2046
   {
     cc app.c -o app-cc $(pkg-config --cflags --libs sode_mpi)
     mpicc app.c -o app-mpicc $(pkg-config --cflags --libs sode_mpi)
+    mpicxx app.cpp -o app-cxx $(pkg-config --cflags --libs sode_mpi)
     mpifort app.f90 -o app-fortran $(pkg-config --cflags --libs sode_fortran)
   }
 )
-for app in app-cc app-mpicc app-fortran; do
+for app in app-cc app-mpicc app-cxx app-fortran; do
   env -u LD_LIBRARY_PATH timeout 300 "${mpirun[@]}" -n 2 "$build/$app" | tail -1
 done
 
