@@ -14,7 +14,8 @@ set -euo pipefail
 # the PMIx headers sode's layouts are checked against (ci/pmix.sh; sode
 # itself loads libpmix.so.2 at run time); valgrind: ci/capi.sh runs
 # examples under memcheck, as users look for their own memory errors.
-apt_packages=(gcc pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1
+# g++: the C++ example (ci/capi.sh, ci/mpich.sh).
+apt_packages=(gcc g++ pkg-config libhwloc-dev cmake clang libclang-dev libibverbs1
               openmpi-bin libopenmpi-dev gfortran libpmix-dev valgrind)
 
 missing=()
