@@ -12,8 +12,9 @@
 !   u  = 1/3 u + 2/3 (s2 + dt L(s2))
 ! Each L needs the halo of its own stage array: the exchange is committed
 ! once, on u with s1 and s2 lent (sode_lend_arrays), and started on u, s1
-! and s2 in turn, each given as sode_array(a): checked against the field,
-! which arrays of another kind, shape or layout are not.
+! and s2 in turn, each given as sode_array(a), which sode checks against
+! the field: an array of another kind or shape, or not contiguous, is
+! refused before anything starts.
 program rk2d
   use, intrinsic :: iso_fortran_env, only: real32, real64, int64, error_unit, output_unit
   use mpi_f08
