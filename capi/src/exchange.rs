@@ -1231,15 +1231,18 @@ impl Exchange {
         shape: &[usize],
         contiguous: bool,
     ) -> Result<()> {
-        let name = self.counting.field(field);
+        // Names made only for a message: a start checks every array.
+        let name = || self.counting.field(field);
         let why = if field >= self.fields.len() {
             Some(format!(
-                "there is no {name} (fields added: {})",
+                "there is no {} (fields added: {})",
+                name(),
                 self.fields.len()
             ))
         } else if !contiguous {
             Some(format!(
-                "the array given for {name} is not contiguous in memory (a section such as u(1:n:2, :) or u(2:5, :) of a larger array, or a pointer to one): give the whole array"
+                "the array given for {} is not contiguous in memory (a section such as u(1:n:2, :) or u(2:5, :) of a larger array, or a pointer to one): give the whole array",
+                name()
             ))
         } else {
             self.unlike_field(field, ty, shape, Given::Array)
@@ -1258,7 +1261,7 @@ impl Exchange {
     ) -> Option<String> {
         let counting = self.counting;
         let spec = &self.fields.get(field)?.spec;
-        let name = counting.field(field);
+        let name = || counting.field(field);
         // What the message calls the memory given, and how to fix it.
         let (holding, noun, extent, fix) = match given {
             Given::Pointer => (
@@ -1276,21 +1279,24 @@ impl Exchange {
         };
         if spec.ty != ty {
             return Some(format!(
-                "{name} holds {}, {holding} {}",
+                "{} holds {}, {holding} {}",
+                name(),
                 fortran_type(spec.ty),
                 fortran_type(ty)
             ));
         }
         if shape.len() != spec.extents.len() {
             return Some(format!(
-                "{name} has {} dimensions, {noun} {}",
+                "{} has {} dimensions, {noun} {}",
+                name(),
                 spec.extents.len(),
                 shape.len()
             ));
         }
         let a = (0..shape.len()).find(|&a| shape[a] != spec.extents[a])?;
         Some(format!(
-            "{name}, {}: {extent} {} elements, the field {}: {fix}",
+            "{}, {}: {extent} {} elements, the field {}: {fix}",
+            name(),
             counting.axis(a),
             shape[a],
             spec.extents[a]

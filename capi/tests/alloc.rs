@@ -1,5 +1,6 @@
 //! The C ABI's hot path allocates nothing either: after a warm-up,
-//! `sode_exchange_start`, `sode_exchange_start_arrays`,
+//! `sode_exchange_start`, `sode_exchange_start_arrays` (after the Fortran
+//! module's check of the array, `sode_exchange_check_array_f`),
 //! `sode_exchange_start_fields` (and a start at a depth), every
 //! `sode_exchange_test` poll and `sode_exchange_wait` make no heap
 //! allocation, counted per thread by this test binary's allocator (`allocation-counter`). Two ranks run as two
@@ -16,7 +17,7 @@ use std::sync::Arc;
 
 use common::{add_f64, comm, hub, ok, on_every_rank, periodic_2d, Hub};
 use sode_capi::sys::*;
-use sode_capi::{SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
+use sode_capi::{SODE_F64, SODE_TRANSPORT_SHM, SODE_TRANSPORT_TCP};
 
 /// Cells a side, halo included.
 const SIDE: usize = 34;
@@ -47,11 +48,21 @@ fn rank(hub: Arc<Hub>, me: usize, transport: c_int, iters: usize) -> Counts {
         // Field 0 on its own array, field 1 on the third: a stage array.
         let arrays: [*mut c_void; 2] = [std::ptr::null_mut(), fields[2].as_mut_ptr().cast()];
         let one = [1 as c_int];
+        let shape = [SIDE as i64; 2];
+        // As the Fortran module's typed `sode_start_arrays` does: each
+        // array checked against its field, then the start.
+        let fortran_start = || {
+            let checked = sode_exchange_check_array_f(x, 0, 1, SODE_F64, 2, shape.as_ptr(), 1);
+            if checked != 0 {
+                return checked;
+            }
+            sode_exchange_start_arrays(x, 2, arrays.as_ptr())
+        };
         // The last at a depth (of the halo's one layer: its messages made
         // at the first such start, kept for the next).
         let starts: [&dyn Fn() -> c_int; 4] = [
             &|| sode_exchange_start(x),
-            &|| sode_exchange_start_arrays(x, 2, arrays.as_ptr()),
+            &fortran_start,
             &|| sode_exchange_start_fields(x, 1, one.as_ptr(), std::ptr::null()),
             &|| sode_exchange_start(x),
         ];

@@ -2204,17 +2204,51 @@ unsafe fn fortran_memory(
     r#type: c_int,
     ndims: c_int,
     shape: *const i64,
-) -> Result<(ElemType, Vec<usize>)> {
+) -> Result<(ElemType, Extents)> {
     let ty = ElemType::from_code(r#type).ok_or_else(|| CapiError::Invalid {
         op,
         why: format!("element type {type}", type = r#type),
     })?;
-    let d = sizes(op, "ndims", &[ndims])?[0].min(8);
-    // SAFETY: the caller's contract.
-    let shape = sizes(op, "shape", &unsafe {
-        crate::sys::array(op, "shape", shape, d)
-    }?)?;
-    Ok((ty, shape))
+    let d = usize::try_from(ndims)
+        .map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("ndims is {ndims}: it must not be negative"),
+        })?
+        .min(Extents::MAX);
+    if shape.is_null() {
+        return Err(CapiError::Null { op, arg: "shape" });
+    }
+    // SAFETY: non-null, and the caller's contract gives `ndims` values.
+    let given = unsafe { std::slice::from_raw_parts(shape, d) };
+    let mut extents = Extents {
+        len: d,
+        dims: [0; Extents::MAX],
+    };
+    for (k, (&v, out)) in given.iter().zip(&mut extents.dims).enumerate() {
+        *out = usize::try_from(v).map_err(|_| CapiError::Invalid {
+            op,
+            why: format!("shape[{k}] is {v}: it must not be negative"),
+        })?;
+    }
+    Ok((ty, extents))
+}
+
+/// A Fortran array's extents, held without allocating: the module checks
+/// one array per field at every start on stage arrays.
+struct Extents {
+    len: usize,
+    dims: [usize; Extents::MAX],
+}
+
+impl Extents {
+    /// More dimensions than any field has (Fortran's arrays have at most
+    /// 15; the module's, 7): a rank beyond is refused by the comparison
+    /// with the field, not read whole.
+    const MAX: usize = 8;
+
+    fn as_slice(&self) -> &[usize] {
+        &self.dims[..self.len]
+    }
 }
 
 /// The Fortran module's `sode_shared_field`: as
@@ -2246,7 +2280,9 @@ pub unsafe extern "C" fn sode_exchange_shared_field_f(
             let out = handle(op, "array", array)?;
             let (set, field) = set_and_field(op, set, field)?;
             let (ty, shape) = fortran_memory(op, r#type, ndims, shape)?;
-            *out = x.shared_field_as(set, field, ty, &shape)?.cast::<c_void>();
+            *out = x
+                .shared_field_as(set, field, ty, shape.as_slice())?
+                .cast::<c_void>();
             Ok(())
         })
     }
@@ -2516,7 +2552,7 @@ pub unsafe extern "C" fn sode_exchange_check_array_f(
         with_exchange(op, exchange, |x| {
             let field = field_number(op, field)?;
             let (ty, shape) = fortran_memory(op, r#type, ndims, shape)?;
-            x.check_array_for(op, field, ty, &shape, contiguous != 0)
+            x.check_array_for(op, field, ty, shape.as_slice(), contiguous != 0)
         })
     }
 }
