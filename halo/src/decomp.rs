@@ -120,6 +120,16 @@ pub fn direction_tag(offset: &[i32]) -> u32 {
 /// direction travels together (3^3: above any direction's tag).
 pub const PEER_TAG: u32 = 27;
 
+/// Whether a direction crosses more than one axis: an edge or a corner of
+/// the block, whose pieces are small. Over RDMA, where each face travels in
+/// a message of its own (written in place when its runs allow, the faces
+/// spread over the engines by direction), every edge and corner to a rank
+/// still travels in one message: a write each would cost more than the
+/// few cells it carries.
+pub fn crosses_axes(offset: &[i32]) -> bool {
+    offset.iter().filter(|&&o| o != 0).count() > 1
+}
+
 /// A direction's name by axes, `x+y-` (empty for none).
 pub fn axes_name(offset: &[i32]) -> String {
     offset

@@ -10,7 +10,9 @@ use sode_job::World;
 use sode_scheduler::Algorithm;
 
 use crate::channel::{start_shape, Locality};
-use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region, PEER_TAG};
+use crate::decomp::{
+    crosses_axes, gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region, PEER_TAG,
+};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 use crate::settings::{Model, SyncMode, Transport};
@@ -151,7 +153,8 @@ impl HaloExchangeBuilder<'_> {
         let neighbours = self.decomp.neighbours(me);
         let mut one_message = Vec::with_capacity(neighbours.len());
         for n in &neighbours {
-            one_message.push(self.links.locality_of(n.rank)? != Locality::Rdma);
+            let rdma = self.links.locality_of(n.rank)? == Locality::Rdma;
+            one_message.push(!rdma || crosses_axes(&n.offset));
         }
         let carried = group_links(&neighbours, &one_message);
         let links = carried
@@ -240,8 +243,8 @@ impl HaloExchangeBuilder<'_> {
 
 /// The neighbours one link carries: every direction to its peer when the
 /// peer is reached by a copy, shared memory or TCP (one message each
-/// way), one direction over RDMA (which writes faces in place and spreads
-/// directions over its engines).
+/// way); over RDMA (which writes faces in place and spreads them over its
+/// engines), one face, or every edge and corner to the peer.
 #[derive(Debug)]
 struct Carried {
     /// The neighbours (indices into the neighbour list) whose faces it

@@ -531,8 +531,8 @@ impl FieldExchangeBuilder<'_> {
 }
 
 /// Per rank of the job, whether every message to it travels as one (a
-/// copy within the rank, shared memory or TCP; RDMA spreads directions
-/// over its engines).
+/// copy within the rank, shared memory or TCP; RDMA spreads faces over its
+/// engines, and sends the edges and corners together).
 fn grouped(builder: &mut crate::links::LinkExchangeBuilder<'_>, size: usize) -> Result<Vec<bool>> {
     (0..size)
         .map(|peer| Ok(builder.locality_of(peer)? != Locality::Rdma))

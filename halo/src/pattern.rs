@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::decomp::{direction_tag, Region, Stencil, PEER_TAG};
+use crate::decomp::{crosses_axes, direction_tag, Region, Stencil, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::field::{FieldLayout, Piece};
 use crate::links::{Link, LinkExchange, LocalCopy, Message};
@@ -445,18 +445,22 @@ impl PlannedLinks {
 
     /// The links to `neighbours` carrying every field of `layouts`. Every
     /// direction to a rank `grouped` marks (reached by a copy, shared
-    /// memory or TCP) travels as one message each way; other ranks (over
-    /// RDMA, which spreads directions over its engines) get one link per
-    /// direction. Both ends lay each message out alike.
+    /// memory or TCP) travels in one message each way. To other ranks
+    /// (over RDMA, which writes faces in place and spreads them over its
+    /// engines by direction) each face travels alone, and every edge and
+    /// corner together ([`crosses_axes`]). Both ends lay each message out
+    /// alike.
     pub fn cartesian(
         layouts: &[FieldLayout],
         neighbours: &[GridNeighbour],
         grouped: &[bool],
     ) -> PlannedLinks {
+        let whole = |rank: usize| grouped.get(rank).copied().unwrap_or(false);
+        let together = |n: &GridNeighbour| whole(n.rank) || crosses_axes(&n.offset);
         let mut out = PlannedLinks::default();
         let mut peers: Vec<usize> = Vec::new();
         for n in neighbours {
-            if !grouped.get(n.rank).copied().unwrap_or(false) {
+            if !together(n) {
                 out.push(direction_link(layouts, std::slice::from_ref(n)));
             } else if !peers.contains(&n.rank) {
                 peers.push(n.rank);
@@ -465,7 +469,7 @@ impl PlannedLinks {
         for peer in peers {
             let group: Vec<GridNeighbour> = neighbours
                 .iter()
-                .filter(|n| n.rank == peer)
+                .filter(|n| n.rank == peer && together(n))
                 .cloned()
                 .collect();
             out.push(direction_link(layouts, &group));
@@ -982,6 +986,57 @@ mod tests {
             (&recv[0].toward, &recv[2].toward),
             (&vec![0, 1], &vec![0, -1])
         );
+    }
+
+    /// Every direction of a `d`-axis box stencil, each to rank 1.
+    fn all_to_rank_1(d: usize) -> Vec<GridNeighbour> {
+        crate::decomp::stencil_offsets(d, Stencil::Full)
+            .into_iter()
+            .filter(|o| o.iter().any(|&x| x != 0))
+            .map(|offset| GridNeighbour { offset, rank: 1 })
+            .collect()
+    }
+
+    #[test]
+    fn over_rdma_each_face_travels_alone_and_the_edges_and_corners_together() {
+        let layouts = [layout(), layout()];
+        let n = all_to_rank_1(2);
+        let rdma = PlannedLinks::cartesian(&layouts, &n, &[false, false]);
+        // 4 faces, and 1 message of the 4 corners.
+        assert_eq!(rdma.links.len(), 5);
+        let faces: Vec<&Link> = rdma
+            .links
+            .iter()
+            .filter(|l| l.send.unwrap().tag != PEER_TAG)
+            .collect();
+        assert_eq!(faces.len(), 4);
+        let corners = &rdma.links[4];
+        assert_eq!(corners.send.map(|m| m.tag), Some(PEER_TAG));
+        // Four corners x two fields x one cell x 8 B, each way.
+        assert_eq!(corners.send.map(|m| m.len), Some(4 * 2 * 8));
+        assert_eq!(corners.recv.map(|m| m.len), Some(4 * 2 * 8));
+        let send = rdma.pieces[4].send.as_ref().unwrap();
+        let recv = rdma.pieces[4].recv.as_ref().unwrap();
+        assert!(send.iter().chain(recv).all(|p| crosses_axes(&p.toward)));
+        // The peer's first corner sent (toward -1, -1) lands in this
+        // rank's (+1, +1) halo corner: received in the opposites' order.
+        assert_eq!(
+            (&send[0].toward, &recv[0].toward),
+            (&vec![-1, -1], &vec![1, 1])
+        );
+        // Reached by shared memory or TCP: one message.
+        assert_eq!(
+            PlannedLinks::cartesian(&layouts, &n, &[false, true])
+                .links
+                .len(),
+            1
+        );
+        // 3-D: 6 faces, and the 12 edges and 8 corners in one message.
+        let cube = FieldLayout::with_halo(ElemType::F64, &[2, 3, 4], &[1, 1, 1], Order::C);
+        let rdma = PlannedLinks::cartesian(&[cube], &all_to_rank_1(3), &[false, false]);
+        assert_eq!(rdma.links.len(), 7);
+        let edges_and_corners = rdma.pieces[6].send.as_ref().unwrap();
+        assert_eq!(edges_and_corners.len(), 20);
     }
 
     /// A C-order f64 field of `own` cells with halo widths 1 below and 2

@@ -193,7 +193,8 @@ impl Meter {
 
 /// The stats of an exchange whose links are `links` (peer, channel, bytes
 /// the next iteration sends and receives): one neighbour per rank, its
-/// links' bytes added (over RDMA a rank has a link per direction).
+/// links' bytes added (over RDMA a rank has a link per face, and one for
+/// the edges and corners).
 pub(crate) fn stats(meter: &Meter, links: Vec<NeighbourStats>) -> ExchangeStats {
     // A rank's channel is one, decided once per neighbour.
     let mut at: std::collections::HashMap<usize, usize> = Default::default();

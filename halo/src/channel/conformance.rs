@@ -199,7 +199,7 @@ fn ring(rank: usize) -> Vec<Spec> {
         link(right, Some((1, 1)), Some((4097, 3))),
         link(left, Some((4097, 3)), Some((1, 1))),
         // The second message to the right: its own link, as the halo
-        // layer gives a link per direction.
+        // layer gives a link per face over RDMA.
         Spec {
             name: format!("rank {right} (second)"),
             ..link(right, Some((70_001, 2)), None)
