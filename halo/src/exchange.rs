@@ -1024,3 +1024,38 @@ impl HaloExchange {
         self.exchange.reset_stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decomp::Stencil;
+
+    #[test]
+    fn over_rdma_faces_are_links_of_their_own_and_the_corners_to_a_rank_one() {
+        // A periodic 2 x 2 grid: rank 0's four corners are all rank 3.
+        let d = Decomposition::new(&[8, 8], &[2, 2], &[true, true], 1, Stencil::Full).unwrap();
+        let neighbours = d.neighbours(0);
+        let rdma: Vec<bool> = neighbours.iter().map(|n| crosses_axes(&n.offset)).collect();
+        let carried = group_links(&neighbours, &rdma);
+        assert_eq!(carried.len(), 5);
+        let corners: Vec<&Carried> = carried.iter().filter(|c| c.send.len() > 1).collect();
+        assert_eq!(corners.len(), 1);
+        let c = corners[0];
+        assert!(c.send.iter().all(|&k| neighbours[k].rank == 3));
+        // Sent by direction; received in the order the peer sends them (by
+        // the opposite direction).
+        let sent: Vec<&Vec<i32>> = c.send.iter().map(|&k| &neighbours[k].offset).collect();
+        let got: Vec<&Vec<i32>> = c.recv.iter().map(|&k| &neighbours[k].offset).collect();
+        assert_eq!(
+            sent,
+            [&vec![-1, -1], &vec![-1, 1], &vec![1, -1], &vec![1, 1]]
+        );
+        assert_eq!(
+            got,
+            [&vec![1, 1], &vec![1, -1], &vec![-1, 1], &vec![-1, -1]]
+        );
+        // Every direction to a rank on the node: one link a rank.
+        let all = vec![true; neighbours.len()];
+        assert_eq!(group_links(&neighbours, &all).len(), 3);
+    }
+}
