@@ -448,7 +448,7 @@ impl PlannedLinks {
     /// memory or TCP) travels in one message each way. To other ranks
     /// (over RDMA, which writes faces in place and spreads them over its
     /// engines by direction) each face travels alone, and every edge and
-    /// corner together ([`crosses_axes`]). Both ends lay each message out
+    /// corner together (`crosses_axes`). Both ends lay each message out
     /// alike.
     pub fn cartesian(
         layouts: &[FieldLayout],
