@@ -914,8 +914,8 @@ impl Exchange {
     /// travels as one message each way: unless it is reached over RDMA,
     /// which writes faces in place and spreads them over its engines by
     /// direction (its edges and corners still travel together:
-    /// `PlannedLinks::cartesian`). Both ends decide alike: `builder` answers as it will
-    /// build. Asked of every rank, this one included, so that every rank
+    /// `PlannedLinks::cartesian`). Both ends decide alike: `builder`
+    /// answers as it will build. Asked of every rank, this one included, so that every rank
     /// takes the builder's one collective step (the fabrics' gather) here,
     /// before the commit's own gathers.
     fn one_message_per_peer(&self, builder: &mut LinkExchangeBuilder<'_>) -> Result<Vec<bool>> {
