@@ -168,11 +168,15 @@ pub(crate) struct Record {
     /// Per grid axis, a digest of every field's owned cells along it; last,
     /// one of the axes beyond the grid.
     owned: [u64; 4],
+    /// Its faces packed at both of its sides
+    /// ([`sode::zero_copy::packed_faces`]): a face packed at both ends
+    /// joins the one message to its rank over RDMA.
+    pub(crate) packed: u64,
 }
 
 impl Record {
-    /// The record of `card`, with `transport`.
-    pub(crate) fn of(card: &Card, transport: u8) -> Record {
+    /// The record of `card`, with `transport` and its faces `packed`.
+    pub(crate) fn of(card: &Card, transport: u8, packed: u64) -> Record {
         let cart = &card.cart;
         let valid = cart.check().is_ok();
         let mut r = Record {
@@ -181,6 +185,7 @@ impl Record {
             common: 0,
             coords: [0; 3],
             owned: [0; 4],
+            packed,
         };
         if !valid {
             return r;
@@ -212,13 +217,14 @@ impl Record {
     }
 
     /// How many words its record holds.
-    pub(crate) const WORDS: usize = 8;
+    pub(crate) const WORDS: usize = 9;
 
     /// Its bytes.
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut words = vec![self.common];
         words.extend(self.coords);
         words.extend(self.owned);
+        words.push(self.packed);
         crate::record::encode(self.valid, self.transport, &words)
     }
 
@@ -232,6 +238,7 @@ impl Record {
             common: w[0],
             coords: [w[1], w[2], w[3]],
             owned: [w[4], w[5], w[6], w[7]],
+            packed: w[8],
         })
     }
 }
@@ -575,7 +582,7 @@ mod tests {
     fn records_match_cards(cards: &[Card]) {
         let records: Vec<Record> = cards
             .iter()
-            .map(|c| Record::decode(&Record::of(c, 0).encode()).unwrap())
+            .map(|c| Record::decode(&Record::of(c, 0, 0).encode()).unwrap())
             .collect();
         for me in 0..cards.len() {
             let by_records = neighbours_by_records(me, &records, &cards[me].cart);

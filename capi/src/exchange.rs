@@ -9,7 +9,7 @@ use sode::{HaloError, LinkExchange, LinkExchangeBuilder, Locality, StartMemory, 
 use sode_job::{JobError, World};
 
 use sode::field::{ElemType, FieldLayout, MemoryKind, Overlap, Piece};
-use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, LinkPieces, PlannedLinks};
+use sode::pattern::{self, box_fits, BoxMessage, FieldArrays, Grouping, LinkPieces, PlannedLinks};
 use sode::zero_copy::{self, ZeroCopy};
 
 use crate::cart::{self, Cart, TileGrid};
@@ -875,19 +875,40 @@ impl Exchange {
             fields: specs.iter().map(FieldLayout::card).collect(),
         };
         let me = self.world.rank();
-        let record = cart::Record::of(&mine, self.transport as u8);
+        let my_packed = match cart.check() {
+            Ok(()) => zero_copy::packed_faces(specs, cart.dims.len(), self.lent_mode()),
+            Err(_) => 0,
+        };
+        let record = cart::Record::of(&mine, self.transport as u8, my_packed);
         let records = self.gather_records(&record.encode(), cart::Record::decode)?;
-        let neighbours = match cart::neighbours_by_records(me, &records, cart) {
-            Some(n) => n,
+        let (neighbours, packed) = match cart::neighbours_by_records(me, &records, cart) {
+            Some(n) => (n, records.iter().map(|r| r.packed).collect()),
             // The ranks disagree (all of them see it): the whole cards
             // name what differs.
             None => {
                 let cards = self.gather(&mine)?;
-                cart::neighbours_of(me, &cards, self.counting)
-                    .map_err(|why| CapiError::Mismatch { why })?
+                let n = cart::neighbours_of(me, &cards, self.counting)
+                    .map_err(|why| CapiError::Mismatch { why })?;
+                (n, Vec::new())
             }
         };
-        Ok(PlannedLinks::cartesian(specs, &neighbours, grouped))
+        let grouping = Grouping {
+            whole: grouped,
+            my_packed,
+            packed: &packed,
+        };
+        Ok(PlannedLinks::cartesian(specs, &neighbours, &grouping))
+    }
+
+    /// The zero-copy mode this rank's fields are lent under at commit;
+    /// `None` when none are: kept in shared sets, `SODE_ZERO_COPY=never`,
+    /// or a mode not valid (which the commit reports when it lends).
+    fn lent_mode(&self) -> Option<ZeroCopy> {
+        if self.shared > 0 || !cfg!(feature = "rdma") {
+            return None;
+        }
+        let mode = self.zero_copy.map_or_else(ZeroCopy::from_env, Ok).ok()?;
+        (mode != ZeroCopy::Never).then_some(mode)
     }
 
     /// The boxes of a tiled exchange, one per (tile, direction, field),

@@ -5,8 +5,9 @@
 # (SODE_ZERO_COPY=never), read and written in place (always), mixed (ranks
 # 0 and 3 in place, 1 and 2 packed: each message's two sides disagree), and
 # chosen by run length (auto, on rows long enough to go in place). Fails
-# unless every rank finishes every configuration and the in-place sides
-# are where the mode puts them. Starts on some fields are checked too,
+# unless every rank finishes every configuration, the in-place sides
+# are where the mode puts them, and faces packed at both ends travel in
+# the one message to their rank. Starts on some fields are checked too,
 # packed, in place (staged through sode's buffers) and mixed.
 #   bash ci/softroce/run.sh bash ci/softroce/capi-rdma.sh     (from the host)
 set -euo pipefail
@@ -52,17 +53,42 @@ check() {
   esac || { echo "capi-rdma: $name: rank $r: expected $want in place, got:" >&2; grep "^ok" "$file" >&2; exit 1; }
 }
 
+# links NAME SHAPE WANT: on the periodic grid, where each rank reaches one
+# rank across each axis (both faces) and a third across the corners, every
+# rank's exchange of SHAPE (box or star) has WANT links (one line each of
+# sode_exchange_describe, a message each way).
+links() {
+  local name=$1 shape=$2 want=$3 r got
+  for r in 0 1 2 3; do
+    got=$(sed -n "s/^ok rank $r grid 2x2 periodic 11 $shape:.*; \([0-9]*\) links\$/\1/p" "$log/$name.$r")
+    [ "$got" = "$want" ] || { echo "capi-rdma: $name: rank $r's periodic $shape exchange has '$got' links, expected $want" >&2; exit 1; }
+  done
+}
+
 echo "== the C stencil over RDMA on rxe0: faces packed"
 run never never never never never --subsets
 for r in 0 1 2 3; do check never $r none; done
+# Faces packed at both ends travel with the corners: one message a rank.
+links never box 3
+links never star 2
 echo "== faces in place (the device reads the fields and writes the halos)"
 run always always always always always --subsets
 for r in 0 1 2 3; do check always $r both; done
+# Each face alone, the four corners (to one rank) together.
+links always box 5
+links always star 4
 echo "== mixed: ranks 0 and 3 in place, 1 and 2 packed (each message's sides disagree)"
 run mixed always never never always --subsets
 for r in 0 3; do check mixed $r both; done
 for r in 1 2; do check mixed $r none; done
+# Every face has an end in place: each alone.
+links mixed box 5
+links mixed star 4
 echo "== auto on rows of 512 doubles: rows in place, columns packed"
 run auto auto auto auto auto --global 16 1024
 for r in 0 1 2 3; do check auto $r some; done
+# Each face of rows has a side in place and travels alone; the columns,
+# packed at both ends, travel together.
+links auto box 4
+links auto star 3
 echo "capi-rdma: the C stencil over RDMA, packed, in place, mixed and auto: every rank bit for bit"

@@ -284,8 +284,9 @@ static sode_exchange *sode_setup(const struct config *cf, struct rank_view *v, s
 }
 
 /* How many sides of the exchange's messages travel in place (read from or
- * written into the fields by the device), from sode_exchange_describe. */
-static void count_in_place(sode_exchange *x, int *sends, int *recvs) {
+ * written into the fields by the device), and over how many links (a line
+ * each), from sode_exchange_describe. */
+static void count_in_place(sode_exchange *x, int *sends, int *recvs, int *links) {
     char text[8192];
     size_t needed = 0;
     CHECK_SODE(sode_exchange_describe(x, text, sizeof text, &needed));
@@ -293,8 +294,9 @@ static void count_in_place(sode_exchange *x, int *sends, int *recvs) {
         fprintf(stderr, "rank %d: the description needs %zu bytes\n", world_rank, needed);
         die(2);
     }
-    *sends = *recvs = 0;
+    *sends = *recvs = *links = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        *links += 1;
         for (char *side = strchr(line, ';'); side; side = strchr(side + 1, ';')) {
             char *end = strchr(side + 1, ';');
             size_t n = end ? (size_t)(end - side) : strlen(side);
@@ -440,13 +442,13 @@ static void run(const struct config *cf) {
         filled += run_subsets(cf, &v, fs, x);
     }
     if (!use_mpi) {
-        int sends, recvs;
-        count_in_place(x, &sends, &recvs);
+        int sends, recvs, links;
+        count_in_place(x, &sends, &recvs, &links);
         printf("ok rank %d grid %dx%d periodic %d%d %s: %ld cells equal to the owners' values, bit "
-               "for bit, %ld halo cells filled%s; in place: %d sends, %d receives\n",
+               "for bit, %ld halo cells filled%s; in place: %d sends, %d receives; %d links\n",
                world_rank, cf->dims[0], cf->dims[1], cf->periods[0], cf->periods[1],
                cf->box ? "box" : "star", cells, filled,
-               subsets ? ", starts on some fields checked" : "", sends, recvs);
+               subsets ? ", starts on some fields checked" : "", sends, recvs, links);
         teardown(&v, fs, &x, &comm);
         return;
     }

@@ -130,6 +130,18 @@ pub fn crosses_axes(offset: &[i32]) -> bool {
     offset.iter().filter(|&&o| o != 0).count() > 1
 }
 
+/// A face's bit in a mask of faces ([`zero_copy::packed_faces`](crate::zero_copy::packed_faces)):
+/// bit `2a` for the face below axis `a`, `2a + 1` for the one above. `None`
+/// for a direction that crosses no axis or several, or an axis past 31.
+pub fn face_bit(offset: &[i32]) -> Option<u64> {
+    let mut crossed = offset.iter().enumerate().filter(|(_, &o)| o != 0);
+    let (axis, &o) = crossed.next()?;
+    if crossed.next().is_some() || axis >= 32 {
+        return None;
+    }
+    Some(1 << (2 * axis + usize::from(o > 0)))
+}
+
 /// A direction's name by axes, `x+y-` (empty for none).
 pub fn axes_name(offset: &[i32]) -> String {
     offset
@@ -482,6 +494,22 @@ fn for_rows(ext: &[usize], r: &Region, mut f: impl FnMut(usize)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_face_has_a_bit_of_its_own_and_edges_none() {
+        assert_eq!(face_bit(&[-1, 0]), Some(1));
+        assert_eq!(face_bit(&[1, 0]), Some(2));
+        assert_eq!(face_bit(&[0, 0, -1]), Some(16));
+        assert_eq!(face_bit(&[0, 1, 0]), Some(8));
+        assert_eq!(face_bit(&[1, -1]), None, "an edge");
+        assert_eq!(face_bit(&[0, 0]), None, "itself");
+        let mut far = vec![0; 33];
+        far[32] = 1;
+        assert_eq!(face_bit(&far), None);
+        far[31] = 1;
+        far[32] = 0;
+        assert_eq!(face_bit(&far), Some(1 << 63));
+    }
 
     #[test]
     fn runs_of_every_length_gather_and_scatter_back() {

@@ -22,7 +22,9 @@ use crate::channel::{start_shape, StartMemory};
 use crate::error::{HaloError, Result};
 use crate::field::{common_digest, ElemType, FieldLayout};
 use crate::links::LinkExchange;
-use crate::pattern::{self, BoxMessage, FieldArrays, LinkPieces, PlannedLinks, ProcessGrid};
+use crate::pattern::{
+    self, BoxMessage, FieldArrays, Grouping, LinkPieces, PlannedLinks, ProcessGrid,
+};
 use crate::settings::Transport;
 use crate::stats::ExchangeStats;
 use crate::zero_copy::{self, ZeroCopy};
@@ -205,12 +207,23 @@ impl FieldExchangeBuilder<'_> {
             let stencil = format!("{:?}", grid.stencil);
             common_digest((grid.dims, grid.periodic, stencil, grid.at), &self.cards())
         });
-        let spans = self.agree(mine).and(Self::valid(checked))?;
+        // Layouts not checked valid are not read: the step fails anyway.
+        let my_packed = match checked {
+            Ok(_) => zero_copy::packed_faces(&self.layouts, grid.dims.len(), self.lent_mode()),
+            Err(_) => 0,
+        };
+        let packed = self.agree_telling(mine, my_packed);
+        let (packed, spans) = packed.and_then(|p| Self::valid(checked).map(|s| (p, s)))?;
         let mut builder = LinkExchange::builder(self.world, Vec::new())
             .transport(self.transport)
             .setup_timeout(self.timeout);
         let grouped = grouped(&mut builder, self.world.size())?;
-        let planned = PlannedLinks::cartesian(&self.layouts, &grid.neighbours(coords), &grouped);
+        let grouping = Grouping {
+            whole: &grouped,
+            my_packed,
+            packed: &packed,
+        };
+        let planned = PlannedLinks::cartesian(&self.layouts, &grid.neighbours(coords), &grouping);
         self.finish(builder, planned, true, spans)
     }
 
@@ -398,6 +411,16 @@ impl FieldExchangeBuilder<'_> {
         checked.map_err(|why| HaloError::Usage { op: "build", why })
     }
 
+    /// The zero-copy mode faces are lent under (`None`: nothing is lent,
+    /// or the mode is not valid).
+    fn lent_mode(&self) -> Option<ZeroCopy> {
+        #[cfg(feature = "rdma")]
+        if !self.lent.is_empty() {
+            return self.mode().ok();
+        }
+        None
+    }
+
     /// The zero-copy mode: set, else `SODE_ZERO_COPY`'s.
     #[cfg(feature = "rdma")]
     fn mode(&self) -> std::result::Result<ZeroCopy, String> {
@@ -443,6 +466,17 @@ impl FieldExchangeBuilder<'_> {
     /// Every rank's verdict on its own description, gathered: fails alike
     /// on every rank unless each is valid and describes what rank 0 does.
     fn agree(&self, mine: std::result::Result<u64, String>) -> Result<()> {
+        self.agree_telling(mine, 0).map(drop)
+    }
+
+    /// As [`agree`](Self::agree), each rank telling its faces packed at
+    /// both sides ([`zero_copy::packed_faces`]) in the same step: every
+    /// rank's, by rank.
+    fn agree_telling(
+        &self,
+        mine: std::result::Result<u64, String>,
+        packed: u64,
+    ) -> Result<Vec<u64>> {
         let gather = |bytes: &[u8]| {
             self.world
                 .allgather(bytes, self.timeout)
@@ -450,11 +484,20 @@ impl FieldExchangeBuilder<'_> {
                     source: Box::new(source),
                 })
         };
+        const VERDICT: usize = 9;
         let mut record = vec![u8::from(mine.is_ok())];
         record.extend_from_slice(&mine.as_ref().map_or(0, |d| *d).to_le_bytes());
+        record.extend_from_slice(&packed.to_le_bytes());
         let all = gather(&record)?;
-        if all.iter().all(|r| *r == all[0] && r.first() == Some(&1)) {
-            return Ok(());
+        // Each rank's faces when its verdict is rank 0's and valid.
+        let first = all.first().and_then(|r| r.get(..VERDICT));
+        let packed_of = |r: &[u8]| -> Option<u64> {
+            let (verdict, faces) = (r.get(..VERDICT)?, r.get(VERDICT..)?);
+            (Some(verdict) == first && verdict[0] == 1).then_some(())?;
+            Some(u64::from_le_bytes(faces.try_into().ok()?))
+        };
+        if let Some(packed) = all.iter().map(|r| packed_of(r)).collect() {
+            return Ok(packed);
         }
         // Something differs: the descriptions travel, once, to be named.
         let told = match &mine {

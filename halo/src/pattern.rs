@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use crate::decomp::{crosses_axes, direction_tag, Region, Stencil, PEER_TAG};
+use crate::decomp::{crosses_axes, direction_tag, face_bit, Region, Stencil, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::field::{FieldLayout, Piece};
 use crate::links::{Link, LinkExchange, LocalCopy, Message};
@@ -425,6 +425,68 @@ pub fn message_bytes(layouts: &[FieldLayout], pieces: &[Piece]) -> usize {
         .sum()
 }
 
+/// Which directions of a Cartesian exchange travel in one message to their
+/// rank ([`PlannedLinks::cartesian`]). Both ends must decide alike, so
+/// every input is known to both.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Grouping<'a> {
+    /// Per rank, whether every direction to it travels together: it is
+    /// reached by a copy, shared memory or TCP. Over RDMA, which writes
+    /// faces in place and spreads them over its engines by direction, a
+    /// face travels alone unless `packed` says both ends pack it.
+    pub whole: &'a [bool],
+    /// This rank's faces packed at both of its sides
+    /// ([`zero_copy::packed_faces`](crate::zero_copy::packed_faces)).
+    pub my_packed: u64,
+    /// Every rank's such faces, by rank; empty when not known.
+    pub packed: &'a [u64],
+}
+
+impl<'a> Grouping<'a> {
+    /// Every direction to a rank `whole` marks together; over RDMA, each
+    /// face alone.
+    pub fn by_rank(whole: &'a [bool]) -> Grouping<'a> {
+        Grouping {
+            whole,
+            ..Grouping::default()
+        }
+    }
+
+    /// Whether the direction to `n` travels in the one message to its
+    /// rank: its rank is `whole`, or it is an edge or a corner
+    /// (`crosses_axes`), or it is a face that this rank packs and the
+    /// rank across it packs too (nothing to write in place at either end,
+    /// so a write of its own would only cost). The same answer at both
+    /// ends: the peer asks of the opposite face.
+    pub fn together(&self, n: &GridNeighbour) -> bool {
+        if self.whole.get(n.rank).copied().unwrap_or(false) || crosses_axes(&n.offset) {
+            return true;
+        }
+        let opposite: Vec<i32> = n.offset.iter().map(|o| -o).collect();
+        let (Some(mine), Some(theirs)) = (face_bit(&n.offset), face_bit(&opposite)) else {
+            return false;
+        };
+        let packed_there = self.packed.get(n.rank).copied().unwrap_or(0);
+        self.my_packed & mine != 0 && packed_there & theirs != 0
+    }
+}
+
+/// The pieces of the message toward `offset` alone, and of the one
+/// received from there: what a link of that one direction carries.
+pub fn direction_pieces(layouts: &[FieldLayout], offset: &[i32]) -> LinkPieces {
+    let n = GridNeighbour {
+        offset: offset.to_vec(),
+        rank: 0,
+    };
+    direction_link(layouts, &[n]).map_or(
+        LinkPieces {
+            send: None,
+            recv: None,
+        },
+        |(_, pieces)| pieces,
+    )
+}
+
 /// Links and, beside each, its pieces: what a [`LinkExchange`] is built
 /// from and what every start packs.
 #[derive(Debug, Default)]
@@ -443,24 +505,19 @@ impl PlannedLinks {
         }
     }
 
-    /// The links to `neighbours` carrying every field of `layouts`. Every
-    /// direction to a rank `grouped` marks (reached by a copy, shared
-    /// memory or TCP) travels in one message each way. To other ranks
-    /// (over RDMA, which writes faces in place and spreads them over its
-    /// engines by direction) each face travels alone, and every edge and
-    /// corner together (`crosses_axes`). Both ends lay each message out
-    /// alike.
+    /// The links to `neighbours` carrying every field of `layouts`, in
+    /// one message each way per rank where `grouping` says so
+    /// ([`Grouping::together`]); every other direction in a message of its
+    /// own. Both ends lay each message out alike.
     pub fn cartesian(
         layouts: &[FieldLayout],
         neighbours: &[GridNeighbour],
-        grouped: &[bool],
+        grouping: &Grouping<'_>,
     ) -> PlannedLinks {
-        let whole = |rank: usize| grouped.get(rank).copied().unwrap_or(false);
-        let together = |n: &GridNeighbour| whole(n.rank) || crosses_axes(&n.offset);
         let mut out = PlannedLinks::default();
         let mut peers: Vec<usize> = Vec::new();
         for n in neighbours {
-            if !together(n) {
+            if !grouping.together(n) {
                 out.push(direction_link(layouts, std::slice::from_ref(n)));
             } else if !peers.contains(&n.rank) {
                 peers.push(n.rank);
@@ -469,7 +526,7 @@ impl PlannedLinks {
         for peer in peers {
             let group: Vec<GridNeighbour> = neighbours
                 .iter()
-                .filter(|n| n.rank == peer && together(n))
+                .filter(|n| n.rank == peer && grouping.together(n))
                 .cloned()
                 .collect();
             out.push(direction_link(layouts, &group));
@@ -966,9 +1023,9 @@ mod tests {
                 rank: 1,
             },
         ];
-        let apart = PlannedLinks::cartesian(&layouts, &n, &[false, false]);
+        let apart = PlannedLinks::cartesian(&layouts, &n, &Grouping::by_rank(&[false, false]));
         assert_eq!(apart.links.len(), 2);
-        let one = PlannedLinks::cartesian(&layouts, &n, &[false, true]);
+        let one = PlannedLinks::cartesian(&layouts, &n, &Grouping::by_rank(&[false, true]));
         assert_eq!(one.links.len(), 1);
         let (link, pieces) = (&one.links[0], &one.pieces[0]);
         assert_eq!(link.send.map(|m| m.tag), Some(PEER_TAG));
@@ -1001,7 +1058,7 @@ mod tests {
     fn over_rdma_each_face_travels_alone_and_the_edges_and_corners_together() {
         let layouts = [layout(), layout()];
         let n = all_to_rank_1(2);
-        let rdma = PlannedLinks::cartesian(&layouts, &n, &[false, false]);
+        let rdma = PlannedLinks::cartesian(&layouts, &n, &Grouping::by_rank(&[false, false]));
         // 4 faces, and 1 message of the 4 corners.
         assert_eq!(rdma.links.len(), 5);
         let faces: Vec<&Link> = rdma
@@ -1026,17 +1083,75 @@ mod tests {
         );
         // Reached by shared memory or TCP: one message.
         assert_eq!(
-            PlannedLinks::cartesian(&layouts, &n, &[false, true])
+            PlannedLinks::cartesian(&layouts, &n, &Grouping::by_rank(&[false, true]))
                 .links
                 .len(),
             1
         );
         // 3-D: 6 faces, and the 12 edges and 8 corners in one message.
         let cube = FieldLayout::with_halo(ElemType::F64, &[2, 3, 4], &[1, 1, 1], Order::C);
-        let rdma = PlannedLinks::cartesian(&[cube], &all_to_rank_1(3), &[false, false]);
+        let rdma = PlannedLinks::cartesian(
+            &[cube],
+            &all_to_rank_1(3),
+            &Grouping::by_rank(&[false, false]),
+        );
         assert_eq!(rdma.links.len(), 7);
         let edges_and_corners = rdma.pieces[6].send.as_ref().unwrap();
         assert_eq!(edges_and_corners.len(), 20);
+    }
+
+    #[test]
+    fn over_rdma_faces_both_ends_pack_join_the_edges_and_corners() {
+        let layouts = [layout(), layout()];
+        // Two ranks of a periodic 2 x 1 grid reach each other over RDMA,
+        // every direction to the other. Rank 0 packs the faces of axis 1
+        // (bits 2, 3) and the one below axis 0 (bit 0); rank 1 those of
+        // axis 1 only.
+        let packed = [0b1101, 0b1100];
+        let plan = |me: usize| {
+            let mut n = all_to_rank_1(2);
+            for x in &mut n {
+                x.rank = 1 - me;
+            }
+            let grouping = Grouping {
+                whole: &[false, false],
+                my_packed: packed[me],
+                packed: &packed,
+            };
+            PlannedLinks::cartesian(&layouts, &n, &grouping)
+        };
+        let (zero, one) = (plan(0), plan(1));
+        // Axis 0's faces alone (rank 1 packs neither), the rest together.
+        for p in [&zero, &one] {
+            assert_eq!(p.links.len(), 3);
+            let together = p.pieces[2].send.as_ref().unwrap();
+            let faces = together.iter().filter(|x| !crosses_axes(&x.toward));
+            assert_eq!(faces.count(), 2 * 2, "two faces of two fields");
+        }
+        // Every message one end sends, the other receives: same tag,
+        // length and cells, piece by piece.
+        for (from, to) in [(&zero, &one), (&one, &zero)] {
+            for (l, pieces) in from.links.iter().zip(&from.pieces) {
+                let sent = l.send.unwrap();
+                let k = to
+                    .links
+                    .iter()
+                    .position(|m| m.recv.unwrap().tag == sent.tag);
+                let k = k.unwrap_or_else(|| panic!("no receive of tag {}", sent.tag));
+                assert_eq!(to.links[k].recv.unwrap().len, sent.len);
+                let cells = |p: &Option<Vec<Piece>>| -> Vec<usize> {
+                    p.iter().flatten().map(|x| x.region.cells()).collect()
+                };
+                assert_eq!(cells(&pieces.send), cells(&to.pieces[k].recv));
+            }
+        }
+        // Not told the peer's faces: each face alone, as before.
+        let grouping = Grouping {
+            my_packed: 0b1111,
+            ..Grouping::by_rank(&[false, false])
+        };
+        let alone = PlannedLinks::cartesian(&layouts, &all_to_rank_1(2), &grouping);
+        assert_eq!(alone.links.len(), 5);
     }
 
     /// A C-order f64 field of `own` cells with halo widths 1 below and 2

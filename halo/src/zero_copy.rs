@@ -9,9 +9,10 @@
 //! `sode_exchange_set_zero_copy` in C) overrides the choice.
 
 use crate::channel::{Span, StartMemory};
+use crate::decomp::face_bit;
 use crate::field::{FieldLayout, Piece};
 use crate::links::LinkExchange;
-use crate::pattern::LinkPieces;
+use crate::pattern::{self, LinkPieces};
 
 /// `SODE_ZERO_COPY`: when faces travel in place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,6 +118,32 @@ pub fn spans(specs: &[FieldLayout], pieces: &[Piece]) -> Vec<Span> {
         });
     }
     out
+}
+
+/// This rank's faces (of a grid of `axes` axes) packed at both of its
+/// sides: neither its send toward the face nor its receive from it
+/// travels in place under `mode` (`None`: nothing is lent, so every face
+/// is packed). A mask: bit `2a` for the face below axis `a`, `2a + 1` for
+/// the one above (axes up to 31). Each rank tells the others at commit,
+/// and a face packed at both ends joins the one message to its rank
+/// ([`Grouping`](crate::pattern::Grouping)).
+pub fn packed_faces(layouts: &[FieldLayout], axes: usize, mode: Option<ZeroCopy>) -> u64 {
+    let in_place = |pieces: &Option<Vec<Piece>>| match (mode, pieces) {
+        (Some(mode), Some(pieces)) => mode.in_place(&spans(layouts, pieces)),
+        _ => false,
+    };
+    let mut mask = 0;
+    for axis in 0..axes.min(32) {
+        for side in [-1, 1] {
+            let mut offset = vec![0; axes];
+            offset[axis] = side;
+            let face = pattern::direction_pieces(layouts, &offset);
+            if !in_place(&face.send) && !in_place(&face.recv) {
+                mask |= face_bit(&offset).unwrap_or(0);
+            }
+        }
+    }
+    mask
 }
 
 /// Lends `lent` (per set, each field's memory in field order) to the RDMA
@@ -256,6 +283,28 @@ mod tests {
         assert_eq!(s.len(), 2, "{s:?}");
         assert_eq!((s[0].memory, s[0].len), (0, 2 * 1024 * 8));
         assert_eq!((s[1].memory, s[1].offset), (1, s[0].offset));
+    }
+
+    #[test]
+    fn a_rank_tells_the_faces_it_packs_at_both_sides() {
+        // Rows of 1024 doubles go in place under auto (axis 0's faces,
+        // bits 0 and 1), columns are packed (axis 1's, bits 2 and 3).
+        let f = [field(64, 1024, 2)];
+        assert_eq!(packed_faces(&f, 2, Some(ZeroCopy::Auto)), 0b1100);
+        assert_eq!(packed_faces(&f, 2, Some(ZeroCopy::Always)), 0);
+        assert_eq!(packed_faces(&f, 2, Some(ZeroCopy::Never)), 0b1111);
+        assert_eq!(packed_faces(&f, 2, None), 0b1111, "nothing lent");
+        // A face of which one side would go in place is not packed at
+        // both: with a halo of 1 below axis 0 and 4 above, each face of
+        // axis 0 sends or receives one row (in place) and 4 rows of 32
+        // doubles (packed) the other way.
+        let f = [FieldLayout::new(ElemType::F64, &[69, 34], Order::C)
+            .owned(&[1, 1], &[64, 32])
+            .halo(&[1, 1], &[4, 1])];
+        let faces = packed_faces(&f, 2, Some(ZeroCopy::Auto));
+        assert_eq!(faces, 0b1100, "{faces:#b}");
+        // Fewer grid axes than the fields': only those faces.
+        assert_eq!(packed_faces(&f, 1, None), 0b11);
     }
 
     #[test]

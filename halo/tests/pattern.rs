@@ -146,7 +146,8 @@ fn run_rank(rank: usize, port: u16, transport: Transport, iterations: usize) {
     };
     let neighbours: Vec<GridNeighbour> = grid.neighbours(&coords);
     assert_eq!(neighbours.len(), 8);
-    let planned = pattern::PlannedLinks::cartesian(&layouts, &neighbours, &grouped);
+    let grouping = pattern::Grouping::by_rank(&grouped);
+    let planned = pattern::PlannedLinks::cartesian(&layouts, &neighbours, &grouping);
     let mut links = builder.with_links(planned.links).build().unwrap();
     let bytes = |l: &FieldLayout| l.extents.iter().product::<usize>() * l.ty.size();
     let arrays = [
