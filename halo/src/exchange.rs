@@ -10,9 +10,7 @@ use sode_job::World;
 use sode_scheduler::Algorithm;
 
 use crate::channel::{start_shape, Locality};
-use crate::decomp::{
-    crosses_axes, gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region, PEER_TAG,
-};
+use crate::decomp::{gather_runs, runs, scatter_runs, Decomposition, Neighbour, Region, PEER_TAG};
 use crate::error::{HaloError, Result};
 use crate::links::{Link, LinkExchange, LinkExchangeBuilder, LinkRuns, Message, SharedSets};
 use crate::settings::{Model, SyncMode, Transport};
@@ -147,16 +145,16 @@ impl HaloExchangeBuilder<'_> {
     /// assert_eq!(halo.stats().exchanges, 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn build(mut self) -> Result<HaloExchange> {
+    pub fn build(self) -> Result<HaloExchange> {
         self.check()?;
         let me = self.world.rank();
         let neighbours = self.decomp.neighbours(me);
-        let mut one_message = Vec::with_capacity(neighbours.len());
-        for n in &neighbours {
-            let rdma = self.links.locality_of(n.rank)? == Locality::Rdma;
-            one_message.push(!rdma || crosses_axes(&n.offset));
-        }
-        let carried = group_links(&neighbours, &one_message);
+        // Every face is packed at both ends (into sode's buffers, or
+        // gathered from the shared sets), over RDMA too: nothing is
+        // written in place, so every direction to a rank travels in one
+        // message (as a face packed at both ends does in
+        // `pattern::Grouping`).
+        let carried = group_links(&neighbours);
         let links = carried
             .iter()
             .map(|c| self.link(&neighbours, c))
@@ -255,21 +253,16 @@ struct Carried {
     recv: Vec<usize>,
 }
 
-/// The links of `neighbours`, in the order of each link's first
-/// neighbour: those with `one_message` set are grouped by peer.
-fn group_links(neighbours: &[Neighbour], one_message: &[bool]) -> Vec<Carried> {
+/// The links of `neighbours`, one a rank, in the order of each rank's
+/// first neighbour.
+fn group_links(neighbours: &[Neighbour]) -> Vec<Carried> {
     let mut carried: Vec<Carried> = Vec::new();
-    let mut grouped: Vec<(usize, usize)> = Vec::new(); // (peer, link)
+    let mut peers: Vec<usize> = Vec::new(); // each link's rank
     for (k, n) in neighbours.iter().enumerate() {
-        let group = one_message[k]
-            .then(|| grouped.iter().find(|(p, _)| *p == n.rank).map(|(_, l)| *l))
-            .flatten();
-        match group {
+        match peers.iter().position(|&p| p == n.rank) {
             Some(l) => carried[l].send.push(k),
             None => {
-                if one_message[k] {
-                    grouped.push((n.rank, carried.len()));
-                }
+                peers.push(n.rank);
                 carried.push(Carried {
                     send: vec![k],
                     recv: Vec::new(),
@@ -1031,14 +1024,21 @@ mod tests {
     use crate::decomp::Stencil;
 
     #[test]
-    fn over_rdma_faces_are_links_of_their_own_and_the_corners_to_a_rank_one() {
-        // A periodic 2 x 2 grid: rank 0's four corners are all rank 3.
+    fn every_direction_to_a_rank_is_one_link_laid_out_alike_at_both_ends() {
+        // A periodic 2 x 2 grid: rank 0's four corners are all rank 3,
+        // both faces of each axis rank 1 or 2.
         let d = Decomposition::new(&[8, 8], &[2, 2], &[true, true], 1, Stencil::Full).unwrap();
         let neighbours = d.neighbours(0);
-        let rdma: Vec<bool> = neighbours.iter().map(|n| crosses_axes(&n.offset)).collect();
-        let carried = group_links(&neighbours, &rdma);
-        assert_eq!(carried.len(), 5);
-        let corners: Vec<&Carried> = carried.iter().filter(|c| c.send.len() > 1).collect();
+        let carried = group_links(&neighbours);
+        assert_eq!(carried.len(), 3);
+        assert!(carried.iter().all(|c| {
+            let rank = neighbours[c.send[0]].rank;
+            c.send
+                .iter()
+                .chain(&c.recv)
+                .all(|&k| neighbours[k].rank == rank)
+        }));
+        let corners: Vec<&Carried> = carried.iter().filter(|c| c.send.len() == 4).collect();
         assert_eq!(corners.len(), 1);
         let c = corners[0];
         assert!(c.send.iter().all(|&k| neighbours[k].rank == 3));
@@ -1054,8 +1054,8 @@ mod tests {
             got,
             [&vec![1, 1], &vec![1, -1], &vec![-1, 1], &vec![-1, -1]]
         );
-        // Every direction to a rank on the node: one link a rank.
-        let all = vec![true; neighbours.len()];
-        assert_eq!(group_links(&neighbours, &all).len(), 3);
+        // Without periodicity each neighbour is another rank: a link each.
+        let d = Decomposition::new(&[8, 8], &[2, 2], &[false, false], 1, Stencil::Full).unwrap();
+        assert_eq!(group_links(&d.neighbours(0)).len(), 3);
     }
 }
