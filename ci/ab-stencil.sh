@@ -17,7 +17,7 @@ transport=${TRANSPORT:-shm}
 shapes=${SHAPES:-"3:32:2,1,1 3:64:2,1,1 2:1024:2,1 3:32:1,1,2 3:64:1,1,2"}
 read -ra extra <<<"${EXTRA:-}"
 if [ -z "${NEW:-}" ]; then
-  cargo build --release --locked -p sode-examples --example stencil >&2
+  cargo build --release --locked --workspace --example stencil >&2
   new="$root/target/release/examples/stencil"
 else
   new=$NEW

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 c_prog=${C_ABI_COST:-target/capi-examples/abi_cost}
 [ -x "$c_prog" ] || { echo "abi-cost: $c_prog is missing: run ci/capi.sh first" >&2; exit 1; }
-cargo build --release --locked -p sode-capi --example abi_cost >/dev/null 2>&1
+cargo build --release --locked --workspace --example abi_cost >/dev/null 2>&1
 rust_prog=target/release/examples/abi_cost
 c_runs=() rust_runs=()
 for _ in 1 2 3; do

@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${ROUNDS:-3}
 n=${N:-4}
 iters=${ITERS:-200}
-cargo build --release --locked -p sode-examples --example alltoall_bench >&2
+cargo build --release --locked --workspace --example alltoall_bench >&2
 mkdir -p "$root/target/mpi"
 mpicc -O2 -o "$root/target/mpi/alltoall" "$root/ci/mpi/alltoall.c"
 echo "| round | bytes per pair | Open MPI us (median, min) | sode us (median, min) | sode / MPI |"

@@ -20,7 +20,7 @@ command -v mpirun >/dev/null || {
   echo "bound-ranks: needs Open MPI's mpirun (apt-get install openmpi-bin)" >&2
   exit 2
 }
-cargo build --release --locked -p sode-examples --example stencil >&2
+cargo build --release --locked --workspace --example stencil >&2
 new="$root/target/release/examples/stencil"
 old=${OLD:-}
 out=$(mktemp -d)

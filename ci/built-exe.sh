@@ -4,6 +4,9 @@
 #   bash ci/built-exe.sh test PACKAGE TARGET
 #   bash ci/built-exe.sh bench PACKAGE TARGET
 #   bash ci/built-exe.sh lib PACKAGE LIBNAME     # the library's unit tests
+# It builds as `cargo test --workspace --release` does (the features of the
+# whole workspace), so a run that has built the workspace's tests builds
+# nothing here, and the closing `cargo test` reuses what this builds.
 set -euo pipefail
 kind=$1 package=$2 target=$3
 case $kind in test | bench | lib) ;; *) echo "built-exe: the kind is test, bench or lib, not '$kind'" >&2; exit 2 ;; esac
@@ -14,9 +17,17 @@ cd "$root"
 # `cargo bench` builds in release already (and takes no --release).
 profile=()
 [ "$kind" = test ] && profile=(--release)
-cargo "$kind" "${profile[@]}" --locked -p "$package" "${select[@]}" --no-run --message-format=json \
+cargo "$kind" "${profile[@]}" --locked --workspace "${select[@]}" --no-run --message-format=json \
   | python3 -c 'import json, sys
-for line in sys.stdin:
-    m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["name"] == sys.argv[1]:
-        print(m["executable"])' "$target"
+package, target = sys.argv[1], sys.argv[2]
+def package_of(m):
+    # "path+file:///dir/halo#sode@0.1.0", or "path+file:///dir/job#0.1.0"
+    # when the directory is named as the package.
+    where, _, spec = m["package_id"].rpartition("#")
+    return spec.rpartition("@")[0] or where.rstrip("/").rsplit("/", 1)[-1]
+found = [m["executable"] for m in map(json.loads, sys.stdin)
+         if m.get("reason") == "compiler-artifact" and m.get("executable")
+         and m["target"]["name"] == target and package_of(m) == package]
+if not found:
+    sys.exit("built-exe: no executable of target %s in package %s" % (target, package))
+print(found[0])' "$package" "$target"

@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 limit=${LIMIT_MS:-50}
-cargo build --release --locked -p sode-examples --example commit_cost
+cargo build --release --locked --workspace --example commit_cost
 out=$(target/release/examples/commit_cost -n "${RANKS:-4}" --commits "${COMMITS:-12}" 2>&1) || { echo "$out"; exit 1; }
 echo "$out"
 median=$(echo "$out" | sed -n 's/.*later commits (slowest rank): median \([0-9.]*\) ms.*/\1/p')

@@ -66,7 +66,7 @@ for n in 2 4; do run "$n" "$cxxbuild/heat2d"; done
 
 # A program without MPI meets its peers through Hydra's PMI-1 server.
 echo "-- mpirun.mpich -n 4 target/release/examples/stencil (sode's PMI bootstrap, no MPI)"
-cargo build --release --locked -p sode-examples --example stencil 2>/dev/null
+cargo build --release --locked --workspace --example stencil 2>/dev/null
 out=$(timeout 300 mpirun.mpich -n 4 target/release/examples/stencil 2>&1)
 [ "$(grep -c "bit for bit" <<<"$out")" -eq 4 ] || { echo "$out" | tail; echo "mpich: not every rank of the Rust stencil matched the single-process solve" >&2; exit 1; }
 grep -m1 "bit for bit" <<<"$out"

@@ -30,7 +30,7 @@ want="260 256 32 8 16 13 14 27 3 -157"
 echo "ok $got"
 
 echo "-- mpirun -n 4 target/release/examples/stencil (through PMIx, no SODE_ROOT)"
-cargo build --release --locked -p sode-examples --example stencil
+cargo build --release --locked --workspace --example stencil
 mpirun=(mpirun --oversubscribe)
 [ "$(id -u)" -eq 0 ] && mpirun+=(--allow-run-as-root)
 out=$(timeout 300 "${mpirun[@]}" -n 4 target/release/examples/stencil 2>&1)

@@ -25,7 +25,7 @@ model=${MODEL:-calibrated}
 px=${grid%,*}; py=${grid#*,}
 n=$((px * py))
 if [ "${NO_BUILD:-0}" != 1 ]; then
-  cargo build --release --locked -p sode-examples --example scale_les3 >&2
+  cargo build --release --locked --workspace --example scale_les3 >&2
   mkdir -p "$root/target/mpi"
   mpicc -O2 -o "$root/target/mpi/scale_les3_mpi" "$root/ci/mpi/scale_les3_mpi.c"
 fi

@@ -20,7 +20,7 @@ rounds=${ROUNDS:-5}
 # fastest) a run per cell, across the others runs of a row.
 shapes=${SHAPES:-"3:8:1,1,2 3:16:1,1,2 3:32:1,1,2 3:64:1,1,2 3:128:1,1,2 2:2048:1,2 3:32:2,1,1 3:64:2,1,1 2:1024:2,1"}
 iters=${ITERS:-2000}
-cargo build --release --locked -p sode-examples --example stencil >&2
+cargo build --release --locked --workspace --example stencil >&2
 exe="$root/target/release/examples/stencil"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT

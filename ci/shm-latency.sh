@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rounds=${ROUNDS:-5}
-cargo build --release --locked -p sode-examples --example shm_paths >&2
+cargo build --release --locked --workspace --example shm_paths >&2
 mkdir -p "$root/target/mpi"
 mpicc -O2 -o "$root/target/mpi/pingpong" "$root/ci/mpi/pingpong.c"
 out=$(mktemp)

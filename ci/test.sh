@@ -32,23 +32,31 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== [${SECONDS}s] cargo doc (broken intra-doc links are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
+# Every later step builds as `cargo test --workspace --release` does (the
+# workspace's features: `--workspace`, never `-p`), so the crates are built
+# once here and reused by the examples, the guest's test executables and the
+# closing `cargo test`.
+echo "== [${SECONDS}s] the workspace's tests, examples and benchmarks, built once"
+cargo test --workspace --release --locked --no-run
+cargo bench --workspace --locked --no-run
+
 echo "== [${SECONDS}s] the shared-memory-only build (no libibverbs, cmake or clang), and the stencil from it"
 bash ci/shm-only.sh
 
 echo "== [${SECONDS}s] benchmarks, once each (criterion test mode)"
-cargo bench -p sode-benches --bench planning --locked -- --test
-cargo bench -p sode-benches --bench shm_paths --locked -- --test
+cargo bench --workspace --bench planning --locked -- --test
+cargo bench --workspace --bench shm_paths --locked -- --test
 
 echo "== [${SECONDS}s] the stencil example (the main job) over shared memory, checked bit for bit"
-cargo build --release --locked -p sode-examples --example stencil
+cargo build --release --locked --workspace --example stencil
 bash ci/stencil.sh
 
 echo "== [${SECONDS}s] the Runge-Kutta example: u and two stage arrays through one exchange, checked bit for bit"
-cargo build --release --locked -p sode-examples --example rk
+cargo build --release --locked --workspace --example rk
 for n in 3 4; do target/release/examples/rk -n "$n"; done
 
 echo "== [${SECONDS}s] the staggered example: a cell and a node field on the code's own arrays (FieldExchange), shared nodes never sent, checked cell by cell"
-cargo build --release --locked -p sode-examples --example staggered
+cargo build --release --locked --workspace --example staggered
 for n in 1 2 3 4; do target/release/examples/staggered -n "$n"; done
 
 echo "== [${SECONDS}s] the commit benchmark: later commits on a job reuse its measurements (median under 50 ms)"

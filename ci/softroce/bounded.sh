@@ -12,7 +12,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
-cargo build --release --locked -p sode-examples --example bounded_cost >&2
+cargo build --release --locked --workspace --example bounded_cost >&2
 exe=$root/target/release/examples/bounded_cost
 args=(--iters "${ITERS:-30}" --rounds "${ROUNDS:-5}")
 out=$root/target/vm-out/bounded-cost.txt
