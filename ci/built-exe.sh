@@ -6,7 +6,7 @@
 #   bash ci/built-exe.sh lib PACKAGE LIBNAME     # the library's unit tests
 # It builds as `cargo test --workspace --release` does (the features of the
 # whole workspace), so a run that has built the workspace's tests builds
-# nothing here, and the closing `cargo test` reuses what this builds.
+# nothing here, and `cargo test --workspace --release` reuses what this builds.
 set -euo pipefail
 kind=$1 package=$2 target=$3
 case $kind in test | bench | lib) ;; *) echo "built-exe: the kind is test, bench or lib, not '$kind'" >&2; exit 2 ;; esac

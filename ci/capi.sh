@@ -265,8 +265,11 @@ echo "ok: sode's message, then MPI_Abort with sode's status ($fatal_status); ran
 # carries the MPI sode was built with (plain cc finds mpi.h) and the
 # rpath (the program starts without LD_LIBRARY_PATH).
 echo "-- the C, C++ and Fortran programs built with pkg-config (sode_mpi.pc, sode_fortran.pc)"
-export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 (
+  # In this subshell only: hwloc2's build script (under sode) watches
+  # PKG_CONFIG_PATH, so a later cargo build with it set would rebuild the
+  # crates, and the next without it rebuild them again.
+  export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
   cd "$build"
   cp ../../examples/c/stencil2d.c app.c
   cp ../../examples/fortran/stencil3d.f90 app.f90

@@ -42,11 +42,10 @@ printf '#include <stdio.h>\nint main(int argc, char **argv) { volatile double z 
   > "$out/canary.c"
 cc -shared -fPIC "$out/traps.c" -o "$out/libtraps.so" -lm
 cc "$out/canary.c" -o "$out/canary"
-export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 for f in stencil3d rk2d; do
   # shellcheck disable=SC2046
   mpifort -ffpe-trap=invalid,zero,overflow -J "$out" "examples/fortran/$f.f90" -o "$out/$f" \
-    $(pkg-config --cflags --libs sode_fortran)
+    $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs sode_fortran)
 done
 # In a shell of its own, whose report of the signal is not wanted.
 status=0
@@ -85,7 +84,7 @@ run "ring1d on 3 ranks (statistics: times and rates)" "^ok" -n 3 "${traps[@]}" "
 run "errors on 3 ranks (every misuse named)" "^ok every misuse named" -n 3 "${traps[@]}" "$build/errors"
 run "tiles on 4 ranks" "^ok" -n 4 "${traps[@]}" "$build/tiles"
 
-cargo build --release --locked -q -p sode-scheduler --bin sode-sched
+cargo build --release --locked -q --workspace --bin sode-sched
 sched=$root/target/release/sode-sched
 # Runs sode-sched under the traps; it must end well.
 plans() {

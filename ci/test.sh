@@ -34,11 +34,57 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 
 # Every later step builds as `cargo test --workspace --release` does (the
 # workspace's features: `--workspace`, never `-p`), so the crates are built
-# once here and reused by the examples, the guest's test executables and the
-# closing `cargo test`.
+# once here and reused by `cargo test`, the examples and the guests' test
+# executables.
 echo "== [${SECONDS}s] the workspace's tests, examples and benchmarks, built once"
 cargo test --workspace --release --locked --no-run
 cargo bench --workspace --locked --no-run
+# Built here, run in the VMs (emulated code is 10-50x slower), and taken
+# now, while they are the workspace build's: a later step's build may
+# rebuild their crates.
+# The test executables that need RDMA: the transport's, the halo exchange's,
+# the allocation count's, the two-slot windows', the shortened writes', the
+# blocking waits', the all-to-all's and the bounded connections', two
+# exchanges waited for in opposite orders (progress), several domains a
+# rank (tiles), a peer that gave up its setup (gave_up) or died in it
+# (died_in_setup), the
+# channel conformance suite (the library's unit tests), the field and
+# pattern model's stage arrays, staggered fields and subsets, the C ABI's
+# starts on other arrays with faces in place; and the RDMA criterion
+# bench, run once.
+test_exe() { bash ci/built-exe.sh test "$1" "$2"; }  # package, test target
+rdma_tests=$(test_exe sode rdma)
+halo_tests=$(test_exe sode halo)
+alloc_tests=$(test_exe sode alloc)
+slots_tests=$(test_exe sode rdma_slots)
+carry_tests=$(test_exe sode rdma_carry)
+blocking_tests=$(test_exe sode blocking)
+alltoall_tests=$(test_exe sode alltoall)
+bounded_tests=$(test_exe sode bounded)
+conformance_tests=$(bash ci/built-exe.sh lib sode sode)
+pattern_tests=$(test_exe sode pattern)
+progress_tests=$(test_exe sode progress)
+tiles_tests=$(test_exe sode tiles)
+gave_up_tests=$(test_exe sode gave_up)
+died_tests=$(test_exe sode died_in_setup)
+arrays_tests=$(test_exe sode-capi rdma_arrays)
+rdma_bench=$(bash ci/built-exe.sh bench sode-benches rdma_writes)
+# The shared-memory processes (a guest with two NUMA nodes) and job health
+# (the VMs of several nodes).
+processes_tests=$(test_exe sode-shm processes)
+health_tests=$(test_exe sode health)
+[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$carry_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$bounded_tests" ] && [ -n "$conformance_tests" ] && [ -n "$pattern_tests" ] && [ -n "$progress_tests" ] && [ -n "$tiles_tests" ] && [ -n "$gave_up_tests" ] && [ -n "$died_tests" ] && [ -n "$arrays_tests" ] && [ -n "$rdma_bench" ] && [ -n "$processes_tests" ] && [ -n "$health_tests" ] || { echo "error: the test executables for the VMs were not built" >&2; exit 1; }
+
+# Every test binary's "test result" lines, here and in the guests, for the
+# closing count.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# Right after the build, whose executables it runs: a later step's build
+# (another feature set, a script's own cargo call) could make them stale
+# and cost a rebuild here.
+echo "== [${SECONDS}s] cargo test"
+cargo test --workspace --release --locked 2>&1 | tee -a "$log"
 
 echo "== [${SECONDS}s] the shared-memory-only build (no libibverbs, cmake or clang), and the stencil from it"
 bash ci/shm-only.sh
@@ -61,9 +107,6 @@ for n in 1 2 3 4; do target/release/examples/staggered -n "$n"; done
 
 echo "== [${SECONDS}s] the commit benchmark: later commits on a job reuse its measurements (median under 50 ms)"
 bash ci/commit-cost.sh
-
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
 
 echo "== [${SECONDS}s] SCALE-LES3 over shared memory beside MPI persistent (quick; builds the example and the MPI program)"
 bash ci/softroce/install.sh >/dev/null   # Open MPI, and what the VM needs
@@ -98,57 +141,17 @@ echo "== [${SECONDS}s] Slurm on one node: srun --mpi=pmix and --mpi=pmi2 with th
 bash ci/slurm.sh
 
 echo "== [${SECONDS}s] SoftRoCE VM: ib_write_bw, the RDMA tests and a quick benchmark on rxe0"
-# Built here, run in the guest (emulated code is 10-50x slower).
-# The test executables that need RDMA: the transport's, the halo exchange's,
-# the allocation count's, the two-slot windows', the shortened writes', the
-# blocking waits', the all-to-all's and the bounded connections', two
-# exchanges waited for in opposite orders (progress), several domains a
-# rank (tiles), a peer that gave up its setup (gave_up) or died in it
-# (died_in_setup), the
-# channel conformance suite (the library's unit tests), the field and
-# pattern model's stage arrays, staggered fields and subsets, the C ABI's
-# starts on other arrays with faces in place; and the RDMA criterion
-# bench, run once.
-test_exe() { bash ci/built-exe.sh test "$1" "$2"; }  # package, test target
-rdma_tests=$(test_exe sode rdma)
-halo_tests=$(test_exe sode halo)
-alloc_tests=$(test_exe sode alloc)
-slots_tests=$(test_exe sode rdma_slots)
-carry_tests=$(test_exe sode rdma_carry)
-blocking_tests=$(test_exe sode blocking)
-alltoall_tests=$(test_exe sode alltoall)
-bounded_tests=$(test_exe sode bounded)
-conformance_tests=$(bash ci/built-exe.sh lib sode sode)
-pattern_tests=$(test_exe sode pattern)
-progress_tests=$(test_exe sode progress)
-tiles_tests=$(test_exe sode tiles)
-gave_up_tests=$(test_exe sode gave_up)
-died_tests=$(test_exe sode died_in_setup)
-arrays_tests=$(test_exe sode-capi rdma_arrays)
-rdma_bench=$(bash ci/built-exe.sh bench sode-benches rdma_writes)
-[ -n "$rdma_tests" ] && [ -n "$halo_tests" ] && [ -n "$alloc_tests" ] && [ -n "$slots_tests" ] && [ -n "$carry_tests" ] && [ -n "$blocking_tests" ] && [ -n "$alltoall_tests" ] && [ -n "$bounded_tests" ] && [ -n "$conformance_tests" ] && [ -n "$pattern_tests" ] && [ -n "$progress_tests" ] && [ -n "$tiles_tests" ] && [ -n "$gave_up_tests" ] && [ -n "$died_tests" ] && [ -n "$arrays_tests" ] && [ -n "$rdma_bench" ] || { echo "error: the RDMA test executables were not built" >&2; exit 1; }
 bash ci/softroce/run.sh bash ci/softroce/guest-ci.sh "$rdma_tests" "$halo_tests" "$alloc_tests" "$slots_tests" "$carry_tests" "$blocking_tests" "$alltoall_tests" "$bounded_tests" "$conformance_tests" "$pattern_tests" "$progress_tests" "$tiles_tests" "$gave_up_tests" "$died_tests" "$arrays_tests" "$rdma_bench" 2>&1 | tee -a "$log"
 
 echo "== [${SECONDS}s] a guest with two NUMA nodes: sode-shm measures its thresholds towards a peer from the peer's node"
-bash ci/softroce/numa.sh "$(test_exe sode-shm processes)" 2>&1 | tee -a "$log"
+bash ci/softroce/numa.sh "$processes_tests" 2>&1 | tee -a "$log"
 
-echo "== [${SECONDS}s] two nodes: the stencil across two VMs joined by a wire (shared memory inside a node, RDMA between)"
-bash ci/softroce/two-nodes.sh
-
-echo "== [${SECONDS}s] a node vanishes mid-run: the ranks of the other node report its silent rank (job health)"
-bash ci/softroce/node-death.sh "$(test_exe sode health)"
+echo "== [${SECONDS}s] two nodes, one boot of two VMs joined by a wire: the stencil (shared memory inside a node, RDMA between); a scrambled 8-rank job moving fewer bytes between them with --reorder; the Fortran example under mpirun against MPI (UCX over rxe), bit for bit; then node b vanishes mid-run and node a's ranks report its silent rank (job health)"
+ROUNDS=1 ITERS=50 bash ci/softroce/two-nodes-all.sh "$health_tests"
 
 echo "== [${SECONDS}s] three nodes on two networks: a-c traffic forwarded by node b's gateway; a rank killed and the gateway stopped (job health across the networks)"
-bash ci/softroce/three-nodes.sh "$(test_exe sode health)"
+bash ci/softroce/three-nodes.sh "$health_tests"
 
-echo "== [${SECONDS}s] reordered ranks: a scrambled 8-rank job across the two VMs moves fewer bytes between them with --reorder"
-ROUNDS=1 ITERS=50 bash ci/softroce/reorder.sh
-
-echo "== [${SECONDS}s] two nodes under mpirun: the Fortran example against MPI (UCX over rxe), bit for bit"
-bash ci/softroce/two-nodes-mpi.sh
-
-echo "== [${SECONDS}s] cargo test"
-cargo test --workspace --release --locked 2>&1 | tee -a "$log"
 # One closing line for the whole run: the sum over every test binary, the
 # guest's included.
 awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$log"

@@ -1,6 +1,7 @@
 # Sourced by the guests of ci/softroce/cluster.sh (and nic_up by
-# three-nodes-guest.sh): brings up the wire and rxe0 over it on this node,
-# then waits until the other node is as far.
+# three-nodes-guest.sh): brings up the wire and rxe0 over it on this node
+# (unless a job before did), then waits until the other node is as far:
+# both have left their mark in $out, the boot's or the job's directory.
 # Needs $out, $node and the SODE_NODE_* variables; on failure writes this
 # node's status (90: network, 91: the other node never came) and exits.
 # Gives the interface with MAC $1 the address $2 (with its prefix) and
@@ -20,8 +21,11 @@ nic_up() {
 }
 
 bring_up_node() {
-  { modprobe rdma_rxe && ip link set lo up && nic_up "$SODE_NODE_MAC" "$SODE_NODE_IP/24" rxe; } \
-    || { echo 90 > "$out/$node.status"; exit 90; }
+  # Once a boot: the jobs after the first find the wire and rxe0 up.
+  if [ ! -e /sys/class/infiniband/rxe0 ]; then
+    { modprobe rdma_rxe && ip link set lo up && nic_up "$SODE_NODE_MAC" "$SODE_NODE_IP/24" rxe; } \
+      || { echo 90 > "$out/$node.status"; exit 90; }
+  fi
   ulimit -l unlimited
   # Both nodes ready before any rank starts (the boots are tens of seconds
   # apart under emulation); the shared directory carries the marks.

@@ -8,9 +8,21 @@
 # (the job's size is their number).
 #
 #   bash ci/softroce/cluster.sh PROGRAM ARGS...
+#   bash ci/softroce/cluster.sh --jobs DIR...
 #
 # With SODE_CLUSTER_GUEST=ci/softroce/cluster-mpi-guest.sh, Open MPI's
 # mpirun on node a starts PROGRAM instead (2 ranks a node).
+#
+# With --jobs, several jobs run in turn on one boot of the two VMs (a boot
+# under emulation costs more than many a job). Each DIR holds one job:
+# `command`, its command line as `printf '%q '` writes it, and optionally
+# `env`, shell assignments of SODE_CLUSTER_RANKS_A, SODE_CLUSTER_RANKS_B and
+# SODE_CLUSTER_GUEST for it, and `name`. Each job has its own directory in
+# the VMs, secret, job id and port (rank 0 listens at 10.78.0.1:7700 in the
+# first job, 7701 in the second, ...); its ranks start once both nodes have
+# ended the job before. The output of each job follows a line
+# "cluster: job N of M: NAME", and ends with each node's
+# "cluster: node X finished with status S".
 #
 # A boot under emulation hangs now and then: nodes not up (their wire and
 # rxe0 ready) in time are stopped, with the host's state and their last
@@ -20,17 +32,44 @@ set -euo pipefail
 PATH="$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 export PATH
 here=$(cd "$(dirname "$0")" && pwd)
-guest=${SODE_CLUSTER_GUEST:-$here/cluster-guest.sh}
 kernel=$(bash "$here/install.sh" | tail -n 1)
 out=$(mktemp -d /tmp/sode-cluster.XXXXXX)
 trap 'rm -rf "$out"' EXIT
 free_port() { python3 "$here/../free_port.py"; }
-cmd=$(printf '%q ' "$@")
 job="cluster$$"
-# The job's secret travels in the shared directory (mode 0700), not on a
-# command line other users could read.
-od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$out/secret"
-chmod 600 "$out/secret"
+# The jobs, in the shared directory, in order: $out/job1, $out/job2, ...
+jobs=()
+add_job() { # the directory to take the job from, or "" for this command line
+  local dir=$out/job$((${#jobs[@]} + 1))
+  mkdir "$dir"
+  if [ -n "$1" ]; then
+    [ -f "$1/command" ] || { echo "cluster: $1 holds no job (no file 'command')" >&2; exit 2; }
+    cp "$1/command" "$dir/command"
+    [ -f "$1/env" ] && cp "$1/env" "$dir/env"
+    if [ -f "$1/name" ]; then cp "$1/name" "$dir/name"; else basename "$1" >"$dir/name"; fi
+  else
+    printf '%q ' "${cmd[@]}" >"$dir/command"
+    printf 'SODE_CLUSTER_RANKS_A=%q\nSODE_CLUSTER_RANKS_B=%q\nSODE_CLUSTER_GUEST=%q\n' \
+      "${SODE_CLUSTER_RANKS_A:-0 1}" "${SODE_CLUSTER_RANKS_B:-2 3}" \
+      "${SODE_CLUSTER_GUEST:-$here/cluster-guest.sh}" >"$dir/env"
+    basename "${cmd[0]}" >"$dir/name"
+  fi
+  # Each job's secret travels in the shared directory (mode 0700), not on
+  # a command line other users could read.
+  od -An -tx1 -N32 /dev/urandom | tr -d ' \n' >"$dir/secret"
+  chmod 600 "$dir/secret"
+  jobs+=("$dir")
+  echo "$dir" >>"$out/jobs"
+}
+if [ "${1:-}" = --jobs ]; then
+  shift
+  [ $# -gt 0 ] || { echo "usage: cluster.sh --jobs DIR..." >&2; exit 2; }
+  for d in "$@"; do add_job "$d"; done
+else
+  [ $# -gt 0 ] || { echo "usage: cluster.sh PROGRAM ARGS... (or --jobs DIR...)" >&2; exit 2; }
+  cmd=("$@")
+  add_job ""
+fi
 start=$(date +%s)
 
 boot() { # node, ip, listen|connect, mac
@@ -40,7 +79,7 @@ boot() { # node, ip, listen|connect, mac
   vm_start "$1" all vng --run "$kernel" --disable-kvm --force-9p --cpus 2 --memory 1G -v --name "node-$1" \
     --rwdir "$out" --cwd "$PWD" \
     --qemu-opts="-netdev socket,id=wire,$3=127.0.0.1:$wire -device virtio-net-pci,netdev=wire,mac=$4" \
-    -- "SODE_CLUSTER_RANKS_A='${SODE_CLUSTER_RANKS_A:-0 1}' SODE_CLUSTER_RANKS_B='${SODE_CLUSTER_RANKS_B:-2 3}' SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $guest $cmd" \
+    -- "SODE_VM_OUT=$out SODE_NODE=$1 SODE_NODE_IP=$2 SODE_NODE_MAC=$4 SODE_PEER_NODE=$5 SODE_CLUSTER_ROOT=10.78.0.1:7700 SODE_CLUSTER_JOB=$job bash $here/cluster-jobs-guest.sh" \
     || return 1
   wait "$(cat "$out/pid-$1")" || true
   # and the console's copy
@@ -52,6 +91,10 @@ boot() { # node, ip, listen|connect, mac
 # Both nodes, from boot to end; 1 if they did not come up.
 run_nodes() {
   rm -f "$out"/*.ready "$out"/*.status "$out"/pid-*
+  # A second boot starts every job afresh.
+  for d in "${jobs[@]}"; do
+    find "$d" -mindepth 1 ! -name command ! -name env ! -name name ! -name secret -delete
+  done
   wire=$(free_port)
   boot a 10.78.0.1 listen 52:54:00:78:00:01 b &
   vm_a=$!
@@ -89,19 +132,33 @@ if ! run_nodes; then
   run_nodes || true
 fi
 status=0
+failed_nodes=()
 for node in a b; do
-  for f in "$out"/"$node"-r*.log; do
-    [ -f "$f" ] || continue
-    r=${f##*-r}; r=${r%.log}
-    sed "s/^/[node $node rank $r] /" "$f"
-  done
-  s=$(cat "$out/$node.status" 2>/dev/null || echo 99)
-  echo "cluster: node $node finished with status $s" >&2
-  if [ "$s" != 0 ]; then
-    status=$s
-    echo "cluster: node $node's console:" >&2
-    tail -n 40 "$out/vm-$node.log" >&2
+  # Set only when the node's network never came up: no job ran there.
+  if [ -f "$out/$node.status" ]; then
+    echo "cluster: node $node stopped before its jobs with status $(cat "$out/$node.status")" >&2
   fi
+done
+for i in "${!jobs[@]}"; do
+  d=${jobs[$i]}
+  echo "cluster: job $((i + 1)) of ${#jobs[@]}: $(cat "$d/name")"
+  for node in a b; do
+    for f in "$d"/"$node"-r*.log; do
+      [ -f "$f" ] || continue
+      r=${f##*-r}; r=${r%.log}
+      sed "s/^/[node $node rank $r] /" "$f"
+    done
+    s=$(cat "$d/$node.status" 2>/dev/null || echo 99)
+    echo "cluster: node $node finished with status $s" >&2
+    if [ "$s" != 0 ]; then
+      status=$s
+      [[ " ${failed_nodes[*]} " == *" $node "* ]] || failed_nodes+=("$node")
+    fi
+  done
+done
+for node in "${failed_nodes[@]}"; do
+  echo "cluster: node $node's console:" >&2
+  tail -n 40 "$out/vm-$node.log" >&2
 done
 echo "cluster: both nodes done in $(( $(date +%s) - start )) s" >&2
 exit "$status"

@@ -7,23 +7,29 @@
 # every reordered run moved fewer bytes between the nodes and used fewer
 # RDMA neighbours than launch order; prints the slowest rank's time per
 # exchange of each run, for the table in docs/topology.md.
-#   bash ci/softroce/reorder.sh
+#   bash ci/softroce/reorder.sh [--job DIR | --check LOG]   (cluster-job.sh)
+# ROUNDS and ITERS must be the same for --job and --check.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 stencil=${STENCIL:-$root/target/release/examples/stencil}
 rounds=${ROUNDS:-2}
 iters=${ITERS:-200}
-run="$stencil --dims 2 --size 256 --neighbours 4 --iters $iters"
-cmd=""
-for i in $(seq "$rounds"); do
-  cmd="$cmd$run && $run --reorder && "
-done
-cmd="${cmd}true"
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-SODE_CLUSTER_RANKS_A="0 2 5 7" SODE_CLUSTER_RANKS_B="1 3 4 6" \
-  bash "$root/ci/softroce/cluster.sh" bash -c "$cmd" 2>&1 | tee "$log"
-python3 - "$log" "$rounds" <<'PY'
+here=$root/ci/softroce
+# shellcheck source=ci/softroce/cluster-job.sh
+. "$here/cluster-job.sh"
+job() {
+  local run="$stencil --dims 2 --size 256 --neighbours 4 --iters $iters" cmd="" i
+  for i in $(seq "$rounds"); do
+    cmd="$cmd$run && $run --reorder && "
+  done
+  mkdir -p "$1"
+  echo reorder >"$1/name"
+  printf 'SODE_CLUSTER_RANKS_A=%q\nSODE_CLUSTER_RANKS_B=%q\n' "0 2 5 7" "1 3 4 6" >"$1/env"
+  printf '%q ' bash -c "${cmd}true" >"$1/command"
+}
+check() {
+  nodes_finished "$1" reorder || return 1
+  python3 - "$1" "$rounds" <<'PY'
 import re, sys
 log, rounds = sys.argv[1], int(sys.argv[2])
 runs = {}  # (rank) -> list of lines in order
@@ -53,3 +59,5 @@ for k in range(rounds):
     print(f"| {k + 1} | reordered | {moved} | {rdma[1]} | {us[1]:.0f} |")
 sys.exit(1 if fail else 0)
 PY
+}
+cluster_job_main "$@"

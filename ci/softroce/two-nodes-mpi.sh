@@ -7,22 +7,32 @@
 # program does); the C example runs across the VMs in two-nodes.sh, and
 # against MPI on one node in ci/capi.sh. Needs the example built by
 # ci/capi.sh.
-#   bash ci/softroce/two-nodes-mpi.sh
+#   bash ci/softroce/two-nodes-mpi.sh [--job DIR | --check LOG]   (cluster-job.sh)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 f=$root/target/capi-examples-fortran/stencil3d
 [ -x "$f" ] || { echo "two-nodes-mpi: $f is missing: run ci/capi.sh first" >&2; exit 1; }
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-SODE_CLUSTER_GUEST=$root/ci/softroce/cluster-mpi-guest.sh \
-  bash "$root/ci/softroce/cluster.sh" "$f" --grid 2x2x1 2>&1 | tee "$log"
-f_ok=$(grep -cE "^\[node a rank 0\] ok grid [0-9]+x[0-9]+x[0-9]+ periodic .*equal to MPI's, bit for bit" "$log" || true)
-# 4 ranks on a 2x2x1 grid, whose every rank has a neighbour on each node
-# (the 1x4 and 4x1 grids run on one node in ci/capi.sh), with 3
-# periodicities and 2 shapes, on the program's arrays and on fields sode
-# keeps.
-if [ "$f_ok" != 12 ]; then
-  echo "two-nodes-mpi: $f_ok of 12 Fortran configurations matched MPI" >&2
-  exit 1
-fi
-echo "two-nodes-mpi: mpirun across 2 VMs, 4 ranks on a 2x2x1 grid: 12 Fortran configurations (half on fields sode keeps) equal to MPI's, bit for bit"
+here=$root/ci/softroce
+# shellcheck source=ci/softroce/cluster-job.sh
+. "$here/cluster-job.sh"
+job() {
+  mkdir -p "$1"
+  echo two-nodes-mpi >"$1/name"
+  printf 'SODE_CLUSTER_GUEST=%q\n' "$here/cluster-mpi-guest.sh" >"$1/env"
+  printf '%q ' "$f" --grid 2x2x1 >"$1/command"
+}
+check() {
+  nodes_finished "$1" two-nodes-mpi || return 1
+  local f_ok
+  f_ok=$(grep -cE "^\[node a rank 0\] ok grid [0-9]+x[0-9]+x[0-9]+ periodic .*equal to MPI's, bit for bit" "$1" || true)
+  # 4 ranks on a 2x2x1 grid, whose every rank has a neighbour on each node
+  # (the 1x4 and 4x1 grids run on one node in ci/capi.sh), with 3
+  # periodicities and 2 shapes, on the program's arrays and on fields sode
+  # keeps.
+  if [ "$f_ok" != 12 ]; then
+    echo "two-nodes-mpi: $f_ok of 12 Fortran configurations matched MPI" >&2
+    return 1
+  fi
+  echo "two-nodes-mpi: mpirun across 2 VMs, 4 ranks on a 2x2x1 grid: 12 Fortran configurations (half on fields sode keeps) equal to MPI's, bit for bit"
+}
+cluster_job_main "$@"
