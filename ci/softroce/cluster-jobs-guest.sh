@@ -19,10 +19,12 @@ i=0
 # The list on its own descriptor: a guest (mpirun) may read its stdin.
 while read -r dir <&3; do
   (
-    SODE_CLUSTER_RANKS_A="0 1" SODE_CLUSTER_RANKS_B="2 3" SODE_CLUSTER_GUEST=$here/cluster-guest.sh
+    SODE_CLUSTER_GUEST=$here/cluster-guest.sh
+    # Exported for the guest (cluster-guest.sh has the ranks' defaults).
+    set -a
     # shellcheck disable=SC1091
     [ -f "$dir/env" ] && . "$dir/env"
-    export SODE_CLUSTER_RANKS_A SODE_CLUSTER_RANKS_B
+    set +a
     eval "set -- $(cat "$dir/command")"
     SODE_VM_OUT=$dir SODE_CLUSTER_JOB=${SODE_CLUSTER_JOB}-$i SODE_CLUSTER_ROOT=$root_ip:$((root_port + i)) \
       bash "$SODE_CLUSTER_GUEST" "$@"

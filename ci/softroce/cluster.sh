@@ -49,9 +49,11 @@ add_job() { # the directory to take the job from, or "" for this command line
     if [ -f "$1/name" ]; then cp "$1/name" "$dir/name"; else basename "$1" >"$dir/name"; fi
   else
     printf '%q ' "${cmd[@]}" >"$dir/command"
-    printf 'SODE_CLUSTER_RANKS_A=%q\nSODE_CLUSTER_RANKS_B=%q\nSODE_CLUSTER_GUEST=%q\n' \
-      "${SODE_CLUSTER_RANKS_A:-0 1}" "${SODE_CLUSTER_RANKS_B:-2 3}" \
-      "${SODE_CLUSTER_GUEST:-$here/cluster-guest.sh}" >"$dir/env"
+    # What is set here; the guests have the defaults.
+    local v
+    for v in SODE_CLUSTER_RANKS_A SODE_CLUSTER_RANKS_B SODE_CLUSTER_GUEST; do
+      if [ -n "${!v:-}" ]; then printf '%s=%q\n' "$v" "${!v}"; fi
+    done >"$dir/env"
     basename "${cmd[0]}" >"$dir/name"
   fi
   # Each job's secret travels in the shared directory (mode 0700), not on
