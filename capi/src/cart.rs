@@ -243,6 +243,95 @@ impl Record {
     }
 }
 
+/// What every rank gives the reduction that opens a commit
+/// ([`sode_job::World::reduce`]): whether its description is valid, its
+/// transport, its digest of what every rank describes alike, whether it
+/// sits where its rank falls in the grid's order (axis 0 slowest), its
+/// digests of owned cells and its faces packed at both sides. When all
+/// agree on the first three and every rank sits in order, each finds its
+/// neighbours alone ([`neighbours_in_order`]); when every rank owns as
+/// many cells and packs the same faces, the messages' shapes agree at
+/// both ends of every link, and nothing more travels ([`Opening`]).
+pub(crate) fn opening_lanes(record: &Record, cart: &Cart, me: usize, ranks: usize) -> Vec<u64> {
+    let cells = cart.dims.iter().try_fold(1usize, |n, &g| n.checked_mul(g));
+    let in_order =
+        record.valid && cells == Some(ranks) && grid_position(&cart.dims, &cart.coords) == me;
+    let mut lanes = vec![
+        u64::from(record.valid),
+        u64::from(record.transport),
+        record.common,
+        u64::from(in_order),
+    ];
+    lanes.extend(record.owned);
+    lanes.push(record.packed);
+    lanes
+}
+
+/// What the reduction of [`opening_lanes`] says of the job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// The ranks must gather their records: they sit in another order,
+    /// or something differs (the records gathered name what).
+    Gather,
+    /// Each rank finds its neighbours alone, and trades records with them
+    /// to check that their faces agree.
+    Trade,
+    /// Each rank finds its neighbours alone, and every rank owns as many
+    /// cells and packs these faces at both sides: nothing more travels.
+    Uniform { packed: u64 },
+}
+
+impl Opening {
+    /// What `spreads`, the reduction of [`opening_lanes`], say.
+    pub(crate) fn of(spreads: &[sode_job::Spread]) -> Opening {
+        let in_order = matches!(spreads, [valid, transport, common, in_order, ..]
+            if valid.least == 1 && transport.agreed() && common.agreed() && in_order.least == 1);
+        match spreads.get(4..) {
+            _ if !in_order => Opening::Gather,
+            Some(rest @ [.., packed]) if rest.iter().all(sode_job::Spread::agreed) => {
+                Opening::Uniform {
+                    packed: packed.least,
+                }
+            }
+            _ => Opening::Trade,
+        }
+    }
+}
+
+/// `me`'s neighbours in a grid every rank sits in by its rank's order
+/// ([`Opening`]).
+pub(crate) fn neighbours_in_order(me: usize, mine: &Cart) -> Vec<GridNeighbour> {
+    let at: Vec<usize> = (0..mine.dims.iter().product()).collect();
+    let grid = ProcessGrid {
+        dims: &mine.dims,
+        periodic: &mine.periodic,
+        stencil: mine.shape.stencil(),
+        at: &at,
+    };
+    debug_assert_eq!(grid_position(&mine.dims, &mine.coords), me);
+    grid.neighbours(&mine.coords)
+}
+
+/// Whether every message between `mine` and its neighbours has the same
+/// shape at both ends: `theirs` holds each neighbour's record (this rank's
+/// own where it neighbours itself).
+pub(crate) fn faces_agree(
+    mine: &Record,
+    neighbours: &[GridNeighbour],
+    theirs: impl Fn(usize) -> Option<Record>,
+) -> bool {
+    neighbours.iter().all(|n| {
+        let Some(t) = theirs(n.rank) else {
+            return false;
+        };
+        let mut along = n.offset.iter().enumerate().filter(|(_, &o)| o == 0);
+        t.valid
+            && t.common == mine.common
+            && !along.any(|(a, _)| t.owned[a] != mine.owned[a])
+            && t.owned[3] == mine.owned[3]
+    })
+}
+
 /// `me`'s neighbours when every rank's record (`records`, by rank) agrees
 /// with `mine`'s grid: the same description and transport, each position
 /// of the grid taken once, and every message's shape the same at both
@@ -520,6 +609,50 @@ mod tests {
                 overlap: Default::default(),
             }],
         }
+    }
+
+    /// The opening reduction of `cards` (rank by rank), as every rank
+    /// reads it.
+    fn opening(cards: &[Card]) -> Opening {
+        let lanes: Vec<Vec<u64>> = cards
+            .iter()
+            .enumerate()
+            .map(|(r, c)| opening_lanes(&Record::of(c, 1, 0), &c.cart, r, cards.len()))
+            .collect();
+        let spreads: Vec<sode_job::Spread> = (0..lanes[0].len())
+            .map(|i| sode_job::Spread {
+                least: lanes.iter().map(|l| l[i]).min().unwrap(),
+                most: lanes.iter().map(|l| l[i]).max().unwrap(),
+            })
+            .collect();
+        Opening::of(&spreads)
+    }
+
+    #[test]
+    fn the_opening_reduction_says_when_ranks_find_their_neighbours_alone() {
+        let grid = |owned: &dyn Fn(usize) -> usize, coords: &dyn Fn(usize) -> [usize; 2]| {
+            (0..6)
+                .map(|r| card(&[2, 3], &coords(r), &[true, true], &[owned(r), 4]))
+                .collect::<Vec<_>>()
+        };
+        let in_order = |r: usize| [r / 3, r % 3];
+        // Every rank owns as many cells: nothing more travels.
+        let same = grid(&|_| 4, &in_order);
+        assert_eq!(opening(&same), Opening::Uniform { packed: 0 });
+        // Rows of unlike blocks: neighbours trade their records.
+        assert_eq!(opening(&grid(&|r| 4 + r / 3, &in_order)), Opening::Trade);
+        // Ranks placed in another order (column-major), or one that
+        // describes another grid: every rank's record is gathered.
+        let by_columns = |r: usize| [r % 2, r / 2];
+        assert_eq!(opening(&grid(&|_| 4, &by_columns)), Opening::Gather);
+        let mut other = same.clone();
+        other[4].cart.periodic = vec![false, true];
+        assert_eq!(opening(&other), Opening::Gather);
+        // Ranks are found alone, and the neighbours are the grid's.
+        let n = neighbours_in_order(4, &same[4].cart);
+        assert!(n.iter().all(|n| n.rank < 6) && n.len() == 8, "{n:?}");
+        let left = n.iter().find(|n| n.offset == [0, -1]).unwrap();
+        assert_eq!(left.rank, 3);
     }
 
     #[test]

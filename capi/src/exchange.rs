@@ -863,6 +863,87 @@ impl Exchange {
         Ok(all.into_iter().map(|(_, card)| card).collect())
     }
 
+    /// This rank's neighbours and their faces packed at both sides (by
+    /// rank, 0 for others), found without gathering every rank's record
+    /// when every rank describes the same grid and sits where its rank
+    /// falls in it: a reduction says so, and whether every rank owns as
+    /// many cells (then nothing more travels); else each rank trades
+    /// records with its neighbours alone, and a second reduction says
+    /// their faces agree. What a rank receives then grows with its
+    /// neighbours, not the job. `None` when the ranks must gather (another
+    /// order, or something differs: the records gathered name what);
+    /// every rank alike.
+    fn neighbours_by_trade(
+        &self,
+        cart: &Cart,
+        record: &cart::Record,
+    ) -> Result<Option<(Vec<sode::pattern::GridNeighbour>, Vec<u64>)>> {
+        let op = "sode_exchange_commit";
+        let (me, size) = (self.world.rank(), self.world.size());
+        let bootstrap = |source| CapiError::Bootstrap { op, source };
+        let lanes = cart::opening_lanes(record, cart, me, size);
+        let opening = self.world.reduce(&lanes, self.timeout).map_err(bootstrap)?;
+        let opening = cart::Opening::of(&opening);
+        if opening == cart::Opening::Gather {
+            return Ok(None);
+        }
+        let neighbours = cart::neighbours_in_order(me, cart);
+        if let cart::Opening::Uniform { packed: all } = opening {
+            let mut packed = vec![0; size];
+            for n in &neighbours {
+                packed[n.rank] = all;
+            }
+            return Ok(Some((neighbours, packed)));
+        }
+        let mine = record.encode();
+        let messages: std::collections::BTreeMap<usize, Vec<u8>> = neighbours
+            .iter()
+            .filter(|n| n.rank != me)
+            .map(|n| (n.rank, mine.clone()))
+            .collect();
+        let got = self
+            .world
+            .trade(&messages, self.timeout)
+            .map_err(bootstrap)?;
+        let theirs = |r: usize| match r == me {
+            true => Some(*record),
+            false => got.get(&r).and_then(|b| cart::Record::decode(b)),
+        };
+        let agree = cart::faces_agree(record, &neighbours, theirs);
+        let closing = self
+            .world
+            .reduce(&[u64::from(agree)], self.timeout)
+            .map_err(bootstrap)?;
+        if closing.first().is_none_or(|s| s.least == 0) {
+            return Ok(None);
+        }
+        let mut packed = vec![0; size];
+        for n in &neighbours {
+            packed[n.rank] = theirs(n.rank).map_or(0, |t| t.packed);
+        }
+        Ok(Some((neighbours, packed)))
+    }
+
+    /// This rank's neighbours and every rank's faces packed at both sides,
+    /// from every rank's record; or, when the ranks disagree (all of them
+    /// see it), the error their whole cards give, naming what differs.
+    fn neighbours_by_gathering(
+        &self,
+        cart: &Cart,
+        mine: &cart::Card,
+        record: &cart::Record,
+    ) -> Result<(Vec<sode::pattern::GridNeighbour>, Vec<u64>)> {
+        let me = self.world.rank();
+        let records = self.gather_records(&record.encode(), cart::Record::decode)?;
+        if let Some(n) = cart::neighbours_by_records(me, &records, cart) {
+            return Ok((n, records.iter().map(|r| r.packed).collect()));
+        }
+        let cards = self.gather(mine)?;
+        let n = cart::neighbours_of(me, &cards, self.counting)
+            .map_err(|why| CapiError::Mismatch { why })?;
+        Ok((n, Vec::new()))
+    }
+
     /// The links of a Cartesian exchange, checked across the job.
     fn cartesian_links(
         &self,
@@ -874,23 +955,14 @@ impl Exchange {
             cart: cart.clone(),
             fields: specs.iter().map(FieldLayout::card).collect(),
         };
-        let me = self.world.rank();
         let my_packed = match cart.check() {
             Ok(()) => zero_copy::packed_faces(specs, cart.dims.len(), self.lent_mode()),
             Err(_) => 0,
         };
         let record = cart::Record::of(&mine, self.transport as u8, my_packed);
-        let records = self.gather_records(&record.encode(), cart::Record::decode)?;
-        let (neighbours, packed) = match cart::neighbours_by_records(me, &records, cart) {
-            Some(n) => (n, records.iter().map(|r| r.packed).collect()),
-            // The ranks disagree (all of them see it): the whole cards
-            // name what differs.
-            None => {
-                let cards = self.gather(&mine)?;
-                let n = cart::neighbours_of(me, &cards, self.counting)
-                    .map_err(|why| CapiError::Mismatch { why })?;
-                (n, Vec::new())
-            }
+        let (neighbours, packed) = match self.neighbours_by_trade(cart, &record)? {
+            Some(found) => found,
+            None => self.neighbours_by_gathering(cart, &mine, &record)?,
         };
         let grouping = Grouping {
             whole: grouped,

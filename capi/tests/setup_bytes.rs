@@ -1,9 +1,15 @@
-//! What a rank receives through the job's allgathers when it commits an
-//! exchange is a record of fixed size from each rank, however many fields
-//! or boxes the exchange has: the fields are checked by their digests,
-//! and described in full only when two ranks disagree (the error then
-//! names what differs). Ranks run as threads of this process, meeting
-//! through an allgather of their own that counts the bytes it delivers.
+//! What a rank receives when it sets up an exchange: through the
+//! program's allgather, a card of fixed size from each rank when the
+//! communicator is made (where it listens, its networks); and for an
+//! exchange of a grid in its ranks' order, committed, bytes that do not
+//! grow with the job, however many fields the exchange has. The job's
+//! collective steps then travel a tree of its own links, merging
+//! reductions on their way, and neighbours trade their records alone;
+//! the fields are checked by their digests, and described in full only
+//! when two ranks disagree (the error then names what differs). Ranks
+//! run as threads of this process, meeting through an allgather of their
+//! own that counts the bytes it delivers; the communicator counts what
+//! its own links bring.
 
 // It calls the C ABI as a C program does, through its `unsafe` functions.
 #![allow(unsafe_code)]
@@ -15,6 +21,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use common::{add_f64, comm, hub, last_error, ok, on_every_rank, periodic_2d, Hub};
+use sode_capi::comm::Comm;
 use sode_capi::sys::*;
 use sode_capi::{SODE_OK, SODE_TRANSPORT_SHM};
 
@@ -31,6 +38,7 @@ const SIDE: usize = 12;
 unsafe fn add_and_commit(
     hub: &Hub,
     me: usize,
+    comm: *mut Comm,
     x: *mut sode_capi::sys::ExchangeHandle,
     arrays: &mut [Vec<f64>],
     owned: [i64; 2],
@@ -40,10 +48,10 @@ unsafe fn add_and_commit(
         // SAFETY: as the function's contract.
         unsafe { add_f64(x, a, ext, lo, owned) };
     }
-    let before = hub.received[me].load(Ordering::Relaxed);
+    let before = received(hub, me, comm);
     // SAFETY: as the function's contract.
     let rc = unsafe { sode_exchange_commit(x) };
-    let brought = hub.received[me].load(Ordering::Relaxed) - before;
+    let brought = received(hub, me, comm) - before;
     if rc != SODE_OK {
         return Err(last_error());
     }
@@ -55,11 +63,22 @@ unsafe fn add_and_commit(
     Ok(brought)
 }
 
-/// What the job's allgathers brought a rank.
+/// The bytes rank `me` has received: through the program's allgather, and
+/// through its communicator `comm`'s own links (its collective steps and
+/// trades).
+fn received(hub: &Hub, me: usize, comm: *mut Comm) -> u64 {
+    // SAFETY: `comm` is a live communicator of this rank's.
+    let links = unsafe { (*comm).world.gathered_bytes() };
+    hub.received[me].load(Ordering::Relaxed) + links
+}
+
+/// What a rank received in setting up an exchange.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Bytes {
-    /// From its communicator's creation to its exchange's commit.
-    setup: u64,
+    /// In its communicator's creation.
+    comm: u64,
+    /// From then to its exchange's commit, the exchange's creation included.
+    exchange: u64,
     /// In the commit.
     commit: u64,
 }
@@ -104,21 +123,22 @@ fn rank(
     fields: usize,
     owned: i64,
 ) -> Result<Bytes, String> {
-    let setup_from = hub.received[me].load(Ordering::Relaxed);
+    let from = hub.received[me].load(Ordering::Relaxed);
     let mut comm = comm(&hub, me);
+    let made = received(&hub, me, comm);
     let coords = [me as c_int / dims[1], me as c_int % dims[1]];
     let mut arrays = vec![vec![me as f64; SIDE * SIDE]; fields];
     // SAFETY (every call below): valid handles and arrays of the sizes the
     // calls document, alive until the exchange and communicator are freed.
     unsafe {
         let mut x = periodic_2d(comm, dims, coords, 1, SODE_TRANSPORT_SHM);
-        let out =
-            add_and_commit(&hub, me, x, &mut arrays, [owned, SIDE as i64 - 2]).map(|commit| {
-                Bytes {
-                    commit,
-                    setup: hub.received[me].load(Ordering::Relaxed) - setup_from,
-                }
-            });
+        let out = add_and_commit(&hub, me, comm, x, &mut arrays, [owned, SIDE as i64 - 2]).map(
+            |commit| Bytes {
+                comm: made - from,
+                exchange: received(&hub, me, comm) - made,
+                commit,
+            },
+        );
         if out.is_ok() {
             // The first halo row comes from the rank above (periodic).
             let above = ((coords[0] + dims[0] - 1) % dims[0]) * dims[1] + coords[1];
@@ -165,7 +185,7 @@ fn ring_rank(hub: Arc<Hub>, me: usize, boxes: usize) -> Result<u64, String> {
             );
         }
         let side = SIDE as i64 - 2;
-        let out = add_and_commit(&hub, me, x, &mut arrays, [side, side]);
+        let out = add_and_commit(&hub, me, comm, x, &mut arrays, [side, side]);
         if out.is_ok() {
             for a in &arrays {
                 for k in 0..boxes {
@@ -194,6 +214,16 @@ fn job(
     })
 }
 
+/// Every rank's outcome, one field, the ranks of odd rows of the grid
+/// owning a row fewer (`SIDE - 3`): the ranks own unlike blocks, and each
+/// checks its faces with its neighbours.
+fn job_of_unlike_rows(hub: &Arc<Hub>, dims: [c_int; 2]) -> Vec<Result<Bytes, String>> {
+    on_every_rank(hub, move |hub, me| {
+        let row = me as i64 / i64::from(dims[1]);
+        rank(hub, me, dims, 1, SIDE as i64 - 2 - row % 2)
+    })
+}
+
 #[test]
 fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
     let _alone = alone();
@@ -206,9 +236,10 @@ fn a_commit_brings_each_rank_the_same_bytes_for_1_and_for_40_fields() {
     };
     let (one, forty) = (bytes(1), bytes(40));
     println!("bytes a commit brought each of 6 ranks: 1 field {one:?}, 40 fields {forty:?}");
-    assert_eq!(one, forty, "bytes gathered at commit, by rank");
-    // A few fixed-size records from each other rank.
-    assert!(one.iter().all(|&b| b <= 5 * 160), "{one:?}");
+    assert_eq!(one, forty, "bytes received at commit, by rank");
+    // A few short messages from its parent and children in the tree of
+    // steps (rank 0: five children) and a record from each neighbour.
+    assert!(one.iter().all(|&b| b <= 1200), "{one:?}");
 }
 
 #[test]
@@ -237,19 +268,23 @@ fn a_commit_of_boxes_brings_each_rank_the_same_bytes_for_1_and_for_10_boxes() {
     };
     let (one, ten) = (bytes(1), bytes(10));
     println!("bytes a commit of boxes brought each of 5 ranks: 1 box {one:?}, 10 boxes {ten:?}");
-    assert_eq!(one, ten, "bytes gathered at commit, by rank");
+    assert_eq!(one, ten, "bytes received at commit, by rank");
+    // A record of fixed size from each other rank: boxes are gathered.
     assert!(one.iter().all(|&b| b <= 4 * 160), "{one:?}");
 }
 
 #[test]
-fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_ranks() {
+fn an_exchange_brings_each_rank_the_same_bytes_from_16_to_512_ranks() {
     let _alone = alone();
     // Two-dimensional periodic grids of thread ranks (8 neighbours each),
-    // one field: from the communicator's creation to the first exchange.
+    // one field: the communicator's creation, then the exchange's. Rows
+    // of unlike blocks: each rank trades its record with its neighbours
+    // (where every rank owns as many cells, a reduction alone checks).
     println!(
-        "ranks  setup bytes a rank  per other rank  commit per other rank  resident KiB a rank  heap bytes a rank"
+        "ranks  communicator bytes a rank  per other rank  exchange bytes a rank (most)  of which commit  resident KiB a rank  heap bytes a rank"
     );
-    let mut per_other = Vec::new();
+    let mut comm_per_other = Vec::new();
+    let mut exchange = Vec::new();
     let mut resident = Vec::new();
     let mut heap = Vec::new();
     let before = resident_bytes();
@@ -257,41 +292,54 @@ fn setup_brings_each_rank_a_fixed_record_per_rank_of_the_job_from_16_to_512_rank
     for dims in [[4, 4], [8, 8], [16, 16], [16, 32]] {
         let hub = hub((dims[0] * dims[1]) as usize);
         let n = hub.ranks;
-        let bytes: Vec<Bytes> = job(&hub, dims, 1, SIDE as i64 - 2)
+        let bytes: Vec<Bytes> = job_of_unlike_rows(&hub, dims)
             .into_iter()
             .map(|r| r.unwrap())
             .collect();
-        let most = bytes.iter().map(|b| b.setup).max().unwrap();
+        let comm = bytes[0].comm;
+        let most = bytes.iter().map(|b| b.exchange).max().unwrap();
         let commit = bytes.iter().map(|b| b.commit).max().unwrap();
         let others = (n - 1) as u64;
         let kib = hub.resident.load(Ordering::Relaxed).saturating_sub(before) / n as u64 / 1024;
         let held = hub.heap.load(Ordering::Relaxed).saturating_sub(heap_before) / n as u64;
         println!(
-            "{n:>5}  {most:>18}  {:>14}  {:>21}  {kib:>19}  {held:>17}",
-            most / others,
-            commit / others
+            "{n:>5}  {comm:>24}  {:>14}  {most:>28}  {commit:>15}  {kib:>19}  {held:>17}",
+            comm / others,
         );
         // Every rank alike: no rank gathers for the others.
-        assert!(bytes.iter().all(|b| b == &bytes[0]), "{n} ranks: {bytes:?}");
+        assert!(bytes.iter().all(|b| b.comm == comm), "{n} ranks: {bytes:?}");
         assert_eq!(
-            most % others,
+            comm % others,
             0,
-            "{n} ranks: {most} bytes is not a record per other rank"
+            "{n} ranks: {comm} bytes is not a card per other rank"
         );
-        per_other.push((most / others, commit / others));
+        comm_per_other.push(comm / others);
+        exchange.push(most);
         resident.push(kib);
         heap.push((n as u64, held));
     }
     assert!(
-        per_other.iter().all(|p| *p == per_other[0]),
-        "bytes per other rank: {per_other:?}"
+        comm_per_other.iter().all(|p| *p == comm_per_other[0]),
+        "communicator bytes per other rank: {comm_per_other:?}"
     );
-    // The records are binary: under 200 bytes on a host with one network
+    // The cards are binary: under 200 bytes on a host with one network
     // and a short name; each network or character of the name adds a few.
+    assert!(comm_per_other[0] < 400, "{comm_per_other:?}");
+    // From 64 ranks on, the tree of steps has a rank with a parent and 8
+    // children, the most a rank takes steps over: the exchange brings the
+    // busiest rank as many bytes at 512 ranks as at 64; and at 16 about
+    // as many.
+    assert_eq!(
+        exchange[1], exchange[3],
+        "exchange bytes, most a rank: {exchange:?}"
+    );
+    assert_eq!(
+        exchange[2], exchange[3],
+        "exchange bytes, most a rank: {exchange:?}"
+    );
     assert!(
-        per_other[0].0 < 400,
-        "{} bytes from each other rank",
-        per_other[0].0
+        exchange[3] < 2 * exchange[0],
+        "exchange bytes, most a rank: {exchange:?}"
     );
     // Memory a rank holds grows with its neighbours, not the job (allowing
     // for the allocator's noise).

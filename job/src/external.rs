@@ -15,8 +15,8 @@ use crate::error::{JobError, Result};
 use crate::nets::Directory;
 use crate::node::NodeId;
 use crate::oob::{OutOfBand, PeerLink};
-use crate::star::Star;
 use crate::tcp::Mesh;
+use crate::tree::{Place, Tree, FANOUT};
 use crate::wire::{unreadable, Reader, Writer};
 
 /// A fixed-size allgather: given this rank's block, fills `all` (ranks'
@@ -121,20 +121,12 @@ impl Card {
 pub struct ExternalOob {
     gather: AllgatherFn,
     mesh: Mesh,
-    /// Where collective steps go once the world is made.
-    steps: Steps,
-}
-
-/// Where an [`ExternalOob`]'s collective steps go once its world is made
-/// (its routes known).
-#[derive(Debug)]
-enum Steps {
-    /// Through the allgather lent, as before (an MPI communicator's).
-    Lent,
-    /// Through rank 0 over the job's own links, made at the first such
-    /// step: the allgather is a launcher's key-value space, which keeps
-    /// every round ([`crate::star`]).
-    OverLinks(Option<Star>),
+    /// The tree of links its collective steps take once the world is
+    /// made ([`OutOfBand::link_steps`]): not the allgather lent, which
+    /// brings every rank every rank's block (and through a launcher's
+    /// key-value space, whose server keeps every round, slows as steps
+    /// add up).
+    tree: Option<Tree>,
 }
 
 impl std::fmt::Debug for ExternalOob {
@@ -147,15 +139,6 @@ impl std::fmt::Debug for ExternalOob {
 }
 
 impl ExternalOob {
-    /// This exchange with its collective steps, once its world is made,
-    /// through rank 0 over the job's own links rather than the allgather:
-    /// for an allgather through a launcher's key-value space, whose server
-    /// keeps every round, so that steps through it slow as they add up.
-    pub(crate) fn steps_over_links(mut self) -> ExternalOob {
-        self.steps = Steps::OverLinks(None);
-        self
-    }
-
     /// Sets up the exchange for `rank` of `size` over `gather`; collective.
     /// `deadline` bounds the first allgather (the ranks' cards) where
     /// `gather` can be given up; a program's collective returns when its
@@ -205,7 +188,7 @@ impl ExternalOob {
         // A placeholder mesh until the cards are in: only the allgather runs.
         let mut oob = ExternalOob {
             gather,
-            steps: Steps::Lent,
+            tree: None,
             mesh: Mesh {
                 rank,
                 size,
@@ -346,6 +329,15 @@ fn interface_addrs() -> Vec<Ipv4Addr> {
     addrs
 }
 
+impl ExternalOob {
+    /// The tree of links its collective steps take, once linked
+    /// ([`OutOfBand::link_steps`]); `None` while they go through the
+    /// allgather lent.
+    fn tree(&mut self) -> Option<&mut Tree> {
+        self.tree.as_mut()
+    }
+}
+
 impl OutOfBand for ExternalOob {
     fn rank(&self) -> usize {
         self.mesh.rank
@@ -358,16 +350,8 @@ impl OutOfBand for ExternalOob {
     /// Two fixed-size allgathers: the lengths, then the blocks padded to
     /// the longest.
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
-        let (rank, size) = (self.mesh.rank, self.mesh.size);
-        if let (Steps::OverLinks(star), Some(_)) = (&mut self.steps, &self.mesh.routes) {
-            let mesh = &mut self.mesh;
-            let star = match star {
-                Some(star) => star,
-                None => star.insert(Star::link(rank, size, |peers| {
-                    mesh.connect(peers, deadline)
-                })?),
-            };
-            return star.allgather(size, mine, deadline);
+        if let Some(tree) = self.tree() {
+            return tree.allgather(mine, deadline);
         }
         gather_blocks(
             &mut self.gather,
@@ -378,12 +362,34 @@ impl OutOfBand for ExternalOob {
         )
     }
 
+    fn step(
+        &mut self,
+        mine: &[u8],
+        deadline: Instant,
+        combine: crate::oob::Combine<'_>,
+    ) -> Result<crate::oob::Stepped> {
+        if let Some(tree) = self.tree() {
+            return tree.step(mine, deadline, combine);
+        }
+        let all = self.allgather(mine, deadline)?;
+        Ok(crate::oob::Stepped::gathered(all, mine.len(), combine))
+    }
+
     fn connect(
         &mut self,
         peers: &BTreeSet<usize>,
         deadline: Instant,
     ) -> Result<BTreeMap<usize, PeerLink>> {
         self.mesh.connect(peers, deadline)
+    }
+
+    fn link_steps(&mut self, deadline: Instant) -> Result<()> {
+        if self.tree.is_none() {
+            let place = Place::new(self.mesh.rank, self.mesh.size, FANOUT);
+            let mesh = &mut self.mesh;
+            self.tree = Some(Tree::link(place, |peers| mesh.connect(peers, deadline))?);
+        }
+        Ok(())
     }
 
     fn route_through(&mut self, routes: std::sync::Arc<crate::Routes>) {

@@ -69,13 +69,13 @@ mod relay;
 mod routes;
 mod settings;
 mod splice;
-mod star;
 mod streams;
 #[allow(unsafe_code)]
 mod sys;
 mod tcp;
 mod tcp_addr;
 mod timeout;
+mod tree;
 mod wire;
 mod world;
 
@@ -88,7 +88,7 @@ pub use launch::{free_port, launched, sanitise_job_id, LaunchInfo, JOB_ID_VAR, R
 pub use lifecycle::{Lifecycle, StateError};
 pub use long_wait::LongWait;
 pub use node::NodeId;
-pub use oob::{decode, encode, OutOfBand, PeerChannel, PeerLink};
+pub use oob::{decode, encode, Combine, OutOfBand, PeerChannel, PeerLink, RankBlock, Stepped};
 pub use ports::TCP_PORTS_VAR;
 pub use routes::{Routes, GROUPS_VAR};
 pub use sys::at_exit::run_at_exit;
@@ -98,4 +98,4 @@ pub use timeout::{
     abandon_when, default_wait_timeout, wait_warning, AbandonGuard, Deadline, NO_DEADLINE,
     STOPPED_GAP, TIMEOUT_VAR, WAIT_WARN_DEFAULT, WAIT_WARN_VAR,
 };
-pub use world::World;
+pub use world::{Spread, World};

@@ -31,6 +31,22 @@ pub trait OutOfBand: Send + std::fmt::Debug {
     /// the exchange's own (its connection broke, a message did not parse).
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>>;
 
+    /// One collective step: every rank's `mine` with its rank, as
+    /// `combine` leaves them: it may merge blocks into fewer (blocks that
+    /// only say a rank arrived; a reduction), and an exchange that gathers
+    /// in stages (a tree of the ranks) applies it at each, so what a rank
+    /// receives need not grow with the job. The same on every rank; in no
+    /// particular order. By default, an [`allgather`](Self::allgather)
+    /// combined once.
+    ///
+    /// # Errors
+    ///
+    /// As [`allgather`](Self::allgather).
+    fn step(&mut self, mine: &[u8], deadline: Instant, combine: Combine<'_>) -> Result<Stepped> {
+        let all = self.allgather(mine, deadline)?;
+        Ok(Stepped::gathered(all, mine.len(), combine))
+    }
+
     /// Returns once every rank has called it; collective over the job.
     ///
     /// # Errors
@@ -55,12 +71,53 @@ pub trait OutOfBand: Send + std::fmt::Debug {
         deadline: Instant,
     ) -> Result<BTreeMap<usize, PeerLink>>;
 
+    /// Opens the links its collective steps take from now on, where it
+    /// takes them over links of its own ([`step`](Self::step)); called
+    /// once the world is made and every rank has taken its health links,
+    /// so that no rank meets another's link for these while it takes
+    /// those. Collective; others need not do anything.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect).
+    fn link_steps(&mut self, _deadline: Instant) -> Result<()> {
+        Ok(())
+    }
+
     /// Takes the job's routes (known once every rank has reported how it
     /// can be reached): a bootstrap that opens TCP links of its own sends
     /// those between ranks that do not reach each other through the
     /// gateways between them. Others need not do anything.
     fn route_through(&mut self, _routes: std::sync::Arc<crate::Routes>) {}
 }
+
+/// A rank's block in a collective step ([`OutOfBand::step`]), with the
+/// rank.
+pub type RankBlock = (usize, Vec<u8>);
+
+/// What a collective step ([`OutOfBand::step`]) brought a rank.
+#[derive(Debug)]
+pub struct Stepped {
+    /// The blocks, as the step's combining left them.
+    pub blocks: Vec<RankBlock>,
+    /// The bytes this rank received in the step.
+    pub received: u64,
+}
+
+impl Stepped {
+    /// The step of an allgather that brought `all` (this rank's block,
+    /// of `mine` bytes, among them), combined here once.
+    pub fn gathered(all: Vec<Vec<u8>>, mine: usize, combine: Combine<'_>) -> Stepped {
+        let received = all.iter().map(Vec::len).sum::<usize>().saturating_sub(mine) as u64;
+        let mut blocks: Vec<RankBlock> = all.into_iter().enumerate().collect();
+        combine(&mut blocks);
+        Stepped { blocks, received }
+    }
+}
+
+/// What a collective step does to the blocks a rank holds before it passes
+/// them on ([`OutOfBand::step`]); the same function on every rank.
+pub type Combine<'a> = &'a dyn Fn(&mut Vec<RankBlock>);
 
 /// One point-to-point link of an [`OutOfBand`] exchange: whole messages, in
 /// order.

@@ -593,7 +593,7 @@ pub fn join(
         let _turn = WIRE.lock().unwrap_or_else(|p| p.into_inner());
         client.allgather(round, rank, size, mine, all, Some(deadline))
     });
-    let oob = ExternalOob::new(rank, size, gather, deadline)?.steps_over_links();
+    let oob = ExternalOob::new(rank, size, gather, deadline)?;
     Ok((oob, kvsname))
 }
 

@@ -61,6 +61,6 @@ pub fn join(deadline: std::time::Instant) -> Result<(ExternalOob, String)> {
         }
         Ok(())
     });
-    let oob = ExternalOob::new(rank, size, gather, deadline)?.steps_over_links();
+    let oob = ExternalOob::new(rank, size, gather, deadline)?;
     Ok((oob, namespace))
 }

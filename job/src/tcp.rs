@@ -16,10 +16,9 @@ use crate::backoff::Backoff;
 use crate::dial::{again_if_lost, connect_any, connect_retry, keep_alive};
 use crate::error::{JobError, Result};
 use crate::launch::LaunchInfo;
-use crate::long_wait::name_ranks;
 use crate::nets::Directory;
 use crate::oob::{check_peers, decode, OutOfBand, PeerChannel, PeerLink};
-use crate::star::Star;
+use crate::tree::{Place, Tree};
 use crate::wire::{decode_directory, encode_directory};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -29,12 +28,13 @@ struct Hello {
     listen: Vec<SocketAddr>,
 }
 
-/// The TCP bootstrap: a star through rank 0 for collectives, direct links
-/// between peers for their keys, every connection authenticated.
+/// The TCP bootstrap: collectives through rank 0 over the rendezvous's
+/// connections (a tree of one level), direct links between peers for their
+/// keys, every connection authenticated.
 #[derive(Debug)]
 pub struct TcpRendezvous {
     mesh: Mesh,
-    star: Star,
+    steps: Tree,
 }
 
 /// Direct, authenticated TCP links between peers: every rank's listener
@@ -115,6 +115,7 @@ impl TcpRendezvous {
         };
         acceptor.run(
             &mut joined,
+            |_, _| true,
             |joined, greeted| joined.admit(greeted),
             |joined| format!("ranks {}", joined.missing()),
         )?;
@@ -149,7 +150,7 @@ impl TcpRendezvous {
                 listen: Directory::new(listen),
                 routes: None,
             },
-            star: Star::Root(links),
+            steps: Tree::of_links(Place::new(0, size, size - 1), links)?,
         })
     }
 
@@ -173,10 +174,10 @@ impl TcpRendezvous {
                 listen: Directory::new(listen),
                 routes: None,
             },
-            star: Star::Leaf(Box::new(PeerLink::new(
-                0,
-                Box::new(TcpPeer { session: root }),
-            ))),
+            steps: Tree::of_links(
+                Place::new(launch.rank, launch.size, launch.size - 1),
+                BTreeMap::from([(0, PeerLink::new(0, Box::new(TcpPeer { session: root })))]),
+            )?,
         })
     }
 
@@ -299,7 +300,16 @@ impl OutOfBand for TcpRendezvous {
     }
 
     fn allgather(&mut self, mine: &[u8], deadline: Instant) -> Result<Vec<Vec<u8>>> {
-        self.star.allgather(self.mesh.size, mine, deadline)
+        self.steps.allgather(mine, deadline)
+    }
+
+    fn step(
+        &mut self,
+        mine: &[u8],
+        deadline: Instant,
+        combine: crate::oob::Combine<'_>,
+    ) -> Result<crate::oob::Stepped> {
+        self.steps.step(mine, deadline, combine)
     }
 
     fn connect(
@@ -350,29 +360,35 @@ impl Mesh {
             hint: "do they list this rank as a peer?",
             confirmed: true,
         };
-        acceptor.run(&mut links, |links, greeted| {
-            let Greeted { mut session, first, from } = greeted;
-            let who: usize = decode(&first, &format!("a peer at {from}"))?;
-            if links.contains_key(&who) {
-                return Err(JobError::Protocol {
-                    whom: format!("rank {who}"),
-                    why: format!("it connected to rank {me} a second time, its first link still open: two processes of the job claim rank {who} (check the launcher's rank variables)"),
-                });
-            }
-            if !expected.contains(&who) {
-                let listed: Vec<usize> = peers.iter().copied().collect();
-                return Err(JobError::Protocol {
-                    whom: format!("rank {who}"),
-                    why: format!(
-                        "it connected to rank {me}, which does not list it as a peer (its peers: {}): the two ranks' neighbour lists disagree (every link is named by both its ranks)",
-                        name_ranks(&listed)
-                    ),
-                });
-            }
-            session.rename(format!("rank {who}"));
-            links.insert(who, PeerLink::new(who, Box::new(TcpPeer { session })));
-            Ok(missing(links).is_empty())
-        }, |links| format!("ranks {}", missing(links)))?;
+        // A link from a rank this call does not wait for (or has taken
+        // already) is another call's: a rank may be a call ahead (dialling
+        // its links for the job's steps while this one still takes its
+        // health links). Dropped unaccepted, it is dialled again, and the
+        // call that names that rank takes it; a rank that never names it
+        // leaves its dialler asking whether it is listed.
+        let wanted = |links: &BTreeMap<usize, PeerLink>, greeted: &Greeted| match decode::<usize>(
+            &greeted.first,
+            "a peer",
+        ) {
+            Ok(who) => expected.contains(&who) && !links.contains_key(&who),
+            Err(_) => true,
+        };
+        acceptor.run(
+            &mut links,
+            wanted,
+            |links, greeted| {
+                let Greeted {
+                    mut session,
+                    first,
+                    from,
+                } = greeted;
+                let who: usize = decode(&first, &format!("a peer at {from}"))?;
+                session.rename(format!("rank {who}"));
+                links.insert(who, PeerLink::new(who, Box::new(TcpPeer { session })));
+                Ok(missing(links).is_empty())
+            },
+            |links| format!("ranks {}", missing(links)),
+        )?;
         Ok(links)
     }
 }
@@ -541,13 +557,15 @@ struct Acceptor<'a> {
 
 impl Acceptor<'_> {
     /// Accepts connections and runs each handshake on a thread of its own,
-    /// so a silent or slow stranger delays nobody; hands each connection
-    /// that proved itself (with its first message) to `admit`, which records
+    /// so a silent or slow stranger delays nobody; drops unaccepted each
+    /// connection that proved itself (with its first message) but is not
+    /// `wanted` now, and hands the others to `admit`, which records
     /// it in `state` and says whether all have arrived. Fails at the
     /// deadline naming who is `missing`.
     fn run<S>(
         &self,
         state: &mut S,
+        wanted: impl Fn(&S, &Greeted) -> bool,
         mut admit: impl FnMut(&mut S, Greeted) -> Result<bool>,
         missing: impl Fn(&S) -> String,
     ) -> Result<()> {
@@ -565,7 +583,16 @@ impl Acceptor<'_> {
             while let Ok((id, result)) = done_rx.try_recv() {
                 under_way.retain(|u| u.id != id);
                 backoff.reset();
-                let Some(greeted) = result.and_then(|g| self.accepted(g)) else {
+                let Some(greeted) = result.filter(|g| {
+                    let want = wanted(state, g);
+                    if !want {
+                        tracing::debug!("a link from {} for another call: dropped unaccepted, to be dialled again", g.from);
+                    }
+                    want
+                }) else {
+                    continue;
+                };
+                let Some(greeted) = self.accepted(greeted) else {
                     continue;
                 };
                 if admit(state, greeted)? {

@@ -130,6 +130,13 @@ impl Step {
     const DATA: u8 = 0;
     /// Its code (four bytes, little-endian) and its reason (UTF-8) follow.
     const GAVE_UP: u8 = 1;
+    /// Nothing follows: the rank took the step (a barrier's block). The
+    /// ranks' blocks of one barrier merge into one on their way.
+    const MET: u8 = 2;
+    /// Lanes of two little-endian `u64`s each follow, the least and the
+    /// greatest value of the lane among the ranks the block stands for.
+    /// The ranks' blocks of one reduction merge into one on their way.
+    const REDUCE: u8 = 3;
     /// The kind and the number.
     const HEADER: usize = 5;
 
@@ -142,30 +149,88 @@ impl Step {
         b
     }
 
-    /// Every rank's data in step `number`; or, when a rank gave up in it,
-    /// the lowest such rank's reason; or when a rank is at another step,
-    /// that.
-    fn read(all: Vec<Vec<u8>>, number: u32) -> Result<Vec<Vec<u8>>> {
+    /// A block's kind and step number, when it has them.
+    fn header(b: &[u8]) -> Option<(u8, u32)> {
+        let number = b.get(1..Self::HEADER)?.try_into().ok()?;
+        Some((*b.first()?, u32::from_le_bytes(number)))
+    }
+
+    /// What a rank passes on of the blocks it holds in a step
+    /// ([`OutOfBand::step`]): of the blocks that say only that a rank
+    /// took a step, one a step; and of a step a rank gave up in, the
+    /// reasons alone, which decide it. A rank at another step keeps its
+    /// block, to be named.
+    fn combine(blocks: &mut Vec<crate::RankBlock>) {
+        let gave_up: BTreeSet<u32> = blocks
+            .iter()
+            .filter_map(|(_, b)| Self::header(b))
+            .filter(|(kind, _)| *kind == Self::GAVE_UP)
+            .map(|(_, number)| number)
+            .collect();
+        let mut met = BTreeSet::new();
+        blocks.retain(|(_, b)| match Self::header(b) {
+            Some((Self::GAVE_UP, _)) | None => true,
+            Some((_, number)) if gave_up.contains(&number) => false,
+            Some((Self::MET, number)) => met.insert(number),
+            Some(_) => true,
+        });
+        // Each reduction's blocks into its first (of equal lengths: a
+        // block of another length stays, for the step to refuse).
+        let mut first: BTreeMap<u32, usize> = BTreeMap::new();
+        let mut i = 0;
+        while i < blocks.len() {
+            let merged = match Self::header(&blocks[i].1) {
+                Some((Self::REDUCE, number)) => match first.get(&number) {
+                    Some(&into) if blocks[into].1.len() == blocks[i].1.len() => {
+                        let (head, tail) = blocks.split_at_mut(i);
+                        merge_spreads(
+                            &mut head[into].1[Self::HEADER..],
+                            &tail[0].1[Self::HEADER..],
+                        );
+                        true
+                    }
+                    Some(_) => false,
+                    None => {
+                        first.insert(number, i);
+                        false
+                    }
+                },
+                _ => false,
+            };
+            if merged {
+                blocks.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// The ranks' data in step `number`, by rank; or, when a rank gave up
+    /// in it, the lowest such rank's reason; or when a rank is at another
+    /// step, that.
+    fn read(mut all: Vec<crate::RankBlock>, number: u32) -> Result<Vec<crate::RankBlock>> {
+        all.sort_unstable_by_key(|(rank, _)| *rank);
         let mut blocks = Vec::with_capacity(all.len());
         let mut gave_up = None;
-        for (rank, mut b) in all.into_iter().enumerate() {
-            let theirs = b
-                .get(1..Self::HEADER)
-                .and_then(|n| n.try_into().ok())
-                .map(u32::from_le_bytes);
-            match (b.first().copied(), theirs) {
-                (Some(_), Some(theirs)) if theirs != number => {
+        for (rank, mut b) in all {
+            match Self::header(&b) {
+                Some((_, theirs)) if theirs != number => {
                     return Err(JobError::OutOfStep {
                         rank,
                         theirs,
                         ours: number,
                     })
                 }
-                (Some(Self::DATA), Some(_)) => {
+                Some((Self::DATA, _)) => {
                     b.drain(..Self::HEADER);
-                    blocks.push(b);
+                    blocks.push((rank, b));
                 }
-                (Some(Self::GAVE_UP), Some(_)) => {
+                Some((Self::MET, _)) => {}
+                Some((Self::REDUCE, _)) => {
+                    b.drain(..Self::HEADER);
+                    blocks.push((rank, b));
+                }
+                Some((Self::GAVE_UP, _)) => {
                     gave_up = gave_up.or_else(|| Some(crate::refusal::gave_up(rank, &b[Self::HEADER..])));
                 }
                 _ => {
@@ -183,6 +248,52 @@ impl Step {
             Some(e) => Err(e),
             None => Ok(blocks),
         }
+    }
+
+    /// Every one of `size` ranks' data, in rank order: the ranks of an
+    /// allgather step.
+    fn every_rank(blocks: Vec<crate::RankBlock>, size: usize) -> Result<Vec<Vec<u8>>> {
+        if let Some(missing) = (0..size).find(|&r| blocks.get(r).is_none_or(|(q, _)| *q != r)) {
+            return Err(JobError::Protocol {
+                whom: format!("rank {missing}"),
+                why: "it took another collective call (a barrier) where this rank took an allgather: every rank makes each collective call in the same order".into(),
+            });
+        }
+        Ok(blocks.into_iter().map(|(_, b)| b).collect())
+    }
+}
+
+/// Lane by lane, the least and the greatest of both lists of spreads
+/// (`into`'s and `from`'s, of equal lengths).
+fn merge_spreads(into: &mut [u8], from: &[u8]) {
+    for (i, (a, b)) in into
+        .chunks_exact_mut(8)
+        .zip(from.chunks_exact(8))
+        .enumerate()
+    {
+        let (x, y) = (
+            u64::from_le_bytes(a.try_into().unwrap_or_default()),
+            u64::from_le_bytes(b.try_into().unwrap_or_default()),
+        );
+        let v = if i % 2 == 0 { x.min(y) } else { x.max(y) };
+        a.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Of one lane of a [`World::reduce`]: the least and the greatest value the
+/// ranks gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spread {
+    /// The least value.
+    pub least: u64,
+    /// The greatest value.
+    pub most: u64,
+}
+
+impl Spread {
+    /// Whether every rank gave the same value.
+    pub fn agreed(&self) -> bool {
+        self.least == self.most
     }
 }
 
@@ -512,7 +623,11 @@ impl World {
         // a rank's listener would otherwise meet a neighbour's link while
         // it expects only its tree neighbours'.
         oob.barrier(deadline)?;
-        Health::start(rank, links, nodes, silence)
+        let health = Health::start(rank, links, nodes, silence)?;
+        // Every rank has its health links: the links for the job's steps
+        // meet no other call's.
+        oob.link_steps(deadline)?;
+        Ok(health)
     }
 
     /// A job of one process (no network).
@@ -734,7 +849,7 @@ impl World {
     /// [`JobError::JobFailed`] when a rank of the job was found dead
     /// before it ([`failure`](Self::failure)).
     pub fn barrier(&self, timeout: Duration) -> Result<()> {
-        self.allgather(&[], timeout).map(|_| ())
+        self.take_step(Step::MET, &[], timeout).map(drop)
     }
 
     /// Every rank's `mine`, indexed by rank; collective.
@@ -746,8 +861,89 @@ impl World {
     /// so all stop alike); [`JobError::Protocol`] for a block above the
     /// exchange's limit.
     pub fn allgather(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+        let blocks = self.take_step(Step::DATA, mine, timeout)?;
+        Step::every_rank(blocks, self.size)
+    }
+
+    /// Every rank's `lanes`, reduced: lane by lane, the least and the
+    /// greatest value the ranks gave (every rank gives as many);
+    /// collective. What a rank receives does not grow with the job: over
+    /// the job's links the ranks' values merge on their way. For what
+    /// every rank must agree on (a digest, a choice), whether all ranks
+    /// said yes (a 0 among 1s), or a count's largest.
+    ///
+    /// # Errors
+    ///
+    /// As [`allgather`](Self::allgather); [`JobError::Protocol`] when a
+    /// rank gave another number of lanes.
+    pub fn reduce(&self, lanes: &[u64], timeout: Duration) -> Result<Vec<Spread>> {
+        let mine: Vec<u8> = lanes
+            .iter()
+            .flat_map(|v| v.to_le_bytes().into_iter().chain(v.to_le_bytes()))
+            .collect();
+        let blocks = self.take_step(Step::REDUCE, &mine, timeout)?;
+        // Merged on their way, the blocks are one, unless a rank gave
+        // another number of lanes (or took another call).
+        let reduced = match blocks.as_slice() {
+            [(_, reduced)] if reduced.len() == mine.len() => reduced,
+            _ => {
+                let odd = blocks
+                    .iter()
+                    .find(|(_, b)| b.len() != mine.len())
+                    .or(blocks.get(1))
+                    .map_or(0, |(rank, _)| *rank);
+                return Err(JobError::Protocol {
+                    whom: format!("rank {odd}"),
+                    why: format!("its part of a reduction of {} lanes is not one: every rank makes each collective call in the same order, with as many values", lanes.len()),
+                });
+            }
+        };
+        Ok(reduced
+            .chunks_exact(16)
+            .map(|c| Spread {
+                least: u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
+                most: u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
+            })
+            .collect())
+    }
+
+    /// Sends each peer named in `messages` its message, and receives one
+    /// from each; collective among them (each must name this rank too).
+    /// What a rank sends and receives grows with its peers, not the job.
+    ///
+    /// # Errors
+    ///
+    /// As [`connect_peers`](Self::connect_peers); a broken link's, or
+    /// [`JobError::BootstrapTimeout`] when a peer's message does not come
+    /// in time.
+    pub fn trade(
+        &self,
+        messages: &BTreeMap<usize, Vec<u8>>,
+        timeout: Duration,
+    ) -> Result<BTreeMap<usize, Vec<u8>>> {
+        let deadline = Instant::now() + timeout;
+        let peers: BTreeSet<usize> = messages.keys().copied().collect();
+        let mut links = self.connect_peers(&peers, timeout)?;
+        for (peer, message) in messages {
+            if let Some(link) = links.get_mut(peer) {
+                link.send_bytes(message)?;
+            }
+        }
+        let mut got = BTreeMap::new();
+        for (peer, link) in &mut links {
+            let message = link.recv_bytes(deadline)?;
+            self.gathered
+                .fetch_add(message.len() as u64, Ordering::Relaxed);
+            got.insert(*peer, message);
+        }
+        Ok(got)
+    }
+
+    /// The job's next collective step, `mine` a block of `kind`: every
+    /// rank's data, by rank.
+    fn take_step(&self, kind: u8, mine: &[u8], timeout: Duration) -> Result<Vec<crate::RankBlock>> {
         let number = self.next_step();
-        let all = self.step(&Step::frame(Step::DATA, number, &[mine]), timeout)?;
+        let all = self.step(&Step::frame(kind, number, &[mine]), timeout)?;
         let read = Step::read(all, number);
         if let Err(JobError::OutOfStep { .. }) = read {
             self.steps.failed.store(true, Ordering::Relaxed);
@@ -792,7 +988,7 @@ impl World {
     }
 
     /// One collective step of framed blocks, in this world's numbering.
-    fn step(&self, mine: &[u8], timeout: Duration) -> Result<Vec<Vec<u8>>> {
+    fn step(&self, mine: &[u8], timeout: Duration) -> Result<Vec<crate::RankBlock>> {
         if let Some(failure) = self.failure() {
             // The dead rank will not take it: failing here spares the
             // others a wait for it (over a program's MPI allgather, its
@@ -804,35 +1000,30 @@ impl World {
         // gave up takes this step too, with its reason, and ending it
         // early would leave this rank out of step.
         let _whole = crate::timeout::abandon_when(|| false);
-        let gathered = match self.exchange() {
-            Some(mut oob) => oob.allgather(mine, Instant::now() + timeout),
-            None => Ok(vec![mine.to_vec()]),
+        let stepped = match self.exchange() {
+            Some(mut oob) => oob.step(mine, Instant::now() + timeout, &Step::combine),
+            None => Ok(crate::oob::Stepped {
+                blocks: vec![(self.launch_of(self.rank), mine.to_vec())],
+                received: 0,
+            }),
         };
-        self.steps
-            .failed
-            .store(gathered.is_err(), Ordering::Relaxed);
-        let mut all = gathered?;
-        let theirs: usize = all
-            .iter()
-            .map(Vec::len)
-            .sum::<usize>()
-            .saturating_sub(mine.len());
-        self.gathered.fetch_add(theirs as u64, Ordering::Relaxed);
-        if let Some(o) = &self.order {
-            // Launch order to ours.
-            all = o
-                .launch
-                .iter()
-                .map(|&l| std::mem::take(&mut all[l]))
-                .collect();
+        self.steps.failed.store(stepped.is_err(), Ordering::Relaxed);
+        let stepped = stepped?;
+        self.gathered.fetch_add(stepped.received, Ordering::Relaxed);
+        let mut all = stepped.blocks;
+        // Launch order to ours.
+        for (rank, _) in &mut all {
+            *rank = self.rank_of_launch(*rank);
         }
         Ok(all)
     }
 
-    /// Bytes this rank has received from the other ranks through
-    /// [`allgather`](Self::allgather) so far (shared with its renumbered
-    /// copies): the part of a setup's traffic that grows with the job's
-    /// size, since every rank receives every rank's block.
+    /// Bytes this rank has received from the other ranks in the job's
+    /// collective steps ([`allgather`](Self::allgather),
+    /// [`barrier`](Self::barrier), [`reduce`](Self::reduce), each as it
+    /// travelled) and [`trade`](Self::trade)s so far, shared with its
+    /// renumbered copies. An allgather's grow with the job's size, since
+    /// every rank receives every rank's block; the others' do not.
     pub fn gathered_bytes(&self) -> u64 {
         self.gathered.load(Ordering::Relaxed)
     }
@@ -1106,9 +1297,16 @@ mod tests {
         let gave_up = |n: u32, why: &str| {
             Step::frame(Step::GAVE_UP, n, &[&(-4i32).to_le_bytes(), why.as_bytes()])
         };
-        let read = |blocks: Vec<Vec<u8>>| Step::read(blocks, 7);
+        let read = |blocks: Vec<Vec<u8>>| {
+            let mut ranked: Vec<crate::RankBlock> = blocks.into_iter().enumerate().collect();
+            // In no particular order, and combined on their way.
+            ranked.reverse();
+            Step::combine(&mut ranked);
+            Step::read(ranked, 7)
+        };
+        let all = read(vec![data(7, b"a"), data(7, b""), data(7, b"cc")]).unwrap();
         assert_eq!(
-            read(vec![data(7, b"a"), data(7, b""), data(7, b"cc")]).unwrap(),
+            Step::every_rank(all, 3).unwrap(),
             vec![b"a".to_vec(), Vec::new(), b"cc".to_vec()]
         );
         // A rank a step behind (late past the others' deadline) is named,
@@ -1138,6 +1336,47 @@ mod tests {
                 Err(JobError::Protocol { whom, .. }) => assert_eq!(whom, "rank 1"),
                 other => panic!("{bad:?}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_steps_blocks_merge_on_their_way_where_only_arriving_or_giving_up_counts() {
+        let met = |n: u32| Step::frame(Step::MET, n, &[]);
+        let data = |n: u32, d: &[u8]| Step::frame(Step::DATA, n, &[d]);
+        let gave_up = |n: u32, why: &str| {
+            Step::frame(Step::GAVE_UP, n, &[&7i32.to_le_bytes(), why.as_bytes()])
+        };
+        let combined = |blocks: Vec<Vec<u8>>| {
+            let mut ranked: Vec<crate::RankBlock> = blocks.into_iter().enumerate().collect();
+            Step::combine(&mut ranked);
+            ranked.into_iter().map(|(r, _)| r).collect::<Vec<_>>()
+        };
+        // A barrier of any size passes one block on.
+        assert_eq!(combined((0..100).map(|_| met(3)).collect()), vec![0]);
+        // An allgather passes every block on.
+        assert_eq!(
+            combined((0..4).map(|r| data(3, &[r])).collect()),
+            vec![0, 1, 2, 3]
+        );
+        // Where a rank gave up, its reason decides the step: the others'
+        // blocks are not needed.
+        let mut blocks: Vec<Vec<u8>> = (0..6).map(|_| met(3)).collect();
+        blocks[4] = gave_up(3, "why");
+        assert_eq!(combined(blocks), vec![4]);
+        // A rank at another step is kept, to be named.
+        let mut blocks: Vec<Vec<u8>> = (0..6).map(|_| met(3)).collect();
+        blocks[5] = met(2);
+        assert_eq!(combined(blocks), vec![0, 5]);
+        // Merged, a barrier's blocks still read as the step taken, and an
+        // allgather that met a barrier names the rank that took it.
+        let mut ranked: Vec<crate::RankBlock> = (0..3).map(|r| (r, met(4))).collect();
+        Step::combine(&mut ranked);
+        assert_eq!(Step::read(ranked, 4).unwrap(), Vec::new());
+        let mut ranked = vec![(0, data(4, b"a")), (1, met(4)), (2, data(4, b"c"))];
+        Step::combine(&mut ranked);
+        match Step::every_rank(Step::read(ranked, 4).unwrap(), 3) {
+            Err(JobError::Protocol { whom, .. }) => assert_eq!(whom, "rank 1"),
+            other => panic!("{other:?}"),
         }
     }
 
