@@ -340,7 +340,8 @@ impl<'w> LinkExchangeBuilder<'w> {
     /// Every rank's transport and, under the automatic choice across
     /// nodes, the RDMA fabric of each rank's device (none without a device
     /// that opens, or without the `rdma` feature): every rank's answer,
-    /// gathered, so that both ends of a link choose alike. Every rank takes
+    /// reduced when all are alike, else gathered, so that both ends of a
+    /// link choose alike. Every rank takes
     /// this step whatever its transport, so that ranks given different ones
     /// (`SODE_TRANSPORT` set on some ranks only) are told so here, rather
     /// than read one another's next step as this one across nodes, or
@@ -362,12 +363,20 @@ impl<'w> LinkExchangeBuilder<'w> {
         if spans_nodes && self.transport == Transport::Auto {
             mine.extend_from_slice(own_fabric().as_bytes());
         }
-        let all = self
-            .world
-            .allgather(&mine, self.timeout)
-            .map_err(|source| HaloError::Barrier {
-                source: Box::new(source),
-            })?;
+        let barrier = |source| HaloError::Barrier {
+            source: Box::new(source),
+        };
+        // Where every rank answers alike (one transport; one fabric, or
+        // none), a reduction says so, and what a rank receives does not
+        // grow with the job; else every rank's answer, gathered, names
+        // the rank that differs.
+        let lanes = [u64::from(mine[0]), digest_of(&mine[1..])];
+        let spreads = self.world.reduce(&lanes, self.timeout).map_err(barrier)?;
+        let all = if spreads.iter().all(sode_job::Spread::agreed) {
+            vec![mine.clone(); size]
+        } else {
+            self.world.allgather(&mine, self.timeout).map_err(barrier)?
+        };
         if let Some(r) = all.iter().position(|b| b.first() != Some(&mine[0])) {
             let theirs = all[r].first().map_or("none", |&t| Transport::name_of(t));
             return Err(HaloError::Disagree {
@@ -836,6 +845,15 @@ impl<'w> LinkExchangeBuilder<'w> {
             .collect();
         (links, members)
     }
+}
+
+/// A digest of `bytes` the same on every rank of a job (one build of
+/// sode).
+fn digest_of(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// The RDMA fabric of this rank's device, or none (without a device that

@@ -150,7 +150,7 @@ impl TcpRendezvous {
                 listen: Directory::new(listen),
                 routes: None,
             },
-            steps: Tree::of_links(Place::new(0, size, size - 1), links)?,
+            steps: Tree::of_links(Place::new(0, size, size.saturating_sub(1)), links)?,
         })
     }
 
@@ -175,7 +175,7 @@ impl TcpRendezvous {
                 routes: None,
             },
             steps: Tree::of_links(
-                Place::new(launch.rank, launch.size, launch.size - 1),
+                Place::new(launch.rank, launch.size, launch.size.saturating_sub(1)),
                 BTreeMap::from([(0, PeerLink::new(0, Box::new(TcpPeer { session: root })))]),
             )?,
         })

@@ -175,34 +175,34 @@ impl Step {
             Some(_) => true,
         });
         // Each reduction's blocks into its first (of equal lengths: a
-        // block of another length stays, for the step to refuse).
+        // block of another length stays, for the step to refuse), in one
+        // pass: rank 0 of a rendezvous combines every rank's block.
         let mut first: BTreeMap<u32, usize> = BTreeMap::new();
-        let mut i = 0;
-        while i < blocks.len() {
-            let merged = match Self::header(&blocks[i].1) {
-                Some((Self::REDUCE, number)) => match first.get(&number) {
-                    Some(&into) if blocks[into].1.len() == blocks[i].1.len() => {
-                        let (head, tail) = blocks.split_at_mut(i);
-                        merge_spreads(
-                            &mut head[into].1[Self::HEADER..],
-                            &tail[0].1[Self::HEADER..],
-                        );
-                        true
-                    }
-                    Some(_) => false,
-                    None => {
-                        first.insert(number, i);
-                        false
-                    }
-                },
-                _ => false,
+        let mut merged = vec![false; blocks.len()];
+        for i in 0..blocks.len() {
+            let Some((Self::REDUCE, number)) = Self::header(&blocks[i].1) else {
+                continue;
             };
-            if merged {
-                blocks.remove(i);
-            } else {
-                i += 1;
+            match first.get(&number) {
+                Some(&into) if blocks[into].1.len() == blocks[i].1.len() => {
+                    let (head, tail) = blocks.split_at_mut(i);
+                    merge_spreads(
+                        &mut head[into].1[Self::HEADER..],
+                        &tail[0].1[Self::HEADER..],
+                    );
+                    merged[i] = true;
+                }
+                Some(_) => {}
+                None => {
+                    first.insert(number, i);
+                }
             }
         }
+        let mut i = 0;
+        blocks.retain(|_| {
+            i += 1;
+            !merged[i - 1]
+        });
     }
 
     /// The ranks' data in step `number`, by rank; or, when a rank gave up
@@ -256,7 +256,7 @@ impl Step {
         if let Some(missing) = (0..size).find(|&r| blocks.get(r).is_none_or(|(q, _)| *q != r)) {
             return Err(JobError::Protocol {
                 whom: format!("rank {missing}"),
-                why: "it took another collective call (a barrier) where this rank took an allgather: every rank makes each collective call in the same order".into(),
+                why: "it took another collective call (a barrier or a reduction) where this rank took an allgather: every rank makes each collective call in the same order".into(),
             });
         }
         Ok(blocks.into_iter().map(|(_, b)| b).collect())
