@@ -13,13 +13,14 @@ extern "C" {
 
 /* A sode communicator whose ranks are `comm`'s ranks (so MPI_Cart_create's
  * reordering carries over). sode duplicates `comm` and uses the duplicate's
- * MPI_Iallgather to meet the other ranks; free the sode communicator and its
+ * MPI_Iallgather to meet the other ranks; its later collective steps (each
+ * commit) travel sode's own links. Free the sode communicator and its
  * exchanges before MPI_Finalize. Collective over `comm`. Every collective
  * step (this call, each commit) completes within `timeout_s` (INFINITY: no
  * deadline; SODE_TIMEOUT_DEFAULT: SODE_TIMEOUT's) or fails with
- * SODE_ERR_BOOTSTRAP, rank 0's message naming the ranks that never arrived
- * (after the duplication, which names none); the communicator is then
- * unusable. Time in which this process is stopped
+ * SODE_ERR_BOOTSTRAP naming the ranks that did not take it: in this call,
+ * rank 0's message names the ranks that never arrived (after the
+ * duplication, which names none), and the communicator is then unusable. Time in which this process is stopped
  * (a suspended job, a debugger) does not count. A step that goes on for
  * SODE_WAIT_WARN seconds (60 unless set; "off" for never) says so on
  * stderr, rank 0 naming the ranks not arrived yet, and again each time it

@@ -243,6 +243,9 @@ impl Record {
     }
 }
 
+/// How many lanes [`opening_lanes`] gives.
+pub(crate) const OPENING_LANES: usize = 9;
+
 /// What every rank gives the reduction that opens a commit
 /// ([`sode_job::World::reduce`]): whether its description is valid, its
 /// transport, its digest of what every rank describes alike, whether it
@@ -619,6 +622,7 @@ mod tests {
             .enumerate()
             .map(|(r, c)| opening_lanes(&Record::of(c, 1, 0), &c.cart, r, cards.len()))
             .collect();
+        assert!(lanes.iter().all(|l| l.len() == OPENING_LANES));
         let spreads: Vec<sode_job::Spread> = (0..lanes[0].len())
             .map(|i| sode_job::Spread {
                 least: lanes.iter().map(|l| l[i]).min().unwrap(),

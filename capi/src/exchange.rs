@@ -863,6 +863,27 @@ impl Exchange {
         Ok(all.into_iter().map(|(_, card)| card).collect())
     }
 
+    /// The reduction every commit opens with, whatever its kind: the kind
+    /// of exchange (`KIND_CARTESIAN`, `KIND_BOXES`), then `lanes` (at most
+    /// [`cart::OPENING_LANES`], zeros after them). Their spreads, or
+    /// `None` when the ranks commit different kinds: they then gather
+    /// their descriptions, which name the kinds.
+    fn open_commit(&self, kind: u64, lanes: &[u64]) -> Result<Option<Vec<sode_job::Spread>>> {
+        let mut all = vec![0; 1 + cart::OPENING_LANES];
+        all[0] = kind;
+        for (to, &v) in all[1..].iter_mut().zip(lanes) {
+            *to = v;
+        }
+        let spreads =
+            self.world
+                .reduce(&all, self.timeout)
+                .map_err(|source| CapiError::Bootstrap {
+                    op: "sode_exchange_commit",
+                    source,
+                })?;
+        Ok(spreads[0].agreed().then(|| spreads[1..].to_vec()))
+    }
+
     /// This rank's neighbours and their faces packed at both sides (by
     /// rank, 0 for others), found without gathering every rank's record
     /// when every rank describes the same grid and sits where its rank
@@ -882,7 +903,9 @@ impl Exchange {
         let (me, size) = (self.world.rank(), self.world.size());
         let bootstrap = |source| CapiError::Bootstrap { op, source };
         let lanes = cart::opening_lanes(record, cart, me, size);
-        let opening = self.world.reduce(&lanes, self.timeout).map_err(bootstrap)?;
+        let Some(opening) = self.open_commit(KIND_CARTESIAN, &lanes)? else {
+            return Ok(None);
+        };
         let opening = cart::Opening::of(&opening);
         if opening == cart::Opening::Gather {
             return Ok(None);
@@ -1047,6 +1070,9 @@ impl Exchange {
             self.world.size(),
             self.transport as u8,
         );
+        // The opening step every commit takes: the boxes are gathered
+        // whatever it says.
+        self.open_commit(KIND_BOXES, &[])?;
         let records = self.gather_records(&record.encode(), explicit::Record::decode)?;
         if !explicit::records_agree(&records) {
             // The ranks disagree (all of them see it): the whole cards
@@ -1713,6 +1739,12 @@ impl Exchange {
 /// own is `mine`) cannot read (`why`): most often another kind of exchange
 /// committed at the same step, a rank having skipped or reordered a
 /// collective call.
+/// The kind of exchange a commit's opening reduction carries first:
+/// ranks that commit different kinds all gather their descriptions.
+const KIND_CARTESIAN: u64 = 1;
+/// As [`KIND_CARTESIAN`], for an exchange of boxes (or tiles).
+const KIND_BOXES: u64 = 2;
+
 fn unreadable(r: usize, theirs: &[u8], mine: &[u8], why: String) -> CapiError {
     let why = match (kind_of_description(theirs), kind_of_description(mine)) {
         (Some(t), Some(m)) if t != m => format!(

@@ -59,11 +59,11 @@ pub(crate) fn ensure_job_dir(path: &Path) -> Result<()> {
                 });
             }
         }
-        match ensure_existing_job_dir(path) {
+        match std::fs::symlink_metadata(path) {
             // Removed again since (a cleanup of the directory above, or
             // the last holder of another job's process): made again.
-            Err(_) if attempts < 100 && !path_exists(path) => attempts += 1,
-            checked => return checked,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && attempts < 100 => attempts += 1,
+            inspected => return check_job_dir(path, inspected),
         }
     }
 }
@@ -76,13 +76,17 @@ fn path_exists(path: &Path) -> bool {
 /// Checks the job directory that exists at `path`: a directory, not a
 /// symlink, ours, mode 0700.
 fn ensure_existing_job_dir(path: &Path) -> Result<()> {
+    check_job_dir(path, std::fs::symlink_metadata(path))
+}
+
+/// [`ensure_existing_job_dir`], from what inspecting `path` found.
+fn check_job_dir(path: &Path, inspected: io::Result<std::fs::Metadata>) -> Result<()> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let unsafe_dir = |why: String| ShmError::UnsafeSegment {
         path: path.to_path_buf(),
         why,
     };
-    let meta = std::fs::symlink_metadata(path)
-        .map_err(|e| unsafe_dir(format!("cannot inspect it ({e})")))?;
+    let meta = inspected.map_err(|e| unsafe_dir(format!("cannot inspect it ({e})")))?;
     if !meta.file_type().is_dir() {
         return Err(unsafe_dir(
             "it is not a directory (a symlink or file planted under the job's name?)".into(),
