@@ -379,14 +379,8 @@ pub(crate) fn neighbours_by_records(
         at: &at,
     };
     for (rank, r) in records.iter().enumerate() {
-        for n in grid.neighbours(&coords(r)) {
-            let theirs = &records[n.rank];
-            let along = n.offset.iter().enumerate().filter(|(_, &o)| o == 0);
-            if along.clone().any(|(a, _)| r.owned[a] != theirs.owned[a])
-                || r.owned[3] != theirs.owned[3]
-            {
-                return None;
-            }
+        if !faces_agree(r, &grid.neighbours(&coords(r)), |q| records.get(q).copied()) {
+            return None;
         }
         if rank == me && coords(r) != mine.coords {
             return None;
