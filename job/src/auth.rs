@@ -26,6 +26,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use crate::backoff::Backoff;
 use crate::timeout::Deadline;
 
 use hmac::{Hmac, KeyInit, Mac};
@@ -327,7 +328,7 @@ impl Session {
     /// arrive or the link ended or failed (`true`), or until `until`
     /// (`false`); it looks at least once.
     pub(crate) fn arriving_by(&mut self, until: Instant) -> bool {
-        if self.has_arrived() {
+        if self.has_arrived() || self.arrives_while_spinning(until) {
             return true;
         }
         loop {
@@ -356,6 +357,26 @@ impl Session {
                 ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
             )
         )
+    }
+
+    /// Whether a frame begins to arrive within [`STEP_SPIN`] (or by
+    /// `until`, if sooner), looking without sleeping as the process's
+    /// [`WaitPolicy`] allows: spinning, then yielding; under
+    /// [`WaitPolicy::Block`] only a few yields. Ranks taking a collective
+    /// step together (leaving a barrier) are microseconds apart; a read
+    /// that sleeps would cost this rank a wake-up (tens of microseconds on
+    /// a virtual machine's idle CPU), which its peers would then wait for
+    /// in whatever they do next.
+    fn arrives_while_spinning(&self, until: Instant) -> bool {
+        let end = until.min(Instant::now() + STEP_SPIN);
+        let mut backoff = Backoff::exchange();
+        while Instant::now() < end && !backoff.blocks() {
+            if self.has_arrived() {
+                return true;
+            }
+            backoff.snooze();
+        }
+        false
     }
 
     /// Whether a frame has begun to arrive, now.
@@ -388,6 +409,10 @@ fn write_all(s: &mut TcpStream, bytes: &[u8], whom: &str) -> Result<()> {
 /// under [`STOPPED_GAP`](crate::timeout::STOPPED_GAP), so that a stretch
 /// longer than that is time this process was stopped, not waited.
 const READ_SLICE: Duration = Duration::from_millis(250);
+
+/// How long a rank with a core of its own looks for a step's next message
+/// before it sleeps on the link ([`Session::arriving_by`]).
+const STEP_SPIN: Duration = Duration::from_micros(200);
 
 /// How long the rest of a frame whose length arrived by the deadline may
 /// take after it.
@@ -489,6 +514,37 @@ mod tests {
         assert_eq!(a.recv(d).unwrap(), b"");
         a.send(b"back").unwrap();
         assert_eq!(c.recv(d).unwrap(), b"back");
+    }
+
+    #[test]
+    fn arriving_by_sees_a_frame_sent_while_it_looks_and_keeps_its_deadline() {
+        let s = Secret::random().unwrap();
+        let (c, a) = pair(s.clone(), s);
+        let (mut c, mut a) = (c.unwrap(), a.unwrap());
+        // Nothing sent: a deadline shorter than the look without sleeping
+        // ends it, and a longer one is kept too.
+        for wait in [Duration::from_micros(50), Duration::from_millis(20)] {
+            let t = Instant::now();
+            assert!(!a.arriving_by(t + wait));
+            let took = t.elapsed();
+            assert!(
+                took >= wait && took < wait + Duration::from_millis(500),
+                "{took:?}"
+            );
+        }
+        // Sent during the look, and sent once the receiver sleeps on the
+        // socket: both are seen, and the frame is still there to take.
+        for delay in [Duration::from_micros(20), STEP_SPIN * 5] {
+            let sender = std::thread::spawn(move || {
+                std::thread::sleep(delay);
+                c.send(b"late").unwrap();
+                c
+            });
+            assert!(a.arriving_by(Instant::now() + Duration::from_secs(5)));
+            c = sender.join().unwrap();
+            let d = Instant::now() + Duration::from_secs(5);
+            assert_eq!(a.recv(d).unwrap(), b"late");
+        }
     }
 
     #[test]
