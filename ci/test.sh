@@ -110,7 +110,7 @@ bash ci/commit-cost.sh
 
 echo "== [${SECONDS}s] SCALE-LES3 over shared memory beside MPI persistent (quick; builds the example and the MPI program)"
 bash ci/softroce/install.sh >/dev/null   # Open MPI, and what the VM needs
-TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 bash ci/scale-les3.sh
+TRANSPORT=shm ROWS=60,872 SETS=ew,all8 ITERS=50 ROUNDS=2 bash ci/scale-les3.sh
 
 echo "== [${SECONDS}s] the C ABI: installed, C examples built against it, run under mpirun and compared with MPI"
 bash ci/capi.sh
@@ -130,6 +130,8 @@ bash ci/mpich.sh
 
 echo "== [${SECONDS}s] the comparison benchmark, one quick round of its three shapes: sode (on the program's arrays and on fields it keeps), MPI persistent and the MPI-4 neighbourhood collective, each one's halo checked"
 bash ci/compare.sh 1 20 64
+echo "== [${SECONDS}s] the A/B of two library builds under bench2d, one quick round (this build against itself: the script's own check)"
+OLD_LIB=target/capi-prefix/lib ROUNDS=1 ARGS="1 20 64" bash ci/ab-bench2d.sh
 
 echo "== [${SECONDS}s] cross-memory attach against two copies, one round (each message's last byte checked against what was sent; times not judged)"
 ROUNDS=1 bash ci/shm/cma-cost.sh

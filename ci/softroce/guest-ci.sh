@@ -28,6 +28,6 @@ bash "$here/coupled-rdma.sh"
 echo "== [guest ${SECONDS}s] TCP setup through 10 % packet loss"
 bash "$here/tcp-loss.sh" 6 10
 echo "== [guest ${SECONDS}s] SCALE-LES3 over RDMA beside MPI persistent over UCX rc (quick)"
-NO_BUILD=1 ROWS=60 SETS=ew,all8 ALGS=bl:4,auto ITERS=20 bash "$here/../scale-les3.sh"
+NO_BUILD=1 ROWS=60 SETS=ew,all8 ALGS=bl:4,auto ITERS=20 ROUNDS=1 bash "$here/../scale-les3.sh"
 echo "== [guest ${SECONDS}s] benchmark (quick; the table in docs/results/rdma-rxe.md comes from the full run)"
 QUICK=1 bash "$here/bench.sh"
