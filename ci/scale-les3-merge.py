@@ -66,13 +66,14 @@ def main():
             simulated = vals[0][2]
             ratio = "-" if key[2] == "mpi-persistent" or mpi is None else f"{mpi / median[key]:.2f}"
             if key[2] in ("auto", "-") and mpi is not None:
-                auto.append((mpi / median[key], k, set_))
+                auto.append((mpi / median[key], k, set_, key[2]))
             print(f"| {k} | {set_} | {key[2]} | {median[key]:.1f} | {spread} | {least:.1f} | {simulated} | {ratio} |")
     if auto:
-        ahead = sum(1 for r, _, _ in auto if r >= 1)
+        ahead = sum(1 for r, *_ in auto if r >= 1)
         worst = min(auto)
+        who = "sode's auto plan" if worst[3] == "auto" else "sode"
         print()
-        print(f"sode (its auto plan over RDMA): MPI's median at least sode's at {ahead} of {len(auto)} points; "
+        print(f"{who}: MPI's median at least sode's at {ahead} of {len(auto)} points; "
               f"lowest MPI / sode {worst[0]:.2f} (k = {worst[1]}, {worst[2]})")
     return 0
 

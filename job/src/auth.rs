@@ -361,8 +361,8 @@ impl Session {
 
     /// Whether a frame begins to arrive within [`STEP_SPIN`] (or by
     /// `until`, if sooner), looking without sleeping as the process's
-    /// [`WaitPolicy`] allows: spinning, then yielding; under
-    /// [`WaitPolicy::Block`] only a few yields. Ranks taking a collective
+    /// wait policy allows ([`Backoff::exchange`]): spinning, then yielding;
+    /// under `SODE_WAIT=block` only 20 yields. Ranks taking a collective
     /// step together (leaving a barrier) are microseconds apart; a read
     /// that sleeps would cost this rank a wake-up (tens of microseconds on
     /// a virtual machine's idle CPU), which its peers would then wait for
@@ -410,8 +410,9 @@ fn write_all(s: &mut TcpStream, bytes: &[u8], whom: &str) -> Result<()> {
 /// longer than that is time this process was stopped, not waited.
 const READ_SLICE: Duration = Duration::from_millis(250);
 
-/// How long a rank with a core of its own looks for a step's next message
-/// before it sleeps on the link ([`Session::arriving_by`]).
+/// How long a rank looks for a step's next message without sleeping
+/// before it sleeps on the link ([`Session::arriving_by`]), unless its wait
+/// policy blocks sooner.
 const STEP_SPIN: Duration = Duration::from_micros(200);
 
 /// How long the rest of a frame whose length arrived by the deadline may
